@@ -1,0 +1,247 @@
+//! Raster buffers: multi-band source pixels and 8-bit RGBA images with views.
+
+/// Samples of one band, row-major, `width * height` long.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BandData {
+    /// 8-bit samples (most imagery).
+    U8(Vec<u8>),
+    /// 32-bit float samples (elevation and other measurements).
+    F32(Vec<f32>),
+}
+
+impl BandData {
+    /// Sample at index `i` as a float.
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            BandData::U8(v) => f32::from(v[i]),
+            BandData::F32(v) => v[i],
+        }
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        match self {
+            BandData::U8(v) => v.len(),
+            BandData::F32(v) => v.len(),
+        }
+    }
+
+    /// Whether the band has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Pixels read from a source for one window: the data bands plus a validity
+/// mask (0 = no data / outside the source, 255 = valid, values between are
+/// partial coverage at edges).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Raster {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Data bands, in source band order.
+    pub bands: Vec<BandData>,
+    /// Validity / alpha of every pixel, `width * height` long.
+    pub valid: Vec<u8>,
+}
+
+/// An owned 8-bit RGBA image, rows packed (`stride = width * 4`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RgbaImage {
+    width: u32,
+    height: u32,
+    data: Vec<u8>,
+}
+
+impl RgbaImage {
+    /// A fully transparent image.
+    pub fn transparent(width: u32, height: u32) -> Self {
+        Self {
+            width,
+            height,
+            data: vec![0; width as usize * height as usize * 4],
+        }
+    }
+
+    /// Wraps packed RGBA bytes; `None` if the length does not match.
+    pub fn from_raw(width: u32, height: u32, data: Vec<u8>) -> Option<Self> {
+        (data.len() == width as usize * height as usize * 4).then_some(Self {
+            width,
+            height,
+            data,
+        })
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Packed RGBA bytes.
+    pub fn as_raw(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Mutable packed RGBA bytes.
+    pub fn as_raw_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+
+    /// A view of the whole image.
+    pub fn view(&self) -> ImageView<'_> {
+        ImageView {
+            data: &self.data,
+            width: self.width,
+            height: self.height,
+            stride: self.width as usize * 4,
+        }
+    }
+
+    /// A view of the rectangle at (`x`, `y`) of `width` x `height`, borrowing
+    /// this image's rows (no copy). `None` if it does not fit.
+    pub fn sub_view(&self, x: u32, y: u32, width: u32, height: u32) -> Option<ImageView<'_>> {
+        if width == 0
+            || height == 0
+            || x.checked_add(width)? > self.width
+            || y.checked_add(height)? > self.height
+        {
+            return None;
+        }
+        let stride = self.width as usize * 4;
+        let start = y as usize * stride + x as usize * 4;
+        let end = start + (height as usize - 1) * stride + width as usize * 4;
+        Some(ImageView {
+            data: &self.data[start..end],
+            width,
+            height,
+            stride,
+        })
+    }
+
+    /// Alpha-composites `top` over this image (same size; "source over").
+    pub fn composite_over(&mut self, top: &RgbaImage) {
+        debug_assert_eq!((self.width, self.height), (top.width, top.height));
+        for (dst, src) in self.data.chunks_exact_mut(4).zip(top.data.chunks_exact(4)) {
+            let sa = u32::from(src[3]);
+            if sa == 255 {
+                dst.copy_from_slice(src);
+            } else if sa > 0 {
+                let da = u32::from(dst[3]);
+                let out_a = sa + da * (255 - sa) / 255;
+                for c in 0..3 {
+                    let v = (u32::from(src[c]) * sa
+                        + u32::from(dst[c]) * da * (255 - sa) / 255)
+                        / out_a.max(1);
+                    dst[c] = v.min(255) as u8;
+                }
+                dst[3] = out_a as u8;
+            }
+        }
+    }
+}
+
+/// A borrowed rectangle of RGBA pixels: `height` rows of `width * 4` bytes,
+/// each starting `stride` bytes after the previous one.
+#[derive(Debug, Clone, Copy)]
+pub struct ImageView<'a> {
+    data: &'a [u8],
+    width: u32,
+    height: u32,
+    stride: usize,
+}
+
+impl<'a> ImageView<'a> {
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// The RGBA bytes of row `y` (exactly `width * 4` long).
+    pub fn row(&self, y: u32) -> &'a [u8] {
+        let start = y as usize * self.stride;
+        &self.data[start..start + self.width as usize * 4]
+    }
+
+    /// Iterates over the rows, top to bottom.
+    pub fn rows(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        (0..self.height).map(move |y| self.row(y))
+    }
+
+    /// Whether every pixel is fully opaque.
+    pub fn is_opaque(&self) -> bool {
+        self.rows()
+            .all(|row| row.chunks_exact(4).all(|p| p[3] == 255))
+    }
+
+    /// Whether every pixel is fully transparent.
+    pub fn is_transparent(&self) -> bool {
+        self.rows()
+            .all(|row| row.chunks_exact(4).all(|p| p[3] == 0))
+    }
+
+    /// Copies the view into a packed image (for encoders that need one
+    /// contiguous buffer).
+    pub fn to_image(&self) -> RgbaImage {
+        let mut data = Vec::with_capacity(self.width as usize * self.height as usize * 4);
+        for row in self.rows() {
+            data.extend_from_slice(row);
+        }
+        RgbaImage {
+            width: self.width,
+            height: self.height,
+            data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(width: u32, height: u32) -> RgbaImage {
+        let data = (0..width * height * 4).map(|i| (i % 251) as u8).collect();
+        RgbaImage::from_raw(width, height, data).unwrap()
+    }
+
+    #[test]
+    fn sub_view_reads_the_right_rows_without_copying() {
+        let img = numbered(8, 6);
+        let v = img.sub_view(2, 3, 4, 2).unwrap();
+        let stride = 8 * 4;
+        assert_eq!(v.row(0), &img.as_raw()[3 * stride + 8..3 * stride + 24]);
+        assert_eq!(v.row(1), &img.as_raw()[4 * stride + 8..4 * stride + 24]);
+        assert!(std::ptr::eq(v.row(0).as_ptr(), img.as_raw()[3 * stride + 8..].as_ptr()));
+    }
+
+    #[test]
+    fn sub_view_outside_the_image_is_none() {
+        let img = numbered(8, 6);
+        assert!(img.sub_view(5, 0, 4, 1).is_none());
+        assert!(img.sub_view(0, 6, 1, 1).is_none());
+        assert!(img.sub_view(u32::MAX, 0, 2, 1).is_none());
+        assert!(img.sub_view(0, 0, 0, 1).is_none());
+    }
+
+    #[test]
+    fn composite_over_keeps_opaque_top_and_blends_half_alpha() {
+        let mut base = RgbaImage::from_raw(2, 1, vec![0, 0, 255, 255, 0, 0, 255, 255]).unwrap();
+        let top = RgbaImage::from_raw(2, 1, vec![255, 0, 0, 255, 255, 0, 0, 128]).unwrap();
+        base.composite_over(&top);
+        assert_eq!(&base.as_raw()[0..4], &[255, 0, 0, 255]);
+        let p = &base.as_raw()[4..8];
+        assert_eq!(p[3], 255);
+        assert!((i32::from(p[0]) - 128).abs() <= 1 && (i32::from(p[2]) - 127).abs() <= 1);
+    }
+}

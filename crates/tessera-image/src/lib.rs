@@ -1,0 +1,19 @@
+//! Pixels between the source and the wire: raster buffers, styles that turn
+//! source bands into RGBA, and encoders that turn RGBA into PNG, JPEG or WebP.
+//!
+//! The data path through this crate is `Raster` (bands as read and warped by
+//! a source) → [`Style::apply`] → [`RgbaImage`] → [`encode`] of an
+//! [`ImageView`]. Views borrow rows of a larger image with a stride, so a
+//! metatile can be cut into tiles without copying sub-images.
+
+mod buffer;
+mod color;
+mod encode;
+mod style;
+
+pub use buffer::{BandData, ImageView, Raster, RgbaImage};
+pub use color::{Color, ColorRamp, RampStop};
+pub use encode::{EncodeError, EncodeOptions, Format, PngCompression, encode};
+pub use style::{
+    HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,
+};
