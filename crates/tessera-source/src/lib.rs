@@ -1,1 +1,112 @@
-//! placeholder
+//! Sources of pixels.
+//!
+//! A [`Source`] reads an arbitrary pixel window of a bounding box in a target
+//! CRS and returns the bands as a [`Raster`] with a validity mask. The
+//! window-based contract is what lets a tile, a metatile with a gutter and a
+//! WMS GetMap share one render path. [`GdalSource`] implements it for every
+//! raster GDAL can read (local files, COGs over HTTP, `/vsis3/` ...), warping
+//! with a pool of dataset handles so that no handle is used by two threads at
+//! once.
+
+mod crs;
+mod gdal_source;
+mod location;
+mod settings;
+
+pub use crs::Crs;
+pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
+pub use location::{LocationPolicy, check_location};
+pub use settings::{GdalSettings, configure_gdal, register_static_file};
+
+use tessera_grid::BBox;
+use tessera_image::Raster;
+
+/// What a source is and where its data lies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceInfo {
+    /// Number of data bands (an alpha band is not counted).
+    pub band_count: usize,
+    /// Whether all data bands are 8-bit.
+    pub is_byte: bool,
+    /// The source's own CRS.
+    pub native_crs: Crs,
+    /// Extent in the native CRS.
+    pub native_bounds: BBox,
+    /// Extent in longitude/latitude (WGS 84).
+    pub lonlat_bounds: BBox,
+    /// Native pixel size, in native CRS units.
+    pub native_resolution: f64,
+}
+
+/// A request for pixels: `width` x `height` pixels covering `bbox` in `crs`.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowRequest<'a> {
+    /// Area to read, in `crs` (x/y order).
+    pub bbox: BBox,
+    /// Target CRS.
+    pub crs: &'a Crs,
+    /// Output width in pixels.
+    pub width: u32,
+    /// Output height in pixels.
+    pub height: u32,
+}
+
+/// A source of raster pixels.
+///
+/// Contract: [`Source::read`] is blocking and may be called from many
+/// threads at once; it returns exactly `width * height` samples per band and
+/// a validity mask where pixels outside the data or equal to nodata are 0.
+/// An area entirely outside the source is not an error: every pixel is
+/// invalid.
+pub trait Source: Send + Sync + std::fmt::Debug {
+    /// Static facts about the source.
+    fn info(&self) -> &SourceInfo;
+
+    /// Reads and warps one window.
+    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
+}
+
+/// Errors from opening or reading sources.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The dataset could not be opened.
+    #[error("cannot open source {path}: {message}")]
+    Open {
+        /// Path or URL as configured.
+        path: String,
+        /// GDAL's message.
+        message: String,
+    },
+    /// The location or driver is refused by policy.
+    #[error("source {path} is not allowed: {reason}")]
+    NotAllowed {
+        /// Path or URL as configured.
+        path: String,
+        /// Why, and which setting would allow it.
+        reason: String,
+    },
+    /// A read or warp failed.
+    #[error("reading {path} failed: {message}")]
+    Read {
+        /// Path or URL as configured.
+        path: String,
+        /// GDAL's message.
+        message: String,
+    },
+    /// The CRS is unknown to GDAL/PROJ.
+    #[error("unknown CRS {crs:?}: {message}")]
+    InvalidCrs {
+        /// The CRS as given.
+        crs: String,
+        /// Why it was refused.
+        message: String,
+    },
+    /// The request is too large to allocate.
+    #[error("window of {width}x{height} pixels is too large")]
+    TooLarge {
+        /// Width asked for.
+        width: u32,
+        /// Height asked for.
+        height: u32,
+    },
+}

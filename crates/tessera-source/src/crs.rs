@@ -1,0 +1,179 @@
+//! Coordinate reference systems as GDAL/PROJ understand them.
+
+use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
+use tessera_grid::{BBox, METERS_PER_DEGREE};
+
+use crate::SourceError;
+
+/// A CRS checked by PROJ: the identifier it was asked by, its WKT and the
+/// facts the protocols need (geographic or not, EPSG axis order).
+///
+/// Plain data (`Send + Sync`): GDAL objects are rebuilt from the WKT where
+/// they are needed, on the thread that needs them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crs {
+    /// The identifier as normalised (`EPSG:3857`, `OGC:CRS84`, ...).
+    pub id: String,
+    /// Well-known text.
+    pub wkt: String,
+    /// Whether units are degrees of longitude/latitude.
+    pub geographic: bool,
+    /// Whether the authority defines the first axis as latitude or northing
+    /// (EPSG:4326 does; WMS 1.3.0 and WMTS follow it).
+    pub authority_yx: bool,
+    /// Metres per CRS unit (at the equator for geographic CRSs).
+    pub meters_per_unit: f64,
+}
+
+impl Crs {
+    /// Parses an identifier such as `EPSG:4326`, `CRS:84`, `OGC:CRS84`,
+    /// `urn:ogc:def:crs:EPSG::3857` or `EPSG:900913` (an alias of 3857).
+    pub fn parse(text: &str) -> Result<Crs, SourceError> {
+        let invalid = |message: String| SourceError::InvalidCrs {
+            crs: text.chars().take(64).collect(),
+            message,
+        };
+        let upper = text.trim().to_ascii_uppercase();
+        let id = match upper.as_str() {
+            "CRS:84" | "OGC:CRS84" | "URN:OGC:DEF:CRS:OGC:1.3:CRS84" | "URN:OGC:DEF:CRS:OGC::CRS84" => {
+                "OGC:CRS84".to_string()
+            }
+            "EPSG:900913" | "EPSG:102100" | "EPSG:102113" => "EPSG:3857".to_string(),
+            _ => {
+                if let Some(rest) = upper.strip_prefix("URN:OGC:DEF:CRS:EPSG:") {
+                    // `urn:ogc:def:crs:EPSG::3857` or with a version, `EPSG:6.3:3857`.
+                    let code = rest.rsplit(':').next().unwrap_or_default();
+                    format!("EPSG:{code}")
+                } else {
+                    upper.clone()
+                }
+            }
+        };
+        let Some((auth, code)) = id.split_once(':') else {
+            return Err(invalid("expected AUTHORITY:CODE, for example EPSG:3857".into()));
+        };
+        if !matches!(auth, "EPSG" | "OGC" | "ESRI" | "IAU_2015")
+            || code.is_empty()
+            || code.len() > 16
+            || !code.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Err(invalid("expected AUTHORITY:CODE, for example EPSG:3857".into()));
+        }
+        let srs = SpatialRef::from_definition(&id).map_err(|e| invalid(e.to_string()))?;
+        let wkt = srs.to_wkt().map_err(|e| invalid(e.to_string()))?;
+        let geographic = srs.is_geographic();
+        let handle = srs.to_c_hsrs();
+        // SAFETY: `handle` is a valid OGRSpatialReferenceH owned by `srs`,
+        // which outlives both calls.
+        let authority_yx = unsafe {
+            gdal_sys::OSREPSGTreatsAsLatLong(handle) != 0
+                || gdal_sys::OSREPSGTreatsAsNorthingEasting(handle) != 0
+        };
+        let meters_per_unit = if geographic {
+            METERS_PER_DEGREE
+        } else {
+            srs.linear_units()
+        };
+        Ok(Crs {
+            wkt,
+            geographic,
+            authority_yx: authority_yx && auth == "EPSG",
+            meters_per_unit,
+            id: id.clone(),
+        })
+    }
+
+    /// Describes a dataset's own CRS given as WKT; the identifier is
+    /// `AUTHORITY:CODE` when PROJ can name it.
+    pub fn from_wkt(wkt: &str) -> Result<Crs, SourceError> {
+        let invalid = |message: String| SourceError::InvalidCrs {
+            crs: wkt.chars().take(64).collect(),
+            message,
+        };
+        let mut srs = SpatialRef::from_wkt(wkt).map_err(|e| invalid(e.to_string()))?;
+        let _ = srs.auto_identify_epsg();
+        let named = match (srs.auth_name(), srs.auth_code()) {
+            (Some(auth), Ok(code)) => Crs::parse(&format!("{auth}:{code}")).ok(),
+            _ => None,
+        };
+        if let Some(crs) = named {
+            return Ok(crs);
+        }
+        let geographic = srs.is_geographic();
+        Ok(Crs {
+            id: srs.name().unwrap_or_else(|| "unnamed".into()),
+            wkt: wkt.to_string(),
+            geographic,
+            authority_yx: false,
+            meters_per_unit: if geographic { METERS_PER_DEGREE } else { srs.linear_units() },
+        })
+    }
+
+    /// A GDAL spatial reference in traditional GIS (x/y) axis order.
+    pub fn spatial_ref(&self) -> Result<SpatialRef, SourceError> {
+        let mut srs = SpatialRef::from_wkt(&self.wkt).map_err(|e| SourceError::InvalidCrs {
+            crs: self.id.clone(),
+            message: e.to_string(),
+        })?;
+        srs.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+        Ok(srs)
+    }
+
+    /// Transforms `bbox` from this CRS to `to`, densifying the edges so
+    /// curved boundaries are covered.
+    pub fn transform_bbox(&self, bbox: &BBox, to: &Crs) -> Result<BBox, SourceError> {
+        if self.wkt == to.wkt {
+            return Ok(*bbox);
+        }
+        let err = |e: gdal::errors::GdalError| SourceError::InvalidCrs {
+            crs: format!("{} -> {}", self.id, to.id),
+            message: e.to_string(),
+        };
+        let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
+        let [a, b, c, d] = t
+            .transform_bounds(&[bbox.min_x, bbox.min_y, bbox.max_x, bbox.max_y], 21)
+            .map_err(err)?;
+        BBox::new(a, b, c, d).map_err(|e| SourceError::InvalidCrs {
+            crs: format!("{} -> {}", self.id, to.id),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knows_axis_order_of_common_crs() {
+        let wgs84 = Crs::parse("EPSG:4326").unwrap();
+        assert!(wgs84.geographic && wgs84.authority_yx);
+        let crs84 = Crs::parse("CRS:84").unwrap();
+        assert!(crs84.geographic && !crs84.authority_yx);
+        assert_eq!(crs84.id, "OGC:CRS84");
+        let merc = Crs::parse("epsg:900913").unwrap();
+        assert_eq!(merc.id, "EPSG:3857");
+        assert!(!merc.geographic && !merc.authority_yx);
+        assert_eq!(Crs::parse("urn:ogc:def:crs:EPSG::3857").unwrap().id, "EPSG:3857");
+    }
+
+    #[test]
+    fn refuses_unknown_and_malformed_crs() {
+        for bad in ["EPSG:999999", "EPSG:", "foo", "EPSG:../../etc", "+proj=longlat", "FILE:/etc/passwd"] {
+            assert!(
+                matches!(Crs::parse(bad), Err(SourceError::InvalidCrs { .. })),
+                "{bad} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn transforms_a_box_to_web_mercator() {
+        let ll = Crs::parse("EPSG:4326").unwrap();
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        let b = ll
+            .transform_bbox(&BBox::new(0.0, 0.0, 10.0, 10.0).unwrap(), &merc)
+            .unwrap();
+        assert!((b.max_x - 1_113_194.9).abs() < 1.0, "{b:?}");
+    }
+}

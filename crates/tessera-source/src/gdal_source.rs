@@ -1,0 +1,431 @@
+//! The GDAL raster source: any GDAL-readable dataset, warped per window.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::sync::Mutex;
+
+use gdal::raster::{ColorInterpretation, GdalDataType};
+use gdal::{Dataset, DatasetOptions, DriverManager, GdalOpenFlags};
+use serde::Deserialize;
+use tessera_grid::BBox;
+use tessera_image::{BandData, Raster};
+
+use crate::{Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location};
+
+/// Pixels beyond which a single read is refused (about 256 MiB of RGBA).
+const MAX_WINDOW_PIXELS: usize = 64 * 1024 * 1024;
+/// Target CRSs whose footprint of the source is remembered.
+const MAX_FOOTPRINTS: usize = 64;
+
+/// Resampling used when warping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resampling {
+    /// Nearest neighbour (categorical data).
+    Nearest,
+    /// Bilinear (the default).
+    #[default]
+    Bilinear,
+    /// Cubic convolution.
+    Cubic,
+    /// Cubic B-spline.
+    Cubicspline,
+    /// Lanczos windowed sinc.
+    Lanczos,
+    /// Average of contributing pixels.
+    Average,
+    /// Most frequent value.
+    Mode,
+}
+
+impl Resampling {
+    fn gdal_name(self) -> &'static str {
+        match self {
+            Resampling::Nearest => "near",
+            Resampling::Bilinear => "bilinear",
+            Resampling::Cubic => "cubic",
+            Resampling::Cubicspline => "cubicspline",
+            Resampling::Lanczos => "lanczos",
+            Resampling::Average => "average",
+            Resampling::Mode => "mode",
+        }
+    }
+}
+
+/// Configuration of a GDAL source.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GdalSourceSpec {
+    /// A path, an `http(s)://` URL or a GDAL `/vsi` path.
+    pub path: String,
+    /// Resampling used when warping (default bilinear).
+    #[serde(default)]
+    pub resampling: Resampling,
+}
+
+/// A raster read through GDAL, warped into the requested window.
+///
+/// Dataset handles are not thread-safe; each read takes one handle from an
+/// idle pool (or opens a new one) and puts it back afterwards, so a handle is
+/// only ever used by one thread at a time.
+#[derive(Debug)]
+pub struct GdalSource {
+    path: String,
+    resampling: Resampling,
+    has_alpha: bool,
+    info: SourceInfo,
+    allowed_drivers: Vec<String>,
+    max_idle: usize,
+    idle: Mutex<Vec<Dataset>>,
+    footprints: Mutex<HashMap<String, Option<BBox>>>,
+}
+
+impl GdalSource {
+    /// Opens the dataset, checks it against the settings' policy and reads
+    /// its metadata.
+    pub fn open(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
+        let policy = settings.policy();
+        let path = check_location(&spec.path, &policy)?;
+        let mut source = Self {
+            path,
+            resampling: spec.resampling,
+            has_alpha: false,
+            info: SourceInfo {
+                band_count: 0,
+                is_byte: true,
+                native_crs: Crs::parse("OGC:CRS84")?,
+                native_bounds: BBox { min_x: 0.0, min_y: 0.0, max_x: 1.0, max_y: 1.0 },
+                lonlat_bounds: BBox { min_x: 0.0, min_y: 0.0, max_x: 1.0, max_y: 1.0 },
+                native_resolution: 1.0,
+            },
+            allowed_drivers: policy.allowed_drivers,
+            max_idle: settings.max_idle_handles,
+            idle: Mutex::new(Vec::new()),
+            footprints: Mutex::new(HashMap::new()),
+        };
+        let ds = source.open_dataset()?;
+        source.read_info(&ds)?;
+        source.release(ds);
+        Ok(source)
+    }
+
+    /// The path or URL GDAL opens.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn open_dataset(&self) -> Result<Dataset, SourceError> {
+        let drivers: Vec<&str> = self.allowed_drivers.iter().map(String::as_str).collect();
+        let options = DatasetOptions {
+            open_flags: GdalOpenFlags::GDAL_OF_RASTER
+                | GdalOpenFlags::GDAL_OF_READONLY
+                | GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
+            allowed_drivers: if drivers.is_empty() { None } else { Some(&drivers) },
+            ..DatasetOptions::default()
+        };
+        Dataset::open_ex(&self.path, options).map_err(|e| SourceError::Open {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    fn read_info(&mut self, ds: &Dataset) -> Result<(), SourceError> {
+        let err = |message: String| SourceError::Open {
+            path: self.path.clone(),
+            message,
+        };
+        let count = ds.raster_count();
+        if count == 0 {
+            return Err(err("dataset has no raster bands".into()));
+        }
+        let last = ds.rasterband(count).map_err(|e| err(e.to_string()))?;
+        self.has_alpha = count > 1 && last.color_interpretation() == ColorInterpretation::AlphaBand;
+        let band_count = if self.has_alpha { count - 1 } else { count };
+        let mut is_byte = true;
+        for b in 1..=band_count {
+            let band = ds.rasterband(b).map_err(|e| err(e.to_string()))?;
+            is_byte &= band.band_type() == GdalDataType::UInt8;
+        }
+        let wkt = ds.projection();
+        if wkt.is_empty() {
+            return Err(err("dataset has no coordinate reference system".into()));
+        }
+        let native_crs = Crs::from_wkt(&wkt)?;
+        let gt = ds.geo_transform().map_err(|e| err(format!("no geotransform: {e}")))?;
+        let (w, h) = ds.raster_size();
+        let corners = [(0.0, 0.0), (w as f64, 0.0), (0.0, h as f64), (w as f64, h as f64)]
+            .map(|(px, py)| (gt[0] + px * gt[1] + py * gt[2], gt[3] + px * gt[4] + py * gt[5]));
+        let xs = corners.map(|c| c.0);
+        let ys = corners.map(|c| c.1);
+        let fold = |v: [f64; 4], f: fn(f64, f64) -> f64| v.into_iter().reduce(f).unwrap_or(0.0);
+        let native_bounds = BBox::new(fold(xs, f64::min), fold(ys, f64::min), fold(xs, f64::max), fold(ys, f64::max))
+            .map_err(|e| err(format!("bad extent: {e}")))?;
+        let lonlat = Crs::parse("OGC:CRS84")?;
+        let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
+        self.info = SourceInfo {
+            band_count,
+            is_byte,
+            native_crs,
+            native_bounds,
+            lonlat_bounds,
+            native_resolution: gt[1].hypot(gt[2]),
+        };
+        Ok(())
+    }
+
+    fn acquire(&self) -> Result<Dataset, SourceError> {
+        let pooled = self.idle.lock().map_err(|_| self.read_err("handle pool poisoned"))?.pop();
+        match pooled {
+            Some(ds) => Ok(ds),
+            None => self.open_dataset(),
+        }
+    }
+
+    fn release(&self, ds: Dataset) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < self.max_idle {
+                idle.push(ds);
+            }
+        }
+    }
+
+    fn read_err(&self, message: &str) -> SourceError {
+        SourceError::Read {
+            path: self.path.clone(),
+            message: message.to_string(),
+        }
+    }
+
+    /// The source's footprint in `crs`, remembered per CRS.
+    fn footprint(&self, crs: &Crs) -> Option<BBox> {
+        if let Ok(cache) = self.footprints.lock() {
+            if let Some(f) = cache.get(&crs.wkt) {
+                return *f;
+            }
+        }
+        let footprint = match self.info.native_crs.transform_bbox(&self.info.native_bounds, crs) {
+            Ok(b) => Some(b),
+            // The native extent does not fit the target CRS as a whole (a
+            // polar area in Web Mercator): fall back to lon/lat bounds.
+            Err(_) => Crs::parse("OGC:CRS84")
+                .and_then(|ll| ll.transform_bbox(&self.info.lonlat_bounds, crs))
+                .ok(),
+        };
+        if let Ok(mut cache) = self.footprints.lock() {
+            if cache.len() < MAX_FOOTPRINTS {
+                cache.insert(crs.wkt.clone(), footprint);
+            }
+        }
+        footprint
+    }
+
+    fn warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let (w, h) = (req.width as usize, req.height as usize);
+        let err = |m: String| SourceError::Read {
+            path: self.path.clone(),
+            message: m,
+        };
+        let mem = DriverManager::get_driver_by_name("MEM").map_err(|e| err(e.to_string()))?;
+        let bands = self.info.band_count + 1;
+        let mut dst = if self.info.is_byte {
+            mem.create_with_band_type::<u8, _>("", w, h, bands)
+        } else {
+            mem.create_with_band_type::<f32, _>("", w, h, bands)
+        }
+        .map_err(|e| err(e.to_string()))?;
+        let b = req.bbox;
+        dst.set_geo_transform(&[b.min_x, b.width() / w as f64, 0.0, b.max_y, 0.0, -b.height() / h as f64])
+            .map_err(|e| err(e.to_string()))?;
+        dst.set_projection(&req.crs.wkt).map_err(|e| err(e.to_string()))?;
+
+        let mut args = vec!["-r", self.resampling.gdal_name(), "-dstalpha", "-ovr", "AUTO", "-et", "0.125", "-wo", "INIT_DEST=0"];
+        if self.has_alpha {
+            args.push("-srcalpha");
+        }
+        run_gdal_warp(src, &dst, &args).map_err(err)?;
+
+        let mut out_bands = Vec::with_capacity(self.info.band_count);
+        for i in 1..=self.info.band_count {
+            let band = dst.rasterband(i).map_err(|e| err(e.to_string()))?;
+            out_bands.push(if self.info.is_byte {
+                let mut v = vec![0u8; w * h];
+                band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
+                    .map_err(|e| err(e.to_string()))?;
+                BandData::U8(v)
+            } else {
+                let mut v = vec![0f32; w * h];
+                band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
+                    .map_err(|e| err(e.to_string()))?;
+                BandData::F32(v)
+            });
+        }
+        let mut valid = vec![0u8; w * h];
+        dst.rasterband(bands)
+            .and_then(|a| a.read_into_slice((0, 0), (w, h), (w, h), &mut valid, None))
+            .map_err(|e| err(e.to_string()))?;
+        Ok(Raster {
+            width: req.width,
+            height: req.height,
+            bands: out_bands,
+            valid,
+        })
+    }
+}
+
+fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
+    let n = width as usize * height as usize;
+    Raster {
+        width,
+        height,
+        bands: (0..info.band_count)
+            .map(|_| if info.is_byte { BandData::U8(vec![0; n]) } else { BandData::F32(vec![0.0; n]) })
+            .collect(),
+        valid: vec![0; n],
+    }
+}
+
+/// Runs `GDALWarp` from `src` into the existing `dst` with command-line style options.
+fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), String> {
+    let c_args: Vec<CString> = args
+        .iter()
+        .map(|a| CString::new(*a).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*mut std::ffi::c_char> = c_args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    // SAFETY: argv is a NULL-terminated array of valid C strings that
+    // outlive the call; GDAL copies what it keeps.
+    let options = unsafe { gdal_sys::GDALWarpAppOptionsNew(argv.as_mut_ptr(), std::ptr::null_mut()) };
+    if options.is_null() {
+        return Err(format!("invalid warp options {args:?}"));
+    }
+    let mut src_handle = src.c_dataset();
+    let mut usage_error = 0;
+    // SAFETY: both datasets are valid open handles owned by the caller and
+    // used by this thread only; options is valid until freed below.
+    let result = unsafe {
+        gdal_sys::CPLErrorReset();
+        let r = gdal_sys::GDALWarp(
+            std::ptr::null(),
+            dst.c_dataset(),
+            1,
+            &mut src_handle,
+            options,
+            &mut usage_error,
+        );
+        gdal_sys::GDALWarpAppOptionsFree(options);
+        r
+    };
+    if result.is_null() {
+        // SAFETY: CPLGetLastErrorMsg returns a valid (possibly empty)
+        // thread-local C string.
+        let msg = unsafe { CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) };
+        return Err(format!("warp failed: {}", msg.to_string_lossy()));
+    }
+    Ok(())
+}
+
+impl Source for GdalSource {
+    fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    fn read(&self, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let pixels = req.width as usize * req.height as usize;
+        if pixels == 0 || pixels > MAX_WINDOW_PIXELS {
+            return Err(SourceError::TooLarge {
+                width: req.width,
+                height: req.height,
+            });
+        }
+        match self.footprint(req.crs) {
+            Some(f) if !f.intersects(&req.bbox) => {
+                return Ok(empty_raster(&self.info, req.width, req.height));
+            }
+            _ => {}
+        }
+        let ds = self.acquire()?;
+        let result = self.warp(&ds, req);
+        // A handle whose read failed may be in a bad state: drop it.
+        if result.is_ok() {
+            self.release(ds);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(name: &str) -> String {
+        format!("{}/../../data/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn open(name: &str) -> GdalSource {
+        GdalSource::open(
+            &GdalSourceSpec { path: data(name), resampling: Resampling::Bilinear },
+            &GdalSettings::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_metadata_of_the_demo_dem() {
+        let s = open("elev.tif");
+        let info = s.info();
+        assert_eq!(info.band_count, 1);
+        assert!(!info.is_byte);
+        assert_eq!(info.native_crs.id, "EPSG:4326");
+        assert!((info.lonlat_bounds.min_x - 5.7416).abs() < 1e-3);
+    }
+
+    #[test]
+    fn warps_a_window_into_web_mercator_with_nodata_as_invalid() {
+        let s = open("elev.tif");
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        // Covers Luxembourg and some area around it.
+        let bbox = BBox::new(600_000.0, 6_350_000.0, 720_000.0, 6_500_000.0).unwrap();
+        let r = s.read(&WindowRequest { bbox, crs: &merc, width: 64, height: 80 }).unwrap();
+        assert_eq!(r.valid.len(), 64 * 80);
+        let valid = r.valid.iter().filter(|v| **v == 255).count();
+        let invalid = r.valid.iter().filter(|v| **v == 0).count();
+        assert!(valid > 500 && invalid > 500, "valid {valid} invalid {invalid}");
+        let BandData::F32(values) = &r.bands[0] else { panic!("expected floats") };
+        let max = values.iter().zip(&r.valid).filter(|(_, v)| **v == 255).map(|(x, _)| *x).fold(0.0, f32::max);
+        assert!((400.0..600.0).contains(&max), "max elevation {max}");
+    }
+
+    #[test]
+    fn a_window_outside_the_source_is_all_invalid() {
+        let s = open("elev.tif");
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        let bbox = BBox::new(-1e6, -1e6, 0.0, 0.0).unwrap();
+        let r = s.read(&WindowRequest { bbox, crs: &merc, width: 16, height: 16 }).unwrap();
+        assert!(r.valid.iter().all(|v| *v == 0));
+    }
+
+    #[test]
+    fn vrt_sources_are_refused_by_default() {
+        let dir = std::env::temp_dir().join(format!("tessera-vrt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vrt = dir.join("x.vrt");
+        std::fs::write(
+            &vrt,
+            format!(
+                "<VRTDataset rasterXSize=\"1\" rasterYSize=\"1\"><VRTRasterBand dataType=\"Byte\" band=\"1\">\
+                 <SimpleSource><SourceFilename>{}</SourceFilename><SourceBand>1</SourceBand></SimpleSource>\
+                 </VRTRasterBand></VRTDataset>",
+                data("elev.tif")
+            ),
+        )
+        .unwrap();
+        let spec = GdalSourceSpec { path: vrt.display().to_string(), resampling: Resampling::Nearest };
+        let err = GdalSource::open(&spec, &GdalSettings::default()).unwrap_err();
+        assert!(matches!(err, SourceError::Open { .. }), "{err}");
+        let allow = GdalSettings { allow_unsafe_drivers: true, ..GdalSettings::default() };
+        let e = GdalSource::open(&spec, &allow);
+        // With unsafe drivers allowed, the VRT opens (it then lacks a CRS).
+        assert!(!matches!(e, Err(SourceError::NotAllowed { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
