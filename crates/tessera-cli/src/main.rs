@@ -1,1 +1,130 @@
-fn main() {}
+//! `tessera`: a map tile server and tile cache in one binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tessera_server::{Config, build_state, demo, http};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "A map tile server and tile cache: renders GDAL rasters and serves XYZ/TMS, WMTS, WMS and TileJSON.",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve tiles and maps over HTTP.
+    ///
+    /// Without --config, serves the embedded demo layers (Natural Earth
+    /// relief, a Luxembourg DEM with hillshade, a Landsat 7 scene).
+    Serve {
+        /// YAML configuration file (`${ENV}` and `${ENV:-default}` are substituted).
+        #[arg(short, long, env = "TESSERA_CONFIG")]
+        config: Option<PathBuf>,
+        /// Address to listen on, overriding `server.listen` [default: 127.0.0.1:8080].
+        #[arg(short, long, env = "TESSERA_LISTEN")]
+        listen: Option<String>,
+    },
+    /// Check a configuration file: parse it, open every source, then exit.
+    Check {
+        /// YAML configuration file.
+        config: PathBuf,
+    },
+    /// Print the embedded demo configuration (a worked example of the format).
+    DemoConfig,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(config: Option<&PathBuf>) -> Result<Config, String> {
+    match config {
+        Some(path) => Config::from_file(path).map_err(|e| e.to_string()),
+        None => demo::demo_config().map_err(|e| e.to_string()),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::DemoConfig => {
+            print!("{}", demo::DEMO_YAML);
+            Ok(())
+        }
+        Command::Check { config } => {
+            let config = load(Some(&config))?;
+            let state = build_state(config).map_err(|e| e.to_string())?;
+            println!("ok: {} layer(s)", state.registry.layers.len());
+            Ok(())
+        }
+        Command::Serve { config, listen } => {
+            let mut config = load(config.as_ref())?;
+            if let Some(listen) = listen {
+                config.server.listen = listen;
+            }
+            let state = build_state(config).map_err(|e| e.to_string())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the runtime: {e}"))?;
+            runtime.block_on(serve(state))
+        }
+    }
+}
+
+async fn serve(state: http::AppState) -> Result<(), String> {
+    let listen = state.config.server.listen.clone();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let first = state.registry.layers.first().map(|l| l.name.clone()).unwrap_or_default();
+    tracing::info!(layers = state.registry.layers.len(), "tessera listening on http://{addr}/");
+    println!("tessera is serving {} layer(s) on http://{addr}/", state.registry.layers.len());
+    println!("preview: http://{addr}/preview/{first}");
+    let app = http::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,314 @@
+//! The configuration file: typed sections, `${ENV}` substitution, unknown
+//! keys named in the error.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use tessera_grid::GridSpec;
+use tessera_image::{EncodeOptions, Format, StyleSpec};
+use tessera_source::{GdalSettings, GdalSourceSpec};
+
+/// Errors that stop start-up, each saying what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// Path of the file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// `${NAME}` is used but the variable is not set and has no default.
+    #[error("config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default)")]
+    MissingEnv {
+        /// Variable name.
+        name: String,
+    },
+    /// The YAML does not match the schema (names the unknown or bad key).
+    #[error("invalid config: {0}")]
+    Parse(String),
+    /// Values are individually valid but do not fit together.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// HTTP server settings.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Request limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// GDAL settings.
+    #[serde(default)]
+    pub gdal: GdalSettings,
+    /// Encoder settings.
+    #[serde(default)]
+    pub encoding: EncodeOptions,
+    /// Custom tile matrix sets, besides WebMercatorQuad and WorldCRS84Quad.
+    #[serde(default)]
+    pub grids: Vec<GridSpec>,
+    /// Layers to serve.
+    pub layers: Vec<LayerConfig>,
+}
+
+/// The `server:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on (default `127.0.0.1:8080`).
+    pub listen: String,
+    /// Public base URL used in capabilities and TileJSON (default: from the
+    /// request's Host header).
+    pub public_url: Option<String>,
+    /// Longest time a render may take, including the wait for a render
+    /// slot, in seconds (default 30). Past it the client gets 503.
+    pub render_timeout_secs: f64,
+    /// Renders running at once (default: number of CPU cores).
+    pub max_concurrent_renders: usize,
+    /// Service title in capabilities documents.
+    pub title: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            public_url: None,
+            render_timeout_secs: 30.0,
+            max_concurrent_renders: std::thread::available_parallelism().map_or(2, usize::from),
+            title: "tessera".into(),
+        }
+    }
+}
+
+/// The `limits:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest WMS GetMap WIDTH (default 4096).
+    pub wms_max_width: u32,
+    /// Largest WMS GetMap HEIGHT (default 4096).
+    pub wms_max_height: u32,
+    /// Largest WIDTH x HEIGHT (default 16 Mpixel).
+    pub wms_max_pixels: u64,
+    /// Most layers in one GetMap (default 8).
+    pub wms_max_layers: usize,
+    /// Longest query string accepted, in bytes (default 8192).
+    pub max_query_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            wms_max_width: 4096,
+            wms_max_height: 4096,
+            wms_max_pixels: 4096 * 4096,
+            wms_max_layers: 8,
+            max_query_bytes: 8192,
+        }
+    }
+}
+
+/// One layer.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LayerConfig {
+    /// Name used in URLs, WMS LAYERS and WMTS (`[A-Za-z0-9_.-]+`).
+    pub name: String,
+    /// Human-readable title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Longer description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Attribution shown by map clients.
+    #[serde(default)]
+    pub attribution: Option<String>,
+    /// Where the pixels come from.
+    pub source: GdalSourceSpec,
+    /// How bands become colors (default RGB passthrough).
+    #[serde(default)]
+    pub style: StyleSpec,
+    /// Grids the layer is tiled in (default WebMercatorQuad and WorldCRS84Quad).
+    #[serde(default = "default_grids")]
+    pub grids: Vec<String>,
+    /// Lowest zoom served as tiles (default 0).
+    #[serde(default)]
+    pub min_zoom: u8,
+    /// Highest zoom served as tiles (default 20, capped by each grid).
+    #[serde(default = "default_max_zoom")]
+    pub max_zoom: u8,
+    /// Tile formats offered (default png, jpeg, webp); the first is the default.
+    #[serde(default = "default_formats")]
+    pub formats: Vec<Format>,
+    /// Extra CRSs to advertise in WMS capabilities (any EPSG code GDAL knows
+    /// is accepted in GetMap regardless).
+    #[serde(default)]
+    pub wms_crs: Vec<String>,
+}
+
+fn default_grids() -> Vec<String> {
+    vec![
+        tessera_grid::WEB_MERCATOR_QUAD.into(),
+        tessera_grid::WORLD_CRS84_QUAD.into(),
+    ]
+}
+
+fn default_max_zoom() -> u8 {
+    20
+}
+
+fn default_formats() -> Vec<Format> {
+    Format::ALL.to_vec()
+}
+
+impl Config {
+    /// Reads, substitutes and parses a configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text, |name| std::env::var(name).ok())
+    }
+
+    /// Parses YAML after replacing `${NAME}` and `${NAME:-default}` with
+    /// values from `env`.
+    pub fn from_yaml(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let text = substitute_env(text, env)?;
+        let config: Config =
+            serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.layers.is_empty() {
+            return invalid("`layers` is empty: add at least one layer".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for layer in &self.layers {
+            if !valid_name(&layer.name) {
+                return invalid(format!(
+                    "layer name {:?} must use only letters, digits, '_', '-' and '.'",
+                    layer.name
+                ));
+            }
+            if !names.insert(layer.name.as_str()) {
+                return invalid(format!("layer {:?} is defined twice", layer.name));
+            }
+            if layer.min_zoom > layer.max_zoom {
+                return invalid(format!("layer {:?}: min_zoom is above max_zoom", layer.name));
+            }
+            if layer.formats.is_empty() || layer.grids.is_empty() {
+                return invalid(format!("layer {:?}: formats and grids may not be empty", layer.name));
+            }
+        }
+        let s = &self.server;
+        if !(s.render_timeout_secs.is_finite() && s.render_timeout_secs > 0.0) {
+            return invalid("server.render_timeout_secs must be a positive number".into());
+        }
+        if s.max_concurrent_renders == 0 {
+            return invalid("server.max_concurrent_renders must be at least 1".into());
+        }
+        let l = &self.limits;
+        if l.wms_max_width == 0 || l.wms_max_height == 0 || l.wms_max_pixels == 0 || l.wms_max_layers == 0 {
+            return invalid("limits must be at least 1".into());
+        }
+        if !(1..=100).contains(&self.encoding.jpeg_quality) {
+            return invalid("encoding.jpeg_quality must be 1..=100".into());
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` is usable in URLs and as a store path component.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn substitute_env(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(ConfigError::Parse("unterminated ${ in config".into()));
+        };
+        let expr = &after[..end];
+        let (name, default) = match expr.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (expr, None),
+        };
+        match (env(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => return Err(ConfigError::MissingEnv { name: name.to_string() }),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "layers:\n  - name: a\n    source: { path: ${DATA}/x.tif }\n";
+
+    #[test]
+    fn substitutes_environment_variables_and_defaults() {
+        let c = Config::from_yaml(MINIMAL, |n| (n == "DATA").then(|| "/d".to_string())).unwrap();
+        assert_eq!(c.layers[0].source.path, "/d/x.tif");
+        let c = Config::from_yaml(
+            "layers:\n  - name: a\n    source: { path: ${NOPE:-/def}/x.tif }\n",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.layers[0].source.path, "/def/x.tif");
+    }
+
+    #[test]
+    fn a_missing_variable_is_named() {
+        let err = Config::from_yaml(MINIMAL, |_| None).unwrap_err();
+        assert!(matches!(&err, ConfigError::MissingEnv { name } if name == "DATA"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named_in_the_error() {
+        let err = Config::from_yaml(
+            "layers:\n  - name: a\n    sourse: { path: /x }\n",
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("sourse"), "{err}");
+        let err = Config::from_yaml("servr: {}\nlayers: []\n", |_| None).unwrap_err();
+        assert!(err.to_string().contains("servr"), "{err}");
+    }
+
+    #[test]
+    fn inconsistent_layers_are_refused() {
+        for yaml in [
+            "layers: []\n",
+            "layers:\n  - name: ../x\n    source: { path: /x }\n",
+            "layers:\n  - name: a\n    source: { path: /x }\n  - name: a\n    source: { path: /y }\n",
+            "layers:\n  - name: a\n    min_zoom: 5\n    max_zoom: 2\n    source: { path: /x }\n",
+        ] {
+            assert!(matches!(Config::from_yaml(yaml, |_| None), Err(ConfigError::Invalid(_))), "{yaml}");
+        }
+    }
+}

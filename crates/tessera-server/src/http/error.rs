@@ -1,0 +1,167 @@
+//! The one place where errors become HTTP responses: plain text for tile
+//! URLs, OGC exception reports for WMS (per version) and WMTS.
+//!
+//! 4xx replies say precisely what was wrong (with the offending value
+//! escaped) and are not logged as errors; 5xx replies are generic to the
+//! client and detailed in the log.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::xml::escape;
+use crate::render::RenderError;
+use tessera_source::SourceError;
+
+/// Which protocol's error format to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `text/plain` (XYZ/TMS tiles, TileJSON, pages).
+    Plain,
+    /// WMS 1.1.1 `application/vnd.ogc.se_xml`.
+    Wms111,
+    /// WMS 1.3.0 `text/xml` in the `http://www.opengis.net/ogc` namespace.
+    Wms130,
+    /// WMTS 1.0.0 OWS 1.1 exception report.
+    Wmts,
+}
+
+/// An error on its way to the client.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// OGC exception code (`LayerNotDefined`, `InvalidParameterValue`, ...).
+    pub code: &'static str,
+    /// Message for the client.
+    pub message: String,
+    /// The parameter at fault, where known.
+    pub locator: Option<String>,
+    /// Response format.
+    pub protocol: Protocol,
+    /// Seconds after which a retry may succeed (sets Retry-After).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// A 400 with an OGC code.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// A 404 with an OGC code.
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// An error with any status.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            locator: None,
+            protocol: Protocol::Plain,
+            retry_after: None,
+        }
+    }
+
+    /// Sets the parameter at fault.
+    #[must_use]
+    pub fn at(mut self, locator: &str) -> Self {
+        self.locator = Some(locator.to_string());
+        self
+    }
+
+    /// Sets the response format.
+    #[must_use]
+    pub fn speaking(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    fn internal(detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "NoApplicableCode",
+            "internal error while rendering; the server log has the details",
+        )
+    }
+}
+
+impl From<RenderError> for ApiError {
+    fn from(e: RenderError) -> Self {
+        match e {
+            RenderError::Timeout(d) => {
+                tracing::warn!(timeout = ?d, "render timed out");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    format!("the render did not finish within {}s; try again later", d.as_secs_f64()),
+                );
+                err.retry_after = Some(5);
+                err
+            }
+            RenderError::Source(SourceError::TooLarge { width, height }) => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("an image of {width}x{height} pixels is too large"),
+            ),
+            other => ApiError::internal(&other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = escape(&self.message);
+        let locator = self
+            .locator
+            .as_deref()
+            .map(|l| format!(" locator=\"{}\"", escape(l)))
+            .unwrap_or_default();
+        let (content_type, body) = match self.protocol {
+            Protocol::Plain => ("text/plain; charset=utf-8", format!("{}\n", self.message)),
+            Protocol::Wms111 => (
+                "application/vnd.ogc.se_xml; charset=utf-8",
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+                     <ServiceExceptionReport version=\"1.1.1\">\n  \
+                     <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
+                     </ServiceExceptionReport>\n",
+                    self.code
+                ),
+            ),
+            Protocol::Wms130 => (
+                "text/xml; charset=utf-8",
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+                     <ServiceExceptionReport version=\"1.3.0\" xmlns=\"http://www.opengis.net/ogc\" \
+                     xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
+                     xsi:schemaLocation=\"http://www.opengis.net/ogc http://schemas.opengis.net/wms/1.3.0/exceptions_1_3_0.xsd\">\n  \
+                     <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
+                     </ServiceExceptionReport>\n",
+                    self.code
+                ),
+            ),
+            Protocol::Wmts => (
+                "application/xml; charset=utf-8",
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+                     <ows:ExceptionReport xmlns:ows=\"http://www.opengis.net/ows/1.1\" version=\"1.0.0\" xml:lang=\"en\">\n  \
+                     <ows:Exception exceptionCode=\"{}\"{locator}>\n    \
+                     <ows:ExceptionText>{message}</ows:ExceptionText>\n  </ows:Exception>\n\
+                     </ows:ExceptionReport>\n",
+                    self.code
+                ),
+            ),
+        };
+        let mut response = (self.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

@@ -1,0 +1,216 @@
+//! The HTTP surface: routes, shared state and the tile lookup every tile
+//! protocol shares. Each protocol lives in its own module; errors become
+//! responses only in [`error`].
+
+pub mod error;
+pub mod params;
+mod preview;
+mod tilejson;
+mod tiles;
+mod wms;
+mod wmts;
+pub mod xml;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use tessera_grid::{GridError, TileCoord};
+use tessera_image::{Color, Format};
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::config::Config;
+use crate::registry::{Grid, Layer, Registry};
+use crate::render::{ImageRequest, Renderer};
+use error::ApiError;
+
+/// State shared by all handlers.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The render pool.
+    pub renderer: Renderer,
+    /// The configuration the server started with.
+    pub config: Arc<Config>,
+}
+
+/// Builds the router with every endpoint.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(preview::index))
+        .route("/health", get(health))
+        .route("/ready", get(health))
+        .route("/preview/{layer}", get(preview::page))
+        .route("/static/viewer.js", get(preview::viewer_js))
+        .route("/tiles/{layer}/{grid}/tilejson.json", get(tilejson::tilejson))
+        .route("/tiles/{layer}/{grid}/{z}/{x}/{file}", get(tiles::xyz))
+        .route("/tms/1.0.0/{layer}/{grid}/{z}/{x}/{file}", get(tiles::tms))
+        .route("/wmts", get(wmts::kvp))
+        .route("/wmts/1.0.0/WMTSCapabilities.xml", get(wmts::capabilities_rest))
+        .route("/wmts/1.0.0/{layer}/{style}/{tms}/{z}/{row}/{file}", get(wmts::rest_tile))
+        .route("/wms", get(wms::kvp))
+        .fallback(not_found)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .with_state(state)
+}
+
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("NotFound", "no such endpoint; the index at / lists what is served")
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response()
+}
+
+/// The base URL clients should use for links: `server.public_url`, or the
+/// request's Host header when it looks like a host name.
+pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
+    if let Some(url) = &config.server.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 255
+                && h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        })
+        .unwrap_or(&config.server.listen);
+    format!("http://{host}")
+}
+
+/// An encoded image as a response.
+pub fn image_response(format: Format, bytes: Bytes) -> Response {
+    let mut r = bytes.into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    r
+}
+
+/// Why a tile address does not name a tile.
+#[derive(Debug)]
+pub enum TileLookupError {
+    /// No such layer.
+    UnknownLayer(String),
+    /// No such grid, or the layer is not tiled in it.
+    UnknownGrid(String),
+    /// Format not offered by the layer.
+    UnknownFormat(String),
+    /// The coordinate is malformed or outside the grid.
+    Coord(GridError),
+    /// The zoom is outside the layer's zoom range.
+    ZoomOutsideLayer {
+        /// Requested zoom.
+        z: u8,
+        /// Layer minimum.
+        min: u8,
+        /// Layer maximum in this grid.
+        max: u8,
+    },
+}
+
+/// A tile address that names a real tile of a real layer.
+#[derive(Debug)]
+pub struct ResolvedTile {
+    /// The layer.
+    pub layer: Arc<Layer>,
+    /// The grid.
+    pub grid: Arc<Grid>,
+    /// The tile.
+    pub coord: TileCoord,
+    /// The format.
+    pub format: Format,
+}
+
+/// Looks a layer and grid up by name.
+pub fn resolve_layer_grid(
+    registry: &Registry,
+    layer: &str,
+    grid: &str,
+) -> Result<(Arc<Layer>, Arc<Grid>), TileLookupError> {
+    let layer = registry
+        .layer(layer)
+        .ok_or_else(|| TileLookupError::UnknownLayer(layer.to_string()))?;
+    if !layer.grids.iter().any(|g| g == grid) {
+        return Err(TileLookupError::UnknownGrid(grid.to_string()));
+    }
+    let grid = registry
+        .grid(grid)
+        .ok_or_else(|| TileLookupError::UnknownGrid(grid.to_string()))?;
+    Ok((layer.clone(), grid.clone()))
+}
+
+/// Validates a whole tile address; `y` counts rows from the top, or from the
+/// bottom when `tms_rows` is set.
+pub fn resolve_tile(
+    registry: &Registry,
+    layer: &str,
+    grid: &str,
+    (z, x, y): (&str, &str, &str),
+    tms_rows: bool,
+    format: Option<Format>,
+    format_text: &str,
+) -> Result<ResolvedTile, TileLookupError> {
+    let (layer, grid) = resolve_layer_grid(registry, layer, grid)?;
+    let format = format
+        .filter(|f| layer.formats.contains(f))
+        .ok_or_else(|| TileLookupError::UnknownFormat(format_text.to_string()))?;
+    let coord = if tms_rows {
+        let top = grid.tms.parse_tile(z, x, "0").map_err(TileLookupError::Coord)?;
+        let row = grid
+            .tms
+            .parse_tile(z, "0", y)
+            .map_err(TileLookupError::Coord)?
+            .y();
+        let flipped = grid
+            .tms
+            .flip_row(top.z(), u64::from(row))
+            .unwrap_or_default();
+        grid.tms
+            .tile(u32::from(top.z()), u64::from(top.x()), flipped)
+            .map_err(TileLookupError::Coord)?
+    } else {
+        grid.tms.parse_tile(z, x, y).map_err(TileLookupError::Coord)?
+    };
+    let max = layer.max_zoom_in(&grid);
+    if coord.z() < layer.min_zoom || coord.z() > max {
+        return Err(TileLookupError::ZoomOutsideLayer {
+            z: coord.z(),
+            min: layer.min_zoom,
+            max,
+        });
+    }
+    Ok(ResolvedTile {
+        layer,
+        grid,
+        coord,
+        format,
+    })
+}
+
+/// Renders one tile.
+pub async fn render_tile(state: &AppState, tile: ResolvedTile) -> Result<Response, ApiError> {
+    let bbox = tile.grid.tms.tile_bbox(tile.coord);
+    let request = ImageRequest {
+        layers: vec![tile.layer],
+        bbox,
+        crs: tile.grid.crs.clone(),
+        width: tile.grid.tms.tile_width,
+        height: tile.grid.tms.tile_height,
+        format: tile.format,
+        transparent: true,
+        background: Color([255, 255, 255, 255]),
+    };
+    let bytes = state.renderer.render(request).await?;
+    Ok(image_response(tile.format, bytes))
+}

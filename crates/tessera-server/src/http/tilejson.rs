@@ -1,0 +1,55 @@
+//! TileJSON 3.0.0 per layer and grid.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::tiles::plain_error;
+use super::{AppState, base_url, resolve_layer_grid};
+
+/// `GET /tiles/{layer}/{grid}/tilejson.json`.
+pub async fn tilejson(
+    State(state): State<AppState>,
+    Path((layer, grid)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid).map_err(plain_error)?;
+    let base = base_url(&state.config, &headers);
+    let ext = layer.formats[0].extension();
+    let b = layer.source.info().lonlat_bounds;
+    let bounds = [
+        b.min_x.max(-180.0),
+        b.min_y.max(-85.051_128_78),
+        b.max_x.min(180.0),
+        b.max_y.min(85.051_128_78),
+    ];
+    let max_zoom = layer.max_zoom_in(&grid);
+    let center_zoom = center_zoom(&layer, &grid).clamp(layer.min_zoom, max_zoom);
+    let mut doc = json!({
+        "tilejson": "3.0.0",
+        "name": layer.name,
+        "description": layer.description.clone().unwrap_or_else(|| layer.title.clone()),
+        "version": "1.0.0",
+        "scheme": "xyz",
+        "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}.{ext}", layer.name, grid.tms.id)],
+        "minzoom": layer.min_zoom,
+        "maxzoom": max_zoom,
+        "bounds": bounds,
+        "center": [(bounds[0] + bounds[2]) / 2.0, (bounds[1] + bounds[3]) / 2.0, center_zoom],
+    });
+    if let Some(a) = &layer.attribution {
+        doc["attribution"] = Value::String(a.clone());
+    }
+    Ok(Json(doc))
+}
+
+/// The zoom at which the layer's extent fills about four tiles across.
+pub fn center_zoom(layer: &crate::registry::Layer, grid: &crate::registry::Grid) -> u8 {
+    let Some(Some(extent)) = layer.extents.get(&grid.tms.id) else {
+        return layer.min_zoom;
+    };
+    let wanted = extent.width().max(extent.height()) / (4.0 * f64::from(grid.tms.tile_width));
+    grid.tms.zoom_for_resolution(wanted)
+}

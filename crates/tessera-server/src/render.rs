@@ -1,0 +1,176 @@
+//! The render path: a window of a layer (or several, composited) read from
+//! its source, styled and encoded, on blocking threads with a bounded number
+//! of renders at once and a timeout on each.
+//!
+//! Everything here takes an arbitrary bbox and pixel size: a tile, a
+//! metatile with a gutter and a WMS GetMap are the same call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tessera_grid::{BBox, METERS_PER_DEGREE};
+use tessera_image::{Color, EncodeOptions, Format, PixelScale, RgbaImage, encode};
+use tessera_source::{Crs, SourceError, WindowRequest};
+use tokio::sync::Semaphore;
+
+use crate::registry::Layer;
+
+/// Why a render did not produce an image.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The render (or the wait for a render slot) took longer than allowed.
+    #[error("render did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The style could not be applied.
+    #[error("style failed: {0}")]
+    Style(#[from] tessera_image::StyleError),
+    /// The encoder failed.
+    #[error(transparent)]
+    Encode(#[from] tessera_image::EncodeError),
+    /// The blocking task panicked or was cancelled.
+    #[error("render task failed: {0}")]
+    Task(String),
+}
+
+/// One image to produce.
+#[derive(Debug, Clone)]
+pub struct ImageRequest {
+    /// Layers, bottom first.
+    pub layers: Vec<Arc<Layer>>,
+    /// Area, in `crs` x/y order.
+    pub bbox: BBox,
+    /// Target CRS.
+    pub crs: Arc<Crs>,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Output format.
+    pub format: Format,
+    /// Whether the background is transparent (where the format allows).
+    pub transparent: bool,
+    /// Background color.
+    pub background: Color,
+}
+
+/// Runs renders on blocking threads, at most `max_concurrent` at once.
+#[derive(Debug, Clone)]
+pub struct Renderer {
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+    encoding: EncodeOptions,
+}
+
+impl Renderer {
+    /// A renderer with `max_concurrent` slots and a per-render `timeout`.
+    pub fn new(max_concurrent: usize, timeout: Duration, encoding: EncodeOptions) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            timeout,
+            encoding,
+        }
+    }
+
+    /// Renders and encodes `request`. The timeout covers the wait for a slot
+    /// and the render itself; a render that overruns keeps its slot until it
+    /// really ends, so overload cannot pile up threads.
+    pub async fn render(&self, request: ImageRequest) -> Result<Bytes, RenderError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| RenderError::Timeout(self.timeout))?
+            .map_err(|e| RenderError::Task(e.to_string()))?;
+        let encoding = self.encoding;
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            render_blocking(&request, &encoding)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Err(_) => Err(RenderError::Timeout(self.timeout)),
+            Ok(Err(join)) => Err(RenderError::Task(join.to_string())),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+/// Renders one request on the current thread.
+pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<Bytes, RenderError> {
+    let mut canvas = if req.transparent && req.format != Format::Jpeg {
+        RgbaImage::transparent(req.width, req.height)
+    } else {
+        let mut c = RgbaImage::transparent(req.width, req.height);
+        let [r, g, b, _] = req.background.0;
+        for px in c.as_raw_mut().chunks_exact_mut(4) {
+            px.copy_from_slice(&[r, g, b, 255]);
+        }
+        c
+    };
+    for (i, layer) in req.layers.iter().enumerate() {
+        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height)?;
+        if i == 0 && req.transparent && req.format != Format::Jpeg {
+            canvas = img;
+        } else {
+            canvas.composite_over(&img);
+        }
+    }
+    let bytes = encode(canvas.view(), req.format, encoding, req.background)?;
+    Ok(Bytes::from(bytes))
+}
+
+/// Reads and styles one layer for a window, including the margin its style needs.
+pub fn render_layer(layer: &Layer, bbox: &BBox, crs: &Crs, width: u32, height: u32) -> Result<RgbaImage, RenderError> {
+    let margin = layer.style.margin();
+    let res_x = bbox.width() / f64::from(width);
+    let res_y = bbox.height() / f64::from(height);
+    let read_box = bbox.buffered(f64::from(margin) * res_x, f64::from(margin) * res_y);
+    let raster = layer.source.read(&WindowRequest {
+        bbox: read_box,
+        crs,
+        width: width + 2 * margin,
+        height: height + 2 * margin,
+    })?;
+    let scale = pixel_scale(crs, bbox, res_x, res_y);
+    Ok(layer.style.apply(&raster, scale)?)
+}
+
+/// The ground size of a pixel at the centre of `bbox`.
+fn pixel_scale(crs: &Crs, bbox: &BBox, res_x: f64, res_y: f64) -> PixelScale {
+    let center_y = (bbox.min_y + bbox.max_y) / 2.0;
+    let (ground_x, ground_y) = if crs.geographic {
+        let lat = center_y.clamp(-89.9, 89.9).to_radians();
+        (res_x * METERS_PER_DEGREE * lat.cos(), res_y * METERS_PER_DEGREE)
+    } else if crs.id == "EPSG:3857" {
+        // Web Mercator stretches distances by 1 / cos(latitude).
+        let lat = (center_y / 6_378_137.0).sinh().atan();
+        (res_x * lat.cos(), res_y * lat.cos())
+    } else {
+        (res_x * crs.meters_per_unit, res_y * crs.meters_per_unit)
+    };
+    PixelScale {
+        res_x,
+        res_y,
+        ground_x,
+        ground_y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn web_mercator_pixels_shrink_with_latitude() {
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        let equator = BBox::new(-10.0, -10.0, 10.0, 10.0).unwrap();
+        let s = pixel_scale(&merc, &equator, 10.0, 10.0);
+        assert!((s.ground_x - 10.0).abs() < 1e-6);
+        // y = 6446276 m is 50 degrees north: cos(50°) = 0.643
+        let north = BBox::new(0.0, 6_446_270.0, 10.0, 6_446_282.0).unwrap();
+        let s = pixel_scale(&merc, &north, 10.0, 10.0);
+        assert!((s.ground_x - 6.428).abs() < 1e-2, "{s:?}");
+    }
+}
