@@ -99,9 +99,20 @@ async fn serve(state: http::AppState) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let first = state.registry.layers.first().map(|l| l.name.clone()).unwrap_or_default();
-    tracing::info!(layers = state.registry.layers.len(), "tessera listening on http://{addr}/");
-    println!("tessera is serving {} layer(s) on http://{addr}/", state.registry.layers.len());
+    let first = state
+        .registry
+        .layers
+        .first()
+        .map(|l| l.name.clone())
+        .unwrap_or_default();
+    tracing::info!(
+        layers = state.registry.layers.len(),
+        "tessera listening on http://{addr}/"
+    );
+    println!(
+        "tessera is serving {} layer(s) on http://{addr}/",
+        state.registry.layers.len()
+    );
     println!("preview: http://{addr}/preview/{first}");
     let app = http::router(state);
     axum::serve(listener, app)
@@ -116,7 +127,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };

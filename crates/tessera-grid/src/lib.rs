@@ -12,8 +12,7 @@ mod tms;
 
 pub use bbox::BBox;
 pub use tms::{
-    GridSpec, TileCoord, TileMatrix, TileMatrixSet, TileRange, WEB_MERCATOR_QUAD,
-    WORLD_CRS84_QUAD,
+    GridSpec, TileCoord, TileMatrix, TileMatrixSet, TileRange, WEB_MERCATOR_QUAD, WORLD_CRS84_QUAD,
 };
 
 /// Metres per degree on the WGS84 equator, as used by the OGC well-known

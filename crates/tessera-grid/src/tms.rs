@@ -245,7 +245,9 @@ impl TileMatrixSet {
             ));
         }
         if !(1..=4096).contains(&spec.tile_width) || !(1..=4096).contains(&spec.tile_height) {
-            return Err(invalid("tile_width and tile_height must be 1..=4096".into()));
+            return Err(invalid(
+                "tile_width and tile_height must be 1..=4096".into(),
+            ));
         }
         let [a, b, c, d] = spec.extent;
         let extent = BBox::new(a, b, c, d).map_err(|e| invalid(format!("extent: {e}")))?;
@@ -265,19 +267,22 @@ impl TileMatrixSet {
             return Err(invalid(format!("needs 1..={MAX_LEVELS} zoom levels")));
         }
         if resolutions.iter().any(|r| !r.is_finite() || *r <= 0.0) {
-            return Err(invalid("resolutions must be positive finite numbers".into()));
+            return Err(invalid(
+                "resolutions must be positive finite numbers".into(),
+            ));
         }
         if resolutions.windows(2).any(|w| w[1] >= w[0]) {
-            return Err(invalid("resolutions must strictly decrease with zoom".into()));
+            return Err(invalid(
+                "resolutions must strictly decrease with zoom".into(),
+            ));
         }
         let [origin_x, origin_y] = spec.origin.unwrap_or([extent.min_x, extent.max_y]);
-        if let Some(sizes) = &spec.matrix_sizes {
-            if sizes.len() != resolutions.len() {
+        if let Some(sizes) = &spec.matrix_sizes
+            && sizes.len() != resolutions.len() {
                 return Err(invalid(
                     "matrix_sizes must have one entry per zoom level".into(),
                 ));
             }
-        }
         let mut matrices = Vec::with_capacity(resolutions.len());
         for (z, &resolution) in resolutions.iter().enumerate() {
             let (matrix_width, matrix_height) = match &spec.matrix_sizes {
@@ -298,7 +303,9 @@ impl TileMatrixSet {
                 }
             };
             if matrix_width == 0 || matrix_height == 0 {
-                return Err(invalid(format!("zoom {z}: matrix size must be at least 1x1")));
+                return Err(invalid(format!(
+                    "zoom {z}: matrix size must be at least 1x1"
+                )));
             }
             matrices.push(TileMatrix {
                 id: z.to_string(),
@@ -308,12 +315,13 @@ impl TileMatrixSet {
                 matrix_height,
             });
         }
-        let crs_urn = spec.crs_urn.clone().unwrap_or_else(|| {
-            match spec.crs.split_once(':') {
+        let crs_urn = spec
+            .crs_urn
+            .clone()
+            .unwrap_or_else(|| match spec.crs.split_once(':') {
                 Some((auth, code)) => format!("urn:ogc:def:crs:{auth}::{code}"),
                 None => spec.crs.clone(),
-            }
-        });
+            });
         Ok(Self {
             id: spec.id.clone(),
             title: spec.title.clone().unwrap_or_else(|| spec.id.clone()),
@@ -504,7 +512,17 @@ mod tests {
     #[test]
     fn textual_coordinates_must_be_plain_digits() {
         let g = TileMatrixSet::web_mercator_quad();
-        for bad in ["-1", "1.5", "1e3", "+1", "", " 1", "0x1", "99999999999", "１"] {
+        for bad in [
+            "-1",
+            "1.5",
+            "1e3",
+            "+1",
+            "",
+            " 1",
+            "0x1",
+            "99999999999",
+            "１",
+        ] {
             assert!(
                 matches!(
                     g.parse_tile("1", bad, "0"),
@@ -539,9 +557,10 @@ mod tests {
             .tiles_in_bbox(1, &BBox::new(-200.0, 0.5, 10.0, 100.0).unwrap())
             .unwrap();
         assert_eq!((r.min_x, r.max_x, r.min_y, r.max_y), (0, 2, 0, 0));
-        assert!(g
-            .tiles_in_bbox(1, &BBox::new(200.0, 0.0, 210.0, 1.0).unwrap())
-            .is_none());
+        assert!(
+            g.tiles_in_bbox(1, &BBox::new(200.0, 0.0, 210.0, 1.0).unwrap())
+                .is_none()
+        );
     }
 
     fn swiss_spec() -> GridSpec {

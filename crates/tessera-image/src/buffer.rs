@@ -136,8 +136,7 @@ impl RgbaImage {
                 let da = u32::from(dst[3]);
                 let out_a = sa + da * (255 - sa) / 255;
                 for c in 0..3 {
-                    let v = (u32::from(src[c]) * sa
-                        + u32::from(dst[c]) * da * (255 - sa) / 255)
+                    let v = (u32::from(src[c]) * sa + u32::from(dst[c]) * da * (255 - sa) / 255)
                         / out_a.max(1);
                     dst[c] = v.min(255) as u8;
                 }
@@ -222,7 +221,10 @@ mod tests {
         let stride = 8 * 4;
         assert_eq!(v.row(0), &img.as_raw()[3 * stride + 8..3 * stride + 24]);
         assert_eq!(v.row(1), &img.as_raw()[4 * stride + 8..4 * stride + 24]);
-        assert!(std::ptr::eq(v.row(0).as_ptr(), img.as_raw()[3 * stride + 8..].as_ptr()));
+        assert!(std::ptr::eq(
+            v.row(0).as_ptr(),
+            img.as_raw()[3 * stride + 8..].as_ptr()
+        ));
     }
 
     #[test]

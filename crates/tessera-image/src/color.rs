@@ -103,8 +103,14 @@ mod tests {
     #[test]
     fn ramp_interpolates_and_clamps() {
         let ramp = ColorRamp::new(vec![
-            RampStop { value: 0.0, color: Color([0, 0, 0, 255]) },
-            RampStop { value: 100.0, color: Color([200, 100, 0, 255]) },
+            RampStop {
+                value: 0.0,
+                color: Color([0, 0, 0, 255]),
+            },
+            RampStop {
+                value: 100.0,
+                color: Color([200, 100, 0, 255]),
+            },
         ])
         .unwrap();
         assert_eq!(ramp.color_at(-5.0), [0, 0, 0, 255]);
@@ -114,7 +120,10 @@ mod tests {
 
     #[test]
     fn ramp_rejects_unsorted_stops() {
-        let s = |v| RampStop { value: v, color: Color([0, 0, 0, 255]) };
+        let s = |v| RampStop {
+            value: v,
+            color: Color([0, 0, 0, 255]),
+        };
         assert!(ColorRamp::new(vec![s(1.0), s(0.0)]).is_err());
         assert!(ColorRamp::new(vec![]).is_err());
         assert!(ColorRamp::new(vec![s(f64::NAN)]).is_err());

@@ -179,7 +179,11 @@ fn flatten(view: ImageView<'_>, background: Color) -> Vec<u8> {
     rgb
 }
 
-fn encode_jpeg(view: ImageView<'_>, quality: u8, background: Color) -> Result<Vec<u8>, EncodeError> {
+fn encode_jpeg(
+    view: ImageView<'_>,
+    quality: u8,
+    background: Color,
+) -> Result<Vec<u8>, EncodeError> {
     let rgb = flatten(view, background);
     let mut out = Vec::new();
     let encoder = jpeg_encoder::Encoder::new(&mut out, quality.clamp(1, 100));
@@ -194,7 +198,9 @@ fn encode_jpeg(view: ImageView<'_>, quality: u8, background: Color) -> Result<Ve
 
 fn encode_webp(view: ImageView<'_>, quality: f32) -> Result<Vec<u8>, EncodeError> {
     if view.width() > 16383 || view.height() > 16383 {
-        return Err(EncodeError::Webp("WebP images are at most 16383 pixels wide and high".into()));
+        return Err(EncodeError::Webp(
+            "WebP images are at most 16383 pixels wide and high".into(),
+        ));
     }
     let packed = view.to_image();
     let encoder = webp::Encoder::from_rgba(packed.as_raw(), view.width(), view.height());
@@ -220,7 +226,9 @@ mod tests {
     }
 
     fn decode_png(bytes: &[u8]) -> (png::OutputInfo, Vec<u8>) {
-        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
         let mut buf = vec![0; reader.output_buffer_size().unwrap()];
         let info = reader.next_frame(&mut buf).unwrap();
         buf.truncate(info.buffer_size());
@@ -255,10 +263,23 @@ mod tests {
     #[test]
     fn opaque_png_is_written_as_rgb() {
         let img = gradient(10, 4, 255);
-        let bytes = encode(img.view(), Format::Png, &EncodeOptions::default(), Color([0; 4])).unwrap();
+        let bytes = encode(
+            img.view(),
+            Format::Png,
+            &EncodeOptions::default(),
+            Color([0; 4]),
+        )
+        .unwrap();
         let (info, pixels) = decode_png(&bytes);
         assert_eq!(info.color_type, png::ColorType::Rgb);
-        assert_eq!(&pixels[..6], &img.as_raw()[..3].iter().chain(&img.as_raw()[4..7]).copied().collect::<Vec<_>>()[..]);
+        assert_eq!(
+            &pixels[..6],
+            &img.as_raw()[..3]
+                .iter()
+                .chain(&img.as_raw()[4..7])
+                .copied()
+                .collect::<Vec<_>>()[..]
+        );
     }
 
     #[test]

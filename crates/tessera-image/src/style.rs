@@ -162,15 +162,20 @@ pub fn build_style(spec: &StyleSpec, band_count: usize) -> Result<Box<dyn Style>
     };
     match spec {
         StyleSpec::Rgb(s) => {
-            let bands = s.bands.unwrap_or(if band_count >= 3 { [1, 2, 3] } else { [1, 1, 1] });
+            let bands = s.bands.unwrap_or(if band_count >= 3 {
+                [1, 2, 3]
+            } else {
+                [1, 1, 1]
+            });
             for b in bands {
                 check_band(b)?;
             }
-            if let Some([lo, hi]) = s.rescale {
-                if !(lo.is_finite() && hi.is_finite() && lo < hi) {
-                    return Err(StyleError::Invalid("rescale must be [min, max] with min < max".into()));
+            if let Some([lo, hi]) = s.rescale
+                && !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                    return Err(StyleError::Invalid(
+                        "rescale must be [min, max] with min < max".into(),
+                    ));
                 }
-            }
             Ok(Box::new(RgbStyle {
                 bands,
                 rescale: s.rescale,
@@ -211,11 +216,14 @@ pub fn build_style(spec: &StyleSpec, band_count: usize) -> Result<Box<dyn Style>
     }
 }
 
-fn band<'a>(raster: &'a Raster, index: usize) -> Result<&'a BandData, StyleError> {
-    raster.bands.get(index.wrapping_sub(1)).ok_or(StyleError::MissingBand {
-        band: index,
-        available: raster.bands.len(),
-    })
+fn band(raster: &Raster, index: usize) -> Result<&BandData, StyleError> {
+    raster
+        .bands
+        .get(index.wrapping_sub(1))
+        .ok_or(StyleError::MissingBand {
+            band: index,
+            available: raster.bands.len(),
+        })
 }
 
 #[derive(Debug)]
@@ -329,7 +337,9 @@ impl Style for HillshadeStyle {
             for ox in 0..ow {
                 let (cx, cy) = (ox + 1, oy + 1);
                 let center = cy * w + cx;
-                let Some(e) = valid_value(center) else { continue };
+                let Some(e) = valid_value(center) else {
+                    continue;
+                };
                 let at = |dxp: isize, dyp: isize| {
                     let i = (cy as isize + dyp) as usize * w + (cx as isize + dxp) as usize;
                     valid_value(i).unwrap_or(e)
@@ -405,7 +415,12 @@ mod tests {
         }
     }
 
-    const UNIT: PixelScale = PixelScale { res_x: 10.0, res_y: 10.0, ground_x: 10.0, ground_y: 10.0 };
+    const UNIT: PixelScale = PixelScale {
+        res_x: 10.0,
+        res_y: 10.0,
+        ground_x: 10.0,
+        ground_y: 10.0,
+    };
 
     #[test]
     fn flat_ground_is_lit_by_the_sine_of_the_altitude() {
@@ -421,14 +436,25 @@ mod tests {
     fn slopes_facing_the_light_are_brighter_than_slopes_facing_away() {
         let s = hillshade(default_hillshade());
         // Elevation rises to the south-east: the slope faces north-west, toward the light.
-        let facing = s.apply(&f32_raster(3, 3, |x, y| (x + y) as f32 * 5.0), UNIT).unwrap();
-        let away = s.apply(&f32_raster(3, 3, |x, y| -((x + y) as f32) * 5.0), UNIT).unwrap();
+        let facing = s
+            .apply(&f32_raster(3, 3, |x, y| (x + y) as f32 * 5.0), UNIT)
+            .unwrap();
+        let away = s
+            .apply(&f32_raster(3, 3, |x, y| -((x + y) as f32) * 5.0), UNIT)
+            .unwrap();
         assert!(facing.as_raw()[0] > 230, "{}", facing.as_raw()[0]);
         assert!(away.as_raw()[0] < 120, "{}", away.as_raw()[0]);
         // Light from the north-east: a slope rising to the south-west faces it.
-        let s = hillshade(HillshadeSpec { azimuth: 45.0, ..default_hillshade() });
-        let ne = s.apply(&f32_raster(3, 3, |x, y| (2 - x + y) as f32 * 5.0), UNIT).unwrap();
-        let nw = s.apply(&f32_raster(3, 3, |x, y| (x + y) as f32 * 5.0), UNIT).unwrap();
+        let s = hillshade(HillshadeSpec {
+            azimuth: 45.0,
+            ..default_hillshade()
+        });
+        let ne = s
+            .apply(&f32_raster(3, 3, |x, y| (2 - x + y) as f32 * 5.0), UNIT)
+            .unwrap();
+        let nw = s
+            .apply(&f32_raster(3, 3, |x, y| (x + y) as f32 * 5.0), UNIT)
+            .unwrap();
         assert!(ne.as_raw()[0] > 230, "{}", ne.as_raw()[0]);
         assert!((120..200).contains(&nw.as_raw()[0]), "{}", nw.as_raw()[0]);
     }
@@ -445,13 +471,21 @@ mod tests {
         let ramp = build_style(
             &StyleSpec::Ramp(RampSpec {
                 band: 1,
-                stops: vec![RampStop { value: 0.0, color: Color([1, 2, 3, 255]) }],
+                stops: vec![RampStop {
+                    value: 0.0,
+                    color: Color([1, 2, 3, 255]),
+                }],
                 nodata: Some(-1.0),
             }),
             1,
         )
         .unwrap();
-        let img = ramp.apply(&f32_raster(2, 1, |x, _| if x == 0 { -1.0 } else { 5.0 }), UNIT).unwrap();
+        let img = ramp
+            .apply(
+                &f32_raster(2, 1, |x, _| if x == 0 { -1.0 } else { 5.0 }),
+                UNIT,
+            )
+            .unwrap();
         assert_eq!(img.as_raw(), &[0, 0, 0, 0, 1, 2, 3, 255]);
     }
 
@@ -467,10 +501,20 @@ mod tests {
             ],
             valid: vec![255],
         };
-        let s = build_style(&StyleSpec::Rgb(RgbSpec { bands: Some([3, 2, 1]), rescale: None }), 3).unwrap();
+        let s = build_style(
+            &StyleSpec::Rgb(RgbSpec {
+                bands: Some([3, 2, 1]),
+                rescale: None,
+            }),
+            3,
+        )
+        .unwrap();
         assert_eq!(s.apply(&r, UNIT).unwrap().as_raw(), &[30, 20, 10, 255]);
         let s = build_style(
-            &StyleSpec::Rgb(RgbSpec { bands: None, rescale: Some([10.0, 30.0]) }),
+            &StyleSpec::Rgb(RgbSpec {
+                bands: None,
+                rescale: Some([10.0, 30.0]),
+            }),
             3,
         )
         .unwrap();
@@ -479,8 +523,20 @@ mod tests {
 
     #[test]
     fn styles_refuse_bands_the_source_does_not_have() {
-        let err = build_style(&StyleSpec::Rgb(RgbSpec { bands: Some([1, 2, 4]), rescale: None }), 3)
-            .unwrap_err();
-        assert_eq!(err, StyleError::MissingBand { band: 4, available: 3 });
+        let err = build_style(
+            &StyleSpec::Rgb(RgbSpec {
+                bands: Some([1, 2, 4]),
+                rescale: None,
+            }),
+            3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            StyleError::MissingBand {
+                band: 4,
+                available: 3
+            }
+        );
     }
 }

@@ -20,7 +20,9 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// `${NAME}` is used but the variable is not set and has no default.
-    #[error("config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default)")]
+    #[error(
+        "config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default)"
+    )]
     MissingEnv {
         /// Variable name.
         name: String,
@@ -179,7 +181,10 @@ impl Config {
 
     /// Parses YAML after replacing `${NAME}` and `${NAME:-default}` with
     /// values from `env`.
-    pub fn from_yaml(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub fn from_yaml(
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let text = substitute_env(text, env)?;
         let config: Config =
             serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
@@ -204,10 +209,16 @@ impl Config {
                 return invalid(format!("layer {:?} is defined twice", layer.name));
             }
             if layer.min_zoom > layer.max_zoom {
-                return invalid(format!("layer {:?}: min_zoom is above max_zoom", layer.name));
+                return invalid(format!(
+                    "layer {:?}: min_zoom is above max_zoom",
+                    layer.name
+                ));
             }
             if layer.formats.is_empty() || layer.grids.is_empty() {
-                return invalid(format!("layer {:?}: formats and grids may not be empty", layer.name));
+                return invalid(format!(
+                    "layer {:?}: formats and grids may not be empty",
+                    layer.name
+                ));
             }
         }
         let s = &self.server;
@@ -218,7 +229,11 @@ impl Config {
             return invalid("server.max_concurrent_renders must be at least 1".into());
         }
         let l = &self.limits;
-        if l.wms_max_width == 0 || l.wms_max_height == 0 || l.wms_max_pixels == 0 || l.wms_max_layers == 0 {
+        if l.wms_max_width == 0
+            || l.wms_max_height == 0
+            || l.wms_max_pixels == 0
+            || l.wms_max_layers == 0
+        {
             return invalid("limits must be at least 1".into());
         }
         if !(1..=100).contains(&self.encoding.jpeg_quality) {
@@ -256,7 +271,11 @@ fn substitute_env(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<St
         match (env(name), default) {
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(d),
-            (None, None) => return Err(ConfigError::MissingEnv { name: name.to_string() }),
+            (None, None) => {
+                return Err(ConfigError::MissingEnv {
+                    name: name.to_string(),
+                });
+            }
         }
         rest = &after[end + 1..];
     }
@@ -285,16 +304,16 @@ mod tests {
     #[test]
     fn a_missing_variable_is_named() {
         let err = Config::from_yaml(MINIMAL, |_| None).unwrap_err();
-        assert!(matches!(&err, ConfigError::MissingEnv { name } if name == "DATA"), "{err}");
+        assert!(
+            matches!(&err, ConfigError::MissingEnv { name } if name == "DATA"),
+            "{err}"
+        );
     }
 
     #[test]
     fn unknown_keys_are_named_in_the_error() {
-        let err = Config::from_yaml(
-            "layers:\n  - name: a\n    sourse: { path: /x }\n",
-            |_| None,
-        )
-        .unwrap_err();
+        let err = Config::from_yaml("layers:\n  - name: a\n    sourse: { path: /x }\n", |_| None)
+            .unwrap_err();
         assert!(err.to_string().contains("sourse"), "{err}");
         let err = Config::from_yaml("servr: {}\nlayers: []\n", |_| None).unwrap_err();
         assert!(err.to_string().contains("servr"), "{err}");
@@ -308,7 +327,13 @@ mod tests {
             "layers:\n  - name: a\n    source: { path: /x }\n  - name: a\n    source: { path: /y }\n",
             "layers:\n  - name: a\n    min_zoom: 5\n    max_zoom: 2\n    source: { path: /x }\n",
         ] {
-            assert!(matches!(Config::from_yaml(yaml, |_| None), Err(ConfigError::Invalid(_))), "{yaml}");
+            assert!(
+                matches!(
+                    Config::from_yaml(yaml, |_| None),
+                    Err(ConfigError::Invalid(_))
+                ),
+                "{yaml}"
+            );
         }
     }
 }

@@ -74,10 +74,12 @@ impl Registry {
     /// names the layer or grid at fault.
     pub fn load(config: &Config) -> Result<Registry, ConfigError> {
         let mut grids = HashMap::new();
-        for tms in [TileMatrixSet::web_mercator_quad(), TileMatrixSet::world_crs84_quad()] {
-            let crs = Arc::new(
-                Crs::parse(&tms.crs).map_err(|e| ConfigError::Invalid(e.to_string()))?,
-            );
+        for tms in [
+            TileMatrixSet::web_mercator_quad(),
+            TileMatrixSet::world_crs84_quad(),
+        ] {
+            let crs =
+                Arc::new(Crs::parse(&tms.crs).map_err(|e| ConfigError::Invalid(e.to_string()))?);
             grids.insert(tms.id.clone(), Arc::new(Grid { tms, crs }));
         }
         for spec in &config.grids {
@@ -86,16 +88,28 @@ impl Registry {
             let tms = TileMatrixSet::from_spec(spec, crs.meters_per_unit)
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             if grids.contains_key(&tms.id) {
-                return Err(ConfigError::Invalid(format!("grid {:?} is defined twice", tms.id)));
+                return Err(ConfigError::Invalid(format!(
+                    "grid {:?} is defined twice",
+                    tms.id
+                )));
             }
-            grids.insert(tms.id.clone(), Arc::new(Grid { tms, crs: Arc::new(crs) }));
+            grids.insert(
+                tms.id.clone(),
+                Arc::new(Grid {
+                    tms,
+                    crs: Arc::new(crs),
+                }),
+            );
         }
         let mut layers = Vec::new();
         let mut by_name = HashMap::new();
         for lc in &config.layers {
-            let in_layer = |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("layer {:?}: {e}", lc.name));
+            let in_layer = |e: &dyn std::fmt::Display| {
+                ConfigError::Invalid(format!("layer {:?}: {e}", lc.name))
+            };
             let source = GdalSource::open(&lc.source, &config.gdal).map_err(|e| in_layer(&e))?;
-            let style = build_style(&lc.style, source.info().band_count).map_err(|e| in_layer(&e))?;
+            let style =
+                build_style(&lc.style, source.info().band_count).map_err(|e| in_layer(&e))?;
             let mut extents = HashMap::new();
             for g in &lc.grids {
                 let grid = grids.get(g).ok_or_else(|| {
@@ -143,30 +157,40 @@ impl Registry {
     /// Parses a CRS named in a request, remembering a bounded number of them.
     pub fn crs(&self, text: &str) -> Result<Arc<Crs>, SourceError> {
         let key = text.to_ascii_uppercase();
-        if let Ok(cache) = self.crs_cache.lock() {
-            if let Some(c) = cache.get(&key) {
+        if let Ok(cache) = self.crs_cache.lock()
+            && let Some(c) = cache.get(&key) {
                 return Ok(c.clone());
             }
-        }
         let crs = Arc::new(Crs::parse(text)?);
-        if let Ok(mut cache) = self.crs_cache.lock() {
-            if cache.len() < MAX_CACHED_CRS {
+        if let Ok(mut cache) = self.crs_cache.lock()
+            && cache.len() < MAX_CACHED_CRS {
                 cache.insert(key, crs.clone());
             }
-        }
         Ok(crs)
     }
 }
 
 fn layer_extent(source: &GdalSource, grid: &Grid) -> Option<BBox> {
     let info = source.info();
-    let direct = info.native_crs.transform_bbox(&info.native_bounds, &grid.crs).ok();
+    let direct = info
+        .native_crs
+        .transform_bbox(&info.native_bounds, &grid.crs)
+        .ok();
     // Sources reaching the poles cannot be transformed to Web Mercator as a
     // whole: clip their lon/lat extent to the latitudes it can represent.
     let b = direct.or_else(|| {
         let ll = info.lonlat_bounds;
-        let clipped = BBox::new(ll.min_x, ll.min_y.max(-85.051_128_78), ll.max_x, ll.max_y.min(85.051_128_78)).ok()?;
-        Crs::parse("OGC:CRS84").ok()?.transform_bbox(&clipped, &grid.crs).ok()
+        let clipped = BBox::new(
+            ll.min_x,
+            ll.min_y.max(-85.051_128_78),
+            ll.max_x,
+            ll.max_y.min(85.051_128_78),
+        )
+        .ok()?;
+        Crs::parse("OGC:CRS84")
+            .ok()?
+            .transform_bbox(&clipped, &grid.crs)
+            .ok()
     })?;
     b.intersection(&grid.tms.extent)
 }

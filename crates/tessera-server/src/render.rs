@@ -122,7 +122,13 @@ pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<B
 }
 
 /// Reads and styles one layer for a window, including the margin its style needs.
-pub fn render_layer(layer: &Layer, bbox: &BBox, crs: &Crs, width: u32, height: u32) -> Result<RgbaImage, RenderError> {
+pub fn render_layer(
+    layer: &Layer,
+    bbox: &BBox,
+    crs: &Crs,
+    width: u32,
+    height: u32,
+) -> Result<RgbaImage, RenderError> {
     let margin = layer.style.margin();
     let res_x = bbox.width() / f64::from(width);
     let res_y = bbox.height() / f64::from(height);
@@ -139,10 +145,13 @@ pub fn render_layer(layer: &Layer, bbox: &BBox, crs: &Crs, width: u32, height: u
 
 /// The ground size of a pixel at the centre of `bbox`.
 fn pixel_scale(crs: &Crs, bbox: &BBox, res_x: f64, res_y: f64) -> PixelScale {
-    let center_y = (bbox.min_y + bbox.max_y) / 2.0;
+    let center_y = f64::midpoint(bbox.min_y, bbox.max_y);
     let (ground_x, ground_y) = if crs.geographic {
         let lat = center_y.clamp(-89.9, 89.9).to_radians();
-        (res_x * METERS_PER_DEGREE * lat.cos(), res_y * METERS_PER_DEGREE)
+        (
+            res_x * METERS_PER_DEGREE * lat.cos(),
+            res_y * METERS_PER_DEGREE,
+        )
     } else if crs.id == "EPSG:3857" {
         // Web Mercator stretches distances by 1 / cos(latitude).
         let lat = (center_y / 6_378_137.0).sinh().atan();

@@ -35,9 +35,10 @@ impl Crs {
         };
         let upper = text.trim().to_ascii_uppercase();
         let id = match upper.as_str() {
-            "CRS:84" | "OGC:CRS84" | "URN:OGC:DEF:CRS:OGC:1.3:CRS84" | "URN:OGC:DEF:CRS:OGC::CRS84" => {
-                "OGC:CRS84".to_string()
-            }
+            "CRS:84"
+            | "OGC:CRS84"
+            | "URN:OGC:DEF:CRS:OGC:1.3:CRS84"
+            | "URN:OGC:DEF:CRS:OGC::CRS84" => "OGC:CRS84".to_string(),
             "EPSG:900913" | "EPSG:102100" | "EPSG:102113" => "EPSG:3857".to_string(),
             _ => {
                 if let Some(rest) = upper.strip_prefix("URN:OGC:DEF:CRS:EPSG:") {
@@ -50,14 +51,18 @@ impl Crs {
             }
         };
         let Some((auth, code)) = id.split_once(':') else {
-            return Err(invalid("expected AUTHORITY:CODE, for example EPSG:3857".into()));
+            return Err(invalid(
+                "expected AUTHORITY:CODE, for example EPSG:3857".into(),
+            ));
         };
         if !matches!(auth, "EPSG" | "OGC" | "ESRI" | "IAU_2015")
             || code.is_empty()
             || code.len() > 16
             || !code.bytes().all(|b| b.is_ascii_alphanumeric())
         {
-            return Err(invalid("expected AUTHORITY:CODE, for example EPSG:3857".into()));
+            return Err(invalid(
+                "expected AUTHORITY:CODE, for example EPSG:3857".into(),
+            ));
         }
         let srs = SpatialRef::from_definition(&id).map_err(|e| invalid(e.to_string()))?;
         let wkt = srs.to_wkt().map_err(|e| invalid(e.to_string()))?;
@@ -105,7 +110,11 @@ impl Crs {
             wkt: wkt.to_string(),
             geographic,
             authority_yx: false,
-            meters_per_unit: if geographic { METERS_PER_DEGREE } else { srs.linear_units() },
+            meters_per_unit: if geographic {
+                METERS_PER_DEGREE
+            } else {
+                srs.linear_units()
+            },
         })
     }
 
@@ -154,12 +163,22 @@ mod tests {
         let merc = Crs::parse("epsg:900913").unwrap();
         assert_eq!(merc.id, "EPSG:3857");
         assert!(!merc.geographic && !merc.authority_yx);
-        assert_eq!(Crs::parse("urn:ogc:def:crs:EPSG::3857").unwrap().id, "EPSG:3857");
+        assert_eq!(
+            Crs::parse("urn:ogc:def:crs:EPSG::3857").unwrap().id,
+            "EPSG:3857"
+        );
     }
 
     #[test]
     fn refuses_unknown_and_malformed_crs() {
-        for bad in ["EPSG:999999", "EPSG:", "foo", "EPSG:../../etc", "+proj=longlat", "FILE:/etc/passwd"] {
+        for bad in [
+            "EPSG:999999",
+            "EPSG:",
+            "foo",
+            "EPSG:../../etc",
+            "+proj=longlat",
+            "FILE:/etc/passwd",
+        ] {
             assert!(
                 matches!(Crs::parse(bad), Err(SourceError::InvalidCrs { .. })),
                 "{bad} accepted"

@@ -94,8 +94,18 @@ impl GdalSource {
                 band_count: 0,
                 is_byte: true,
                 native_crs: Crs::parse("OGC:CRS84")?,
-                native_bounds: BBox { min_x: 0.0, min_y: 0.0, max_x: 1.0, max_y: 1.0 },
-                lonlat_bounds: BBox { min_x: 0.0, min_y: 0.0, max_x: 1.0, max_y: 1.0 },
+                native_bounds: BBox {
+                    min_x: 0.0,
+                    min_y: 0.0,
+                    max_x: 1.0,
+                    max_y: 1.0,
+                },
+                lonlat_bounds: BBox {
+                    min_x: 0.0,
+                    min_y: 0.0,
+                    max_x: 1.0,
+                    max_y: 1.0,
+                },
                 native_resolution: 1.0,
             },
             allowed_drivers: policy.allowed_drivers,
@@ -120,7 +130,11 @@ impl GdalSource {
             open_flags: GdalOpenFlags::GDAL_OF_RASTER
                 | GdalOpenFlags::GDAL_OF_READONLY
                 | GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
-            allowed_drivers: if drivers.is_empty() { None } else { Some(&drivers) },
+            allowed_drivers: if drivers.is_empty() {
+                None
+            } else {
+                Some(&drivers)
+            },
             ..DatasetOptions::default()
         };
         Dataset::open_ex(&self.path, options).map_err(|e| SourceError::Open {
@@ -151,15 +165,32 @@ impl GdalSource {
             return Err(err("dataset has no coordinate reference system".into()));
         }
         let native_crs = Crs::from_wkt(&wkt)?;
-        let gt = ds.geo_transform().map_err(|e| err(format!("no geotransform: {e}")))?;
+        let gt = ds
+            .geo_transform()
+            .map_err(|e| err(format!("no geotransform: {e}")))?;
         let (w, h) = ds.raster_size();
-        let corners = [(0.0, 0.0), (w as f64, 0.0), (0.0, h as f64), (w as f64, h as f64)]
-            .map(|(px, py)| (gt[0] + px * gt[1] + py * gt[2], gt[3] + px * gt[4] + py * gt[5]));
+        let corners = [
+            (0.0, 0.0),
+            (w as f64, 0.0),
+            (0.0, h as f64),
+            (w as f64, h as f64),
+        ]
+        .map(|(px, py)| {
+            (
+                gt[0] + px * gt[1] + py * gt[2],
+                gt[3] + px * gt[4] + py * gt[5],
+            )
+        });
         let xs = corners.map(|c| c.0);
         let ys = corners.map(|c| c.1);
         let fold = |v: [f64; 4], f: fn(f64, f64) -> f64| v.into_iter().reduce(f).unwrap_or(0.0);
-        let native_bounds = BBox::new(fold(xs, f64::min), fold(ys, f64::min), fold(xs, f64::max), fold(ys, f64::max))
-            .map_err(|e| err(format!("bad extent: {e}")))?;
+        let native_bounds = BBox::new(
+            fold(xs, f64::min),
+            fold(ys, f64::min),
+            fold(xs, f64::max),
+            fold(ys, f64::max),
+        )
+        .map_err(|e| err(format!("bad extent: {e}")))?;
         let lonlat = Crs::parse("OGC:CRS84")?;
         let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
         self.info = SourceInfo {
@@ -174,7 +205,11 @@ impl GdalSource {
     }
 
     fn acquire(&self) -> Result<Dataset, SourceError> {
-        let pooled = self.idle.lock().map_err(|_| self.read_err("handle pool poisoned"))?.pop();
+        let pooled = self
+            .idle
+            .lock()
+            .map_err(|_| self.read_err("handle pool poisoned"))?
+            .pop();
         match pooled {
             Some(ds) => Ok(ds),
             None => self.open_dataset(),
@@ -182,11 +217,10 @@ impl GdalSource {
     }
 
     fn release(&self, ds: Dataset) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < self.max_idle {
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < self.max_idle {
                 idle.push(ds);
             }
-        }
     }
 
     fn read_err(&self, message: &str) -> SourceError {
@@ -198,12 +232,15 @@ impl GdalSource {
 
     /// The source's footprint in `crs`, remembered per CRS.
     fn footprint(&self, crs: &Crs) -> Option<BBox> {
-        if let Ok(cache) = self.footprints.lock() {
-            if let Some(f) = cache.get(&crs.wkt) {
+        if let Ok(cache) = self.footprints.lock()
+            && let Some(f) = cache.get(&crs.wkt) {
                 return *f;
             }
-        }
-        let footprint = match self.info.native_crs.transform_bbox(&self.info.native_bounds, crs) {
+        let footprint = match self
+            .info
+            .native_crs
+            .transform_bbox(&self.info.native_bounds, crs)
+        {
             Ok(b) => Some(b),
             // The native extent does not fit the target CRS as a whole (a
             // polar area in Web Mercator): fall back to lon/lat bounds.
@@ -211,11 +248,10 @@ impl GdalSource {
                 .and_then(|ll| ll.transform_bbox(&self.info.lonlat_bounds, crs))
                 .ok(),
         };
-        if let Ok(mut cache) = self.footprints.lock() {
-            if cache.len() < MAX_FOOTPRINTS {
+        if let Ok(mut cache) = self.footprints.lock()
+            && cache.len() < MAX_FOOTPRINTS {
                 cache.insert(crs.wkt.clone(), footprint);
             }
-        }
         footprint
     }
 
@@ -234,11 +270,29 @@ impl GdalSource {
         }
         .map_err(|e| err(e.to_string()))?;
         let b = req.bbox;
-        dst.set_geo_transform(&[b.min_x, b.width() / w as f64, 0.0, b.max_y, 0.0, -b.height() / h as f64])
+        dst.set_geo_transform(&[
+            b.min_x,
+            b.width() / w as f64,
+            0.0,
+            b.max_y,
+            0.0,
+            -b.height() / h as f64,
+        ])
+        .map_err(|e| err(e.to_string()))?;
+        dst.set_projection(&req.crs.wkt)
             .map_err(|e| err(e.to_string()))?;
-        dst.set_projection(&req.crs.wkt).map_err(|e| err(e.to_string()))?;
 
-        let mut args = vec!["-r", self.resampling.gdal_name(), "-dstalpha", "-ovr", "AUTO", "-et", "0.125", "-wo", "INIT_DEST=0"];
+        let mut args = vec![
+            "-r",
+            self.resampling.gdal_name(),
+            "-dstalpha",
+            "-ovr",
+            "AUTO",
+            "-et",
+            "0.125",
+            "-wo",
+            "INIT_DEST=0",
+        ];
         if self.has_alpha {
             args.push("-srcalpha");
         }
@@ -278,7 +332,13 @@ fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
         width,
         height,
         bands: (0..info.band_count)
-            .map(|_| if info.is_byte { BandData::U8(vec![0; n]) } else { BandData::F32(vec![0.0; n]) })
+            .map(|_| {
+                if info.is_byte {
+                    BandData::U8(vec![0; n])
+                } else {
+                    BandData::F32(vec![0.0; n])
+                }
+            })
             .collect(),
         valid: vec![0; n],
     }
@@ -290,11 +350,13 @@ fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), Stri
         .iter()
         .map(|a| CString::new(*a).map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
-    let mut argv: Vec<*mut std::ffi::c_char> = c_args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    let mut argv: Vec<*mut std::ffi::c_char> =
+        c_args.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
     // SAFETY: argv is a NULL-terminated array of valid C strings that
     // outlive the call; GDAL copies what it keeps.
-    let options = unsafe { gdal_sys::GDALWarpAppOptionsNew(argv.as_mut_ptr(), std::ptr::null_mut()) };
+    let options =
+        unsafe { gdal_sys::GDALWarpAppOptionsNew(argv.as_mut_ptr(), std::ptr::null_mut()) };
     if options.is_null() {
         return Err(format!("invalid warp options {args:?}"));
     }
@@ -308,9 +370,9 @@ fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), Stri
             std::ptr::null(),
             dst.c_dataset(),
             1,
-            &mut src_handle,
+            &raw mut src_handle,
             options,
-            &mut usage_error,
+            &raw mut usage_error,
         );
         gdal_sys::GDALWarpAppOptionsFree(options);
         r
@@ -363,7 +425,10 @@ mod tests {
 
     fn open(name: &str) -> GdalSource {
         GdalSource::open(
-            &GdalSourceSpec { path: data(name), resampling: Resampling::Bilinear },
+            &GdalSourceSpec {
+                path: data(name),
+                resampling: Resampling::Bilinear,
+            },
             &GdalSettings::default(),
         )
         .unwrap()
@@ -385,13 +450,30 @@ mod tests {
         let merc = Crs::parse("EPSG:3857").unwrap();
         // Covers Luxembourg and some area around it.
         let bbox = BBox::new(600_000.0, 6_350_000.0, 720_000.0, 6_500_000.0).unwrap();
-        let r = s.read(&WindowRequest { bbox, crs: &merc, width: 64, height: 80 }).unwrap();
+        let r = s
+            .read(&WindowRequest {
+                bbox,
+                crs: &merc,
+                width: 64,
+                height: 80,
+            })
+            .unwrap();
         assert_eq!(r.valid.len(), 64 * 80);
         let valid = r.valid.iter().filter(|v| **v == 255).count();
         let invalid = r.valid.iter().filter(|v| **v == 0).count();
-        assert!(valid > 500 && invalid > 500, "valid {valid} invalid {invalid}");
-        let BandData::F32(values) = &r.bands[0] else { panic!("expected floats") };
-        let max = values.iter().zip(&r.valid).filter(|(_, v)| **v == 255).map(|(x, _)| *x).fold(0.0, f32::max);
+        assert!(
+            valid > 500 && invalid > 500,
+            "valid {valid} invalid {invalid}"
+        );
+        let BandData::F32(values) = &r.bands[0] else {
+            panic!("expected floats")
+        };
+        let max = values
+            .iter()
+            .zip(&r.valid)
+            .filter(|(_, v)| **v == 255)
+            .map(|(x, _)| *x)
+            .fold(0.0, f32::max);
         assert!((400.0..600.0).contains(&max), "max elevation {max}");
     }
 
@@ -400,7 +482,14 @@ mod tests {
         let s = open("elev.tif");
         let merc = Crs::parse("EPSG:3857").unwrap();
         let bbox = BBox::new(-1e6, -1e6, 0.0, 0.0).unwrap();
-        let r = s.read(&WindowRequest { bbox, crs: &merc, width: 16, height: 16 }).unwrap();
+        let r = s
+            .read(&WindowRequest {
+                bbox,
+                crs: &merc,
+                width: 16,
+                height: 16,
+            })
+            .unwrap();
         assert!(r.valid.iter().all(|v| *v == 0));
     }
 
@@ -419,10 +508,16 @@ mod tests {
             ),
         )
         .unwrap();
-        let spec = GdalSourceSpec { path: vrt.display().to_string(), resampling: Resampling::Nearest };
+        let spec = GdalSourceSpec {
+            path: vrt.display().to_string(),
+            resampling: Resampling::Nearest,
+        };
         let err = GdalSource::open(&spec, &GdalSettings::default()).unwrap_err();
         assert!(matches!(err, SourceError::Open { .. }), "{err}");
-        let allow = GdalSettings { allow_unsafe_drivers: true, ..GdalSettings::default() };
+        let allow = GdalSettings {
+            allow_unsafe_drivers: true,
+            ..GdalSettings::default()
+        };
         let e = GdalSource::open(&spec, &allow);
         // With unsafe drivers allowed, the VRT opens (it then lacks a CRS).
         assert!(!matches!(e, Err(SourceError::NotAllowed { .. })));

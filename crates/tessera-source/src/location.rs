@@ -31,7 +31,16 @@ impl Default for LocationPolicy {
 /// sidecars). VRT and friends, which can reference arbitrary files, are not
 /// in the list.
 pub const DEFAULT_DRIVERS: &[&str] = &[
-    "GTiff", "COG", "PNG", "JPEG", "WEBP", "GPKG", "JP2OpenJPEG", "HFA", "AAIGrid", "netCDF",
+    "GTiff",
+    "COG",
+    "PNG",
+    "JPEG",
+    "WEBP",
+    "GPKG",
+    "JP2OpenJPEG",
+    "HFA",
+    "AAIGrid",
+    "netCDF",
 ];
 
 /// Normalises a source location and checks it against `policy`.
@@ -66,11 +75,21 @@ pub fn check_location(path: &str, policy: &LocationPolicy) -> Result<String, Sou
             check_public_host(url).map_err(|r| refuse(&r))?;
         }
     } else if lower.starts_with("/vsi") {
-        let allowed = ["/vsis3/", "/vsigs/", "/vsiaz/", "/vsiadls/", "/vsimem/", "/vsizip/", "/vsigzip/"];
+        let allowed = [
+            "/vsis3/",
+            "/vsigs/",
+            "/vsiaz/",
+            "/vsiadls/",
+            "/vsimem/",
+            "/vsizip/",
+            "/vsigzip/",
+        ];
         if !allowed.iter().any(|p| lower.starts_with(p)) {
             return Err(refuse("this /vsi handler is not allowed for sources"));
         }
-        if (lower.starts_with("/vsizip/") || lower.starts_with("/vsigzip/")) && lower.contains("/vsicurl") {
+        if (lower.starts_with("/vsizip/") || lower.starts_with("/vsigzip/"))
+            && lower.contains("/vsicurl")
+        {
             return Err(refuse("nested network handlers are not allowed"));
         }
     }
@@ -83,7 +102,10 @@ fn check_public_host(url: &str) -> Result<(), String> {
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let (host, port) = if let Some(stripped) = host_port.strip_prefix('[') {
         let (h, p) = stripped.split_once(']').unwrap_or((stripped, ""));
-        (h.to_string(), p.trim_start_matches(':').parse().unwrap_or(80))
+        (
+            h.to_string(),
+            p.trim_start_matches(':').parse().unwrap_or(80),
+        )
     } else {
         match host_port.rsplit_once(':') {
             Some((h, p)) => (h.to_string(), p.parse().unwrap_or(80)),
@@ -123,7 +145,9 @@ fn is_public(ip: &IpAddr) -> bool {
                 || v6.is_unspecified()
                 || (seg0 & 0xFE00) == 0xFC00
                 || (seg0 & 0xFFC0) == 0xFE80
-                || v6.to_ipv4_mapped().is_some_and(|v4| !is_public(&IpAddr::V4(v4))))
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| !is_public(&IpAddr::V4(v4))))
         }
     }
 }
@@ -144,7 +168,10 @@ mod tests {
             "http://user@192.168.0.1/a.tif",
         ] {
             assert!(
-                matches!(check_location(url, &policy), Err(SourceError::NotAllowed { .. })),
+                matches!(
+                    check_location(url, &policy),
+                    Err(SourceError::NotAllowed { .. })
+                ),
                 "{url} accepted"
             );
         }
@@ -165,10 +192,22 @@ mod tests {
     #[test]
     fn file_urls_and_unknown_vsi_handlers_are_refused() {
         let policy = LocationPolicy::default();
-        for p in ["file:///etc/passwd", "/vsistdin/", "/vsicurl/file:///etc/passwd", "/vsisubfile/0_10,/etc/passwd", ""] {
+        for p in [
+            "file:///etc/passwd",
+            "/vsistdin/",
+            "/vsicurl/file:///etc/passwd",
+            "/vsisubfile/0_10,/etc/passwd",
+            "",
+        ] {
             assert!(check_location(p, &policy).is_err(), "{p} accepted");
         }
-        assert_eq!(check_location("/data/a.tif", &policy).unwrap(), "/data/a.tif");
-        assert_eq!(check_location("/vsis3/bucket/a.tif", &policy).unwrap(), "/vsis3/bucket/a.tif");
+        assert_eq!(
+            check_location("/data/a.tif", &policy).unwrap(),
+            "/data/a.tif"
+        );
+        assert_eq!(
+            check_location("/vsis3/bucket/a.tif", &policy).unwrap(),
+            "/vsis3/bucket/a.tif"
+        );
     }
 }

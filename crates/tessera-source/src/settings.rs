@@ -64,11 +64,17 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     unsafe { gdal_sys::GDALSetCacheMax64(i64::try_from(cache).unwrap_or(i64::MAX)) };
     let set = gdal::config::set_config_option;
     set("GDAL_HTTP_TIMEOUT", &settings.http_timeout_secs.to_string())?;
-    set("GDAL_HTTP_CONNECTTIMEOUT", &settings.http_connect_timeout_secs.to_string())?;
+    set(
+        "GDAL_HTTP_CONNECTTIMEOUT",
+        &settings.http_connect_timeout_secs.to_string(),
+    )?;
     set("GDAL_HTTP_MAX_RETRY", &settings.http_max_retry.to_string())?;
     set("GDAL_HTTP_RETRY_DELAY", "0.5")?;
     set("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR")?;
-    set("CPL_VSIL_CURL_ALLOWED_EXTENSIONS", ".tif,.tiff,.TIF,.TIFF,.jp2,.png,.jpg,.webp,.gpkg,.nc")?;
+    set(
+        "CPL_VSIL_CURL_ALLOWED_EXTENSIONS",
+        ".tif,.tiff,.TIF,.TIFF,.jp2,.png,.jpg,.webp,.gpkg,.nc",
+    )?;
     set("GDAL_PAM_ENABLED", "NO")?;
     set("CPL_DEBUG", "OFF")?;
     Ok(())

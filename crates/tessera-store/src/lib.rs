@@ -26,6 +26,12 @@ pub struct TileKey {
     pub extension: &'static str,
 }
 
+impl std::fmt::Display for TileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}.{}", self.layer, self.grid, self.coord, self.extension)
+    }
+}
+
 /// How durable a write must be before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -40,14 +46,14 @@ pub enum Durability {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// An I/O failure, with the key it concerned.
-    #[error("store {store}: {op} {key:?} failed: {message}")]
+    #[error("store {store}: {op} {key} failed: {message}")]
     Io {
         /// Store name.
         store: String,
         /// Operation.
         op: &'static str,
-        /// Key concerned.
-        key: Option<TileKey>,
+        /// Key concerned, as `layer/grid/z/x/y.ext`.
+        key: String,
         /// Detail.
         message: String,
     },
@@ -74,7 +80,11 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError>;
 
     /// Writes several tiles (the tiles of one metatile).
-    fn put_many(&self, tiles: Vec<(TileKey, Bytes)>, durability: Durability) -> Result<(), StoreError> {
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         for (key, data) in tiles {
             self.put(&key, data, durability)?;
         }

@@ -10,8 +10,14 @@ const FILES: &[(&str, &[u8])] = &[
         "/vsimem/tessera-demo/shadedrelief-5400.tif",
         include_bytes!("../../../../data/shadedrelief-5400.tif"),
     ),
-    ("/vsimem/tessera-demo/elev.tif", include_bytes!("../../../../data/elev.tif")),
-    ("/vsimem/tessera-demo/L7_ETMs.tif", include_bytes!("../../../../data/L7_ETMs.tif")),
+    (
+        "/vsimem/tessera-demo/elev.tif",
+        include_bytes!("../../../../data/elev.tif"),
+    ),
+    (
+        "/vsimem/tessera-demo/L7_ETMs.tif",
+        include_bytes!("../../../../data/L7_ETMs.tif"),
+    ),
 ];
 
 /// The demo configuration (YAML text, also a worked example of the format).

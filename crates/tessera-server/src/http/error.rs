@@ -97,7 +97,10 @@ impl From<RenderError> for ApiError {
                 let mut err = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "NoApplicableCode",
-                    format!("the render did not finish within {}s; try again later", d.as_secs_f64()),
+                    format!(
+                        "the render did not finish within {}s; try again later",
+                        d.as_secs_f64()
+                    ),
                 );
                 err.retry_after = Some(5);
                 err
@@ -158,7 +161,10 @@ impl IntoResponse for ApiError {
         let mut response = (self.status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }

@@ -46,12 +46,21 @@ pub fn router(state: AppState) -> Router {
         .route("/ready", get(health))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
-        .route("/tiles/{layer}/{grid}/tilejson.json", get(tilejson::tilejson))
+        .route(
+            "/tiles/{layer}/{grid}/tilejson.json",
+            get(tilejson::tilejson),
+        )
         .route("/tiles/{layer}/{grid}/{z}/{x}/{file}", get(tiles::xyz))
         .route("/tms/1.0.0/{layer}/{grid}/{z}/{x}/{file}", get(tiles::tms))
         .route("/wmts", get(wmts::kvp))
-        .route("/wmts/1.0.0/WMTSCapabilities.xml", get(wmts::capabilities_rest))
-        .route("/wmts/1.0.0/{layer}/{style}/{tms}/{z}/{row}/{file}", get(wmts::rest_tile))
+        .route(
+            "/wmts/1.0.0/WMTSCapabilities.xml",
+            get(wmts::capabilities_rest),
+        )
+        .route(
+            "/wmts/1.0.0/{layer}/{style}/{tms}/{z}/{row}/{file}",
+            get(wmts::rest_tile),
+        )
         .route("/wms", get(wms::kvp))
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(panic_response))
@@ -63,7 +72,10 @@ async fn health() -> &'static str {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::not_found("NotFound", "no such endpoint; the index at / lists what is served")
+    ApiError::not_found(
+        "NotFound",
+        "no such endpoint; the index at / lists what is served",
+    )
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -83,7 +95,8 @@ pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
         .filter(|h| {
             !h.is_empty()
                 && h.len() <= 255
-                && h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
         })
         .unwrap_or(&config.server.listen);
     format!("http://{host}")
@@ -92,8 +105,10 @@ pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
 /// An encoded image as a response.
 pub fn image_response(format: Format, bytes: Bytes) -> Response {
     let mut r = bytes.into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
     r
 }
 
@@ -166,7 +181,10 @@ pub fn resolve_tile(
         .filter(|f| layer.formats.contains(f))
         .ok_or_else(|| TileLookupError::UnknownFormat(format_text.to_string()))?;
     let coord = if tms_rows {
-        let top = grid.tms.parse_tile(z, x, "0").map_err(TileLookupError::Coord)?;
+        let top = grid
+            .tms
+            .parse_tile(z, x, "0")
+            .map_err(TileLookupError::Coord)?;
         let row = grid
             .tms
             .parse_tile(z, "0", y)
@@ -180,7 +198,9 @@ pub fn resolve_tile(
             .tile(u32::from(top.z()), u64::from(top.x()), flipped)
             .map_err(TileLookupError::Coord)?
     } else {
-        grid.tms.parse_tile(z, x, y).map_err(TileLookupError::Coord)?
+        grid.tms
+            .parse_tile(z, x, y)
+            .map_err(TileLookupError::Coord)?
     };
     let max = layer.max_zoom_in(&grid);
     if coord.z() < layer.min_zoom || coord.z() > max {

@@ -28,7 +28,9 @@ impl Kvp {
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             let key = k.to_ascii_lowercase();
             match values.get(&key) {
-                Some(existing) if existing != &v => return Err(KvpError::Conflict(key.to_ascii_uppercase())),
+                Some(existing) if existing != &v => {
+                    return Err(KvpError::Conflict(key.to_ascii_uppercase()));
+                }
                 Some(_) => {}
                 None => {
                     values.insert(key, v.into_owned());
@@ -40,7 +42,9 @@ impl Kvp {
 
     /// The value of `name` (any case), if given.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(&name.to_ascii_lowercase()).map(String::as_str)
+        self.values
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
     }
 }
 

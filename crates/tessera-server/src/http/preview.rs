@@ -52,16 +52,26 @@ pub async fn index(State(state): State<AppState>) -> Html<String> {
 }
 
 /// `GET /preview/{layer}`: a pan-and-zoom map of the layer.
-pub async fn page(State(state): State<AppState>, Path(name): Path<String>) -> Result<Html<String>, ApiError> {
+pub async fn page(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Html<String>, ApiError> {
     let layer = state
         .registry
         .layer(&name)
         .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
     let mut grids = Vec::new();
     for gid in &layer.grids {
-        let Some(grid) = state.registry.grid(gid) else { continue };
+        let Some(grid) = state.registry.grid(gid) else {
+            continue;
+        };
         let tms = &grid.tms;
-        let extent = layer.extents.get(gid).copied().flatten().unwrap_or(tms.extent);
+        let extent = layer
+            .extents
+            .get(gid)
+            .copied()
+            .flatten()
+            .unwrap_or(tms.extent);
         grids.push(json!({
             "id": tms.id,
             "tileWidth": tms.tile_width,

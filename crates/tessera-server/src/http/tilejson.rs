@@ -37,7 +37,7 @@ pub async fn tilejson(
         "minzoom": layer.min_zoom,
         "maxzoom": max_zoom,
         "bounds": bounds,
-        "center": [(bounds[0] + bounds[2]) / 2.0, (bounds[1] + bounds[3]) / 2.0, center_zoom],
+        "center": [f64::midpoint(bounds[0], bounds[2]), f64::midpoint(bounds[1], bounds[3]), center_zoom],
     });
     if let Some(a) = &layer.attribution {
         doc["attribution"] = Value::String(a.clone());

@@ -11,12 +11,18 @@ use super::{AppState, TileLookupError, render_tile, resolve_tile};
 type TilePath = Path<(String, String, String, String, String)>;
 
 /// `GET /tiles/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the top.
-pub async fn xyz(State(state): State<AppState>, Path((layer, grid, z, x, file)): TilePath) -> Result<Response, ApiError> {
+pub async fn xyz(
+    State(state): State<AppState>,
+    Path((layer, grid, z, x, file)): TilePath,
+) -> Result<Response, ApiError> {
     serve(&state, &layer, &grid, &z, &x, &file, false).await
 }
 
 /// `GET /tms/1.0.0/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the bottom.
-pub async fn tms(State(state): State<AppState>, Path((layer, grid, z, x, file)): TilePath) -> Result<Response, ApiError> {
+pub async fn tms(
+    State(state): State<AppState>,
+    Path((layer, grid, z, x, file)): TilePath,
+) -> Result<Response, ApiError> {
     serve(&state, &layer, &grid, &z, &x, &file, true).await
 }
 

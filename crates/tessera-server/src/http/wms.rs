@@ -45,46 +45,69 @@ impl Version {
 }
 
 fn version_lt(a: &str, b: &str) -> bool {
-    let parse = |s: &str| s.split('.').map(|p| p.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
+    let parse = |s: &str| {
+        s.split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    };
     parse(a) < parse(b)
 }
 
 /// `GET /wms?SERVICE=WMS&REQUEST=...`.
-pub async fn kvp(State(state): State<AppState>, RawQuery(query): RawQuery, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn kvp(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let query = query.unwrap_or_default();
     let kvp = match Kvp::parse(&query, state.config.limits.max_query_bytes) {
         Ok(k) => k,
         Err(e) => {
             return Err(match e {
-                KvpError::TooLong(n) => ApiError::bad_request("InvalidParameterValue", format!("query string longer than {n} bytes")),
-                KvpError::Conflict(name) => {
-                    ApiError::bad_request("InvalidParameterValue", format!("{name} is given twice with different values")).at(&name)
-                }
+                KvpError::TooLong(n) => ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("query string longer than {n} bytes"),
+                ),
+                KvpError::Conflict(name) => ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("{name} is given twice with different values"),
+                )
+                .at(&name),
             }
             .speaking(Protocol::Wms130));
         }
     };
     let version = Version::negotiate(kvp.get("version"));
     let err = |e: ApiError| e.speaking(version.protocol());
-    if let Some(service) = kvp.get("service") {
-        if !service.eq_ignore_ascii_case("WMS") {
-            return Err(err(ApiError::bad_request("InvalidParameterValue", format!("SERVICE {service:?} is not WMS")).at("SERVICE")));
+    if let Some(service) = kvp.get("service")
+        && !service.eq_ignore_ascii_case("WMS") {
+            return Err(err(ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("SERVICE {service:?} is not WMS"),
+            )
+            .at("SERVICE")));
         }
-    }
-    let request = kvp
-        .get("request")
-        .ok_or_else(|| err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST")))?;
+    let request = kvp.get("request").ok_or_else(|| {
+        err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
+    })?;
     match request.to_ascii_lowercase().as_str() {
         "getcapabilities" | "capabilities" => Ok(capabilities(&state, &headers, version)),
         "getmap" | "map" => {
-            if let Some(v) = kvp.get("version") {
-                if v != "1.1.1" && v != "1.3.0" {
-                    return Err(err(ApiError::bad_request("InvalidParameterValue", format!("VERSION {v:?} is not supported; use 1.1.1 or 1.3.0")).at("VERSION")));
+            if let Some(v) = kvp.get("version")
+                && v != "1.1.1" && v != "1.3.0" {
+                    return Err(err(ApiError::bad_request(
+                        "InvalidParameterValue",
+                        format!("VERSION {v:?} is not supported; use 1.1.1 or 1.3.0"),
+                    )
+                    .at("VERSION")));
                 }
-            }
             let request = parse_get_map(&state, &kvp, version).map_err(err)?;
             let format = request.format;
-            let bytes = state.renderer.render(request).await.map_err(|e| err(e.into()))?;
+            let bytes = state
+                .renderer
+                .render(request)
+                .await
+                .map_err(|e| err(e.into()))?;
             Ok(image_response(format, bytes))
         }
         other => Err(err(ApiError::bad_request(
@@ -98,8 +121,9 @@ pub async fn kvp(State(state): State<AppState>, RawQuery(query): RawQuery, heade
 fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageRequest, ApiError> {
     let limits = &state.config.limits;
     let required = |name: &'static str| {
-        kvp.get(name)
-            .ok_or_else(|| ApiError::bad_request("MissingParameterValue", format!("{name} is required")).at(name))
+        kvp.get(name).ok_or_else(|| {
+            ApiError::bad_request("MissingParameterValue", format!("{name} is required")).at(name)
+        })
     };
 
     let names: Vec<&str> = required("LAYERS")?.split(',').collect();
@@ -112,19 +136,29 @@ fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageR
     }
     let mut layers: Vec<Arc<Layer>> = Vec::with_capacity(names.len());
     for name in &names {
-        let layer = state
-            .registry
-            .layer(name)
-            .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")).at("LAYERS"))?;
+        let layer = state.registry.layer(name).ok_or_else(|| {
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")).at("LAYERS")
+        })?;
         layers.push(layer.clone());
     }
     if let Some(styles) = kvp.get("styles") {
         let styles: Vec<&str> = styles.split(',').collect();
         if styles.len() > 1 && styles.len() != names.len() {
-            return Err(ApiError::bad_request("StyleNotDefined", "STYLES must list one style per layer").at("STYLES"));
+            return Err(ApiError::bad_request(
+                "StyleNotDefined",
+                "STYLES must list one style per layer",
+            )
+            .at("STYLES"));
         }
-        if let Some(bad) = styles.iter().find(|s| !(s.is_empty() || s.eq_ignore_ascii_case("default"))) {
-            return Err(ApiError::bad_request("StyleNotDefined", format!("unknown style {bad:?}; use \"default\" or leave it empty")).at("STYLES"));
+        if let Some(bad) = styles
+            .iter()
+            .find(|s| !(s.is_empty() || s.eq_ignore_ascii_case("default")))
+        {
+            return Err(ApiError::bad_request(
+                "StyleNotDefined",
+                format!("unknown style {bad:?}; use \"default\" or leave it empty"),
+            )
+            .at("STYLES"));
         }
     }
 
@@ -135,15 +169,18 @@ fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageR
     let crs_text = kvp
         .get(crs_key)
         .or_else(|| kvp.get(if crs_key == "CRS" { "SRS" } else { "CRS" }))
-        .ok_or_else(|| ApiError::bad_request("MissingParameterValue", format!("{crs_key} is required")).at(crs_key))?;
-    let crs = state
-        .registry
-        .crs(crs_text)
-        .map_err(|_| ApiError::bad_request(crs_code, format!("unknown {crs_key} {crs_text:?}")).at(crs_key))?;
+        .ok_or_else(|| {
+            ApiError::bad_request("MissingParameterValue", format!("{crs_key} is required"))
+                .at(crs_key)
+        })?;
+    let crs = state.registry.crs(crs_text).map_err(|_| {
+        ApiError::bad_request(crs_code, format!("unknown {crs_key} {crs_text:?}")).at(crs_key)
+    })?;
 
     let bbox_text = required("BBOX")?;
     let bad_bbox = |why: &str| {
-        ApiError::bad_request("InvalidParameterValue", format!("BBOX {bbox_text:?} {why}")).at("BBOX")
+        ApiError::bad_request("InvalidParameterValue", format!("BBOX {bbox_text:?} {why}"))
+            .at("BBOX")
     };
     let values: Vec<f64> = bbox_text
         .split(',')
@@ -166,27 +203,46 @@ fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageR
     if u64::from(width) * u64::from(height) > limits.wms_max_pixels {
         return Err(ApiError::bad_request(
             "InvalidParameterValue",
-            format!("WIDTH x HEIGHT is {} pixels; the limit is {}", u64::from(width) * u64::from(height), limits.wms_max_pixels),
+            format!(
+                "WIDTH x HEIGHT is {} pixels; the limit is {}",
+                u64::from(width) * u64::from(height),
+                limits.wms_max_pixels
+            ),
         )
         .at("WIDTH"));
     }
 
     let format_text = required("FORMAT")?;
-    let format = Format::from_mime(format_text)
-        .ok_or_else(|| ApiError::bad_request("InvalidFormat", format!("FORMAT {format_text:?} is not supported; use image/png, image/jpeg or image/webp")).at("FORMAT"))?;
+    let format = Format::from_mime(format_text).ok_or_else(|| {
+        ApiError::bad_request(
+            "InvalidFormat",
+            format!(
+                "FORMAT {format_text:?} is not supported; use image/png, image/jpeg or image/webp"
+            ),
+        )
+        .at("FORMAT")
+    })?;
     let transparent = match kvp.get("transparent") {
         None => false,
         Some(t) if t.eq_ignore_ascii_case("true") => true,
         Some(t) if t.eq_ignore_ascii_case("false") => false,
         Some(t) => {
-            return Err(ApiError::bad_request("InvalidParameterValue", format!("TRANSPARENT {t:?} must be TRUE or FALSE")).at("TRANSPARENT"));
+            return Err(ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("TRANSPARENT {t:?} must be TRUE or FALSE"),
+            )
+            .at("TRANSPARENT"));
         }
     };
     let background = match kvp.get("bgcolor") {
         None => Color([255, 255, 255, 255]),
-        Some(t) => Color::parse(t)
-            .filter(|_| t.len() == 8)
-            .ok_or_else(|| ApiError::bad_request("InvalidParameterValue", format!("BGCOLOR {t:?} must be 0xRRGGBB")).at("BGCOLOR"))?,
+        Some(t) => Color::parse(t).filter(|_| t.len() == 8).ok_or_else(|| {
+            ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("BGCOLOR {t:?} must be 0xRRGGBB"),
+            )
+            .at("BGCOLOR")
+        })?,
     };
     Ok(ImageRequest {
         layers,
@@ -203,7 +259,11 @@ fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageR
 /// Parses WIDTH or HEIGHT: plain digits, 1..=max, checked before anything is allocated.
 fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError> {
     let bad = || {
-        ApiError::bad_request("InvalidParameterValue", format!("{name} {text:?} must be an integer from 1 to {max}")).at(name)
+        ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("{name} {text:?} must be an integer from 1 to {max}"),
+        )
+        .at(name)
     };
     if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
@@ -218,16 +278,19 @@ fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError>
 fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Response {
     let base = escape(&base_url(&state.config, headers)).into_owned();
     let title = escape(&state.config.server.title);
-    let formats: String = Format::ALL
-        .iter()
-        .map(|f| format!("<Format>{}</Format>", f.content_type()))
-        .collect();
+    let mut formats = String::new();
+    for f in Format::ALL {
+        let _ = write!(formats, "<Format>{}</Format>", f.content_type());
+    }
     let online = format!(
         "<DCPType><HTTP><Get><OnlineResource xmlns:xlink=\"http://www.w3.org/1999/xlink\" xlink:type=\"simple\" xlink:href=\"{base}/wms?\"/></Get></HTTP></DCPType>"
     );
     let limits = &state.config.limits;
     let (crs_tag, mut common_crs): (&str, Vec<String>) = match version {
-        Version::V130 => ("CRS", vec!["CRS:84".into(), "EPSG:4326".into(), "EPSG:3857".into()]),
+        Version::V130 => (
+            "CRS",
+            vec!["CRS:84".into(), "EPSG:4326".into(), "EPSG:3857".into()],
+        ),
         Version::V111 => ("SRS", vec!["EPSG:4326".into(), "EPSG:3857".into()]),
     };
     for layer in &state.registry.layers {
@@ -287,7 +350,12 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
     for c in &common_crs {
         let _ = writeln!(x, "      <{crs_tag}>{}</{crs_tag}>", escape(c));
     }
-    let world = BBox { min_x: -180.0, min_y: -90.0, max_x: 180.0, max_y: 90.0 };
+    let world = BBox {
+        min_x: -180.0,
+        min_y: -90.0,
+        max_x: 180.0,
+        max_y: 90.0,
+    };
     write_geo_bbox(&mut x, version, &world, "      ");
     for layer in &state.registry.layers {
         let b = layer.source.info().lonlat_bounds;
@@ -330,7 +398,9 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
                 m.min_x, m.min_y, m.max_x, m.max_y
             );
         }
-        x.push_str("        <Style><Name>default</Name><Title>default</Title></Style>\n      </Layer>\n");
+        x.push_str(
+            "        <Style><Name>default</Name><Title>default</Title></Style>\n      </Layer>\n",
+        );
     }
     x.push_str("    </Layer>\n  </Capability>\n");
     x.push_str(match version {
@@ -342,7 +412,8 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
         Version::V111 => "application/vnd.ogc.wms_xml; charset=utf-8",
     };
     let mut r = x.into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 

@@ -15,28 +15,47 @@ use super::{AppState, TileLookupError, base_url, render_tile, resolve_tile};
 use crate::registry::Grid;
 
 /// `GET /wmts?SERVICE=WMTS&REQUEST=...`.
-pub async fn kvp(State(state): State<AppState>, RawQuery(query): RawQuery, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn kvp(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let err = |e: ApiError| e.speaking(Protocol::Wmts);
-    let kvp = Kvp::parse(query.as_deref().unwrap_or(""), state.config.limits.max_query_bytes).map_err(|e| err(kvp_error(e)))?;
-    if let Some(service) = kvp.get("service") {
-        if !service.eq_ignore_ascii_case("WMTS") {
-            return Err(err(ApiError::bad_request("InvalidParameterValue", format!("SERVICE {service:?} is not WMTS")).at("SERVICE")));
+    let kvp = Kvp::parse(
+        query.as_deref().unwrap_or(""),
+        state.config.limits.max_query_bytes,
+    )
+    .map_err(|e| err(kvp_error(e)))?;
+    if let Some(service) = kvp.get("service")
+        && !service.eq_ignore_ascii_case("WMTS") {
+            return Err(err(ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("SERVICE {service:?} is not WMTS"),
+            )
+            .at("SERVICE")));
         }
-    }
-    let request = kvp
-        .get("request")
-        .ok_or_else(|| err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST")))?;
+    let request = kvp.get("request").ok_or_else(|| {
+        err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
+    })?;
     match request.to_ascii_lowercase().as_str() {
         "getcapabilities" => Ok(capabilities(&state, &headers)),
         "gettile" => {
             let required = |name: &'static str| {
                 kvp.get(name).ok_or_else(|| {
-                    err(ApiError::bad_request("MissingParameterValue", format!("{name} is required")).at(name))
+                    err(ApiError::bad_request(
+                        "MissingParameterValue",
+                        format!("{name} is required"),
+                    )
+                    .at(name))
                 })
             };
             let version = kvp.get("version").unwrap_or("1.0.0");
             if version != "1.0.0" {
-                return Err(err(ApiError::bad_request("VersionNegotiationFailed", format!("VERSION {version:?} is not supported; use 1.0.0")).at("VERSION")));
+                return Err(err(ApiError::bad_request(
+                    "VersionNegotiationFailed",
+                    format!("VERSION {version:?} is not supported; use 1.0.0"),
+                )
+                .at("VERSION")));
             }
             let layer = required("LAYER")?;
             let style = kvp.get("style").unwrap_or("default");
@@ -45,7 +64,18 @@ pub async fn kvp(State(state): State<AppState>, RawQuery(query): RawQuery, heade
             let row = required("TILEROW")?;
             let col = required("TILECOL")?;
             let format_text = required("FORMAT")?;
-            get_tile(&state, layer, style, tms, matrix, row, col, Format::from_mime(format_text), format_text).await
+            get_tile(
+                &state,
+                layer,
+                style,
+                tms,
+                matrix,
+                row,
+                col,
+                Format::from_mime(format_text),
+                format_text,
+            )
+            .await
         }
         other => Err(err(ApiError::bad_request(
             "OperationNotSupported",
@@ -63,18 +93,41 @@ pub async fn capabilities_rest(State(state): State<AppState>, headers: HeaderMap
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
 pub async fn rest_tile(
     State(state): State<AppState>,
-    Path((layer, style, tms, matrix, row, file)): Path<(String, String, String, String, String, String)>,
+    Path((layer, style, tms, matrix, row, file)): Path<(
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+    )>,
 ) -> Result<Response, ApiError> {
     let (col, ext) = file.rsplit_once('.').unwrap_or((&file, ""));
-    get_tile(&state, &layer, &style, &tms, &matrix, &row, col, Format::from_extension(ext), ext).await
+    get_tile(
+        &state,
+        &layer,
+        &style,
+        &tms,
+        &matrix,
+        &row,
+        col,
+        Format::from_extension(ext),
+        ext,
+    )
+    .await
 }
 
 fn kvp_error(e: KvpError) -> ApiError {
     match e {
-        KvpError::TooLong(n) => ApiError::bad_request("InvalidParameterValue", format!("query string longer than {n} bytes")),
-        KvpError::Conflict(name) => {
-            ApiError::bad_request("InvalidParameterValue", format!("{name} is given twice with different values")).at(&name)
-        }
+        KvpError::TooLong(n) => ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("query string longer than {n} bytes"),
+        ),
+        KvpError::Conflict(name) => ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("{name} is given twice with different values"),
+        )
+        .at(&name),
     }
 }
 
@@ -92,7 +145,11 @@ async fn get_tile(
 ) -> Result<Response, ApiError> {
     let err = |e: ApiError| e.speaking(Protocol::Wmts);
     if !(style.is_empty() || style.eq_ignore_ascii_case("default")) {
-        return Err(err(ApiError::bad_request("InvalidParameterValue", format!("unknown style {style:?}; use \"default\"")).at("STYLE")));
+        return Err(err(ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("unknown style {style:?}; use \"default\""),
+        )
+        .at("STYLE")));
     }
     // TileMatrix identifiers are the zoom numbers.
     let z = match state.registry.grid(tms) {
@@ -101,7 +158,13 @@ async fn get_tile(
             .matrices
             .iter()
             .position(|m| m.id == matrix)
-            .ok_or_else(|| err(ApiError::bad_request("InvalidParameterValue", format!("unknown TileMatrix {matrix:?} in {tms:?}")).at("TILEMATRIX")))?
+            .ok_or_else(|| {
+                err(ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("unknown TileMatrix {matrix:?} in {tms:?}"),
+                )
+                .at("TILEMATRIX"))
+            })?
             .to_string(),
         None => String::new(),
     };
@@ -178,11 +241,17 @@ fn capabilities(state: &AppState, headers: &HeaderMap) -> Response {
             let _ = writeln!(x, "      <Format>{}</Format>", f.content_type());
         }
         for gid in &layer.grids {
-            let Some(grid) = state.registry.grid(gid) else { continue };
+            let Some(grid) = state.registry.grid(gid) else {
+                continue;
+            };
             if !used_grids.contains(&gid.as_str()) {
                 used_grids.push(gid);
             }
-            let _ = write!(x, "      <TileMatrixSetLink>\n        <TileMatrixSet>{}</TileMatrixSet>\n        <TileMatrixSetLimits>\n", escape(gid));
+            let _ = write!(
+                x,
+                "      <TileMatrixSetLink>\n        <TileMatrixSet>{}</TileMatrixSet>\n        <TileMatrixSetLimits>\n",
+                escape(gid)
+            );
             let extent = layer.extents.get(gid).copied().flatten();
             for z in layer.min_zoom..=layer.max_zoom_in(grid) {
                 let m = &grid.tms.matrices[usize::from(z)];
@@ -191,9 +260,9 @@ fn capabilities(state: &AppState, headers: &HeaderMap) -> Response {
                     Some(r) => (r.min_x, r.max_x, r.min_y, r.max_y),
                     None => (0, m.matrix_width - 1, 0, m.matrix_height - 1),
                 };
-                let _ = write!(
+                let _ = writeln!(
                     x,
-                    "          <TileMatrixLimits><TileMatrix>{}</TileMatrix><MinTileRow>{min_row}</MinTileRow><MaxTileRow>{max_row}</MaxTileRow><MinTileCol>{min_col}</MinTileCol><MaxTileCol>{max_col}</MaxTileCol></TileMatrixLimits>\n",
+                    "          <TileMatrixLimits><TileMatrix>{}</TileMatrix><MinTileRow>{min_row}</MinTileRow><MaxTileRow>{max_row}</MaxTileRow><MinTileCol>{min_col}</MinTileCol><MaxTileCol>{max_col}</MaxTileCol></TileMatrixLimits>",
                     escape(&m.id)
                 );
             }
@@ -219,7 +288,10 @@ fn capabilities(state: &AppState, headers: &HeaderMap) -> Response {
         "  </Contents>\n  <ServiceMetadataURL xlink:href=\"{base_x}/wmts/1.0.0/WMTSCapabilities.xml\"/>\n</Capabilities>\n"
     );
     let mut r = x.into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
     r
 }
 
@@ -233,7 +305,11 @@ fn write_tile_matrix_set(x: &mut String, grid: &Grid) {
         escape(&tms.crs_urn)
     );
     if let Some(wkss) = &tms.well_known_scale_set {
-        let _ = writeln!(x, "      <WellKnownScaleSet>{}</WellKnownScaleSet>", escape(wkss));
+        let _ = writeln!(
+            x,
+            "      <WellKnownScaleSet>{}</WellKnownScaleSet>",
+            escape(wkss)
+        );
     }
     // TopLeftCorner follows the CRS's axis order (latitude first for EPSG:4326).
     let corner = if grid.crs.authority_yx {

@@ -5,10 +5,10 @@ use std::borrow::Cow;
 /// Escapes `&`, `<`, `>`, `"` and `'`, and drops characters XML 1.0 cannot
 /// carry (control characters other than tab, newline and carriage return).
 pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| matches!(c, '&' | '<' | '>' | '"' | '\'') || (c.is_control() && !matches!(c, '\t' | '\n' | '\r')))
-    {
+    if !text.chars().any(|c| {
+        matches!(c, '&' | '<' | '>' | '"' | '\'')
+            || (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    }) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
