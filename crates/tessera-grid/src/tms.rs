@@ -278,11 +278,12 @@ impl TileMatrixSet {
         }
         let [origin_x, origin_y] = spec.origin.unwrap_or([extent.min_x, extent.max_y]);
         if let Some(sizes) = &spec.matrix_sizes
-            && sizes.len() != resolutions.len() {
-                return Err(invalid(
-                    "matrix_sizes must have one entry per zoom level".into(),
-                ));
-            }
+            && sizes.len() != resolutions.len()
+        {
+            return Err(invalid(
+                "matrix_sizes must have one entry per zoom level".into(),
+            ));
+        }
         let mut matrices = Vec::with_capacity(resolutions.len());
         for (z, &resolution) in resolutions.iter().enumerate() {
             let (matrix_width, matrix_height) = match &spec.matrix_sizes {

@@ -171,11 +171,12 @@ pub fn build_style(spec: &StyleSpec, band_count: usize) -> Result<Box<dyn Style>
                 check_band(b)?;
             }
             if let Some([lo, hi]) = s.rescale
-                && !(lo.is_finite() && hi.is_finite() && lo < hi) {
-                    return Err(StyleError::Invalid(
-                        "rescale must be [min, max] with min < max".into(),
-                    ));
-                }
+                && !(lo.is_finite() && hi.is_finite() && lo < hi)
+            {
+                return Err(StyleError::Invalid(
+                    "rescale must be [min, max] with min < max".into(),
+                ));
+            }
             Ok(Box::new(RgbStyle {
                 bands,
                 rescale: s.rescale,

@@ -158,14 +158,16 @@ impl Registry {
     pub fn crs(&self, text: &str) -> Result<Arc<Crs>, SourceError> {
         let key = text.to_ascii_uppercase();
         if let Ok(cache) = self.crs_cache.lock()
-            && let Some(c) = cache.get(&key) {
-                return Ok(c.clone());
-            }
+            && let Some(c) = cache.get(&key)
+        {
+            return Ok(c.clone());
+        }
         let crs = Arc::new(Crs::parse(text)?);
         if let Ok(mut cache) = self.crs_cache.lock()
-            && cache.len() < MAX_CACHED_CRS {
-                cache.insert(key, crs.clone());
-            }
+            && cache.len() < MAX_CACHED_CRS
+        {
+            cache.insert(key, crs.clone());
+        }
         Ok(crs)
     }
 }

@@ -36,7 +36,12 @@ impl Reply {
 
 async fn get_with(app: Router, uri: &str) -> Reply {
     let response = app
-        .oneshot(Request::get(uri).header(header::HOST, "tiles.example:8080").body(Body::empty()).unwrap())
+        .oneshot(
+            Request::get(uri)
+                .header(header::HOST, "tiles.example:8080")
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     let status = response.status();
@@ -45,8 +50,16 @@ async fn get_with(app: Router, uri: &str) -> Reply {
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    let body = to_bytes(response.into_body(), 64 << 20).await.unwrap().to_vec();
-    Reply { status, content_type, headers, body }
+    let body = to_bytes(response.into_body(), 64 << 20)
+        .await
+        .unwrap()
+        .to_vec();
+    Reply {
+        status,
+        content_type,
+        headers,
+        body,
+    }
 }
 
 async fn get(uri: &str) -> Reply {
@@ -54,15 +67,19 @@ async fn get(uri: &str) -> Reply {
 }
 
 fn decode_png(bytes: &[u8]) -> (u32, u32, png::ColorType, Vec<u8>) {
-    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().unwrap();
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
     let mut buf = vec![0; reader.output_buffer_size().unwrap()];
     let info = reader.next_frame(&mut buf).unwrap();
     buf.truncate(info.buffer_size());
     (info.width, info.height, info.color_type, buf)
 }
 
-const WMS13: &str = "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=relief&STYLES=&FORMAT=image/png";
-const WMS11: &str = "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.1.1&LAYERS=relief&STYLES=&FORMAT=image/png";
+const WMS13: &str =
+    "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=relief&STYLES=&FORMAT=image/png";
+const WMS11: &str =
+    "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.1.1&LAYERS=relief&STYLES=&FORMAT=image/png";
 
 #[tokio::test]
 async fn a_valid_xyz_tile_is_a_png_of_the_grid_tile_size() {
@@ -75,7 +92,11 @@ async fn a_valid_xyz_tile_is_a_png_of_the_grid_tile_size() {
 
 #[tokio::test]
 async fn extension_and_content_type_agree_for_every_format() {
-    for (ext, ct, magic) in [("png", "image/png", &b"\x89PNG"[..]), ("jpg", "image/jpeg", &b"\xFF\xD8\xFF"[..]), ("webp", "image/webp", &b"RIFF"[..])] {
+    for (ext, ct, magic) in [
+        ("png", "image/png", &b"\x89PNG"[..]),
+        ("jpg", "image/jpeg", &b"\xFF\xD8\xFF"[..]),
+        ("webp", "image/webp", &b"RIFF"[..]),
+    ] {
         let r = get(&format!("/tiles/relief/WorldCRS84Quad/1/1/0.{ext}")).await;
         assert_eq!(r.status, StatusCode::OK, "{ext}");
         assert_eq!(r.content_type, ct);
@@ -89,27 +110,77 @@ async fn tms_rows_count_from_the_bottom() {
     let tms = get("/tms/1.0.0/relief/WebMercatorQuad/2/1/3.png").await;
     assert_eq!(tms.status, StatusCode::OK);
     assert_eq!(xyz.body, tms.body);
-    assert_eq!(get("/tms/1.0.0/relief/WebMercatorQuad/2/1/4.png").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get("/tms/1.0.0/relief/WebMercatorQuad/2/1/4.png")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
 async fn out_of_range_and_malformed_tile_coordinates_are_4xx_never_5xx() {
     let cases = [
-        ("/tiles/relief/WebMercatorQuad/9/0/0.png", StatusCode::NOT_FOUND), // above layer max_zoom 8
-        ("/tiles/relief/WebMercatorQuad/2/4/0.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/2/0/4.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/31/0/0.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/32/0/0.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/63/0/0.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/255/0/0.png", StatusCode::NOT_FOUND),
-        ("/tiles/relief/WebMercatorQuad/-1/0/0.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/1/-1/0.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/1/0.5/0.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/1/0/0.5.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/1/1e1/0.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/1/0/99999999999999999999.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WebMercatorQuad/18446744073709551616/0/0.png", StatusCode::BAD_REQUEST),
-        ("/tiles/relief/WorldCRS84Quad/0/2/0.png", StatusCode::NOT_FOUND),
+        (
+            "/tiles/relief/WebMercatorQuad/9/0/0.png",
+            StatusCode::NOT_FOUND,
+        ), // above layer max_zoom 8
+        (
+            "/tiles/relief/WebMercatorQuad/2/4/0.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/2/0/4.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/31/0/0.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/32/0/0.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/63/0/0.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/255/0/0.png",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/-1/0/0.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/1/-1/0.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/1/0.5/0.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/1/0/0.5.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/1/1e1/0.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/1/0/99999999999999999999.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WebMercatorQuad/18446744073709551616/0/0.png",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/tiles/relief/WorldCRS84Quad/0/2/0.png",
+            StatusCode::NOT_FOUND,
+        ),
     ];
     for (uri, want) in cases {
         let r = get(uri).await;
@@ -120,10 +191,25 @@ async fn out_of_range_and_malformed_tile_coordinates_are_4xx_never_5xx() {
 #[tokio::test]
 async fn layer_zoom_limits_apply_to_tiles() {
     // The elevation layer serves zoom 0..=14.
-    assert_eq!(get("/tiles/elevation/WebMercatorQuad/14/8466/5604.png").await.status, StatusCode::OK);
-    assert_eq!(get("/tiles/elevation/WebMercatorQuad/15/16932/11208.png").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get("/tiles/elevation/WebMercatorQuad/14/8466/5604.png")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get("/tiles/elevation/WebMercatorQuad/15/16932/11208.png")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
     let app = app_with(|c| c.layers[0].min_zoom = 2);
-    assert_eq!(get_with(app, "/tiles/relief/WebMercatorQuad/1/0/0.png").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get_with(app, "/tiles/relief/WebMercatorQuad/1/0/0.png")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
@@ -132,10 +218,22 @@ async fn unknown_layer_grid_and_format_are_404_with_the_name_escaped() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert!(r.text().contains("\"nope<script>\""), "{}", r.text());
     assert!(r.content_type.starts_with("text/plain"));
-    assert_eq!(r.headers.get(header::X_CONTENT_TYPE_OPTIONS).unwrap(), "nosniff");
-    assert_eq!(get("/tiles/relief/NoSuchGrid/0/0/0.png").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(get("/tiles/relief/WebMercatorQuad/0/0/0.gif").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(get("/tiles/relief/WebMercatorQuad/0/0/0").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.headers.get(header::X_CONTENT_TYPE_OPTIONS).unwrap(),
+        "nosniff"
+    );
+    assert_eq!(
+        get("/tiles/relief/NoSuchGrid/0/0/0.png").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get("/tiles/relief/WebMercatorQuad/0/0/0.gif").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get("/tiles/relief/WebMercatorQuad/0/0/0").await.status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
@@ -159,14 +257,20 @@ async fn traversal_and_nul_segments_are_rejected() {
 async fn irrelevant_query_strings_do_not_change_the_tile() {
     let plain = get("/tiles/relief/WebMercatorQuad/1/0/0.png").await.body;
     for i in 0..50 {
-        let r = get(&format!("/tiles/relief/WebMercatorQuad/1/0/0.png?cachebust={i}&x=y{i}")).await;
+        let r = get(&format!(
+            "/tiles/relief/WebMercatorQuad/1/0/0.png?cachebust={i}&x=y{i}"
+        ))
+        .await;
         assert_eq!(r.body, plain);
     }
 }
 
 #[tokio::test]
 async fn wms_getmap_returns_an_image_of_the_requested_size() {
-    let r = get(&format!("{WMS13}&CRS=EPSG:3857&BBOX=-2000000,-1000000,2000000,1000000&WIDTH=300&HEIGHT=150")).await;
+    let r = get(&format!(
+        "{WMS13}&CRS=EPSG:3857&BBOX=-2000000,-1000000,2000000,1000000&WIDTH=300&HEIGHT=150"
+    ))
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     let (w, h, color, _) = decode_png(&r.body);
     assert_eq!((w, h, color), (300, 150, png::ColorType::Rgb));
@@ -174,9 +278,18 @@ async fn wms_getmap_returns_an_image_of_the_requested_size() {
 
 #[tokio::test]
 async fn wms_epsg4326_axis_order_differs_by_version_but_gives_the_same_picture() {
-    let v13 = get(&format!("{WMS13}&CRS=EPSG:4326&BBOX=30,-10,50,20&WIDTH=120&HEIGHT=80")).await;
-    let v11 = get(&format!("{WMS11}&SRS=EPSG:4326&BBOX=-10,30,20,50&WIDTH=120&HEIGHT=80")).await;
-    let crs84 = get(&format!("{WMS13}&CRS=CRS:84&BBOX=-10,30,20,50&WIDTH=120&HEIGHT=80")).await;
+    let v13 = get(&format!(
+        "{WMS13}&CRS=EPSG:4326&BBOX=30,-10,50,20&WIDTH=120&HEIGHT=80"
+    ))
+    .await;
+    let v11 = get(&format!(
+        "{WMS11}&SRS=EPSG:4326&BBOX=-10,30,20,50&WIDTH=120&HEIGHT=80"
+    ))
+    .await;
+    let crs84 = get(&format!(
+        "{WMS13}&CRS=CRS:84&BBOX=-10,30,20,50&WIDTH=120&HEIGHT=80"
+    ))
+    .await;
     assert_eq!(v13.status, StatusCode::OK);
     assert_eq!(v13.body, v11.body);
     assert_eq!(v13.body, crs84.body);
@@ -191,35 +304,72 @@ async fn wms_parameter_names_match_in_any_case() {
 
 #[tokio::test]
 async fn wms_bad_bbox_values_are_exception_reports() {
-    for bbox in ["10,0,0,10", "0,0,0,10", "0,0,10,0", "NaN,0,10,10", "0,0,inf,10", "0,0,1e400,10", "0,0,10", "0,0,10,10,20", "a,b,c,d", ""] {
-        let r = get(&format!("{WMS13}&CRS=EPSG:3857&BBOX={bbox}&WIDTH=10&HEIGHT=10")).await;
+    for bbox in [
+        "10,0,0,10",
+        "0,0,0,10",
+        "0,0,10,0",
+        "NaN,0,10,10",
+        "0,0,inf,10",
+        "0,0,1e400,10",
+        "0,0,10",
+        "0,0,10,10,20",
+        "a,b,c,d",
+        "",
+    ] {
+        let r = get(&format!(
+            "{WMS13}&CRS=EPSG:3857&BBOX={bbox}&WIDTH=10&HEIGHT=10"
+        ))
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bbox}");
         assert!(r.content_type.starts_with("text/xml"), "{bbox}");
         let t = r.text();
-        assert!(t.contains("ServiceExceptionReport") && t.contains("locator=\"BBOX\""), "{bbox}: {t}");
+        assert!(
+            t.contains("ServiceExceptionReport") && t.contains("locator=\"BBOX\""),
+            "{bbox}: {t}"
+        );
     }
 }
 
 #[tokio::test]
 async fn wms_bad_sizes_are_refused_before_rendering() {
-    for (w, h) in [("0", "10"), ("-5", "10"), ("1.5", "10"), ("10", "abc"), ("4097", "10"), ("10", "99999999999")] {
-        let r = get(&format!("{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH={w}&HEIGHT={h}")).await;
+    for (w, h) in [
+        ("0", "10"),
+        ("-5", "10"),
+        ("1.5", "10"),
+        ("10", "abc"),
+        ("4097", "10"),
+        ("10", "99999999999"),
+    ] {
+        let r = get(&format!(
+            "{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH={w}&HEIGHT={h}"
+        ))
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{w}x{h}");
         assert!(r.text().contains("InvalidParameterValue"), "{w}x{h}");
     }
     // Within width and height limits but over the pixel limit.
     let app = app_with(|c| c.limits.wms_max_pixels = 1000);
-    let r = get_with(app, &format!("{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=100&HEIGHT=100")).await;
+    let r = get_with(
+        app,
+        &format!("{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=100&HEIGHT=100"),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.text().contains("limit is 1000"), "{}", r.text());
 }
 
 #[tokio::test]
 async fn wms_unknown_crs_is_invalid_crs_in_1_3_0_and_invalid_srs_in_1_1_1() {
-    let r = get(&format!("{WMS13}&CRS=EPSG:999999&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10")).await;
+    let r = get(&format!(
+        "{WMS13}&CRS=EPSG:999999&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10"
+    ))
+    .await;
     assert!(r.text().contains("code=\"InvalidCRS\""), "{}", r.text());
     assert!(r.text().contains("xmlns=\"http://www.opengis.net/ogc\""));
-    let r = get(&format!("{WMS11}&SRS=EPSG:999999&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10")).await;
+    let r = get(&format!(
+        "{WMS11}&SRS=EPSG:999999&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10"
+    ))
+    .await;
     assert!(r.text().contains("code=\"InvalidSRS\""), "{}", r.text());
     assert!(r.content_type.starts_with("application/vnd.ogc.se_xml"));
 }
@@ -231,18 +381,31 @@ async fn wms_unknown_layer_style_and_format_have_their_ogc_codes() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert!(r.text().contains("code=\"LayerNotDefined\""));
     assert!(r.text().contains("x&lt;&amp;y"), "{}", r.text());
-    let r = get(&format!("{base}&LAYERS=relief&STYLES=fancy&FORMAT=image/png")).await;
-    assert!(r.text().contains("code=\"StyleNotDefined\""), "{}", r.text());
+    let r = get(&format!(
+        "{base}&LAYERS=relief&STYLES=fancy&FORMAT=image/png"
+    ))
+    .await;
+    assert!(
+        r.text().contains("code=\"StyleNotDefined\""),
+        "{}",
+        r.text()
+    );
     let r = get(&format!("{base}&LAYERS=relief&STYLES=&FORMAT=image/gif")).await;
     assert!(r.text().contains("code=\"InvalidFormat\""), "{}", r.text());
 }
 
 #[tokio::test]
 async fn wms_conflicting_duplicate_parameters_are_refused() {
-    let r = get(&format!("{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10&width=20")).await;
+    let r = get(&format!(
+        "{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10&width=20"
+    ))
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.text().contains("WIDTH is given twice"), "{}", r.text());
-    let r = get(&format!("{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10&width=10")).await;
+    let r = get(&format!(
+        "{WMS13}&CRS=EPSG:3857&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10&width=10"
+    ))
+    .await;
     assert_eq!(r.status, StatusCode::OK);
 }
 
@@ -308,9 +471,19 @@ async fn wmts_errors_use_ows_exception_codes() {
     let base = "/wmts?SERVICE=WMTS&REQUEST=GetTile&VERSION=1.0.0&LAYER=relief&STYLE=default&TILEMATRIXSET=WebMercatorQuad&FORMAT=image/png";
     let r = get(&format!("{base}&TILEMATRIX=99&TILEROW=0&TILECOL=0")).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.text().contains("exceptionCode=\"InvalidParameterValue\"") && r.text().contains("locator=\"TILEMATRIX\""), "{}", r.text());
+    assert!(
+        r.text().contains("exceptionCode=\"InvalidParameterValue\"")
+            && r.text().contains("locator=\"TILEMATRIX\""),
+        "{}",
+        r.text()
+    );
     let r = get(&format!("{base}&TILEMATRIX=2&TILEROW=4&TILECOL=0")).await;
-    assert!(r.text().contains("exceptionCode=\"TileOutOfRange\"") && r.text().contains("locator=\"TILEROW\""), "{}", r.text());
+    assert!(
+        r.text().contains("exceptionCode=\"TileOutOfRange\"")
+            && r.text().contains("locator=\"TILEROW\""),
+        "{}",
+        r.text()
+    );
     let r = get(&format!("{base}&TILEMATRIX=2&TILEROW=0&TILECOL=4")).await;
     assert!(r.text().contains("locator=\"TILECOL\""), "{}", r.text());
     let r = get(&format!("{base}&TILEMATRIX=2&TILEROW=-1&TILECOL=0")).await;
@@ -333,7 +506,10 @@ async fn wmts_capabilities_describe_grids_with_limits_and_templates() {
     assert!(t.contains("<TopLeftCorner>-180 90</TopLeftCorner>"));
     assert!(t.contains("template=\"http://tiles.example:8080/wmts/1.0.0/relief/{Style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.png\""));
     assert!(t.contains("<TileMatrixLimits><TileMatrix>14</TileMatrix>"));
-    assert_eq!(get("/wmts?REQUEST=GetCapabilities&SERVICE=WMTS").await.body, r.body);
+    assert_eq!(
+        get("/wmts?REQUEST=GetCapabilities&SERVICE=WMTS").await.body,
+        r.body
+    );
 }
 
 #[tokio::test]
@@ -342,20 +518,35 @@ async fn tilejson_describes_the_layer() {
     assert_eq!(r.status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["tilejson"], "3.0.0");
-    assert_eq!(v["tiles"][0], "http://tiles.example:8080/tiles/elevation/WebMercatorQuad/{z}/{x}/{y}.png");
+    assert_eq!(
+        v["tiles"][0],
+        "http://tiles.example:8080/tiles/elevation/WebMercatorQuad/{z}/{x}/{y}.png"
+    );
     assert_eq!(v["maxzoom"], 14);
     let b = v["bounds"].as_array().unwrap();
     assert!((b[0].as_f64().unwrap() - 5.74).abs() < 0.01);
-    assert_eq!(get("/tiles/zz/WebMercatorQuad/tilejson.json").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get("/tiles/zz/WebMercatorQuad/tilejson.json").await.status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
 async fn public_url_overrides_the_host_header_and_bad_hosts_are_ignored() {
     let custom = app_with(|c| c.server.public_url = Some("https://maps.example.org/t/".into()));
     let r = get_with(custom, "/tiles/relief/WebMercatorQuad/tilejson.json").await;
-    assert!(r.text().contains("https://maps.example.org/t/tiles/relief"), "{}", r.text());
+    assert!(
+        r.text().contains("https://maps.example.org/t/tiles/relief"),
+        "{}",
+        r.text()
+    );
     let response = app()
-        .oneshot(Request::get("/wmts/1.0.0/WMTSCapabilities.xml").header(header::HOST, "evil\"><x").body(Body::empty()).unwrap())
+        .oneshot(
+            Request::get("/wmts/1.0.0/WMTSCapabilities.xml")
+                .header(header::HOST, "evil\"><x")
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
@@ -366,9 +557,17 @@ async fn public_url_overrides_the_host_header_and_bad_hosts_are_ignored() {
 async fn preview_index_and_health_pages_are_served() {
     let r = get("/preview/elevation").await;
     assert_eq!(r.status, StatusCode::OK);
-    assert!(r.text().contains("/static/viewer.js") && r.text().contains("\"tileBase\":\"/tiles/elevation\""));
+    assert!(
+        r.text().contains("/static/viewer.js")
+            && r.text().contains("\"tileBase\":\"/tiles/elevation\"")
+    );
     assert_eq!(get("/preview/zz").await.status, StatusCode::NOT_FOUND);
-    assert!(get("/static/viewer.js").await.content_type.starts_with("text/javascript"));
+    assert!(
+        get("/static/viewer.js")
+            .await
+            .content_type
+            .starts_with("text/javascript")
+    );
     assert!(get("/").await.text().contains("/preview/landsat"));
     assert_eq!(get("/health").await.status, StatusCode::OK);
     assert_eq!(get("/ready").await.status, StatusCode::OK);

@@ -218,9 +218,10 @@ impl GdalSource {
 
     fn release(&self, ds: Dataset) {
         if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < self.max_idle {
-                idle.push(ds);
-            }
+            && idle.len() < self.max_idle
+        {
+            idle.push(ds);
+        }
     }
 
     fn read_err(&self, message: &str) -> SourceError {
@@ -233,9 +234,10 @@ impl GdalSource {
     /// The source's footprint in `crs`, remembered per CRS.
     fn footprint(&self, crs: &Crs) -> Option<BBox> {
         if let Ok(cache) = self.footprints.lock()
-            && let Some(f) = cache.get(&crs.wkt) {
-                return *f;
-            }
+            && let Some(f) = cache.get(&crs.wkt)
+        {
+            return *f;
+        }
         let footprint = match self
             .info
             .native_crs
@@ -249,9 +251,10 @@ impl GdalSource {
                 .ok(),
         };
         if let Ok(mut cache) = self.footprints.lock()
-            && cache.len() < MAX_FOOTPRINTS {
-                cache.insert(crs.wkt.clone(), footprint);
-            }
+            && cache.len() < MAX_FOOTPRINTS
+        {
+            cache.insert(crs.wkt.clone(), footprint);
+        }
         footprint
     }
 

@@ -28,7 +28,11 @@ pub struct TileKey {
 
 impl std::fmt::Display for TileKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}/{}.{}", self.layer, self.grid, self.coord, self.extension)
+        write!(
+            f,
+            "{}/{}/{}.{}",
+            self.layer, self.grid, self.coord, self.extension
+        )
     }
 }
 

@@ -18,7 +18,7 @@ use super::xml::escape;
 const VIEWER_JS: &str = include_str!("viewer.js");
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0}header{padding:8px 12px;background:#223;color:#eee;display:flex;gap:12px;align-items:center}\
-header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;overflow:hidden;background:#dde;cursor:grab;touch-action:none}\
+header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;overflow:hidden;background:#202024;cursor:grab;touch-action:none}\
 .tile{position:absolute;user-select:none;-webkit-user-drag:none}#status{position:absolute;bottom:0;height:24px;left:0;right:0;padding:2px 12px;background:#eee;font:12px monospace}\
 table{border-collapse:collapse;margin:12px}td,th{padding:4px 10px;border-bottom:1px solid #ccc;text-align:left}";
 

@@ -12,6 +12,7 @@
   let grid = cfg.grids[0];
   let format = cfg.formats[0];
   let z = 0, cx = 0, cy = 0;
+  let moved = false; // until the user pans or zooms, resizing re-fits the layer
 
   for (const g of cfg.grids) gridSelect.add(new Option(g.id, g.id));
   for (const f of cfg.formats) formatSelect.add(new Option(f, f));
@@ -57,7 +58,7 @@
     for (const [key, img] of tiles) {
       if (!keep.has(key)) { img.remove(); tiles.delete(key); }
     }
-    status.textContent = `${grid.id} zoom ${z}  centre ${cx.toFixed(4)}, ${cy.toFixed(4)}`;
+    status.textContent = `${grid.id} zoom ${z}  centre ${cx.toFixed(4)}, ${cy.toFixed(4)}  view ${w}x${h}`;
   }
 
   function zoomAt(dz, px, py) {
@@ -69,6 +70,7 @@
     cx = mx - (px - w / 2) * r1;
     cy = my + (py - h / 2) * r1;
     z = nz;
+    moved = true;
     draw();
   }
 
@@ -80,6 +82,7 @@
     cx -= (e.clientX - drag.x) * r;
     cy += (e.clientY - drag.y) * r;
     drag = { x: e.clientX, y: e.clientY };
+    moved = true;
     draw();
   });
   map.addEventListener("pointerup", () => { drag = null; });
@@ -102,7 +105,7 @@
     draw();
   };
   formatSelect.onchange = () => { format = formatSelect.value; draw(); };
-  window.addEventListener("resize", draw);
+  window.addEventListener("resize", () => { if (!moved) fit(); draw(); });
   fit();
   draw();
 })();

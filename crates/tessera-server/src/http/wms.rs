@@ -80,13 +80,14 @@ pub async fn kvp(
     let version = Version::negotiate(kvp.get("version"));
     let err = |e: ApiError| e.speaking(version.protocol());
     if let Some(service) = kvp.get("service")
-        && !service.eq_ignore_ascii_case("WMS") {
-            return Err(err(ApiError::bad_request(
-                "InvalidParameterValue",
-                format!("SERVICE {service:?} is not WMS"),
-            )
-            .at("SERVICE")));
-        }
+        && !service.eq_ignore_ascii_case("WMS")
+    {
+        return Err(err(ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("SERVICE {service:?} is not WMS"),
+        )
+        .at("SERVICE")));
+    }
     let request = kvp.get("request").ok_or_else(|| {
         err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
     })?;
@@ -94,13 +95,15 @@ pub async fn kvp(
         "getcapabilities" | "capabilities" => Ok(capabilities(&state, &headers, version)),
         "getmap" | "map" => {
             if let Some(v) = kvp.get("version")
-                && v != "1.1.1" && v != "1.3.0" {
-                    return Err(err(ApiError::bad_request(
-                        "InvalidParameterValue",
-                        format!("VERSION {v:?} is not supported; use 1.1.1 or 1.3.0"),
-                    )
-                    .at("VERSION")));
-                }
+                && v != "1.1.1"
+                && v != "1.3.0"
+            {
+                return Err(err(ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("VERSION {v:?} is not supported; use 1.1.1 or 1.3.0"),
+                )
+                .at("VERSION")));
+            }
             let request = parse_get_map(&state, &kvp, version).map_err(err)?;
             let format = request.format;
             let bytes = state

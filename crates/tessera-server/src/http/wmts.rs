@@ -27,13 +27,14 @@ pub async fn kvp(
     )
     .map_err(|e| err(kvp_error(e)))?;
     if let Some(service) = kvp.get("service")
-        && !service.eq_ignore_ascii_case("WMTS") {
-            return Err(err(ApiError::bad_request(
-                "InvalidParameterValue",
-                format!("SERVICE {service:?} is not WMTS"),
-            )
-            .at("SERVICE")));
-        }
+        && !service.eq_ignore_ascii_case("WMTS")
+    {
+        return Err(err(ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("SERVICE {service:?} is not WMTS"),
+        )
+        .at("SERVICE")));
+    }
     let request = kvp.get("request").ok_or_else(|| {
         err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
     })?;

@@ -1,0 +1,79 @@
+"""Starts the real `tessera` binary for end-to-end tests.
+
+The binary comes from TESSERA_BIN (set by scripts/test). A missing binary or
+tool is a failure, never a skip.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_tool(name):
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; run scripts/install-deps", pytrace=False)
+    return path
+
+
+class Server:
+    def __init__(self, url, proc, log):
+        self.url = url
+        self.proc = proc
+        self.log = log
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=60) as r:
+            return r.status, r.headers.get("Content-Type"), r.read()
+
+
+def start_server(tmp_path_factory, *args):
+    binary = os.environ.get("TESSERA_BIN")
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.fail("TESSERA_BIN does not name the tessera binary; run the tests through scripts/test", pytrace=False)
+    port = free_port()
+    log = tmp_path_factory.mktemp("tessera") / "server.log"
+    proc = subprocess.Popen(
+        [binary, "serve", "--listen", f"127.0.0.1:{port}", *args],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"tessera exited early:\n{log.read_text()}", pytrace=False)
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return Server(url, proc, log)
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"tessera did not become healthy:\n{log.read_text()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tessera(tmp_path_factory):
+    server = start_server(tmp_path_factory)
+    yield server
+    server.proc.terminate()
+    server.proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def demo_data():
+    return ROOT / "data"
