@@ -2,6 +2,8 @@
 //! applies to the tile, WMTS, WMS, TileJSON and preview endpoints, against
 //! the embedded demo layers rendered by the real GDAL.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::sync::OnceLock;
 
 use axum::Router;
@@ -580,4 +582,36 @@ async fn a_render_past_its_timeout_is_503_with_retry_after() {
     let r = get_with(app, "/tiles/relief/WebMercatorQuad/3/4/2.png").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.headers.get(header::RETRY_AFTER).unwrap(), "5");
+}
+
+#[tokio::test]
+async fn a_custom_grid_from_config_serves_tiles_and_appears_in_wmts() {
+    let app = app_with(|c| {
+        c.grids.push(tessera_grid::GridSpec {
+            id: "CRS84-512".into(),
+            title: None,
+            crs: "EPSG:4326".into(),
+            crs_urn: None,
+            extent: [-180.0, -90.0, 180.0, 90.0],
+            origin: None,
+            tile_width: 512,
+            tile_height: 512,
+            resolutions: Some(vec![0.703_125, 0.351_562_5]),
+            scale_denominators: None,
+            matrix_sizes: None,
+        });
+        c.layers[0].grids.push("CRS84-512".into());
+    });
+    let r = get_with(app.clone(), "/tiles/relief/CRS84-512/1/1/0.png").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let (w, h, ..) = decode_png(&r.body);
+    assert_eq!((w, h), (512, 512));
+    // 360 / (0.3515625 * 512) = 2 columns, 180 / 180 = 1 row at zoom 1.
+    assert_eq!(get_with(app.clone(), "/tiles/relief/CRS84-512/1/2/0.png").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(get_with(app.clone(), "/tiles/relief/CRS84-512/2/0/0.png").await.status, StatusCode::NOT_FOUND);
+    let caps = get_with(app, "/wmts/1.0.0/WMTSCapabilities.xml").await.text();
+    assert!(caps.contains("<ows:Identifier>CRS84-512</ows:Identifier>"));
+    assert!(caps.contains("<ows:SupportedCRS>urn:ogc:def:crs:EPSG::4326</ows:SupportedCRS>"));
+    // EPSG:4326 is latitude first: the corner is written "90 -180".
+    assert!(caps.contains("<TopLeftCorner>90 -180</TopLeftCorner>"), "{caps}");
 }

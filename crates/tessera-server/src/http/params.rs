@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use super::error::ApiError;
+
 /// Parsed query parameters with case-insensitive names.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Kvp {
@@ -45,6 +47,22 @@ impl Kvp {
         self.values
             .get(&name.to_ascii_lowercase())
             .map(String::as_str)
+    }
+}
+
+impl From<KvpError> for ApiError {
+    fn from(e: KvpError) -> Self {
+        match e {
+            KvpError::TooLong(n) => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("query string longer than {n} bytes"),
+            ),
+            KvpError::Conflict(name) => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("{name} is given twice with different values"),
+            )
+            .at(&name),
+        }
     }
 }
 

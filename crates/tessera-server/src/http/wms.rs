@@ -14,7 +14,7 @@ use tessera_grid::BBox;
 use tessera_image::{Color, Format};
 
 use super::error::{ApiError, Protocol};
-use super::params::{Kvp, KvpError};
+use super::params::Kvp;
 use super::xml::escape;
 use super::{AppState, base_url, image_response};
 use crate::registry::Layer;
@@ -60,23 +60,8 @@ pub async fn kvp(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let query = query.unwrap_or_default();
-    let kvp = match Kvp::parse(&query, state.config.limits.max_query_bytes) {
-        Ok(k) => k,
-        Err(e) => {
-            return Err(match e {
-                KvpError::TooLong(n) => ApiError::bad_request(
-                    "InvalidParameterValue",
-                    format!("query string longer than {n} bytes"),
-                ),
-                KvpError::Conflict(name) => ApiError::bad_request(
-                    "InvalidParameterValue",
-                    format!("{name} is given twice with different values"),
-                )
-                .at(&name),
-            }
-            .speaking(Protocol::Wms130));
-        }
-    };
+    let kvp = Kvp::parse(&query, state.config.limits.max_query_bytes)
+        .map_err(|e| ApiError::from(e).speaking(Protocol::Wms130))?;
     let version = Version::negotiate(kvp.get("version"));
     let err = |e: ApiError| e.speaking(version.protocol());
     if let Some(service) = kvp.get("service")

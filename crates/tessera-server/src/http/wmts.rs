@@ -9,7 +9,7 @@ use tessera_grid::GridError;
 use tessera_image::Format;
 
 use super::error::{ApiError, Protocol};
-use super::params::{Kvp, KvpError};
+use super::params::Kvp;
 use super::xml::escape;
 use super::{AppState, TileLookupError, base_url, render_tile, resolve_tile};
 use crate::registry::Grid;
@@ -25,7 +25,7 @@ pub async fn kvp(
         query.as_deref().unwrap_or(""),
         state.config.limits.max_query_bytes,
     )
-    .map_err(|e| err(kvp_error(e)))?;
+    .map_err(|e| err(e.into()))?;
     if let Some(service) = kvp.get("service")
         && !service.eq_ignore_ascii_case("WMTS")
     {
@@ -116,20 +116,6 @@ pub async fn rest_tile(
         ext,
     )
     .await
-}
-
-fn kvp_error(e: KvpError) -> ApiError {
-    match e {
-        KvpError::TooLong(n) => ApiError::bad_request(
-            "InvalidParameterValue",
-            format!("query string longer than {n} bytes"),
-        ),
-        KvpError::Conflict(name) => ApiError::bad_request(
-            "InvalidParameterValue",
-            format!("{name} is given twice with different values"),
-        )
-        .at(&name),
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
