@@ -607,11 +607,26 @@ async fn a_custom_grid_from_config_serves_tiles_and_appears_in_wmts() {
     let (w, h, ..) = decode_png(&r.body);
     assert_eq!((w, h), (512, 512));
     // 360 / (0.3515625 * 512) = 2 columns, 180 / 180 = 1 row at zoom 1.
-    assert_eq!(get_with(app.clone(), "/tiles/relief/CRS84-512/1/2/0.png").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(get_with(app.clone(), "/tiles/relief/CRS84-512/2/0/0.png").await.status, StatusCode::NOT_FOUND);
-    let caps = get_with(app, "/wmts/1.0.0/WMTSCapabilities.xml").await.text();
+    assert_eq!(
+        get_with(app.clone(), "/tiles/relief/CRS84-512/1/2/0.png")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get_with(app.clone(), "/tiles/relief/CRS84-512/2/0/0.png")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let caps = get_with(app, "/wmts/1.0.0/WMTSCapabilities.xml")
+        .await
+        .text();
     assert!(caps.contains("<ows:Identifier>CRS84-512</ows:Identifier>"));
     assert!(caps.contains("<ows:SupportedCRS>urn:ogc:def:crs:EPSG::4326</ows:SupportedCRS>"));
     // EPSG:4326 is latitude first: the corner is written "90 -180".
-    assert!(caps.contains("<TopLeftCorner>90 -180</TopLeftCorner>"), "{caps}");
+    assert!(
+        caps.contains("<TopLeftCorner>90 -180</TopLeftCorner>"),
+        "{caps}"
+    );
 }
