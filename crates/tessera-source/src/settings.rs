@@ -1,6 +1,8 @@
 //! Process-wide GDAL settings: block cache size, network timeouts, and
 //! in-memory files for the embedded demo data.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 use crate::LocationPolicy;
@@ -26,6 +28,9 @@ pub struct GdalSettings {
     pub allow_unsafe_drivers: bool,
     /// Allow sources at loopback, link-local and private network addresses.
     pub allow_private_network: bool,
+    /// Further GDAL configuration options, for example `AWS_S3_ENDPOINT`,
+    /// `AWS_ACCESS_KEY_ID: ${AWS_ACCESS_KEY_ID}` or `GS_NO_SIGN_REQUEST`.
+    pub config_options: BTreeMap<String, String>,
 }
 
 impl Default for GdalSettings {
@@ -39,6 +44,7 @@ impl Default for GdalSettings {
             allowed_drivers: DEFAULT_DRIVERS.iter().map(|s| (*s).to_string()).collect(),
             allow_unsafe_drivers: false,
             allow_private_network: false,
+            config_options: BTreeMap::new(),
         }
     }
 }
@@ -77,6 +83,9 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     )?;
     set("GDAL_PAM_ENABLED", "NO")?;
     set("CPL_DEBUG", "OFF")?;
+    for (key, value) in &settings.config_options {
+        set(key, value)?;
+    }
     Ok(())
 }
 
