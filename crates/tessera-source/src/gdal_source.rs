@@ -497,6 +497,66 @@ mod tests {
     }
 
     #[test]
+    fn an_alpha_band_is_the_validity_mask_not_a_data_band() {
+        use gdal::raster::Buffer;
+        // A 4x4 RGBA image whose left half is transparent.
+        let path = format!("/vsimem/rgba-{}.tif", std::process::id());
+        {
+            let driver = DriverManager::get_driver_by_name("MEM").unwrap();
+            let mut mem = driver.create_with_band_type::<u8, _>("", 4, 4, 4).unwrap();
+            mem.set_geo_transform(&[0.0, 1.0, 0.0, 4.0, 0.0, -1.0])
+                .unwrap();
+            mem.set_projection(&Crs::parse("EPSG:4326").unwrap().wkt)
+                .unwrap();
+            for b in 1..=3 {
+                let mut band = mem.rasterband(b).unwrap();
+                band.write(
+                    (0, 0),
+                    (4, 4),
+                    &mut Buffer::new((4, 4), vec![100u8 * (b as u8 - 1) + 7; 16]),
+                )
+                .unwrap();
+            }
+            let mut alpha = mem.rasterband(4).unwrap();
+            alpha
+                .set_color_interpretation(ColorInterpretation::AlphaBand)
+                .unwrap();
+            let mask: Vec<u8> = (0..16).map(|i| if i % 4 < 2 { 0 } else { 255 }).collect();
+            alpha
+                .write((0, 0), (4, 4), &mut Buffer::new((4, 4), mask))
+                .unwrap();
+            let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
+            mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
+                .unwrap();
+        }
+        let s = GdalSource::open(
+            &GdalSourceSpec {
+                path: path.clone(),
+                resampling: Resampling::Nearest,
+            },
+            &GdalSettings::default(),
+        )
+        .unwrap();
+        assert_eq!(s.info().band_count, 3);
+        let crs = Crs::parse("EPSG:4326").unwrap();
+        let r = s
+            .read(&WindowRequest {
+                bbox: BBox::new(0.0, 0.0, 4.0, 4.0).unwrap(),
+                crs: &crs,
+                width: 4,
+                height: 4,
+            })
+            .unwrap();
+        assert_eq!(r.bands.len(), 3);
+        assert_eq!(&r.valid[..4], &[0, 0, 255, 255]);
+        let BandData::U8(blue) = &r.bands[2] else {
+            panic!("expected bytes")
+        };
+        assert!(blue.iter().zip(&r.valid).all(|(b, v)| *v == 0 || *b == 207));
+        gdal::vsi::unlink_mem_file(&path).unwrap();
+    }
+
+    #[test]
     fn vrt_sources_are_refused_by_default() {
         let dir = std::env::temp_dir().join(format!("tessera-vrt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
