@@ -180,27 +180,18 @@ pub fn resolve_tile(
     let format = format
         .filter(|f| layer.formats.contains(f))
         .ok_or_else(|| TileLookupError::UnknownFormat(format_text.to_string()))?;
-    let coord = if tms_rows {
-        let top = grid
+    // A TMS row is in range exactly when the XYZ row is, so the address is
+    // validated as given and then flipped.
+    let parsed = grid
+        .tms
+        .parse_tile(z, x, y)
+        .map_err(TileLookupError::Coord)?;
+    let coord = match grid.tms.flip_row(parsed.z(), u64::from(parsed.y())) {
+        Some(flipped) if tms_rows => grid
             .tms
-            .parse_tile(z, x, "0")
-            .map_err(TileLookupError::Coord)?;
-        let row = grid
-            .tms
-            .parse_tile(z, "0", y)
-            .map_err(TileLookupError::Coord)?
-            .y();
-        let flipped = grid
-            .tms
-            .flip_row(top.z(), u64::from(row))
-            .unwrap_or_default();
-        grid.tms
-            .tile(u32::from(top.z()), u64::from(top.x()), flipped)
-            .map_err(TileLookupError::Coord)?
-    } else {
-        grid.tms
-            .parse_tile(z, x, y)
-            .map_err(TileLookupError::Coord)?
+            .tile(u32::from(parsed.z()), u64::from(parsed.x()), flipped)
+            .map_err(TileLookupError::Coord)?,
+        _ => parsed,
     };
     let max = layer.max_zoom_in(&grid);
     if coord.z() < layer.min_zoom || coord.z() > max {
