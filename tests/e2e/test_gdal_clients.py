@@ -2,12 +2,21 @@
 import re
 import subprocess
 
+import pytest
 from osgeo import gdal
 
 from conftest import require_tool
 from imaging import read
 
 gdal.UseExceptions()
+
+
+@pytest.fixture(autouse=True)
+def fresh_wms_cache(tmp_path, monkeypatch):
+    """GDAL's WMS/WMTS drivers cache tiles on disk: give each test an empty
+    cache of its own so every answer comes from the server, and none lands in
+    the checkout."""
+    monkeypatch.setenv("GDAL_DEFAULT_WMS_CACHE_PATH", str(tmp_path / "gdalwmscache"))
 
 
 def run(*args):
