@@ -3,6 +3,7 @@
 The binary comes from TESSERA_BIN (set by scripts/test). A missing binary or
 tool is a failure, never a skip.
 """
+import contextlib
 import os
 import shutil
 import socket
@@ -66,12 +67,29 @@ def start_server(tmp_path_factory, *args):
     pytest.fail(f"tessera did not become healthy:\n{log.read_text()}", pytrace=False)
 
 
+@contextlib.contextmanager
+def serving(tmp_path_factory, *args):
+    """A tessera started with `args`, stopped when the block ends."""
+    server = start_server(tmp_path_factory, *args)
+    try:
+        yield server
+    finally:
+        server.proc.terminate()
+        server.proc.wait(timeout=20)
+
+
+def assert_same_tile(server, remote_path, local_path):
+    """The remote layer's tile is a PNG byte-identical to the local layer's."""
+    status, ctype, remote = server.get(remote_path)
+    assert (status, ctype) == (200, "image/png")
+    _, _, local = server.get(local_path)
+    assert remote == local
+
+
 @pytest.fixture(scope="session")
 def tessera(tmp_path_factory):
-    server = start_server(tmp_path_factory)
-    yield server
-    server.proc.terminate()
-    server.proc.wait(timeout=20)
+    with serving(tmp_path_factory) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

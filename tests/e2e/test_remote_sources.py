@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import start_server
+from conftest import assert_same_tile, serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -74,15 +74,8 @@ layers:
 def test_a_cog_over_http_renders_the_same_tile_as_the_local_file(cog_server, tmp_path_factory):
     config = tmp_path_factory.mktemp("remote") / "tessera.yaml"
     write_config(config, cog_server, allow_private=True)
-    server = start_server(tmp_path_factory, "--config", str(config))
-    try:
-        status, ctype, remote = server.get("/tiles/remote/WebMercatorQuad/4/8/5.png")
-        assert (status, ctype) == (200, "image/png")
-        _, _, local = server.get("/tiles/local/WebMercatorQuad/4/8/5.png")
-        assert remote == local
-    finally:
-        server.proc.terminate()
-        server.proc.wait(timeout=20)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert_same_tile(server, "/tiles/remote/WebMercatorQuad/4/8/5.png", "/tiles/local/WebMercatorQuad/4/8/5.png")
 
 
 def test_a_private_network_url_is_refused_unless_allowed(cog_server, tmp_path):

@@ -5,7 +5,7 @@ import os
 import boto3
 import pytest
 
-from conftest import ROOT, start_server
+from conftest import ROOT, assert_same_tile, serving
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +47,5 @@ layers:
 """)
     monkeypatch.setenv("TEST_KEY", s3["key"])
     monkeypatch.setenv("TEST_SECRET", s3["secret"])
-    server = start_server(tmp_path_factory, "--config", str(config))
-    try:
-        status, ctype, remote = server.get("/tiles/s3/WorldCRS84Quad/3/9/2.png")
-        assert (status, ctype) == (200, "image/png")
-        _, _, local = server.get("/tiles/local/WorldCRS84Quad/3/9/2.png")
-        assert remote == local
-    finally:
-        server.proc.terminate()
-        server.proc.wait(timeout=20)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert_same_tile(server, "/tiles/s3/WorldCRS84Quad/3/9/2.png", "/tiles/local/WorldCRS84Quad/3/9/2.png")

@@ -99,24 +99,24 @@ impl Renderer {
 
 /// Renders one request on the current thread.
 pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<Bytes, RenderError> {
-    let mut canvas = if req.transparent && req.format != Format::Jpeg {
-        RgbaImage::transparent(req.width, req.height)
-    } else {
-        let mut c = RgbaImage::transparent(req.width, req.height);
+    // With a transparent background the first layer is the canvas; otherwise
+    // every layer is composited over the background color.
+    let mut canvas = (!req.transparent || req.format == Format::Jpeg).then(|| {
         let [r, g, b, _] = req.background.0;
+        let mut c = RgbaImage::transparent(req.width, req.height);
         for px in c.as_raw_mut().chunks_exact_mut(4) {
             px.copy_from_slice(&[r, g, b, 255]);
         }
         c
-    };
-    for (i, layer) in req.layers.iter().enumerate() {
+    });
+    for layer in &req.layers {
         let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height)?;
-        if i == 0 && req.transparent && req.format != Format::Jpeg {
-            canvas = img;
-        } else {
-            canvas.composite_over(&img);
+        match canvas.as_mut() {
+            Some(c) => c.composite_over(&img),
+            None => canvas = Some(img),
         }
     }
+    let canvas = canvas.unwrap_or_else(|| RgbaImage::transparent(req.width, req.height));
     let bytes = encode(canvas.view(), req.format, encoding, req.background)?;
     Ok(Bytes::from(bytes))
 }

@@ -86,35 +86,18 @@ impl GdalSource {
     pub fn open(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
         let policy = settings.policy();
         let path = check_location(&spec.path, &policy)?;
-        let mut source = Self {
+        let ds = open_dataset(&path, &policy.allowed_drivers)?;
+        let (has_alpha, info) = read_info(&path, &ds)?;
+        let source = Self {
             path,
             resampling: spec.resampling,
-            has_alpha: false,
-            info: SourceInfo {
-                band_count: 0,
-                is_byte: true,
-                native_crs: Crs::parse("OGC:CRS84")?,
-                native_bounds: BBox {
-                    min_x: 0.0,
-                    min_y: 0.0,
-                    max_x: 1.0,
-                    max_y: 1.0,
-                },
-                lonlat_bounds: BBox {
-                    min_x: 0.0,
-                    min_y: 0.0,
-                    max_x: 1.0,
-                    max_y: 1.0,
-                },
-                native_resolution: 1.0,
-            },
+            has_alpha,
+            info,
             allowed_drivers: policy.allowed_drivers,
             max_idle: settings.max_idle_handles,
             idle: Mutex::new(Vec::new()),
             footprints: Mutex::new(HashMap::new()),
         };
-        let ds = source.open_dataset()?;
-        source.read_info(&ds)?;
         source.release(ds);
         Ok(source)
     }
@@ -122,86 +105,6 @@ impl GdalSource {
     /// The path or URL GDAL opens.
     pub fn path(&self) -> &str {
         &self.path
-    }
-
-    fn open_dataset(&self) -> Result<Dataset, SourceError> {
-        let drivers: Vec<&str> = self.allowed_drivers.iter().map(String::as_str).collect();
-        let options = DatasetOptions {
-            open_flags: GdalOpenFlags::GDAL_OF_RASTER
-                | GdalOpenFlags::GDAL_OF_READONLY
-                | GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
-            allowed_drivers: if drivers.is_empty() {
-                None
-            } else {
-                Some(&drivers)
-            },
-            ..DatasetOptions::default()
-        };
-        Dataset::open_ex(&self.path, options).map_err(|e| SourceError::Open {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })
-    }
-
-    fn read_info(&mut self, ds: &Dataset) -> Result<(), SourceError> {
-        let err = |message: String| SourceError::Open {
-            path: self.path.clone(),
-            message,
-        };
-        let count = ds.raster_count();
-        if count == 0 {
-            return Err(err("dataset has no raster bands".into()));
-        }
-        let last = ds.rasterband(count).map_err(|e| err(e.to_string()))?;
-        self.has_alpha = count > 1 && last.color_interpretation() == ColorInterpretation::AlphaBand;
-        let band_count = if self.has_alpha { count - 1 } else { count };
-        let mut is_byte = true;
-        for b in 1..=band_count {
-            let band = ds.rasterband(b).map_err(|e| err(e.to_string()))?;
-            is_byte &= band.band_type() == GdalDataType::UInt8;
-        }
-        let wkt = ds.projection();
-        if wkt.is_empty() {
-            return Err(err("dataset has no coordinate reference system".into()));
-        }
-        let native_crs = Crs::from_wkt(&wkt)?;
-        let gt = ds
-            .geo_transform()
-            .map_err(|e| err(format!("no geotransform: {e}")))?;
-        let (w, h) = ds.raster_size();
-        let corners = [
-            (0.0, 0.0),
-            (w as f64, 0.0),
-            (0.0, h as f64),
-            (w as f64, h as f64),
-        ]
-        .map(|(px, py)| {
-            (
-                gt[0] + px * gt[1] + py * gt[2],
-                gt[3] + px * gt[4] + py * gt[5],
-            )
-        });
-        let xs = corners.map(|c| c.0);
-        let ys = corners.map(|c| c.1);
-        let fold = |v: [f64; 4], f: fn(f64, f64) -> f64| v.into_iter().reduce(f).unwrap_or(0.0);
-        let native_bounds = BBox::new(
-            fold(xs, f64::min),
-            fold(ys, f64::min),
-            fold(xs, f64::max),
-            fold(ys, f64::max),
-        )
-        .map_err(|e| err(format!("bad extent: {e}")))?;
-        let lonlat = Crs::parse("OGC:CRS84")?;
-        let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
-        self.info = SourceInfo {
-            band_count,
-            is_byte,
-            native_crs,
-            native_bounds,
-            lonlat_bounds,
-            native_resolution: gt[1].hypot(gt[2]),
-        };
-        Ok(())
     }
 
     fn acquire(&self) -> Result<Dataset, SourceError> {
@@ -212,7 +115,7 @@ impl GdalSource {
             .pop();
         match pooled {
             Some(ds) => Ok(ds),
-            None => self.open_dataset(),
+            None => open_dataset(&self.path, &self.allowed_drivers),
         }
     }
 
@@ -327,6 +230,88 @@ impl GdalSource {
             valid,
         })
     }
+}
+
+/// Opens `path` read-only with the allowed drivers (all drivers when the list is empty).
+fn open_dataset(path: &str, allowed_drivers: &[String]) -> Result<Dataset, SourceError> {
+    let drivers: Vec<&str> = allowed_drivers.iter().map(String::as_str).collect();
+    let options = DatasetOptions {
+        open_flags: GdalOpenFlags::GDAL_OF_RASTER
+            | GdalOpenFlags::GDAL_OF_READONLY
+            | GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
+        allowed_drivers: if drivers.is_empty() {
+            None
+        } else {
+            Some(&drivers)
+        },
+        ..DatasetOptions::default()
+    };
+    Dataset::open_ex(path, options).map_err(|e| SourceError::Open {
+        path: path.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Reads a dataset's facts; also tells whether its last band is an alpha band.
+fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError> {
+    let err = |message: String| SourceError::Open {
+        path: path.to_string(),
+        message,
+    };
+    let count = ds.raster_count();
+    if count == 0 {
+        return Err(err("dataset has no raster bands".into()));
+    }
+    let last = ds.rasterband(count).map_err(|e| err(e.to_string()))?;
+    let has_alpha = count > 1 && last.color_interpretation() == ColorInterpretation::AlphaBand;
+    let band_count = if has_alpha { count - 1 } else { count };
+    let mut is_byte = true;
+    for b in 1..=band_count {
+        let band = ds.rasterband(b).map_err(|e| err(e.to_string()))?;
+        is_byte &= band.band_type() == GdalDataType::UInt8;
+    }
+    let wkt = ds.projection();
+    if wkt.is_empty() {
+        return Err(err("dataset has no coordinate reference system".into()));
+    }
+    let native_crs = Crs::from_wkt(&wkt)?;
+    let gt = ds
+        .geo_transform()
+        .map_err(|e| err(format!("no geotransform: {e}")))?;
+    let (w, h) = ds.raster_size();
+    let corners = [
+        (0.0, 0.0),
+        (w as f64, 0.0),
+        (0.0, h as f64),
+        (w as f64, h as f64),
+    ]
+    .map(|(px, py)| {
+        (
+            gt[0] + px * gt[1] + py * gt[2],
+            gt[3] + px * gt[4] + py * gt[5],
+        )
+    });
+    let xs = corners.map(|c| c.0);
+    let ys = corners.map(|c| c.1);
+    let fold = |v: [f64; 4], f: fn(f64, f64) -> f64| v.into_iter().reduce(f).unwrap_or(0.0);
+    let native_bounds = BBox::new(
+        fold(xs, f64::min),
+        fold(ys, f64::min),
+        fold(xs, f64::max),
+        fold(ys, f64::max),
+    )
+    .map_err(|e| err(format!("bad extent: {e}")))?;
+    let lonlat = Crs::parse("OGC:CRS84")?;
+    let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
+    let info = SourceInfo {
+        band_count,
+        is_byte,
+        native_crs,
+        native_bounds,
+        lonlat_bounds,
+        native_resolution: gt[1].hypot(gt[2]),
+    };
+    Ok((has_alpha, info))
 }
 
 fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {

@@ -124,28 +124,31 @@ impl IntoResponse for ApiError {
             .unwrap_or_default();
         let (content_type, body) = match self.protocol {
             Protocol::Plain => ("text/plain; charset=utf-8", format!("{}\n", self.message)),
-            Protocol::Wms111 => (
-                "application/vnd.ogc.se_xml; charset=utf-8",
-                format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-                     <ServiceExceptionReport version=\"1.1.1\">\n  \
-                     <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
-                     </ServiceExceptionReport>\n",
-                    self.code
-                ),
-            ),
-            Protocol::Wms130 => (
-                "text/xml; charset=utf-8",
-                format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-                     <ServiceExceptionReport version=\"1.3.0\" xmlns=\"http://www.opengis.net/ogc\" \
-                     xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
-                     xsi:schemaLocation=\"http://www.opengis.net/ogc http://schemas.opengis.net/wms/1.3.0/exceptions_1_3_0.xsd\">\n  \
-                     <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
-                     </ServiceExceptionReport>\n",
-                    self.code
-                ),
-            ),
+            Protocol::Wms111 | Protocol::Wms130 => {
+                let (content_type, root) = if self.protocol == Protocol::Wms111 {
+                    (
+                        "application/vnd.ogc.se_xml; charset=utf-8",
+                        "version=\"1.1.1\"",
+                    )
+                } else {
+                    (
+                        "text/xml; charset=utf-8",
+                        "version=\"1.3.0\" xmlns=\"http://www.opengis.net/ogc\" \
+                         xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
+                         xsi:schemaLocation=\"http://www.opengis.net/ogc http://schemas.opengis.net/wms/1.3.0/exceptions_1_3_0.xsd\"",
+                    )
+                };
+                (
+                    content_type,
+                    format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+                         <ServiceExceptionReport {root}>\n  \
+                         <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
+                         </ServiceExceptionReport>\n",
+                        self.code
+                    ),
+                )
+            }
             Protocol::Wmts => (
                 "application/xml; charset=utf-8",
                 format!(

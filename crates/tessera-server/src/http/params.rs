@@ -42,6 +42,23 @@ impl Kvp {
         Ok(Kvp { values })
     }
 
+    /// The common OGC preamble: SERVICE, when given, must name `service`;
+    /// REQUEST is required and returned.
+    pub fn service_request(&self, service: &str) -> Result<&str, ApiError> {
+        if let Some(given) = self.get("service")
+            && !given.eq_ignore_ascii_case(service)
+        {
+            return Err(ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("SERVICE {given:?} is not {service}"),
+            )
+            .at("SERVICE"));
+        }
+        self.get("request").ok_or_else(|| {
+            ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST")
+        })
+    }
+
     /// The value of `name` (any case), if given.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values

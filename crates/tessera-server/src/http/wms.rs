@@ -64,18 +64,7 @@ pub async fn kvp(
         .map_err(|e| ApiError::from(e).speaking(Protocol::Wms130))?;
     let version = Version::negotiate(kvp.get("version"));
     let err = |e: ApiError| e.speaking(version.protocol());
-    if let Some(service) = kvp.get("service")
-        && !service.eq_ignore_ascii_case("WMS")
-    {
-        return Err(err(ApiError::bad_request(
-            "InvalidParameterValue",
-            format!("SERVICE {service:?} is not WMS"),
-        )
-        .at("SERVICE")));
-    }
-    let request = kvp.get("request").ok_or_else(|| {
-        err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
-    })?;
+    let request = kvp.service_request("WMS").map_err(err)?;
     match request.to_ascii_lowercase().as_str() {
         "getcapabilities" | "capabilities" => Ok(capabilities(&state, &headers, version)),
         "getmap" | "map" => {

@@ -26,18 +26,7 @@ pub async fn kvp(
         state.config.limits.max_query_bytes,
     )
     .map_err(|e| err(e.into()))?;
-    if let Some(service) = kvp.get("service")
-        && !service.eq_ignore_ascii_case("WMTS")
-    {
-        return Err(err(ApiError::bad_request(
-            "InvalidParameterValue",
-            format!("SERVICE {service:?} is not WMTS"),
-        )
-        .at("SERVICE")));
-    }
-    let request = kvp.get("request").ok_or_else(|| {
-        err(ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST"))
-    })?;
+    let request = kvp.service_request("WMTS").map_err(err)?;
     match request.to_ascii_lowercase().as_str() {
         "getcapabilities" => Ok(capabilities(&state, &headers)),
         "gettile" => {
