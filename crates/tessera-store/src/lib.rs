@@ -1,9 +1,18 @@
 //! Where rendered tiles are kept.
 //!
 //! This crate defines the [`TileStore`] contract that every cache backend
-//! (file, journal, MBTiles, object storage) implements, and the key and
-//! durability types they share. Backends arrive with the caching work; the
-//! server renders every request until one is configured.
+//! implements, the key and durability types they share, the backends that
+//! need nothing but the local machine ([`FileStore`], [`MemoryStore`]) and a
+//! shared conformance suite (feature `conformance`) that every backend's
+//! tests call.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod file;
+mod memory;
+
+pub use file::{FileLayout, FileStore};
+pub use memory::MemoryStore;
 
 use bytes::Bytes;
 use tessera_grid::TileCoord;
@@ -22,8 +31,20 @@ pub struct TileKey {
     pub grid: String,
     /// Tile coordinate (rows from the top).
     pub coord: TileCoord,
+    /// Number of rows of the matrix at the tile's zoom, so that stores with
+    /// bottom-up row order (TMS layout, MBTiles) can flip `coord.y()`.
+    pub matrix_height: u32,
     /// File extension of the encoded format (`png`, `jpg`, `webp`).
     pub extension: &'static str,
+}
+
+impl TileKey {
+    /// The row counted from the bottom of the matrix (TMS order).
+    pub fn tms_row(&self) -> u32 {
+        self.matrix_height
+            .saturating_sub(1)
+            .saturating_sub(self.coord.y())
+    }
 }
 
 impl std::fmt::Display for TileKey {
@@ -39,7 +60,8 @@ impl std::fmt::Display for TileKey {
 /// How durable a write must be before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// Handed to the operating system; may be lost on power failure.
+    /// Handed to the operating system: survives the process being killed,
+    /// may be lost (never torn) on power failure.
     #[default]
     Buffered,
     /// On stable storage before the call returns.
@@ -56,9 +78,18 @@ pub enum StoreError {
         store: String,
         /// Operation.
         op: &'static str,
-        /// Key concerned, as `layer/grid/z/x/y.ext`.
+        /// Key concerned, as `layer/grid/z/x/y.ext` (or a path for store-wide
+        /// operations).
         key: String,
         /// Detail.
+        message: String,
+    },
+    /// The caller broke the contract (for example an empty tile).
+    #[error("store {store}: {message}")]
+    Invalid {
+        /// Store name.
+        store: String,
+        /// What was wrong.
         message: String,
     },
 }
@@ -67,14 +98,22 @@ pub enum StoreError {
 ///
 /// Contract for implementations:
 /// - `get` returns exactly the bytes of the last acknowledged `put` for the
-///   key, or `None`; never a partial tile.
+///   key, or `None`; never a partial tile, even after the process was killed
+///   in the middle of a write.
+/// - Tiles are never empty: `put` of zero bytes is [`StoreError::Invalid`].
 /// - `put` with [`Durability::Synced`] returns only once the tile survives a
-///   crash; with [`Durability::Buffered`] it may be lost, but never torn.
-/// - `put_many` is equivalent to `put` of each tile (a backend may batch).
-/// - `delete` of a missing key succeeds.
-/// - All methods may be called concurrently from many threads.
+///   power failure; with [`Durability::Buffered`] it survives the process
+///   being killed and may be lost, but never torn, on power failure.
+/// - `put_many` is equivalent to `put` of each tile (a backend may batch,
+///   for example one directory sync for a whole metatile); when it fails some
+///   tiles may be stored and others not, each of them whole or absent.
+/// - `delete` of a missing key succeeds; after it returns, `get` is `None`.
+/// - `exists` agrees with `get`.
+/// - All methods may be called concurrently from many threads, also for the
+///   same key: concurrent puts leave one of the written values, whole.
+/// - Methods block; async callers run them on blocking threads.
 pub trait TileStore: Send + Sync + std::fmt::Debug {
-    /// A short name for logs and metrics (`file`, `mbtiles`, ...).
+    /// A short name for logs and metrics (`file`, `memory`, ...).
     fn name(&self) -> &str;
 
     /// Reads a tile.
@@ -102,4 +141,15 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         Ok(self.get(key)?.is_some())
     }
+}
+
+/// Refuses an empty tile, as the contract requires of every backend.
+pub(crate) fn check_not_empty(store: &str, key: &TileKey, data: &[u8]) -> Result<(), StoreError> {
+    if data.is_empty() {
+        return Err(StoreError::Invalid {
+            store: store.to_string(),
+            message: format!("refusing to store an empty tile for {key}"),
+        });
+    }
+    Ok(())
 }

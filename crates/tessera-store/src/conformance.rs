@@ -1,0 +1,255 @@
+//! The behaviour every [`TileStore`] must show, as one suite that each
+//! backend's tests call with a fresh, empty store.
+//!
+//! Each check uses its own layer name, so the checks do not see each
+//! other's tiles. A failure panics with the name of the broken rule.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tessera_grid::TileMatrixSet;
+
+use crate::{Durability, StoreError, TileKey, TileStore};
+
+/// Runs every check against `store`, which must start empty.
+pub fn run_all(store: Arc<dyn TileStore>) {
+    missing_is_none(store.as_ref());
+    put_then_get(store.as_ref());
+    overwrite_keeps_last(store.as_ref());
+    keys_are_distinct(store.as_ref());
+    put_many_is_put_each(store.as_ref());
+    delete_removes(store.as_ref());
+    empty_tile_refused(store.as_ref());
+    large_tile(store.as_ref());
+    concurrent_writers(&store);
+    readers_never_see_torn_tiles(&store);
+}
+
+/// A key for tile (z, x, y) of `layer` in WebMercatorQuad.
+pub fn key(layer: &str, z: u32, x: u64, y: u64, extension: &'static str) -> TileKey {
+    key_in(layer, "WebMercatorQuad", z, x, y, extension)
+}
+
+fn key_in(layer: &str, grid: &str, z: u32, x: u64, y: u64, extension: &'static str) -> TileKey {
+    let tms = TileMatrixSet::web_mercator_quad();
+    let coord = tms
+        .tile(z, x, y)
+        .expect("test coordinates are inside the grid");
+    TileKey {
+        layer: layer.into(),
+        grid: grid.into(),
+        coord,
+        matrix_height: 1 << z,
+        extension,
+    }
+}
+
+/// A recognisable payload of `len` bytes.
+pub fn payload(seed: u8, len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn missing_is_none(store: &dyn TileStore) {
+    let k = key("c-missing", 3, 1, 2, "png");
+    assert_eq!(
+        store.get(&k).expect("get"),
+        None,
+        "missing tile must be None"
+    );
+    assert!(
+        !store.exists(&k).expect("exists"),
+        "missing tile must not exist"
+    );
+}
+
+fn put_then_get(store: &dyn TileStore) {
+    for (i, durability) in [Durability::Buffered, Durability::Synced]
+        .into_iter()
+        .enumerate()
+    {
+        let k = key("c-put", 4, i as u64, 3, "png");
+        let data = payload(i as u8, 1000);
+        store.put(&k, data.clone(), durability).expect("put");
+        assert_eq!(
+            store.get(&k).expect("get"),
+            Some(data),
+            "get returns the put bytes"
+        );
+        assert!(store.exists(&k).expect("exists"), "put tile exists");
+    }
+}
+
+fn overwrite_keeps_last(store: &dyn TileStore) {
+    let k = key("c-overwrite", 5, 7, 9, "png");
+    store
+        .put(&k, payload(1, 500), Durability::Buffered)
+        .expect("put");
+    store
+        .put(&k, payload(2, 300), Durability::Synced)
+        .expect("put");
+    assert_eq!(
+        store.get(&k).expect("get"),
+        Some(payload(2, 300)),
+        "last put wins"
+    );
+}
+
+fn keys_are_distinct(store: &dyn TileStore) {
+    let keys = [
+        key("c-distinct", 6, 10, 20, "png"),
+        key("c-distinct-b", 6, 10, 20, "png"),
+        key_in("c-distinct", "OtherGrid", 6, 10, 20, "png"),
+        key("c-distinct", 7, 10, 20, "png"),
+        key("c-distinct", 6, 11, 20, "png"),
+        key("c-distinct", 6, 10, 21, "png"),
+        key("c-distinct", 6, 10, 20, "jpg"),
+        // Row 20 from the top and row 20 from the bottom are different tiles.
+        key("c-distinct", 6, 10, 43, "png"),
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        store
+            .put(k, payload(i as u8, 64 + i), Durability::Buffered)
+            .expect("put");
+    }
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            store.get(k).expect("get"),
+            Some(payload(i as u8, 64 + i)),
+            "key {k} must not share storage with another key"
+        );
+    }
+}
+
+fn put_many_is_put_each(store: &dyn TileStore) {
+    let tiles: Vec<_> = (0..4u64)
+        .flat_map(|y| (0..4u64).map(move |x| (x, y)))
+        .map(|(x, y)| {
+            (
+                key("c-many", 8, 100 + x, 60 + y, "png"),
+                payload((x * 4 + y) as u8, 200),
+            )
+        })
+        .collect();
+    store
+        .put_many(tiles.clone(), Durability::Synced)
+        .expect("put_many");
+    for (k, data) in tiles {
+        assert_eq!(
+            store.get(&k).expect("get"),
+            Some(data),
+            "put_many stores {k}"
+        );
+    }
+}
+
+fn delete_removes(store: &dyn TileStore) {
+    let k = key("c-delete", 2, 1, 1, "webp");
+    store
+        .put(&k, payload(9, 77), Durability::Buffered)
+        .expect("put");
+    store.delete(&k).expect("delete");
+    assert_eq!(store.get(&k).expect("get"), None, "deleted tile is gone");
+    assert!(
+        !store.exists(&k).expect("exists"),
+        "deleted tile does not exist"
+    );
+    store.delete(&k).expect("deleting a missing tile succeeds");
+}
+
+fn empty_tile_refused(store: &dyn TileStore) {
+    let k = key("c-empty", 1, 0, 0, "png");
+    match store.put(&k, Bytes::new(), Durability::Buffered) {
+        Err(StoreError::Invalid { .. }) => {}
+        other => panic!("an empty tile must be refused as Invalid, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(&k).expect("get"),
+        None,
+        "nothing stored for an empty put"
+    );
+}
+
+fn large_tile(store: &dyn TileStore) {
+    let k = key("c-large", 10, 500, 400, "png");
+    let data = payload(3, 4 << 20);
+    store
+        .put(&k, data.clone(), Durability::Buffered)
+        .expect("put");
+    assert_eq!(
+        store.get(&k).expect("get"),
+        Some(data),
+        "a 4 MiB tile round-trips"
+    );
+}
+
+fn concurrent_writers(store: &Arc<dyn TileStore>) {
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..40u64 {
+                    let own = key("c-concurrent", 9, u64::from(t), i, "png");
+                    store
+                        .put(&own, payload(t, 100 + i as usize), Durability::Buffered)
+                        .expect("put");
+                    let shared = key("c-concurrent", 9, 100, i % 4, "png");
+                    store
+                        .put(&shared, payload(t, 2000), Durability::Buffered)
+                        .expect("put");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("writer thread");
+    }
+    for t in 0..8u8 {
+        for i in 0..40u64 {
+            let own = key("c-concurrent", 9, u64::from(t), i, "png");
+            assert_eq!(
+                store.get(&own).expect("get"),
+                Some(payload(t, 100 + i as usize)),
+                "{own}"
+            );
+        }
+    }
+    let candidates: HashSet<Bytes> = (0..8u8).map(|t| payload(t, 2000)).collect();
+    for i in 0..4u64 {
+        let shared = key("c-concurrent", 9, 100, i, "png");
+        let got = store
+            .get(&shared)
+            .expect("get")
+            .expect("shared tile stored");
+        assert!(
+            candidates.contains(&got),
+            "a contended tile holds one whole written value"
+        );
+    }
+}
+
+fn readers_never_see_torn_tiles(store: &Arc<dyn TileStore>) {
+    let k = key("c-torn", 12, 1000, 1000, "png");
+    let values: Vec<Bytes> = (0..4u8).map(|s| payload(s, 64 * 1024)).collect();
+    let writer = {
+        let (store, k, values) = (store.clone(), k.clone(), values.clone());
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                store
+                    .put(&k, values[i % values.len()].clone(), Durability::Buffered)
+                    .expect("put");
+            }
+        })
+    };
+    let mut reads = 0;
+    while !writer.is_finished() || reads == 0 {
+        if let Some(got) = store.get(&k).expect("get") {
+            assert!(values.contains(&got), "a reader saw a torn or mixed tile");
+        }
+        reads += 1;
+    }
+    writer.join().expect("writer thread");
+}

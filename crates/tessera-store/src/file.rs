@@ -1,0 +1,301 @@
+//! Tiles as files in a `layer/grid/z/x/y.ext` tree that other tools (nginx,
+//! GDAL, mbutil, QGIS) read directly.
+//!
+//! Every write goes to a staging file in this process's own staging
+//! directory and is renamed into place, so a reader sees the old tile, the
+//! new tile or nothing, never part of one. Staging directories of processes
+//! that died are swept when a store opens: each live process holds a lock on
+//! its directory's lock file.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+
+const STAGING_DIR: &str = ".staging";
+
+/// Row order of the directory tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileLayout {
+    /// `z/x/y` with rows from the top (OSM, XYZ, what Leaflet and nginx users expect).
+    #[default]
+    Xyz,
+    /// `z/x/y` with rows from the bottom (TMS, as gdal2tiles writes).
+    Tms,
+}
+
+/// A tile store on the local file system.
+#[derive(Debug)]
+pub struct FileStore {
+    root: PathBuf,
+    layout: FileLayout,
+    staging: PathBuf,
+    next_staging: AtomicU64,
+    /// Held (locked) for as long as the store is open, so that no other
+    /// process sweeps our staging directory.
+    _staging_lock: File,
+}
+
+impl FileStore {
+    /// Opens (creating if needed) a store rooted at `root`, and sweeps the
+    /// staging files that processes which died left behind.
+    pub fn open(root: impl Into<PathBuf>, layout: FileLayout) -> Result<FileStore, StoreError> {
+        let root = root.into();
+        let io_err = |op: &'static str, path: &Path, e: io::Error| StoreError::Io {
+            store: "file".into(),
+            op,
+            key: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let staging_root = root.join(STAGING_DIR);
+        fs::create_dir_all(&staging_root).map_err(|e| io_err("create", &staging_root, e))?;
+        sweep_staging(&staging_root).map_err(|e| io_err("sweep", &staging_root, e))?;
+        let (staging, lock) =
+            claim_staging_dir(&staging_root).map_err(|e| io_err("create", &staging_root, e))?;
+        Ok(FileStore {
+            root,
+            layout,
+            staging,
+            next_staging: AtomicU64::new(0),
+            _staging_lock: lock,
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `key` lives (the file may not exist).
+    pub fn path_of(&self, key: &TileKey) -> PathBuf {
+        let row = match self.layout {
+            FileLayout::Xyz => key.coord.y(),
+            FileLayout::Tms => key.tms_row(),
+        };
+        let mut p = self.root.join(&key.layer);
+        p.push(&key.grid);
+        p.push(key.coord.z().to_string());
+        p.push(key.coord.x().to_string());
+        p.push(format!("{row}.{}", key.extension));
+        p
+    }
+
+    fn err(&self, op: &'static str, key: &dyn std::fmt::Display, e: &io::Error) -> StoreError {
+        StoreError::Io {
+            store: self.name().into(),
+            op,
+            key: key.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Writes `data` to a new staging file, synced when asked; returns its path.
+    fn stage(&self, data: &[u8], durability: Durability) -> io::Result<PathBuf> {
+        let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
+        let path = self.staging.join(format!("{n}.tmp"));
+        let result = (|| {
+            let mut f = File::create(&path)?;
+            f.write_all(data)?;
+            if durability == Durability::Synced {
+                f.sync_data()?;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Ok(path),
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates the tile's directory; returns the directories whose entries
+    /// changed and must be synced for a durable write.
+    fn ensure_parent(&self, target: &Path, dirty: &mut BTreeSet<PathBuf>) -> io::Result<()> {
+        let parent = target.parent().unwrap_or(&self.root);
+        if !parent.is_dir() {
+            fs::create_dir_all(parent)?;
+            // New directories are entries of their parents: sync the chain.
+            let mut p = parent;
+            while let Some(up) = p.parent() {
+                dirty.insert(up.to_path_buf());
+                if up == self.root {
+                    break;
+                }
+                p = up;
+            }
+        }
+        dirty.insert(parent.to_path_buf());
+        Ok(())
+    }
+
+    /// Stages, publishes and (for synced writes) syncs a batch of tiles.
+    fn write_batch(
+        &self,
+        tiles: &[(TileKey, Bytes)],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        for (key, data) in tiles {
+            check_not_empty(self.name(), key, data)?;
+        }
+        let mut dirty = BTreeSet::new();
+        let mut staged = Vec::with_capacity(tiles.len());
+        let mut failure = None;
+        for (key, data) in tiles {
+            let target = self.path_of(key);
+            match self
+                .ensure_parent(&target, &mut dirty)
+                .and_then(|()| self.stage(data, durability))
+            {
+                Ok(tmp) => staged.push((key, tmp, target)),
+                Err(e) => {
+                    failure = Some(self.err("put", key, &e));
+                    break;
+                }
+            }
+        }
+        for (key, tmp, target) in staged {
+            if failure.is_some() {
+                let _ = fs::remove_file(&tmp);
+                continue;
+            }
+            if let Err(e) = fs::rename(&tmp, &target) {
+                let _ = fs::remove_file(&tmp);
+                failure = Some(self.err("put", key, &e));
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if durability == Durability::Synced {
+            for dir in dirty {
+                sync_dir(&dir).map_err(|e| self.err("sync", &dir.display(), &e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TileStore for FileStore {
+    fn name(&self) -> &str {
+        "file"
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        match fs::read(self.path_of(key)) {
+            // A zero-length file is what a power failure can leave of a
+            // buffered write on some file systems: it is not a tile.
+            Ok(data) if data.is_empty() => Ok(None),
+            Ok(data) => Ok(Some(Bytes::from(data))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.err("get", key, &e)),
+        }
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        self.write_batch(&[(key.clone(), data)], durability)
+    }
+
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        self.write_batch(&tiles, durability)
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        match fs::remove_file(self.path_of(key)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.err("delete", key, &e)),
+        }
+    }
+
+    fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
+        match fs::metadata(self.path_of(key)) {
+            Ok(m) => Ok(m.len() > 0),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.err("exists", key, &e)),
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Removes the staging directories whose owner is gone (its lock is free).
+fn sweep_staging(staging_root: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(staging_root)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            let Ok(lock) = OpenOptions::new().write(true).open(&path) else {
+                continue;
+            };
+            if lock.try_lock().is_ok() {
+                let dir = path.with_extension("");
+                match fs::remove_dir_all(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                fs::remove_file(&path)?;
+            }
+        } else if path.is_dir() && !path.with_extension("lock").exists() {
+            // A directory is created only after its lock file is locked, so
+            // one without a lock file belonged to a process that was swept.
+            fs::remove_dir_all(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates and locks this process's staging directory.
+fn claim_staging_dir(staging_root: &Path) -> io::Result<(PathBuf, File)> {
+    let pid = std::process::id();
+    for attempt in 0..100 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!("{pid}-{nanos}-{attempt}");
+        let lock_path = staging_root.join(format!("{id}.lock"));
+        let lock = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock_path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        };
+        lock.lock()?;
+        // Between create and lock another process's sweep may have taken and
+        // removed the file: only a lock on the file still at the path counts.
+        match fs::metadata(&lock_path) {
+            Ok(m) if m.ino() == lock.metadata()?.ino() => {}
+            _ => continue,
+        }
+        let dir = staging_root.join(&id);
+        fs::create_dir(&dir)?;
+        return Ok((dir, lock));
+    }
+    Err(io::Error::other("could not claim a staging directory"))
+}
+
+impl Drop for FileStore {
+    fn drop(&mut self) {
+        // Leftovers of failed writes are removed; the lock file goes last.
+        let _ = fs::remove_dir_all(&self.staging);
+        let _ = fs::remove_file(self.staging.with_extension("lock"));
+    }
+}

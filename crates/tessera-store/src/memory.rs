@@ -1,0 +1,183 @@
+//! A bounded in-memory LRU of tiles, on its own or in front of another store.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use lru::LruCache;
+
+use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+
+/// Tiles kept in memory, at most `capacity_bytes` of payload, least recently
+/// used evicted first.
+///
+/// With an inner store it is a read-through, write-through cache: writes go
+/// to the inner store first (with the asked durability) and are remembered
+/// only once acknowledged there; misses are read from the inner store.
+/// Without one it is a volatile store whose tiles may be evicted at any time.
+#[derive(Debug)]
+pub struct MemoryStore {
+    name: String,
+    inner: Option<Arc<dyn TileStore>>,
+    capacity_bytes: usize,
+    state: Mutex<Lru>,
+}
+
+#[derive(Debug)]
+struct Lru {
+    tiles: LruCache<TileKey, Bytes>,
+    bytes: usize,
+    /// Bumped by every write and delete, so a read of the inner store that
+    /// raced with one does not put a stale tile into memory.
+    generation: u64,
+}
+
+impl MemoryStore {
+    /// A cache of at most `capacity_bytes`, in front of `inner` if given.
+    pub fn new(capacity_bytes: usize, inner: Option<Arc<dyn TileStore>>) -> MemoryStore {
+        let name = match &inner {
+            Some(s) => format!("memory+{}", s.name()),
+            None => "memory".into(),
+        };
+        MemoryStore {
+            name,
+            inner,
+            capacity_bytes,
+            state: Mutex::new(Lru {
+                tiles: LruCache::unbounded(),
+                bytes: 0,
+                generation: 0,
+            }),
+        }
+    }
+
+    /// Bytes of payload held in memory.
+    pub fn resident_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// Tiles held in memory.
+    pub fn resident_tiles(&self) -> usize {
+        self.lock().tiles.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lru> {
+        // The state is a cache: after a panic elsewhere it is still coherent
+        // enough to use (every update keeps `bytes` in step with `tiles`).
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn remember(&self, lru: &mut Lru, key: &TileKey, data: Bytes) {
+        if data.len() > self.capacity_bytes {
+            if let Some(old) = lru.tiles.pop(key) {
+                lru.bytes -= old.len();
+            }
+            return;
+        }
+        lru.bytes += data.len();
+        if let Some(old) = lru.tiles.put(key.clone(), data) {
+            lru.bytes -= old.len();
+        }
+        while lru.bytes > self.capacity_bytes {
+            match lru.tiles.pop_lru() {
+                Some((_, old)) => lru.bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+impl TileStore for MemoryStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        let generation = {
+            let mut lru = self.lock();
+            if let Some(data) = lru.tiles.get(key) {
+                return Ok(Some(data.clone()));
+            }
+            lru.generation
+        };
+        let Some(inner) = &self.inner else {
+            return Ok(None);
+        };
+        let found = inner.get(key)?;
+        if let Some(data) = &found {
+            let mut lru = self.lock();
+            if lru.generation == generation {
+                self.remember(&mut lru, key, data.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        check_not_empty(&self.name, key, &data)?;
+        self.put_many(vec![(key.clone(), data)], durability)
+    }
+
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        for (key, data) in &tiles {
+            check_not_empty(&self.name, key, data)?;
+        }
+        if let Some(inner) = &self.inner {
+            // Forget the old values first: if the inner write fails half
+            // way, memory must not keep answering with what was replaced.
+            {
+                let mut lru = self.lock();
+                lru.generation += 1;
+                for (key, _) in &tiles {
+                    if let Some(old) = lru.tiles.pop(key) {
+                        lru.bytes -= old.len();
+                    }
+                }
+            }
+            inner.put_many(tiles.clone(), durability)?;
+        }
+        let mut lru = self.lock();
+        lru.generation += 1;
+        for (key, data) in tiles {
+            self.remember(&mut lru, &key, data);
+        }
+        Ok(())
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        {
+            let mut lru = self.lock();
+            lru.generation += 1;
+            if let Some(old) = lru.tiles.pop(key) {
+                lru.bytes -= old.len();
+            }
+        }
+        if let Some(inner) = &self.inner {
+            inner.delete(key)?;
+        }
+        // A read that raced with the inner delete may have put the old tile
+        // back: drop it again, and move the generation on so that reads
+        // still in flight cannot.
+        let mut lru = self.lock();
+        lru.generation += 1;
+        if let Some(old) = lru.tiles.pop(key) {
+            lru.bytes -= old.len();
+        }
+        Ok(())
+    }
+
+    fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
+        if self.lock().tiles.contains(key) {
+            return Ok(true);
+        }
+        match &self.inner {
+            Some(inner) => inner.exists(key),
+            None => Ok(false),
+        }
+    }
+}
