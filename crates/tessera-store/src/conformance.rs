@@ -13,7 +13,7 @@ use tessera_grid::TileMatrixSet;
 use crate::{Durability, StoreError, TileKey, TileStore};
 
 /// Runs every check against `store`, which must start empty.
-pub fn run_all(store: Arc<dyn TileStore>) {
+pub fn run_all(store: &Arc<dyn TileStore>) {
     missing_is_none(store.as_ref());
     put_then_get(store.as_ref());
     overwrite_keeps_last(store.as_ref());
@@ -22,8 +22,8 @@ pub fn run_all(store: Arc<dyn TileStore>) {
     delete_removes(store.as_ref());
     empty_tile_refused(store.as_ref());
     large_tile(store.as_ref());
-    concurrent_writers(&store);
-    readers_never_see_torn_tiles(&store);
+    concurrent_writers(store);
+    readers_never_see_torn_tiles(store);
 }
 
 /// A key for tile (z, x, y) of `layer` in WebMercatorQuad.

@@ -186,6 +186,7 @@ impl FileStore {
 }
 
 impl TileStore for FileStore {
+    #[allow(clippy::unnecessary_literal_bound)] // the trait allows owned names
     fn name(&self) -> &str {
         "file"
     }

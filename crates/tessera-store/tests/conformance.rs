@@ -24,14 +24,16 @@ fn file_store_tms() {
 
 #[test]
 fn memory_store_alone() {
-    run_all(Arc::new(MemoryStore::new(64 << 20, None)));
+    let store: Arc<dyn TileStore> = Arc::new(MemoryStore::new(64 << 20, None));
+    run_all(&store);
 }
 
 #[test]
 fn memory_store_in_front_of_file_store() {
     let dir = tempfile::tempdir().unwrap();
     let file: Arc<dyn TileStore> = Arc::new(FileStore::open(dir.path(), FileLayout::Xyz).unwrap());
-    run_all(Arc::new(MemoryStore::new(1 << 20, Some(file))));
+    let store: Arc<dyn TileStore> = Arc::new(MemoryStore::new(1 << 20, Some(file)));
+    run_all(&store);
 }
 
 #[test]
