@@ -9,17 +9,15 @@ use tessera_store::{Durability, FileLayout, FileStore, MemoryStore, TileStore};
 #[test]
 fn file_store_xyz() {
     let dir = tempfile::tempdir().unwrap();
-    run_all(Arc::new(
-        FileStore::open(dir.path(), FileLayout::Xyz).unwrap(),
-    ));
+    let store: Arc<dyn TileStore> = Arc::new(FileStore::open(dir.path(), FileLayout::Xyz).unwrap());
+    run_all(&store);
 }
 
 #[test]
 fn file_store_tms() {
     let dir = tempfile::tempdir().unwrap();
-    run_all(Arc::new(
-        FileStore::open(dir.path(), FileLayout::Tms).unwrap(),
-    ));
+    let store: Arc<dyn TileStore> = Arc::new(FileStore::open(dir.path(), FileLayout::Tms).unwrap());
+    run_all(&store);
 }
 
 #[test]
