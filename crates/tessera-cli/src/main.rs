@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod seed;
+
 use clap::{Parser, Subcommand};
 use tessera_server::{Config, build_state, demo, http};
 
@@ -37,6 +39,12 @@ enum Command {
         /// YAML configuration file.
         config: PathBuf,
     },
+    /// Render a layer's tiles into its cache, metatile by metatile.
+    ///
+    /// Exits 0 only when every tile is durable in the store. Tiles already
+    /// stored are skipped, so a seed that was stopped or killed can simply be
+    /// run again. Ctrl-C finishes the metatiles in flight and exits 130.
+    Seed(seed::SeedArgs),
     /// Print the embedded demo configuration (a worked example of the format).
     DemoConfig,
 }
@@ -51,7 +59,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
@@ -66,17 +74,19 @@ fn load(config: Option<&PathBuf>) -> Result<Config, String> {
     }
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+/// Runs a command; returns the process exit status.
+fn run(cli: Cli) -> Result<u8, String> {
     match cli.command {
+        Command::Seed(args) => seed::seed(&args),
         Command::DemoConfig => {
             print!("{}", demo::DEMO_YAML);
-            Ok(())
+            Ok(0)
         }
         Command::Check { config } => {
             let config = load(Some(&config))?;
             let state = build_state(config).map_err(|e| e.to_string())?;
             println!("ok: {} layer(s)", state.registry.layers.len());
-            Ok(())
+            Ok(0)
         }
         Command::Serve { config, listen } => {
             let mut config = load(config.as_ref())?;
@@ -88,7 +98,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start the runtime: {e}"))?;
-            runtime.block_on(serve(state))
+            runtime.block_on(serve(state)).map(|()| 0)
         }
     }
 }

@@ -62,7 +62,7 @@ impl std::fmt::Display for TileCoord {
 }
 
 /// An inclusive rectangle of tiles at one zoom.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TileRange {
     /// Zoom level.
     pub z: u8,

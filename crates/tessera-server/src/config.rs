@@ -1,12 +1,14 @@
 //! The configuration file: typed sections, `${ENV}` substitution, unknown
 //! keys named in the error.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 use tessera_grid::GridSpec;
 use tessera_image::{EncodeOptions, Format, StyleSpec};
 use tessera_source::{GdalSettings, GdalSourceSpec};
+use tessera_store::{Durability, FileLayout};
 
 /// Errors that stop start-up, each saying what to change.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,13 @@ pub struct Config {
     /// Custom tile matrix sets, besides WebMercatorQuad and WorldCRS84Quad.
     #[serde(default)]
     pub grids: Vec<GridSpec>,
+    /// Settings of the cached tile path (locks, encode pool).
+    #[serde(default)]
+    pub cache: CacheSettings,
+    /// Named tile stores that layers cache into (default: one in-memory
+    /// store named `default`).
+    #[serde(default = "default_stores")]
+    pub stores: BTreeMap<String, StoreConfig>,
     /// Layers to serve.
     pub layers: Vec<LayerConfig>,
 }
@@ -116,6 +125,111 @@ impl Default for Limits {
     }
 }
 
+/// The `cache:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSettings {
+    /// Longest wait for a metatile or tile lock, in seconds (default 120).
+    /// Past it the client gets 503 with Retry-After.
+    pub lock_timeout_secs: f64,
+    /// Threads that encode and save the other tiles of a rendered metatile
+    /// (default 2 x CPU cores; 0 = everything on the request path).
+    pub metatile_threads: usize,
+    /// Jobs that may wait for those threads (default 64); when the queue is
+    /// full the request path does the work itself.
+    pub encode_queue_len: usize,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self {
+            lock_timeout_secs: 120.0,
+            metatile_threads: 2 * std::thread::available_parallelism().map_or(2, usize::from),
+            encode_queue_len: 64,
+        }
+    }
+}
+
+/// A tile store under `stores:`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// Tiles as files in `path/layer/grid/z/x/y.ext`.
+    File {
+        /// Root directory (created if missing).
+        path: String,
+        /// Row order of the tree (`xyz`, default, or `tms`).
+        #[serde(default)]
+        layout: FileLayout,
+        /// In-memory LRU in front of the files, in MiB (default 64; 0 = none).
+        #[serde(default = "default_file_memory_mb")]
+        memory_mb: u64,
+    },
+    /// Tiles in memory only, least recently used evicted; lost on restart.
+    Memory {
+        /// Budget in MiB (default 256).
+        #[serde(default = "default_memory_mb")]
+        memory_mb: u64,
+    },
+}
+
+fn default_file_memory_mb() -> u64 {
+    64
+}
+
+fn default_memory_mb() -> u64 {
+    256
+}
+
+fn default_stores() -> BTreeMap<String, StoreConfig> {
+    BTreeMap::from([(
+        DEFAULT_STORE.to_string(),
+        StoreConfig::Memory {
+            memory_mb: default_memory_mb(),
+        },
+    )])
+}
+
+/// The store a layer uses unless it names another.
+pub const DEFAULT_STORE: &str = "default";
+/// The `cache.store` value that turns caching off for a layer.
+pub const NO_STORE: &str = "none";
+
+/// A layer's `cache:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LayerCacheConfig {
+    /// Name of a store under `stores:` (default `default`), or `none` to
+    /// render every tile request directly.
+    pub store: String,
+    /// Metatile size in tiles, `[columns, rows]` (default `[4, 4]`).
+    pub metatile: [u32; 2],
+    /// Extra pixels rendered around a metatile and cut away (default 8).
+    pub gutter: u32,
+    /// `Cache-Control: max-age` sent with tiles, in seconds (default 3600).
+    pub max_age_secs: u64,
+    /// Durability of tiles saved while serving (`buffered`, default, or
+    /// `synced`). Seeding always writes `synced`.
+    pub durability: Durability,
+}
+
+impl Default for LayerCacheConfig {
+    fn default() -> Self {
+        Self {
+            store: DEFAULT_STORE.into(),
+            metatile: [4, 4],
+            gutter: 8,
+            max_age_secs: 3600,
+            durability: Durability::Buffered,
+        }
+    }
+}
+
+/// Largest metatile side in tiles.
+pub const MAX_METATILE: u32 = 16;
+/// Largest gutter in pixels.
+pub const MAX_GUTTER: u32 = 512;
+
 /// One layer.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -152,6 +266,9 @@ pub struct LayerConfig {
     /// is accepted in GetMap regardless).
     #[serde(default)]
     pub wms_crs: Vec<String>,
+    /// Caching, metatiling and client cache lifetime.
+    #[serde(default)]
+    pub cache: LayerCacheConfig,
 }
 
 fn default_grids() -> Vec<String> {
@@ -220,6 +337,38 @@ impl Config {
                     layer.name
                 ));
             }
+            let c = &layer.cache;
+            if c.store != NO_STORE && !self.stores.contains_key(&c.store) {
+                return invalid(format!(
+                    "layer {:?}: cache.store {:?} is not defined under `stores:` (defined: {}; or use `none`)",
+                    layer.name,
+                    c.store,
+                    self.stores.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            if !c.metatile.iter().all(|n| (1..=MAX_METATILE).contains(n)) {
+                return invalid(format!(
+                    "layer {:?}: cache.metatile sides must be 1..={MAX_METATILE}",
+                    layer.name
+                ));
+            }
+            if c.gutter > MAX_GUTTER {
+                return invalid(format!(
+                    "layer {:?}: cache.gutter must be at most {MAX_GUTTER} pixels",
+                    layer.name
+                ));
+            }
+        }
+        for name in self.stores.keys() {
+            if !valid_name(name) || name == NO_STORE {
+                return invalid(format!(
+                    "store name {name:?} must use only letters, digits, '_', '-' and '.', and not be `none`"
+                ));
+            }
+        }
+        let c = &self.cache;
+        if !(c.lock_timeout_secs.is_finite() && c.lock_timeout_secs > 0.0) {
+            return invalid("cache.lock_timeout_secs must be a positive number".into());
         }
         let s = &self.server;
         if !(s.render_timeout_secs.is_finite() && s.render_timeout_secs > 0.0) {

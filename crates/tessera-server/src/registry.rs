@@ -8,7 +8,11 @@ use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{Format, Style, build_style};
 use tessera_source::{Crs, GdalSource, Source, SourceError};
 
-use crate::config::{Config, ConfigError};
+use tessera_store::{Durability, FileStore, MemoryStore, TileStore};
+
+use crate::config::{Config, ConfigError, NO_STORE, StoreConfig};
+use crate::metatile::MetatileSpec;
+use crate::metrics::{Metrics, TimedStore};
 
 /// CRSs remembered from requests; further distinct CRSs are parsed per request.
 const MAX_CACHED_CRS: usize = 256;
@@ -21,6 +25,9 @@ pub struct Grid {
     /// Its CRS.
     pub crs: Arc<Crs>,
 }
+
+/// A hook that may wrap a layer's opened source (given the layer name).
+pub type WrapSource = dyn Fn(&str, Arc<dyn Source>) -> Arc<dyn Source>;
 
 /// A servable layer: a source, a style and where it may be tiled.
 #[derive(Debug)]
@@ -49,6 +56,23 @@ pub struct Layer {
     pub wms_crs: Vec<String>,
     /// The layer's extent in each grid's CRS (`None`: could not be transformed).
     pub extents: HashMap<String, Option<BBox>>,
+    /// Where its tiles are cached (`None`: every tile request renders).
+    pub cache: Option<LayerCache>,
+    /// `Cache-Control: max-age` for its tiles, in seconds.
+    pub max_age_secs: u64,
+}
+
+/// How a layer's tiles are cached.
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    /// Name of the store under `stores:`.
+    pub store_name: String,
+    /// The store.
+    pub store: Arc<dyn TileStore>,
+    /// Metatile size and gutter.
+    pub metatile: MetatileSpec,
+    /// Durability of tiles saved while serving.
+    pub durability: Durability,
 }
 
 impl Layer {
@@ -66,13 +90,23 @@ pub struct Registry {
     by_name: HashMap<String, usize>,
     /// Grids by identifier.
     pub grids: HashMap<String, Arc<Grid>>,
+    /// Tile stores by name.
+    pub stores: HashMap<String, Arc<dyn TileStore>>,
     crs_cache: Mutex<HashMap<String, Arc<Crs>>>,
 }
 
 impl Registry {
-    /// Opens every source and builds every grid. Fails with a message that
-    /// names the layer or grid at fault.
-    pub fn load(config: &Config) -> Result<Registry, ConfigError> {
+    /// Opens every source and store and builds every grid. Fails with a
+    /// message that names the layer, grid or store at fault.
+    ///
+    /// `wrap_source` sees each layer's opened source and may wrap it (tests
+    /// use it to count, slow down or block reads); pass `|_, s| s` otherwise.
+    pub fn load(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        wrap_source: &WrapSource,
+    ) -> Result<Registry, ConfigError> {
+        let stores = open_stores(config, metrics)?;
         let mut grids = HashMap::new();
         for tms in [
             TileMatrixSet::web_mercator_quad(),
@@ -107,7 +141,10 @@ impl Registry {
             let in_layer = |e: &dyn std::fmt::Display| {
                 ConfigError::Invalid(format!("layer {:?}: {e}", lc.name))
             };
-            let source = GdalSource::open(&lc.source, &config.gdal).map_err(|e| in_layer(&e))?;
+            let source: Arc<dyn Source> = wrap_source(
+                &lc.name,
+                Arc::new(GdalSource::open(&lc.source, &config.gdal).map_err(|e| in_layer(&e))?),
+            );
             let style =
                 build_style(&lc.style, source.info().band_count).map_err(|e| in_layer(&e))?;
             let mut extents = HashMap::new();
@@ -115,18 +152,28 @@ impl Registry {
                 let grid = grids.get(g).ok_or_else(|| {
                     in_layer(&format!("unknown grid {g:?} (define it under `grids:`)"))
                 })?;
-                extents.insert(g.clone(), layer_extent(&source, grid));
+                extents.insert(g.clone(), layer_extent(source.as_ref(), grid));
             }
             for c in &lc.wms_crs {
                 Crs::parse(c).map_err(|e| in_layer(&e))?;
             }
+            let cache = (lc.cache.store != NO_STORE).then(|| LayerCache {
+                store_name: lc.cache.store.clone(),
+                store: stores[&lc.cache.store].clone(),
+                metatile: MetatileSpec {
+                    cols: lc.cache.metatile[0],
+                    rows: lc.cache.metatile[1],
+                    gutter: lc.cache.gutter,
+                },
+                durability: lc.cache.durability,
+            });
             by_name.insert(lc.name.clone(), layers.len());
             layers.push(Arc::new(Layer {
                 name: lc.name.clone(),
                 title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
                 description: lc.description.clone(),
                 attribution: lc.attribution.clone(),
-                source: Arc::new(source),
+                source,
                 style,
                 grids: lc.grids.clone(),
                 min_zoom: lc.min_zoom,
@@ -134,12 +181,15 @@ impl Registry {
                 formats: lc.formats.clone(),
                 wms_crs: lc.wms_crs.clone(),
                 extents,
+                cache,
+                max_age_secs: lc.cache.max_age_secs,
             }));
         }
         Ok(Registry {
             layers,
             by_name,
             grids,
+            stores,
             crs_cache: Mutex::new(HashMap::new()),
         })
     }
@@ -172,7 +222,46 @@ impl Registry {
     }
 }
 
-fn layer_extent(source: &GdalSource, grid: &Grid) -> Option<BBox> {
+/// Opens every configured store, each timed into the metrics and, where
+/// configured, behind an in-memory LRU.
+fn open_stores(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<HashMap<String, Arc<dyn TileStore>>, ConfigError> {
+    let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
+        Arc::new(TimedStore::new(s, metrics.clone()))
+    };
+    let mut stores = HashMap::new();
+    for (name, sc) in &config.stores {
+        let store = match sc {
+            StoreConfig::File {
+                path,
+                layout,
+                memory_mb,
+            } => {
+                let file = FileStore::open(path, *layout)
+                    .map_err(|e| ConfigError::Invalid(format!("store {name:?}: {e}")))?;
+                let file = timed(Arc::new(file));
+                if *memory_mb == 0 {
+                    file
+                } else {
+                    timed(Arc::new(MemoryStore::new(mib(*memory_mb), Some(file))))
+                }
+            }
+            StoreConfig::Memory { memory_mb } => {
+                timed(Arc::new(MemoryStore::new(mib(*memory_mb), None)))
+            }
+        };
+        stores.insert(name.clone(), store);
+    }
+    Ok(stores)
+}
+
+fn mib(n: u64) -> usize {
+    usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
+fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
     let info = source.info();
     let direct = info
         .native_crs

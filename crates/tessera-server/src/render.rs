@@ -79,15 +79,41 @@ impl Renderer {
     /// and the render itself; a render that overruns keeps its slot until it
     /// really ends, so overload cannot pile up threads.
     pub async fn render(&self, request: ImageRequest) -> Result<Bytes, RenderError> {
+        let encoding = self.encoding;
+        self.run(move || render_blocking(&request, &encoding)).await
+    }
+
+    /// Renders one layer's window (a metatile with its gutter) without
+    /// encoding it, under the same slots and timeout as [`Renderer::render`].
+    pub async fn render_image(
+        &self,
+        layer: Arc<Layer>,
+        bbox: BBox,
+        crs: Arc<Crs>,
+        width: u32,
+        height: u32,
+    ) -> Result<RgbaImage, RenderError> {
+        self.run(move || render_layer(&layer, &bbox, &crs, width, height))
+            .await
+    }
+
+    /// The encoder settings renders use.
+    pub fn encoding(&self) -> &EncodeOptions {
+        &self.encoding
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, RenderError> + Send + 'static,
+    ) -> Result<T, RenderError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
             .map_err(|_| RenderError::Timeout(self.timeout))?
             .map_err(|e| RenderError::Task(e.to_string()))?;
-        let encoding = self.encoding;
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            render_blocking(&request, &encoding)
+            work()
         });
         match tokio::time::timeout_at(deadline, task).await {
             Err(_) => Err(RenderError::Timeout(self.timeout)),

@@ -58,7 +58,8 @@ impl std::fmt::Display for TileKey {
 }
 
 /// How durable a write must be before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// Handed to the operating system: survives the process being killed,
     /// may be lost (never torn) on power failure.

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::xml::escape;
 use crate::render::RenderError;
+use crate::tile_cache::TileError;
 use tessera_source::SourceError;
 
 /// Which protocol's error format to use.
@@ -86,6 +87,28 @@ impl ApiError {
             "NoApplicableCode",
             "internal error while rendering; the server log has the details",
         )
+    }
+}
+
+impl From<TileError> for ApiError {
+    fn from(e: TileError) -> Self {
+        match e {
+            TileError::Render(e) => e.into(),
+            TileError::LockTimeout { kind, after } => {
+                tracing::warn!(kind, timeout = ?after, "lock wait timed out");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    format!(
+                        "this tile is being rendered by another request and it did not finish within {}s; try again later",
+                        after.as_secs_f64()
+                    ),
+                );
+                err.retry_after = Some(5);
+                err
+            }
+            other => ApiError::internal(&other),
+        }
     }
 }
 

@@ -14,17 +14,20 @@ pub mod xml;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use tessera_grid::{GridError, TileCoord};
-use tessera_image::{Color, Format};
+use tessera_grid::GridError;
+use tessera_image::Format;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::registry::{Grid, Layer, Registry};
-use crate::render::{ImageRequest, Renderer};
+use crate::render::Renderer;
+use crate::tile_cache::{CacheStatus, TileCache, TileRequest};
 use error::ApiError;
 
 /// State shared by all handlers.
@@ -34,6 +37,10 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     /// The render pool.
     pub renderer: Renderer,
+    /// The cached tile path (locks, encode pool).
+    pub tiles: Arc<TileCache>,
+    /// Metrics served at `/metrics`.
+    pub metrics: Arc<Metrics>,
     /// The configuration the server started with.
     pub config: Arc<Config>,
 }
@@ -44,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(preview::index))
         .route("/health", get(health))
         .route("/ready", get(health))
+        .route("/metrics", get(metrics))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
         .route(
@@ -69,6 +77,17 @@ pub fn router(state: AppState) -> Router {
 
 async fn health() -> &'static str {
     "ok\n"
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -134,19 +153,6 @@ pub enum TileLookupError {
     },
 }
 
-/// A tile address that names a real tile of a real layer.
-#[derive(Debug)]
-pub struct ResolvedTile {
-    /// The layer.
-    pub layer: Arc<Layer>,
-    /// The grid.
-    pub grid: Arc<Grid>,
-    /// The tile.
-    pub coord: TileCoord,
-    /// The format.
-    pub format: Format,
-}
-
 /// Looks a layer and grid up by name.
 pub fn resolve_layer_grid(
     registry: &Registry,
@@ -175,7 +181,7 @@ pub fn resolve_tile(
     tms_rows: bool,
     format: Option<Format>,
     format_text: &str,
-) -> Result<ResolvedTile, TileLookupError> {
+) -> Result<TileRequest, TileLookupError> {
     let (layer, grid) = resolve_layer_grid(registry, layer, grid)?;
     let format = format
         .filter(|f| layer.formats.contains(f))
@@ -201,7 +207,7 @@ pub fn resolve_tile(
             max,
         });
     }
-    Ok(ResolvedTile {
+    Ok(TileRequest {
         layer,
         grid,
         coord,
@@ -209,19 +215,41 @@ pub fn resolve_tile(
     })
 }
 
-/// Renders one tile.
-pub async fn render_tile(state: &AppState, tile: ResolvedTile) -> Result<Response, ApiError> {
-    let bbox = tile.grid.tms.tile_bbox(tile.coord);
-    let request = ImageRequest {
-        layers: vec![tile.layer],
-        bbox,
-        crs: tile.grid.crs.clone(),
-        width: tile.grid.tms.tile_width,
-        height: tile.grid.tms.tile_height,
-        format: tile.format,
-        transparent: true,
-        background: Color([255, 255, 255, 255]),
+/// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
+/// (a hash of the bytes), `Cache-Control` from the layer, and 304 when the
+/// client's `If-None-Match` matches.
+pub async fn serve_tile(
+    state: &AppState,
+    tile: TileRequest,
+    request_headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let result = state.tiles.get(&tile).await?;
+    let etag = format!("\"{:032x}\"", xxhash_rust::xxh3::xxh3_128(&result.bytes));
+    let not_modified = request_headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|candidate| candidate == etag || candidate == "*");
+    let mut response = if not_modified {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        image_response(tile.format, result.bytes)
     };
-    let bytes = state.renderer.render(request).await?;
-    Ok(image_response(tile.format, bytes))
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={}", tile.layer.max_age_secs)) {
+        headers.insert(header::CACHE_CONTROL, v);
+    }
+    headers.insert(
+        "x-cache",
+        HeaderValue::from_static(match result.status {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+        }),
+    );
+    Ok(response)
 }

@@ -1,12 +1,13 @@
 //! XYZ (`/tiles/...`) and TMS (`/tms/1.0.0/...`) tile endpoints.
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use tessera_grid::GridError;
 use tessera_image::Format;
 
 use super::error::ApiError;
-use super::{AppState, TileLookupError, render_tile, resolve_tile};
+use super::{AppState, TileLookupError, resolve_tile, serve_tile};
 
 type TilePath = Path<(String, String, String, String, String)>;
 
@@ -14,25 +15,26 @@ type TilePath = Path<(String, String, String, String, String)>;
 pub async fn xyz(
     State(state): State<AppState>,
     Path((layer, grid, z, x, file)): TilePath,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    serve(&state, &layer, &grid, &z, &x, &file, false).await
+    serve(&state, &headers, &layer, &grid, (&z, &x, &file), false).await
 }
 
 /// `GET /tms/1.0.0/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the bottom.
 pub async fn tms(
     State(state): State<AppState>,
     Path((layer, grid, z, x, file)): TilePath,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    serve(&state, &layer, &grid, &z, &x, &file, true).await
+    serve(&state, &headers, &layer, &grid, (&z, &x, &file), true).await
 }
 
 async fn serve(
     state: &AppState,
+    headers: &HeaderMap,
     layer: &str,
     grid: &str,
-    z: &str,
-    x: &str,
-    file: &str,
+    (z, x, file): (&str, &str, &str),
     tms_rows: bool,
 ) -> Result<Response, ApiError> {
     let (y, ext) = file.rsplit_once('.').unwrap_or((file, ""));
@@ -46,7 +48,7 @@ async fn serve(
         ext,
     )
     .map_err(plain_error)?;
-    render_tile(state, tile).await
+    serve_tile(state, tile, headers).await
 }
 
 /// Maps a lookup failure to a plain-text 400/404.

@@ -11,7 +11,7 @@ use tessera_image::Format;
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
 use super::xml::escape;
-use super::{AppState, TileLookupError, base_url, render_tile, resolve_tile};
+use super::{AppState, TileLookupError, base_url, resolve_tile, serve_tile};
 use crate::registry::Grid;
 
 /// `GET /wmts?SERVICE=WMTS&REQUEST=...`.
@@ -56,6 +56,7 @@ pub async fn kvp(
             let format_text = required("FORMAT")?;
             get_tile(
                 &state,
+                &headers,
                 layer,
                 style,
                 tms,
@@ -91,10 +92,12 @@ pub async fn rest_tile(
         String,
         String,
     )>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (col, ext) = file.rsplit_once('.').unwrap_or((&file, ""));
     get_tile(
         &state,
+        &headers,
         &layer,
         &style,
         &tms,
@@ -110,6 +113,7 @@ pub async fn rest_tile(
 #[allow(clippy::too_many_arguments)]
 async fn get_tile(
     state: &AppState,
+    headers: &HeaderMap,
     layer: &str,
     style: &str,
     tms: &str,
@@ -169,7 +173,7 @@ async fn get_tile(
             .at("TILEMATRIX"),
         })
     })?;
-    render_tile(state, tile).await.map_err(err)
+    serve_tile(state, tile, headers).await.map_err(err)
 }
 
 fn capabilities(state: &AppState, headers: &HeaderMap) -> Response {

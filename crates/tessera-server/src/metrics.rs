@@ -1,0 +1,297 @@
+//! Metrics on the cache path, served at `/metrics` in the Prometheus
+//! (OpenMetrics) text format.
+//!
+//! The names are a stable interface that users alert on:
+//! `tessera_tile_requests_total{layer,result}` (result: hit, miss, error),
+//! `tessera_metatile_renders_total{layer}`, `tessera_tile_encodes_total{layer}`,
+//! `tessera_store_op_seconds{store,op}`, `tessera_store_errors_total{store,op}`,
+//! `tessera_lock_wait_seconds{kind}` (kind: metatile, tile) and
+//! `tessera_encode_queue_depth`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tessera_store::{Durability, StoreError, TileKey, TileStore};
+
+/// How a tile request ended.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum RequestResult {
+    /// Served from the cache.
+    Hit,
+    /// Rendered.
+    Miss,
+    /// Failed.
+    Error,
+}
+
+impl RequestResult {
+    fn label(self) -> &'static str {
+        match self {
+            RequestResult::Hit => "hit",
+            RequestResult::Miss => "miss",
+            RequestResult::Error => "error",
+        }
+    }
+}
+
+/// Which lock a wait was for.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum LockKind {
+    /// A metatile lock.
+    Metatile,
+    /// A tile lock.
+    Tile,
+}
+
+impl LockKind {
+    fn label(self) -> &'static str {
+        match self {
+            LockKind::Metatile => "metatile",
+            LockKind::Tile => "tile",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    layer: String,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LayerLabels {
+    layer: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    store: String,
+    op: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. about 52 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 21))
+}
+
+/// Every metric the server exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    tile_requests: Family<RequestLabels, Counter>,
+    metatile_renders: Family<LayerLabels, Counter>,
+    tile_encodes: Family<LayerLabels, Counter>,
+    store_op_seconds: HistogramFamily<StoreLabels>,
+    store_errors: Family<StoreLabels, Counter>,
+    lock_wait_seconds: HistogramFamily<KindLabels>,
+    encode_queue_depth: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics at zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let tile_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "tessera_tile_requests",
+            "Tile requests by layer and result (hit, miss, error)",
+            tile_requests.clone(),
+        );
+        let metatile_renders = Family::<LayerLabels, Counter>::default();
+        registry.register(
+            "tessera_metatile_renders",
+            "Metatiles rendered",
+            metatile_renders.clone(),
+        );
+        let tile_encodes = Family::<LayerLabels, Counter>::default();
+        registry.register(
+            "tessera_tile_encodes",
+            "Tiles encoded from rendered metatiles",
+            tile_encodes.clone(),
+        );
+        let store_op_seconds: HistogramFamily<StoreLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tessera_store_op_seconds",
+            "Duration of tile store operations",
+            store_op_seconds.clone(),
+        );
+        let store_errors = Family::<StoreLabels, Counter>::default();
+        registry.register(
+            "tessera_store_errors",
+            "Failed tile store operations",
+            store_errors.clone(),
+        );
+        let lock_wait_seconds: HistogramFamily<KindLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tessera_lock_wait_seconds",
+            "Time spent waiting for metatile and tile locks",
+            lock_wait_seconds.clone(),
+        );
+        let encode_queue_depth = Gauge::default();
+        registry.register(
+            "tessera_encode_queue_depth",
+            "Tile encode-and-save jobs waiting for the encode pool",
+            encode_queue_depth.clone(),
+        );
+        Metrics {
+            registry,
+            tile_requests,
+            metatile_renders,
+            tile_encodes,
+            store_op_seconds,
+            store_errors,
+            lock_wait_seconds,
+            encode_queue_depth,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Counts a finished tile request.
+    pub fn tile_request(&self, layer: &str, result: RequestResult) {
+        self.tile_requests
+            .get_or_create(&RequestLabels {
+                layer: layer.into(),
+                result: result.label(),
+            })
+            .inc();
+    }
+
+    /// Counts a metatile render.
+    pub fn metatile_rendered(&self, layer: &str) {
+        self.metatile_renders
+            .get_or_create(&LayerLabels {
+                layer: layer.into(),
+            })
+            .inc();
+    }
+
+    /// Metatiles rendered for `layer` so far.
+    pub fn metatile_renders(&self, layer: &str) -> u64 {
+        self.metatile_renders
+            .get_or_create(&LayerLabels {
+                layer: layer.into(),
+            })
+            .get()
+    }
+
+    /// Counts `n` tile encodes.
+    pub fn tiles_encoded(&self, layer: &str, n: u64) {
+        self.tile_encodes
+            .get_or_create(&LayerLabels {
+                layer: layer.into(),
+            })
+            .inc_by(n);
+    }
+
+    /// Records a lock wait.
+    pub fn lock_waited(&self, kind: LockKind, since: Instant) {
+        self.lock_wait_seconds
+            .get_or_create(&KindLabels { kind: kind.label() })
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// The encode queue depth gauge.
+    pub fn encode_queue_depth(&self) -> &Gauge {
+        &self.encode_queue_depth
+    }
+
+    fn store_op<T>(
+        &self,
+        store: &str,
+        op: &'static str,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let start = Instant::now();
+        let result = f();
+        let labels = StoreLabels {
+            store: store.into(),
+            op,
+        };
+        self.store_op_seconds
+            .get_or_create(&labels)
+            .observe(start.elapsed().as_secs_f64());
+        if result.is_err() {
+            self.store_errors.get_or_create(&labels).inc();
+        }
+        result
+    }
+}
+
+/// A store whose every operation is timed into `tessera_store_op_seconds`.
+#[derive(Debug)]
+pub struct TimedStore {
+    inner: Arc<dyn TileStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn TileStore>, metrics: Arc<Metrics>) -> TimedStore {
+        TimedStore { inner, metrics }
+    }
+}
+
+impl TileStore for TimedStore {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        self.metrics
+            .store_op(self.name(), "get", || self.inner.get(key))
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        self.metrics
+            .store_op(self.name(), "put", || self.inner.put(key, data, durability))
+    }
+
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        self.metrics.store_op(self.name(), "put_many", || {
+            self.inner.put_many(tiles, durability)
+        })
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        self.metrics
+            .store_op(self.name(), "delete", || self.inner.delete(key))
+    }
+
+    fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
+        self.metrics
+            .store_op(self.name(), "exists", || self.inner.exists(key))
+    }
+}

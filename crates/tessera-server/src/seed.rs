@@ -1,0 +1,271 @@
+//! Seeding: render every metatile of a layer over a zoom range (and
+//! optionally a bbox) into its store, on the same locks as serving, each
+//! metatile stored durably before it counts as done.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tessera_grid::{BBox, TileRange};
+use tessera_image::Format;
+use tessera_source::Crs;
+use tokio::task::JoinSet;
+
+use crate::config::{Config, StoreConfig};
+use crate::metatile::Metatile;
+use crate::registry::{Grid, Layer, Registry};
+use crate::tile_cache::{SeedOutcome, TileCache, TileError};
+
+/// What to seed.
+#[derive(Debug, Clone)]
+pub struct SeedPlan {
+    /// The layer.
+    pub layer: Arc<Layer>,
+    /// The grid.
+    pub grid: Arc<Grid>,
+    /// The tile format.
+    pub format: Format,
+    /// Tile ranges, one per zoom, already clipped to the layer's extent.
+    pub ranges: Vec<TileRange>,
+}
+
+/// Why a seed could not be planned.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(String);
+
+impl SeedPlan {
+    /// Plans a seed of `layer` in `grid` for `zooms`, limited to `bbox`
+    /// (given in `bbox_crs`) when set, and always to the layer's extent.
+    pub fn new(
+        config: &Config,
+        registry: &Registry,
+        layer: &str,
+        grid: &str,
+        format: Option<Format>,
+        zooms: RangeInclusive<u8>,
+        bbox: Option<(BBox, &str)>,
+    ) -> Result<SeedPlan, PlanError> {
+        let err = |m: String| PlanError(m);
+        let layer = registry
+            .layer(layer)
+            .ok_or_else(|| err(format!("unknown layer {layer:?}")))?
+            .clone();
+        let cache = layer.cache.as_ref().ok_or_else(|| {
+            err(format!(
+                "layer {:?} has no cache (cache.store is none): nothing to seed into",
+                layer.name
+            ))
+        })?;
+        if matches!(
+            config.stores.get(&cache.store_name),
+            Some(StoreConfig::Memory { .. })
+        ) {
+            return Err(err(format!(
+                "layer {:?} caches into the in-memory store {:?}: seeded tiles would be lost when this command exits; configure a file store",
+                layer.name, cache.store_name
+            )));
+        }
+        if !layer.grids.iter().any(|g| g == grid) {
+            return Err(err(format!(
+                "layer {:?} is not offered in grid {grid:?} (it is in: {})",
+                layer.name,
+                layer.grids.join(", ")
+            )));
+        }
+        let grid = registry
+            .grid(grid)
+            .ok_or_else(|| err(format!("unknown grid {grid:?}")))?
+            .clone();
+        let format = format.unwrap_or(layer.formats[0]);
+        if !layer.formats.contains(&format) {
+            return Err(err(format!(
+                "format {} is not offered for layer {:?}",
+                format.extension(),
+                layer.name
+            )));
+        }
+        let max = layer.max_zoom_in(&grid);
+        if *zooms.start() < layer.min_zoom || *zooms.end() > max || zooms.is_empty() {
+            return Err(err(format!(
+                "zoom range {}..{} is outside layer {:?}'s range {}..{max} in {}",
+                zooms.start(),
+                zooms.end(),
+                layer.name,
+                layer.min_zoom,
+                grid.tms.id
+            )));
+        }
+        let mut area = layer
+            .extents
+            .get(&grid.tms.id)
+            .copied()
+            .flatten()
+            .unwrap_or(grid.tms.extent);
+        if let Some((bbox, crs)) = bbox {
+            let crs = Crs::parse(crs).map_err(|e| err(format!("--bbox-crs: {e}")))?;
+            let in_grid = crs.transform_bbox(&bbox, &grid.crs).map_err(|e| {
+                err(format!(
+                    "--bbox cannot be transformed to {}: {e}",
+                    grid.crs.id
+                ))
+            })?;
+            area = area
+                .intersection(&in_grid)
+                .ok_or_else(|| err("--bbox does not overlap the layer's extent".to_string()))?;
+        }
+        let ranges = zooms
+            .filter_map(|z| grid.tms.tiles_in_bbox(z, &area))
+            .collect();
+        Ok(SeedPlan {
+            layer,
+            grid,
+            format,
+            ranges,
+        })
+    }
+
+    /// Every metatile to render, zoom by zoom, row by row.
+    pub fn metatiles(&self) -> impl Iterator<Item = Metatile> + '_ {
+        let spec = self
+            .layer
+            .cache
+            .as_ref()
+            .map(|c| c.metatile)
+            .expect("a plan is only made for a cached layer");
+        let tms = &self.grid.tms;
+        self.ranges.iter().flat_map(move |r| {
+            let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
+            (r.min_y / rows..=r.max_y / rows).flat_map(move |my| {
+                (r.min_x / cols..=r.max_x / cols).map(move |mx| {
+                    let first = tms
+                        .tile(
+                            u32::from(r.z),
+                            u64::from((mx * cols).max(r.min_x)),
+                            u64::from((my * rows).max(r.min_y)),
+                        )
+                        .expect("inside the range");
+                    Metatile::containing(tms, first, spec)
+                })
+            })
+        })
+    }
+
+    /// Number of metatiles and of tiles they hold.
+    pub fn size(&self) -> (u64, u64) {
+        self.metatiles().fold((0, 0), |(m, t), meta| {
+            (m + 1, t + u64::from(meta.cols() * meta.rows()))
+        })
+    }
+}
+
+/// Counts after a seed (or so far).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeedStats {
+    /// Metatiles handled (rendered or skipped).
+    pub metatiles_done: u64,
+    /// Metatiles rendered.
+    pub metatiles_rendered: u64,
+    /// Tiles handled (written or already present).
+    pub tiles_done: u64,
+    /// Tiles written.
+    pub tiles_written: u64,
+}
+
+/// How a seed ended.
+#[derive(Debug)]
+pub enum SeedEnd {
+    /// Every metatile is durable in the store.
+    Complete(SeedStats),
+    /// Stopped on request; the metatiles counted are durable.
+    Cancelled(SeedStats),
+    /// A metatile failed; the ones counted are durable.
+    Failed(SeedStats, TileError),
+}
+
+/// Runs `plan` with up to `concurrency` metatiles in flight. `cancel` stops
+/// the dispatch of new metatiles; those in flight finish. `progress` is
+/// called after every metatile.
+pub async fn run(
+    tiles: &Arc<TileCache>,
+    plan: &SeedPlan,
+    concurrency: usize,
+    force: bool,
+    cancel: &AtomicBool,
+    mut progress: impl FnMut(&SeedStats),
+) -> SeedEnd {
+    let mut stats = SeedStats::default();
+    let mut running = JoinSet::new();
+    let mut failure = None;
+    let mut pending = plan.metatiles();
+    loop {
+        while running.len() < concurrency.max(1)
+            && failure.is_none()
+            && !cancel.load(Ordering::SeqCst)
+        {
+            let Some(meta) = pending.next() else { break };
+            let (tiles, layer, grid, format) = (
+                tiles.clone(),
+                plan.layer.clone(),
+                plan.grid.clone(),
+                plan.format,
+            );
+            let n = u64::from(meta.cols() * meta.rows());
+            running.spawn(async move {
+                (
+                    n,
+                    tiles
+                        .seed_metatile(&layer, &grid, format, meta, force)
+                        .await,
+                )
+            });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
+        match joined {
+            Ok((n, Ok(outcome))) => {
+                stats.metatiles_done += 1;
+                stats.tiles_done += n;
+                if let SeedOutcome::Rendered(written) = outcome {
+                    stats.metatiles_rendered += 1;
+                    stats.tiles_written += written as u64;
+                }
+                progress(&stats);
+            }
+            Ok((_, Err(e))) => {
+                failure.get_or_insert(e);
+            }
+            Err(join) => {
+                failure.get_or_insert(TileError::Render(crate::render::RenderError::Task(
+                    join.to_string(),
+                )));
+            }
+        }
+    }
+    match failure {
+        Some(e) => SeedEnd::Failed(stats, e),
+        None if cancel.load(Ordering::SeqCst) && pending.next().is_some() => {
+            SeedEnd::Cancelled(stats)
+        }
+        None => SeedEnd::Complete(stats),
+    }
+}
+
+/// Rate and estimated time left, from the tiles done since `start`.
+pub fn rate_and_eta(
+    stats: &SeedStats,
+    total_tiles: u64,
+    start: Instant,
+) -> (f64, Option<Duration>) {
+    let secs = start.elapsed().as_secs_f64();
+    let rate = if secs > 0.0 {
+        stats.tiles_done as f64 / secs
+    } else {
+        0.0
+    };
+    let left = total_tiles.saturating_sub(stats.tiles_done);
+    let eta = (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate));
+    (rate, eta)
+}

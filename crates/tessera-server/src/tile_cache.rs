@@ -1,0 +1,536 @@
+//! The cached tile path: look a tile up, and on a miss render its metatile
+//! once, answer with the requested tile and save the others on the encode
+//! pool.
+//!
+//! Lock protocol (see `docs/ARCHITECTURE.md`, "Metatiles and locks"):
+//! 1. read the store; a hit is answered without any lock;
+//! 2. take the metatile lock, then the tile lock (always in this order), and
+//!    read the store again: whoever held the locks may just have saved it;
+//! 3. render the metatile, then take every sibling's tile lock while still
+//!    holding the metatile lock, and release the metatile lock;
+//! 4. encode the requested tile on the request path and answer; each
+//!    sibling's guard moves into the pool job that encodes and saves that
+//!    sibling, and is dropped when the tile is stored.
+//!
+//! Only holders of a metatile lock ever wait for tile locks of that
+//! metatile, and pool jobs wait for nothing, so there is no cycle: no
+//! deadlock. A neighbour asking for a sibling waits on the metatile lock,
+//! then on the sibling's tile lock until the save is done, and then hits:
+//! a metatile is never rendered twice. Every wait is bounded by
+//! `cache.lock_timeout_secs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tessera_grid::{TileCoord, TileRange};
+use tessera_image::{Color, EncodeOptions, Format, ImageView, RgbaImage, encode};
+use tessera_store::{Durability, StoreError, TileKey, TileStore};
+
+use crate::encode_pool::{EncodePool, Job};
+use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
+use crate::metatile::Metatile;
+use crate::metrics::{LockKind, Metrics, RequestResult};
+use crate::registry::{Grid, Layer, LayerCache};
+use crate::render::{ImageRequest, RenderError, Renderer};
+
+/// Tiles are rendered with a transparent background; JPEG flattens over white.
+const BACKGROUND: Color = Color([255, 255, 255, 255]);
+
+/// A validated request for one tile of one layer.
+#[derive(Debug, Clone)]
+pub struct TileRequest {
+    /// The layer.
+    pub layer: Arc<Layer>,
+    /// The grid.
+    pub grid: Arc<Grid>,
+    /// The tile.
+    pub coord: TileCoord,
+    /// The format.
+    pub format: Format,
+}
+
+/// Whether a tile came from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Read from the store.
+    Hit,
+    /// Rendered for this request.
+    Miss,
+}
+
+/// An encoded tile and where it came from.
+#[derive(Debug, Clone)]
+pub struct Tile {
+    /// Encoded bytes.
+    pub bytes: Bytes,
+    /// Hit or miss.
+    pub status: CacheStatus,
+}
+
+/// What a seed step did with one metatile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedOutcome {
+    /// Every tile was already stored.
+    Skipped,
+    /// Rendered and stored this many tiles, durably.
+    Rendered(usize),
+}
+
+/// Why a tile could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum TileError {
+    /// The render failed or timed out.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A lock wait timed out.
+    #[error("waited {after:?} for the {kind} lock of this tile")]
+    LockTimeout {
+        /// `metatile` or `tile`.
+        kind: &'static str,
+        /// The configured timeout.
+        after: Duration,
+    },
+    /// The store failed (seeding only; serving falls back to rendering).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The layer has no cache to seed into.
+    #[error("layer {0:?} has no cache store (its `cache.store` is `none`)")]
+    NotCached(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct MetaKey {
+    layer: String,
+    grid: String,
+    extension: &'static str,
+    range: TileRange,
+}
+
+/// Settings of the tile cache path.
+#[derive(Debug, Clone, Copy)]
+pub struct TileCacheSettings {
+    /// Longest wait for any lock.
+    pub lock_timeout: Duration,
+    /// Encode pool threads (0: everything inline).
+    pub metatile_threads: usize,
+    /// Encode pool queue length.
+    pub encode_queue_len: usize,
+}
+
+/// The cached tile path, shared by every tile endpoint and by seeding.
+#[derive(Debug)]
+pub struct TileCache {
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
+    pool: EncodePool,
+    metatile_locks: KeyedLocks<MetaKey>,
+    tile_locks: KeyedLocks<TileKey>,
+    lock_timeout: Duration,
+}
+
+/// A sibling tile whose lock is held until it is saved.
+struct Owned {
+    coord: TileCoord,
+    key: TileKey,
+    guard: KeyGuard<TileKey>,
+}
+
+/// Everything a pool job needs to cut, encode and save tiles.
+#[derive(Clone)]
+struct Cutter {
+    image: Arc<RgbaImage>,
+    meta: Metatile,
+    grid: Arc<Grid>,
+    format: Format,
+    encoding: EncodeOptions,
+}
+
+impl Cutter {
+    fn view(&self, coord: TileCoord) -> ImageView<'_> {
+        let tms = &self.grid.tms;
+        let (x, y) = self.meta.pixel_offset(tms, coord);
+        self.image
+            .sub_view(x, y, tms.tile_width, tms.tile_height)
+            .expect("a metatile's tiles lie inside its image")
+    }
+
+    fn encode(&self, coord: TileCoord) -> Result<Bytes, RenderError> {
+        Ok(Bytes::from(encode(
+            self.view(coord),
+            self.format,
+            &self.encoding,
+            BACKGROUND,
+        )?))
+    }
+}
+
+impl TileCache {
+    /// A cache path rendering with `renderer`.
+    pub fn new(renderer: Renderer, metrics: Arc<Metrics>, settings: TileCacheSettings) -> Self {
+        let pool = EncodePool::new(
+            settings.metatile_threads,
+            settings.encode_queue_len,
+            metrics.encode_queue_depth().clone(),
+        );
+        TileCache {
+            renderer,
+            metrics,
+            pool,
+            metatile_locks: KeyedLocks::new(),
+            tile_locks: KeyedLocks::new(),
+            lock_timeout: settings.lock_timeout,
+        }
+    }
+
+    /// Metatile and tile locks currently held or awaited.
+    pub fn locks_in_use(&self) -> (usize, usize) {
+        (self.metatile_locks.len(), self.tile_locks.len())
+    }
+
+    /// Returns the tile, from the store or rendered, and counts the request.
+    pub async fn get(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        let result = match &req.layer.cache {
+            Some(cache) => self.get_cached(req, cache).await,
+            None => self.render_uncached(req).await,
+        };
+        let outcome = match &result {
+            Ok(Tile {
+                status: CacheStatus::Hit,
+                ..
+            }) => RequestResult::Hit,
+            Ok(_) => RequestResult::Miss,
+            Err(_) => RequestResult::Error,
+        };
+        self.metrics.tile_request(&req.layer.name, outcome);
+        result
+    }
+
+    async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        let tms = &req.grid.tms;
+        let bytes = self
+            .renderer
+            .render(ImageRequest {
+                layers: vec![req.layer.clone()],
+                bbox: tms.tile_bbox(req.coord),
+                crs: req.grid.crs.clone(),
+                width: tms.tile_width,
+                height: tms.tile_height,
+                format: req.format,
+                transparent: true,
+                background: BACKGROUND,
+            })
+            .await?;
+        self.metrics.metatile_rendered(&req.layer.name);
+        self.metrics.tiles_encoded(&req.layer.name, 1);
+        Ok(Tile {
+            bytes,
+            status: CacheStatus::Miss,
+        })
+    }
+
+    async fn get_cached(&self, req: &TileRequest, cache: &LayerCache) -> Result<Tile, TileError> {
+        let key = tile_key(req, req.coord);
+        if let Some(bytes) = self.lookup(&cache.store, &key).await {
+            return Ok(hit(bytes));
+        }
+        let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
+        let meta_guard = self.lock_metatile(req, &meta).await?;
+        let own_guard = self.lock_tile(key.clone()).await?;
+        if let Some(bytes) = self.lookup(&cache.store, &key).await {
+            return Ok(hit(bytes));
+        }
+        let cutter = self.render_metatile(req, meta).await?;
+        let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
+        for coord in meta.tiles(&req.grid.tms) {
+            if coord != req.coord {
+                let key = tile_key(req, coord);
+                let guard = self.lock_tile(key.clone()).await?;
+                siblings.push(Owned { coord, key, guard });
+            }
+        }
+        drop(meta_guard);
+        siblings.push(Owned {
+            coord: req.coord,
+            key,
+            guard: own_guard,
+        });
+
+        if self.pool.threads() == 0 {
+            let stored = self
+                .encode_and_store(
+                    &req.layer.name,
+                    cutter,
+                    siblings,
+                    cache.store.clone(),
+                    cache.durability,
+                )
+                .await?;
+            let own = stored.into_iter().find(|(c, _)| *c == req.coord);
+            return Ok(miss(
+                own.map(|(_, b)| b)
+                    .expect("the requested tile is in its metatile"),
+            ));
+        }
+
+        let own = siblings.pop().expect("the requested tile was pushed last");
+        let own_bytes = {
+            let cutter = cutter.clone();
+            let coord = own.coord;
+            run_blocking(move || cutter.encode(coord)).await??
+        };
+        self.metrics.tiles_encoded(&req.layer.name, 1);
+
+        let mut leftovers: Vec<Job> = Vec::new();
+        let mut submit = |job: Job| {
+            if let Err(job) = self.pool.try_submit(job) {
+                leftovers.push(job);
+            }
+        };
+        submit(self.save_job(cache, own, Some(own_bytes.clone()), &cutter, req));
+        for sibling in siblings {
+            submit(self.save_job(cache, sibling, None, &cutter, req));
+        }
+        if !leftovers.is_empty() {
+            // The pool is saturated: this request does the work itself.
+            run_blocking(move || leftovers.into_iter().for_each(|job| job())).await?;
+        }
+        Ok(miss(own_bytes))
+    }
+
+    /// A pool job that encodes (unless `bytes` is given) and saves one tile,
+    /// then releases its lock.
+    fn save_job(
+        &self,
+        cache: &LayerCache,
+        tile: Owned,
+        bytes: Option<Bytes>,
+        cutter: &Cutter,
+        req: &TileRequest,
+    ) -> Job {
+        let store = cache.store.clone();
+        let durability = cache.durability;
+        let cutter = cutter.clone();
+        let metrics = self.metrics.clone();
+        let layer = req.layer.name.clone();
+        Box::new(move || {
+            let Owned { coord, key, guard } = tile;
+            let bytes = match bytes {
+                Some(b) => b,
+                None => match cutter.encode(coord) {
+                    Ok(b) => {
+                        metrics.tiles_encoded(&layer, 1);
+                        b
+                    }
+                    Err(e) => {
+                        tracing::warn!(tile = %key, error = %e, "encoding a sibling tile failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = store.put(&key, bytes, durability) {
+                tracing::warn!(tile = %key, error = %e, "saving a tile failed");
+            }
+            drop(guard);
+        })
+    }
+
+    /// Seeds one metatile: takes its locks, skips it when every tile is
+    /// stored (unless `force`), otherwise renders it, encodes every tile and
+    /// stores them with [`Durability::Synced`] before returning.
+    pub async fn seed_metatile(
+        &self,
+        layer: &Arc<Layer>,
+        grid: &Arc<Grid>,
+        format: Format,
+        meta: Metatile,
+        force: bool,
+    ) -> Result<SeedOutcome, TileError> {
+        let cache = layer
+            .cache
+            .as_ref()
+            .ok_or_else(|| TileError::NotCached(layer.name.clone()))?;
+        let tms = &grid.tms;
+        let first = meta.tiles(tms).next().expect("a metatile has tiles");
+        let req = TileRequest {
+            layer: layer.clone(),
+            grid: grid.clone(),
+            coord: first,
+            format,
+        };
+        let meta_guard = self.lock_metatile(&req, &meta).await?;
+        let mut tiles = Vec::new();
+        for coord in meta.tiles(tms) {
+            let key = tile_key(&req, coord);
+            let guard = self.lock_tile(key.clone()).await?;
+            tiles.push(Owned { coord, key, guard });
+        }
+        if !force {
+            let store = cache.store.clone();
+            let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
+            let all_stored = run_blocking(move || {
+                keys.iter()
+                    .try_fold(true, |all, k| Ok::<_, StoreError>(all && store.exists(k)?))
+            })
+            .await??;
+            if all_stored {
+                return Ok(SeedOutcome::Skipped);
+            }
+        }
+        let cutter = self.render_metatile(&req, meta).await?;
+        drop(meta_guard);
+        let stored = self
+            .encode_and_store(
+                &layer.name,
+                cutter,
+                tiles,
+                cache.store.clone(),
+                Durability::Synced,
+            )
+            .await?;
+        Ok(SeedOutcome::Rendered(stored.len()))
+    }
+
+    /// Encodes every tile and stores them in one batch, then releases their
+    /// locks. Returns the encoded tiles.
+    async fn encode_and_store(
+        &self,
+        layer: &str,
+        cutter: Cutter,
+        tiles: Vec<Owned>,
+        store: Arc<dyn TileStore>,
+        durability: Durability,
+    ) -> Result<Vec<(TileCoord, Bytes)>, TileError> {
+        let metrics = self.metrics.clone();
+        let layer = layer.to_string();
+        run_blocking(move || {
+            let mut batch = Vec::with_capacity(tiles.len());
+            let mut encoded = Vec::with_capacity(tiles.len());
+            let mut guards = Vec::with_capacity(tiles.len());
+            for Owned { coord, key, guard } in tiles {
+                let bytes = cutter.encode(coord)?;
+                batch.push((key, bytes.clone()));
+                encoded.push((coord, bytes));
+                guards.push(guard);
+            }
+            metrics.tiles_encoded(&layer, batch.len() as u64);
+            store.put_many(batch, durability)?;
+            drop(guards);
+            Ok::<_, TileError>(encoded)
+        })
+        .await?
+    }
+
+    async fn render_metatile(
+        &self,
+        req: &TileRequest,
+        meta: Metatile,
+    ) -> Result<Cutter, TileError> {
+        let tms = &req.grid.tms;
+        let (width, height) = meta.render_size(tms);
+        let image = self
+            .renderer
+            .render_image(
+                req.layer.clone(),
+                meta.render_bbox(tms),
+                req.grid.crs.clone(),
+                width,
+                height,
+            )
+            .await?;
+        self.metrics.metatile_rendered(&req.layer.name);
+        Ok(Cutter {
+            image: Arc::new(image),
+            meta,
+            grid: req.grid.clone(),
+            format: req.format,
+            encoding: *self.renderer.encoding(),
+        })
+    }
+
+    /// Reads the store on a blocking thread. A failing store is logged and
+    /// treated as a miss: the tile is rendered rather than refused.
+    async fn lookup(&self, store: &Arc<dyn TileStore>, key: &TileKey) -> Option<Bytes> {
+        let (store, k) = (store.clone(), key.clone());
+        match run_blocking(move || store.get(&k)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                tracing::warn!(tile = %key, error = %e, "cache read failed; rendering instead");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(tile = %key, error = %e, "cache read task failed");
+                None
+            }
+        }
+    }
+
+    async fn lock_metatile(
+        &self,
+        req: &TileRequest,
+        meta: &Metatile,
+    ) -> Result<KeyGuard<MetaKey>, TileError> {
+        let key = MetaKey {
+            layer: req.layer.name.clone(),
+            grid: req.grid.tms.id.clone(),
+            extension: req.format.extension(),
+            range: meta.range,
+        };
+        let start = Instant::now();
+        let result = self.metatile_locks.lock(key, self.lock_timeout).await;
+        self.metrics.lock_waited(LockKind::Metatile, start);
+        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+            kind: "metatile",
+            after,
+        })
+    }
+
+    async fn lock_tile(&self, key: TileKey) -> Result<KeyGuard<TileKey>, TileError> {
+        let start = Instant::now();
+        let result = self.tile_locks.lock(key, self.lock_timeout).await;
+        self.metrics.lock_waited(LockKind::Tile, start);
+        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+            kind: "tile",
+            after,
+        })
+    }
+}
+
+fn hit(bytes: Bytes) -> Tile {
+    Tile {
+        bytes,
+        status: CacheStatus::Hit,
+    }
+}
+
+fn miss(bytes: Bytes) -> Tile {
+    Tile {
+        bytes,
+        status: CacheStatus::Miss,
+    }
+}
+
+/// The store key of tile `coord` of the request's layer, grid and format.
+pub fn tile_key(req: &TileRequest, coord: TileCoord) -> TileKey {
+    let matrix_height = req
+        .grid
+        .tms
+        .matrix(coord.z())
+        .expect("a TileCoord is inside its grid")
+        .matrix_height;
+    TileKey {
+        layer: req.layer.name.clone(),
+        grid: req.grid.tms.id.clone(),
+        coord,
+        matrix_height,
+        extension: req.format.extension(),
+    }
+}
+
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RenderError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RenderError::Task(e.to_string()))
+}
