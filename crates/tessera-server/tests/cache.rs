@@ -1,0 +1,447 @@
+//! The cached tile path against the real GDAL render of the demo relief:
+//! one render per metatile under any concurrency, no deadlock under a
+//! saturated pool, timeouts instead of hangs, and the HTTP cache headers.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode, header};
+use tessera_image::Raster;
+use tessera_server::config::{LayerCacheConfig, StoreConfig};
+use tessera_server::http::AppState;
+use tessera_server::{Config, build_state_with, demo, http};
+use tessera_source::{Source, SourceError, SourceInfo, WindowRequest};
+use tessera_store::FileLayout;
+use tower::ServiceExt;
+
+/// Wraps the real source: counts reads, can slow them down or hold them
+/// until released.
+#[derive(Debug)]
+struct Probe {
+    inner: Arc<dyn Source>,
+    reads: AtomicUsize,
+    delay: Duration,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Probe {
+    fn open_gate(&self) {
+        *self.gate.0.lock().unwrap() = true;
+        self.gate.1.notify_all();
+    }
+}
+
+impl Source for Probe {
+    fn info(&self) -> &SourceInfo {
+        self.inner.info()
+    }
+
+    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        let (open, cv) = &*self.gate;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        drop(open);
+        self.inner.read(request)
+    }
+}
+
+struct Setup {
+    app: Router,
+    state: AppState,
+    probe: Arc<Probe>,
+    dir: tempfile::TempDir,
+}
+
+/// The demo relief layer cached in a file store (no memory LRU, so every
+/// hit really reads the disk), with `edit` applied to the configuration.
+fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = demo::demo_config().unwrap();
+    config.stores.insert(
+        "disk".into(),
+        StoreConfig::File {
+            path: dir.path().display().to_string(),
+            layout: FileLayout::Xyz,
+            memory_mb: 0,
+        },
+    );
+    for layer in &mut config.layers {
+        layer.cache = LayerCacheConfig {
+            store: "disk".into(),
+            max_age_secs: 600,
+            ..LayerCacheConfig::default()
+        };
+    }
+    edit(&mut config);
+    let probe_slot: Arc<Mutex<Option<Arc<Probe>>>> = Arc::default();
+    let slot = probe_slot.clone();
+    let state = build_state_with(config, &move |name, inner| {
+        if name != "relief" {
+            return inner;
+        }
+        let probe = Arc::new(Probe {
+            inner,
+            reads: AtomicUsize::new(0),
+            delay,
+            gate: Arc::new((Mutex::new(gate_open), Condvar::new())),
+        });
+        *slot.lock().unwrap() = Some(probe.clone());
+        probe
+    })
+    .unwrap();
+    let probe = probe_slot.lock().unwrap().take().unwrap();
+    Setup {
+        app: http::router(state.clone()),
+        state,
+        probe,
+        dir,
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn fetch(app: &Router, uri: &str, if_none_match: Option<&str>) -> Reply {
+    let mut req = Request::get(uri);
+    if let Some(tag) = if_none_match {
+        req = req.header(header::IF_NONE_MATCH, tag);
+    }
+    let response = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap()
+        .to_vec();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn header_of<'a>(r: &'a Reply, name: &str) -> &'a str {
+    r.headers.get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    let reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    (reader.info().width, reader.info().height)
+}
+
+/// Waits until every background save has released its lock.
+async fn locks_drain(state: &AppState) -> (usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = state.tiles.locks_in_use();
+        if held == (0, 0) || Instant::now() > deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_requests_for_one_metatile_render_it_once() {
+    let s = setup(Duration::from_millis(300), true, |_| {});
+    let tiles: Vec<(u32, u32)> = (4..8).flat_map(|y| (4..8).map(move |x| (x, y))).collect();
+    let tasks: Vec<_> = (0..1000)
+        .map(|i| {
+            let app = s.app.clone();
+            let (x, y) = tiles[i % tiles.len()];
+            tokio::spawn(async move {
+                let uri = format!("/tiles/relief/WebMercatorQuad/4/{x}/{y}.png");
+                ((x, y), fetch(&app, &uri, None).await)
+            })
+        })
+        .collect();
+    let mut by_tile: HashMap<(u32, u32), Vec<Reply>> = HashMap::new();
+    for t in tasks {
+        let (tile, reply) = t.await.unwrap();
+        by_tile.entry(tile).or_default().push(reply);
+    }
+
+    assert_eq!(
+        s.state.metrics.metatile_renders("relief"),
+        1,
+        "exactly one render"
+    );
+    assert_eq!(
+        s.probe.reads.load(Ordering::SeqCst),
+        1,
+        "exactly one source read"
+    );
+    let mut misses = 0;
+    for ((x, y), replies) in &by_tile {
+        let stored = std::fs::read(
+            s.dir
+                .path()
+                .join(format!("relief/WebMercatorQuad/4/{x}/{y}.png")),
+        )
+        .unwrap();
+        for r in replies {
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(png_size(&r.body), (256, 256));
+            assert_eq!(r.body, stored, "every response is the stored tile {x}/{y}");
+            if header_of(r, "x-cache") == "MISS" {
+                misses += 1;
+            }
+        }
+    }
+    assert_eq!(misses, 1, "only the request that rendered is a miss");
+    assert_eq!(locks_drain(&s.state).await, (0, 0), "lock table empty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_load_on_a_saturated_pool_never_deadlocks_or_renders_twice() {
+    let secs: u64 = std::env::var("TESSERA_STRESS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    // One encode thread with a one-job queue: the pool is saturated by the
+    // first metatile and the request path does most sibling saves itself.
+    let s = setup(Duration::ZERO, true, |c| {
+        c.cache.metatile_threads = 1;
+        c.cache.encode_queue_len = 1;
+    });
+    let clients = 300;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let touched = Arc::new(Mutex::new(HashSet::new()));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..clients)
+        .map(|c: u64| {
+            let (app, touched, requests) = (s.app.clone(), touched.clone(), requests.clone());
+            tokio::spawn(async move {
+                let mut rng =
+                    0x9E37_79B9_7F4A_7C15_u64 ^ (c + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                while Instant::now() < deadline {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    // 10 x 10 metatiles of 4 x 4 tiles at zoom 6.
+                    let x = 16 + (rng % 40) as u32;
+                    let y = 8 + ((rng >> 20) % 40) as u32;
+                    touched.lock().unwrap().insert((x / 4, y / 4));
+                    let r = fetch(
+                        &app,
+                        &format!("/tiles/relief/WebMercatorQuad/6/{x}/{y}.png"),
+                        None,
+                    )
+                    .await;
+                    assert_eq!(
+                        r.status,
+                        StatusCode::OK,
+                        "tile 6/{x}/{y}: {:?}",
+                        String::from_utf8_lossy(&r.body)
+                    );
+                    requests.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let touched = touched.lock().unwrap().len() as u64;
+    assert!(
+        touched > 50,
+        "the load spread over the metatiles ({touched})"
+    );
+    assert_eq!(
+        s.state.metrics.metatile_renders("relief"),
+        touched,
+        "renders equal the distinct metatiles touched"
+    );
+    assert_eq!(locks_drain(&s.state).await, (0, 0), "lock table empty");
+    assert!(requests.load(Ordering::Relaxed) >= clients as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_render_that_never_finishes_times_out_every_waiter_and_frees_the_locks() {
+    let s = setup(Duration::ZERO, false, |c| {
+        c.server.render_timeout_secs = 1.0;
+        c.cache.lock_timeout_secs = 2.0;
+    });
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let app = s.app.clone();
+            let (x, y) = (8 + i % 4, 8 + (i / 4) % 4);
+            tokio::spawn(async move {
+                fetch(
+                    &app,
+                    &format!("/tiles/relief/WebMercatorQuad/5/{x}/{y}.png"),
+                    None,
+                )
+                .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !header_of(&r, "retry-after").is_empty(),
+            "503 says when to retry"
+        );
+    }
+    assert_eq!(s.state.tiles.locks_in_use(), (0, 0), "lock table empty");
+    let text = s.state.metrics.render();
+    assert!(
+        text.contains("tessera_tile_requests_total{layer=\"relief\",result=\"error\"} 40"),
+        "{text}"
+    );
+    s.probe.open_gate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etag_304_cache_control_and_cache_status_headers() {
+    let s = setup(Duration::ZERO, true, |_| {});
+    let uri = "/tiles/relief/WebMercatorQuad/2/1/1.png";
+    let first = fetch(&s.app, uri, None).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(header_of(&first, "x-cache"), "MISS");
+    assert_eq!(header_of(&first, "cache-control"), "public, max-age=600");
+    let etag = header_of(&first, "etag").to_string();
+    assert!(
+        etag.starts_with('"') && etag.len() > 10,
+        "strong ETag: {etag}"
+    );
+    locks_drain(&s.state).await;
+
+    let second = fetch(&s.app, uri, None).await;
+    assert_eq!(header_of(&second, "x-cache"), "HIT");
+    assert_eq!(header_of(&second, "etag"), etag, "same bytes, same ETag");
+    assert_eq!(second.body, first.body);
+
+    let not_modified = fetch(&s.app, uri, Some(&format!("\"other\", {etag}"))).await;
+    assert_eq!(not_modified.status, StatusCode::NOT_MODIFIED);
+    assert!(not_modified.body.is_empty());
+    assert_eq!(header_of(&not_modified, "etag"), etag);
+    let changed = fetch(&s.app, uri, Some("\"stale\"")).await;
+    assert_eq!(changed.status, StatusCode::OK);
+
+    // The sibling was saved by the pool: a hit with its own ETag.
+    let sibling = fetch(&s.app, "/tiles/relief/WebMercatorQuad/2/0/1.png", None).await;
+    assert_eq!(header_of(&sibling, "x-cache"), "HIT");
+    assert_ne!(header_of(&sibling, "etag"), etag);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_with_their_stable_names() {
+    let s = setup(Duration::ZERO, true, |_| {});
+    fetch(&s.app, "/tiles/relief/WebMercatorQuad/3/1/1.png", None).await;
+    locks_drain(&s.state).await;
+    fetch(&s.app, "/tiles/relief/WebMercatorQuad/3/1/2.png", None).await;
+    fetch(&s.app, "/tiles/relief/WebMercatorQuad/9/1/2.png", None).await;
+    let r = fetch(&s.app, "/metrics", None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(header_of(&r, "content-type").starts_with("application/openmetrics-text"));
+    let text = String::from_utf8(r.body).unwrap();
+    for needle in [
+        "tessera_tile_requests_total{layer=\"relief\",result=\"miss\"} 1",
+        "tessera_tile_requests_total{layer=\"relief\",result=\"hit\"} 1",
+        "tessera_metatile_renders_total{layer=\"relief\"} 1",
+        "tessera_tile_encodes_total{layer=\"relief\"} 16",
+        "tessera_store_op_seconds_count{store=\"file\",op=\"get\"}",
+        "tessera_store_op_seconds_bucket{",
+        "tessera_lock_wait_seconds_count{kind=\"metatile\"}",
+        "tessera_lock_wait_seconds_count{kind=\"tile\"}",
+        "tessera_encode_queue_depth 0",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_pool_every_tile_is_stored_before_the_response() {
+    let s = setup(Duration::ZERO, true, |c| c.cache.metatile_threads = 0);
+    let r = fetch(&s.app, "/tiles/relief/WebMercatorQuad/3/5/2.png", None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // No wait: the response came after the whole metatile was stored.
+    assert_eq!(s.state.tiles.locks_in_use(), (0, 0));
+    for y in 0..4 {
+        for x in 4..8 {
+            let p = s
+                .dir
+                .path()
+                .join(format!("relief/WebMercatorQuad/3/{x}/{y}.png"));
+            assert!(p.is_file(), "{} stored", p.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiles_cut_from_a_metatile_match_tiles_rendered_alone() {
+    let cached = setup(Duration::ZERO, true, |_| {});
+    let direct = setup(Duration::ZERO, true, |c| {
+        for l in &mut c.layers {
+            l.cache.store = "none".into();
+        }
+    });
+    for uri in [
+        "/tiles/relief/WebMercatorQuad/5/17/11.png",
+        "/tiles/relief/WebMercatorQuad/5/18/12.png",
+        "/tiles/relief/WorldCRS84Quad/4/20/5.png",
+    ] {
+        let a = fetch(&cached.app, uri, None).await;
+        let b = fetch(&direct.app, uri, None).await;
+        assert_eq!(header_of(&b, "x-cache"), "MISS");
+        let decode = |bytes: &[u8]| {
+            let mut reader = png::Decoder::new(std::io::Cursor::new(bytes.to_vec()))
+                .read_info()
+                .unwrap();
+            let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+            reader.next_frame(&mut buf).unwrap();
+            buf
+        };
+        let (pa, pb) = (decode(&a.body), decode(&b.body));
+        assert_eq!(pa.len(), pb.len());
+        let diff: u64 = pa
+            .iter()
+            .zip(&pb)
+            .map(|(x, y)| u64::from(x.abs_diff(*y)))
+            .sum();
+        let mean = diff as f64 / pa.len() as f64;
+        assert!(
+            mean < 2.0,
+            "{uri}: metatile cut differs from a lone render by {mean:.2} on average"
+        );
+    }
+}
+
+#[test]
+fn the_timed_store_wrapper_passes_the_store_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(tessera_server::metrics::Metrics::new());
+    let file: Arc<dyn tessera_store::TileStore> =
+        Arc::new(tessera_store::FileStore::open(dir.path(), FileLayout::Tms).unwrap());
+    let timed: Arc<dyn tessera_store::TileStore> = Arc::new(
+        tessera_server::metrics::TimedStore::new(file, metrics.clone()),
+    );
+    tessera_store::conformance::run_all(&timed);
+    assert!(
+        metrics
+            .render()
+            .contains("tessera_store_errors_total{store=\"file\",op=\"put\"} 1"),
+        "the refused empty tile is counted as a store error"
+    );
+}
