@@ -150,7 +150,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 
 /// Waits until every background save has released its lock.
 async fn locks_drain(state: &AppState) -> (usize, usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let held = state.tiles.locks_in_use();
         if held == (0, 0) || Instant::now() > deadline {
