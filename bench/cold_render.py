@@ -1,35 +1,21 @@
 #!/usr/bin/env python3
 """Cold-render throughput of the demo layers: every tile of zoom 0-6 inside
 each layer's extent (Web Mercator), asked by 1 and by 8 concurrent clients
-over keep-alive connections. Nothing is cached yet, so every request is a
-render. Each cell is the median of several runs; the table goes to
+over keep-alive connections. Caching is turned off for the layers, so every
+request is a render. Each cell is the median of several runs; the table goes to
 docs/benchmarks/cold-render.md.
 
 Run it with scripts/bench-cold-render (it builds the release binary).
 """
 import argparse
-import datetime
-import http.client
 import json
 import math
-import os
-import platform
-import socket
 import statistics
-import subprocess
-import threading
-import time
+import tempfile
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from common import ROOT, demo_config_uncached, machine, percentile, run_load, tessera
 
 def lonlat_to_tile(lon, lat, z):
     lat = max(min(lat, 85.0511287798), -85.0511287798)
@@ -49,45 +35,6 @@ def tiles_for(bounds, zooms):
     return out
 
 
-def run_load(port, paths, clients):
-    """Sends every path once, spread over `clients` threads. Returns (seconds, latencies_ms, errors)."""
-    latencies, errors = [], []
-    lock = threading.Lock()
-    index = [0]
-
-    def worker():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        while True:
-            with lock:
-                if index[0] >= len(paths):
-                    break
-                path = paths[index[0]]
-                index[0] += 1
-            t0 = time.perf_counter()
-            conn.request("GET", path)
-            r = conn.getresponse()
-            r.read()
-            dt = (time.perf_counter() - t0) * 1000
-            with lock:
-                latencies.append(dt)
-                if r.status != 200:
-                    errors.append((path, r.status))
-        conn.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0, latencies, errors
-
-
-def percentile(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -97,17 +44,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/cold-render.md"))
     args = ap.parse_args()
 
-    port = free_port()
-    server = subprocess.Popen([args.binary, "serve", "--listen", f"127.0.0.1:{port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "TESSERA_LOG": "warn"})
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with tempfile.TemporaryDirectory() as work, tessera(args.binary, demo_config_uncached(args.binary), work) as port:
         rows = []
         for layer in ("relief", "elevation", "landsat"):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/tiles/{layer}/WebMercatorQuad/tilejson.json") as r:
@@ -119,7 +56,7 @@ def main():
             for clients in (1, 8):
                 rates, p50s, p99s = [], [], []
                 for _ in range(args.runs):
-                    secs, lat, errors = run_load(port, paths, clients)
+                    secs, lat, errors, _ = run_load(port, paths, clients)
                     if errors:
                         raise SystemExit(f"{layer}: {len(errors)} failed requests, first {errors[0]}")
                     rates.append(len(paths) / secs)
@@ -128,24 +65,19 @@ def main():
                 rows.append((layer, len(tiles), len(paths), clients, statistics.median(rates),
                              statistics.median(p50s), statistics.median(p99s)))
                 print(f"{layer:10} clients={clients} {statistics.median(rates):8.1f} tiles/s", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     lines = [
         "# Cold-render throughput of the demo layers",
         "",
         "Every tile of zoom 0-6 that intersects the layer (WebMercatorQuad, PNG,",
         "256x256) is requested over keep-alive HTTP/1.1 by 1 and by 8 concurrent",
-        "clients. There is no tile cache yet, so every request warps, styles and encodes a",
+        "clients. The layers run with `cache: { store: none }`, so every request warps, styles and encodes a",
         "tile (GDAL's block cache is warm after the first run). Layers with few tiles repeat their list to reach at least",
         f"{args.min_requests} requests. Figures are medians of {args.runs} runs.",
         "",
         "Command: `scripts/bench-cold-render`",
         "",
-        f"Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}; "
-        f"{datetime.date.today().isoformat()}; release build; render slots = cores.",
+        machine() + " Render slots = cores.",
         "",
         "| layer | distinct tiles (z0-6) | requests | clients | tiles/s | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -18,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tessera_store::{Durability, StoreError, TileKey, TileStore};
+use tessera_store::{Durability, HeldTile, StoreError, TileKey, TileStore};
 
 /// How a tile request ended.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -263,6 +263,10 @@ impl TimedStore {
 impl TileStore for TimedStore {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        self.inner.peek(key)
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tessera_grid::{TileCoord, TileRange};
 use tessera_image::{Color, EncodeOptions, Format, ImageView, RgbaImage, encode};
-use tessera_store::{Durability, StoreError, TileKey, TileStore};
+use tessera_store::{Durability, HeldTile, StoreError, TileKey, TileStore, content_hash};
 
 use crate::encode_pool::{EncodePool, Job};
 use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
@@ -64,6 +64,8 @@ pub enum CacheStatus {
 pub struct Tile {
     /// Encoded bytes.
     pub bytes: Bytes,
+    /// [`tessera_store::content_hash`] of the bytes (the ETag).
+    pub hash: u128,
     /// Hit or miss.
     pub status: CacheStatus,
 }
@@ -223,22 +225,19 @@ impl TileCache {
             .await?;
         self.metrics.metatile_rendered(&req.layer.name);
         self.metrics.tiles_encoded(&req.layer.name, 1);
-        Ok(Tile {
-            bytes,
-            status: CacheStatus::Miss,
-        })
+        Ok(miss(bytes))
     }
 
     async fn get_cached(&self, req: &TileRequest, cache: &LayerCache) -> Result<Tile, TileError> {
         let key = tile_key(req, req.coord);
-        if let Some(bytes) = self.lookup(&cache.store, &key).await {
-            return Ok(hit(bytes));
+        if let Some(held) = self.lookup(&cache.store, &key).await {
+            return Ok(hit(held));
         }
         let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
         let meta_guard = self.lock_metatile(req, &meta).await?;
         let own_guard = self.lock_tile(key.clone()).await?;
-        if let Some(bytes) = self.lookup(&cache.store, &key).await {
-            return Ok(hit(bytes));
+        if let Some(held) = self.lookup(&cache.store, &key).await {
+            return Ok(hit(held));
         }
         let cutter = self.render_metatile(req, meta).await?;
         let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
@@ -448,11 +447,24 @@ impl TileCache {
         })
     }
 
-    /// Reads the store on a blocking thread. A failing store is logged and
-    /// treated as a miss: the tile is rendered rather than refused.
-    async fn lookup(&self, store: &Arc<dyn TileStore>, key: &TileKey) -> Option<Bytes> {
+    /// Reads the store: from memory inline when it holds the tile, else on a
+    /// blocking thread. A failing store is logged and treated as a miss: the
+    /// tile is rendered rather than refused.
+    async fn lookup(&self, store: &Arc<dyn TileStore>, key: &TileKey) -> Option<HeldTile> {
+        if let Some(held) = store.peek(key) {
+            return Some(held);
+        }
         let (store, k) = (store.clone(), key.clone());
-        match run_blocking(move || store.get(&k)).await {
+        match run_blocking(move || {
+            store.get(&k).map(|found| {
+                found.map(|bytes| HeldTile {
+                    hash: content_hash(&bytes),
+                    bytes,
+                })
+            })
+        })
+        .await
+        {
             Ok(Ok(found)) => found,
             Ok(Err(e)) => {
                 tracing::warn!(tile = %key, error = %e, "cache read failed; rendering instead");
@@ -496,15 +508,17 @@ impl TileCache {
     }
 }
 
-fn hit(bytes: Bytes) -> Tile {
+fn hit(held: HeldTile) -> Tile {
     Tile {
-        bytes,
+        bytes: held.bytes,
+        hash: held.hash,
         status: CacheStatus::Hit,
     }
 }
 
 fn miss(bytes: Bytes) -> Tile {
     Tile {
+        hash: content_hash(&bytes),
         bytes,
         status: CacheStatus::Miss,
     }

@@ -152,6 +152,7 @@ fn delete_removes(store: &dyn TileStore) {
         .put(&k, payload(9, 77), Durability::Buffered)
         .expect("put");
     store.delete(&k).expect("delete");
+    assert_eq!(store.peek(&k), None, "a deleted tile is not in memory");
     assert_eq!(store.get(&k).expect("get"), None, "deleted tile is gone");
     assert!(
         !store.exists(&k).expect("exists"),

@@ -120,6 +120,15 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// Reads a tile.
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError>;
 
+    /// Answers from memory only, without blocking: `Some` when the tile is
+    /// held in memory (its bytes then equal what `get` returns), `None` when
+    /// `get` must be asked. Async callers try it before moving to a blocking
+    /// thread. The default holds nothing in memory.
+    fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        let _ = key;
+        None
+    }
+
     /// Writes a tile.
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError>;
 
@@ -142,6 +151,21 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         Ok(self.get(key)?.is_some())
     }
+}
+
+/// A tile held in memory, with its content hash computed once when it was
+/// remembered (servers use it as the ETag without hashing on every hit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldTile {
+    /// The encoded tile.
+    pub bytes: Bytes,
+    /// [`content_hash`] of `bytes`.
+    pub hash: u128,
+}
+
+/// A 128-bit hash of a tile's bytes (XXH3-128): equal bytes, equal hash.
+pub fn content_hash(bytes: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(bytes)
 }
 
 /// Refuses an empty tile, as the contract requires of every backend.

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use lru::LruCache;
 
-use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+use crate::{Durability, HeldTile, StoreError, TileKey, TileStore, check_not_empty, content_hash};
 
 /// Tiles kept in memory, at most `capacity_bytes` of payload, least recently
 /// used evicted first.
@@ -24,7 +24,7 @@ pub struct MemoryStore {
 
 #[derive(Debug)]
 struct Lru {
-    tiles: LruCache<TileKey, Bytes>,
+    tiles: LruCache<TileKey, HeldTile>,
     bytes: usize,
     /// Bumped by every write and delete, so a read of the inner store that
     /// raced with one does not put a stale tile into memory.
@@ -71,17 +71,21 @@ impl MemoryStore {
     fn remember(&self, lru: &mut Lru, key: &TileKey, data: Bytes) {
         if data.len() > self.capacity_bytes {
             if let Some(old) = lru.tiles.pop(key) {
-                lru.bytes -= old.len();
+                lru.bytes -= old.bytes.len();
             }
             return;
         }
         lru.bytes += data.len();
-        if let Some(old) = lru.tiles.put(key.clone(), data) {
-            lru.bytes -= old.len();
+        let held = HeldTile {
+            hash: content_hash(&data),
+            bytes: data,
+        };
+        if let Some(old) = lru.tiles.put(key.clone(), held) {
+            lru.bytes -= old.bytes.len();
         }
         while lru.bytes > self.capacity_bytes {
             match lru.tiles.pop_lru() {
-                Some((_, old)) => lru.bytes -= old.len(),
+                Some((_, old)) => lru.bytes -= old.bytes.len(),
                 None => break,
             }
         }
@@ -93,11 +97,15 @@ impl TileStore for MemoryStore {
         &self.name
     }
 
+    fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        self.lock().tiles.get(key).cloned()
+    }
+
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
         let generation = {
             let mut lru = self.lock();
-            if let Some(data) = lru.tiles.get(key) {
-                return Ok(Some(data.clone()));
+            if let Some(held) = lru.tiles.get(key) {
+                return Ok(Some(held.bytes.clone()));
             }
             lru.generation
         };
@@ -135,7 +143,7 @@ impl TileStore for MemoryStore {
                 lru.generation += 1;
                 for (key, _) in &tiles {
                     if let Some(old) = lru.tiles.pop(key) {
-                        lru.bytes -= old.len();
+                        lru.bytes -= old.bytes.len();
                     }
                 }
             }
@@ -154,7 +162,7 @@ impl TileStore for MemoryStore {
             let mut lru = self.lock();
             lru.generation += 1;
             if let Some(old) = lru.tiles.pop(key) {
-                lru.bytes -= old.len();
+                lru.bytes -= old.bytes.len();
             }
         }
         if let Some(inner) = &self.inner {
@@ -166,7 +174,7 @@ impl TileStore for MemoryStore {
         let mut lru = self.lock();
         lru.generation += 1;
         if let Some(old) = lru.tiles.pop(key) {
-            lru.bytes -= old.len();
+            lru.bytes -= old.bytes.len();
         }
         Ok(())
     }

@@ -224,7 +224,7 @@ pub async fn serve_tile(
     request_headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let result = state.tiles.get(&tile).await?;
-    let etag = format!("\"{:032x}\"", xxhash_rust::xxh3::xxh3_128(&result.bytes));
+    let etag = format!("\"{:032x}\"", result.hash);
     let not_modified = request_headers
         .get_all(header::IF_NONE_MATCH)
         .iter()

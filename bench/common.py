@@ -1,0 +1,116 @@
+"""Helpers shared by the HTTP benchmark harnesses: a tessera process, a
+keep-alive load generator, percentiles, /metrics parsing."""
+import contextlib
+import datetime
+import http.client
+import os
+import platform
+import re
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer within {seconds}s")
+
+
+@contextlib.contextmanager
+def tessera(binary, config_text, workdir):
+    """Runs `tessera serve` on `config_text`; yields the port."""
+    config = Path(workdir) / "tessera.yaml"
+    config.write_text(config_text)
+    port = free_port()
+    proc = subprocess.Popen([binary, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "TESSERA_LOG": "warn"})
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def demo_config_uncached(binary):
+    """The embedded demo layers read from data/, with caching off."""
+    text = subprocess.run([binary, "demo-config"], capture_output=True, text=True, check=True).stdout
+    text = text.replace("/vsimem/tessera-demo/", f"{ROOT}/data/")
+    return re.sub(r"(?m)^  - name: (\S+)$", r"  - name: \1\n    cache: { store: none }", text)
+
+
+def run_load(port, paths, clients):
+    """Sends every path once, spread over `clients` keep-alive connections.
+    Returns (seconds, latencies_ms, errors, cache_hits)."""
+    latencies, errors = [], []
+    hits = [0]
+    lock = threading.Lock()
+    index = [0]
+
+    def worker():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        while True:
+            with lock:
+                if index[0] >= len(paths):
+                    break
+                path = paths[index[0]]
+                index[0] += 1
+            t0 = time.perf_counter()
+            conn.request("GET", path)
+            r = conn.getresponse()
+            r.read()
+            dt = (time.perf_counter() - t0) * 1000
+            with lock:
+                latencies.append(dt)
+                if r.status != 200:
+                    errors.append((path, r.status))
+                if r.getheader("X-Cache") == "HIT":
+                    hits[0] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, latencies, errors, hits[0]
+
+
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def metric(port, sample):
+    """The value of one sample (`name{labels}` as written) from /metrics; 0 when absent."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    return (f"Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}; "
+            f"{datetime.date.today().isoformat()}; release build.")
