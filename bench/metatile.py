@@ -174,7 +174,7 @@ http {{
         try:
             wait_http(f"http://127.0.0.1:{nginx_port}{paths[0]}")
             servers = [("nginx (static files)", None)] + [
-                ("tessera, file store + 64 MiB memory LRU", 64),
+                ("tessera, file store + 1 GiB memory LRU (holds every tile)", 1024),
                 ("tessera, file store only", 0),
             ]
             for name, memory in servers:

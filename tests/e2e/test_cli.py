@@ -36,6 +36,6 @@ def test_a_missing_source_file_names_the_layer(tmp_path):
 def test_help_lists_the_commands():
     r = tessera("--help")
     assert r.returncode == 0
-    for word in ("serve", "check", "demo-config"):
+    for word in ("serve", "check", "seed", "demo-config"):
         assert word in r.stdout
     assert "TESSERA_LISTEN" in tessera("serve", "--help").stdout

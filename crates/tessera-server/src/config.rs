@@ -469,6 +469,57 @@ mod tests {
     }
 
     #[test]
+    fn cache_settings_are_checked_and_named() {
+        let base = "layers:\n  - name: a\n    source: { path: /x }\n";
+        for (extra, needle) in [
+            ("    cache: { store: nowhere }\n", "nowhere"),
+            ("    cache: { metatile: [0, 4] }\n", "metatile"),
+            ("    cache: { metatile: [4, 17] }\n", "metatile"),
+            ("    cache: { gutter: 100000 }\n", "gutter"),
+        ] {
+            let err = Config::from_yaml(&format!("{base}{extra}"), |_| None).unwrap_err();
+            assert!(err.to_string().contains(needle), "{extra}: {err}");
+        }
+        let err = Config::from_yaml(
+            &format!("cache: {{ lock_timeout_secs: 0 }}\n{base}"),
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("lock_timeout_secs"), "{err}");
+        let err = Config::from_yaml(
+            &format!("stores: {{ disk: {{ type: file, path: /x, colour: red }} }}\n{base}"),
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn stores_default_to_one_memory_store_and_layers_to_it() {
+        let c = Config::from_yaml(MINIMAL, |_| Some("/d".into())).unwrap();
+        assert!(matches!(
+            c.stores.get(DEFAULT_STORE),
+            Some(StoreConfig::Memory { memory_mb: 256 })
+        ));
+        assert_eq!(c.layers[0].cache.store, DEFAULT_STORE);
+        assert_eq!(c.layers[0].cache.metatile, [4, 4]);
+        let c = Config::from_yaml(
+            "stores:\n  disk: { type: file, path: /c, layout: tms }\nlayers:\n  - name: a\n    source: { path: /x }\n    cache: { store: disk, durability: synced }\n",
+            |_| None,
+        )
+        .unwrap();
+        assert!(matches!(
+            c.stores.get("disk"),
+            Some(StoreConfig::File {
+                layout: FileLayout::Tms,
+                memory_mb: 64,
+                ..
+            })
+        ));
+        assert_eq!(c.layers[0].cache.durability, Durability::Synced);
+    }
+
+    #[test]
     fn inconsistent_layers_are_refused() {
         for yaml in [
             "layers: []\n",
