@@ -41,6 +41,12 @@ pub struct TileCoord {
 }
 
 impl TileCoord {
+    /// Rebuilds a coordinate that a store wrote from a validated one. Not
+    /// for input from the wire: it does not check the grid.
+    pub fn restored(z: u8, x: u32, y: u32) -> TileCoord {
+        TileCoord { z, x, y }
+    }
+
     /// Zoom level (index into the matrix list).
     pub fn z(&self) -> u8 {
         self.z

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use tessera_grid::GridSpec;
 use tessera_image::{EncodeOptions, Format, StyleSpec};
 use tessera_source::{GdalSettings, GdalSourceSpec};
-use tessera_store::{Durability, FileLayout};
+use tessera_store::{Durability, FileLayout, Synchronous};
 
 /// Errors that stop start-up, each saying what to change.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +165,35 @@ pub enum StoreConfig {
         #[serde(default = "default_file_memory_mb")]
         memory_mb: u64,
     },
+    /// Tiles as records of an append-only journal in `path` (one fsync per
+    /// batch of writes instead of one per tile).
+    Journal {
+        /// Directory of the segment files (created if missing).
+        path: String,
+        /// Segment file size in MiB (default 64).
+        #[serde(default = "default_segment_mb")]
+        segment_mb: u64,
+        /// Adaptive wait before a sync for more writes to share it, in
+        /// milliseconds (default 0: off).
+        #[serde(default)]
+        sync_window_ms: u64,
+        /// In-memory LRU in front, in MiB (default 64; 0 = none).
+        #[serde(default = "default_file_memory_mb")]
+        memory_mb: u64,
+    },
+    /// Tiles in MBTiles 1.3 files under `path`, one per layer, grid and
+    /// format (`layer.grid.ext.mbtiles`).
+    Mbtiles {
+        /// Directory of the files (created if missing).
+        path: String,
+        /// SQLite `synchronous` for ordinary writes: `off`, `normal`
+        /// (default) or `full`; synced writes always use `full`.
+        #[serde(default)]
+        synchronous: Synchronous,
+        /// In-memory LRU in front, in MiB (default 64; 0 = none).
+        #[serde(default = "default_file_memory_mb")]
+        memory_mb: u64,
+    },
     /// Tiles in memory only, least recently used evicted; lost on restart.
     Memory {
         /// Budget in MiB (default 256).
@@ -179,6 +208,10 @@ fn default_file_memory_mb() -> u64 {
 
 fn default_memory_mb() -> u64 {
     256
+}
+
+fn default_segment_mb() -> u64 {
+    64
 }
 
 fn default_stores() -> BTreeMap<String, StoreConfig> {

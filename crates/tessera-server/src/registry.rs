@@ -3,12 +3,16 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{Format, Style, build_style};
 use tessera_source::{Crs, GdalSource, Source, SourceError};
 
-use tessera_store::{Durability, FileStore, MemoryStore, TileStore};
+use tessera_store::{
+    Durability, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore, MemoryStore,
+    TileStore,
+};
 
 use crate::config::{Config, ConfigError, NO_STORE, StoreConfig};
 use crate::metatile::MetatileSpec;
@@ -231,22 +235,57 @@ fn open_stores(
     let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
         Arc::new(TimedStore::new(s, metrics.clone()))
     };
+    let with_memory = |store: Arc<dyn TileStore>, memory_mb: u64| -> Arc<dyn TileStore> {
+        let store = timed(store);
+        if memory_mb == 0 {
+            store
+        } else {
+            timed(Arc::new(MemoryStore::new(mib(memory_mb), Some(store))))
+        }
+    };
     let mut stores = HashMap::new();
     for (name, sc) in &config.stores {
+        let failed =
+            |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("store {name:?}: {e}"));
         let store = match sc {
             StoreConfig::File {
                 path,
                 layout,
                 memory_mb,
+            } => with_memory(
+                Arc::new(FileStore::open(path, *layout).map_err(|e| failed(&e))?),
+                *memory_mb,
+            ),
+            StoreConfig::Journal {
+                path,
+                segment_mb,
+                sync_window_ms,
+                memory_mb,
             } => {
-                let file = FileStore::open(path, *layout)
-                    .map_err(|e| ConfigError::Invalid(format!("store {name:?}: {e}")))?;
-                let file = timed(Arc::new(file));
-                if *memory_mb == 0 {
-                    file
-                } else {
-                    timed(Arc::new(MemoryStore::new(mib(*memory_mb), Some(file))))
-                }
+                let options = JournalOptions {
+                    segment_size: segment_mb.saturating_mul(1 << 20),
+                    sync_window: (*sync_window_ms > 0)
+                        .then(|| Duration::from_millis(*sync_window_ms)),
+                    ..JournalOptions::default()
+                };
+                with_memory(
+                    Arc::new(JournalStore::open(path, options).map_err(|e| failed(&e))?),
+                    *memory_mb,
+                )
+            }
+            StoreConfig::Mbtiles {
+                path,
+                synchronous,
+                memory_mb,
+            } => {
+                let options = MbtilesOptions {
+                    synchronous: *synchronous,
+                    ..MbtilesOptions::default()
+                };
+                with_memory(
+                    Arc::new(MbtilesStore::open(path, options).map_err(|e| failed(&e))?),
+                    *memory_mb,
+                )
             }
             StoreConfig::Memory { memory_mb } => {
                 timed(Arc::new(MemoryStore::new(mib(*memory_mb), None)))

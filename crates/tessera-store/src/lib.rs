@@ -2,17 +2,22 @@
 //!
 //! This crate defines the [`TileStore`] contract that every cache backend
 //! implements, the key and durability types they share, the backends that
-//! need nothing but the local machine ([`FileStore`], [`MemoryStore`]) and a
-//! shared conformance suite (feature `conformance`) that every backend's
-//! tests call.
+//! need nothing but the local machine ([`FileStore`], [`MemoryStore`],
+//! [`JournalStore`], [`MbtilesStore`]) and a shared conformance suite
+//! (feature `conformance`) that every backend's tests call.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod file;
+mod journal;
+mod mbtiles;
 mod memory;
 
 pub use file::{FileLayout, FileStore};
+pub use journal::JournalStore;
+pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
+pub use tessera_journal::JournalOptions;
 
 use bytes::Bytes;
 use tessera_grid::TileCoord;

@@ -1,0 +1,402 @@
+//! An append-only journal with group commit.
+//!
+//! Records (bytes plus a [`RecordKind`]) are appended to pre-allocated
+//! segment files by one writer thread. Producers hand a record, a
+//! [`Persist`] mode and a completion to the writer through a bounded
+//! channel; the writer drains everything queued, writes it in one go, issues
+//! one `fdatasync` for the batch when any record asked for [`Persist::Synced`],
+//! and then completes every caller. A failed `fdatasync` poisons the journal:
+//! it is never retried (the kernel may already have marked the pages clean)
+//! and every later append fails until the journal is reopened.
+//!
+//! [`Journal::open`] replays every whole record in order, cuts a torn tail
+//! and refuses to open (with the segment and offset) when a record that was
+//! followed by synced data is damaged. The format and the crash-safety
+//! argument are in `docs/journal-format.md`. The journal knows nothing of
+//! what the records mean.
+
+mod format;
+mod recovery;
+mod segment;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+
+pub use format::RecordKind;
+pub use recovery::Recovery;
+
+/// When an append is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// Once written to the operating system (survives the process, not a
+    /// power failure).
+    Buffered,
+    /// Once `fdatasync` returned for the batch holding the record.
+    Synced,
+}
+
+/// Where a record starts: segment id and byte offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// Segment id.
+    pub segment: u64,
+    /// Offset of the record's frame in the segment file.
+    pub offset: u32,
+}
+
+/// A record as replayed at open.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// Where it is.
+    pub position: Position,
+    /// Journal-wide sequence number (increasing by one per record).
+    pub seq: u64,
+    /// Kind.
+    pub kind: RecordKind,
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+/// Settings; every limit has a default that suits a tile cache.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalOptions {
+    /// Size of each segment file (default 64 MiB, at least 64 KiB).
+    pub segment_size: u64,
+    /// Records that may wait for the writer (default 4096).
+    pub queue_len: usize,
+    /// Most bytes written per batch (default 8 MiB).
+    pub max_batch_bytes: usize,
+    /// When set, a batch holding a synced record waits up to this long for
+    /// more records before its `fdatasync`, but only while appends are
+    /// arriving concurrently (adaptive); the delay never exceeds it. Default
+    /// off.
+    pub sync_window: Option<Duration>,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            segment_size: 64 << 20,
+            queue_len: 4096,
+            max_batch_bytes: 8 << 20,
+            sync_window: None,
+        }
+    }
+}
+
+impl JournalOptions {
+    /// The largest payload a record may have.
+    pub fn max_record_bytes(&self) -> usize {
+        usize::try_from(segment::capacity(self.segment_size)).unwrap_or(usize::MAX)
+            - format::FRAME_LEN
+    }
+}
+
+/// Errors of the journal.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JournalError {
+    /// An I/O call failed.
+    #[error("journal {op} failed: {message}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        message: String,
+    },
+    /// An `fdatasync` failed earlier; nothing more is accepted until the
+    /// journal is reopened.
+    #[error("journal refuses writes after a failed fsync ({0}); reopen it")]
+    Poisoned(String),
+    /// A record followed by synced data is damaged.
+    #[error("journal corrupt in segment {segment} at offset {offset}: {reason}")]
+    Corrupt {
+        /// Segment id.
+        segment: u64,
+        /// Offset in the segment file.
+        offset: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The record is larger than a segment can hold.
+    #[error("record of {size} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Payload size.
+        size: usize,
+        /// Largest payload.
+        limit: usize,
+    },
+    /// The journal was closed.
+    #[error("journal is closed")]
+    Closed,
+}
+
+impl JournalError {
+    fn io(op: &'static str, e: &std::io::Error) -> JournalError {
+        JournalError::Io {
+            op,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A completion a producer thread waits on; one per thread, reused.
+#[derive(Debug, Default)]
+struct Slot {
+    result: Mutex<Option<Result<Position, JournalError>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn complete(&self, result: Result<Position, JournalError>) {
+        let mut r = self
+            .result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *r = Some(result);
+        self.ready.notify_one();
+    }
+
+    fn wait(&self) -> Result<Position, JournalError> {
+        let mut r = self
+            .result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(result) = r.take() {
+                return result;
+            }
+            r = self
+                .ready
+                .wait(r)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+thread_local! {
+    static SLOT: Arc<Slot> = Arc::new(Slot::default());
+}
+
+/// One record on its way to the writer. The payload buffer comes from a
+/// pool and goes back to it once the writer copied it into the batch.
+struct Request {
+    kind: RecordKind,
+    payload: Vec<u8>,
+    persist: Persist,
+    slot: Arc<Slot>,
+}
+
+/// State shared by producers, readers and the writer.
+#[derive(Debug)]
+struct Shared {
+    dir: PathBuf,
+    options: JournalOptions,
+    poisoned: AtomicBool,
+    poison_reason: Mutex<String>,
+    /// Read handles by segment id.
+    files: RwLock<std::collections::BTreeMap<u64, Arc<std::fs::File>>>,
+    /// Recycled payload buffers.
+    pool_tx: Sender<Vec<u8>>,
+    pool_rx: Receiver<Vec<u8>>,
+    /// Records appended (acknowledged) since open.
+    appended: AtomicU64,
+    /// fdatasync calls since open.
+    syncs: AtomicU64,
+    /// Set only by fault-injection tests: the next fdatasync fails with EIO.
+    fail_next_fsync: AtomicBool,
+}
+
+/// The journal: appends from any thread, reads by position.
+#[derive(Debug)]
+pub struct Journal {
+    requests: Option<Sender<Request>>,
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("kind", &self.kind)
+            .field("len", &self.payload.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal in `dir`, replaying every
+    /// record at or after `from` (all of them when `None`) through `replay`
+    /// in order. A torn tail is cut; damage before synced data is an error.
+    pub fn open(
+        dir: impl AsRef<Path>,
+        options: JournalOptions,
+        from: Option<Position>,
+        replay: impl FnMut(Record<'_>),
+    ) -> Result<(Journal, Recovery), JournalError> {
+        let dir = dir.as_ref().to_path_buf();
+        if options.segment_size < 64 * 1024 || options.segment_size > u64::from(u32::MAX) {
+            return Err(JournalError::Io {
+                op: "open",
+                message: "segment_size must be between 64 KiB and 4 GiB".into(),
+            });
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| JournalError::io("create directory", &e))?;
+        let recovered = recovery::recover(&dir, &options, from, replay)?;
+        let (pool_tx, pool_rx) = bounded(options.queue_len.max(1) * 2);
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            options,
+            poisoned: AtomicBool::new(false),
+            poison_reason: Mutex::new(String::new()),
+            files: RwLock::new(recovered.files.clone()),
+            pool_tx,
+            pool_rx,
+            appended: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            fail_next_fsync: AtomicBool::new(false),
+        });
+        let (requests, inbox) = bounded(options.queue_len.max(1));
+        let state = writer::WriterState::new(shared.clone(), &recovered)?;
+        let writer = std::thread::Builder::new()
+            .name("tessera-journal".into())
+            .spawn(move || state.run(&inbox))
+            .map_err(|e| JournalError::io("start writer", &e))?;
+        Ok((
+            Journal {
+                requests: Some(requests),
+                shared,
+                writer: Some(writer),
+            },
+            recovered.report,
+        ))
+    }
+
+    /// Appends a record and returns its position once it is acknowledged
+    /// under `persist`. Blocks while the queue is full.
+    pub fn append(
+        &self,
+        kind: RecordKind,
+        payload: &[u8],
+        persist: Persist,
+    ) -> Result<Position, JournalError> {
+        self.append_with(kind, payload.len(), persist, |buf| {
+            buf.extend_from_slice(payload);
+        })
+    }
+
+    /// Like [`Journal::append`], with the payload written by `fill` into a
+    /// pooled buffer (so callers that assemble a record from parts copy it
+    /// once). `len` is the payload size `fill` will write.
+    pub fn append_with(
+        &self,
+        kind: RecordKind,
+        len: usize,
+        persist: Persist,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Position, JournalError> {
+        let limit = self.shared.options.max_record_bytes();
+        if len > limit {
+            return Err(JournalError::TooLarge { size: len, limit });
+        }
+        self.check_poison()?;
+        let requests = self.requests.as_ref().ok_or(JournalError::Closed)?;
+        let mut payload = self.shared.pool_rx.try_recv().unwrap_or_default();
+        payload.clear();
+        payload.reserve(len);
+        fill(&mut payload);
+        if payload.len() > limit {
+            return Err(JournalError::TooLarge {
+                size: payload.len(),
+                limit,
+            });
+        }
+        let slot = SLOT.with(Arc::clone);
+        requests
+            .send(Request {
+                kind,
+                payload,
+                persist,
+                slot: slot.clone(),
+            })
+            .map_err(|_| JournalError::Closed)?;
+        slot.wait()
+    }
+
+    /// Reads the payload of the record at `position` into `out` (cleared
+    /// first); returns its kind. The checksum is verified.
+    pub fn read(&self, position: Position, out: &mut Vec<u8>) -> Result<RecordKind, JournalError> {
+        let file = self
+            .shared
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&position.segment)
+            .cloned()
+            .ok_or_else(|| JournalError::Io {
+                op: "read",
+                message: format!("no segment {}", position.segment),
+            })?;
+        recovery::read_record(&file, position, out)
+    }
+
+    fn check_poison(&self) -> Result<(), JournalError> {
+        if self.shared.poisoned.load(Ordering::Acquire) {
+            let reason = self
+                .shared
+                .poison_reason
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            return Err(JournalError::Poisoned(reason));
+        }
+        Ok(())
+    }
+
+    /// Makes this journal's next `fdatasync` fail with EIO (fault tests).
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_fsync_failure(&self) {
+        self.shared.fail_next_fsync.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a failed fsync has poisoned the journal.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Records acknowledged and `fdatasync` calls made since open.
+    pub fn stats(&self) -> (u64, u64) {
+        (
+            self.shared.appended.load(Ordering::Relaxed),
+            self.shared.syncs.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The directory holding the segments.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Stops the writer after the queued records; waits for it.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.requests.take();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

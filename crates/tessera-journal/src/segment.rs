@@ -1,0 +1,106 @@
+//! Segment files: `seg-<id>.log`, pre-allocated to a fixed size, starting
+//! with a header.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::format::{HEADER_LEN, header};
+
+/// The file name of segment `id`.
+pub fn file_name(id: u64) -> String {
+    format!("seg-{id:016x}.log")
+}
+
+/// The segment id a file name names, if it is a segment.
+pub fn parse_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("seg-")?.strip_suffix(".log")?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// Segment ids found in `dir`, in order.
+pub fn list(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| parse_name(&e.file_name().to_string_lossy()))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Reserves `len` bytes of disk for `file`, so that writes inside the
+/// segment can never fail for lack of space.
+pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("segment size too large"))?;
+    // SAFETY: a valid open descriptor and a non-negative range.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        // File systems without fallocate: fall back to a sparse length.
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len as u64),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Creates segment `id` in `dir`: pre-allocated, header written and synced,
+/// directory synced.
+pub fn create(dir: &Path, id: u64, size: u64) -> io::Result<File> {
+    let path = dir.join(file_name(id));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let result = (|| {
+        preallocate(&file, size)?;
+        file.write_all_at(&header(id), 0)?;
+        file.sync_all()?;
+        sync_dir(dir)
+    })();
+    if let Err(e) = result {
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(file)
+}
+
+/// Opens an existing segment for reading and writing.
+pub fn open(dir: &Path, id: u64) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join(file_name(id)))
+}
+
+/// Path of segment `id`.
+pub fn path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(file_name(id))
+}
+
+/// Syncs a directory's entries.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Reads as much of `[offset, offset + buf.len())` as the file holds;
+/// returns the bytes read (short at the end of the file).
+pub fn read_upto(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Bytes of a segment available for records.
+pub fn capacity(size: u64) -> u64 {
+    size - u64::from(HEADER_LEN)
+}

@@ -1,0 +1,251 @@
+//! The writer thread: drains the queue, writes a batch at once, one
+//! `fdatasync` per batch that needs it, then completes every caller.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+
+use crate::format::{FRAME_LEN, Frame, HEADER_LEN, encode, global};
+use crate::recovery::Recovered;
+use crate::segment;
+use crate::{JournalError, Persist, Position, Request, Shared, Slot};
+
+fn fdatasync(file: &File, shared: &Shared) -> std::io::Result<()> {
+    if shared.fail_next_fsync.swap(false, Ordering::SeqCst) {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO));
+    }
+    file.sync_data()
+}
+
+pub(crate) struct WriterState {
+    shared: Arc<Shared>,
+    active: Arc<File>,
+    active_id: u64,
+    /// Where the next batch is written.
+    offset: u32,
+    next_seq: u64,
+    /// Global position up to which everything is synced.
+    durable: u64,
+    max_id: u64,
+    // Reused every batch: in steady state the writer allocates nothing.
+    requests: Vec<Request>,
+    batch: Vec<u8>,
+    done: Vec<(Arc<Slot>, Position)>,
+    /// Records in the previous batch: the adaptive window waits only while
+    /// appends arrive concurrently.
+    last_batch_len: usize,
+}
+
+impl WriterState {
+    pub fn new(shared: Arc<Shared>, recovered: &Recovered) -> Result<WriterState, JournalError> {
+        let (active_id, offset, active) = match recovered.active {
+            Some((id, offset)) if recovered.files.contains_key(&id) => {
+                (id, offset, recovered.files[&id].clone())
+            }
+            _ => {
+                let id = recovered.max_id + 1;
+                let file = segment::create(&shared.dir, id, shared.options.segment_size)
+                    .map_err(|e| JournalError::io("create segment", &e))?;
+                let file = Arc::new(file);
+                shared
+                    .files
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(id, file.clone());
+                (id, HEADER_LEN, file)
+            }
+        };
+        Ok(WriterState {
+            max_id: recovered.max_id.max(active_id),
+            durable: global(active_id, offset),
+            active,
+            active_id,
+            offset,
+            next_seq: recovered.next_seq,
+            requests: Vec::with_capacity(shared.options.queue_len.max(1)),
+            batch: Vec::with_capacity(shared.options.max_batch_bytes),
+            done: Vec::with_capacity(shared.options.queue_len.max(1)),
+            last_batch_len: 0,
+            shared,
+        })
+    }
+
+    pub fn run(mut self, inbox: &Receiver<Request>) {
+        while let Ok(first) = inbox.recv() {
+            let mut bytes = first.payload.len();
+            let mut synced = first.persist == Persist::Synced;
+            self.requests.push(first);
+            while bytes < self.shared.options.max_batch_bytes {
+                match inbox.try_recv() {
+                    Ok(r) => {
+                        bytes += r.payload.len();
+                        synced |= r.persist == Persist::Synced;
+                        self.requests.push(r);
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            if let Some(window) = self.shared.options.sync_window
+                && synced
+                && self.last_batch_len > 1
+            {
+                let deadline = Instant::now() + window;
+                while bytes < self.shared.options.max_batch_bytes {
+                    match inbox.recv_deadline(deadline) {
+                        Ok(r) => {
+                            bytes += r.payload.len();
+                            self.requests.push(r);
+                        }
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            }
+            self.last_batch_len = self.requests.len();
+            self.commit();
+        }
+    }
+
+    /// Writes the queued requests as one batch (two when the segment fills)
+    /// and completes them.
+    fn commit(&mut self) {
+        let result = self.write_batch();
+        let n = self.done.len() as u64;
+        match result {
+            Ok(()) => {
+                for (slot, position) in self.done.drain(..) {
+                    slot.complete(Ok(position));
+                }
+                self.shared.appended.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                for (slot, _) in self.done.drain(..) {
+                    slot.complete(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn write_batch(&mut self) -> Result<(), JournalError> {
+        self.batch.clear();
+        self.done.clear();
+        let poisoned = self.shared.poisoned.load(Ordering::Acquire);
+        let mut need_sync = false;
+        let mut failure = None;
+        let mut batch_start = self.offset;
+        let first_seq = self.next_seq;
+        let size = self.shared.options.segment_size;
+        let requests = std::mem::take(&mut self.requests);
+        let mut requests = requests;
+        for r in requests.drain(..) {
+            let frame_len = (FRAME_LEN + r.payload.len()) as u64;
+            if failure.is_none()
+                && !poisoned
+                && u64::from(batch_start) + self.batch.len() as u64 + frame_len > size
+            {
+                // The segment is full: write what we have, make it durable,
+                // move on to a new segment.
+                if let Err(e) = self.flush(batch_start, true).and_then(|()| self.roll()) {
+                    failure = Some(e);
+                }
+                batch_start = self.offset;
+            }
+            if failure.is_none() && !poisoned {
+                let position = Position {
+                    segment: self.active_id,
+                    offset: batch_start + self.batch.len() as u32,
+                };
+                let frame = Frame {
+                    segment: self.active_id,
+                    seq: self.next_seq,
+                    durable: self.durable,
+                    kind: r.kind,
+                };
+                encode(&mut self.batch, &frame, &r.payload);
+                self.next_seq += 1;
+                need_sync |= r.persist == Persist::Synced;
+                self.done.push((r.slot, position));
+            } else {
+                self.done.push((
+                    r.slot,
+                    Position {
+                        segment: 0,
+                        offset: 0,
+                    },
+                ));
+            }
+            let _ = self.shared.pool_tx.try_send(r.payload);
+        }
+        self.requests = requests;
+        if poisoned {
+            return Err(self.poison_error());
+        }
+        if let Some(e) = failure {
+            self.next_seq = first_seq;
+            return Err(e);
+        }
+        self.flush(batch_start, need_sync).inspect_err(|_| {
+            // Nothing of this batch counts: the next one overwrites it.
+            self.offset = batch_start;
+            self.next_seq = first_seq;
+        })
+    }
+
+    /// Writes the batch buffer at `start` and syncs when asked.
+    fn flush(&mut self, start: u32, sync: bool) -> Result<(), JournalError> {
+        if !self.batch.is_empty() {
+            self.active
+                .write_all_at(&self.batch, u64::from(start))
+                .map_err(|e| JournalError::io("write", &e))?;
+            self.offset = start + self.batch.len() as u32;
+            self.batch.clear();
+        }
+        if sync {
+            if let Err(e) = fdatasync(&self.active, &self.shared) {
+                let reason = format!("fdatasync of segment {}: {e}", self.active_id);
+                tracing::error!("{reason}; the journal refuses writes until reopened");
+                *self
+                    .shared
+                    .poison_reason
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
+                self.shared.poisoned.store(true, Ordering::Release);
+                return Err(self.poison_error());
+            }
+            self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+            self.durable = global(self.active_id, self.offset);
+        }
+        Ok(())
+    }
+
+    fn roll(&mut self) -> Result<(), JournalError> {
+        let id = self.max_id + 1;
+        let file = segment::create(&self.shared.dir, id, self.shared.options.segment_size)
+            .map_err(|e| JournalError::io("create segment", &e))?;
+        let file = Arc::new(file);
+        self.shared
+            .files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, file.clone());
+        self.max_id = id;
+        self.active = file;
+        self.active_id = id;
+        self.offset = HEADER_LEN;
+        self.durable = global(id, HEADER_LEN);
+        Ok(())
+    }
+
+    fn poison_error(&self) -> JournalError {
+        JournalError::Poisoned(
+            self.shared
+                .poison_reason
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}

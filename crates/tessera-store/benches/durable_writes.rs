@@ -1,0 +1,336 @@
+//! Durable tile writes: the journal store (group commit, window off and on),
+//! the file store with an fsync per tile and MBTiles with synchronous=FULL,
+//! with 1, 8 and 64 concurrent writers, in one run; then reads/s per store
+//! and allocations per record.
+//!
+//! Run: `scripts/bench-durable-writes` (writes docs/benchmarks/durable-writes.md).
+//! Each writer thread first runs closed-loop (throughput), then open-loop at
+//! 70 % of that throughput with latency measured from each write's intended
+//! start time, so queueing delay is counted (no coordinated omission).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use tessera_grid::TileMatrixSet;
+use tessera_journal::{Journal, JournalOptions, Persist, RecordKind};
+use tessera_store::{
+    Durability, FileLayout, FileStore, JournalStore, MbtilesOptions, MbtilesStore, Synchronous,
+    TileKey, TileStore,
+};
+
+struct Counting;
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TILE_BYTES: usize = 20_000;
+
+fn tile(seed: u64) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..TILE_BYTES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn key(tms: &TileMatrixSet, writer: u64, n: u64) -> TileKey {
+    // Zoom 18 has room for every writer's own column of tiles.
+    let coord = tms
+        .tile(18, writer * 1024 + n / 4096, n % 4096)
+        .expect("inside the grid");
+    TileKey {
+        layer: "bench".into(),
+        grid: tms.id.clone(),
+        coord,
+        matrix_height: 1 << 18,
+        extension: "png",
+    }
+}
+
+struct Cell {
+    store: String,
+    writers: u64,
+    writes_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+}
+
+fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
+    match name {
+        "journal" => Arc::new(JournalStore::open(dir, JournalOptions::default()).expect("journal")),
+        "journal+window" => Arc::new(
+            JournalStore::open(
+                dir,
+                JournalOptions {
+                    sync_window: Some(Duration::from_micros(500)),
+                    ..JournalOptions::default()
+                },
+            )
+            .expect("journal"),
+        ),
+        "file (fsync per tile)" => Arc::new(FileStore::open(dir, FileLayout::Xyz).expect("file")),
+        "mbtiles (synchronous=FULL)" => Arc::new(
+            MbtilesStore::open(
+                dir,
+                MbtilesOptions {
+                    synchronous: Synchronous::Full,
+                    ..MbtilesOptions::default()
+                },
+            )
+            .expect("mbtiles"),
+        ),
+        other => panic!("unknown store {other}"),
+    }
+}
+
+/// Closed loop for `secs`: returns writes/s.
+fn closed_loop(store: &Arc<dyn TileStore>, writers: u64, secs: f64, payloads: &[Bytes]) -> f64 {
+    let tms = TileMatrixSet::web_mercator_quad();
+    let barrier = Arc::new(Barrier::new(writers as usize + 1));
+    let deadline = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let (store, barrier, deadline, payloads, tms) = (
+                store.clone(),
+                barrier.clone(),
+                deadline.clone(),
+                payloads.to_vec(),
+                tms.clone(),
+            );
+            std::thread::spawn(move || {
+                barrier.wait();
+                let end = *deadline.get().expect("set before the barrier");
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let data = payloads[(n % payloads.len() as u64) as usize].clone();
+                    store
+                        .put(&key(&tms, w, n), data, Durability::Synced)
+                        .expect("put");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    deadline
+        .set(start + Duration::from_secs_f64(secs))
+        .expect("once");
+    barrier.wait();
+    let total: u64 = threads.into_iter().map(|t| t.join().expect("writer")).sum();
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Open loop at `rate` writes/s in total for `secs`; latency from the
+/// intended start of each write.
+fn open_loop(
+    store: &Arc<dyn TileStore>,
+    writers: u64,
+    rate: f64,
+    secs: f64,
+    payloads: &[Bytes],
+) -> Histogram<u64> {
+    let tms = TileMatrixSet::web_mercator_quad();
+    let interval = Duration::from_secs_f64(writers as f64 / rate);
+    let per_writer = (secs / interval.as_secs_f64()).max(1.0) as u64;
+    let start = Instant::now() + Duration::from_millis(50);
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let (store, payloads, tms) = (store.clone(), payloads.to_vec(), tms.clone());
+            std::thread::spawn(move || {
+                let mut h = Histogram::<u64>::new(3).expect("histogram");
+                // Writers are spread over the interval.
+                let offset = interval.mul_f64(w as f64 / writers as f64);
+                for n in 0..per_writer {
+                    let intended = start + offset + interval * n as u32;
+                    if let Some(wait) = intended.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let data = payloads[(n % payloads.len() as u64) as usize].clone();
+                    store
+                        .put(&key(&tms, w, 1_000_000 + n), data, Durability::Synced)
+                        .expect("put");
+                    h.record(intended.elapsed().as_micros() as u64)
+                        .expect("record");
+                }
+                h
+            })
+        })
+        .collect();
+    let mut total = Histogram::<u64>::new(3).expect("histogram");
+    for t in threads {
+        total.add(t.join().expect("writer")).expect("merge");
+    }
+    total
+}
+
+fn reads_per_s(store: &Arc<dyn TileStore>, threads: u64, secs: f64) -> f64 {
+    let tms = TileMatrixSet::web_mercator_quad();
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|w| {
+            let (store, tms) = (store.clone(), tms.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let got = store.get(&key(&tms, w % 8, n % 200)).expect("get");
+                    assert!(got.is_some(), "reads hit written tiles");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = workers.into_iter().map(|t| t.join().expect("reader")).sum();
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn allocations_per_record() -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (journal, _) =
+        Journal::open(dir.path(), JournalOptions::default(), None, |_| {}).expect("journal");
+    let payload = tile(1);
+    for _ in 0..1000 {
+        journal
+            .append(RecordKind::Add, &payload, Persist::Buffered)
+            .expect("append");
+    }
+    let n = 10_000u64;
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..n {
+        journal
+            .append(RecordKind::Add, &payload, Persist::Buffered)
+            .expect("append");
+    }
+    let raw = (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / n as f64;
+    drop(journal);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JournalStore::open(dir.path(), JournalOptions::default()).expect("store");
+    let tms = TileMatrixSet::web_mercator_quad();
+    for i in 0..1000 {
+        store
+            .put(&key(&tms, 0, i), payload.clone(), Durability::Buffered)
+            .expect("put");
+    }
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for i in 0..n {
+        store
+            .put(
+                &key(&tms, 0, i % 1000),
+                payload.clone(),
+                Durability::Buffered,
+            )
+            .expect("put");
+    }
+    let per_put = (ALLOCATIONS.load(Ordering::SeqCst) - before) as f64 / n as f64;
+    (raw, per_put)
+}
+
+fn main() {
+    let secs: f64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3.0);
+    let payloads: Vec<Bytes> = (0..16).map(tile).collect();
+    let stores = [
+        "journal",
+        "journal+window",
+        "file (fsync per tile)",
+        "mbtiles (synchronous=FULL)",
+    ];
+    let mut cells = Vec::new();
+    let mut reads = Vec::new();
+    for name in stores {
+        for writers in [1u64, 8, 64] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = make_store(name, dir.path());
+            let rate = closed_loop(&store, writers, secs, &payloads);
+            let h = open_loop(&store, writers, rate * 0.7, secs, &payloads);
+            let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+            eprintln!(
+                "{name:28} writers={writers:3} {rate:9.0} writes/s  p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms",
+                ms(0.5),
+                ms(0.99),
+                ms(0.999)
+            );
+            cells.push(Cell {
+                store: name.into(),
+                writers,
+                writes_per_s: rate,
+                p50_ms: ms(0.5),
+                p99_ms: ms(0.99),
+                p999_ms: ms(0.999),
+            });
+            if writers == 8 {
+                reads.push((name, reads_per_s(&store, 8, secs)));
+            }
+        }
+    }
+    let (raw, per_put) = allocations_per_record();
+
+    println!("# Durable tile writes: journal (group commit) vs file (fsync per tile) vs MBTiles\n");
+    println!(
+        "Command: `scripts/bench-durable-writes` (`crates/tessera-store/benches/durable_writes.rs`), {secs} s per measurement.\n"
+    );
+    println!(
+        "Every write is a 20 kB incompressible tile with `Durability::Synced` (acknowledged only once on disk)."
+    );
+    println!(
+        "Throughput: each writer thread writes as fast as it can. Latency: then each writer writes at 70 % of"
+    );
+    println!(
+        "that throughput on a fixed schedule, and latency is measured from the intended start of each write"
+    );
+    println!(
+        "(HdrHistogram), so time spent queueing counts. `journal+window`: adaptive sync window of 0.5 ms.\n"
+    );
+    println!("| store | writers | durable writes/s | p50 ms | p99 ms | p99.9 ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for c in &cells {
+        println!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            c.store, c.writers, c.writes_per_s, c.p50_ms, c.p99_ms, c.p999_ms
+        );
+    }
+    println!("\n## Reads (8 threads, tiles just written, page cache warm)\n");
+    println!("| store | reads/s |");
+    println!("|---|---:|");
+    for (name, r) in &reads {
+        println!("| {name} | {r:.0} |");
+    }
+    println!("\n## Allocations per record (counting global allocator, steady state)\n");
+    println!("| path | allocations per record |");
+    println!("|---|---:|");
+    println!("| `Journal::append` (producer and writer thread) | {raw:.3} |");
+    println!("| `JournalStore::put` (adds the key encoding and the index entry) | {per_put:.3} |");
+}

@@ -1,0 +1,292 @@
+//! Tiles in MBTiles 1.3 files (SQLite: `metadata` and `tiles`, TMS rows),
+//! one file per layer, grid and format: `<dir>/<layer>.<grid>.<ext>.mbtiles`.
+//!
+//! Each file has one writer connection behind a mutex (so concurrent writers
+//! in this process queue instead of meeting "database is locked") and a few
+//! reader connections; the database runs in WAL mode so readers never wait
+//! for the writer. Another process writing the same file is waited for up to
+//! the busy timeout. A metatile is written in one transaction.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde::Deserialize;
+
+use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+
+/// SQLite's `synchronous` setting for the writer connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// No syncs: fastest, the database may be lost on power failure.
+    Off,
+    /// WAL default: durable up to the last checkpoint on power failure,
+    /// never corrupt.
+    #[default]
+    Normal,
+    /// Every commit synced.
+    Full,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Off => "OFF",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        }
+    }
+}
+
+/// Settings of an MBTiles store.
+#[derive(Debug, Clone, Copy)]
+pub struct MbtilesOptions {
+    /// `synchronous` for writes that are not asked to be synced.
+    pub synchronous: Synchronous,
+    /// How long to wait for another process holding the write lock.
+    pub busy_timeout: Duration,
+    /// Reader connections kept per file.
+    pub readers: usize,
+}
+
+impl Default for MbtilesOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_mins(1),
+            readers: 4,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Db {
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    path: PathBuf,
+}
+
+/// Layer, grid and extension: what one file holds.
+type FileId = (String, String, &'static str);
+
+/// A tile store of MBTiles files.
+#[derive(Debug)]
+pub struct MbtilesStore {
+    dir: PathBuf,
+    options: MbtilesOptions,
+    files: Mutex<HashMap<FileId, Arc<Db>>>,
+}
+
+fn sql_err(op: &'static str, key: &dyn std::fmt::Display, e: &rusqlite::Error) -> StoreError {
+    StoreError::Io {
+        store: "mbtiles".into(),
+        op,
+        key: key.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl MbtilesStore {
+    /// A store writing its files under `dir` (created if missing).
+    pub fn open(
+        dir: impl Into<PathBuf>,
+        options: MbtilesOptions,
+    ) -> Result<MbtilesStore, StoreError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::Io {
+            store: "mbtiles".into(),
+            op: "create",
+            key: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(MbtilesStore {
+            dir,
+            options,
+            files: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The file holding `key`'s layer, grid and format.
+    pub fn path_of(&self, key: &TileKey) -> PathBuf {
+        self.dir.join(format!(
+            "{}.{}.{}.mbtiles",
+            key.layer, key.grid, key.extension
+        ))
+    }
+
+    fn db(&self, key: &TileKey) -> Result<Arc<Db>, StoreError> {
+        let id = (key.layer.clone(), key.grid.clone(), key.extension);
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(db) = files.get(&id) {
+            return Ok(db.clone());
+        }
+        let path = self.path_of(key);
+        let writer = open_writer(&path, key, &self.options)
+            .map_err(|e| sql_err("open", &path.display(), &e))?;
+        let db = Arc::new(Db {
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            path,
+        });
+        files.insert(id, db.clone());
+        Ok(db)
+    }
+
+    fn with_reader<T>(
+        &self,
+        key: &TileKey,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let db = self.db(key)?;
+        let conn = db
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => open_reader(&db.path, &self.options)
+                .map_err(|e| sql_err("open", &db.path.display(), &e))?,
+        };
+        let result = f(&conn).map_err(|e| sql_err("get", key, &e));
+        let mut readers = db.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        if readers.len() < self.options.readers {
+            readers.push(conn);
+        }
+        result
+    }
+
+    fn write(&self, tiles: &[(TileKey, Bytes)], durability: Durability) -> Result<(), StoreError> {
+        for (key, data) in tiles {
+            check_not_empty("mbtiles", key, data)?;
+        }
+        // Tiles of one call normally share a file; group them anyway.
+        let mut by_file: HashMap<PathBuf, Vec<&(TileKey, Bytes)>> = HashMap::new();
+        for t in tiles {
+            by_file.entry(self.path_of(&t.0)).or_default().push(t);
+        }
+        for group in by_file.values() {
+            let db = self.db(&group[0].0)?;
+            let mut conn = db.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let synced =
+                durability == Durability::Synced && self.options.synchronous != Synchronous::Full;
+            if synced {
+                conn.pragma_update(None, "synchronous", "FULL")
+                    .map_err(|e| sql_err("put", &group[0].0, &e))?;
+            }
+            let result = (|| {
+                let tx = conn.transaction()?;
+                {
+                    let mut stmt = tx.prepare_cached(
+                        "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data) VALUES (?1, ?2, ?3, ?4)",
+                    )?;
+                    for (key, data) in group {
+                        stmt.execute(params![
+                            key.coord.z(),
+                            key.coord.x(),
+                            key.tms_row(),
+                            data.as_ref()
+                        ])?;
+                    }
+                }
+                tx.commit()
+            })();
+            if synced {
+                let _ = conn.pragma_update(None, "synchronous", self.options.synchronous.pragma());
+            }
+            result.map_err(|e| sql_err("put", &group[0].0, &e))?;
+        }
+        Ok(())
+    }
+}
+
+fn open_writer(
+    path: &Path,
+    key: &TileKey,
+    options: &MbtilesOptions,
+) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS metadata (name TEXT, value TEXT);
+         CREATE UNIQUE INDEX IF NOT EXISTS metadata_name ON metadata (name);
+         CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
+         CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);",
+    )?;
+    let format = match key.extension {
+        "jpg" => "jpg",
+        "webp" => "webp",
+        _ => "png",
+    };
+    for (name, value) in [
+        ("name", key.layer.as_str()),
+        ("format", format),
+        ("type", "baselayer"),
+        ("version", "1.3"),
+        ("description", key.grid.as_str()),
+    ] {
+        conn.execute(
+            "INSERT OR IGNORE INTO metadata (name, value) VALUES (?1, ?2)",
+            params![name, value],
+        )?;
+    }
+    Ok(conn)
+}
+
+fn open_reader(path: &Path, options: &MbtilesOptions) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(options.busy_timeout)?;
+    Ok(conn)
+}
+
+impl TileStore for MbtilesStore {
+    #[allow(clippy::unnecessary_literal_bound)] // the trait allows owned names
+    fn name(&self) -> &str {
+        "mbtiles"
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        self.with_reader(key, |conn| {
+            conn.prepare_cached(
+                "SELECT tile_data FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+            )?
+            .query_row(params![key.coord.z(), key.coord.x(), key.tms_row()], |row| {
+                row.get::<_, Vec<u8>>(0)
+            })
+            .optional()
+        })
+        .map(|found| found.filter(|d| !d.is_empty()).map(Bytes::from))
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        self.write(&[(key.clone(), data)], durability)
+    }
+
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        self.write(&tiles, durability)
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        let db = self.db(key)?;
+        let conn = db.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        conn.execute(
+            "DELETE FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+            params![key.coord.z(), key.coord.x(), key.tms_row()],
+        )
+        .map(drop)
+        .map_err(|e| sql_err("delete", key, &e))
+    }
+}
