@@ -210,6 +210,8 @@ struct Shared {
     syncs: AtomicU64,
     /// Set only by fault-injection tests: the next fdatasync fails with EIO.
     fail_next_fsync: AtomicBool,
+    /// Global position (`segment << 32 | offset`) up to which everything is synced.
+    durable: AtomicU64,
 }
 
 /// The journal: appends from any thread, reads by position.
@@ -260,6 +262,7 @@ impl Journal {
             appended: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             fail_next_fsync: AtomicBool::new(false),
+            durable: AtomicU64::new(0),
         });
         let (requests, inbox) = bounded(options.queue_len.max(1));
         let state = writer::WriterState::new(shared.clone(), &recovered)?;
@@ -367,6 +370,17 @@ impl Journal {
     /// Whether a failed fsync has poisoned the journal.
     pub fn is_poisoned(&self) -> bool {
         self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// The position up to which every record is on stable storage: a
+    /// checkpoint of state built from the records before it can be replayed
+    /// from here.
+    pub fn durable_position(&self) -> Position {
+        let g = self.shared.durable.load(Ordering::Acquire);
+        Position {
+            segment: g >> 32,
+            offset: g as u32,
+        }
     }
 
     /// Records acknowledged and `fdatasync` calls made since open.

@@ -59,6 +59,9 @@ impl WriterState {
                 (id, HEADER_LEN, file)
             }
         };
+        shared
+            .durable
+            .store(global(active_id, offset), Ordering::Release);
         Ok(WriterState {
             max_id: recovered.max_id.max(active_id),
             durable: global(active_id, offset),
@@ -217,6 +220,7 @@ impl WriterState {
             }
             self.shared.syncs.fetch_add(1, Ordering::Relaxed);
             self.durable = global(self.active_id, self.offset);
+            self.shared.durable.store(self.durable, Ordering::Release);
         }
         Ok(())
     }
@@ -236,6 +240,7 @@ impl WriterState {
         self.active_id = id;
         self.offset = HEADER_LEN;
         self.durable = global(id, HEADER_LEN);
+        self.shared.durable.store(self.durable, Ordering::Release);
         Ok(())
     }
 

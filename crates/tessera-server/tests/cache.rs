@@ -346,6 +346,51 @@ async fn etag_304_cache_control_and_cache_status_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_type_caches_metatiles_and_serves_hits() {
+    for kind in ["journal", "mbtiles", "memory"] {
+        let store_dir = tempfile::tempdir().unwrap();
+        let path = store_dir.path().display().to_string();
+        let s = setup(Duration::ZERO, true, |c| {
+            let store = match kind {
+                "journal" => StoreConfig::Journal {
+                    path: path.clone(),
+                    segment_mb: 8,
+                    sync_window_ms: 0,
+                    memory_mb: 0,
+                },
+                "mbtiles" => StoreConfig::Mbtiles {
+                    path: path.clone(),
+                    synchronous: tessera_store::Synchronous::Normal,
+                    memory_mb: 0,
+                },
+                _ => StoreConfig::Memory { memory_mb: 16 },
+            };
+            c.stores.insert("disk".into(), store);
+        });
+        let first = fetch(&s.app, "/tiles/relief/WebMercatorQuad/4/9/5.png", None).await;
+        assert_eq!(first.status, StatusCode::OK, "{kind}");
+        assert_eq!(header_of(&first, "x-cache"), "MISS", "{kind}");
+        assert_eq!(locks_drain(&s.state).await, (0, 0));
+        let again = fetch(&s.app, "/tiles/relief/WebMercatorQuad/4/9/5.png", None).await;
+        assert_eq!(header_of(&again, "x-cache"), "HIT", "{kind}");
+        assert_eq!(again.body, first.body, "{kind}");
+        let sibling = fetch(&s.app, "/tiles/relief/WebMercatorQuad/4/10/6.png", None).await;
+        assert_eq!(
+            header_of(&sibling, "x-cache"),
+            "HIT",
+            "{kind}: the sibling was stored"
+        );
+        assert_eq!(s.state.metrics.metatile_renders("relief"), 1, "{kind}");
+        let text = s.state.metrics.render();
+        let name = if kind == "memory" { "memory" } else { kind };
+        assert!(
+            text.contains(&format!("store=\"{name}\",op=\"get\"")),
+            "{kind}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_with_their_stable_names() {
     let s = setup(Duration::ZERO, true, |_| {});
     fetch(&s.app, "/tiles/relief/WebMercatorQuad/3/1/1.png", None).await;

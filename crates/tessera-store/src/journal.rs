@@ -4,10 +4,18 @@
 //! A metatile's tiles are appended together and made durable by the
 //! journal's one `fdatasync` for the batch, instead of one file and one
 //! fsync per tile.
+//!
+//! The index is checkpointed to `index.ckpt` (on close and every
+//! `CHECKPOINT_EVERY` writes) with the journal's durable position; opening
+//! loads the checkpoint and replays only the records from that position on.
+//! Replaying records whose effect the checkpoint already holds is harmless:
+//! each record sets or removes one key.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use tessera_grid::TileCoord;
@@ -15,11 +23,22 @@ use tessera_journal::{Journal, JournalError, JournalOptions, Persist, Position, 
 
 use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
 
+/// Writes between two automatic index checkpoints.
+const CHECKPOINT_EVERY: u64 = 100_000;
+const CHECKPOINT_FILE: &str = "index.ckpt";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"TSRIDX1\0";
+
 /// A tile store on an append-only journal.
 #[derive(Debug)]
 pub struct JournalStore {
     journal: Journal,
     index: RwLock<HashMap<TileKey, Position>>,
+    dir: PathBuf,
+    /// Held shared by every write from its append to its index update, and
+    /// exclusively by a checkpoint, so a checkpoint never sees a record in
+    /// the journal whose index entry is still missing.
+    gate: RwLock<()>,
+    writes_since_checkpoint: AtomicU64,
 }
 
 fn io(op: &'static str, key: &dyn std::fmt::Display, e: &JournalError) -> StoreError {
@@ -38,27 +57,76 @@ impl JournalStore {
         options: JournalOptions,
     ) -> Result<JournalStore, StoreError> {
         let dir = dir.as_ref();
-        let mut index = HashMap::new();
+        let (mut index, from) = match load_checkpoint(&dir.join(CHECKPOINT_FILE)) {
+            Ok(Some((index, from))) => (index, Some(from)),
+            Ok(None) => (HashMap::new(), None),
+            Err(reason) => {
+                tracing::warn!(dir = %dir.display(), %reason, "ignoring the index checkpoint; replaying the whole journal");
+                (HashMap::new(), None)
+            }
+        };
         let mut undecodable = 0u64;
-        let (journal, _) = Journal::open(dir, options, None, |r| match decode_key(r.payload) {
-            Some((key, _)) => match r.kind {
-                RecordKind::Add | RecordKind::Update => {
-                    index.insert(key, r.position);
-                }
-                RecordKind::Delete => {
-                    index.remove(&key);
-                }
-            },
-            None => undecodable += 1,
-        })
-        .map_err(|e| io("open", &dir.display(), &e))?;
+        let (journal, recovery) =
+            Journal::open(dir, options, from, |r| match decode_key(r.payload) {
+                Some((key, _)) => match r.kind {
+                    RecordKind::Add | RecordKind::Update => {
+                        index.insert(key, r.position);
+                    }
+                    RecordKind::Delete => {
+                        index.remove(&key);
+                    }
+                },
+                None => undecodable += 1,
+            })
+            .map_err(|e| io("open", &dir.display(), &e))?;
         if undecodable > 0 {
             tracing::warn!(undecodable, dir = %dir.display(), "journal records that are not tiles were ignored");
+        }
+        if let Some(cut) = recovery.cut_at {
+            // Entries of the checkpoint past a torn tail point at nothing.
+            index.retain(|_, p| *p < cut);
         }
         Ok(JournalStore {
             journal,
             index: RwLock::new(index),
+            dir: dir.to_path_buf(),
+            gate: RwLock::new(()),
+            writes_since_checkpoint: AtomicU64::new(0),
         })
+    }
+
+    /// Writes the index with the journal's durable position to
+    /// `index.ckpt` (atomically), so the next open replays only what
+    /// follows.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let (position, snapshot) = {
+            let _quiet = self
+                .gate
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let position = self.journal.durable_position();
+            let index = self
+                .index
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (position, index.clone())
+        };
+        self.writes_since_checkpoint.store(0, Ordering::Relaxed);
+        let path = self.dir.join(CHECKPOINT_FILE);
+        write_checkpoint(&path, position, &snapshot).map_err(|e| StoreError::Io {
+            store: "journal".into(),
+            op: "checkpoint",
+            key: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn after_write(&self) {
+        if self.writes_since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY
+            && let Err(e) = self.checkpoint()
+        {
+            tracing::warn!(error = %e, "index checkpoint failed; the next start replays more");
+        }
     }
 
     /// Tiles indexed.
@@ -111,11 +179,18 @@ impl JournalStore {
             } else {
                 RecordKind::Add
             };
-            let position = self.append(key, kind, data, persist)?;
-            self.index
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key.clone(), position);
+            {
+                let _gate = self
+                    .gate
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let position = self.append(key, kind, data, persist)?;
+                self.index
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(key.clone(), position);
+            }
+            self.after_write();
         }
         Ok(())
     }
@@ -176,11 +251,18 @@ impl TileStore for JournalStore {
         {
             return Ok(());
         }
-        self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
-        self.index
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
+        {
+            let _gate = self
+                .gate
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
+            self.index
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(key);
+        }
+        self.after_write();
         Ok(())
     }
 
@@ -191,6 +273,82 @@ impl TileStore for JournalStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains_key(key))
     }
+}
+
+impl Drop for JournalStore {
+    fn drop(&mut self) {
+        if let Err(e) = self.checkpoint() {
+            tracing::warn!(error = %e, "index checkpoint at close failed; the next start replays the journal");
+        }
+    }
+}
+
+/// `magic, segment u64, offset u32, count u64, (key, segment u64, offset u32)*, crc32c u32`.
+fn write_checkpoint(
+    path: &Path,
+    at: Position,
+    index: &HashMap<TileKey, Position>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(32 + index.len() * 48);
+    buf.extend_from_slice(CHECKPOINT_MAGIC);
+    buf.extend_from_slice(&at.segment.to_le_bytes());
+    buf.extend_from_slice(&at.offset.to_le_bytes());
+    buf.extend_from_slice(&(index.len() as u64).to_le_bytes());
+    for (key, p) in index {
+        buf.extend_from_slice(&encode_key(key));
+        buf.extend_from_slice(&p.segment.to_le_bytes());
+        buf.extend_from_slice(&p.offset.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&buf);
+    buf.extend_from_slice(&crc.to_le_bytes());
+    let tmp = path.with_extension("ckpt.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&buf)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
+}
+
+type Checkpoint = (HashMap<TileKey, Position>, Position);
+
+fn load_checkpoint(path: &Path) -> Result<Option<Checkpoint>, String> {
+    let buf = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    if buf.len() < 32 || &buf[..8] != CHECKPOINT_MAGIC {
+        return Err("not an index checkpoint".into());
+    }
+    let (body, crc) = buf.split_at(buf.len() - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().map_err(|_| "short")?) {
+        return Err("checkpoint checksum mismatch".into());
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().expect("8 bytes"));
+    let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().expect("4 bytes"));
+    let at = Position {
+        segment: u64_at(8),
+        offset: u32_at(16),
+    };
+    let count = u64_at(20);
+    let mut index = HashMap::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 24));
+    let mut off = 28;
+    for _ in 0..count {
+        let (key, used) = decode_key(&body[off..]).ok_or("bad key in checkpoint")?;
+        off += used;
+        if off + 12 > body.len() {
+            return Err("checkpoint truncated".into());
+        }
+        index.insert(
+            key,
+            Position {
+                segment: u64_at(off),
+                offset: u32_at(off + 8),
+            },
+        );
+        off += 12;
+    }
+    Ok(Some((index, at)))
 }
 
 /// `[u16 length][layer][0][grid][0][extension][0][z u8][x u32][y u32][matrix height u32]`, little endian.
