@@ -107,6 +107,9 @@ fn checksum(frame: &[u8]) -> u32 {
 pub enum Invalid {
     /// Zeros: never-written (pre-allocated) space.
     Empty,
+    /// A whole record of another segment: what a recycled segment holds
+    /// past its new records. The end of this segment's records.
+    Stale,
     /// Anything else: torn, stale or corrupt bytes.
     Bad,
 }
@@ -128,12 +131,19 @@ pub fn decode(buf: &[u8], segment: u64) -> Result<(Frame, std::ops::Range<usize>
         return Err(Invalid::Empty);
     }
     let seg = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-    if seg != segment || FRAME_LEN + len > buf.len() {
+    if FRAME_LEN + len > buf.len() {
         return Err(Invalid::Bad);
     }
     let whole = &buf[..FRAME_LEN + len];
     if checksum(whole) != crc {
         return Err(Invalid::Bad);
+    }
+    if seg != segment {
+        return Err(if seg < segment {
+            Invalid::Stale
+        } else {
+            Invalid::Bad
+        });
     }
     let kind = RecordKind::from_u8(buf[32]).ok_or(Invalid::Bad)?;
     Ok((
@@ -171,8 +181,13 @@ mod tests {
         assert_eq!(&buf[range], b"hello tiles");
         assert_eq!(
             decode(&buf, 8),
+            Err(Invalid::Stale),
+            "an older segment's record"
+        );
+        assert_eq!(
+            decode(&buf, 6),
             Err(Invalid::Bad),
-            "another segment's record"
+            "a newer segment's record"
         );
         for bit in 0..buf.len() * 8 {
             let mut bad = buf.clone();

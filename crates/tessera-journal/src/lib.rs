@@ -63,6 +63,17 @@ pub struct Record<'a> {
     pub payload: &'a [u8],
 }
 
+/// How full a segment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentUsage {
+    /// Segment id.
+    pub id: u64,
+    /// Bytes written (header and records).
+    pub used_bytes: u64,
+    /// Whether it is the segment being appended to.
+    pub active: bool,
+}
+
 /// Settings; every limit has a default that suits a tile cache.
 #[derive(Debug, Clone, Copy)]
 pub struct JournalOptions {
@@ -186,7 +197,8 @@ thread_local! {
 /// One record on its way to the writer. The payload buffer comes from a
 /// pool and goes back to it once the writer copied it into the batch.
 struct Request {
-    kind: RecordKind,
+    /// `None`: a barrier that writes nothing and makes everything before it durable.
+    kind: Option<RecordKind>,
     payload: Vec<u8>,
     persist: Persist,
     slot: Arc<Slot>,
@@ -212,6 +224,12 @@ struct Shared {
     fail_next_fsync: AtomicBool,
     /// Global position (`segment << 32 | offset`) up to which everything is synced.
     durable: AtomicU64,
+    /// End offset of the records in each segment.
+    ends: Mutex<std::collections::BTreeMap<u64, u32>>,
+    /// The active segment's id.
+    active: AtomicU64,
+    /// Serializes segment creation (which takes from the free pool) with release.
+    roll_lock: Mutex<()>,
 }
 
 /// The journal: appends from any thread, reads by position.
@@ -263,6 +281,9 @@ impl Journal {
             syncs: AtomicU64::new(0),
             fail_next_fsync: AtomicBool::new(false),
             durable: AtomicU64::new(0),
+            ends: Mutex::new(recovered.ends.clone()),
+            active: AtomicU64::new(0),
+            roll_lock: Mutex::new(()),
         });
         let (requests, inbox) = bounded(options.queue_len.max(1));
         let state = writer::WriterState::new(shared.clone(), &recovered)?;
@@ -322,13 +343,79 @@ impl Journal {
         let slot = SLOT.with(Arc::clone);
         requests
             .send(Request {
-                kind,
+                kind: Some(kind),
                 payload,
                 persist,
                 slot: slot.clone(),
             })
             .map_err(|_| JournalError::Closed)?;
         slot.wait()
+    }
+
+    /// Returns once every record appended before the call is on stable
+    /// storage (one `fdatasync`, shared with any batch in progress).
+    pub fn sync(&self) -> Result<(), JournalError> {
+        self.check_poison()?;
+        let requests = self.requests.as_ref().ok_or(JournalError::Closed)?;
+        let slot = SLOT.with(Arc::clone);
+        requests
+            .send(Request {
+                kind: None,
+                payload: Vec::new(),
+                persist: Persist::Synced,
+                slot: slot.clone(),
+            })
+            .map_err(|_| JournalError::Closed)?;
+        slot.wait().map(drop)
+    }
+
+    /// Segments holding records, oldest first, with the bytes written in
+    /// each (header included); the last one is the active segment.
+    pub fn segments(&self) -> Vec<SegmentUsage> {
+        let ends = self
+            .shared
+            .ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let active = self.shared.active.load(Ordering::Acquire);
+        ends.iter()
+            .map(|(id, end)| SegmentUsage {
+                id: *id,
+                used_bytes: u64::from(*end),
+                active: *id == active,
+            })
+            .collect()
+    }
+
+    /// Gives segment `id` back for reuse: its records are gone from the
+    /// journal. The caller must first have made every record of it that is
+    /// still needed durable elsewhere (re-appended, then [`Journal::sync`]).
+    /// The active segment cannot be released.
+    pub fn release(&self, id: u64) -> Result<(), JournalError> {
+        if id == self.shared.active.load(Ordering::Acquire) {
+            return Err(JournalError::Io {
+                op: "release",
+                message: format!("segment {id} is the active segment"),
+            });
+        }
+        let _roll = self
+            .shared
+            .roll_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        segment::retire(&self.shared.dir, id)
+            .map_err(|e| JournalError::io("release segment", &e))?;
+        self.shared
+            .files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
+        self.shared
+            .ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
+        Ok(())
     }
 
     /// Reads the payload of the record at `position` into `out` (cleared

@@ -32,6 +32,9 @@ pub(crate) struct Recovered {
     /// Highest segment id ever used (new segments get larger ids).
     pub max_id: u64,
     pub next_seq: u64,
+    /// End of the records in each kept segment (segments skipped by a
+    /// checkpoint count as full).
+    pub ends: BTreeMap<u64, u32>,
 }
 
 struct Scan {
@@ -42,6 +45,8 @@ struct Scan {
     /// Highest durable mark of any whole record after the bad position.
     durable_after_bad: u64,
     end: Option<(u64, u32)>,
+    /// End of the records in each segment scanned.
+    ends: BTreeMap<u64, u32>,
 }
 
 pub(crate) fn recover(
@@ -58,6 +63,7 @@ pub(crate) fn recover(
         bad: None,
         durable_after_bad: 0,
         end: None,
+        ends: BTreeMap::new(),
     };
     let mut buf = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
@@ -141,7 +147,21 @@ pub(crate) fn recover(
         }
     }
     scan.report.segments = files.len();
+    let mut ends = BTreeMap::new();
+    for id in files.keys() {
+        let end = scan
+            .ends
+            .get(id)
+            .copied()
+            .unwrap_or(options.segment_size as u32);
+        let end = match scan.report.cut_at {
+            Some(cut) if cut.segment == *id => cut.offset.max(HEADER_LEN),
+            _ => end,
+        };
+        ends.insert(*id, end.max(HEADER_LEN));
+    }
     Ok(Recovered {
+        ends,
         files,
         report: scan.report,
         active,
@@ -183,14 +203,16 @@ fn scan_segment(
                 }
                 off += range.end;
                 scan.end = Some((id, off as u32));
+                scan.ends.insert(id, off as u32);
             }
             Ok(_) => {
                 scan.bad = Some((position, "sequence number out of order".into()));
                 look_past_damage(scan, id, buf, off + 1);
                 return;
             }
-            Err(Invalid::Empty) => {
+            Err(Invalid::Empty | Invalid::Stale) => {
                 scan.end = Some((id, off as u32));
+                scan.ends.insert(id, off as u32);
                 return;
             }
             Err(Invalid::Bad) => {

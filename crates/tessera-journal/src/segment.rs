@@ -44,10 +44,44 @@ pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
-/// Creates segment `id` in `dir`: pre-allocated, header written and synced,
-/// directory synced.
+/// Moves a segment to the free pool (`free-<id>.log`), to be reused by
+/// [`create`] instead of allocating a new file.
+pub fn retire(dir: &Path, id: u64) -> io::Result<()> {
+    std::fs::rename(
+        dir.join(file_name(id)),
+        dir.join(format!("free-{id:016x}.log")),
+    )?;
+    sync_dir(dir)
+}
+
+fn take_free(dir: &Path) -> io::Result<Option<PathBuf>> {
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("free-") && name.ends_with(".log") {
+            return Ok(Some(dir.join(name.as_ref())));
+        }
+    }
+    Ok(None)
+}
+
+/// Creates segment `id` in `dir`: a recycled file from the free pool when
+/// there is one (its old records carry another segment id and are never
+/// read as records), else a new pre-allocated file; header written and
+/// synced, directory synced.
 pub fn create(dir: &Path, id: u64, size: u64) -> io::Result<File> {
     let path = dir.join(file_name(id));
+    if let Some(free) = take_free(dir)? {
+        std::fs::rename(&free, &path)?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        preallocate(&file, size)?;
+        file.write_all_at(&header(id), 0)?;
+        // The first frame slot must not look like a record of this id.
+        file.write_all_at(&[0u8; crate::format::FRAME_LEN], u64::from(HEADER_LEN))?;
+        file.sync_all()?;
+        sync_dir(dir)?;
+        return Ok(file);
+    }
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -62,6 +62,12 @@ impl WriterState {
         shared
             .durable
             .store(global(active_id, offset), Ordering::Release);
+        shared.active.store(active_id, Ordering::Release);
+        shared
+            .ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(active_id, offset);
         Ok(WriterState {
             max_id: recovered.max_id.max(active_id),
             durable: global(active_id, offset),
@@ -144,6 +150,18 @@ impl WriterState {
         let requests = std::mem::take(&mut self.requests);
         let mut requests = requests;
         for r in requests.drain(..) {
+            let Some(kind) = r.kind else {
+                // A barrier: nothing to write, only the sync it asks for.
+                need_sync = true;
+                self.done.push((
+                    r.slot,
+                    Position {
+                        segment: self.active_id,
+                        offset: batch_start + self.batch.len() as u32,
+                    },
+                ));
+                continue;
+            };
             let frame_len = (FRAME_LEN + r.payload.len()) as u64;
             if failure.is_none()
                 && !poisoned
@@ -165,7 +183,7 @@ impl WriterState {
                     segment: self.active_id,
                     seq: self.next_seq,
                     durable: self.durable,
-                    kind: r.kind,
+                    kind,
                 };
                 encode(&mut self.batch, &frame, &r.payload);
                 self.next_seq += 1;
@@ -205,6 +223,11 @@ impl WriterState {
                 .map_err(|e| JournalError::io("write", &e))?;
             self.offset = start + self.batch.len() as u32;
             self.batch.clear();
+            self.shared
+                .ends
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(self.active_id, self.offset);
         }
         if sync {
             if let Err(e) = fdatasync(&self.active, &self.shared) {
@@ -227,8 +250,15 @@ impl WriterState {
 
     fn roll(&mut self) -> Result<(), JournalError> {
         let id = self.max_id + 1;
-        let file = segment::create(&self.shared.dir, id, self.shared.options.segment_size)
-            .map_err(|e| JournalError::io("create segment", &e))?;
+        let file = {
+            let _roll = self
+                .shared
+                .roll_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            segment::create(&self.shared.dir, id, self.shared.options.segment_size)
+                .map_err(|e| JournalError::io("create segment", &e))?
+        };
         let file = Arc::new(file);
         self.shared
             .files
@@ -238,6 +268,12 @@ impl WriterState {
         self.max_id = id;
         self.active = file;
         self.active_id = id;
+        self.shared.active.store(id, Ordering::Release);
+        self.shared
+            .ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, HEADER_LEN);
         self.offset = HEADER_LEN;
         self.durable = global(id, HEADER_LEN);
         self.shared.durable.store(self.durable, Ordering::Release);

@@ -533,3 +533,50 @@ fn disk_full_is_a_clear_error_with_no_partial_record_and_a_clean_reopen() {
     j.close();
     assert_eq!(acknowledged_in(dir.path())[0].last(), Some(&n));
 }
+
+#[test]
+fn released_segments_are_recycled_and_their_old_records_never_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();
+    let first: Vec<_> = (0..400)
+        .map(|n| {
+            j.append(RecordKind::Add, &payload(n), Persist::Buffered)
+                .unwrap()
+        })
+        .collect();
+    let segments = j.segments();
+    assert!(segments.len() >= 2, "{segments:?}");
+    assert!(segments.last().unwrap().active);
+    assert!(
+        j.release(segments.last().unwrap().id).is_err(),
+        "the active segment is kept"
+    );
+    j.sync().unwrap();
+    j.release(first[0].segment).unwrap();
+    assert!(dir.path().read_dir().unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("free-")
+    }));
+    // Enough appends to roll: the free file is reused.
+    for n in 1000..1400 {
+        j.append(RecordKind::Add, &payload(n), Persist::Buffered)
+            .unwrap();
+    }
+    j.sync().unwrap();
+    assert!(!dir.path().read_dir().unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("free-")
+    }));
+    j.close();
+    let got = replay_all(dir.path(), small()).unwrap();
+    let kept = first
+        .iter()
+        .filter(|p| p.segment != first[0].segment)
+        .count();
+    assert_eq!(got.len(), kept + 400);
+    assert!(got.iter().all(|(p, _, _)| p.segment != first[0].segment));
+}

@@ -25,20 +25,69 @@ use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
 
 /// Writes between two automatic index checkpoints.
 const CHECKPOINT_EVERY: u64 = 100_000;
+/// Writes between two checks for segments worth compacting.
+const COMPACT_CHECK_EVERY: u64 = 10_000;
 const CHECKPOINT_FILE: &str = "index.ckpt";
-const CHECKPOINT_MAGIC: &[u8; 8] = b"TSRIDX1\0";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"TSRIDX2\0";
+
+/// Where a tile's record is and how long its payload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    at: Position,
+    len: u32,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    live: HashMap<TileKey, Entry>,
+    /// Delete records of keys that are absent, kept so compaction can carry
+    /// them forward while an older add of the key may still be on disk.
+    tombstones: HashMap<TileKey, Entry>,
+}
+
+impl Index {
+    fn apply(&mut self, key: TileKey, kind: RecordKind, entry: Entry) {
+        match kind {
+            RecordKind::Add | RecordKind::Update => {
+                self.tombstones.remove(&key);
+                self.live.insert(key, entry);
+            }
+            RecordKind::Delete => {
+                self.live.remove(&key);
+                self.tombstones.insert(key, entry);
+            }
+        }
+    }
+}
+
+/// A key and its record.
+type Located = (TileKey, Entry);
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    /// Segments given back for reuse.
+    pub segments_released: u64,
+    /// Live records copied forward.
+    pub records_copied: u64,
+    /// Bytes of dead records reclaimed.
+    pub bytes_reclaimed: u64,
+}
 
 /// A tile store on an append-only journal.
 #[derive(Debug)]
 pub struct JournalStore {
     journal: Journal,
-    index: RwLock<HashMap<TileKey, Position>>,
+    index: RwLock<Index>,
     dir: PathBuf,
     /// Held shared by every write from its append to its index update, and
-    /// exclusively by a checkpoint, so a checkpoint never sees a record in
-    /// the journal whose index entry is still missing.
+    /// exclusively by a checkpoint and by each compaction copy, so neither
+    /// ever sees a record in the journal whose index entry is still missing.
     gate: RwLock<()>,
     writes_since_checkpoint: AtomicU64,
+    writes: AtomicU64,
+    /// Compact segments whose live bytes fall below this share.
+    compact_below: f64,
 }
 
 fn io(op: &'static str, key: &dyn std::fmt::Display, e: &JournalError) -> StoreError {
@@ -50,32 +99,52 @@ fn io(op: &'static str, key: &dyn std::fmt::Display, e: &JournalError) -> StoreE
     }
 }
 
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl JournalStore {
-    /// Opens (creating if needed) the journal in `dir` and rebuilds the index.
+    /// Opens (creating if needed) the journal in `dir` and rebuilds the
+    /// index from its checkpoint and the records after it. Segments whose
+    /// live share falls below `compact_below` (default 0.5) are compacted as
+    /// writes go on.
     pub fn open(
         dir: impl AsRef<Path>,
         options: JournalOptions,
     ) -> Result<JournalStore, StoreError> {
+        Self::open_with(dir, options, 0.5)
+    }
+
+    /// [`JournalStore::open`] with the compaction threshold.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        options: JournalOptions,
+        compact_below: f64,
+    ) -> Result<JournalStore, StoreError> {
         let dir = dir.as_ref();
         let (mut index, from) = match load_checkpoint(&dir.join(CHECKPOINT_FILE)) {
             Ok(Some((index, from))) => (index, Some(from)),
-            Ok(None) => (HashMap::new(), None),
+            Ok(None) => (Index::default(), None),
             Err(reason) => {
                 tracing::warn!(dir = %dir.display(), %reason, "ignoring the index checkpoint; replaying the whole journal");
-                (HashMap::new(), None)
+                (Index::default(), None)
             }
         };
         let mut undecodable = 0u64;
         let (journal, recovery) =
             Journal::open(dir, options, from, |r| match decode_key(r.payload) {
-                Some((key, _)) => match r.kind {
-                    RecordKind::Add | RecordKind::Update => {
-                        index.insert(key, r.position);
-                    }
-                    RecordKind::Delete => {
-                        index.remove(&key);
-                    }
-                },
+                Some((key, _)) => index.apply(
+                    key,
+                    r.kind,
+                    Entry {
+                        at: r.position,
+                        len: r.payload.len() as u32,
+                    },
+                ),
                 None => undecodable += 1,
             })
             .map_err(|e| io("open", &dir.display(), &e))?;
@@ -84,7 +153,8 @@ impl JournalStore {
         }
         if let Some(cut) = recovery.cut_at {
             // Entries of the checkpoint past a torn tail point at nothing.
-            index.retain(|_, p| *p < cut);
+            index.live.retain(|_, e| e.at < cut);
+            index.tombstones.retain(|_, e| e.at < cut);
         }
         Ok(JournalStore {
             journal,
@@ -92,33 +162,134 @@ impl JournalStore {
             dir: dir.to_path_buf(),
             gate: RwLock::new(()),
             writes_since_checkpoint: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            compact_below,
         })
+    }
+
+    /// Tiles indexed.
+    pub fn len(&self) -> usize {
+        read_lock(&self.index).live.len()
+    }
+
+    /// Whether no tile is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Segment files the journal holds (for tests and reports).
+    pub fn segment_count(&self) -> usize {
+        self.journal.segments().len()
     }
 
     /// Writes the index with the journal's durable position to
     /// `index.ckpt` (atomically), so the next open replays only what
     /// follows.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        let (position, snapshot) = {
-            let _quiet = self
-                .gate
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (position, live, tombstones) = {
+            let _quiet = write_lock(&self.gate);
             let position = self.journal.durable_position();
-            let index = self
-                .index
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            (position, index.clone())
+            let index = read_lock(&self.index);
+            (position, index.live.clone(), index.tombstones.clone())
         };
         self.writes_since_checkpoint.store(0, Ordering::Relaxed);
         let path = self.dir.join(CHECKPOINT_FILE);
-        write_checkpoint(&path, position, &snapshot).map_err(|e| StoreError::Io {
+        write_checkpoint(&path, position, &live, &tombstones).map_err(|e| StoreError::Io {
             store: "journal".into(),
             op: "checkpoint",
             key: path.display().to_string(),
             message: e.to_string(),
         })
+    }
+
+    /// Copies the live records of every full segment whose live share is
+    /// below `below` to the head of the journal and gives the segment back
+    /// for reuse. Writes go on meanwhile; each copy briefly holds them off.
+    pub fn compact(&self, below: f64) -> Result<CompactStats, StoreError> {
+        let segments = self.journal.segments();
+        let oldest = segments.first().map(|s| s.id);
+        let mut live_bytes: HashMap<u64, u64> = HashMap::new();
+        {
+            let index = read_lock(&self.index);
+            for e in index.live.values().chain(index.tombstones.values()) {
+                *live_bytes.entry(e.at.segment).or_default() += u64::from(e.len) + 33;
+            }
+        }
+        let mut stats = CompactStats::default();
+        for seg in segments.iter().filter(|s| !s.active) {
+            let live = live_bytes.get(&seg.id).copied().unwrap_or(0);
+            let used = seg.used_bytes.saturating_sub(32).max(1);
+            if live as f64 / used as f64 >= below {
+                continue;
+            }
+            let (keys, dead): (Vec<Located>, Vec<Located>) = {
+                let index = read_lock(&self.index);
+                (
+                    index
+                        .live
+                        .iter()
+                        .filter(|(_, e)| e.at.segment == seg.id)
+                        .map(|(k, e)| (k.clone(), *e))
+                        .collect(),
+                    index
+                        .tombstones
+                        .iter()
+                        .filter(|(_, e)| e.at.segment == seg.id)
+                        .map(|(k, e)| (k.clone(), *e))
+                        .collect(),
+                )
+            };
+            let mut buf = Vec::new();
+            for (key, old) in keys {
+                let _quiet = write_lock(&self.gate);
+                if read_lock(&self.index).live.get(&key) != Some(&old) {
+                    continue; // replaced or deleted meanwhile
+                }
+                self.journal
+                    .read(old.at, &mut buf)
+                    .map_err(|e| io("compact", &key, &e))?;
+                let at = self
+                    .journal
+                    .append(RecordKind::Update, &buf, Persist::Buffered)
+                    .map_err(|e| io("compact", &key, &e))?;
+                write_lock(&self.index)
+                    .live
+                    .insert(key, Entry { at, len: old.len });
+                stats.records_copied += 1;
+            }
+            for (key, old) in dead {
+                let _quiet = write_lock(&self.gate);
+                let mut index = write_lock(&self.index);
+                if index.tombstones.get(&key) != Some(&old) {
+                    continue;
+                }
+                if Some(seg.id) == oldest {
+                    // No older segment can hold an add this delete must hide.
+                    index.tombstones.remove(&key);
+                    continue;
+                }
+                drop(index);
+                let head = encode_key(&key);
+                let at = self
+                    .journal
+                    .append(RecordKind::Delete, &head, Persist::Buffered)
+                    .map_err(|e| io("compact", &key, &e))?;
+                write_lock(&self.index)
+                    .tombstones
+                    .insert(key, Entry { at, len: old.len });
+                stats.records_copied += 1;
+            }
+            // The copies must be on disk before the originals go.
+            self.journal
+                .sync()
+                .map_err(|e| io("compact", &seg.id, &e))?;
+            self.journal
+                .release(seg.id)
+                .map_err(|e| io("compact", &seg.id, &e))?;
+            stats.segments_released += 1;
+            stats.bytes_reclaimed += used.saturating_sub(live);
+        }
+        Ok(stats)
     }
 
     fn after_write(&self) {
@@ -127,19 +298,19 @@ impl JournalStore {
         {
             tracing::warn!(error = %e, "index checkpoint failed; the next start replays more");
         }
-    }
-
-    /// Tiles indexed.
-    pub fn len(&self) -> usize {
-        self.index
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
-    }
-
-    /// Whether no tile is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        if (self.writes.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(COMPACT_CHECK_EVERY) {
+            match self.compact(self.compact_below) {
+                Ok(s) if s.segments_released > 0 => {
+                    tracing::info!(
+                        released = s.segments_released,
+                        copied = s.records_copied,
+                        "journal compacted"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "journal compaction failed"),
+            }
+        }
     }
 
     fn append(
@@ -148,14 +319,20 @@ impl JournalStore {
         kind: RecordKind,
         data: &[u8],
         persist: Persist,
-    ) -> Result<Position, StoreError> {
+    ) -> Result<Entry, StoreError> {
         let head = encode_key(key);
-        self.journal
-            .append_with(kind, head.len() + data.len(), persist, |buf| {
+        let len = head.len() + data.len();
+        let at = self
+            .journal
+            .append_with(kind, len, persist, |buf| {
                 buf.extend_from_slice(&head);
                 buf.extend_from_slice(data);
             })
-            .map_err(|e| io("put", key, &e))
+            .map_err(|e| io("put", key, &e))?;
+        Ok(Entry {
+            at,
+            len: len as u32,
+        })
     }
 
     fn write(&self, tiles: &[(TileKey, Bytes)], durability: Durability) -> Result<(), StoreError> {
@@ -169,26 +346,15 @@ impl JournalStore {
             } else {
                 Persist::Buffered
             };
-            let kind = if self
-                .index
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .contains_key(key)
             {
-                RecordKind::Update
-            } else {
-                RecordKind::Add
-            };
-            {
-                let _gate = self
-                    .gate
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let position = self.append(key, kind, data, persist)?;
-                self.index
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(key.clone(), position);
+                let _gate = read_lock(&self.gate);
+                let kind = if read_lock(&self.index).live.contains_key(key) {
+                    RecordKind::Update
+                } else {
+                    RecordKind::Add
+                };
+                let entry = self.append(key, kind, data, persist)?;
+                write_lock(&self.index).apply(key.clone(), kind, entry);
             }
             self.after_write();
         }
@@ -203,13 +369,7 @@ impl TileStore for JournalStore {
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
-        let Some(position) = self
-            .index
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .copied()
-        else {
+        let Some(position) = read_lock(&self.index).live.get(key).map(|e| e.at) else {
             return Ok(None);
         };
         let mut buf = Vec::new();
@@ -243,35 +403,20 @@ impl TileStore for JournalStore {
     }
 
     fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
-        if !self
-            .index
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(key)
-        {
+        if !read_lock(&self.index).live.contains_key(key) {
             return Ok(());
         }
         {
-            let _gate = self
-                .gate
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
-            self.index
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(key);
+            let _gate = read_lock(&self.gate);
+            let entry = self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
+            write_lock(&self.index).apply(key.clone(), RecordKind::Delete, entry);
         }
         self.after_write();
         Ok(())
     }
 
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
-        Ok(self
-            .index
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(key))
+        Ok(read_lock(&self.index).live.contains_key(key))
     }
 }
 
@@ -283,21 +428,26 @@ impl Drop for JournalStore {
     }
 }
 
-/// `magic, segment u64, offset u32, count u64, (key, segment u64, offset u32)*, crc32c u32`.
+/// `magic, segment u64, offset u32, live count u64, (key, segment u64,
+/// offset u32, len u32)*, tombstone count u64, (same)*, crc32c u32`.
 fn write_checkpoint(
     path: &Path,
     at: Position,
-    index: &HashMap<TileKey, Position>,
+    live: &HashMap<TileKey, Entry>,
+    tombstones: &HashMap<TileKey, Entry>,
 ) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(32 + index.len() * 48);
+    let mut buf = Vec::with_capacity(40 + (live.len() + tombstones.len()) * 52);
     buf.extend_from_slice(CHECKPOINT_MAGIC);
     buf.extend_from_slice(&at.segment.to_le_bytes());
     buf.extend_from_slice(&at.offset.to_le_bytes());
-    buf.extend_from_slice(&(index.len() as u64).to_le_bytes());
-    for (key, p) in index {
-        buf.extend_from_slice(&encode_key(key));
-        buf.extend_from_slice(&p.segment.to_le_bytes());
-        buf.extend_from_slice(&p.offset.to_le_bytes());
+    for map in [live, tombstones] {
+        buf.extend_from_slice(&(map.len() as u64).to_le_bytes());
+        for (key, e) in map {
+            buf.extend_from_slice(&encode_key(key));
+            buf.extend_from_slice(&e.at.segment.to_le_bytes());
+            buf.extend_from_slice(&e.at.offset.to_le_bytes());
+            buf.extend_from_slice(&e.len.to_le_bytes());
+        }
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_le_bytes());
@@ -309,44 +459,59 @@ fn write_checkpoint(
     std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }
 
-type Checkpoint = (HashMap<TileKey, Position>, Position);
-
-fn load_checkpoint(path: &Path) -> Result<Option<Checkpoint>, String> {
+fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
     let buf = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    if buf.len() < 32 || &buf[..8] != CHECKPOINT_MAGIC {
-        return Err("not an index checkpoint".into());
+    if buf.len() < 40 || &buf[..8] != CHECKPOINT_MAGIC {
+        return Err("not an index checkpoint of this version".into());
     }
     let (body, crc) = buf.split_at(buf.len() - 4);
     if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().map_err(|_| "short")?) {
         return Err("checkpoint checksum mismatch".into());
     }
-    let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().expect("8 bytes"));
-    let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().expect("4 bytes"));
-    let at = Position {
-        segment: u64_at(8),
-        offset: u32_at(16),
+    let truncated = || "checkpoint truncated".to_string();
+    let u64_at = |o: usize| -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            body.get(o..o + 8)
+                .ok_or_else(truncated)?
+                .try_into()
+                .map_err(|_| truncated())?,
+        ))
     };
-    let count = u64_at(20);
-    let mut index = HashMap::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 24));
-    let mut off = 28;
-    for _ in 0..count {
-        let (key, used) = decode_key(&body[off..]).ok_or("bad key in checkpoint")?;
-        off += used;
-        if off + 12 > body.len() {
-            return Err("checkpoint truncated".into());
+    let u32_at = |o: usize| -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            body.get(o..o + 4)
+                .ok_or_else(truncated)?
+                .try_into()
+                .map_err(|_| truncated())?,
+        ))
+    };
+    let at = Position {
+        segment: u64_at(8)?,
+        offset: u32_at(16)?,
+    };
+    let mut off = 20;
+    let mut index = Index::default();
+    for map in [&mut index.live, &mut index.tombstones] {
+        let count = u64_at(off)?;
+        off += 8;
+        for _ in 0..count {
+            let (key, used) = decode_key(body.get(off..).ok_or_else(truncated)?)
+                .ok_or("bad key in checkpoint")?;
+            off += used;
+            let entry = Entry {
+                at: Position {
+                    segment: u64_at(off)?,
+                    offset: u32_at(off + 8)?,
+                },
+                len: u32_at(off + 12)?,
+            };
+            map.insert(key, entry);
+            off += 16;
         }
-        index.insert(
-            key,
-            Position {
-                segment: u64_at(off),
-                offset: u32_at(off + 8),
-            },
-        );
-        off += 12;
     }
     Ok(Some((index, at)))
 }

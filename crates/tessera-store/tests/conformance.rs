@@ -88,6 +88,105 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
 }
 
 #[test]
+fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = JournalOptions {
+        segment_size: 64 * 1024,
+        ..JournalOptions::default()
+    };
+    let latest = |i: u64, round: u64| payload((i * 7 + round) as u8, 1500 + (i % 7) as usize);
+    {
+        let store = Arc::new(JournalStore::open_with(dir.path(), options, 0.0).unwrap());
+        for round in 0..4 {
+            for i in 0..120u64 {
+                store
+                    .put(
+                        &key("c", 10, i, 1, "png"),
+                        latest(i, round),
+                        Durability::Buffered,
+                    )
+                    .unwrap();
+            }
+        }
+        for i in 0..10u64 {
+            store.delete(&key("c", 10, i, 1, "png")).unwrap();
+        }
+        let before = store.segment_count();
+        // A writer keeps going on other keys while compaction runs.
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..300u64 {
+                    store
+                        .put(
+                            &key("w", 10, i, 2, "png"),
+                            payload(i as u8, 900),
+                            Durability::Buffered,
+                        )
+                        .unwrap();
+                }
+            })
+        };
+        let stats = store.compact(0.5).unwrap();
+        writer.join().unwrap();
+        assert!(stats.segments_released > 0, "{stats:?}");
+        assert!(stats.bytes_reclaimed > 0);
+        assert!(
+            store.segment_count() < before + 6,
+            "dead segments were given back"
+        );
+        for i in 10..120u64 {
+            assert_eq!(
+                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                Some(latest(i, 3)),
+                "tile {i}"
+            );
+        }
+        for i in 0..10u64 {
+            assert_eq!(
+                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                None,
+                "deleted {i}"
+            );
+        }
+    }
+    let check = |store: &JournalStore| {
+        for i in 10..120u64 {
+            assert_eq!(
+                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                Some(latest(i, 3)),
+                "tile {i}"
+            );
+        }
+        for i in 0..10u64 {
+            assert!(
+                store.get(&key("c", 10, i, 1, "png")).unwrap().is_none(),
+                "deleted {i} stays deleted"
+            );
+        }
+        for i in 0..300u64 {
+            assert_eq!(
+                store.get(&key("w", 10, i, 2, "png")).unwrap(),
+                Some(payload(i as u8, 900))
+            );
+        }
+    };
+    // With the checkpoint written at close, and with a full replay.
+    check(&JournalStore::open(dir.path(), options).unwrap());
+    std::fs::remove_file(dir.path().join("index.ckpt")).unwrap();
+    check(&JournalStore::open(dir.path(), options).unwrap());
+    // Released segments were recycled or wait in the free pool.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("free-")) || names.len() > 2,
+        "{names:?}"
+    );
+}
+
+#[test]
 fn mbtiles_store() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn TileStore> =
