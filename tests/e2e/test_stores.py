@@ -79,3 +79,23 @@ def test_journal_store_survives_a_restart_and_serves_seeded_tiles(tmp_path, tmp_
     # A second seed finds every tile stored.
     r = seed(cfg)
     assert "(0 rendered, 7 already stored" in r.stdout, r.stdout
+
+
+def test_concurrent_seeds_into_one_mbtiles_file_never_fail_on_a_locked_database(tmp_path):
+    """MapProxy fails with "database is locked" past four seed workers; here
+    three seed processes of four threads each write the same file at once."""
+    cfg = config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
+    procs = [
+        subprocess.Popen([os.environ["TESSERA_BIN"], "seed", "--config", str(cfg), "--layer", "relief",
+                          "--zoom", "0..5", "--threads", "4", "--force"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err
+        assert "locked" not in err + out
+    db = tmp_path / "mbtiles" / "relief.WebMercatorQuad.png.mbtiles"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM tiles").fetchone() == (1 + 4 + 16 + 64 + 256 + 1024,)

@@ -207,6 +207,8 @@ struct Request {
 /// State shared by producers, readers and the writer.
 #[derive(Debug)]
 struct Shared {
+    /// Held locked while the journal is open.
+    _lock: std::fs::File,
     dir: PathBuf,
     options: JournalOptions,
     poisoned: AtomicBool,
@@ -267,9 +269,31 @@ impl Journal {
             });
         }
         std::fs::create_dir_all(&dir).map_err(|e| JournalError::io("create directory", &e))?;
+        // One process at a time: a second writer would interleave records.
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("LOCK"))
+            .map_err(|e| JournalError::io("lock", &e))?;
+        // A process forked by this one (to run a program) holds a copy of
+        // the lock until it calls exec, so a lock just released may still
+        // look taken for a moment: wait a little before giving up.
+        let mut attempts = 0;
+        while lock.try_lock().is_err() {
+            attempts += 1;
+            if attempts == 20 {
+                return Err(JournalError::Io {
+                    op: "lock",
+                    message: format!("{} is in use by another process", dir.display()),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let recovered = recovery::recover(&dir, &options, from, replay)?;
         let (pool_tx, pool_rx) = bounded(options.queue_len.max(1) * 2);
         let shared = Arc::new(Shared {
+            _lock: lock,
             dir: dir.clone(),
             options,
             poisoned: AtomicBool::new(false),

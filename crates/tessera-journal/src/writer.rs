@@ -125,10 +125,10 @@ impl WriterState {
         let n = self.done.len() as u64;
         match result {
             Ok(()) => {
+                self.shared.appended.fetch_add(n, Ordering::Relaxed);
                 for (slot, position) in self.done.drain(..) {
                     slot.complete(Ok(position));
                 }
-                self.shared.appended.fetch_add(n, Ordering::Relaxed);
             }
             Err(e) => {
                 for (slot, _) in self.done.drain(..) {

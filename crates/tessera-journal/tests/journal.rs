@@ -320,6 +320,26 @@ fn a_failed_fsync_poisons_the_journal_until_reopened() {
 }
 
 #[test]
+fn a_second_process_cannot_open_a_journal_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();
+    // flock locks belong to the open file description, so a second open in
+    // this process is refused just as another process would be.
+    match Journal::open(dir.path(), small(), None, |_| {}) {
+        Err(JournalError::Io {
+            op: "lock",
+            message,
+        }) => assert!(message.contains("in use")),
+        other => panic!("expected a lock error, got {other:?}"),
+    }
+    j.close();
+    Journal::open(dir.path(), small(), None, |_| {})
+        .unwrap()
+        .0
+        .close();
+}
+
+#[test]
 fn a_record_larger_than_a_segment_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();

@@ -66,10 +66,15 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
         .unwrap();
     store.checkpoint().unwrap();
     store.delete(&key("j", 9, 6, 7, "png")).unwrap();
-    // Dropped without its closing checkpoint (as in a crash): the records
-    // after the last checkpoint are replayed on top of it.
-    std::mem::forget(store);
-    let store = JournalStore::open(dir.path(), options).unwrap();
+    // The files as a crash would leave them (no closing checkpoint): the
+    // records after the last checkpoint are replayed on top of it.
+    let crashed = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), crashed.path().join(e.file_name())).unwrap();
+    }
+    drop(store);
+    let store = JournalStore::open(crashed.path(), options).unwrap();
     assert_eq!(store.len(), 98);
     assert_eq!(
         store.get(&key("j", 9, 5, 7, "png")).unwrap(),
