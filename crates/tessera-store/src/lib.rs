@@ -12,6 +12,7 @@ mod file;
 mod journal;
 mod mbtiles;
 mod memory;
+pub mod pack;
 
 pub use file::{FileLayout, FileStore};
 pub use journal::JournalStore;
