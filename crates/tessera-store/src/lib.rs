@@ -8,12 +8,14 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod disk_cache;
 mod file;
 mod journal;
 mod mbtiles;
 mod memory;
 pub mod pack;
 
+pub use disk_cache::DiskCache;
 pub use file::{FileLayout, FileStore};
 pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
