@@ -87,7 +87,7 @@ def test_concurrent_seeds_into_one_mbtiles_file_never_fail_on_a_locked_database(
     cfg = config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
     procs = [
         subprocess.Popen([os.environ["TESSERA_BIN"], "seed", "--config", str(cfg), "--layer", "relief",
-                          "--zoom", "0..5", "--threads", "4", "--force"],
+                          "--zoom", "0..4", "--threads", "4", "--force"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(3)
     ]
@@ -98,4 +98,4 @@ def test_concurrent_seeds_into_one_mbtiles_file_never_fail_on_a_locked_database(
     db = tmp_path / "mbtiles" / "relief.WebMercatorQuad.png.mbtiles"
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert conn.execute("SELECT count(*) FROM tiles").fetchone() == (1 + 4 + 16 + 64 + 256 + 1024,)
+        assert conn.execute("SELECT count(*) FROM tiles").fetchone() == (1 + 4 + 16 + 64 + 256,)
