@@ -8,10 +8,12 @@
 //! the request parser.
 
 mod bbox;
+mod coverage;
 mod curve;
 mod tms;
 
 pub use bbox::BBox;
+pub use coverage::Polygon;
 pub use curve::{Curve, order_for};
 pub use tms::{
     GridSpec, TileCoord, TileMatrix, TileMatrixSet, TileRange, WEB_MERCATOR_QUAD, WORLD_CRS84_QUAD,
