@@ -138,6 +138,29 @@ def test_progress_lines_when_not_on_a_terminal(tmp_path):
     assert 0 < tiles < 341
 
 
+def test_a_polygon_limits_the_seed_to_the_metatiles_it_touches(tmp_path):
+    config, cache = write_config(tmp_path)
+    # A thin diagonal band across Europe: its bbox covers many more tiles.
+    polygon = tmp_path / "band.geojson"
+    polygon.write_text('{"type":"Feature","properties":{},"geometry":{"type":"Polygon",'
+                       '"coordinates":[[[-10,36],[-8,36],[30,60],[28,60],[-10,36]]]}}')
+    r = run_seed(config, "--polygon", str(polygon), zoom="6")
+    assert r.returncode == 0, r.stderr
+    with_polygon = len(tile_files(cache))
+    other = tmp_path / "bbox"
+    other.mkdir()
+    bbox_config, bbox_cache = write_config(other)
+    r = run_seed(bbox_config, "--bbox", "-10,36,30,60", zoom="6")
+    assert r.returncode == 0, r.stderr
+    with_bbox = len(tile_files(bbox_cache))
+    assert 0 < with_polygon < with_bbox, (with_polygon, with_bbox)
+    tiles = cache / "relief/WebMercatorQuad/6"
+    assert (tiles / "33/22.png").exists(), "(10E, 48N) lies on the band"
+    assert not (tiles / "30/19.png").exists(), "(8W, 58N) is far from the band"
+    r = run_seed(config, "--polygon", str(polygon), "--bbox", "0,0,1,1", zoom="6")
+    assert r.returncode != 0 and "cannot be used with" in r.stderr
+
+
 @pytest.mark.parametrize(
     "zoom, args, message",
     [

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tessera_server::seed::{SeedEnd, SeedPlan, SeedStats, rate_and_eta, run};
+use tessera_server::seed::{
+    SeedArea, SeedEnd, SeedPlan, SeedStats, polygons_from_geojson, rate_and_eta, run,
+};
 use tessera_server::tessera_grid::BBox;
 use tessera_server::tessera_image::Format;
 use tessera_server::{Config, build_state};
@@ -37,6 +39,9 @@ pub struct SeedArgs {
     /// CRS of --bbox.
     #[arg(long, default_value = "EPSG:4326")]
     bbox_crs: String,
+    /// Limit to the Polygon/MultiPolygon areas of a GeoJSON file (lon/lat).
+    #[arg(long, conflicts_with = "bbox")]
+    polygon: Option<PathBuf>,
     /// Tile format (png, jpg, webp) [default: the layer's first format].
     #[arg(long)]
     format: Option<String>,
@@ -100,6 +105,15 @@ pub fn seed(args: &SeedArgs) -> Result<u8, String> {
             .and_then(|l| l.grids.first().cloned())
             .ok_or_else(|| format!("unknown layer {:?}", args.layer))?,
     };
+    let area = match (&args.bbox, &args.polygon) {
+        (Some(b), _) => SeedArea::BBox(*b, args.bbox_crs.clone()),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            SeedArea::Polygons(polygons_from_geojson(&text).map_err(|e| e.to_string())?)
+        }
+        (None, None) => SeedArea::Extent,
+    };
     let plan = SeedPlan::new(
         &state.config,
         &state.registry,
@@ -107,7 +121,7 @@ pub fn seed(args: &SeedArgs) -> Result<u8, String> {
         &grid,
         format,
         args.zoom.clone(),
-        args.bbox.map(|b| (b, args.bbox_crs.as_str())),
+        &area,
     )
     .map_err(|e| e.to_string())?;
     let (metatiles, total) = plan.size();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tessera_grid::{BBox, TileRange};
+use tessera_grid::{BBox, Polygon, TileRange};
 use tessera_image::Format;
 use tessera_source::Crs;
 use tokio::task::JoinSet;
@@ -26,8 +26,89 @@ pub struct SeedPlan {
     pub grid: Arc<Grid>,
     /// The tile format.
     pub format: Format,
-    /// Tile ranges, one per zoom, already clipped to the layer's extent.
+    /// Tile ranges, zoom by zoom, already clipped to the layer's extent: one
+    /// per zoom for a bbox, one per row span for a polygon.
     pub ranges: Vec<TileRange>,
+}
+
+/// Where to seed.
+#[derive(Debug, Clone)]
+pub enum SeedArea {
+    /// The layer's whole extent.
+    Extent,
+    /// A box in the given CRS.
+    BBox(BBox, String),
+    /// Polygons in lon/lat (GeoJSON, RFC 7946).
+    Polygons(Vec<Polygon>),
+}
+
+/// Reads the polygons of a GeoJSON text: a Polygon or MultiPolygon
+/// geometry, a Feature holding one, or a FeatureCollection of them.
+pub fn polygons_from_geojson(text: &str) -> Result<Vec<Polygon>, PlanError> {
+    let err = |m: &str| PlanError(format!("GeoJSON: {m}"));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err(&e.to_string()))?;
+    let mut out = Vec::new();
+    collect_polygons(&v, &mut out).map_err(|m| err(&m))?;
+    if out.is_empty() {
+        return Err(err("no Polygon or MultiPolygon found"));
+    }
+    Ok(out)
+}
+
+fn collect_polygons(v: &serde_json::Value, out: &mut Vec<Polygon>) -> Result<(), String> {
+    let ring = |r: &serde_json::Value| -> Result<Vec<[f64; 2]>, String> {
+        r.as_array()
+            .ok_or("a ring must be an array of positions")?
+            .iter()
+            .map(|p| match p.as_array().map(Vec::as_slice) {
+                Some([x, y, ..]) => match (x.as_f64(), y.as_f64()) {
+                    (Some(x), Some(y)) if x.is_finite() && y.is_finite() => Ok([x, y]),
+                    _ => Err("a position must hold two finite numbers".to_string()),
+                },
+                _ => Err("a position must be [lon, lat]".to_string()),
+            })
+            .collect()
+    };
+    let polygon = |p: &serde_json::Value| -> Result<Polygon, String> {
+        p.as_array()
+            .ok_or("polygon coordinates must be an array of rings")?
+            .iter()
+            .map(ring)
+            .collect()
+    };
+    match v.get("type").and_then(serde_json::Value::as_str) {
+        Some("FeatureCollection") => {
+            for f in v
+                .get("features")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("features missing")?
+            {
+                collect_polygons(f, out)?;
+            }
+        }
+        Some("Feature") => {
+            if let Some(g) = v.get("geometry").filter(|g| !g.is_null()) {
+                collect_polygons(g, out)?;
+            }
+        }
+        Some("Polygon") => out.push(polygon(v.get("coordinates").ok_or("coordinates missing")?)?),
+        Some("MultiPolygon") => {
+            for p in v
+                .get("coordinates")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("coordinates missing")?
+            {
+                out.push(polygon(p)?);
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "geometry type {other} is not an area (use Polygon or MultiPolygon)"
+            ));
+        }
+        None => return Err("an object without \"type\"".into()),
+    }
+    Ok(())
 }
 
 /// Why a seed could not be planned.
@@ -45,7 +126,7 @@ impl SeedPlan {
         grid: &str,
         format: Option<Format>,
         zooms: RangeInclusive<u8>,
-        bbox: Option<(BBox, &str)>,
+        area: &SeedArea,
     ) -> Result<SeedPlan, PlanError> {
         let err = |m: String| PlanError(m);
         let layer = registry
@@ -97,27 +178,46 @@ impl SeedPlan {
                 grid.tms.id
             )));
         }
-        let mut area = layer
+        let mut area_box = layer
             .extents
             .get(&grid.tms.id)
             .copied()
             .flatten()
             .unwrap_or(grid.tms.extent);
-        if let Some((bbox, crs)) = bbox {
-            let crs = Crs::parse(crs).map_err(|e| err(format!("--bbox-crs: {e}")))?;
-            let in_grid = crs.transform_bbox(&bbox, &grid.crs).map_err(|e| {
-                err(format!(
-                    "--bbox cannot be transformed to {}: {e}",
-                    grid.crs.id
-                ))
-            })?;
-            area = area
-                .intersection(&in_grid)
-                .ok_or_else(|| err("--bbox does not overlap the layer's extent".to_string()))?;
+        let mut polygons = None;
+        match area {
+            SeedArea::Extent => {}
+            SeedArea::BBox(bbox, crs) => {
+                let crs = Crs::parse(crs).map_err(|e| err(format!("--bbox-crs: {e}")))?;
+                let in_grid = crs.transform_bbox(bbox, &grid.crs).map_err(|e| {
+                    err(format!(
+                        "--bbox cannot be transformed to {}: {e}",
+                        grid.crs.id
+                    ))
+                })?;
+                area_box = area_box
+                    .intersection(&in_grid)
+                    .ok_or_else(|| err("--bbox does not overlap the layer's extent".to_string()))?;
+            }
+            SeedArea::Polygons(lonlat) => polygons = Some(polygons_in_grid(lonlat, &grid)?),
         }
         let ranges = zooms
-            .filter_map(|z| grid.tms.tiles_in_bbox(z, &area))
-            .collect();
+            .filter_map(|z| Some((z, grid.tms.tiles_in_bbox(z, &area_box)?)))
+            .flat_map(|(z, within)| match &polygons {
+                None => vec![within],
+                Some(p) => grid
+                    .tms
+                    .tiles_in_polygons(z, p)
+                    .into_iter()
+                    .filter_map(|span| clip(&span, &within))
+                    .collect(),
+            })
+            .collect::<Vec<_>>();
+        if polygons.is_some() && ranges.is_empty() {
+            return Err(err(
+                "--polygon does not overlap the layer's extent".to_string()
+            ));
+        }
         Ok(SeedPlan {
             layer,
             grid,
@@ -126,8 +226,13 @@ impl SeedPlan {
         })
     }
 
-    /// Every metatile to render, zoom by zoom, row by row.
+    /// Every metatile to render, zoom by zoom, row by row, each once.
     pub fn metatiles(&self) -> impl Iterator<Item = Metatile> + '_ {
+        let mut seen = std::collections::HashSet::new();
+        self.metatiles_of_ranges().filter(move |m| seen.insert(*m))
+    }
+
+    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {
         let spec = self
             .layer
             .cache
@@ -158,6 +263,55 @@ impl SeedPlan {
             (m + 1, t + u64::from(meta.cols() * meta.rows()))
         })
     }
+}
+
+/// Rings from lon/lat to the grid's CRS (latitudes clamped to what Web
+/// Mercator can show).
+fn polygons_in_grid(lonlat: &[Polygon], grid: &Grid) -> Result<Vec<Polygon>, PlanError> {
+    let lonlat_crs = Crs::parse("OGC:CRS84").map_err(|e| PlanError(e.to_string()))?;
+    let mercator = grid.crs.id == "EPSG:3857";
+    lonlat
+        .iter()
+        .map(|polygon| {
+            polygon
+                .iter()
+                .map(|ring| {
+                    let mut xs: Vec<f64> = ring.iter().map(|p| p[0]).collect();
+                    let mut ys: Vec<f64> = ring
+                        .iter()
+                        .map(|p| {
+                            if mercator {
+                                p[1].clamp(-85.051_128_78, 85.051_128_78)
+                            } else {
+                                p[1]
+                            }
+                        })
+                        .collect();
+                    lonlat_crs
+                        .transform_points(&grid.crs, &mut xs, &mut ys)
+                        .map_err(|e| {
+                            PlanError(format!(
+                                "--polygon cannot be transformed to {}: {e}",
+                                grid.crs.id
+                            ))
+                        })?;
+                    Ok(xs.into_iter().zip(ys).map(|(x, y)| [x, y]).collect())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The part of `span` inside `within` (same zoom).
+fn clip(span: &TileRange, within: &TileRange) -> Option<TileRange> {
+    let r = TileRange {
+        z: span.z,
+        min_x: span.min_x.max(within.min_x),
+        max_x: span.max_x.min(within.max_x),
+        min_y: span.min_y.max(within.min_y),
+        max_y: span.max_y.min(within.max_y),
+    };
+    (r.min_x <= r.max_x && r.min_y <= r.max_y).then_some(r)
 }
 
 /// Counts after a seed (or so far).
@@ -268,4 +422,32 @@ pub fn rate_and_eta(
     let left = total_tiles.saturating_sub(stats.tiles_done);
     let eta = (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate));
     (rate, eta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geojson_areas_are_read_and_other_input_is_named() {
+        let fc = r#"{"type":"FeatureCollection","features":[
+            {"type":"Feature","properties":{},"geometry":{"type":"Polygon","coordinates":[[[0,0],[10,0],[10,10],[0,0]]]}},
+            {"type":"Feature","properties":{},"geometry":{"type":"MultiPolygon","coordinates":[[[[20,20],[30,20],[30,30]]],[[[40,40],[50,40],[50,50]]]]}},
+            {"type":"Feature","properties":{},"geometry":null}]}"#;
+        let p = polygons_from_geojson(fc).unwrap();
+        assert_eq!(p.len(), 3);
+        assert!((p[0][0][1][0] - 10.0).abs() < 1e-12 && p[0][0][1][1].abs() < 1e-12);
+        for (bad, needle) in [
+            (r#"{"type":"Point","coordinates":[1,2]}"#, "Point"),
+            (r#"{"type":"Polygon","coordinates":[[[1,"a"]]]}"#, "finite"),
+            (
+                r#"{"type":"FeatureCollection","features":[]}"#,
+                "no Polygon",
+            ),
+            ("not json", "GeoJSON"),
+        ] {
+            let e = polygons_from_geojson(bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
 }

@@ -149,9 +149,42 @@ impl Crs {
     }
 }
 
+impl Crs {
+    /// Transforms points in place from this CRS to `to` (x/y order).
+    pub fn transform_points(
+        &self,
+        to: &Crs,
+        xs: &mut [f64],
+        ys: &mut [f64],
+    ) -> Result<(), SourceError> {
+        if self.wkt == to.wkt {
+            return Ok(());
+        }
+        let err = |e: gdal::errors::GdalError| SourceError::InvalidCrs {
+            crs: format!("{} -> {}", self.id, to.id),
+            message: e.to_string(),
+        };
+        let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
+        let mut zs = vec![0.0; xs.len()];
+        t.transform_coords(xs, ys, &mut zs).map_err(err)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transforms_points_to_web_mercator() {
+        let ll = Crs::parse("OGC:CRS84").unwrap();
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        let (mut xs, mut ys) = (vec![0.0, 10.0], vec![0.0, 0.0]);
+        ll.transform_points(&merc, &mut xs, &mut ys).unwrap();
+        assert!(
+            (xs[1] - 1_113_194.9).abs() < 1.0 && ys[0].abs() < 1e-6,
+            "{xs:?} {ys:?}"
+        );
+    }
 
     #[test]
     fn knows_axis_order_of_common_crs() {
