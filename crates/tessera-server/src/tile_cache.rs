@@ -93,7 +93,8 @@ pub enum TileError {
         /// The configured timeout.
         after: Duration,
     },
-    /// The store failed (seeding only; serving falls back to rendering).
+    /// The store failed (seeding only: serving renders when a read fails
+    /// and answers with the tile when a write fails).
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The layer has no cache to seed into.
@@ -256,7 +257,7 @@ impl TileCache {
         });
 
         if self.pool.threads() == 0 {
-            let stored = self
+            let (encoded, stored) = self
                 .encode_and_store(
                     &req.layer.name,
                     cutter,
@@ -265,7 +266,10 @@ impl TileCache {
                     cache.durability,
                 )
                 .await?;
-            let own = stored.into_iter().find(|(c, _)| *c == req.coord);
+            if let Err(e) = stored {
+                tracing::warn!(tile = %tile_key(req, req.coord), error = %e, "saving a metatile failed");
+            }
+            let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
             return Ok(miss(
                 own.map(|(_, b)| b)
                     .expect("the requested tile is in its metatile"),
@@ -378,7 +382,7 @@ impl TileCache {
         }
         let cutter = self.render_metatile(&req, meta).await?;
         drop(meta_guard);
-        let stored = self
+        let (encoded, stored) = self
             .encode_and_store(
                 &layer.name,
                 cutter,
@@ -387,11 +391,13 @@ impl TileCache {
                 Durability::Synced,
             )
             .await?;
-        Ok(SeedOutcome::Rendered(stored.len()))
+        stored?;
+        Ok(SeedOutcome::Rendered(encoded.len()))
     }
 
     /// Encodes every tile and stores them in one batch, then releases their
-    /// locks. Returns the encoded tiles.
+    /// locks. Returns the encoded tiles, and the store's verdict separately:
+    /// a seed fails on it, a request still answers with its tile.
     async fn encode_and_store(
         &self,
         layer: &str,
@@ -399,7 +405,7 @@ impl TileCache {
         tiles: Vec<Owned>,
         store: Arc<dyn TileStore>,
         durability: Durability,
-    ) -> Result<Vec<(TileCoord, Bytes)>, TileError> {
+    ) -> Result<(Vec<(TileCoord, Bytes)>, Result<(), StoreError>), TileError> {
         let metrics = self.metrics.clone();
         let layer = layer.to_string();
         run_blocking(move || {
@@ -413,9 +419,9 @@ impl TileCache {
                 guards.push(guard);
             }
             metrics.tiles_encoded(&layer, batch.len() as u64);
-            store.put_many(batch, durability)?;
+            let stored = store.put_many(batch, durability);
             drop(guards);
-            Ok::<_, TileError>(encoded)
+            Ok::<_, TileError>((encoded, stored))
         })
         .await?
     }
