@@ -78,6 +78,25 @@ def serving(tmp_path_factory, *args):
         server.proc.wait(timeout=20)
 
 
+def relief_config(tmp_path, store_yaml):
+    """A config serving the repo's relief raster in WebMercatorQuad, cached
+    in the store `disk` described by `store_yaml`; returns its path."""
+    path = tmp_path / "tessera.yaml"
+    path.write_text(
+        f"""
+stores:
+  disk: {store_yaml}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif, resampling: bilinear }}
+    grids: [WebMercatorQuad]
+    max_zoom: 8
+    cache: {{ store: disk }}
+"""
+    )
+    return path
+
+
 def assert_same_tile(server, remote_path, local_path):
     """The remote layer's tile is a PNG byte-identical to the local layer's."""
     status, ctype, remote = server.get(remote_path)

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from conftest import ROOT, serving
+from conftest import relief_config, serving
 from imaging import decode
 
 # relief at zoom 0..6 in WebMercatorQuad: 1+4+16+64+256+1024+4096 tiles in
@@ -20,19 +20,7 @@ TOTAL_METATILES = 343
 def write_config(tmp_path, store="file"):
     cache = tmp_path / "cache"
     store_yaml = f"{{ type: file, path: {cache}, memory_mb: 0 }}" if store == "file" else "{ type: memory }"
-    config = tmp_path / "tessera.yaml"
-    config.write_text(
-        f"""
-stores:
-  disk: {store_yaml}
-layers:
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif, resampling: bilinear }}
-    max_zoom: 8
-    cache: {{ store: disk }}
-"""
-    )
-    return config, cache
+    return relief_config(tmp_path, store_yaml), cache
 
 
 def seed_cmd(config, *extra, zoom="0..6"):

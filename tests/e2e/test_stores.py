@@ -7,27 +7,10 @@ import urllib.request
 
 from osgeo import gdal
 
-from conftest import ROOT, require_tool, serving
+from conftest import relief_config, require_tool, serving
 from imaging import decode
 
 gdal.UseExceptions()
-
-
-def config(tmp_path, store_yaml):
-    path = tmp_path / "tessera.yaml"
-    path.write_text(
-        f"""
-stores:
-  disk: {store_yaml}
-layers:
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif, resampling: bilinear }}
-    grids: [WebMercatorQuad]
-    max_zoom: 8
-    cache: {{ store: disk }}
-"""
-    )
-    return path
 
 
 def seed(cfg, zoom="0..3"):
@@ -39,7 +22,7 @@ def seed(cfg, zoom="0..3"):
 
 def test_mbtiles_seeded_by_tessera_open_in_sqlite3_and_gdal(tmp_path, tmp_path_factory):
     sqlite_cli = require_tool("sqlite3")
-    cfg = config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
+    cfg = relief_config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
     seed(cfg)
     db = tmp_path / "mbtiles" / "relief.WebMercatorQuad.png.mbtiles"
     out = subprocess.run([sqlite_cli, str(db), "PRAGMA integrity_check; SELECT count(*) FROM tiles;"
@@ -68,7 +51,7 @@ def test_mbtiles_seeded_by_tessera_open_in_sqlite3_and_gdal(tmp_path, tmp_path_f
 
 
 def test_journal_store_survives_a_restart_and_serves_seeded_tiles(tmp_path, tmp_path_factory):
-    cfg = config(tmp_path, f"{{ type: journal, path: {tmp_path / 'journal'}, segment_mb: 4 }}")
+    cfg = relief_config(tmp_path, f"{{ type: journal, path: {tmp_path / 'journal'}, segment_mb: 4 }}")
     r = seed(cfg)
     assert "85/85 tiles" in r.stdout
     assert any(p.name.startswith("seg-") for p in (tmp_path / "journal").iterdir())
@@ -84,7 +67,7 @@ def test_journal_store_survives_a_restart_and_serves_seeded_tiles(tmp_path, tmp_
 def test_concurrent_seeds_into_one_mbtiles_file_never_fail_on_a_locked_database(tmp_path):
     """MapProxy fails with "database is locked" past four seed workers; here
     three seed processes of four threads each write the same file at once."""
-    cfg = config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
+    cfg = relief_config(tmp_path, f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, synchronous: full }}")
     procs = [
         subprocess.Popen([os.environ["TESSERA_BIN"], "seed", "--config", str(cfg), "--layer", "relief",
                           "--zoom", "0..4", "--threads", "4", "--force"],
