@@ -18,7 +18,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tessera_store::{Durability, HeldTile, StoreError, TileKey, TileStore};
+use tessera_store::{
+    Durability, HeldTile, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+};
 
 /// How a tile request ended.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -297,5 +299,10 @@ impl TileStore for TimedStore {
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         self.metrics
             .store_op(self.name(), "exists", || self.inner.exists(key))
+    }
+
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        self.metrics
+            .store_op(self.name(), "truncate", || self.inner.truncate(area))
     }
 }

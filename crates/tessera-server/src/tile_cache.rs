@@ -532,17 +532,17 @@ fn miss(bytes: Bytes) -> Tile {
 
 /// The store key of tile `coord` of the request's layer, grid and format.
 pub fn tile_key(req: &TileRequest, coord: TileCoord) -> TileKey {
-    let matrix_height = req
+    let matrix = req
         .grid
         .tms
         .matrix(coord.z())
-        .expect("a TileCoord is inside its grid")
-        .matrix_height;
+        .expect("a TileCoord is inside its grid");
     TileKey {
         layer: req.layer.name.clone(),
         grid: req.grid.tms.id.clone(),
         coord,
-        matrix_height,
+        matrix_height: matrix.matrix_height,
+        matrix_width: matrix.matrix_width,
         extension: req.format.extension(),
     }
 }

@@ -71,6 +71,7 @@ fn key(tms: &TileMatrixSet, writer: u64, n: u64) -> TileKey {
         grid: tms.id.clone(),
         coord,
         matrix_height: 1 << 18,
+        matrix_width: 1 << 18,
         extension: "png",
     }
 }

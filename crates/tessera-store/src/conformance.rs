@@ -10,7 +10,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tessera_grid::TileMatrixSet;
 
-use crate::{Durability, StoreError, TileKey, TileStore};
+use tessera_grid::TileRange;
+
+use crate::{Durability, StoreError, TileArea, TileKey, TileStore};
 
 /// Runs every check against `store`, which must start empty.
 pub fn run_all(store: &Arc<dyn TileStore>) {
@@ -20,6 +22,7 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
     keys_are_distinct(store.as_ref());
     put_many_is_put_each(store.as_ref());
     delete_removes(store.as_ref());
+    truncate_removes_the_area_only(store.as_ref());
     empty_tile_refused(store.as_ref());
     large_tile(store.as_ref());
     concurrent_writers(store);
@@ -41,6 +44,7 @@ fn key_in(layer: &str, grid: &str, z: u32, x: u64, y: u64, extension: &'static s
         grid: grid.into(),
         coord,
         matrix_height: 1 << z,
+        matrix_width: 1 << z,
         extension,
     }
 }
@@ -159,6 +163,74 @@ fn delete_removes(store: &dyn TileStore) {
         "deleted tile does not exist"
     );
     store.delete(&k).expect("deleting a missing tile succeeds");
+}
+
+fn truncate_removes_the_area_only(store: &dyn TileStore) {
+    // A 12 x 12 block of zoom 5 and the whole of zoom 1 and 2, then cut a
+    // 5 x 7 window out of zoom 5 (not aligned to any pack or metatile), two
+    // one-row spans (as a polygon gives) and all of zoom 1.
+    let layer = "c-truncate";
+    let mut tiles = Vec::new();
+    for y in 3..15 {
+        for x in 6..18 {
+            tiles.push((key(layer, 5, x, y, "png"), payload((x + y) as u8, 40)));
+        }
+    }
+    for z in 1..=2u32 {
+        for y in 0..(1u64 << z) {
+            for x in 0..(1u64 << z) {
+                tiles.push((key(layer, z, x, y, "png"), payload(z as u8, 30)));
+            }
+        }
+    }
+    store
+        .put_many(tiles.clone(), Durability::Buffered)
+        .expect("put_many");
+    let range = |z: u8, min_x, min_y, max_x, max_y| {
+        let n = 1u32 << z;
+        (
+            TileRange {
+                z,
+                min_x,
+                min_y,
+                max_x,
+                max_y,
+            },
+            n,
+            n,
+        )
+    };
+    let area = TileArea {
+        layer: layer.into(),
+        grid: "WebMercatorQuad".into(),
+        extension: "png",
+        ranges: vec![
+            range(5, 7, 4, 11, 10),
+            range(5, 13, 12, 16, 12),
+            range(5, 2, 13, 30, 13),
+            range(1, 0, 0, 1, 1),
+        ],
+    };
+    store.truncate(&area).expect("truncate");
+    for (k, data) in &tiles {
+        let got = store.get(k).expect("get");
+        if area.contains(k) {
+            assert_eq!(got, None, "truncate removes {k}");
+        } else {
+            assert_eq!(
+                got.as_ref(),
+                Some(data),
+                "truncate keeps {k} outside the area"
+            );
+        }
+    }
+    // Another format of the same layer is untouched by the area.
+    let other = key(layer, 5, 8, 5, "jpg");
+    store
+        .put(&other, payload(1, 10), Durability::Buffered)
+        .expect("put");
+    store.truncate(&area).expect("truncating again succeeds");
+    assert!(store.exists(&other).expect("exists"), "other formats stay");
 }
 
 fn empty_tile_refused(store: &dyn TileStore) {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -25,6 +26,9 @@ pub struct DiskCache {
     capacity_bytes: u64,
     state: Mutex<State>,
     inflight: Mutex<HashMap<String, Arc<Flight>>>,
+    /// Bumped by every `invalidate` / `replace`: a fetch that started before
+    /// a change is not kept, so an old object never lands after a new one.
+    changes: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -79,6 +83,7 @@ impl DiskCache {
             capacity_bytes,
             state: Mutex::new(state),
             inflight: Mutex::new(HashMap::new()),
+            changes: AtomicU64::new(0),
         };
         cache.trim(&mut lock(&cache.state));
         Ok(cache)
@@ -123,8 +128,10 @@ impl DiskCache {
                 // The leader stored the object (or failed): look again.
                 continue;
             }
+            let changes = self.changes.load(Ordering::SeqCst);
             let result = (fetch.take().expect("the leader fetches once"))();
             if let Ok(Some(bytes)) = &result
+                && self.changes.load(Ordering::SeqCst) == changes
                 && let Err(e) = self.store(&name, bytes)
             {
                 tracing::warn!(key, error = %e, "could not keep an object in the local cache");
@@ -138,12 +145,23 @@ impl DiskCache {
 
     /// Forgets `key` (after it changed in the store behind).
     pub fn invalidate(&self, key: &str) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
         let name = file_name(key);
         let mut state = lock(&self.state);
         if let Some(size) = state.files.pop(&name) {
             state.bytes -= size;
         }
         let _ = fs::remove_file(self.dir.join(&name));
+    }
+
+    /// Keeps `bytes` as the object under `key` (after this process wrote
+    /// them to the store behind), replacing what was held.
+    pub fn replace(&self, key: &str, bytes: &[u8]) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = self.store(&file_name(key), bytes) {
+            tracing::warn!(key, error = %e, "could not keep an object in the local cache");
+            self.invalidate(key);
+        }
     }
 
     fn read(&self, name: &str) -> Option<Bytes> {
@@ -168,7 +186,9 @@ impl DiskCache {
         if size > self.capacity_bytes {
             return Ok(());
         }
-        let tmp = self.dir.join(format!("{name}.tmp"));
+        static TMP: AtomicU64 = AtomicU64::new(0);
+        let n = TMP.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!("{name}.{n}.tmp"));
         {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(&crc32c::crc32c(bytes).to_le_bytes())?;

@@ -516,7 +516,8 @@ fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
     Ok(Some((index, at)))
 }
 
-/// `[u16 length][layer][0][grid][0][extension][0][z u8][x u32][y u32][matrix height u32]`, little endian.
+/// `[u16 length][layer][0][grid][0][extension][0][z u8][x u32][y u32][matrix height u32][matrix width u32]`,
+/// little endian.
 fn encode_key(key: &TileKey) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.layer.len() + key.grid.len() + 24);
     k.extend_from_slice(&[0, 0]);
@@ -532,6 +533,7 @@ fn encode_key(key: &TileKey) -> Vec<u8> {
     k.extend_from_slice(&key.coord.x().to_le_bytes());
     k.extend_from_slice(&key.coord.y().to_le_bytes());
     k.extend_from_slice(&key.matrix_height.to_le_bytes());
+    k.extend_from_slice(&key.matrix_width.to_le_bytes());
     let len = u16::try_from(k.len() - 2).expect("names are at most 128 bytes");
     k[0..2].copy_from_slice(&len.to_le_bytes());
     k
@@ -551,12 +553,13 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
         _ => return None,
     };
     let rest = parts.next()?;
-    if rest.len() != 13 {
+    if rest.len() != 17 {
         return None;
     }
     let x = u32::from_le_bytes(rest[1..5].try_into().ok()?);
     let y = u32::from_le_bytes(rest[5..9].try_into().ok()?);
     let matrix_height = u32::from_le_bytes(rest[9..13].try_into().ok()?);
+    let matrix_width = u32::from_le_bytes(rest[13..17].try_into().ok()?);
     let coord = TileCoord::restored(rest[0], x, y);
     Some((
         TileKey {
@@ -564,6 +567,7 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
             grid,
             coord,
             matrix_height,
+            matrix_width,
             extension,
         },
         2 + len,

@@ -13,17 +13,20 @@ mod file;
 mod journal;
 mod mbtiles;
 mod memory;
+pub mod object;
 pub mod pack;
+mod packs;
 
 pub use disk_cache::DiskCache;
 pub use file::{FileLayout, FileStore};
 pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
+pub use packs::{PackOptions, PackStore};
 pub use tessera_journal::JournalOptions;
 
 use bytes::Bytes;
-use tessera_grid::TileCoord;
+use tessera_grid::{TileCoord, TileRange};
 
 /// Identifies one stored tile: layer, grid, coordinate and format extension.
 ///
@@ -42,6 +45,9 @@ pub struct TileKey {
     /// Number of rows of the matrix at the tile's zoom, so that stores with
     /// bottom-up row order (TMS layout, MBTiles) can flip `coord.y()`.
     pub matrix_height: u32,
+    /// Number of columns of the matrix at the tile's zoom, so that stores
+    /// that order tiles along a space-filling curve know its size.
+    pub matrix_width: u32,
     /// File extension of the encoded format (`png`, `jpg`, `webp`).
     pub extension: &'static str,
 }
@@ -159,6 +165,67 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         Ok(self.get(key)?.is_some())
     }
+
+    /// Removes every tile of `area`, by computed keys (never by listing).
+    /// The default deletes tile by tile; stores that group tiles delete
+    /// whole groups.
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let mut report = TruncateReport::default();
+        for (range, width, height) in &area.ranges {
+            for y in range.min_y..=range.max_y {
+                for x in range.min_x..=range.max_x {
+                    self.delete(&TileKey {
+                        layer: area.layer.clone(),
+                        grid: area.grid.clone(),
+                        coord: TileCoord::restored(range.z, x, y),
+                        matrix_height: *height,
+                        matrix_width: *width,
+                        extension: area.extension,
+                    })?;
+                    report.objects_deleted += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Tiles of one layer, grid and format, as tile ranges.
+#[derive(Debug, Clone)]
+pub struct TileArea {
+    /// Layer name.
+    pub layer: String,
+    /// Grid identifier.
+    pub grid: String,
+    /// Format extension.
+    pub extension: &'static str,
+    /// Disjoint tile ranges, each with the matrix width and height at its
+    /// zoom.
+    pub ranges: Vec<(TileRange, u32, u32)>,
+}
+
+impl TileArea {
+    /// Whether the tile of `key` lies in the area.
+    pub fn contains(&self, key: &TileKey) -> bool {
+        key.layer == self.layer
+            && key.grid == self.grid
+            && key.extension == self.extension
+            && self.ranges.iter().any(|(r, _, _)| {
+                r.z == key.coord.z()
+                    && (r.min_x..=r.max_x).contains(&key.coord.x())
+                    && (r.min_y..=r.max_y).contains(&key.coord.y())
+            })
+    }
+}
+
+/// What a truncation removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TruncateReport {
+    /// Objects (tiles, or whole packs) deleted by key; a key that held
+    /// nothing counts too.
+    pub objects_deleted: u64,
+    /// Packs on the area's border rewritten without the area's tiles.
+    pub objects_rewritten: u64,
 }
 
 /// A tile held in memory, with its content hash computed once when it was

@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use lru::LruCache;
 
-use crate::{Durability, HeldTile, StoreError, TileKey, TileStore, check_not_empty, content_hash};
+use crate::{
+    Durability, HeldTile, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+    check_not_empty, content_hash,
+};
 
 /// Tiles kept in memory, at most `capacity_bytes` of payload, least recently
 /// used evicted first.
@@ -177,6 +180,32 @@ impl TileStore for MemoryStore {
             lru.bytes -= old.bytes.len();
         }
         Ok(())
+    }
+
+    /// Truncates the inner store, then forgets the area's tiles held in
+    /// memory (a scan of what is held, not of the area).
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let forget = |lru: &mut Lru| {
+            lru.generation += 1;
+            let gone: Vec<TileKey> = lru
+                .tiles
+                .iter()
+                .filter(|(k, _)| area.contains(k))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                if let Some(old) = lru.tiles.pop(&k) {
+                    lru.bytes -= old.bytes.len();
+                }
+            }
+        };
+        forget(&mut self.lock());
+        let report = match &self.inner {
+            Some(inner) => inner.truncate(area)?,
+            None => TruncateReport::default(),
+        };
+        forget(&mut self.lock());
+        Ok(report)
     }
 
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {

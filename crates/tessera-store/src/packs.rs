@@ -1,0 +1,595 @@
+//! [`PackStore`]: tiles kept in packs on an object store.
+//!
+//! A pack holds the tiles of one aligned square block of 2^k x 2^k tiles of
+//! one zoom, which is also one run of 4^k consecutive indexes on the
+//! Hilbert (or Z-order) curve. Its key is computed, never listed:
+//!
+//! `<prefix>/<layer>/<grid>/<z>/<pack index, zero-padded>.<ext>.avro`
+//!
+//! where the pack index is the curve index of any of its tiles divided by
+//! 4^k, padded to the width of the zoom's largest index so keys sort in
+//! curve order. A missing object is an empty pack. A write into a pack that
+//! already holds tiles reads it, merges and writes it back with a
+//! conditional put on the version read (If-Match), retrying on conflict, so
+//! two writers never lose each other's tiles; a write that fills the whole
+//! block (a metatile the size of the pack) is a single unconditional PUT.
+//! Reads go through an optional [`DiskCache`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use tessera_grid::{Curve, TileRange, order_for};
+
+use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
+use crate::pack::{PackedTile, merge, read_pack, write_pack};
+use crate::{
+    DiskCache, Durability, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+    check_not_empty,
+};
+
+/// How a [`PackStore`] lays out and reaches its packs.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// Tiles per pack: 1, 4, 16, 64, ... (a power of four).
+    pub pack_tiles: u32,
+    /// The curve that orders tiles and packs.
+    pub curve: Curve,
+    /// Local read-through cache: directory and capacity in bytes.
+    pub cache: Option<(PathBuf, u64)>,
+    /// Conditional merge attempts before a write gives up (conflicts with
+    /// other processes writing the same pack).
+    pub merge_attempts: u32,
+    /// Keys per batch delete when truncating.
+    pub delete_batch: usize,
+    /// Cap on the curve ranges one truncated tile range becomes (0: none).
+    pub max_ranges: usize,
+    /// Threads of the runtime that drives the object store client.
+    pub io_threads: usize,
+}
+
+impl Default for PackOptions {
+    fn default() -> PackOptions {
+        PackOptions {
+            pack_tiles: 16,
+            curve: Curve::Hilbert,
+            cache: None,
+            merge_attempts: 16,
+            delete_batch: 1000,
+            max_ranges: 256,
+            io_threads: 2,
+        }
+    }
+}
+
+const STRIPES: usize = 64;
+
+/// Tiles in curve-indexed packs on an object store.
+#[derive(Debug)]
+pub struct PackStore {
+    store: Arc<dyn ObjectStore>,
+    counts: Arc<RequestCounts>,
+    prefix: Path,
+    conditional_put: bool,
+    /// log4 of the tiles per pack.
+    level: u8,
+    curve: Curve,
+    cache: Option<DiskCache>,
+    /// Writers of one pack in this process take turns (conditional puts
+    /// settle conflicts with other processes).
+    stripes: Vec<Mutex<()>>,
+    merge_attempts: u32,
+    delete_batch: usize,
+    max_ranges: usize,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// One pack: its key and the block of tiles it covers.
+#[derive(Debug, Clone)]
+struct PackRef {
+    path: Path,
+    /// The block, clipped to the matrix.
+    block: TileRange,
+}
+
+impl PackRef {
+    fn cells(&self) -> u64 {
+        self.block.count()
+    }
+}
+
+fn media_type(extension: &str) -> &'static str {
+    match extension {
+        "jpg" => "image/jpeg",
+        "webp" => "image/webp",
+        _ => "image/png",
+    }
+}
+
+impl PackStore {
+    /// A store over `location` (see [`crate::object::open_url`]).
+    pub fn new(location: ObjectLocation, options: &PackOptions) -> Result<PackStore, StoreError> {
+        let invalid = |message: String| StoreError::Invalid {
+            store: "object".into(),
+            message,
+        };
+        let tiles = options.pack_tiles;
+        if tiles == 0 || !tiles.is_power_of_two() || !tiles.trailing_zeros().is_multiple_of(2) {
+            return Err(invalid(format!(
+                "pack_tiles must be 1, 4, 16, 64, ... (a power of four), not {tiles}"
+            )));
+        }
+        let cache = match &options.cache {
+            Some((dir, bytes)) => Some(
+                DiskCache::open(dir, *bytes)
+                    .map_err(|e| invalid(format!("local cache {}: {e}", dir.display())))?,
+            ),
+            None => None,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.io_threads.max(1))
+            .thread_name("tessera-object-io")
+            .enable_all()
+            .build()
+            .map_err(|e| invalid(format!("cannot start the I/O runtime: {e}")))?;
+        let counting = CountingStore::new(location.store);
+        Ok(PackStore {
+            counts: counting.counts(),
+            store: Arc::new(counting),
+            prefix: location.prefix,
+            conditional_put: location.conditional_put,
+            level: (tiles.trailing_zeros() / 2) as u8,
+            curve: options.curve,
+            cache,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            merge_attempts: options.merge_attempts.max(1),
+            delete_batch: options.delete_batch.max(1),
+            max_ranges: options.max_ranges,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Requests sent so far, by kind.
+    pub fn requests(&self) -> RequestSnapshot {
+        self.counts.snapshot()
+    }
+
+    /// The local cache, when configured.
+    pub fn cache(&self) -> Option<&DiskCache> {
+        self.cache.as_ref()
+    }
+
+    /// The object key of the pack holding `key`.
+    pub fn pack_key(&self, key: &TileKey) -> String {
+        self.locate(key).path.to_string()
+    }
+
+    /// Runs `f` on the store's runtime and waits for it (callers are
+    /// blocking threads, as the [`TileStore`] contract says).
+    fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> T {
+        let rt = self.runtime.as_ref().expect("the runtime lives until drop");
+        futures::executor::block_on(rt.spawn(f))
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    fn io(op: &'static str, key: &str, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Io {
+            store: "object".into(),
+            op,
+            key: key.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Bits per axis of the pack curve at a zoom, and the tile block side.
+    fn geometry(&self, width: u32, height: u32) -> (u8, u8) {
+        let order = order_for(width, height);
+        let k = self.level.min(order);
+        (order - k, k)
+    }
+
+    fn pack_path(
+        &self,
+        layer: &str,
+        grid: &str,
+        z: u8,
+        ext: &str,
+        coarse_order: u8,
+        index: u64,
+    ) -> Path {
+        let max = (1u64 << (2 * u32::from(coarse_order))) - 1;
+        let width = max.to_string().len();
+        self.prefix
+            .clone()
+            .join(layer)
+            .join(grid)
+            .join(z.to_string().as_str())
+            .join(format!("{index:0width$}.{ext}.avro").as_str())
+    }
+
+    fn locate(&self, key: &TileKey) -> PackRef {
+        let (coarse, k) = self.geometry(key.matrix_width, key.matrix_height);
+        let (bx, by) = (key.coord.x() >> k, key.coord.y() >> k);
+        let index = self.curve.index(coarse, bx, by);
+        self.pack_ref(
+            &key.layer,
+            &key.grid,
+            key.coord.z(),
+            key.extension,
+            (key.matrix_width, key.matrix_height),
+            coarse,
+            k,
+            (bx, by),
+            index,
+        )
+    }
+
+    fn pack_ref(
+        &self,
+        layer: &str,
+        grid: &str,
+        z: u8,
+        ext: &str,
+        (width, height): (u32, u32),
+        coarse: u8,
+        k: u8,
+        (bx, by): (u32, u32),
+        index: u64,
+    ) -> PackRef {
+        let side = 1u32 << k;
+        let (x0, y0) = (bx << k, by << k);
+        PackRef {
+            path: self.pack_path(layer, grid, z, ext, coarse, index),
+            block: TileRange {
+                z,
+                min_x: x0,
+                min_y: y0,
+                max_x: (x0 + side - 1).min(width.saturating_sub(1)),
+                max_y: (y0 + side - 1).min(height.saturating_sub(1)),
+            },
+        }
+    }
+
+    fn stripe(&self, path: &Path) -> std::sync::MutexGuard<'_, ()> {
+        let h = xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes()) as usize;
+        self.stripes[h % STRIPES]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pack's bytes and version, `None` when it does not exist.
+    fn fetch(&self, path: &Path) -> Result<Option<(Bytes, UpdateVersion)>, StoreError> {
+        let store = self.store.clone();
+        let p = path.clone();
+        let got = self.run(async move {
+            match store.get(&p).await {
+                Ok(r) => {
+                    let version = UpdateVersion {
+                        e_tag: r.meta.e_tag.clone(),
+                        version: r.meta.version.clone(),
+                    };
+                    r.bytes().await.map(|b| Some((b, version)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        got.map_err(|e| Self::io("get", path.as_ref(), e))
+    }
+
+    /// The pack's bytes for reading, through the local cache.
+    fn read_bytes(&self, path: &Path) -> Result<Option<Bytes>, StoreError> {
+        match &self.cache {
+            Some(cache) => {
+                cache.get_or_fetch(path.as_ref(), || Ok(self.fetch(path)?.map(|(b, _)| b)))
+            }
+            None => Ok(self.fetch(path)?.map(|(b, _)| b)),
+        }
+    }
+
+    fn read_tiles(&self, path: &Path) -> Result<Vec<PackedTile>, StoreError> {
+        let Some(bytes) = self.read_bytes(path)? else {
+            return Ok(Vec::new());
+        };
+        read_pack(&bytes).map_err(|e| {
+            if let Some(c) = &self.cache {
+                c.invalidate(path.as_ref());
+            }
+            Self::io("read", path.as_ref(), e)
+        })
+    }
+
+    /// Writes `body` under `path` with `mode`; `Ok(false)` when the
+    /// condition failed (someone else wrote first).
+    fn put_object(&self, path: &Path, body: Vec<u8>, mode: PutMode) -> Result<bool, StoreError> {
+        let store = self.store.clone();
+        let p = path.clone();
+        let cached = self.cache.is_some().then(|| body.clone());
+        let result = self.run(async move {
+            let opts = PutOptions {
+                mode,
+                ..PutOptions::default()
+            };
+            store.put_opts(&p, PutPayload::from(body), opts).await
+        });
+        match result {
+            Ok(_) => {
+                if let (Some(c), Some(body)) = (&self.cache, cached) {
+                    c.replace(path.as_ref(), &body);
+                }
+                Ok(true)
+            }
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                if let Some(c) = &self.cache {
+                    c.invalidate(path.as_ref());
+                }
+                Ok(false)
+            }
+            Err(e) => Err(Self::io("put", path.as_ref(), e)),
+        }
+    }
+
+    /// Reads the pack, applies `change` to its tiles and writes it back on
+    /// the version read; retried on conflict. `change` returns `false` when
+    /// nothing needs writing.
+    fn update(
+        &self,
+        pack: &PackRef,
+        mut change: impl FnMut(Vec<PackedTile>) -> Option<Vec<PackedTile>>,
+    ) -> Result<(), StoreError> {
+        let _turn = self.stripe(&pack.path);
+        for attempt in 0..self.merge_attempts {
+            let (tiles, mode) = match self.fetch(&pack.path)? {
+                None => (Vec::new(), PutMode::Create),
+                Some((bytes, version)) => {
+                    let tiles = read_pack(&bytes).unwrap_or_else(|e| {
+                        tracing::warn!(key = %pack.path, error = %e, "replacing an unreadable pack");
+                        Vec::new()
+                    });
+                    (tiles, PutMode::Update(version))
+                }
+            };
+            let Some(tiles) = change(tiles) else {
+                return Ok(());
+            };
+            let mode = if self.conditional_put {
+                mode
+            } else {
+                PutMode::Overwrite
+            };
+            let body = write_pack(&tiles).map_err(|e| Self::io("encode", pack.path.as_ref(), e))?;
+            if self.put_object(&pack.path, body, mode)? {
+                return Ok(());
+            }
+            // Someone else wrote the pack since it was read: back off a
+            // little (more each time, spread by a per-attempt jitter) and
+            // merge again on what they wrote.
+            let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(2_654_435_761)) % 10;
+            std::thread::sleep(Duration::from_millis((5 << attempt.min(6)) + jitter));
+        }
+        Err(Self::io(
+            "put",
+            pack.path.as_ref(),
+            format!(
+                "{} conditional writes lost to other writers",
+                self.merge_attempts
+            ),
+        ))
+    }
+
+    fn write_pack_tiles(&self, pack: &PackRef, new: Vec<PackedTile>) -> Result<(), StoreError> {
+        let new = merge(Vec::new(), new);
+        if self.level == 0 || new.len() as u64 == pack.cells() {
+            // The whole block is written: nothing to merge with.
+            let _turn = self.stripe(&pack.path);
+            let body = write_pack(&new).map_err(|e| Self::io("encode", pack.path.as_ref(), e))?;
+            self.put_object(&pack.path, body, PutMode::Overwrite)?;
+            return Ok(());
+        }
+        self.update(pack, |old| Some(merge(old, new.clone())))
+    }
+
+    /// Deletes pack objects in batches; missing ones count as deleted.
+    fn delete_objects(&self, paths: &[Path]) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for batch in paths.chunks(self.delete_batch) {
+            let store = self.store.clone();
+            let batch = batch.to_vec();
+            let n = batch.len() as u64;
+            if let Some(c) = &self.cache {
+                for p in &batch {
+                    c.invalidate(p.as_ref());
+                }
+            }
+            let first = batch.first().map(ToString::to_string).unwrap_or_default();
+            self.run(async move {
+                let stream = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
+                store
+                    .delete_stream(stream)
+                    .map(|r| match r {
+                        Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        other => other.map(|_| ()),
+                    })
+                    .try_collect::<Vec<()>>()
+                    .await
+            })
+            .map_err(|e| Self::io("delete", &first, e))?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+}
+
+impl Drop for PackStore {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which is refused inside async code.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn in_ranges(ranges: &[&TileRange], x: u32, y: u32) -> bool {
+    ranges
+        .iter()
+        .any(|r| (r.min_x..=r.max_x).contains(&x) && (r.min_y..=r.max_y).contains(&y))
+}
+
+fn overlap(a: &TileRange, b: &TileRange) -> u64 {
+    let (x0, x1) = (a.min_x.max(b.min_x), a.max_x.min(b.max_x));
+    let (y0, y1) = (a.min_y.max(b.min_y), a.max_y.min(b.max_y));
+    if x0 > x1 || y0 > y1 {
+        return 0;
+    }
+    u64::from(x1 - x0 + 1) * u64::from(y1 - y0 + 1)
+}
+
+impl TileStore for PackStore {
+    fn name(&self) -> &'static str {
+        "object"
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        let pack = self.locate(key);
+        let (x, y, z) = (key.coord.x(), key.coord.y(), key.coord.z());
+        Ok(self
+            .read_tiles(&pack.path)?
+            .into_iter()
+            .find(|t| t.z == z && t.x == x && t.y == y)
+            .map(|t| t.data))
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        self.put_many(vec![(key.clone(), data)], durability)
+    }
+
+    /// Every object store acknowledges a PUT once it is durable, so both
+    /// durabilities are the same here.
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        _durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut packs: BTreeMap<String, (PackRef, Vec<PackedTile>)> = BTreeMap::new();
+        for (key, data) in tiles {
+            check_not_empty("object", &key, &data)?;
+            let pack = self.locate(&key);
+            let tile = PackedTile::new(
+                key.coord.z(),
+                key.coord.x(),
+                key.coord.y(),
+                media_type(key.extension),
+                data,
+            );
+            packs
+                .entry(pack.path.to_string())
+                .or_insert_with(|| (pack, Vec::new()))
+                .1
+                .push(tile);
+        }
+        for (pack, tiles) in packs.into_values() {
+            self.write_pack_tiles(&pack, tiles)?;
+        }
+        Ok(())
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        let pack = self.locate(key);
+        if self.level == 0 {
+            self.delete_objects(&[pack.path])?;
+            return Ok(());
+        }
+        let (x, y, z) = (key.coord.x(), key.coord.y(), key.coord.z());
+        self.update(&pack, |mut tiles| {
+            let before = tiles.len();
+            tiles.retain(|t| !(t.z == z && t.x == x && t.y == y));
+            (tiles.len() != before).then_some(tiles)
+        })
+    }
+
+    /// Packs wholly inside the area are deleted by computed key, in batches;
+    /// packs on its border are rewritten without the area's tiles. Nothing
+    /// is listed.
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let mut report = TruncateReport::default();
+        let mut by_zoom: BTreeMap<u8, Vec<&(TileRange, u32, u32)>> = BTreeMap::new();
+        for r in &area.ranges {
+            by_zoom.entry(r.0.z).or_default().push(r);
+        }
+        for (z, ranges) in by_zoom {
+            let (_, width, height) = *ranges[0];
+            let (coarse, k) = self.geometry(width, height);
+            let tile_ranges: Vec<&TileRange> = ranges.iter().map(|r| &r.0).collect();
+            // Each pack the area touches, in key order, with the number of
+            // the area's tiles it holds.
+            let mut packs: Vec<(u64, PackRef)> = Vec::new();
+            let mut covered: HashMap<u64, u64> = HashMap::new();
+            for r in &tile_ranges {
+                let blocks = TileRange {
+                    z,
+                    min_x: r.min_x >> k,
+                    min_y: r.min_y >> k,
+                    max_x: r.max_x >> k,
+                    max_y: r.max_y >> k,
+                };
+                for span in self.curve.ranges(coarse, &blocks, self.max_ranges) {
+                    for index in span {
+                        let (bx, by) = self.curve.coords(coarse, index);
+                        if bx < blocks.min_x
+                            || bx > blocks.max_x
+                            || by < blocks.min_y
+                            || by > blocks.max_y
+                        {
+                            continue; // over-fetch of a capped range
+                        }
+                        let pack = self.pack_ref(
+                            &area.layer,
+                            &area.grid,
+                            z,
+                            area.extension,
+                            (width, height),
+                            coarse,
+                            k,
+                            (bx, by),
+                            index,
+                        );
+                        let n = overlap(&pack.block, r);
+                        if n == 0 {
+                            continue;
+                        }
+                        let slot = covered.entry(index).or_insert(0);
+                        if *slot == 0 {
+                            packs.push((index, pack));
+                        }
+                        *slot += n;
+                    }
+                }
+            }
+            packs.sort_by_key(|(i, _)| *i);
+            let mut whole = Vec::new();
+            for (index, pack) in packs {
+                if covered[&index] >= pack.cells() {
+                    whole.push(pack.path);
+                } else {
+                    self.update(&pack, |mut tiles| {
+                        let before = tiles.len();
+                        tiles.retain(|t| !(t.z == z && in_ranges(&tile_ranges, t.x, t.y)));
+                        (tiles.len() != before).then_some(tiles)
+                    })?;
+                    report.objects_rewritten += 1;
+                }
+            }
+            report.objects_deleted += self.delete_objects(&whole)?;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,376 @@
+//! The pack store on real object stores: MinIO (S3), Azurite (Azure) and
+//! fake-gcs-server (GCS), started by `scripts/minio`, `scripts/azurite` and
+//! `scripts/fake-gcs` (which `scripts/test` runs), and the local file
+//! system. A missing server fails these tests: nothing is skipped.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tessera_grid::{Curve, TileRange};
+use tessera_store::conformance::{key, payload, run_all};
+use tessera_store::object::open_url;
+use tessera_store::{Durability, PackOptions, PackStore, TileArea, TileStore};
+
+fn env(name: &str, script: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the server with scripts/{script} start and source var/{script}/env")
+    })
+}
+
+/// A fresh prefix per test, so tests sharing a bucket never meet.
+fn unique(label: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{label}-{}-{nanos}", std::process::id())
+}
+
+/// The URL and options of a backend, under a fresh prefix.
+fn backend(kind: &str, label: &str) -> (String, BTreeMap<String, String>) {
+    let prefix = unique(label);
+    match kind {
+        "s3" => (
+            format!("{}/{prefix}", env("TESSERA_TEST_S3_URL", "minio")),
+            BTreeMap::from([
+                ("endpoint".into(), env("TESSERA_TEST_S3_ENDPOINT", "minio")),
+                (
+                    "access_key_id".into(),
+                    env("TESSERA_TEST_S3_ACCESS_KEY", "minio"),
+                ),
+                (
+                    "secret_access_key".into(),
+                    env("TESSERA_TEST_S3_SECRET_KEY", "minio"),
+                ),
+                ("region".into(), "us-east-1".into()),
+                ("allow_http".into(), "true".into()),
+            ]),
+        ),
+        "azure" => {
+            env("AZURITE_BLOB_STORAGE_URL", "azurite");
+            (
+                format!("{}/{prefix}", env("TESSERA_TEST_AZURE_URL", "azurite")),
+                BTreeMap::from([("use_emulator".into(), "true".into())]),
+            )
+        }
+        "gcs" => (
+            format!("{}/{prefix}", env("TESSERA_TEST_GCS_URL", "fake-gcs")),
+            BTreeMap::from([(
+                "service_account_key".into(),
+                env("TESSERA_TEST_GCS_KEY", "fake-gcs"),
+            )]),
+        ),
+        "file" => {
+            let dir = std::env::temp_dir().join(prefix);
+            (format!("file://{}", dir.display()), BTreeMap::new())
+        }
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+fn pack_store(kind: &str, label: &str, options: &PackOptions) -> PackStore {
+    let (url, opts) = backend(kind, label);
+    PackStore::new(open_url(&url, &opts).unwrap(), options).unwrap()
+}
+
+fn conformance(kind: &str) {
+    for pack_tiles in [1, 16] {
+        let options = PackOptions {
+            pack_tiles,
+            ..PackOptions::default()
+        };
+        let store: Arc<dyn TileStore> = Arc::new(pack_store(
+            kind,
+            &format!("conformance-{pack_tiles}"),
+            &options,
+        ));
+        run_all(&store);
+    }
+}
+
+#[test]
+fn conformance_on_minio() {
+    conformance("s3");
+}
+
+#[test]
+fn conformance_on_azurite() {
+    conformance("azure");
+}
+
+#[test]
+fn conformance_on_fake_gcs() {
+    conformance("gcs");
+}
+
+#[test]
+fn conformance_on_local_files() {
+    conformance("file");
+}
+
+#[test]
+fn conformance_with_a_local_cache_and_z_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = PackOptions {
+        pack_tiles: 64,
+        curve: Curve::Zorder,
+        cache: Some((dir.path().to_path_buf(), 1 << 20)),
+        ..PackOptions::default()
+    };
+    let store: Arc<dyn TileStore> = Arc::new(pack_store("s3", "cached", &options));
+    run_all(&store);
+}
+
+/// Keys are prefix/layer/grid/zoom/padded index, in curve order.
+#[test]
+fn pack_keys_are_computed_and_sort_in_curve_order() {
+    let (url, opts) = backend("file", "keys");
+    let store = PackStore::new(
+        open_url(&url, &opts).unwrap(),
+        &PackOptions {
+            pack_tiles: 4,
+            ..PackOptions::default()
+        },
+    )
+    .unwrap();
+    // Zoom 10: 1024 x 1024 tiles, 512 x 512 packs, 262,144 pack indexes.
+    assert_eq!(
+        store.pack_key(&key("roads", 10, 0, 0, "png")),
+        "roads/WebMercatorQuad/10/000000.png.avro"
+    );
+    // The four tiles of one 2 x 2 block share a pack.
+    let k = store.pack_key(&key("roads", 10, 600, 300, "png"));
+    for (x, y) in [(601, 300), (600, 301), (601, 301)] {
+        assert_eq!(store.pack_key(&key("roads", 10, x, y, "png")), k);
+    }
+    // Walking the packs along the Hilbert curve gives sorted keys.
+    let keys: Vec<String> = (0..64u64)
+        .map(|d| {
+            let (bx, by) = Curve::Hilbert.coords(9, d);
+            store.pack_key(&key(
+                "roads",
+                10,
+                u64::from(bx) * 2,
+                u64::from(by) * 2,
+                "png",
+            ))
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    assert_eq!(
+        keys.iter().collect::<std::collections::HashSet<_>>().len(),
+        64
+    );
+}
+
+/// Reads never list, and a missing pack is one GET answered 404.
+#[test]
+fn reads_never_list() {
+    let options = PackOptions::default();
+    let (url, opts) = backend("s3", "no-list");
+    let writer = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    let mut tiles = Vec::new();
+    for y in 0..8 {
+        for x in 0..8 {
+            tiles.push((key("l", 6, x, y, "png"), payload((x * y) as u8, 500)));
+        }
+    }
+    writer.put_many(tiles.clone(), Durability::Synced).unwrap();
+    let w = writer.requests();
+    assert_eq!(w.list, 0, "writes do not list: {w:?}");
+    // 64 tiles, 4 whole packs of 16: four PUTs, nothing read first.
+    assert_eq!((w.put, w.get), (4, 0), "{w:?}");
+
+    let reader = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    for (k, data) in &tiles {
+        assert_eq!(reader.get(k).unwrap().as_ref(), Some(data));
+    }
+    for (x, y) in [(40, 40), (63, 0), (9, 9)] {
+        assert_eq!(reader.get(&key("l", 6, x, y, "png")).unwrap(), None);
+    }
+    let r = reader.requests();
+    assert_eq!(r.list, 0, "reads do not list: {r:?}");
+    assert_eq!(r.head, 0, "reads do not HEAD: {r:?}");
+    assert_eq!(
+        r.get,
+        64 + 3,
+        "one GET per read without a local cache: {r:?}"
+    );
+    assert_eq!(r.total(), r.get);
+}
+
+/// With the local cache, a pack is fetched once, also after a restart, and
+/// a damaged cached file is fetched again, never served.
+#[test]
+fn local_cache_fetches_each_pack_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = PackOptions {
+        cache: Some((dir.path().to_path_buf(), 64 << 20)),
+        ..PackOptions::default()
+    };
+    let (url, opts) = backend("s3", "disk-cache");
+    let writer = PackStore::new(open_url(&url, &opts).unwrap(), &PackOptions::default()).unwrap();
+    let tiles: Vec<_> = (0..16)
+        .map(|i| (key("l", 4, i % 4, i / 4, "png"), payload(i as u8, 2000)))
+        .collect();
+    writer.put_many(tiles.clone(), Durability::Synced).unwrap();
+
+    let reader = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    for _ in 0..3 {
+        for (k, data) in &tiles {
+            assert_eq!(reader.get(k).unwrap().as_ref(), Some(data));
+        }
+    }
+    assert_eq!(reader.requests().get, 1, "one pack, one GET");
+    drop(reader);
+
+    let restarted = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    assert_eq!(
+        restarted.get(&tiles[5].0).unwrap().as_ref(),
+        Some(&tiles[5].1)
+    );
+    assert_eq!(restarted.requests().get, 0, "the cache survives a restart");
+    drop(restarted);
+
+    // Damage every cached file: the next read fetches again.
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x55;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let again = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    assert_eq!(again.get(&tiles[7].0).unwrap().as_ref(), Some(&tiles[7].1));
+    assert_eq!(again.requests().get, 1, "a damaged file is fetched again");
+}
+
+/// Two stores (as two processes) write different tiles of the same packs at
+/// once; conditional writes keep every tile.
+fn concurrent_merges(kind: &str) {
+    let (url, opts) = backend(kind, "merge");
+    let options = PackOptions {
+        pack_tiles: 64,
+        ..PackOptions::default()
+    };
+    let stores: Vec<Arc<PackStore>> = (0..2)
+        .map(|_| Arc::new(PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap()))
+        .collect();
+    // One 8 x 8 pack at zoom 5; 4 threads per store, each its own tiles.
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let store = stores[(t % 2) as usize].clone();
+            std::thread::spawn(move || {
+                for i in 0..8u64 {
+                    let n = t * 8 + i;
+                    store
+                        .put(
+                            &key("m", 5, n % 8, n / 8, "png"),
+                            payload(n as u8, 300),
+                            Durability::Synced,
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let check = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    for n in 0..64u64 {
+        assert_eq!(
+            check.get(&key("m", 5, n % 8, n / 8, "png")).unwrap(),
+            Some(payload(n as u8, 300)),
+            "tile {n} survived the concurrent merges"
+        );
+    }
+}
+
+#[test]
+fn concurrent_merges_on_minio() {
+    concurrent_merges("s3");
+}
+
+#[test]
+fn concurrent_merges_on_azurite() {
+    concurrent_merges("azure");
+}
+
+#[test]
+fn concurrent_merges_on_fake_gcs() {
+    concurrent_merges("gcs");
+}
+
+/// Truncating deletes computed keys in batches and never lists.
+#[test]
+fn truncate_deletes_computed_keys_without_listing() {
+    let options = PackOptions {
+        pack_tiles: 16,
+        delete_batch: 10,
+        ..PackOptions::default()
+    };
+    let store = pack_store("s3", "truncate", &options);
+    // Zoom 7, a 32 x 32 block: 64 packs.
+    let mut tiles = Vec::new();
+    for y in 32..64 {
+        for x in 64..96 {
+            tiles.push((key("t", 7, x, y, "png"), payload(x as u8, 64)));
+        }
+    }
+    store.put_many(tiles.clone(), Durability::Synced).unwrap();
+    let before = store.requests();
+    // Columns 66..=93, rows 34..=59: 6 x 6 whole packs, 20 on the border.
+    let area = TileArea {
+        layer: "t".into(),
+        grid: "WebMercatorQuad".into(),
+        extension: "png",
+        ranges: vec![(
+            TileRange {
+                z: 7,
+                min_x: 66,
+                min_y: 34,
+                max_x: 93,
+                max_y: 59,
+            },
+            128,
+            128,
+        )],
+    };
+    let report = store.truncate(&area).unwrap();
+    let used = store.requests().since(&before);
+    assert_eq!(used.list, 0, "{used:?}");
+    assert_eq!(report.objects_deleted, 36, "{report:?}");
+    // Border packs: 8 x 7 touched in all, minus 36 whole ones.
+    assert_eq!(report.objects_rewritten, 8 * 7 - 36, "{report:?}");
+    assert_eq!(used.delete, 36);
+    assert_eq!((used.get, used.put), (20, 20), "{used:?}");
+    for (k, data) in &tiles {
+        let got = store.get(k).unwrap();
+        if area.contains(k) {
+            assert_eq!(got, None, "{k}");
+        } else {
+            assert_eq!(got.as_ref(), Some(data), "{k}");
+        }
+    }
+}
+
+#[test]
+fn pack_size_must_be_a_power_of_four() {
+    for bad in [0, 2, 8, 32] {
+        let (url, opts) = backend("file", "bad-size");
+        let e = PackStore::new(
+            open_url(&url, &opts).unwrap(),
+            &PackOptions {
+                pack_tiles: bad,
+                ..PackOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("power of four"), "{e}");
+    }
+}
