@@ -114,3 +114,17 @@ def tessera(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo_data():
     return ROOT / "data"
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """MinIO's endpoint and credentials (scripts/minio writes them)."""
+    endpoint = os.environ.get("TESSERA_TEST_S3_ENDPOINT")
+    if not endpoint:
+        pytest.fail("TESSERA_TEST_S3_ENDPOINT is not set: start MinIO with scripts/minio start "
+                    "(scripts/test does) and source var/minio/env", pytrace=False)
+    return {
+        "endpoint": endpoint,
+        "key": os.environ["TESSERA_TEST_S3_ACCESS_KEY"],
+        "secret": os.environ["TESSERA_TEST_S3_SECRET_KEY"],
+    }

@@ -1,24 +1,9 @@
 """A COG stored in S3-compatible storage (MinIO, started by scripts/test) is
 read through GDAL's /vsis3/ with the endpoint and credentials from the
 config file."""
-import os
 import boto3
-import pytest
 
 from conftest import ROOT, assert_same_tile, serving
-
-
-@pytest.fixture(scope="module")
-def s3():
-    endpoint = os.environ.get("TESSERA_TEST_S3_ENDPOINT")
-    if not endpoint:
-        pytest.fail("TESSERA_TEST_S3_ENDPOINT is not set: start MinIO with scripts/minio start "
-                    "(scripts/test does) and source var/minio/env", pytrace=False)
-    return {
-        "endpoint": endpoint,
-        "key": os.environ["TESSERA_TEST_S3_ACCESS_KEY"],
-        "secret": os.environ["TESSERA_TEST_S3_SECRET_KEY"],
-    }
 
 
 def test_a_cog_in_s3_renders_the_same_tile_as_the_local_file(s3, tmp_path_factory, monkeypatch):

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod area;
 mod seed;
+mod truncate;
 
 use clap::{Parser, Subcommand};
 use tessera_server::{Config, build_state, demo, http};
@@ -45,6 +47,11 @@ enum Command {
     /// stored are skipped, so a seed that was stopped or killed can simply be
     /// run again. Ctrl-C finishes the metatiles in flight and exits 130.
     Seed(seed::SeedArgs),
+    /// Remove a layer's cached tiles by zoom, bbox or polygon.
+    ///
+    /// Deletes computed keys only (whole packs on object stores, in batches,
+    /// and rewrites packs on the area's border); nothing is listed.
+    Truncate(truncate::TruncateArgs),
     /// Print the embedded demo configuration (a worked example of the format).
     DemoConfig,
 }
@@ -78,6 +85,7 @@ fn load(config: Option<&PathBuf>) -> Result<Config, String> {
 fn run(cli: Cli) -> Result<u8, String> {
     match cli.command {
         Command::Seed(args) => seed::seed(&args),
+        Command::Truncate(args) => truncate::truncate(&args),
         Command::DemoConfig => {
             print!("{}", demo::DEMO_YAML);
             Ok(0)

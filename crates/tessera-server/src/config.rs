@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use tessera_grid::GridSpec;
+use tessera_grid::{Curve, GridSpec};
 use tessera_image::{EncodeOptions, Format, StyleSpec};
 use tessera_source::{GdalSettings, GdalSourceSpec};
 use tessera_store::{Durability, FileLayout, Synchronous};
@@ -194,12 +194,78 @@ pub enum StoreConfig {
         #[serde(default = "default_file_memory_mb")]
         memory_mb: u64,
     },
+    /// Tiles in packs on an object store: the tiles of one aligned block
+    /// of the Hilbert (or Z-order) curve in one object with a computed key,
+    /// `prefix/layer/grid/z/index.ext.avro` (see docs/pack-format.md).
+    Object {
+        /// `s3://bucket/prefix`, `gs://bucket/prefix`,
+        /// `az://container/prefix` or `file:///directory`.
+        url: String,
+        /// Client options with `object_store`'s keys (`endpoint`, `region`,
+        /// `access_key_id`, `secret_access_key`, `allow_http`, `timeout`,
+        /// ...); otherwise credentials come from the usual `AWS_*`,
+        /// `GOOGLE_*` and `AZURE_*` environment variables.
+        #[serde(default)]
+        options: BTreeMap<String, OptionValue>,
+        /// Tiles per pack: 1, 4, 16 (default), 64, ...
+        #[serde(default = "default_pack_tiles")]
+        pack_tiles: u32,
+        /// Curve ordering tiles and packs: `hilbert` (default) or `zorder`.
+        #[serde(default = "default_curve")]
+        curve: Curve,
+        /// Directory of the local read-through cache of packs (default:
+        /// none).
+        cache_path: Option<String>,
+        /// Budget of the local cache in MiB (default 1024).
+        #[serde(default = "default_pack_cache_mb")]
+        cache_mb: u64,
+        /// In-memory LRU of tiles in front, in MiB (default 64; 0 = none).
+        #[serde(default = "default_file_memory_mb")]
+        memory_mb: u64,
+    },
     /// Tiles in memory only, least recently used evicted; lost on restart.
     Memory {
         /// Budget in MiB (default 256).
         #[serde(default = "default_memory_mb")]
         memory_mb: u64,
     },
+}
+
+/// A scalar option value (YAML may give `allow_http: true` or `timeout: 30s`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum OptionValue {
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+    /// Text.
+    Text(String),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Int(i) => write!(f, "{i}"),
+            OptionValue::Float(x) => write!(f, "{x}"),
+            OptionValue::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+fn default_pack_tiles() -> u32 {
+    16
+}
+
+fn default_curve() -> Curve {
+    Curve::Hilbert
+}
+
+fn default_pack_cache_mb() -> u64 {
+    1024
 }
 
 fn default_file_memory_mb() -> u64 {

@@ -1,7 +1,7 @@
 //! Layers and grids as loaded from the configuration, and the cache of CRSs
 //! that requests name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,9 +9,10 @@ use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{Format, Style, build_style};
 use tessera_source::{Crs, GdalSource, Source, SourceError};
 
+use tessera_store::object::open_url;
 use tessera_store::{
     Durability, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore, MemoryStore,
-    TileStore,
+    PackOptions, PackStore, TileStore,
 };
 
 use crate::config::{Config, ConfigError, NO_STORE, StoreConfig};
@@ -284,6 +285,33 @@ fn open_stores(
                 };
                 with_memory(
                     Arc::new(MbtilesStore::open(path, options).map_err(|e| failed(&e))?),
+                    *memory_mb,
+                )
+            }
+            StoreConfig::Object {
+                url,
+                options,
+                pack_tiles,
+                curve,
+                cache_path,
+                cache_mb,
+                memory_mb,
+            } => {
+                let options: BTreeMap<String, String> = options
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
+                let location = open_url(url, &options).map_err(|e| failed(&e))?;
+                let packs = PackOptions {
+                    pack_tiles: *pack_tiles,
+                    curve: *curve,
+                    cache: cache_path
+                        .as_ref()
+                        .map(|p| (p.into(), cache_mb.saturating_mul(1 << 20))),
+                    ..PackOptions::default()
+                };
+                with_memory(
+                    Arc::new(PackStore::new(location, &packs).map_err(|e| failed(&e))?),
                     *memory_mb,
                 )
             }

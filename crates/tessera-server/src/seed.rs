@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tessera_grid::{BBox, Polygon, TileRange};
 use tessera_image::Format;
 use tessera_source::Crs;
+use tessera_store::TileArea;
 use tokio::task::JoinSet;
 
 use crate::config::{Config, StoreConfig};
@@ -255,6 +256,25 @@ impl SeedPlan {
                 })
             })
         })
+    }
+
+    /// The planned tiles as a store sees them (for truncation): the same
+    /// ranges, each with its matrix size.
+    pub fn tile_area(&self) -> TileArea {
+        let tms = &self.grid.tms;
+        TileArea {
+            layer: self.layer.name.clone(),
+            grid: tms.id.clone(),
+            extension: self.format.extension(),
+            ranges: self
+                .ranges
+                .iter()
+                .map(|r| {
+                    let m = tms.matrix(r.z).expect("planned zooms are in the grid");
+                    (*r, m.matrix_width, m.matrix_height)
+                })
+                .collect(),
+        }
     }
 
     /// Number of metatiles and of tiles they hold.

@@ -1,0 +1,119 @@
+//! The arguments that name a layer's tiles (layer, grid, zooms, bbox or
+//! polygon, format), shared by `tessera seed` and `tessera truncate`.
+
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+
+use clap::Args;
+use tessera_server::http::AppState;
+use tessera_server::seed::{SeedArea, SeedPlan, polygons_from_geojson};
+use tessera_server::tessera_grid::BBox;
+use tessera_server::tessera_image::Format;
+use tessera_server::{Config, build_state};
+
+/// Which tiles of which layer.
+#[derive(Debug, Args)]
+pub struct AreaArgs {
+    /// YAML configuration file.
+    #[arg(short, long, env = "TESSERA_CONFIG")]
+    pub config: PathBuf,
+    /// Layer.
+    #[arg(long)]
+    pub layer: String,
+    /// Grid [default: the layer's first grid].
+    #[arg(long)]
+    pub grid: Option<String>,
+    /// Zoom levels: `A..B` (inclusive) or a single `Z`.
+    #[arg(long, value_parser = parse_zooms)]
+    pub zoom: RangeInclusive<u8>,
+    /// Limit to `minx,miny,maxx,maxy` (in --bbox-crs); always limited to the layer's extent.
+    #[arg(long, value_parser = parse_bbox, allow_hyphen_values = true)]
+    pub bbox: Option<BBox>,
+    /// CRS of --bbox.
+    #[arg(long, default_value = "EPSG:4326")]
+    pub bbox_crs: String,
+    /// Limit to the Polygon/MultiPolygon areas of a GeoJSON file (lon/lat).
+    #[arg(long, conflicts_with = "bbox")]
+    pub polygon: Option<PathBuf>,
+    /// Tile format (png, jpg, webp) [default: the layer's first format].
+    #[arg(long)]
+    pub format: Option<String>,
+}
+
+impl AreaArgs {
+    /// Loads the configuration, opens its stores and plans the tiles named.
+    pub fn plan(&self) -> Result<(AppState, SeedPlan), String> {
+        let config = Config::from_file(&self.config).map_err(|e| e.to_string())?;
+        let state = build_state(config).map_err(|e| e.to_string())?;
+        let format = match &self.format {
+            Some(f) => {
+                Some(Format::from_extension(f).ok_or_else(|| format!("unknown format {f:?}"))?)
+            }
+            None => None,
+        };
+        let grid = match &self.grid {
+            Some(g) => g.clone(),
+            None => state
+                .registry
+                .layer(&self.layer)
+                .and_then(|l| l.grids.first().cloned())
+                .ok_or_else(|| format!("unknown layer {:?}", self.layer))?,
+        };
+        let area = match (&self.bbox, &self.polygon) {
+            (Some(b), _) => SeedArea::BBox(*b, self.bbox_crs.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                SeedArea::Polygons(polygons_from_geojson(&text).map_err(|e| e.to_string())?)
+            }
+            (None, None) => SeedArea::Extent,
+        };
+        let plan = SeedPlan::new(
+            &state.config,
+            &state.registry,
+            &self.layer,
+            &grid,
+            format,
+            self.zoom.clone(),
+            &area,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((state, plan))
+    }
+}
+
+fn parse_zooms(text: &str) -> Result<RangeInclusive<u8>, String> {
+    let parse = |t: &str| {
+        t.trim()
+            .parse::<u8>()
+            .map_err(|_| format!("{t:?} is not a zoom level (0..=255)"))
+    };
+    let (a, b) = match text.split_once("..") {
+        Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
+        None => {
+            let z = parse(text)?;
+            (z, z)
+        }
+    };
+    if a > b {
+        return Err(format!(
+            "zoom range {text:?} is empty: write A..B with A <= B"
+        ));
+    }
+    Ok(a..=b)
+}
+
+fn parse_bbox(text: &str) -> Result<BBox, String> {
+    let v: Vec<f64> = text
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{p:?} is not a number"))
+        })
+        .collect::<Result<_, _>>()?;
+    let [a, b, c, d] = v[..] else {
+        return Err(format!("--bbox needs 4 numbers, got {}", v.len()));
+    };
+    BBox::new(a, b, c, d).map_err(|e| e.to_string())
+}

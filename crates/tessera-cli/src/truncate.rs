@@ -1,0 +1,46 @@
+//! `tessera truncate`: removes a layer's cached tiles by zoom, bbox or
+//! polygon, deleting computed keys only (nothing is listed).
+
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::area::AreaArgs;
+
+/// Arguments of `tessera truncate`.
+#[derive(Debug, Args)]
+pub struct TruncateArgs {
+    #[command(flatten)]
+    area: AreaArgs,
+}
+
+/// Runs a truncation; returns the process exit status.
+pub fn truncate(args: &TruncateArgs) -> Result<u8, String> {
+    let (_state, plan) = args.area.plan()?;
+    let cache = plan
+        .layer
+        .cache
+        .as_ref()
+        .ok_or_else(|| format!("layer {:?} has no cache", plan.layer.name))?;
+    let area = plan.tile_area();
+    let tiles: u64 = area.ranges.iter().map(|(r, _, _)| r.count()).sum();
+    eprintln!(
+        "truncating {} in {} at zoom {}..{} as {}: {tiles} tiles in {} ranges, store {:?}",
+        plan.layer.name,
+        plan.grid.tms.id,
+        args.area.zoom.start(),
+        args.area.zoom.end(),
+        plan.format.extension(),
+        area.ranges.len(),
+        cache.store_name,
+    );
+    let start = Instant::now();
+    let report = cache.store.truncate(&area).map_err(|e| e.to_string())?;
+    println!(
+        "truncate complete: {} objects deleted, {} rewritten without the area's tiles, in {:.1} s",
+        report.objects_deleted,
+        report.objects_rewritten,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(0)
+}
