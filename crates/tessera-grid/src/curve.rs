@@ -290,6 +290,29 @@ mod tests {
         }
     }
 
+    /// Aligned blocks of 4^k indexes are 2^k x 2^k squares, and the block
+    /// number is the index of the block on the coarser curve: what pack keys
+    /// rely on.
+    #[test]
+    fn blocks_of_the_fine_curve_are_cells_of_the_coarse_one() {
+        for curve in [Curve::Hilbert, Curve::Zorder] {
+            for order in 0..=6u8 {
+                for k in 0..=order {
+                    let coarse = order - k;
+                    for x in 0..1u32 << order {
+                        for y in 0..1u32 << order {
+                            assert_eq!(
+                                curve.index(order, x, y) >> (2 * k),
+                                curve.index(coarse, x >> k, y >> k),
+                                "{curve:?} order {order} k {k} cell {x},{y}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn curve_order_covers_the_matrix() {
         assert_eq!(order_for(1, 1), 0);

@@ -1,0 +1,311 @@
+//! Packs on a real S3 server (MinIO, from `scripts/minio`): for packs of 1,
+//! 4, 16 and 64 tiles, seeding tiles/s and the requests sent; then tile read
+//! latency for a viewer pattern (a screen of 6 x 4 neighbouring tiles, then
+//! a pan of two columns, which asks for the 8 new tiles only, as a browser
+//! with its own cache does) without a local cache, with a cold local cache
+//! and with a warm one.
+//!
+//! Run: `scripts/bench-packs` (writes docs/benchmarks/packs.md). Seeding is
+//! 4 threads each writing whole 4 x 4 metatiles of 20 kB incompressible
+//! tiles into a 64 x 64 block of zoom 10; each figure is the median of
+//! `BENCH_RUNS` runs (default 3), each on a fresh prefix. Reads use 6
+//! threads per screen, as a browser's 6 connections do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use tessera_grid::TileMatrixSet;
+use tessera_store::object::{RequestSnapshot, open_url};
+use tessera_store::{Durability, PackOptions, PackStore, TileKey, TileStore};
+
+const TILE_BYTES: usize = 20_000;
+const ZOOM: u32 = 10;
+const ORIGIN: (u32, u32) = (512, 320);
+const SIDE: u32 = 64;
+const SEED_THREADS: u64 = 4;
+const VIEWS: usize = 40;
+const SCREEN: (u32, u32) = (6, 4);
+const PAN: u32 = 2;
+const READERS: usize = 6;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/bench-packs"))
+}
+
+fn tile(seed: u64) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..TILE_BYTES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn key(tms: &TileMatrixSet, x: u32, y: u32) -> TileKey {
+    TileKey {
+        layer: "bench".into(),
+        grid: tms.id.clone(),
+        coord: tms
+            .tile(ZOOM, u64::from(x), u64::from(y))
+            .expect("inside the grid"),
+        matrix_height: 1 << ZOOM,
+        matrix_width: 1 << ZOOM,
+        extension: "png",
+    }
+}
+
+fn open(prefix: &str, pack_tiles: u32, cache: Option<&std::path::Path>) -> PackStore {
+    let options = BTreeMap::from([
+        ("endpoint".to_string(), env("TESSERA_TEST_S3_ENDPOINT")),
+        (
+            "access_key_id".to_string(),
+            env("TESSERA_TEST_S3_ACCESS_KEY"),
+        ),
+        (
+            "secret_access_key".to_string(),
+            env("TESSERA_TEST_S3_SECRET_KEY"),
+        ),
+        ("region".to_string(), "us-east-1".to_string()),
+        ("allow_http".to_string(), "true".to_string()),
+    ]);
+    let url = format!("{}/{prefix}", env("TESSERA_TEST_S3_URL"));
+    let location = open_url(&url, &options).expect("MinIO URL");
+    PackStore::new(
+        location,
+        &PackOptions {
+            pack_tiles,
+            cache: cache.map(|d| (d.to_path_buf(), 1 << 30)),
+            io_threads: 4,
+            ..PackOptions::default()
+        },
+    )
+    .expect("pack store")
+}
+
+fn fresh_prefix(label: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!("bench-{label}-{nanos}")
+}
+
+/// Seeds the block metatile by metatile; returns tiles/s and requests.
+fn seed(store: &Arc<PackStore>, tms: &Arc<TileMatrixSet>, payloads: &Arc<Vec<Bytes>>) -> f64 {
+    let metatiles = u64::from((SIDE / 4) * (SIDE / 4));
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..SEED_THREADS)
+        .map(|_| {
+            let (store, tms, payloads, next) =
+                (store.clone(), tms.clone(), payloads.clone(), next.clone());
+            std::thread::spawn(move || {
+                loop {
+                    let m = next.fetch_add(1, Ordering::Relaxed);
+                    if m >= metatiles {
+                        break;
+                    }
+                    let (mx, my) = (
+                        (m % u64::from(SIDE / 4)) as u32,
+                        (m / u64::from(SIDE / 4)) as u32,
+                    );
+                    let tiles = (0..16u32)
+                        .map(|i| {
+                            let (x, y) = (ORIGIN.0 + mx * 4 + i % 4, ORIGIN.1 + my * 4 + i / 4);
+                            (
+                                key(&tms, x, y),
+                                payloads[(x * 7 + y) as usize % payloads.len()].clone(),
+                            )
+                        })
+                        .collect();
+                    store
+                        .put_many(tiles, Durability::Synced)
+                        .expect("seed write");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("seed thread");
+    }
+    f64::from(SIDE * SIDE) / start.elapsed().as_secs_f64()
+}
+
+/// The tiles a viewer asks for: each view a screen, then the new columns
+/// after a pan to the right.
+fn views() -> Vec<Vec<(u32, u32)>> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rand = |n: u32| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % u64::from(n)) as u32
+    };
+    let mut out = Vec::new();
+    for _ in 0..VIEWS {
+        let (x0, y0) = (
+            ORIGIN.0 + rand(SIDE - SCREEN.0 - PAN),
+            ORIGIN.1 + rand(SIDE - SCREEN.1),
+        );
+        let screen: Vec<_> = (0..SCREEN.1)
+            .flat_map(|dy| (0..SCREEN.0).map(move |dx| (x0 + dx, y0 + dy)))
+            .collect();
+        let pan: Vec<_> = (0..SCREEN.1)
+            .flat_map(|dy| (0..PAN).map(move |dx| (x0 + SCREEN.0 + dx, y0 + dy)))
+            .collect();
+        out.push(screen);
+        out.push(pan);
+    }
+    out
+}
+
+/// Reads every view's tiles, `READERS` at a time; per-tile latency in µs.
+fn read_views(
+    store: &Arc<PackStore>,
+    tms: &Arc<TileMatrixSet>,
+    views: &[Vec<(u32, u32)>],
+) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    for view in views {
+        let chunks: Vec<Vec<(u32, u32)>> = (0..READERS)
+            .map(|r| view.iter().copied().skip(r).step_by(READERS).collect())
+            .collect();
+        let threads: Vec<_> = chunks
+            .into_iter()
+            .map(|tiles| {
+                let (store, tms) = (store.clone(), tms.clone());
+                std::thread::spawn(move || {
+                    tiles
+                        .into_iter()
+                        .map(|(x, y)| {
+                            let t = Instant::now();
+                            let got = store.get(&key(&tms, x, y)).expect("read");
+                            assert!(got.is_some(), "seeded tile {x},{y} missing");
+                            t.elapsed().as_micros() as u64
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for t in threads {
+            for us in t.join().expect("reader") {
+                h.record(us.max(1)).expect("record");
+            }
+        }
+    }
+    h
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct ReadRow {
+    mode: &'static str,
+    p50_ms: f64,
+    p99_ms: f64,
+    gets: u64,
+    tiles: u64,
+}
+
+fn main() {
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let tms = Arc::new(TileMatrixSet::web_mercator_quad());
+    let payloads = Arc::new((0..64).map(tile).collect::<Vec<_>>());
+    let views = views();
+    let mut seed_rows = Vec::new();
+    let mut read_rows: Vec<(u32, Vec<ReadRow>)> = Vec::new();
+    for pack_tiles in [1u32, 4, 16, 64] {
+        let mut rates = Vec::new();
+        let mut requests = RequestSnapshot::default();
+        let mut prefix = String::new();
+        for _ in 0..runs {
+            prefix = fresh_prefix(&format!("p{pack_tiles}"));
+            let store = Arc::new(open(&prefix, pack_tiles, None));
+            rates.push(seed(&store, &tms, &payloads));
+            requests = store.requests();
+        }
+        let rate = median(rates);
+        eprintln!("pack {pack_tiles:2}: seeding {rate:7.0} tiles/s, requests {requests:?}");
+        seed_rows.push((pack_tiles, rate, requests));
+
+        // Reads on the last seeded prefix.
+        let mut rows = Vec::new();
+        let direct = Arc::new(open(&prefix, pack_tiles, None));
+        let h = read_views(&direct, &tms, &views);
+        rows.push(ReadRow {
+            mode: "no local cache",
+            p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+            gets: direct.requests().get,
+            tiles: h.len(),
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cached = Arc::new(open(&prefix, pack_tiles, Some(dir.path())));
+        for mode in ["local cache, cold", "local cache, warm"] {
+            let before = cached.requests();
+            let h = read_views(&cached, &tms, &views);
+            rows.push(ReadRow {
+                mode,
+                p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+                p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+                gets: cached.requests().since(&before).get,
+                tiles: h.len(),
+            });
+        }
+        for r in &rows {
+            eprintln!(
+                "pack {pack_tiles:2}: {:18} p50 {:.2} ms p99 {:.2} ms, {} GETs for {} tiles",
+                r.mode, r.p50_ms, r.p99_ms, r.gets, r.tiles
+            );
+        }
+        read_rows.push((pack_tiles, rows));
+    }
+
+    let tiles = u64::from(SIDE * SIDE);
+    println!("# Packs on MinIO: seeding and viewer reads by pack size\n");
+    println!(
+        "Command: `scripts/bench-packs` (criterion-free harness `crates/tessera-store/benches/packs.rs`, release build).\n"
+    );
+    println!(
+        "MinIO on 127.0.0.1 of the same 2-core machine, one drive. Seeding: {tiles} tiles of {TILE_BYTES} B (zoom {ZOOM}, a {SIDE} x {SIDE} block), {SEED_THREADS} threads each writing whole 4 x 4 metatiles with `put_many`; median of {runs} runs, requests counted by the store. Reads: {VIEWS} views of a {} x {} screen followed by a pan of {PAN} columns (only the new tiles asked), {READERS} tiles at a time; latency per tile.\n",
+        SCREEN.0, SCREEN.1
+    );
+    println!("## Seeding\n");
+    println!("| tiles per pack | tiles/s | ratio to 1 | PUT | GET | LIST | requests per tile |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let base = seed_rows[0].1;
+    for (p, rate, r) in &seed_rows {
+        println!(
+            "| {p} | {rate:.0} | {:.2} | {} | {} | {} | {:.3} |",
+            rate / base,
+            r.put,
+            r.get,
+            r.list,
+            r.total() as f64 / tiles as f64
+        );
+    }
+    println!("\n## Viewer reads (per tile)\n");
+    println!("| tiles per pack | reader | p50 ms | p99 ms | GETs | tiles read |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    for (p, rows) in &read_rows {
+        for r in rows {
+            println!(
+                "| {p} | {} | {:.2} | {:.2} | {} | {} |",
+                r.mode, r.p50_ms, r.p99_ms, r.gets, r.tiles
+            );
+        }
+    }
+}
