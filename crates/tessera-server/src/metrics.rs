@@ -301,6 +301,11 @@ impl TileStore for TimedStore {
             .store_op(self.name(), "exists", || self.inner.exists(key))
     }
 
+    fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
+        self.metrics
+            .store_op(self.name(), "all_exist", || self.inner.all_exist(keys))
+    }
+
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         self.metrics
             .store_op(self.name(), "truncate", || self.inner.truncate(area))

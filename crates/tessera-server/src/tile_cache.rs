@@ -371,11 +371,7 @@ impl TileCache {
         if !force {
             let store = cache.store.clone();
             let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
-            let all_stored = run_blocking(move || {
-                keys.iter()
-                    .try_fold(true, |all, k| Ok::<_, StoreError>(all && store.exists(k)?))
-            })
-            .await??;
+            let all_stored = run_blocking(move || store.all_exist(&keys)).await??;
             if all_stored {
                 return Ok(SeedOutcome::Skipped);
             }

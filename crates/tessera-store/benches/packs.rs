@@ -308,4 +308,18 @@ fn main() {
             );
         }
     }
+    println!("{NOTES}");
 }
+
+const NOTES: &str = "
+## Reading the tables
+
+- A pack of 16 is exactly one 4 x 4 metatile: each metatile is one PUT with
+  nothing to read first. A pack of 64 holds four metatiles, so each write
+  merges into what is there (GET, then a conditional PUT): fewer objects,
+  more requests than 16, and writers of one pack take turns.
+- Without a local cache every tile read fetches its whole pack, so latency
+  grows with the pack. With the local cache a screen and its pan cost one GET
+  per pack touched; warm reads never leave the machine. A warm read still
+  decodes the whole pack to find one tile, which is what the warm latency of
+  large packs measures.";

@@ -23,6 +23,7 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
     put_many_is_put_each(store.as_ref());
     delete_removes(store.as_ref());
     truncate_removes_the_area_only(store.as_ref());
+    all_exist_agrees_with_exists(store.as_ref());
     empty_tile_refused(store.as_ref());
     large_tile(store.as_ref());
     concurrent_writers(store);
@@ -231,6 +232,30 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
         .expect("put");
     store.truncate(&area).expect("truncating again succeeds");
     assert!(store.exists(&other).expect("exists"), "other formats stay");
+}
+
+fn all_exist_agrees_with_exists(store: &dyn TileStore) {
+    let keys: Vec<TileKey> = (0..16)
+        .map(|i| key("c-all-exist", 6, 8 + i % 4, 4 + i / 4, "png"))
+        .collect();
+    assert!(
+        store.all_exist(&[]).expect("all_exist"),
+        "no keys: all exist"
+    );
+    assert!(
+        !store.all_exist(&keys).expect("all_exist"),
+        "none stored yet"
+    );
+    let tiles = keys.iter().map(|k| (k.clone(), payload(4, 20))).collect();
+    store
+        .put_many(tiles, Durability::Buffered)
+        .expect("put_many");
+    assert!(store.all_exist(&keys).expect("all_exist"), "all stored");
+    store.delete(&keys[9]).expect("delete");
+    assert!(
+        !store.all_exist(&keys).expect("all_exist"),
+        "one deleted: not all exist"
+    );
 }
 
 fn empty_tile_refused(store: &dyn TileStore) {

@@ -166,6 +166,17 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(self.get(key)?.is_some())
     }
 
+    /// Whether every one of `keys` is stored (stops at the first missing
+    /// one). Stores that group tiles answer with one read per group.
+    fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
+        for k in keys {
+            if !self.exists(k)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Removes every tile of `area`, by computed keys (never by listing).
     /// The default deletes tile by tile; stores that group tiles delete
     /// whole groups.

@@ -182,6 +182,21 @@ impl TileStore for MemoryStore {
         Ok(())
     }
 
+    fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
+        let missing: Vec<TileKey> = {
+            let lru = self.lock();
+            keys.iter()
+                .filter(|k| !lru.tiles.contains(k))
+                .cloned()
+                .collect()
+        };
+        match &self.inner {
+            _ if missing.is_empty() => Ok(true),
+            Some(inner) => inner.all_exist(&missing),
+            None => Ok(false),
+        }
+    }
+
     /// Truncates the inner store, then forgets the area's tiles held in
     /// memory (a scan of what is held, not of the area).
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {

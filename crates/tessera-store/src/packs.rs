@@ -468,6 +468,31 @@ impl TileStore for PackStore {
             .map(|t| t.data))
     }
 
+    /// One read per pack, however many of its tiles are asked.
+    fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
+        let mut by_pack: BTreeMap<String, (Path, Vec<&TileKey>)> = BTreeMap::new();
+        for k in keys {
+            let pack = self.locate(k);
+            by_pack
+                .entry(pack.path.to_string())
+                .or_insert_with(|| (pack.path, Vec::new()))
+                .1
+                .push(k);
+        }
+        for (path, wanted) in by_pack.into_values() {
+            let tiles = self.read_tiles(&path)?;
+            let held = |k: &TileKey| {
+                tiles
+                    .iter()
+                    .any(|t| t.z == k.coord.z() && t.x == k.coord.x() && t.y == k.coord.y())
+            };
+            if !wanted.into_iter().all(held) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
         self.put_many(vec![(key.clone(), data)], durability)
     }

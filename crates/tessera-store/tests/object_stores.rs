@@ -192,12 +192,20 @@ fn reads_never_list() {
     for (x, y) in [(40, 40), (63, 0), (9, 9)] {
         assert_eq!(reader.get(&key("l", 6, x, y, "png")).unwrap(), None);
     }
+    let keys: Vec<_> = tiles.iter().map(|(k, _)| k.clone()).collect();
+    let before = reader.requests();
+    assert!(reader.all_exist(&keys).unwrap());
+    assert_eq!(
+        reader.requests().since(&before).get,
+        4,
+        "one GET per pack to check 64 tiles"
+    );
     let r = reader.requests();
     assert_eq!(r.list, 0, "reads do not list: {r:?}");
     assert_eq!(r.head, 0, "reads do not HEAD: {r:?}");
     assert_eq!(
         r.get,
-        64 + 3,
+        64 + 3 + 4,
         "one GET per read without a local cache: {r:?}"
     );
     assert_eq!(r.total(), r.get);
