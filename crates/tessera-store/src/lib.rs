@@ -16,6 +16,7 @@ mod memory;
 pub mod object;
 pub mod pack;
 mod packs;
+pub mod upload;
 
 pub use disk_cache::DiskCache;
 pub use file::{FileLayout, FileStore};

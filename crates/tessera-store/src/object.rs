@@ -8,6 +8,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -20,7 +21,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RetryConfig,
 };
 
 /// Client options applied unless the configuration sets them: every request
@@ -51,7 +52,10 @@ pub struct ObjectLocation {
 /// - `file:///absolute/dir`: a directory (created if missing).
 ///
 /// Every client gets a 30 s request timeout and a 5 s connect timeout unless
-/// `options` sets `timeout` / `connect_timeout`.
+/// `options` sets `timeout` / `connect_timeout`. Idempotent requests (GET,
+/// part uploads, ...) are retried with exponential back-off on 5xx answers
+/// and connection errors: `max_retries` (default 10) times within
+/// `retry_timeout_secs` (default 180).
 pub fn open_url(
     url: &str,
     options: &BTreeMap<String, String>,
@@ -61,10 +65,20 @@ pub fn open_url(
         source: m.into(),
     };
     let parsed = url::Url::parse(url).map_err(|e| bad(format!("{url:?} is not a URL: {e}")))?;
-    let mut options: Vec<(String, String)> = options
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut retry = RetryConfig::default();
+    let mut given = Vec::new();
+    for (k, v) in options {
+        let number = || {
+            v.parse::<u64>()
+                .map_err(|_| bad(format!("option {k:?}: {v:?} is not a whole number")))
+        };
+        match k.as_str() {
+            "max_retries" => retry.max_retries = number()? as usize,
+            "retry_timeout_secs" => retry.retry_timeout = Duration::from_secs(number()?),
+            _ => given.push((k.clone(), v.clone())),
+        }
+    }
+    let mut options = given;
     for (k, v) in DEFAULT_CLIENT_OPTIONS {
         if !options.iter().any(|(o, _)| o == k) {
             options.push((k.into(), v.into()));
@@ -75,7 +89,9 @@ pub fn open_url(
     let (store, prefix, conditional_put): (Arc<dyn ObjectStore>, Path, bool) = match parsed.scheme()
     {
         "s3" | "s3a" => {
-            let mut b = AmazonS3Builder::from_env().with_url(url);
+            let mut b = AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_retry(retry.clone());
             for (k, v) in &options {
                 let key: AmazonS3ConfigKey = k.parse().map_err(|e| key_err(k, e))?;
                 b = b.with_config(key, v);
@@ -83,7 +99,9 @@ pub fn open_url(
             (Arc::new(b.build()?), prefix, true)
         }
         "gs" => {
-            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry.clone());
             for (k, v) in &options {
                 let key: GoogleConfigKey = k.parse().map_err(|e| key_err(k, e))?;
                 b = b.with_config(key, v);
@@ -91,7 +109,9 @@ pub fn open_url(
             (Arc::new(b.build()?), prefix, true)
         }
         "az" | "azure" | "abfs" | "abfss" => {
-            let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(url)
+                .with_retry(retry.clone());
             for (k, v) in &options {
                 let key: AzureConfigKey = k.parse().map_err(|e| key_err(k, e))?;
                 b = b.with_config(key, v);

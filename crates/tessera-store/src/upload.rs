@@ -1,0 +1,239 @@
+//! [`Upload`]: one large object written to an object store as it arrives,
+//! as a multipart upload with a bounded number of parts in flight (memory
+//! bound: `parts_in_flight` x `part_size`), or as a single PUT when it turns
+//! out smaller than one part. Bytes are sent as they are given: nothing is
+//! compressed. Part uploads are idempotent and the client retries them with
+//! back-off (`object::open_url` options `max_retries`,
+//! `retry_timeout_secs`); on a final failure, on [`Upload::abort`] or when
+//! an unfinished upload is dropped (a client that went away), the multipart
+//! upload is aborted, so no object and no orphaned parts are left.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use object_store::path::Path;
+use object_store::{
+    MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, PutPayloadMut, UploadPart,
+};
+
+/// The smallest part S3 accepts (except the last).
+pub const MIN_PART_SIZE: usize = 5 << 20;
+
+/// How an [`Upload`] sends its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadOptions {
+    /// Bytes per part (at least [`MIN_PART_SIZE`]; parts may exceed it by
+    /// less than one input chunk).
+    pub part_size: usize,
+    /// Parts uploading at once (at least 1).
+    pub parts_in_flight: usize,
+}
+
+impl Default for UploadOptions {
+    fn default() -> UploadOptions {
+        UploadOptions {
+            part_size: 16 << 20,
+            parts_in_flight: 4,
+        }
+    }
+}
+
+impl UploadOptions {
+    /// Checks the limits, with a message naming the bad value.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.part_size < MIN_PART_SIZE {
+            return Err(format!(
+                "part size {} B is below the 5 MiB object stores require",
+                self.part_size
+            ));
+        }
+        if self.parts_in_flight == 0 {
+            return Err("parts in flight must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What an upload stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploaded {
+    /// Bytes stored.
+    pub bytes: u64,
+    /// CRC32C of the bytes, computed as they passed.
+    pub crc32c: u32,
+    /// Parts sent (0 for a single PUT).
+    pub parts: usize,
+}
+
+/// An object being written; see the module documentation.
+pub struct Upload {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    options: UploadOptions,
+    pending: PutPayloadMut,
+    multipart: Option<Box<dyn MultipartUpload>>,
+    inflight: FuturesUnordered<UploadPart>,
+    parts: usize,
+    bytes: u64,
+    crc32c: u32,
+    /// Whether the upload ended (completed or aborted): only an unfinished
+    /// multipart upload is aborted on drop.
+    ended: bool,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload")
+            .field("path", &self.path)
+            .field("parts", &self.parts)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upload {
+    /// Starts writing `path`. Nothing is sent before the first part is full.
+    pub fn new(store: Arc<dyn ObjectStore>, path: Path, options: UploadOptions) -> Upload {
+        Upload {
+            store,
+            path,
+            options,
+            pending: PutPayloadMut::new(),
+            multipart: None,
+            inflight: FuturesUnordered::new(),
+            parts: 0,
+            bytes: 0,
+            crc32c: 0,
+            ended: false,
+        }
+    }
+
+    /// Bytes accepted so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Adds `chunk` (kept as it is, not copied). Waits while
+    /// `parts_in_flight` parts are uploading. On error the upload is
+    /// aborted.
+    pub async fn write(&mut self, chunk: Bytes) -> object_store::Result<()> {
+        self.crc32c = crc32c::crc32c_append(self.crc32c, &chunk);
+        self.bytes += chunk.len() as u64;
+        self.pending.push(chunk);
+        if self.pending.content_length() >= self.options.part_size {
+            let result = self.send_part().await;
+            if result.is_err() {
+                self.abort().await;
+            }
+            result?;
+        }
+        Ok(())
+    }
+
+    async fn send_part(&mut self) -> object_store::Result<()> {
+        if self.multipart.is_none() {
+            self.multipart = Some(self.store.put_multipart(&self.path).await?);
+        }
+        while self.inflight.len() >= self.options.parts_in_flight.max(1) {
+            if let Some(done) = self.inflight.next().await {
+                done?;
+            }
+        }
+        let payload = std::mem::take(&mut self.pending).freeze();
+        let mp = self.multipart.as_mut().expect("started above");
+        self.inflight.push(mp.put_part(payload));
+        self.parts += 1;
+        Ok(())
+    }
+
+    /// Sends what is left and completes the object. On error the upload is
+    /// aborted.
+    pub async fn finish(mut self) -> object_store::Result<Uploaded> {
+        let result = self.complete().await;
+        if result.is_err() {
+            self.abort().await;
+        }
+        result
+    }
+
+    async fn complete(&mut self) -> object_store::Result<Uploaded> {
+        if self.multipart.is_none() {
+            // Smaller than one part: a single PUT.
+            let payload: PutPayload = std::mem::take(&mut self.pending).freeze();
+            self.store.put(&self.path, payload).await?;
+        } else {
+            if self.pending.content_length() > 0 {
+                self.send_part().await?;
+            }
+            while let Some(done) = self.inflight.next().await {
+                done?;
+            }
+            self.multipart
+                .as_mut()
+                .expect("a multipart upload")
+                .complete()
+                .await?;
+        }
+        self.ended = true;
+        Ok(Uploaded {
+            bytes: self.bytes,
+            crc32c: self.crc32c,
+            parts: self.parts,
+        })
+    }
+
+    /// Gives up: stops the parts in flight and aborts the multipart upload
+    /// (failures to abort are logged).
+    pub async fn abort(&mut self) {
+        self.ended = true;
+        self.inflight.clear();
+        if let Some(mut mp) = self.multipart.take()
+            && let Err(e) = mp.abort().await
+        {
+            tracing::warn!(path = %self.path, error = %e, "could not abort a multipart upload");
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.inflight.clear();
+        let Some(mut mp) = self.multipart.take() else {
+            return;
+        };
+        let path = self.path.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = mp.abort().await {
+                        tracing::warn!(%path, error = %e, "could not abort a dropped multipart upload");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(%path, "a multipart upload was dropped outside a runtime and not aborted");
+            }
+        }
+    }
+}
+
+/// Streams `path` back and returns its length and CRC32C (to check an
+/// upload against what the store holds).
+pub async fn checksum(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+) -> object_store::Result<(u64, u32)> {
+    let mut stream = store.get(path).await?.into_stream();
+    let (mut bytes, mut crc) = (0u64, 0u32);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        bytes += chunk.len() as u64;
+        crc = crc32c::crc32c_append(crc, &chunk);
+    }
+    Ok((bytes, crc))
+}
