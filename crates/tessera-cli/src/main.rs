@@ -93,7 +93,7 @@ fn run(cli: Cli) -> Result<u8, String> {
         Command::Check { config } => {
             let config = load(Some(&config))?;
             let state = build_state(config).map_err(|e| e.to_string())?;
-            println!("ok: {} layer(s)", state.registry.layers.len());
+            println!("ok: {} layer(s)", state.registry.layers().len());
             Ok(0)
         }
         Command::Serve { config, listen } => {
@@ -119,17 +119,17 @@ async fn serve(state: http::AppState) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let first = state
         .registry
-        .layers
+        .layers()
         .first()
         .map(|l| l.name.clone())
         .unwrap_or_default();
     tracing::info!(
-        layers = state.registry.layers.len(),
+        layers = state.registry.layers().len(),
         "tessera listening on http://{addr}/"
     );
     println!(
         "tessera is serving {} layer(s) on http://{addr}/",
-        state.registry.layers.len()
+        state.registry.layers().len()
     );
     println!("preview: http://{addr}/preview/{first}");
     let app = http::router(state);

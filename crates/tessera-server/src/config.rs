@@ -65,6 +65,69 @@ pub struct Config {
     pub stores: BTreeMap<String, StoreConfig>,
     /// Layers to serve.
     pub layers: Vec<LayerConfig>,
+    /// The admin API (`PUT /admin/sources/{name}`); off when absent.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+}
+
+/// The `admin:` section: uploads of source rasters to object storage.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Bearer token the admin API requires (use `${ENV}`); at least 16
+    /// characters.
+    pub token: String,
+    /// Where uploaded sources are stored: `s3://bucket/prefix` (GDAL then
+    /// reads them through `/vsis3/`, with the endpoint and credentials of
+    /// `gdal.config_options`), `gs://` (`/vsigs/`) or `az://` (`/vsiaz/`).
+    pub sources_url: String,
+    /// Client options of that store (as for `type: object` stores).
+    #[serde(default)]
+    pub options: BTreeMap<String, OptionValue>,
+    /// JSON file recording the uploaded sources, so that they are served
+    /// again after a restart.
+    pub sources_file: String,
+    /// Largest upload in MiB (default 4096); larger ones get 413.
+    #[serde(default = "default_max_upload_mb")]
+    pub max_upload_mb: u64,
+    /// Multipart part size in MiB (default 16, at least 5).
+    #[serde(default = "default_part_size_mb")]
+    pub part_size_mb: u64,
+    /// Parts uploading at once (default 4); memory per upload is at most
+    /// parts in flight x part size.
+    #[serde(default = "default_parts_in_flight")]
+    pub parts_in_flight: usize,
+    /// Longest wait for the next piece of a request body, in seconds
+    /// (default 30); past it the upload is aborted.
+    #[serde(default = "default_body_timeout_secs")]
+    pub body_timeout_secs: u64,
+    /// Read each stored object back and compare its CRC32C (default true).
+    #[serde(default = "default_true")]
+    pub verify: bool,
+    /// Store that uploaded layers cache into (default: `default` when it
+    /// exists, otherwise none).
+    #[serde(default)]
+    pub cache_store: Option<String>,
+}
+
+fn default_max_upload_mb() -> u64 {
+    4096
+}
+
+fn default_part_size_mb() -> u64 {
+    16
+}
+
+fn default_parts_in_flight() -> usize {
+    4
+}
+
+fn default_body_timeout_secs() -> u64 {
+    30
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// The `server:` section.
@@ -410,6 +473,17 @@ impl Config {
 
     fn check(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if let Some(admin) = &self.admin {
+            if admin.token.len() < 16 {
+                return invalid("admin.token must be at least 16 characters".into());
+            }
+            if admin.part_size_mb < 5 || admin.parts_in_flight == 0 {
+                return invalid(
+                    "admin.part_size_mb must be at least 5 and admin.parts_in_flight at least 1"
+                        .into(),
+                );
+            }
+        }
         if self.layers.is_empty() {
             return invalid("`layers` is empty: add at least one layer".into());
         }

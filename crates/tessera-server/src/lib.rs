@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod registry;
 pub mod render;
 pub mod seed;
+pub mod sources;
 pub mod tile_cache;
 
 use std::sync::Arc;
@@ -54,11 +55,29 @@ pub fn build_state_with(config: Config, wrap_source: &WrapSource) -> Result<AppS
             encode_queue_len: config.cache.encode_queue_len,
         },
     );
+    let uploads = match &config.admin {
+        Some(admin) => {
+            let uploads = sources::Uploads::open(admin)?;
+            let stores: Vec<&str> = registry.stores.keys().map(String::as_str).collect();
+            for (name, file) in uploads.recorded()? {
+                let layer = uploads
+                    .layer_config(&name, &file, &stores)
+                    .and_then(|lc| registry.build_layer(&lc, &config, wrap_source))
+                    .and_then(|layer| registry.add_layer(layer, &config));
+                if let Err(e) = layer {
+                    tracing::error!(source = %name, error = %e, "an uploaded source cannot be served");
+                }
+            }
+            Some(Arc::new(uploads))
+        }
+        None => None,
+    };
     Ok(AppState {
         registry: Arc::new(registry),
         renderer,
         tiles: Arc::new(tiles),
         metrics,
         config: Arc::new(config),
+        uploads,
     })
 }

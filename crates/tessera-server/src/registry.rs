@@ -15,7 +15,7 @@ use tessera_store::{
     PackOptions, PackStore, TileStore,
 };
 
-use crate::config::{Config, ConfigError, NO_STORE, StoreConfig};
+use crate::config::{Config, ConfigError, LayerConfig, NO_STORE, StoreConfig};
 use crate::metatile::MetatileSpec;
 use crate::metrics::{Metrics, TimedStore};
 
@@ -90,9 +90,9 @@ impl Layer {
 /// Everything the server can serve.
 #[derive(Debug)]
 pub struct Registry {
-    /// Layers by name, in configuration order.
-    pub layers: Vec<Arc<Layer>>,
-    by_name: HashMap<String, usize>,
+    /// Layers in configuration order, then layers added while running
+    /// (uploaded sources).
+    layers: std::sync::RwLock<Vec<Arc<Layer>>>,
     /// Grids by identifier.
     pub grids: HashMap<String, Arc<Grid>>,
     /// Tile stores by name.
@@ -140,9 +140,28 @@ impl Registry {
                 }),
             );
         }
-        let mut layers = Vec::new();
-        let mut by_name = HashMap::new();
+        let mut registry = Registry {
+            layers: std::sync::RwLock::new(Vec::new()),
+            grids,
+            stores,
+            crs_cache: Mutex::new(HashMap::new()),
+        };
         for lc in &config.layers {
+            registry.push_layer(registry.build_layer(lc, config, wrap_source)?);
+        }
+        Ok(registry)
+    }
+
+    /// Builds a layer from its configuration, with this registry's grids
+    /// and stores.
+    pub fn build_layer(
+        &self,
+        lc: &LayerConfig,
+        config: &Config,
+        wrap_source: &WrapSource,
+    ) -> Result<Arc<Layer>, ConfigError> {
+        let (grids, stores) = (&self.grids, &self.stores);
+        {
             let in_layer = |e: &dyn std::fmt::Display| {
                 ConfigError::Invalid(format!("layer {:?}: {e}", lc.name))
             };
@@ -162,6 +181,9 @@ impl Registry {
             for c in &lc.wms_crs {
                 Crs::parse(c).map_err(|e| in_layer(&e))?;
             }
+            if lc.cache.store != NO_STORE && !stores.contains_key(&lc.cache.store) {
+                return Err(in_layer(&format!("unknown store {:?}", lc.cache.store)));
+            }
             let cache = (lc.cache.store != NO_STORE).then(|| LayerCache {
                 store_name: lc.cache.store.clone(),
                 store: stores[&lc.cache.store].clone(),
@@ -172,8 +194,7 @@ impl Registry {
                 },
                 durability: lc.cache.durability,
             });
-            by_name.insert(lc.name.clone(), layers.len());
-            layers.push(Arc::new(Layer {
+            Ok(Arc::new(Layer {
                 name: lc.name.clone(),
                 title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
                 description: lc.description.clone(),
@@ -188,20 +209,51 @@ impl Registry {
                 extents,
                 cache,
                 max_age_secs: lc.cache.max_age_secs,
-            }));
+            }))
         }
-        Ok(Registry {
-            layers,
-            by_name,
-            grids,
-            stores,
-            crs_cache: Mutex::new(HashMap::new()),
-        })
+    }
+
+    fn push_layer(&mut self, layer: Arc<Layer>) {
+        self.layers
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(layer);
+    }
+
+    /// Adds a layer while serving, or replaces the added layer of that
+    /// name. Fails when a configured layer has the name.
+    pub fn add_layer(&self, layer: Arc<Layer>, configured: &Config) -> Result<(), ConfigError> {
+        if configured.layers.iter().any(|l| l.name == layer.name) {
+            return Err(ConfigError::Invalid(format!(
+                "layer {:?} is defined in the configuration",
+                layer.name
+            )));
+        }
+        let mut layers = self
+            .layers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        layers.retain(|l| l.name != layer.name);
+        layers.push(layer);
+        Ok(())
+    }
+
+    /// Every layer, in order (a snapshot).
+    pub fn layers(&self) -> Vec<Arc<Layer>> {
+        self.layers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A layer by name.
-    pub fn layer(&self, name: &str) -> Option<&Arc<Layer>> {
-        self.by_name.get(name).map(|i| &self.layers[*i])
+    pub fn layer(&self, name: &str) -> Option<Arc<Layer>> {
+        self.layers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|l| l.name == name)
+            .cloned()
     }
 
     /// A grid by identifier.

@@ -80,6 +80,17 @@ impl ApiError {
         self
     }
 
+    /// A 502 for a failed call to a storage service: generic to the
+    /// client, detailed in the log.
+    pub fn upstream(what: &str, detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "{what} failed");
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "NoApplicableCode",
+            format!("{what} failed; the server log has the details"),
+        )
+    }
+
     fn internal(detail: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "request failed");
         Self::new(

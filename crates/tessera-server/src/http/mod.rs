@@ -2,6 +2,7 @@
 //! protocol shares. Each protocol lives in its own module; errors become
 //! responses only in [`error`].
 
+mod admin;
 pub mod error;
 pub mod params;
 mod preview;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The configuration the server started with.
     pub config: Arc<Config>,
+    /// Uploaded sources (the admin API), when configured.
+    pub uploads: Option<Arc<crate::sources::Uploads>>,
 }
 
 /// Builds the router with every endpoint.
@@ -70,6 +73,10 @@ pub fn router(state: AppState) -> Router {
             get(wmts::rest_tile),
         )
         .route("/wms", get(wms::kvp))
+        .route(
+            "/admin/sources/{name}",
+            axum::routing::put(admin::put_source),
+        )
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)

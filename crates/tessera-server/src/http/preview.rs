@@ -25,7 +25,7 @@ table{border-collapse:collapse;margin:12px}td,th{padding:4px 10px;border-bottom:
 /// `GET /`: what is served, with links.
 pub async fn index(State(state): State<AppState>) -> Html<String> {
     let mut rows = String::new();
-    for layer in &state.registry.layers {
+    for layer in &state.registry.layers() {
         let name = escape(&layer.name);
         let grids: Vec<String> = layer
             .grids

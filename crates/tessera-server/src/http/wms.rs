@@ -270,7 +270,7 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
         ),
         Version::V111 => ("SRS", vec!["EPSG:4326".into(), "EPSG:3857".into()]),
     };
-    for layer in &state.registry.layers {
+    for layer in &state.registry.layers() {
         let native = &layer.source.info().native_crs.id;
         for c in layer.wms_crs.iter().chain(std::iter::once(native)) {
             if c.starts_with("EPSG:") && !common_crs.contains(c) {
@@ -334,7 +334,7 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
         max_y: 90.0,
     };
     write_geo_bbox(&mut x, version, &world, "      ");
-    for layer in &state.registry.layers {
+    for layer in &state.registry.layers() {
         let b = layer.source.info().lonlat_bounds;
         let b = BBox {
             min_x: b.min_x.max(-180.0),

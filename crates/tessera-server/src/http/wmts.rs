@@ -205,7 +205,8 @@ fn capabilities(state: &AppState, headers: &HeaderMap) -> Response {
     }
     x.push_str("  </ows:OperationsMetadata>\n  <Contents>\n");
     let mut used_grids: Vec<&str> = Vec::new();
-    for layer in &state.registry.layers {
+    let layers = state.registry.layers();
+    for layer in &layers {
         let b = layer.source.info().lonlat_bounds;
         let name = escape(&layer.name);
         let _ = write!(

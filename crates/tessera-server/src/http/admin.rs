@@ -1,0 +1,298 @@
+//! `PUT /admin/sources/{name}`: a source raster uploaded into object
+//! storage as its body arrives, then served as layer `{name}`.
+//!
+//! The body is pulled from hyper one frame at a time, in order, and each
+//! frame goes into the current part of a multipart upload (`Upload`) without
+//! being copied; the next frame is only read once there is room, so at most
+//! `parts_in_flight` x `part_size` bytes are held. No task per chunk, no
+//! queue. Every failure ends with the upload aborted: nothing partial is
+//! ever visible.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use object_store::ObjectStoreExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tessera_store::upload::{Upload, checksum};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::valid_name;
+use crate::sources::{Uploads, sniff_extension};
+
+/// Handles `PUT /admin/sources/{name}`.
+pub async fn put_source(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match upload(&state, &name, &headers, body).await {
+        Ok(r) => r,
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            let mut r = e.into_response();
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Compare in constant time for equal lengths.
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn upload(
+    state: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some(uploads) = state.uploads.clone() else {
+        return Err(ApiError::not_found(
+            "NotFound",
+            "the admin API is not enabled (no `admin:` section)",
+        ));
+    };
+    if !authorized(headers, &uploads.config.token) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "a valid `Authorization: Bearer <token>` header is required",
+        ));
+    }
+    if !valid_name(name) {
+        return Err(ApiError::bad_request(
+            "InvalidParameterValue",
+            "a source name uses only letters, digits, '_', '-' and '.'",
+        ));
+    }
+    if state.config.layers.iter().any(|l| l.name == name) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("layer {name:?} is defined in the configuration"),
+        ));
+    }
+    let max = uploads.config.max_upload_mb.saturating_mul(1 << 20);
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            format!(
+                "the upload is larger than the {} MiB allowed (admin.max_upload_mb)",
+                uploads.config.max_upload_mb
+            ),
+        )
+    };
+    let empty = || ApiError::bad_request("MissingBody", "the request body is empty");
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > max {
+            return Err(too_large());
+        }
+        if len == 0 {
+            return Err(empty());
+        }
+    }
+
+    // Nothing is stored before the first bytes show a raster format GDAL
+    // reads; the object is named `<name>.<ext>` so GDAL's network file
+    // systems open it.
+    let stall = Duration::from_secs(uploads.config.body_timeout_secs);
+    let mut body = body;
+    let mut head: Vec<Bytes> = Vec::new();
+    let mut received: u64 = 0;
+    let mut up: Option<(Upload, String)> = None;
+    loop {
+        let frame = match tokio::time::timeout(stall, body.frame()).await {
+            Err(_) => {
+                abort(&mut up).await;
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "RequestTimeout",
+                    format!(
+                        "no part of the body arrived for {} s (admin.body_timeout_secs); nothing was stored",
+                        stall.as_secs()
+                    ),
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                abort(&mut up).await;
+                return Err(ApiError::bad_request(
+                    "IncompleteBody",
+                    format!("the body ended early ({e}); nothing was stored"),
+                ));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        received += data.len() as u64;
+        if received > max {
+            abort(&mut up).await;
+            return Err(too_large());
+        }
+        match &mut up {
+            Some((u, _)) => u
+                .write(data)
+                .await
+                .map_err(|e| ApiError::upstream("storing the upload", &e))?,
+            None => {
+                head.push(data);
+                if head.iter().map(Bytes::len).sum::<usize>() >= SNIFF_BYTES {
+                    up = Some(start(&uploads, name, std::mem::take(&mut head)).await?);
+                }
+            }
+        }
+    }
+    if received == 0 {
+        return Err(empty());
+    }
+    let (up, file) = match up {
+        Some(u) => u,
+        None => start(&uploads, name, head).await?,
+    };
+    let path = uploads.object_path(&file);
+    let done = up
+        .finish()
+        .await
+        .map_err(|e| ApiError::upstream("storing the upload", &e))?;
+    if uploads.config.verify {
+        let stored = checksum(&uploads.store, &path)
+            .await
+            .map_err(|e| ApiError::upstream("reading the stored upload back", &e))?;
+        if stored != (done.bytes, done.crc32c) {
+            let _ = uploads.store.delete(&path).await;
+            return Err(ApiError::upstream(
+                "verifying the stored upload",
+                &format!(
+                    "stored {} B with CRC32C {:08x}, sent {} B with {:08x}",
+                    stored.0, stored.1, done.bytes, done.crc32c
+                ),
+            ));
+        }
+    }
+    register(state, &uploads, name, &file).await?;
+    let body = serde_json::json!({
+        "name": name,
+        "bytes": done.bytes,
+        "crc32c": format!("{:08x}", done.crc32c),
+        "parts": done.parts,
+        "object": format!("{}/{file}", uploads.config.sources_url.trim_end_matches('/')),
+        "gdal_path": uploads.gdal_path(&file),
+        "tilejson": format!("/tiles/{name}/WebMercatorQuad/tilejson.json"),
+    });
+    Ok((
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response())
+}
+
+/// Opens the stored raster with GDAL as layer `name` and records it; a file
+/// GDAL cannot read is deleted again and refused.
+async fn register(
+    state: &AppState,
+    uploads: &Arc<Uploads>,
+    name: &str,
+    file: &str,
+) -> Result<(), ApiError> {
+    let (state2, uploads2) = (state.clone(), uploads.clone());
+    let (name2, file2) = (name.to_string(), file.to_string());
+    let result = tokio::task::spawn_blocking(move || {
+        let stores: Vec<&str> = state2.registry.stores.keys().map(String::as_str).collect();
+        let lc = uploads2.layer_config(&name2, &file2, &stores)?;
+        let layer = state2
+            .registry
+            .build_layer(&lc, &state2.config, &|_, s| s)?;
+        state2.registry.add_layer(layer, &state2.config)?;
+        uploads2.record(&name2, &file2)
+    })
+    .await
+    .map_err(|e| ApiError::upstream("registering the upload", &e))?;
+    match result {
+        Ok(Some(old)) if old != file => {
+            // Replaced by a file of another format: the old object goes.
+            let _ = uploads.store.delete(&uploads.object_path(&old)).await;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let _ = uploads.store.delete(&uploads.object_path(file)).await;
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "InvalidSource",
+                format!("the upload is not a raster tessera can serve: {e}; it was not kept"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes looked at to tell the raster format.
+const SNIFF_BYTES: usize = 16;
+
+/// Starts the upload once the first bytes show a raster format, and sends
+/// them.
+async fn start(
+    uploads: &Arc<Uploads>,
+    name: &str,
+    head: Vec<Bytes>,
+) -> Result<(Upload, String), ApiError> {
+    let first: Vec<u8> = head
+        .iter()
+        .flat_map(|b| b.iter().copied())
+        .take(SNIFF_BYTES)
+        .collect();
+    let Some(ext) = sniff_extension(&first) else {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "the body is not a raster format tessera serves (GeoTIFF, JPEG 2000, PNG, JPEG, GeoPackage, netCDF); nothing was stored",
+        ));
+    };
+    let file = format!("{name}.{ext}");
+    let mut up = Upload::new(
+        uploads.store.clone(),
+        uploads.object_path(&file),
+        uploads.upload_options(),
+    );
+    for chunk in head {
+        up.write(chunk)
+            .await
+            .map_err(|e| ApiError::upstream("storing the upload", &e))?;
+    }
+    Ok((up, file))
+}
+
+async fn abort(up: &mut Option<(Upload, String)>) {
+    if let Some((u, _)) = up {
+        u.abort().await;
+    }
+}
