@@ -187,7 +187,8 @@ impl PackStore {
         }
     }
 
-    /// Bits per axis of the pack curve at a zoom, and the tile block side.
+    /// The order of the pack curve (bits per axis) for a matrix, and `k`,
+    /// the log2 of the side of a pack's block of tiles.
     fn geometry(&self, width: u32, height: u32) -> (u8, u8) {
         let order = order_for(width, height);
         let k = self.level.min(order);
