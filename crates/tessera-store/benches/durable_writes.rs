@@ -8,6 +8,9 @@
 //! 70 % of that throughput with latency measured from each write's intended
 //! start time, so queueing delay is counted (no coordinated omission).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -49,16 +52,7 @@ static GLOBAL: Counting = Counting;
 const TILE_BYTES: usize = 20_000;
 
 fn tile(seed: u64) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..TILE_BYTES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    common::noise(TILE_BYTES, seed).into()
 }
 
 fn key(tms: &TileMatrixSet, writer: u64, n: u64) -> TileKey {

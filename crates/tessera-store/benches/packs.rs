@@ -11,10 +11,12 @@
 //! `BENCH_RUNS` runs (default 3), each on a fresh prefix. Reads use 6
 //! threads per screen, as a browser's 6 connections do.
 
-use std::collections::BTreeMap;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -33,20 +35,11 @@ const PAN: u32 = 2;
 const READERS: usize = 6;
 
 fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/bench-packs"))
+    common::env(name, "minio")
 }
 
 fn tile(seed: u64) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..TILE_BYTES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    common::noise(TILE_BYTES, seed).into()
 }
 
 fn key(tms: &TileMatrixSet, x: u32, y: u32) -> TileKey {
@@ -63,19 +56,7 @@ fn key(tms: &TileMatrixSet, x: u32, y: u32) -> TileKey {
 }
 
 fn open(prefix: &str, pack_tiles: u32, cache: Option<&std::path::Path>) -> PackStore {
-    let options = BTreeMap::from([
-        ("endpoint".to_string(), env("TESSERA_TEST_S3_ENDPOINT")),
-        (
-            "access_key_id".to_string(),
-            env("TESSERA_TEST_S3_ACCESS_KEY"),
-        ),
-        (
-            "secret_access_key".to_string(),
-            env("TESSERA_TEST_S3_SECRET_KEY"),
-        ),
-        ("region".to_string(), "us-east-1".to_string()),
-        ("allow_http".to_string(), "true".to_string()),
-    ]);
+    let options = common::minio_options();
     let url = format!("{}/{prefix}", env("TESSERA_TEST_S3_URL"));
     let location = open_url(&url, &options).expect("MinIO URL");
     PackStore::new(
@@ -91,11 +72,7 @@ fn open(prefix: &str, pack_tiles: u32, cache: Option<&std::path::Path>) -> PackS
 }
 
 fn fresh_prefix(label: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos();
-    format!("bench-{label}-{nanos}")
+    common::unique(&format!("bench-{label}"))
 }
 
 /// Seeds the block metatile by metatile; returns tiles/s and requests.

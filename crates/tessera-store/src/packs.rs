@@ -160,11 +160,6 @@ impl PackStore {
         self.counts.snapshot()
     }
 
-    /// The local cache, when configured.
-    pub fn cache(&self) -> Option<&DiskCache> {
-        self.cache.as_ref()
-    }
-
     /// The object key of the pack holding `key`.
     pub fn pack_key(&self, key: &TileKey) -> String {
         self.locate(key).path.to_string()

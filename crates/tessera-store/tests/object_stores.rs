@@ -4,29 +4,17 @@
 //! system. A missing server fails these tests: nothing is skipped.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::{env, minio_options, unique};
 
 use tessera_grid::{Curve, TileRange};
 use tessera_store::conformance::{key, payload, run_all};
 use tessera_store::object::open_url;
 use tessera_store::{Durability, PackOptions, PackStore, TileArea, TileStore};
-
-fn env(name: &str, script: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: start the server with scripts/{script} start and source var/{script}/env")
-    })
-}
-
-/// A fresh prefix per test, so tests sharing a bucket never meet.
-fn unique(label: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{label}-{}-{nanos}", std::process::id())
-}
 
 /// The URL and options of a backend, under a fresh prefix.
 fn backend(kind: &str, label: &str) -> (String, BTreeMap<String, String>) {
@@ -34,19 +22,7 @@ fn backend(kind: &str, label: &str) -> (String, BTreeMap<String, String>) {
     match kind {
         "s3" => (
             format!("{}/{prefix}", env("TESSERA_TEST_S3_URL", "minio")),
-            BTreeMap::from([
-                ("endpoint".into(), env("TESSERA_TEST_S3_ENDPOINT", "minio")),
-                (
-                    "access_key_id".into(),
-                    env("TESSERA_TEST_S3_ACCESS_KEY", "minio"),
-                ),
-                (
-                    "secret_access_key".into(),
-                    env("TESSERA_TEST_S3_SECRET_KEY", "minio"),
-                ),
-                ("region".into(), "us-east-1".into()),
-                ("allow_http".into(), "true".into()),
-            ]),
+            minio_options(),
         ),
         "azure" => {
             env("AZURITE_BLOB_STORAGE_URL", "azurite");

@@ -5,13 +5,15 @@
 //! behind (checked with MinIO's listing of in-progress uploads).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
+use common::minio_options;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tessera_store::object::open_url;
@@ -20,53 +22,32 @@ use tessera_store::upload::{Upload, UploadOptions, checksum};
 const MIB: usize = 1 << 20;
 
 fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: start MinIO with scripts/minio start and source var/minio/env")
-    })
+    common::env(name, "minio")
 }
 
 fn unique(label: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("uploads/{label}-{}-{nanos}", std::process::id())
+    format!("uploads/{}", common::unique(label))
 }
 
 /// A client for the test bucket at `endpoint`, with short timeouts so
 /// stalls turn into retries quickly.
 fn store_at(endpoint: &str, max_retries: u32) -> Arc<dyn ObjectStore> {
-    let options = BTreeMap::from([
-        ("endpoint".to_string(), endpoint.to_string()),
-        (
-            "access_key_id".to_string(),
-            env("TESSERA_TEST_S3_ACCESS_KEY"),
-        ),
-        (
-            "secret_access_key".to_string(),
-            env("TESSERA_TEST_S3_SECRET_KEY"),
-        ),
-        ("region".to_string(), "us-east-1".to_string()),
-        ("allow_http".to_string(), "true".to_string()),
-        ("timeout".to_string(), "3s".to_string()),
-        ("max_retries".to_string(), max_retries.to_string()),
-        ("retry_timeout_secs".to_string(), "60".to_string()),
-    ]);
+    let mut options = minio_options();
+    for (k, v) in [
+        ("endpoint", endpoint),
+        ("timeout", "3s"),
+        ("retry_timeout_secs", "60"),
+    ] {
+        options.insert(k.into(), v.into());
+    }
+    options.insert("max_retries".into(), max_retries.to_string());
     open_url(&env("TESSERA_TEST_S3_URL"), &options)
         .unwrap()
         .store
 }
 
 fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::noise(len, seed)
 }
 
 /// Feeds `bytes` in 64 KiB chunks, as a request body arrives.

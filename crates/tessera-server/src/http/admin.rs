@@ -66,7 +66,7 @@ async fn upload(
     state: &AppState,
     name: &str,
     headers: &HeaderMap,
-    body: Body,
+    mut body: Body,
 ) -> Result<Response, ApiError> {
     let Some(uploads) = state.uploads.clone() else {
         return Err(ApiError::not_found(
@@ -123,7 +123,6 @@ async fn upload(
     // reads; the object is named `<name>.<ext>` so GDAL's network file
     // systems open it.
     let stall = Duration::from_secs(uploads.config.body_timeout_secs);
-    let mut body = body;
     let mut head: Vec<Bytes> = Vec::new();
     let mut received: u64 = 0;
     let mut up: Option<(Upload, String)> = None;
