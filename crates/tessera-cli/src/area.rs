@@ -35,17 +35,15 @@ pub struct AreaArgs {
     /// Limit to the Polygon/MultiPolygon areas of a GeoJSON file (lon/lat).
     #[arg(long, conflicts_with = "bbox")]
     pub polygon: Option<PathBuf>,
-    /// Tile format (png, jpg, webp) [default: the layer's first format].
-    #[arg(long)]
-    pub format: Option<String>,
 }
 
 impl AreaArgs {
-    /// Loads the configuration, opens its stores and plans the tiles named.
-    pub fn plan(&self) -> Result<(AppState, SeedPlan), String> {
+    /// Loads the configuration, opens its stores and plans the tiles named
+    /// in tile format `format` (png, jpg, webp; `None`: the layer's first).
+    pub fn plan(&self, format: Option<&str>) -> Result<(AppState, SeedPlan), String> {
         let config = Config::from_file(&self.config).map_err(|e| e.to_string())?;
         let state = build_state(config).map_err(|e| e.to_string())?;
-        let format = match &self.format {
+        let format = match format {
             Some(f) => {
                 Some(Format::from_extension(f).ok_or_else(|| format!("unknown format {f:?}"))?)
             }

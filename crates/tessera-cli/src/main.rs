@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod area;
+mod export;
+mod progress;
 mod seed;
 mod truncate;
 
@@ -52,6 +54,13 @@ enum Command {
     /// Deletes computed keys only (whole packs on object stores, in batches,
     /// and rewrites packs on the area's border); nothing is listed.
     Truncate(truncate::TruncateArgs),
+    /// Write a layer's cached tiles into one PMTiles or MBTiles archive.
+    ///
+    /// The archive is built in a temporary file and then renamed into place
+    /// or streamed to object storage as a multipart upload (aborted on any
+    /// failure, read back and checked unless --no-verify). Only Web Mercator
+    /// (WebMercatorQuad-shaped) grids can be exported.
+    Export(export::ExportArgs),
     /// Print the embedded demo configuration (a worked example of the format).
     DemoConfig,
 }
@@ -86,6 +95,7 @@ fn run(cli: Cli) -> Result<u8, String> {
     match cli.command {
         Command::Seed(args) => seed::seed(&args),
         Command::Truncate(args) => truncate::truncate(&args),
+        Command::Export(args) => export::run(&args),
         Command::DemoConfig => {
             print!("{}", demo::DEMO_YAML);
             Ok(0)

@@ -1,14 +1,15 @@
 //! `tessera seed`: argument parsing, progress display and the summary.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
-use tessera_server::seed::{SeedEnd, SeedStats, rate_and_eta, run};
+use tessera_server::http::AppState;
+use tessera_server::seed::{SeedEnd, SeedPlan, SeedStats, rate_and_eta, run};
 
 use crate::area::AreaArgs;
+use crate::progress::Progress;
 
 /// Exit status of a seed stopped with Ctrl-C (128 + SIGINT).
 pub const CANCELLED: u8 = 130;
@@ -18,6 +19,9 @@ pub const CANCELLED: u8 = 130;
 pub struct SeedArgs {
     #[command(flatten)]
     area: AreaArgs,
+    /// Tile format (png, jpg, webp) [default: the layer's first format].
+    #[arg(long)]
+    format: Option<String>,
     /// Metatiles rendered at once [default: CPU cores].
     #[arg(long)]
     threads: Option<usize>,
@@ -28,25 +32,48 @@ pub struct SeedArgs {
 
 /// Runs a seed; returns the process exit status.
 pub fn seed(args: &SeedArgs) -> Result<u8, String> {
-    let (state, plan) = args.area.plan()?;
-    let zoom = &args.area.zoom;
+    let (state, plan) = args.area.plan(args.format.as_deref())?;
+    let runtime = runtime()?;
+    let threads = args.threads.unwrap_or_else(cores);
+    seed_plan(&runtime, &state, &plan, threads, args.force)
+}
+
+/// A runtime for a command.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// CPU cores (2 when unknown).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+/// Renders `plan` with `threads` metatiles at once, showing progress and a
+/// summary; returns the process exit status (0 when every tile is stored,
+/// [`CANCELLED`] after Ctrl-C).
+pub fn seed_plan(
+    runtime: &tokio::runtime::Runtime,
+    state: &AppState,
+    plan: &SeedPlan,
+    threads: usize,
+    force: bool,
+) -> Result<u8, String> {
     let (metatiles, total) = plan.size();
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let zooms = (
+        plan.ranges.iter().map(|r| r.z).min().unwrap_or(0),
+        plan.ranges.iter().map(|r| r.z).max().unwrap_or(0),
+    );
     eprintln!(
         "seeding {} in {} at zoom {}..{} as {}: {total} tiles in {metatiles} metatiles, {threads} at once",
         plan.layer.name,
         plan.grid.tms.id,
-        zoom.start(),
-        zoom.end(),
+        zooms.0,
+        zooms.1,
         plan.format.extension(),
     );
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let cancel = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let mut display = Progress::new(total);
@@ -61,15 +88,15 @@ pub fn seed(args: &SeedArgs) -> Result<u8, String> {
                 }
             }
         });
-        run(&state.tiles, &plan, threads, args.force, &cancel, |s| {
-            display.update(s, start);
+        run(&state.tiles, plan, threads, force, &cancel, |s| {
+            display.update(s.tiles_done, start);
         })
         .await
     });
     display.finish();
     let summary = |verb: &str, s: &SeedStats| {
         let secs = start.elapsed().as_secs_f64();
-        let (rate, _) = rate_and_eta(s, total, start);
+        let (rate, _) = rate_and_eta(s.tiles_done, total, start);
         format!(
             "{verb}: {}/{total} tiles in {}/{metatiles} metatiles ({} rendered, {} already stored, {} tiles written) in {secs:.1} s, {rate:.0} tiles/s",
             s.tiles_done,
@@ -91,59 +118,6 @@ pub fn seed(args: &SeedArgs) -> Result<u8, String> {
         SeedEnd::Failed(s, e) => {
             println!("{}", summary("seed failed", &s));
             Err(e.to_string())
-        }
-    }
-}
-
-/// A progress bar on a terminal, a plain line every few seconds otherwise.
-enum Progress {
-    Bar(indicatif::ProgressBar),
-    Lines { total: u64, last: Instant },
-}
-
-const LINE_EVERY: Duration = Duration::from_secs(2);
-
-impl Progress {
-    fn new(total: u64) -> Progress {
-        if std::io::stderr().is_terminal() {
-            let bar = indicatif::ProgressBar::new(total);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{wide_bar} {pos}/{len} tiles  {per_sec}  ETA {eta}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            Progress::Bar(bar)
-        } else {
-            Progress::Lines {
-                total,
-                last: Instant::now(),
-            }
-        }
-    }
-
-    fn update(&mut self, s: &SeedStats, start: Instant) {
-        match self {
-            Progress::Bar(bar) => bar.set_position(s.tiles_done),
-            Progress::Lines { total, last } => {
-                if last.elapsed() >= LINE_EVERY {
-                    *last = Instant::now();
-                    let (rate, eta) = rate_and_eta(s, *total, start);
-                    eprintln!(
-                        "progress: {}/{} tiles ({:.0}%), {rate:.0} tiles/s, ETA {}",
-                        s.tiles_done,
-                        total,
-                        100.0 * s.tiles_done as f64 / (*total).max(1) as f64,
-                        eta.map_or_else(|| "?".into(), |d| format!("{:.0} s", d.as_secs_f64())),
-                    );
-                }
-            }
-        }
-    }
-
-    fn finish(&self) {
-        if let Progress::Bar(bar) = self {
-            bar.finish_and_clear();
         }
     }
 }

@@ -12,11 +12,14 @@ use crate::area::AreaArgs;
 pub struct TruncateArgs {
     #[command(flatten)]
     area: AreaArgs,
+    /// Tile format (png, jpg, webp) [default: the layer's first format].
+    #[arg(long)]
+    format: Option<String>,
 }
 
 /// Runs a truncation; returns the process exit status.
 pub fn truncate(args: &TruncateArgs) -> Result<u8, String> {
-    let (_state, plan) = args.area.plan()?;
+    let (_state, plan) = args.area.plan(args.format.as_deref())?;
     let cache = plan
         .layer
         .cache

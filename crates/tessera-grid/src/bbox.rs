@@ -70,6 +70,17 @@ impl BBox {
         .ok()
     }
 
+    /// The smallest box holding both.
+    #[must_use]
+    pub fn union(&self, other: &BBox) -> BBox {
+        BBox {
+            min_x: self.min_x.min(other.min_x),
+            min_y: self.min_y.min(other.min_y),
+            max_x: self.max_x.max(other.max_x),
+            max_y: self.max_y.max(other.max_y),
+        }
+    }
+
     /// The box grown by `dx` on the left and right and `dy` on top and bottom.
     #[must_use]
     pub fn buffered(&self, dx: f64, dy: f64) -> BBox {

@@ -345,6 +345,22 @@ impl TileMatrixSet {
         })
     }
 
+    /// Whether `z/x/y` in this grid names the same tile as in the XYZ
+    /// scheme of web maps, PMTiles and MBTiles (Web Mercator, 2^z x 2^z
+    /// tiles at zoom z, origin at the top-left of the world square); the
+    /// tile size in pixels may differ.
+    pub fn is_xyz(&self) -> bool {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * WEB_MERCATOR_HALF;
+        self.crs == "EPSG:3857"
+            && close(self.origin_x, -WEB_MERCATOR_HALF)
+            && close(self.origin_y, WEB_MERCATOR_HALF)
+            && self
+                .matrices
+                .iter()
+                .enumerate()
+                .all(|(z, m)| z < 32 && m.matrix_width == 1 << z && m.matrix_height == 1 << z)
+    }
+
     /// Highest zoom level.
     pub fn max_zoom(&self) -> u8 {
         (self.matrices.len() - 1) as u8
@@ -620,5 +636,21 @@ mod tests {
         let mut spec = swiss_spec();
         spec.id = "../x".into();
         assert!(TileMatrixSet::from_spec(&spec, 1.0).is_err());
+    }
+
+    #[test]
+    fn only_web_mercator_quads_are_xyz() {
+        assert!(TileMatrixSet::web_mercator_quad().is_xyz());
+        assert!(!TileMatrixSet::world_crs84_quad().is_xyz());
+        let swiss = TileMatrixSet::from_spec(&swiss_spec(), 1.0).unwrap();
+        assert!(!swiss.is_xyz());
+        // 512-pixel tiles over the same matrices still address XYZ tiles.
+        let mut big = TileMatrixSet::web_mercator_quad();
+        big.tile_width = 512;
+        big.tile_height = 512;
+        assert!(big.is_xyz());
+        let mut shifted = TileMatrixSet::web_mercator_quad();
+        shifted.origin_x += 1000.0;
+        assert!(!shifted.is_xyz());
     }
 }

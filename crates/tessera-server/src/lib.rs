@@ -5,6 +5,7 @@
 pub mod config;
 pub mod demo;
 pub mod encode_pool;
+pub mod export;
 pub mod http;
 pub mod locks;
 pub mod metatile;
@@ -21,6 +22,7 @@ use std::time::Duration;
 pub use config::{Config, ConfigError};
 pub use tessera_grid;
 pub use tessera_image;
+pub use tessera_store;
 
 use http::AppState;
 use metrics::Metrics;

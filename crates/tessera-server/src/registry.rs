@@ -85,6 +85,16 @@ impl Layer {
     pub fn max_zoom_in(&self, grid: &Grid) -> u8 {
         self.max_zoom.min(grid.tms.max_zoom())
     }
+
+    /// The zoom at which the layer's extent fills about four tiles across
+    /// in `grid` (the minimum zoom when the extent is unknown there).
+    pub fn center_zoom(&self, grid: &Grid) -> u8 {
+        let Some(Some(extent)) = self.extents.get(&grid.tms.id) else {
+            return self.min_zoom;
+        };
+        let wanted = extent.width().max(extent.height()) / (4.0 * f64::from(grid.tms.tile_width));
+        grid.tms.zoom_for_resolution(wanted)
+    }
 }
 
 /// Everything the server can serve.

@@ -427,19 +427,12 @@ pub async fn run(
     }
 }
 
-/// Rate and estimated time left, from the tiles done since `start`.
-pub fn rate_and_eta(
-    stats: &SeedStats,
-    total_tiles: u64,
-    start: Instant,
-) -> (f64, Option<Duration>) {
+/// Rate and estimated time left, from the `done` tiles (of `total_tiles`)
+/// handled since `start`.
+pub fn rate_and_eta(done: u64, total_tiles: u64, start: Instant) -> (f64, Option<Duration>) {
     let secs = start.elapsed().as_secs_f64();
-    let rate = if secs > 0.0 {
-        stats.tiles_done as f64 / secs
-    } else {
-        0.0
-    };
-    let left = total_tiles.saturating_sub(stats.tiles_done);
+    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    let left = total_tiles.saturating_sub(done);
     let eta = (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate));
     (rate, eta)
 }

@@ -6,6 +6,7 @@
 //! [`JournalStore`], [`MbtilesStore`]) and a shared conformance suite
 //! (feature `conformance`) that every backend's tests call.
 
+pub mod archive;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod disk_cache;

@@ -204,6 +204,21 @@ impl MbtilesStore {
     }
 }
 
+/// The MBTiles 1.3 tables and indexes (created when missing).
+pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS metadata (name TEXT, value TEXT);
+     CREATE UNIQUE INDEX IF NOT EXISTS metadata_name ON metadata (name);
+     CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
+     CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);";
+
+/// The MBTiles `format` metadata value of a tile extension.
+pub(crate) fn format_name(extension: &str) -> &'static str {
+    match extension {
+        "jpg" => "jpg",
+        "webp" => "webp",
+        _ => "png",
+    }
+}
+
 fn open_writer(
     path: &Path,
     key: &TileKey,
@@ -213,20 +228,10 @@ fn open_writer(
     conn.busy_timeout(options.busy_timeout)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS metadata (name TEXT, value TEXT);
-         CREATE UNIQUE INDEX IF NOT EXISTS metadata_name ON metadata (name);
-         CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
-         CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);",
-    )?;
-    let format = match key.extension {
-        "jpg" => "jpg",
-        "webp" => "webp",
-        _ => "png",
-    };
+    conn.execute_batch(SCHEMA)?;
     for (name, value) in [
         ("name", key.layer.as_str()),
-        ("format", format),
+        ("format", format_name(key.extension)),
         ("type", "baselayer"),
         ("version", "1.3"),
         ("description", key.grid.as_str()),

@@ -237,3 +237,27 @@ pub async fn checksum(
     }
     Ok((bytes, crc))
 }
+
+/// Reads `path` back and checks it holds what `sent` describes (length and
+/// CRC32C); an object that does not is deleted and reported as an error.
+pub async fn verify(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    sent: &Uploaded,
+) -> object_store::Result<()> {
+    let stored = checksum(store, path).await?;
+    if stored == (sent.bytes, sent.crc32c) {
+        return Ok(());
+    }
+    if let Err(e) = store.delete(path).await {
+        tracing::warn!(%path, error = %e, "could not delete an object that failed verification");
+    }
+    Err(object_store::Error::Generic {
+        store: "verify",
+        source: format!(
+            "{path}: stored {} B with CRC32C {:08x}, sent {} B with {:08x}; the object was deleted",
+            stored.0, stored.1, sent.bytes, sent.crc32c
+        )
+        .into(),
+    })
+}

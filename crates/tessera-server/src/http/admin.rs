@@ -19,7 +19,7 @@ use object_store::ObjectStoreExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tessera_store::upload::{Upload, checksum};
+use tessera_store::upload::{Upload, verify};
 
 use super::AppState;
 use super::error::ApiError;
@@ -183,19 +183,9 @@ async fn upload(
         .await
         .map_err(|e| ApiError::upstream("storing the upload", &e))?;
     if uploads.config.verify {
-        let stored = checksum(&uploads.store, &path)
+        verify(&uploads.store, &path, &done)
             .await
-            .map_err(|e| ApiError::upstream("reading the stored upload back", &e))?;
-        if stored != (done.bytes, done.crc32c) {
-            let _ = uploads.store.delete(&path).await;
-            return Err(ApiError::upstream(
-                "verifying the stored upload",
-                &format!(
-                    "stored {} B with CRC32C {:08x}, sent {} B with {:08x}",
-                    stored.0, stored.1, done.bytes, done.crc32c
-                ),
-            ));
-        }
+            .map_err(|e| ApiError::upstream("verifying the stored upload", &e))?;
     }
     register(state, &uploads, name, &file).await?;
     let body = serde_json::json!({

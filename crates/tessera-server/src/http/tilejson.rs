@@ -26,7 +26,7 @@ pub async fn tilejson(
         b.max_y.min(85.051_128_78),
     ];
     let max_zoom = layer.max_zoom_in(&grid);
-    let center_zoom = center_zoom(&layer, &grid).clamp(layer.min_zoom, max_zoom);
+    let center_zoom = layer.center_zoom(&grid).clamp(layer.min_zoom, max_zoom);
     let mut doc = json!({
         "tilejson": "3.0.0",
         "name": layer.name,
@@ -43,13 +43,4 @@ pub async fn tilejson(
         doc["attribution"] = Value::String(a.clone());
     }
     Ok(Json(doc))
-}
-
-/// The zoom at which the layer's extent fills about four tiles across.
-pub fn center_zoom(layer: &crate::registry::Layer, grid: &crate::registry::Grid) -> u8 {
-    let Some(Some(extent)) = layer.extents.get(&grid.tms.id) else {
-        return layer.min_zoom;
-    };
-    let wanted = extent.width().max(extent.height()) / (4.0 * f64::from(grid.tms.tile_width));
-    grid.tms.zoom_for_resolution(wanted)
 }

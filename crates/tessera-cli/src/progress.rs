@@ -1,0 +1,70 @@
+//! Progress of a long command: a bar on a terminal, a plain line every
+//! few seconds otherwise (logs, CI).
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use tessera_server::seed::rate_and_eta;
+
+/// How often a line is printed when stderr is not a terminal.
+const LINE_EVERY: Duration = Duration::from_secs(2);
+
+/// Progress over `total` tiles.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// On a terminal.
+    Bar(indicatif::ProgressBar),
+    /// Elsewhere.
+    Lines {
+        /// Tiles to handle.
+        total: u64,
+        /// When the last line was printed.
+        last: Instant,
+    },
+}
+
+impl Progress {
+    /// Progress over `total` tiles, drawn on stderr.
+    pub fn new(total: u64) -> Progress {
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{wide_bar} {pos}/{len} tiles  {per_sec}  ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines {
+                total,
+                last: Instant::now(),
+            }
+        }
+    }
+
+    /// `done` tiles handled since `start`.
+    pub fn update(&mut self, done: u64, start: Instant) {
+        match self {
+            Progress::Bar(bar) => bar.set_position(done),
+            Progress::Lines { total, last } => {
+                if last.elapsed() >= LINE_EVERY {
+                    *last = Instant::now();
+                    let (rate, eta) = rate_and_eta(done, *total, start);
+                    eprintln!(
+                        "progress: {done}/{total} tiles ({:.0}%), {rate:.0} tiles/s, ETA {}",
+                        100.0 * done as f64 / (*total).max(1) as f64,
+                        eta.map_or_else(|| "?".into(), |d| format!("{:.0} s", d.as_secs_f64())),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Clears the bar.
+    pub fn finish(&self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+}

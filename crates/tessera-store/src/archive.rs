@@ -1,0 +1,509 @@
+//! Single-file tile archives for exports: PMTiles v3 and MBTiles 1.3,
+//! written tile by tile into a local file and synced when finished.
+//!
+//! Both formats hold Web Mercator tiles addressed `z/x/y` with `y` counted
+//! from the top (XYZ); the MBTiles writer turns rows into TMS order itself.
+//! Tiles should arrive in the order [`archive_order`] yields (ascending
+//! PMTiles tile id), which makes the PMTiles archive clustered; any order
+//! is accepted.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use pmtiles::{PmTilesStreamWriter, PmTilesWriter, TileId, TileType};
+use rusqlite::{Connection, params};
+use tessera_grid::{TileCoord, TileRange};
+
+use crate::StoreError;
+use crate::mbtiles::{SCHEMA, format_name};
+
+/// Tiles gathered per batch of [`archive_order`]: blocks of 2^8 x 2^8.
+const BLOCK_ORDER: u8 = 8;
+
+/// MBTiles rows inserted per transaction.
+const MBTILES_BATCH: u64 = 10_000;
+
+/// An archive format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchiveFormat {
+    /// PMTiles v3 (one file, read with HTTP range requests).
+    Pmtiles,
+    /// MBTiles 1.3 (SQLite).
+    Mbtiles,
+}
+
+impl ArchiveFormat {
+    /// `pmtiles` or `mbtiles` (any case).
+    pub fn parse(text: &str) -> Option<ArchiveFormat> {
+        match text.to_ascii_lowercase().as_str() {
+            "pmtiles" => Some(ArchiveFormat::Pmtiles),
+            "mbtiles" => Some(ArchiveFormat::Mbtiles),
+            _ => None,
+        }
+    }
+
+    /// The file extension, without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            ArchiveFormat::Pmtiles => "pmtiles",
+            ArchiveFormat::Mbtiles => "mbtiles",
+        }
+    }
+}
+
+/// What an archive says about its tiles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveInfo {
+    /// Layer name.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Attribution.
+    pub attribution: Option<String>,
+    /// Tile extension: `png`, `jpg` or `webp`.
+    pub extension: &'static str,
+    /// West, south, east, north in degrees.
+    pub bounds: [f64; 4],
+    /// Longitude, latitude and zoom a viewer starts at.
+    pub center: (f64, f64, u8),
+    /// Lowest zoom.
+    pub min_zoom: u8,
+    /// Highest zoom.
+    pub max_zoom: u8,
+}
+
+enum Inner {
+    Pmtiles(Box<PmTilesStreamWriter<File>>),
+    Mbtiles(Connection),
+}
+
+/// An archive being written; [`ArchiveWriter::finish`] completes it.
+/// Dropped unfinished, the file is left incomplete (callers write to a
+/// temporary file).
+pub struct ArchiveWriter {
+    inner: Inner,
+    path: PathBuf,
+    tiles: u64,
+    /// Lowest and highest zoom of the tiles added.
+    zooms: Option<(u8, u8)>,
+}
+
+impl std::fmt::Debug for ArchiveWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiveWriter")
+            .field("path", &self.path)
+            .field("tiles", &self.tiles)
+            .finish_non_exhaustive()
+    }
+}
+
+fn archive_err(op: &'static str, path: &Path, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        store: "archive".into(),
+        op,
+        key: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl ArchiveWriter {
+    /// Starts an archive at `path`, which must not hold an archive already
+    /// (an empty file, as a temporary file is created, is fine).
+    pub fn create(
+        format: ArchiveFormat,
+        path: &Path,
+        info: &ArchiveInfo,
+    ) -> Result<ArchiveWriter, StoreError> {
+        let inner = match format {
+            ArchiveFormat::Pmtiles => Inner::Pmtiles(Box::new(create_pmtiles(path, info)?)),
+            ArchiveFormat::Mbtiles => Inner::Mbtiles(
+                create_mbtiles(path, info).map_err(|e| archive_err("create", path, &e))?,
+            ),
+        };
+        Ok(ArchiveWriter {
+            inner,
+            path: path.to_path_buf(),
+            tiles: 0,
+            zooms: None,
+        })
+    }
+
+    /// Adds tile `coord` (row counted from the top). Empty tiles are
+    /// refused.
+    pub fn add(&mut self, coord: TileCoord, data: &[u8]) -> Result<(), StoreError> {
+        if data.is_empty() {
+            return Err(StoreError::Invalid {
+                store: "archive".into(),
+                message: format!(
+                    "refusing an empty tile {}/{}/{}",
+                    coord.z(),
+                    coord.x(),
+                    coord.y()
+                ),
+            });
+        }
+        match &mut self.inner {
+            Inner::Pmtiles(w) => {
+                let c = pmtiles::TileCoord::new(coord.z(), coord.x(), coord.y())
+                    .map_err(|e| archive_err("add", &self.path, &e))?;
+                w.add_tile(c, data)
+                    .map_err(|e| archive_err("add", &self.path, &e))?;
+            }
+            Inner::Mbtiles(conn) => {
+                let row = (1u32 << coord.z()) - 1 - coord.y();
+                let result = (|| {
+                    if self.tiles.is_multiple_of(MBTILES_BATCH) {
+                        if self.tiles > 0 {
+                            conn.execute_batch("COMMIT")?;
+                        }
+                        conn.execute_batch("BEGIN")?;
+                    }
+                    conn.prepare_cached(
+                        "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data) VALUES (?1, ?2, ?3, ?4)",
+                    )?
+                    .execute(params![coord.z(), coord.x(), row, data])
+                })();
+                result.map_err(|e| archive_err("add", &self.path, &e))?;
+            }
+        }
+        self.tiles += 1;
+        let z = coord.z();
+        self.zooms = Some(self.zooms.map_or((z, z), |(lo, hi)| (lo.min(z), hi.max(z))));
+        Ok(())
+    }
+
+    /// Tiles added so far.
+    pub fn tiles(&self) -> u64 {
+        self.tiles
+    }
+
+    /// Completes the archive and syncs the file; returns its size in bytes.
+    /// The zoom range recorded is that of the tiles added (when any).
+    pub fn finish(self) -> Result<u64, StoreError> {
+        let path = self.path;
+        match self.inner {
+            Inner::Pmtiles(mut w) => {
+                if let Some((lo, hi)) = self.zooms {
+                    w.set_zoom_range(lo, hi);
+                }
+                w.finalize().map_err(|e| archive_err("finish", &path, &e))?;
+                set_leaf_offset(&path).map_err(|e| archive_err("finish", &path, &e))?;
+            }
+            Inner::Mbtiles(conn) => {
+                let result = (|| {
+                    if self.tiles > 0 {
+                        conn.execute_batch("COMMIT")?;
+                    }
+                    if let Some((lo, hi)) = self.zooms {
+                        conn.execute(
+                            "UPDATE metadata SET value = ?1 WHERE name = 'minzoom'",
+                            params![lo.to_string()],
+                        )?;
+                        conn.execute(
+                            "UPDATE metadata SET value = ?1 WHERE name = 'maxzoom'",
+                            params![hi.to_string()],
+                        )?;
+                    }
+                    conn.execute_batch("ANALYZE")
+                })();
+                result.map_err(|e| archive_err("finish", &path, &e))?;
+                conn.close()
+                    .map_err(|(_, e)| archive_err("finish", &path, &e))?;
+            }
+        }
+        let file = File::open(&path).map_err(|e| archive_err("sync", &path, &e))?;
+        file.sync_all()
+            .map_err(|e| archive_err("sync", &path, &e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| archive_err("sync", &path, &e))?
+            .len();
+        Ok(len)
+    }
+}
+
+/// Header fields (byte offsets) [`set_leaf_offset`] reads and writes.
+const LEAF_OFFSET: usize = 40;
+const LEAF_LENGTH: usize = 48;
+const DATA_OFFSET: usize = 56;
+const DATA_LENGTH: usize = 64;
+
+/// An archive without leaf directories gets a leaf section offset of the
+/// end of the tile data (where leaves would start) instead of 0: the
+/// reference tool (`pmtiles verify` of go-pmtiles) refuses offset 0, and
+/// with length 0 the offset points at nothing either way.
+fn set_leaf_offset(path: &Path) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let mut header = [0u8; 72];
+    file.read_exact(&mut header)?;
+    let field = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&header[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    if field(LEAF_OFFSET) == 0 && field(LEAF_LENGTH) == 0 {
+        let end = field(DATA_OFFSET) + field(DATA_LENGTH);
+        file.seek(SeekFrom::Start(LEAF_OFFSET as u64))?;
+        file.write_all(&end.to_le_bytes())?;
+    }
+    Ok(())
+}
+
+fn create_pmtiles(
+    path: &Path,
+    info: &ArchiveInfo,
+) -> Result<PmTilesStreamWriter<File>, StoreError> {
+    let tile_type = match info.extension {
+        "jpg" => TileType::Jpeg,
+        "webp" => TileType::Webp,
+        "png" => TileType::Png,
+        _ => TileType::Unknown,
+    };
+    let mut metadata = serde_json::json!({
+        "name": info.name,
+        "format": info.extension,
+        "type": "baselayer",
+    });
+    if let Some(d) = &info.description {
+        metadata["description"] = d.clone().into();
+    }
+    if let Some(a) = &info.attribution {
+        metadata["attribution"] = a.clone().into();
+    }
+    let [w, s, e, n] = info.bounds;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| archive_err("create", path, &e))?;
+    PmTilesWriter::new(tile_type)
+        .metadata(metadata.to_string())
+        .min_zoom(info.min_zoom)
+        .max_zoom(info.max_zoom)
+        .bounds(w, s, e, n)
+        .center(info.center.0, info.center.1)
+        .center_zoom(info.center.2)
+        .create(file)
+        .map_err(|e| archive_err("create", path, &e))
+}
+
+fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    // A fresh file that is renamed or uploaded only once finished: no
+    // rollback journal needed.
+    conn.pragma_update(None, "journal_mode", "OFF")?;
+    conn.pragma_update(None, "synchronous", "OFF")?;
+    conn.execute_batch(SCHEMA)?;
+    let [w, s, e, n] = info.bounds;
+    let (lon, lat, zoom) = info.center;
+    let mut rows = vec![
+        ("name", info.name.clone()),
+        ("format", format_name(info.extension).to_string()),
+        ("type", "baselayer".to_string()),
+        ("version", "1.3".to_string()),
+        ("bounds", format!("{w},{s},{e},{n}")),
+        ("center", format!("{lon},{lat},{zoom}")),
+        ("minzoom", info.min_zoom.to_string()),
+        ("maxzoom", info.max_zoom.to_string()),
+    ];
+    if let Some(d) = &info.description {
+        rows.push(("description", d.clone()));
+    }
+    if let Some(a) = &info.attribution {
+        rows.push(("attribution", a.clone()));
+    }
+    for (name, value) in rows {
+        conn.execute(
+            "INSERT OR REPLACE INTO metadata (name, value) VALUES (?1, ?2)",
+            params![name, value],
+        )?;
+    }
+    Ok(conn)
+}
+
+/// The PMTiles tile id of `z/x/y` (zoom by zoom, Hilbert order within a
+/// zoom). `x` and `y` must be below 2^z.
+fn tile_id(z: u8, x: u32, y: u32) -> u64 {
+    pmtiles::TileCoord::new(z, x, y).map_or(u64::MAX, |c| TileId::from(c).value())
+}
+
+/// Every tile of `ranges` (XYZ rows; overlaps are visited once) in
+/// ascending PMTiles tile id, in batches of at most 2^8 x 2^8 tiles. Memory
+/// stays bounded by one batch and the list of batches of one zoom: at zoom
+/// z the tiles of an aligned 2^k block have consecutive ids, and the blocks
+/// are visited in the order of their own ids at zoom z - k.
+pub fn archive_order(ranges: &[TileRange]) -> impl Iterator<Item = Vec<TileCoord>> + '_ {
+    let mut zooms: Vec<u8> = ranges.iter().map(|r| r.z).collect();
+    zooms.sort_unstable();
+    zooms.dedup();
+    zooms.into_iter().flat_map(move |z| {
+        let k = z.min(BLOCK_ORDER);
+        let at_z: Vec<TileRange> = ranges.iter().filter(|r| r.z == z).copied().collect();
+        let mut blocks: Vec<(u64, u32, u32)> = at_z
+            .iter()
+            .flat_map(|r| {
+                (r.min_y >> k..=r.max_y >> k).flat_map(move |by| {
+                    (r.min_x >> k..=r.max_x >> k).map(move |bx| (tile_id(z - k, bx, by), bx, by))
+                })
+            })
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks.into_iter().map(move |(_, bx, by)| {
+            let (x0, y0) = (bx << k, by << k);
+            let (x1, y1) = (x0 + (1 << k) - 1, y0 + (1 << k) - 1);
+            let mut tiles: Vec<(u64, u32, u32)> = Vec::new();
+            for r in &at_z {
+                for y in r.min_y.max(y0)..=r.max_y.min(y1) {
+                    for x in r.min_x.max(x0)..=r.max_x.min(x1) {
+                        tiles.push((tile_id(z, x, y), x, y));
+                    }
+                }
+            }
+            tiles.sort_unstable();
+            tiles.dedup();
+            tiles
+                .into_iter()
+                .map(|(_, x, y)| TileCoord::restored(z, x, y))
+                .collect()
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn range(z: u8, min_x: u32, min_y: u32, max_x: u32, max_y: u32) -> TileRange {
+        TileRange {
+            z,
+            min_x,
+            min_y,
+            max_x,
+            max_y,
+        }
+    }
+
+    #[test]
+    fn order_is_ascending_tile_id_and_visits_each_tile_once() {
+        let ranges = [
+            range(0, 0, 0, 0, 0),
+            range(3, 1, 2, 6, 5),
+            range(3, 4, 4, 7, 7), // overlaps the one above
+            range(10, 300, 200, 700, 420),
+            range(10, 0, 1023, 2, 1023),
+        ];
+        let got: Vec<TileCoord> = archive_order(&ranges).flatten().collect();
+        let ids: Vec<u64> = got.iter().map(|c| tile_id(c.z(), c.x(), c.y())).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "not strictly ascending"
+        );
+        let mut expected: Vec<u64> = ranges
+            .iter()
+            .flat_map(|r| {
+                (r.min_y..=r.max_y)
+                    .flat_map(move |y| (r.min_x..=r.max_x).map(move |x| tile_id(r.z, x, y)))
+            })
+            .collect();
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(ids, expected);
+        // Batches hold at most one block.
+        assert!(archive_order(&ranges).all(|b| b.len() <= 1 << (2 * BLOCK_ORDER)));
+    }
+
+    fn info() -> ArchiveInfo {
+        ArchiveInfo {
+            name: "relief".into(),
+            description: Some("Shaded relief".into()),
+            attribution: None,
+            extension: "png",
+            bounds: [-10.0, -20.0, 30.0, 40.0],
+            center: (10.0, 10.0, 2),
+            // Wider than the tiles added: the archive records theirs.
+            min_zoom: 0,
+            max_zoom: 5,
+        }
+    }
+
+    #[test]
+    fn mbtiles_rows_are_tms_and_metadata_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.mbtiles");
+        let mut w = ArchiveWriter::create(ArchiveFormat::Mbtiles, &path, &info()).unwrap();
+        w.add(TileCoord::restored(1, 0, 0), b"a").unwrap();
+        w.add(TileCoord::restored(2, 3, 1), b"b").unwrap();
+        assert!(w.add(TileCoord::restored(2, 3, 2), b"").is_err());
+        assert_eq!(w.tiles(), 2);
+        let size = w.finish().unwrap();
+        assert_eq!(size, std::fs::metadata(&path).unwrap().len());
+        let conn = Connection::open(&path).unwrap();
+        let tile = |z: u8, x: u32, row: u32| -> Option<Vec<u8>> {
+            conn.query_row(
+                "SELECT tile_data FROM tiles WHERE zoom_level=?1 AND tile_column=?2 AND tile_row=?3",
+                params![z, x, row],
+                |r| r.get(0),
+            )
+            .ok()
+        };
+        assert_eq!(tile(1, 0, 1), Some(b"a".to_vec()));
+        assert_eq!(tile(2, 3, 2), Some(b"b".to_vec()));
+        let meta = |name: &str| -> String {
+            conn.query_row(
+                "SELECT value FROM metadata WHERE name=?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(meta("format"), "png");
+        assert_eq!(meta("bounds"), "-10,-20,30,40");
+        assert_eq!(meta("minzoom"), "1");
+        assert_eq!(meta("maxzoom"), "2");
+        assert_eq!(meta("center"), "10,10,2");
+        let journal: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_ne!(journal, "wal", "an exported file must not need a WAL");
+    }
+
+    #[test]
+    fn pmtiles_header_and_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.pmtiles");
+        let mut w = ArchiveWriter::create(ArchiveFormat::Pmtiles, &path, &info()).unwrap();
+        let ranges = [range(1, 0, 0, 1, 1), range(2, 0, 0, 3, 3)];
+        for c in archive_order(&ranges).flatten() {
+            // Two contents only: the writer stores each once.
+            let data: &[u8] = if c.x() % 2 == 0 { b"even" } else { b"odd" };
+            w.add(c, data).unwrap();
+        }
+        assert_eq!(w.tiles(), 20);
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..7], b"PMTiles");
+        assert_eq!(bytes[7], 3, "spec version");
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+        assert_eq!(u64_at(72), 20, "addressed tiles");
+        assert_eq!(u64_at(88), 2, "tile contents");
+        assert_eq!(bytes[96], 1, "clustered");
+        assert_eq!(bytes[99], 2, "tile type png");
+        assert_eq!((bytes[100], bytes[101]), (1, 2), "zooms");
+        let data_end = u64_at(56) + u64_at(64);
+        assert_eq!(
+            u64_at(40),
+            data_end,
+            "leaf offset set though there are no leaves"
+        );
+        assert_eq!(u64_at(48), 0);
+        assert_eq!(data_end, bytes.len() as u64);
+    }
+}
