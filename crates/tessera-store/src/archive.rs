@@ -86,6 +86,8 @@ pub struct ArchiveWriter {
     tiles: u64,
     /// Lowest and highest zoom of the tiles added.
     zooms: Option<(u8, u8)>,
+    /// The centre asked for (its zoom is kept within the tiles' zooms).
+    center: (f64, f64, u8),
 }
 
 impl std::fmt::Debug for ArchiveWriter {
@@ -125,6 +127,7 @@ impl ArchiveWriter {
             path: path.to_path_buf(),
             tiles: 0,
             zooms: None,
+            center: info.center,
         })
     }
 
@@ -178,13 +181,19 @@ impl ArchiveWriter {
     }
 
     /// Completes the archive and syncs the file; returns its size in bytes.
-    /// The zoom range recorded is that of the tiles added (when any).
+    /// The zoom range recorded is that of the tiles added (when any), and
+    /// the centre's zoom is kept within it.
     pub fn finish(self) -> Result<u64, StoreError> {
         let path = self.path;
+        let (lon, lat, mut zoom) = self.center;
+        if let Some((lo, hi)) = self.zooms {
+            zoom = zoom.clamp(lo, hi);
+        }
         match self.inner {
             Inner::Pmtiles(mut w) => {
                 if let Some((lo, hi)) = self.zooms {
                     w.set_zoom_range(lo, hi);
+                    w.set_center(lon, lat, zoom);
                 }
                 w.finalize().map_err(|e| archive_err("finish", &path, &e))?;
                 set_leaf_offset(&path).map_err(|e| archive_err("finish", &path, &e))?;
@@ -202,6 +211,10 @@ impl ArchiveWriter {
                         conn.execute(
                             "UPDATE metadata SET value = ?1 WHERE name = 'maxzoom'",
                             params![hi.to_string()],
+                        )?;
+                        conn.execute(
+                            "UPDATE metadata SET value = ?1 WHERE name = 'center'",
+                            params![format!("{lon},{lat},{zoom}")],
                         )?;
                     }
                     conn.execute_batch("ANALYZE")
@@ -427,7 +440,7 @@ mod tests {
             attribution: None,
             extension: "png",
             bounds: [-10.0, -20.0, 30.0, 40.0],
-            center: (10.0, 10.0, 2),
+            center: (10.0, 10.0, 4),
             // Wider than the tiles added: the archive records theirs.
             min_zoom: 0,
             max_zoom: 5,
@@ -468,7 +481,11 @@ mod tests {
         assert_eq!(meta("bounds"), "-10,-20,30,40");
         assert_eq!(meta("minzoom"), "1");
         assert_eq!(meta("maxzoom"), "2");
-        assert_eq!(meta("center"), "10,10,2");
+        assert_eq!(
+            meta("center"),
+            "10,10,2",
+            "centre zoom within the tiles' zooms"
+        );
         let journal: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -497,6 +514,7 @@ mod tests {
         assert_eq!(bytes[96], 1, "clustered");
         assert_eq!(bytes[99], 2, "tile type png");
         assert_eq!((bytes[100], bytes[101]), (1, 2), "zooms");
+        assert_eq!(bytes[118], 2, "centre zoom within the tiles' zooms");
         let data_end = u64_at(56) + u64_at(64);
         assert_eq!(
             u64_at(40),
