@@ -4,8 +4,8 @@
 //! The body is pulled from hyper one frame at a time, in order, and each
 //! frame goes into the current part of a multipart upload (`Upload`) without
 //! being copied; the next frame is only read once there is room, so at most
-//! `parts_in_flight` x `part_size` bytes are held. No task per chunk, no
-//! queue. Every failure ends with the upload aborted: nothing partial is
+//! `parts_in_flight` x `part_size` bytes are held ([`super::body`]). No
+//! task per chunk, no queue. Every failure ends with the upload aborted: nothing partial is
 //! ever visible.
 
 use std::time::Duration;
@@ -14,7 +14,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
 use object_store::ObjectStoreExt;
 use std::sync::Arc;
 
@@ -22,6 +21,7 @@ use bytes::Bytes;
 use tessera_store::upload::{Upload, verify};
 
 use super::AppState;
+use super::body::{BodyError, BodyReader};
 use super::error::ApiError;
 use crate::config::valid_name;
 use crate::sources::{Uploads, sniff_extension};
@@ -66,7 +66,7 @@ async fn upload(
     state: &AppState,
     name: &str,
     headers: &HeaderMap,
-    mut body: Body,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let Some(uploads) = state.uploads.clone() else {
         return Err(ApiError::not_found(
@@ -123,40 +123,28 @@ async fn upload(
     // reads; the object is named `<name>.<ext>` so GDAL's network file
     // systems open it.
     let stall = Duration::from_secs(uploads.config.body_timeout_secs);
+    let mut reader = BodyReader::new(body, max, stall);
     let mut head: Vec<Bytes> = Vec::new();
-    let mut received: u64 = 0;
     let mut up: Option<(Upload, String)> = None;
     loop {
-        let frame = match tokio::time::timeout(stall, body.frame()).await {
-            Err(_) => {
-                abort(&mut up).await;
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "RequestTimeout",
-                    format!(
-                        "no part of the body arrived for {} s (admin.body_timeout_secs); nothing was stored",
-                        stall.as_secs()
-                    ),
-                ));
-            }
+        let data = match reader.next().await {
+            Ok(Some(data)) => data,
             Ok(None) => break,
-            Ok(Some(Err(e))) => {
+            Err(e) => {
                 abort(&mut up).await;
-                return Err(ApiError::bad_request(
-                    "IncompleteBody",
-                    format!("the body ended early ({e}); nothing was stored"),
-                ));
+                return Err(match e {
+                    BodyError::Stalled(_) => ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "RequestTimeout",
+                        format!("{e} (admin.body_timeout_secs); nothing was stored"),
+                    ),
+                    BodyError::TooLarge(_) => too_large(),
+                    BodyError::Incomplete(_) => {
+                        ApiError::bad_request("IncompleteBody", format!("{e}; nothing was stored"))
+                    }
+                });
             }
-            Ok(Some(Ok(frame))) => frame,
         };
-        let Ok(data) = frame.into_data() else {
-            continue; // trailers
-        };
-        received += data.len() as u64;
-        if received > max {
-            abort(&mut up).await;
-            return Err(too_large());
-        }
         match &mut up {
             Some((u, _)) => u
                 .write(data)
@@ -170,7 +158,7 @@ async fn upload(
             }
         }
     }
-    if received == 0 {
+    if reader.received() == 0 {
         return Err(empty());
     }
     let (up, file) = match up {

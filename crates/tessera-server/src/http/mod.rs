@@ -3,6 +3,7 @@
 //! responses only in [`error`].
 
 mod admin;
+pub mod body;
 pub mod error;
 pub mod params;
 mod preview;
