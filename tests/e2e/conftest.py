@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import boto3
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +129,12 @@ def s3():
         "key": os.environ["TESSERA_TEST_S3_ACCESS_KEY"],
         "secret": os.environ["TESSERA_TEST_S3_SECRET_KEY"],
     }
+
+
+def s3_bucket(s3, name):
+    """A boto3 client for MinIO, with bucket `name` created if missing."""
+    c = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
+                     aws_secret_access_key=s3["secret"], region_name="us-east-1")
+    if name not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
+        c.create_bucket(Bucket=name)
+    return c

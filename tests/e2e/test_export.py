@@ -9,10 +9,9 @@ import subprocess
 import sys
 import uuid
 
-import boto3
 import pytest
 
-from conftest import ROOT, free_port, relief_config, require_tool, serving
+from conftest import ROOT, free_port, relief_config, require_tool, s3_bucket, serving
 
 BUCKET = "tessera-e2e-exports"
 
@@ -45,11 +44,7 @@ def s3_options(s3, endpoint=None):
 
 
 def client(s3):
-    c = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
-                     aws_secret_access_key=s3["secret"], region_name="us-east-1")
-    if BUCKET not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
-        c.create_bucket(Bucket=BUCKET)
-    return c
+    return s3_bucket(s3, BUCKET)
 
 
 @pytest.fixture(scope="module")

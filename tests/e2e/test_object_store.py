@@ -9,10 +9,9 @@ import subprocess
 import urllib.request
 import uuid
 
-import boto3
 import fastavro
 
-from conftest import relief_config, serving
+from conftest import relief_config, s3_bucket, serving
 
 BUCKET = "tessera-e2e-packs"
 
@@ -25,11 +24,7 @@ def run(cfg, command, *args):
 
 
 def client(s3):
-    c = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
-                     aws_secret_access_key=s3["secret"], region_name="us-east-1")
-    if BUCKET not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
-        c.create_bucket(Bucket=BUCKET)
-    return c
+    return s3_bucket(s3, BUCKET)
 
 
 def keys(c, prefix):

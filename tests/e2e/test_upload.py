@@ -9,11 +9,10 @@ import socket
 import time
 import urllib.parse
 
-import boto3
 import pytest
 from osgeo import gdal
 
-from conftest import serving
+from conftest import s3_bucket, serving
 
 gdal.UseExceptions()
 BUCKET = "tessera-e2e-sources"
@@ -22,11 +21,7 @@ TOKEN = "upload-token-0123456789abcdef"
 
 @pytest.fixture(scope="module")
 def bucket(s3):
-    c = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
-                     aws_secret_access_key=s3["secret"], region_name="us-east-1")
-    if BUCKET not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
-        c.create_bucket(Bucket=BUCKET)
-    return c
+    return s3_bucket(s3, BUCKET)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ use tessera_store::{StoreError, TileKey, TileStore};
 use tokio::io::AsyncReadExt;
 
 use crate::seed::SeedPlan;
+use crate::tile_cache::store_key;
 
 /// Tiles read per round (spread over the reading threads) before they are
 /// written to the archive: bounds the tiles held in memory.
@@ -345,20 +346,7 @@ fn write_archive(
     path: &Path,
     mut progress: impl FnMut(u64),
 ) -> Result<(u64, u64, u64), ExportError> {
-    let tms = &plan.grid.tms;
-    let key = |coord: TileCoord| {
-        let m = tms
-            .matrix(coord.z())
-            .expect("planned zooms are in the grid");
-        TileKey {
-            layer: plan.layer.name.clone(),
-            grid: tms.id.clone(),
-            coord,
-            matrix_width: m.matrix_width,
-            matrix_height: m.matrix_height,
-            extension: plan.format.extension(),
-        }
-    };
+    let key = |coord: TileCoord| store_key(&plan.layer, &plan.grid, plan.format, coord);
     let mut writer = ArchiveWriter::create(format, path, info)?;
     let (mut handled, mut missing) = (0u64, 0u64);
     for block in archive_order(&plan.ranges) {

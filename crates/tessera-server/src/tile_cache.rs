@@ -528,18 +528,22 @@ fn miss(bytes: Bytes) -> Tile {
 
 /// The store key of tile `coord` of the request's layer, grid and format.
 pub fn tile_key(req: &TileRequest, coord: TileCoord) -> TileKey {
-    let matrix = req
-        .grid
+    store_key(&req.layer, &req.grid, req.format, coord)
+}
+
+/// The store key of tile `coord` of `layer` in `grid` and `format`.
+pub fn store_key(layer: &Layer, grid: &Grid, format: Format, coord: TileCoord) -> TileKey {
+    let matrix = grid
         .tms
         .matrix(coord.z())
         .expect("a TileCoord is inside its grid");
     TileKey {
-        layer: req.layer.name.clone(),
-        grid: req.grid.tms.id.clone(),
+        layer: layer.name.clone(),
+        grid: grid.tms.id.clone(),
         coord,
         matrix_height: matrix.matrix_height,
         matrix_width: matrix.matrix_width,
-        extension: req.format.extension(),
+        extension: format.extension(),
     }
 }
 
