@@ -1,15 +1,15 @@
 //! The arguments that name a layer's tiles (layer, grid, zooms, bbox or
-//! polygon, format), shared by `tessera seed` and `tessera truncate`.
+//! polygon), shared by `tessera seed`, `truncate` and `export`.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use clap::Args;
-use tessera_server::http::AppState;
-use tessera_server::seed::{SeedArea, SeedPlan, polygons_from_geojson};
-use tessera_server::tessera_grid::BBox;
-use tessera_server::tessera_image::Format;
-use tessera_server::{Config, build_state};
+use tessera_server::plan::{PlanArea, TilePlan, polygons_from_geojson};
+use tessera_server::tessera_grid::{BBox, TileFormat};
+use tessera_server::{Config, Service};
+
+use crate::runtime::CliError;
 
 /// Which tiles of which layer.
 #[derive(Debug, Args)]
@@ -38,45 +38,44 @@ pub struct AreaArgs {
 }
 
 impl AreaArgs {
-    /// Loads the configuration, opens its stores and plans the tiles named
-    /// in tile format `format` (png, jpg, webp; `None`: the layer's first).
-    pub fn plan(&self, format: Option<&str>) -> Result<(AppState, SeedPlan), String> {
-        let config = Config::from_file(&self.config).map_err(|e| e.to_string())?;
-        let state = build_state(config).map_err(|e| e.to_string())?;
+    /// Loads the configuration, opens the layer's source and store (no
+    /// other layer's) and plans the tiles named in tile format `format`
+    /// (png, jpg, webp; `None`: the layer's first).
+    pub fn plan(&self, format: Option<&str>) -> Result<(Service, TilePlan), CliError> {
+        let config = Config::from_file(&self.config)?;
+        let service = Service::batch(config, &self.layer)?;
         let format = match format {
             Some(f) => {
-                Some(Format::from_extension(f).ok_or_else(|| format!("unknown format {f:?}"))?)
+                Some(TileFormat::from_extension(f).ok_or_else(|| format!("unknown format {f:?}"))?)
             }
             None => None,
         };
         let grid = match &self.grid {
             Some(g) => g.clone(),
-            None => state
+            None => service
                 .registry
                 .layer(&self.layer)
                 .and_then(|l| l.grids.first().cloned())
                 .ok_or_else(|| format!("unknown layer {:?}", self.layer))?,
         };
         let area = match (&self.bbox, &self.polygon) {
-            (Some(b), _) => SeedArea::BBox(*b, self.bbox_crs.clone()),
+            (Some(b), _) => PlanArea::BBox(*b, self.bbox_crs.clone()),
             (None, Some(path)) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                SeedArea::Polygons(polygons_from_geojson(&text).map_err(|e| e.to_string())?)
+                PlanArea::Polygons(polygons_from_geojson(&text)?)
             }
-            (None, None) => SeedArea::Extent,
+            (None, None) => PlanArea::Extent,
         };
-        let plan = SeedPlan::new(
-            &state.config,
-            &state.registry,
+        let plan = TilePlan::new(
+            &service.registry,
             &self.layer,
             &grid,
             format,
             self.zoom.clone(),
             &area,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok((state, plan))
+        )?;
+        Ok((service, plan))
     }
 }
 

@@ -12,7 +12,8 @@ use tessera_server::tessera_store::upload::UploadOptions;
 
 use crate::area::AreaArgs;
 use crate::progress::Progress;
-use crate::seed::{cores, runtime, seed_plan};
+use crate::runtime::{CliResult, cores, runtime};
+use crate::seed::seed_plan;
 
 /// Arguments of `tessera export`.
 #[derive(Debug, Args)]
@@ -57,13 +58,13 @@ pub struct ExportArgs {
 }
 
 /// Runs an export; returns the process exit status.
-pub fn run(args: &ExportArgs) -> Result<u8, String> {
-    let destination = Destination::parse(&args.to).map_err(|e| e.to_string())?;
-    let (state, plan) = args.area.plan(args.tile_format.as_deref())?;
+pub fn run(args: &ExportArgs) -> CliResult {
+    let destination = Destination::parse(&args.to)?;
+    let (service, plan) = args.area.plan(args.tile_format.as_deref())?;
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
     if args.render_missing {
-        let code = seed_plan(&runtime, &state, &plan, threads, false)?;
+        let code = seed_plan(&runtime, &service, &plan, threads, false)?;
         if code != 0 {
             return Ok(code);
         }
@@ -99,7 +100,7 @@ pub fn run(args: &ExportArgs) -> Result<u8, String> {
         shown.update(n, start);
     }));
     display.finish();
-    let done = done.map_err(|e| e.to_string())?;
+    let done = done?;
     let upload = match done.crc32c {
         Some(crc) => format!(", {} parts, CRC32C {crc:08x}", done.parts),
         None => String::new(),

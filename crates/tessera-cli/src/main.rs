@@ -6,11 +6,13 @@ use std::process::ExitCode;
 mod area;
 mod export;
 mod progress;
+mod runtime;
 mod seed;
 mod truncate;
 
 use clap::{Parser, Subcommand};
-use tessera_server::{Config, build_state, demo, http};
+use runtime::{CliError, CliResult};
+use tessera_server::{Config, Service, demo, http};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -76,22 +78,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(error) => {
+            runtime::print_error(error.as_ref());
             ExitCode::FAILURE
         }
     }
 }
 
-fn load(config: Option<&PathBuf>) -> Result<Config, String> {
-    match config {
-        Some(path) => Config::from_file(path).map_err(|e| e.to_string()),
-        None => demo::demo_config().map_err(|e| e.to_string()),
-    }
+fn load(config: Option<&PathBuf>) -> Result<Config, CliError> {
+    Ok(match config {
+        Some(path) => Config::from_file(path)?,
+        None => demo::demo_config()?,
+    })
 }
 
 /// Runs a command; returns the process exit status.
-fn run(cli: Cli) -> Result<u8, String> {
+fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Seed(args) => seed::seed(&args),
         Command::Truncate(args) => truncate::truncate(&args),
@@ -101,9 +103,8 @@ fn run(cli: Cli) -> Result<u8, String> {
             Ok(0)
         }
         Command::Check { config } => {
-            let config = load(Some(&config))?;
-            let state = build_state(config).map_err(|e| e.to_string())?;
-            println!("ok: {} layer(s)", state.registry.layers().len());
+            let service = Service::serving(load(Some(&config))?)?;
+            println!("ok: {} layer(s)", service.registry.layers().len());
             Ok(0)
         }
         Command::Serve { config, listen } => {
@@ -111,22 +112,18 @@ fn run(cli: Cli) -> Result<u8, String> {
             if let Some(listen) = listen {
                 config.server.listen = listen;
             }
-            let state = build_state(config).map_err(|e| e.to_string())?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the runtime: {e}"))?;
-            runtime.block_on(serve(state)).map(|()| 0)
+            let state = http::AppState::new(Service::serving(config)?);
+            runtime::runtime()?.block_on(serve(state)).map(|()| 0)
         }
     }
 }
 
-async fn serve(state: http::AppState) -> Result<(), String> {
+async fn serve(state: http::AppState) -> Result<(), CliError> {
     let listen = state.config.server.listen.clone();
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| CliError::from(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener.local_addr()?;
     let first = state
         .registry
         .layers()
@@ -146,7 +143,7 @@ async fn serve(state: http::AppState) -> Result<(), String> {
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
-        .map_err(|e| format!("server error: {e}"))
+        .map_err(|e| format!("server error: {e}").into())
 }
 
 async fn shutdown_signal() {

@@ -4,8 +4,6 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use tessera_server::seed::rate_and_eta;
-
 /// How often a line is printed when stderr is not a terminal.
 const LINE_EVERY: Duration = Duration::from_secs(2);
 
@@ -67,4 +65,14 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
+}
+
+/// Rate and estimated time left, from the `done` tiles (of `total_tiles`)
+/// handled since `start`.
+pub fn rate_and_eta(done: u64, total_tiles: u64, start: Instant) -> (f64, Option<Duration>) {
+    let secs = start.elapsed().as_secs_f64();
+    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    let left = total_tiles.saturating_sub(done);
+    let eta = (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate));
+    (rate, eta)
 }

@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use clap::Args;
-use tessera_server::http::AppState;
-use tessera_server::seed::{SeedEnd, SeedPlan, SeedStats, rate_and_eta, run};
+use tessera_server::Service;
+use tessera_server::plan::TilePlan;
+use tessera_server::seed::{SeedEnd, SeedStats, run};
 
 use crate::area::AreaArgs;
-use crate::progress::Progress;
+use crate::progress::{Progress, rate_and_eta};
+use crate::runtime::{CliResult, cores, runtime};
 
 /// Exit status of a seed stopped with Ctrl-C (128 + SIGINT).
 pub const CANCELLED: u8 = 130;
@@ -31,24 +33,11 @@ pub struct SeedArgs {
 }
 
 /// Runs a seed; returns the process exit status.
-pub fn seed(args: &SeedArgs) -> Result<u8, String> {
-    let (state, plan) = args.area.plan(args.format.as_deref())?;
+pub fn seed(args: &SeedArgs) -> CliResult {
+    let (service, plan) = args.area.plan(args.format.as_deref())?;
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
-    seed_plan(&runtime, &state, &plan, threads, args.force)
-}
-
-/// A runtime for a command.
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
-}
-
-/// CPU cores (2 when unknown).
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(2, usize::from)
+    seed_plan(&runtime, &service, &plan, threads, args.force)
 }
 
 /// Renders `plan` with `threads` metatiles at once, showing progress and a
@@ -56,11 +45,11 @@ pub fn cores() -> usize {
 /// [`CANCELLED`] after Ctrl-C).
 pub fn seed_plan(
     runtime: &tokio::runtime::Runtime,
-    state: &AppState,
-    plan: &SeedPlan,
+    service: &Service,
+    plan: &TilePlan,
     threads: usize,
     force: bool,
-) -> Result<u8, String> {
+) -> CliResult {
     let (metatiles, total) = plan.size();
     let zooms = (
         plan.ranges.iter().map(|r| r.z).min().unwrap_or(0),
@@ -88,7 +77,7 @@ pub fn seed_plan(
                 }
             }
         });
-        run(&state.tiles, plan, threads, force, &cancel, |s| {
+        run(&service.tiles, plan, threads, force, &cancel, |s| {
             display.update(s.tiles_done, start);
         })
         .await
@@ -117,7 +106,7 @@ pub fn seed_plan(
         }
         SeedEnd::Failed(s, e) => {
             println!("{}", summary("seed failed", &s));
-            Err(e.to_string())
+            Err(e.into())
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use clap::Args;
 
 use crate::area::AreaArgs;
+use crate::runtime::CliResult;
 
 /// Arguments of `tessera truncate`.
 #[derive(Debug, Args)]
@@ -18,15 +19,15 @@ pub struct TruncateArgs {
 }
 
 /// Runs a truncation; returns the process exit status.
-pub fn truncate(args: &TruncateArgs) -> Result<u8, String> {
-    let (_state, plan) = args.area.plan(args.format.as_deref())?;
+pub fn truncate(args: &TruncateArgs) -> CliResult {
+    let (_service, plan) = args.area.plan(args.format.as_deref())?;
     let cache = plan
         .layer
         .cache
         .as_ref()
         .ok_or_else(|| format!("layer {:?} has no cache", plan.layer.name))?;
     let area = plan.tile_area();
-    let tiles: u64 = area.ranges.iter().map(|(r, _, _)| r.count()).sum();
+    let tiles: u64 = area.ranges.iter().map(|r| r.range.count()).sum();
     eprintln!(
         "truncating {} in {} at zoom {}..{} as {}: {tiles} tiles in {} ranges, store {:?}",
         plan.layer.name,
@@ -38,7 +39,7 @@ pub fn truncate(args: &TruncateArgs) -> Result<u8, String> {
         cache.store_name,
     );
     let start = Instant::now();
-    let report = cache.store.truncate(&area).map_err(|e| e.to_string())?;
+    let report = cache.store.truncate(&area)?;
     println!(
         "truncate complete: {} objects deleted, {} rewritten without the area's tiles, in {:.1} s",
         report.objects_deleted,

@@ -178,7 +178,7 @@ mod tests {
         for case in 0..200 {
             let z = 2 + (case % 4) as u8;
             let n = f64::from(1u32 << z);
-            let half = 20_037_508.342_789_244;
+            let half = crate::mercator::HALF_EXTENT_M;
             let span = 2.0 * half / n;
             let (cx, cy) = (-half + rnd() * 2.0 * half, -half + rnd() * 2.0 * half);
             let radius = span * (0.3 + rnd() * n / 3.0);

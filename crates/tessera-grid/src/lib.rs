@@ -1,7 +1,8 @@
-//! Tile matrix sets, validated tile coordinates and bounding-box math.
+//! Tile matrix sets, validated tile coordinates, bounding-box math and the
+//! tile vocabulary every other crate shares ([`TileFormat`], [`mercator`]).
 //!
-//! This crate owns the geometry of tiling and nothing else: it knows no
-//! pixels, no HTTP and no storage. Every tile coordinate that reaches a
+//! This crate owns the geometry of tiling and the names of tile formats,
+//! and nothing else: it knows no pixels, no HTTP and no storage. Every tile coordinate that reaches a
 //! renderer or a store is a [`TileCoord`], which can only be built through
 //! [`TileMatrixSet::tile`] or [`TileMatrixSet::parse_tile`], so an `x >= 2^z`,
 //! a zoom beyond the grid or a negative or fractional number never gets past
@@ -10,11 +11,14 @@
 mod bbox;
 mod coverage;
 mod curve;
+mod format;
+pub mod mercator;
 mod tms;
 
 pub use bbox::BBox;
 pub use coverage::Polygon;
 pub use curve::{Curve, order_for};
+pub use format::TileFormat;
 pub use tms::{
     GridSpec, TileCoord, TileMatrix, TileMatrixSet, TileRange, WEB_MERCATOR_QUAD, WORLD_CRS84_QUAD,
 };

@@ -9,7 +9,7 @@ pub const WEB_MERCATOR_QUAD: &str = "WebMercatorQuad";
 /// Identifier of the built-in plate carree grid (2x1 tiles at zoom 0).
 pub const WORLD_CRS84_QUAD: &str = "WorldCRS84Quad";
 
-const WEB_MERCATOR_HALF: f64 = 20_037_508.342_789_244;
+use crate::mercator::HALF_EXTENT_M as WEB_MERCATOR_HALF;
 /// Highest zoom in tile coordinates we ever accept; 2^30 columns still fit u32.
 const MAX_LEVELS: usize = 31;
 
@@ -184,7 +184,7 @@ impl TileMatrixSet {
         Self {
             id: WEB_MERCATOR_QUAD.into(),
             title: "Google Maps Compatible for the World".into(),
-            crs: "EPSG:3857".into(),
+            crs: crate::mercator::CRS.into(),
             crs_urn: "urn:ogc:def:crs:EPSG::3857".into(),
             well_known_scale_set: Some("urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible".into()),
             meters_per_unit: 1.0,
@@ -351,7 +351,7 @@ impl TileMatrixSet {
     /// tile size in pixels may differ.
     pub fn is_xyz(&self) -> bool {
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * WEB_MERCATOR_HALF;
-        self.crs == "EPSG:3857"
+        self.crs == crate::mercator::CRS
             && close(self.origin_x, -WEB_MERCATOR_HALF)
             && close(self.origin_y, WEB_MERCATOR_HALF)
             && self

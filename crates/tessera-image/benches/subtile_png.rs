@@ -6,7 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tessera_image::{Color, EncodeOptions, Format, RgbaImage, encode};
+use tessera_grid::TileFormat;
+use tessera_image::{Color, EncodeOptions, RgbaImage, encode};
 
 const TILE: u32 = 256;
 const GUTTER: u32 = 8;
@@ -45,21 +46,28 @@ fn bench(c: &mut Criterion) {
         let view = meta.sub_view(x, y, TILE, TILE).expect("inside");
         let standalone = view.to_image();
         assert_eq!(
-            encode(view, Format::Png, &options, white).expect("encode"),
-            encode(standalone.view(), Format::Png, &options, white).expect("encode"),
+            encode(view, TileFormat::Png, &options, white).expect("encode"),
+            encode(standalone.view(), TileFormat::Png, &options, white).expect("encode"),
             "the sub-view and the copy encode to the same bytes"
         );
         let mut group = c.benchmark_group(format!("png_{name}"));
         group.bench_function("standalone_tile", |b| {
-            b.iter(|| encode(black_box(standalone.view()), Format::Png, &options, white));
+            b.iter(|| {
+                encode(
+                    black_box(standalone.view()),
+                    TileFormat::Png,
+                    &options,
+                    white,
+                )
+            });
         });
         group.bench_function("metatile_sub_view", |b| {
-            b.iter(|| encode(black_box(view), Format::Png, &options, white));
+            b.iter(|| encode(black_box(view), TileFormat::Png, &options, white));
         });
         group.bench_function("copy_then_encode", |b| {
             b.iter(|| {
                 let copy = black_box(view).to_image();
-                encode(copy.view(), Format::Png, &options, white)
+                encode(copy.view(), TileFormat::Png, &options, white)
             });
         });
         group.finish();

@@ -2,65 +2,9 @@
 
 use serde::Deserialize;
 
+use tessera_grid::TileFormat;
+
 use crate::{Color, ImageView};
-
-/// Output image formats. The extension and content type of each are defined
-/// here and nowhere else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// PNG, RGB or RGBA.
-    Png,
-    /// JPEG (no transparency; composited over the background color).
-    Jpeg,
-    /// Lossy WebP with alpha.
-    Webp,
-}
-
-impl Format {
-    /// All formats, in the order capabilities documents list them.
-    pub const ALL: [Format; 3] = [Format::Png, Format::Jpeg, Format::Webp];
-
-    /// MIME type.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Png => "image/png",
-            Format::Jpeg => "image/jpeg",
-            Format::Webp => "image/webp",
-        }
-    }
-
-    /// File extension used in tile URLs.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Format::Png => "png",
-            Format::Jpeg => "jpg",
-            Format::Webp => "webp",
-        }
-    }
-
-    /// Parses a URL extension (`png`, `jpg`, `jpeg`, `webp`), case-insensitively.
-    pub fn from_extension(ext: &str) -> Option<Format> {
-        match ext.to_ascii_lowercase().as_str() {
-            "png" => Some(Format::Png),
-            "jpg" | "jpeg" => Some(Format::Jpeg),
-            "webp" => Some(Format::Webp),
-            _ => None,
-        }
-    }
-
-    /// Parses a MIME type as given in WMS/WMTS `FORMAT` (parameters such as
-    /// `; mode=8bit` are ignored).
-    pub fn from_mime(mime: &str) -> Option<Format> {
-        let base = mime.split(';').next().unwrap_or_default().trim();
-        match base.to_ascii_lowercase().as_str() {
-            "image/png" | "png" => Some(Format::Png),
-            "image/jpeg" | "image/jpg" | "jpeg" | "jpg" => Some(Format::Jpeg),
-            "image/webp" | "webp" => Some(Format::Webp),
-            _ => None,
-        }
-    }
-}
 
 /// zlib effort for PNG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -117,14 +61,14 @@ pub enum EncodeError {
 /// view so that a tile cut out of a metatile is never copied.
 pub fn encode(
     view: ImageView<'_>,
-    format: Format,
+    format: TileFormat,
     options: &EncodeOptions,
     background: Color,
 ) -> Result<Vec<u8>, EncodeError> {
     match format {
-        Format::Png => encode_png(view, options.png_compression),
-        Format::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
-        Format::Webp => encode_webp(view, options.webp_quality),
+        TileFormat::Png => encode_png(view, options.png_compression),
+        TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
+        TileFormat::Webp => encode_webp(view, options.webp_quality),
     }
 }
 
@@ -236,24 +180,14 @@ mod tests {
     }
 
     #[test]
-    fn extension_and_content_type_agree_for_every_format() {
-        for f in Format::ALL {
-            assert_eq!(Format::from_extension(f.extension()), Some(f));
-            assert_eq!(Format::from_mime(f.content_type()), Some(f));
-        }
-        assert_eq!(Format::from_mime("image/png; mode=8bit"), Some(Format::Png));
-        assert_eq!(Format::from_extension("gif"), None);
-    }
-
-    #[test]
     fn png_of_a_sub_view_is_identical_to_png_of_a_copied_tile() {
         let meta = gradient(64, 48, 200);
         let view = meta.sub_view(16, 8, 32, 32).unwrap();
         let copied = view.to_image();
         let opts = EncodeOptions::default();
         let bg = Color([255, 255, 255, 255]);
-        let a = encode(view, Format::Png, &opts, bg).unwrap();
-        let b = encode(copied.view(), Format::Png, &opts, bg).unwrap();
+        let a = encode(view, TileFormat::Png, &opts, bg).unwrap();
+        let b = encode(copied.view(), TileFormat::Png, &opts, bg).unwrap();
         assert_eq!(a, b);
         let (info, pixels) = decode_png(&a);
         assert_eq!(info.color_type, png::ColorType::Rgba);
@@ -265,7 +199,7 @@ mod tests {
         let img = gradient(10, 4, 255);
         let bytes = encode(
             img.view(),
-            Format::Png,
+            TileFormat::Png,
             &EncodeOptions::default(),
             Color([0; 4]),
         )
@@ -286,10 +220,10 @@ mod tests {
     fn jpeg_and_webp_produce_their_signatures() {
         let img = gradient(40, 30, 255);
         let opts = EncodeOptions::default();
-        let jpg = encode(img.view(), Format::Jpeg, &opts, Color([255; 4])).unwrap();
+        let jpg = encode(img.view(), TileFormat::Jpeg, &opts, Color([255; 4])).unwrap();
         assert_eq!(&jpg[..3], &[0xFF, 0xD8, 0xFF]);
         assert_eq!(&jpg[jpg.len() - 2..], &[0xFF, 0xD9]);
-        let webp = encode(img.view(), Format::Webp, &opts, Color([255; 4])).unwrap();
+        let webp = encode(img.view(), TileFormat::Webp, &opts, Color([255; 4])).unwrap();
         assert_eq!(&webp[..4], b"RIFF");
         assert_eq!(&webp[8..12], b"WEBP");
     }

@@ -13,7 +13,7 @@ mod style;
 
 pub use buffer::{BandData, ImageView, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
-pub use encode::{EncodeError, EncodeOptions, Format, PngCompression, encode};
+pub use encode::{EncodeError, EncodeOptions, PngCompression, encode};
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,
 };

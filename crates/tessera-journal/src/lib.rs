@@ -113,13 +113,28 @@ impl JournalOptions {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum JournalError {
     /// An I/O call failed.
-    #[error("journal {op} failed: {message}")]
+    #[error("journal {op} failed")]
     Io {
         /// What was being done.
         op: &'static str,
-        /// The error.
-        message: String,
+        /// The operating system's error (shared: journal errors are handed
+        /// to every waiting producer).
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
     },
+    /// The options cannot make a journal.
+    #[error("invalid journal options: {0}")]
+    InvalidOptions(&'static str),
+    /// Another process has the journal open.
+    #[error("journal {0} is in use by another process")]
+    InUse(std::path::PathBuf),
+    /// No segment with this id exists (a position from another journal, or
+    /// a segment already released).
+    #[error("journal has no segment {0}")]
+    NoSegment(u64),
+    /// The active segment cannot be released.
+    #[error("segment {0} is the active segment and cannot be released")]
+    ActiveSegment(u64),
     /// An `fdatasync` failed earlier; nothing more is accepted until the
     /// journal is reopened.
     #[error("journal refuses writes after a failed fsync ({0}); reopen it")]
@@ -148,10 +163,10 @@ pub enum JournalError {
 }
 
 impl JournalError {
-    fn io(op: &'static str, e: &std::io::Error) -> JournalError {
+    fn io(op: &'static str, e: std::io::Error) -> JournalError {
         JournalError::Io {
             op,
-            message: e.to_string(),
+            source: std::sync::Arc::new(e),
         }
     }
 }
@@ -263,19 +278,18 @@ impl Journal {
     ) -> Result<(Journal, Recovery), JournalError> {
         let dir = dir.as_ref().to_path_buf();
         if options.segment_size < 64 * 1024 || options.segment_size > u64::from(u32::MAX) {
-            return Err(JournalError::Io {
-                op: "open",
-                message: "segment_size must be between 64 KiB and 4 GiB".into(),
-            });
+            return Err(JournalError::InvalidOptions(
+                "segment_size must be between 64 KiB and 4 GiB",
+            ));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| JournalError::io("create directory", &e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| JournalError::io("create directory", e))?;
         // One process at a time: a second writer would interleave records.
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(dir.join("LOCK"))
-            .map_err(|e| JournalError::io("lock", &e))?;
+            .map_err(|e| JournalError::io("lock", e))?;
         // A process forked by this one (to run a program) holds a copy of
         // the lock until it calls exec, so a lock just released may still
         // look taken for a moment: wait a little before giving up.
@@ -283,10 +297,7 @@ impl Journal {
         while lock.try_lock().is_err() {
             attempts += 1;
             if attempts == 20 {
-                return Err(JournalError::Io {
-                    op: "lock",
-                    message: format!("{} is in use by another process", dir.display()),
-                });
+                return Err(JournalError::InUse(dir));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -314,7 +325,7 @@ impl Journal {
         let writer = std::thread::Builder::new()
             .name("tessera-journal".into())
             .spawn(move || state.run(&inbox))
-            .map_err(|e| JournalError::io("start writer", &e))?;
+            .map_err(|e| JournalError::io("start writer", e))?;
         Ok((
             Journal {
                 requests: Some(requests),
@@ -417,10 +428,7 @@ impl Journal {
     /// The active segment cannot be released.
     pub fn release(&self, id: u64) -> Result<(), JournalError> {
         if id == self.shared.active.load(Ordering::Acquire) {
-            return Err(JournalError::Io {
-                op: "release",
-                message: format!("segment {id} is the active segment"),
-            });
+            return Err(JournalError::ActiveSegment(id));
         }
         let _roll = self
             .shared
@@ -428,7 +436,7 @@ impl Journal {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         segment::retire(&self.shared.dir, id)
-            .map_err(|e| JournalError::io("release segment", &e))?;
+            .map_err(|e| JournalError::io("release segment", e))?;
         self.shared
             .files
             .write()
@@ -452,10 +460,7 @@ impl Journal {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&position.segment)
             .cloned()
-            .ok_or_else(|| JournalError::Io {
-                op: "read",
-                message: format!("no segment {}", position.segment),
-            })?;
+            .ok_or(JournalError::NoSegment(position.segment))?;
         recovery::read_record(&file, position, out)
     }
 

@@ -55,7 +55,7 @@ pub(crate) fn recover(
     from: Option<Position>,
     mut replay: impl FnMut(Record<'_>),
 ) -> Result<Recovered, JournalError> {
-    let ids = segment::list(dir).map_err(|e| JournalError::io("list segments", &e))?;
+    let ids = segment::list(dir).map_err(|e| JournalError::io("list segments", e))?;
     let mut files = BTreeMap::new();
     let mut scan = Scan {
         report: Recovery::default(),
@@ -67,10 +67,10 @@ pub(crate) fn recover(
     };
     let mut buf = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
-        let file = segment::open(dir, id).map_err(|e| JournalError::io("open segment", &e))?;
+        let file = segment::open(dir, id).map_err(|e| JournalError::io("open segment", e))?;
         let len = file
             .metadata()
-            .map_err(|e| JournalError::io("stat segment", &e))?
+            .map_err(|e| JournalError::io("stat segment", e))?
             .len()
             .min(options.segment_size);
         let skipped = from.is_some_and(|f| id < f.segment);
@@ -83,7 +83,7 @@ pub(crate) fn recover(
             0,
         );
         let n = segment::read_upto(&file, &mut buf, 0)
-            .map_err(|e| JournalError::io("read segment", &e))?;
+            .map_err(|e| JournalError::io("read segment", e))?;
         buf.truncate(n);
         match parse_header(&buf) {
             Ok(h) if h == id => {}
@@ -99,7 +99,7 @@ pub(crate) fn recover(
             Err(_) if i + 1 == ids.len() && scan.bad.is_none() => {
                 drop(file);
                 std::fs::remove_file(segment::path(dir, id))
-                    .map_err(|e| JournalError::io("remove segment", &e))?;
+                    .map_err(|e| JournalError::io("remove segment", e))?;
                 break;
             }
             Err(reason) => {
@@ -143,7 +143,7 @@ pub(crate) fn recover(
         // written from here on are true.
         if let Some(f) = files.get(&id) {
             f.sync_all()
-                .map_err(|e| JournalError::io("sync segment", &e))?;
+                .map_err(|e| JournalError::io("sync segment", e))?;
         }
     }
     scan.report.segments = files.len();
@@ -253,13 +253,13 @@ fn cut_tail(
     for id in later {
         files.remove(&id);
         std::fs::remove_file(segment::path(dir, id))
-            .map_err(|e| JournalError::io("remove segment", &e))?;
+            .map_err(|e| JournalError::io("remove segment", e))?;
     }
     if at.offset < HEADER_LEN {
         // The cut segment's header itself is bad: start it afresh.
         files.remove(&at.segment);
         std::fs::remove_file(segment::path(dir, at.segment))
-            .map_err(|e| JournalError::io("remove segment", &e))?;
+            .map_err(|e| JournalError::io("remove segment", e))?;
         return Ok(());
     }
     if let Some(file) = files.get(&at.segment) {
@@ -268,20 +268,20 @@ fn cut_tail(
         let mut off = u64::from(at.offset);
         let end = file
             .metadata()
-            .map_err(|e| JournalError::io("stat segment", &e))?
+            .map_err(|e| JournalError::io("stat segment", e))?
             .len();
         while off < end {
             let n = (end - off).min(zeros.len() as u64) as usize;
             file.write_all_at(&zeros[..n], off)
-                .map_err(|e| JournalError::io("zero torn tail", &e))?;
+                .map_err(|e| JournalError::io("zero torn tail", e))?;
             off += n as u64;
         }
         segment::preallocate(file, options.segment_size)
-            .map_err(|e| JournalError::io("reserve segment", &e))?;
+            .map_err(|e| JournalError::io("reserve segment", e))?;
         file.sync_all()
-            .map_err(|e| JournalError::io("sync segment", &e))?;
+            .map_err(|e| JournalError::io("sync segment", e))?;
     }
-    segment::sync_dir(dir).map_err(|e| JournalError::io("sync directory", &e))
+    segment::sync_dir(dir).map_err(|e| JournalError::io("sync directory", e))
 }
 
 /// Reads and verifies one record.
@@ -297,7 +297,7 @@ pub(crate) fn read_record(
     };
     let mut head = [0u8; FRAME_LEN];
     let n = segment::read_upto(file, &mut head, u64::from(at.offset))
-        .map_err(|e| JournalError::io("read", &e))?;
+        .map_err(|e| JournalError::io("read", e))?;
     if n < FRAME_LEN {
         return Err(corrupt("record header past the end of the segment"));
     }
@@ -305,7 +305,7 @@ pub(crate) fn read_record(
     out.clear();
     out.resize(FRAME_LEN + len, 0);
     let n = segment::read_upto(file, out, u64::from(at.offset))
-        .map_err(|e| JournalError::io("read", &e))?;
+        .map_err(|e| JournalError::io("read", e))?;
     if n < out.len() {
         return Err(corrupt("record past the end of the segment"));
     }

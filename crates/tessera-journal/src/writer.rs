@@ -49,7 +49,7 @@ impl WriterState {
             _ => {
                 let id = recovered.max_id + 1;
                 let file = segment::create(&shared.dir, id, shared.options.segment_size)
-                    .map_err(|e| JournalError::io("create segment", &e))?;
+                    .map_err(|e| JournalError::io("create segment", e))?;
                 let file = Arc::new(file);
                 shared
                     .files
@@ -220,7 +220,7 @@ impl WriterState {
         if !self.batch.is_empty() {
             self.active
                 .write_all_at(&self.batch, u64::from(start))
-                .map_err(|e| JournalError::io("write", &e))?;
+                .map_err(|e| JournalError::io("write", e))?;
             self.offset = start + self.batch.len() as u32;
             self.batch.clear();
             self.shared
@@ -257,7 +257,7 @@ impl WriterState {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             segment::create(&self.shared.dir, id, self.shared.options.segment_size)
-                .map_err(|e| JournalError::io("create segment", &e))?
+                .map_err(|e| JournalError::io("create segment", e))?
         };
         let file = Arc::new(file);
         self.shared

@@ -326,10 +326,7 @@ fn a_second_process_cannot_open_a_journal_in_use() {
     // flock locks belong to the open file description, so a second open in
     // this process is refused just as another process would be.
     match Journal::open(dir.path(), small(), None, |_| {}) {
-        Err(JournalError::Io {
-            op: "lock",
-            message,
-        }) => assert!(message.contains("in use")),
+        Err(e @ JournalError::InUse(_)) => assert!(e.to_string().contains("in use")),
         other => panic!("expected a lock error, got {other:?}"),
     }
     j.close();

@@ -18,13 +18,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use tessera_grid::TileCoord;
+use tessera_grid::mercator;
 use tessera_store::archive::{ArchiveFormat, ArchiveInfo, ArchiveWriter, archive_order};
 use tessera_store::object::open_url;
 use tessera_store::upload::{Upload, UploadOptions, verify};
 use tessera_store::{StoreError, TileKey, TileStore};
 use tokio::io::AsyncReadExt;
 
-use crate::seed::SeedPlan;
+use crate::plan::TilePlan;
 use crate::tile_cache::store_key;
 
 /// Tiles read per round (spread over the reading threads) before they are
@@ -155,7 +156,7 @@ fn io_err(op: &'static str, path: &Path, e: &std::io::Error) -> ExportError {
 /// Writes the plan's cached tiles into an archive at `destination`.
 /// `progress` is called with the tiles handled so far after every batch.
 pub async fn export(
-    plan: &SeedPlan,
+    plan: &TilePlan,
     destination: &Destination,
     options: &ExportOptions,
     progress: impl FnMut(u64) + Send + 'static,
@@ -256,7 +257,7 @@ pub async fn export(
 }
 
 /// Checks the plan's grid addresses tiles as the archive formats do.
-fn check(plan: &SeedPlan, format: ArchiveFormat) -> Result<(), ExportError> {
+fn check(plan: &TilePlan, format: ArchiveFormat) -> Result<(), ExportError> {
     if plan.grid.tms.is_xyz() {
         Ok(())
     } else {
@@ -270,7 +271,7 @@ fn check(plan: &SeedPlan, format: ArchiveFormat) -> Result<(), ExportError> {
 
 /// Name, bounds, zooms and centre of the archive: the planned tiles' area
 /// within the layer's extent.
-fn archive_info(plan: &SeedPlan) -> ArchiveInfo {
+fn archive_info(plan: &TilePlan) -> ArchiveInfo {
     let tms = &plan.grid.tms;
     let min_zoom = plan.ranges.iter().map(|r| r.z).min().unwrap_or(0);
     let max_zoom = plan.ranges.iter().map(|r| r.z).max().unwrap_or(0);
@@ -283,13 +284,13 @@ fn archive_info(plan: &SeedPlan) -> ArchiveInfo {
     let layer = plan.layer.source.info().lonlat_bounds;
     let [mut w, mut s, mut e, mut n] = [
         layer.min_x.max(-180.0),
-        layer.min_y.max(-85.051_128_78),
+        layer.min_y.max(-mercator::MAX_LATITUDE),
         layer.max_x.min(180.0),
-        layer.max_y.min(85.051_128_78),
+        layer.max_y.min(mercator::MAX_LATITUDE),
     ];
     if let Some(a) = area {
-        let (aw, as_) = mercator_to_lonlat(a.min_x, a.min_y);
-        let (ae, an) = mercator_to_lonlat(a.max_x, a.max_y);
+        let (aw, as_) = mercator::to_lonlat(a.min_x, a.min_y);
+        let (ae, an) = mercator::to_lonlat(a.max_x, a.max_y);
         if aw < e && ae > w && as_ < n && an > s {
             (w, s, e, n) = (w.max(aw), s.max(as_), e.min(ae), n.min(an));
         }
@@ -304,7 +305,7 @@ fn archive_info(plan: &SeedPlan) -> ArchiveInfo {
                 .unwrap_or_else(|| plan.layer.title.clone()),
         ),
         attribution: plan.layer.attribution.clone(),
-        extension: plan.format.extension(),
+        format: plan.format,
         bounds: [w, s, e, n],
         center: (f64::midpoint(w, e), f64::midpoint(s, n), zoom),
         min_zoom,
@@ -312,14 +313,8 @@ fn archive_info(plan: &SeedPlan) -> ArchiveInfo {
     }
 }
 
-/// Web Mercator metres to degrees.
-fn mercator_to_lonlat(x: f64, y: f64) -> (f64, f64) {
-    const R: f64 = 6_378_137.0;
-    ((x / R).to_degrees(), (y / R).sinh().atan().to_degrees())
-}
-
 async fn write_in_background(
-    plan: &SeedPlan,
+    plan: &TilePlan,
     store: Arc<dyn TileStore>,
     info: &ArchiveInfo,
     options: &ExportOptions,
@@ -338,7 +333,7 @@ async fn write_in_background(
 /// Reads the planned tiles from `store` in archive order and writes them;
 /// returns tiles written, tiles missing and the archive's size.
 fn write_archive(
-    plan: &SeedPlan,
+    plan: &TilePlan,
     store: &dyn TileStore,
     info: &ArchiveInfo,
     format: ArchiveFormat,
@@ -472,13 +467,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn mercator_corners_are_the_web_map_limits() {
-        let (lon, lat) = mercator_to_lonlat(20_037_508.342_789_244, 20_037_508.342_789_244);
-        assert!((lon - 180.0).abs() < 1e-9);
-        assert!((lat - 85.051_128_78).abs() < 1e-6);
-        assert_eq!(mercator_to_lonlat(0.0, 0.0), (0.0, 0.0));
     }
 }

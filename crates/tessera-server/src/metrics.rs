@@ -267,6 +267,10 @@ impl TileStore for TimedStore {
         self.inner.name()
     }
 
+    fn is_volatile(&self) -> bool {
+        self.inner.is_volatile()
+    }
+
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
         self.inner.peek(key)
     }

@@ -1,23 +1,21 @@
 //! Layers and grids as loaded from the configuration, and the cache of CRSs
 //! that requests name.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use tessera_grid::TileFormat;
+use tessera_grid::mercator;
 use tessera_grid::{BBox, TileMatrixSet};
-use tessera_image::{Format, Style, build_style};
+use tessera_image::{Style, build_style};
 use tessera_source::{Crs, GdalSource, Source, SourceError};
 
-use tessera_store::object::open_url;
-use tessera_store::{
-    Durability, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore, MemoryStore,
-    PackOptions, PackStore, TileStore,
-};
+use tessera_store::{Durability, MemoryStore, TileStore};
 
-use crate::config::{Config, ConfigError, LayerConfig, NO_STORE, StoreConfig};
+use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::metatile::MetatileSpec;
 use crate::metrics::{Metrics, TimedStore};
+use crate::service::LayerSelection;
 
 /// CRSs remembered from requests; further distinct CRSs are parsed per request.
 const MAX_CACHED_CRS: usize = 256;
@@ -56,7 +54,7 @@ pub struct Layer {
     /// Highest tile zoom (per grid it is also capped by the grid).
     pub max_zoom: u8,
     /// Offered formats; the first is the default.
-    pub formats: Vec<Format>,
+    pub formats: Vec<TileFormat>,
     /// Extra WMS CRSs to advertise.
     pub wms_crs: Vec<String>,
     /// The layer's extent in each grid's CRS (`None`: could not be transformed).
@@ -111,8 +109,9 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Opens every source and store and builds every grid. Fails with a
-    /// message that names the layer, grid or store at fault.
+    /// Builds every grid, then opens the stores and sources of the selected
+    /// layers (with [`LayerSelection::All`], every store). Fails with an
+    /// error that names the layer, grid or store at fault.
     ///
     /// `wrap_source` sees each layer's opened source and may wrap it (tests
     /// use it to count, slow down or block reads); pass `|_, s| s` otherwise.
@@ -120,22 +119,48 @@ impl Registry {
         config: &Config,
         metrics: &Arc<Metrics>,
         wrap_source: &WrapSource,
+        selection: LayerSelection<'_>,
     ) -> Result<Registry, ConfigError> {
-        let stores = open_stores(config, metrics)?;
+        let layers: Vec<&LayerConfig> = match selection {
+            LayerSelection::All => config.layers.iter().collect(),
+            LayerSelection::Only(name) => config.layers.iter().filter(|l| l.name == name).collect(),
+        };
+        let wanted_stores: Vec<&str> = match (selection, layers.as_slice()) {
+            (LayerSelection::All, _) => config.stores.keys().map(String::as_str).collect(),
+            (LayerSelection::Only(_), [layer]) => vec![layer.cache.store.as_str()],
+            // Not a configured layer: an uploaded source may have the name,
+            // caching into the admin API's store.
+            (LayerSelection::Only(_), _) => vec![
+                config
+                    .admin
+                    .as_ref()
+                    .and_then(|a| a.cache_store.as_deref())
+                    .unwrap_or(crate::config::DEFAULT_STORE),
+            ],
+        };
+        let stores = open_stores(config, &wanted_stores, metrics)?;
         let mut grids = HashMap::new();
         for tms in [
             TileMatrixSet::web_mercator_quad(),
             TileMatrixSet::world_crs84_quad(),
         ] {
-            let crs =
-                Arc::new(Crs::parse(&tms.crs).map_err(|e| ConfigError::Invalid(e.to_string()))?);
+            let crs = Arc::new(Crs::parse(&tms.crs).map_err(|source| ConfigError::GridCrs {
+                grid: tms.id.clone(),
+                source,
+            })?);
             grids.insert(tms.id.clone(), Arc::new(Grid { tms, crs }));
         }
         for spec in &config.grids {
-            let crs = Crs::parse(&spec.crs)
-                .map_err(|e| ConfigError::Invalid(format!("grid {:?}: {e}", spec.id)))?;
-            let tms = TileMatrixSet::from_spec(spec, crs.meters_per_unit)
-                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            let crs = Crs::parse(&spec.crs).map_err(|source| ConfigError::GridCrs {
+                grid: spec.id.clone(),
+                source,
+            })?;
+            let tms = TileMatrixSet::from_spec(spec, crs.meters_per_unit).map_err(|source| {
+                ConfigError::Grid {
+                    grid: spec.id.clone(),
+                    source,
+                }
+            })?;
             if grids.contains_key(&tms.id) {
                 return Err(ConfigError::Invalid(format!(
                     "grid {:?} is defined twice",
@@ -156,7 +181,7 @@ impl Registry {
             stores,
             crs_cache: Mutex::new(HashMap::new()),
         };
-        for lc in &config.layers {
+        for lc in layers {
             registry.push_layer(registry.build_layer(lc, config, wrap_source)?);
         }
         Ok(registry)
@@ -175,12 +200,19 @@ impl Registry {
             let in_layer = |e: &dyn std::fmt::Display| {
                 ConfigError::Invalid(format!("layer {:?}: {e}", lc.name))
             };
-            let source: Arc<dyn Source> = wrap_source(
-                &lc.name,
-                Arc::new(GdalSource::open(&lc.source, &config.gdal).map_err(|e| in_layer(&e))?),
-            );
-            let style =
-                build_style(&lc.style, source.info().band_count).map_err(|e| in_layer(&e))?;
+            let opened = GdalSource::open(&lc.source, &config.gdal).map_err(|source| {
+                ConfigError::Source {
+                    layer: lc.name.clone(),
+                    source,
+                }
+            })?;
+            let source: Arc<dyn Source> = wrap_source(&lc.name, Arc::new(opened));
+            let style = build_style(&lc.style, source.info().band_count).map_err(|source| {
+                ConfigError::Style {
+                    layer: lc.name.clone(),
+                    source,
+                }
+            })?;
             let mut extents = HashMap::new();
             for g in &lc.grids {
                 let grid = grids.get(g).ok_or_else(|| {
@@ -189,7 +221,11 @@ impl Registry {
                 extents.insert(g.clone(), layer_extent(source.as_ref(), grid));
             }
             for c in &lc.wms_crs {
-                Crs::parse(c).map_err(|e| in_layer(&e))?;
+                Crs::parse(c).map_err(|source| ConfigError::LayerCrs {
+                    layer: lc.name.clone(),
+                    crs: c.clone(),
+                    source,
+                })?;
             }
             if lc.cache.store != NO_STORE && !stores.contains_key(&lc.cache.store) {
                 return Err(in_layer(&format!("unknown store {:?}", lc.cache.store)));
@@ -266,6 +302,11 @@ impl Registry {
             .cloned()
     }
 
+    /// Names of the opened stores.
+    pub fn store_names(&self) -> impl Iterator<Item = &str> {
+        self.stores.keys().map(String::as_str)
+    }
+
     /// A grid by identifier.
     pub fn grid(&self, id: &str) -> Option<&Arc<Grid>> {
         self.grids.get(id)
@@ -289,105 +330,43 @@ impl Registry {
     }
 }
 
-/// Opens every configured store, each timed into the metrics and, where
-/// configured, behind an in-memory LRU.
+/// Opens the configured stores named in `wanted` (names not configured
+/// are skipped), each timed into the metrics and, where configured, behind
+/// an in-memory LRU.
 fn open_stores(
     config: &Config,
+    wanted: &[&str],
     metrics: &Arc<Metrics>,
 ) -> Result<HashMap<String, Arc<dyn TileStore>>, ConfigError> {
     let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
         Arc::new(TimedStore::new(s, metrics.clone()))
     };
-    let with_memory = |store: Arc<dyn TileStore>, memory_mb: u64| -> Arc<dyn TileStore> {
-        let store = timed(store);
-        if memory_mb == 0 {
-            store
-        } else {
-            timed(Arc::new(MemoryStore::new(mib(memory_mb), Some(store))))
-        }
-    };
     let mut stores = HashMap::new();
-    for (name, sc) in &config.stores {
-        let failed =
-            |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("store {name:?}: {e}"));
-        let store = match sc {
-            StoreConfig::File {
-                path,
-                layout,
-                memory_mb,
-            } => with_memory(
-                Arc::new(FileStore::open(path, *layout).map_err(|e| failed(&e))?),
-                *memory_mb,
-            ),
-            StoreConfig::Journal {
-                path,
-                segment_mb,
-                sync_window_ms,
-                memory_mb,
-            } => {
-                let options = JournalOptions {
-                    segment_size: segment_mb.saturating_mul(1 << 20),
-                    sync_window: (*sync_window_ms > 0)
-                        .then(|| Duration::from_millis(*sync_window_ms)),
-                    ..JournalOptions::default()
-                };
-                with_memory(
-                    Arc::new(JournalStore::open(path, options).map_err(|e| failed(&e))?),
-                    *memory_mb,
-                )
-            }
-            StoreConfig::Mbtiles {
-                path,
-                synchronous,
-                memory_mb,
-            } => {
-                let options = MbtilesOptions {
-                    synchronous: *synchronous,
-                    ..MbtilesOptions::default()
-                };
-                with_memory(
-                    Arc::new(MbtilesStore::open(path, options).map_err(|e| failed(&e))?),
-                    *memory_mb,
-                )
-            }
-            StoreConfig::Object {
-                url,
-                options,
-                pack_tiles,
-                curve,
-                cache_path,
-                cache_mb,
-                memory_mb,
-            } => {
-                let options: BTreeMap<String, String> = options
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.to_string()))
-                    .collect();
-                let location = open_url(url, &options).map_err(|e| failed(&e))?;
-                let packs = PackOptions {
-                    pack_tiles: *pack_tiles,
-                    curve: *curve,
-                    cache: cache_path
-                        .as_ref()
-                        .map(|p| (p.into(), cache_mb.saturating_mul(1 << 20))),
-                    ..PackOptions::default()
-                };
-                with_memory(
-                    Arc::new(PackStore::new(location, &packs).map_err(|e| failed(&e))?),
-                    *memory_mb,
-                )
-            }
-            StoreConfig::Memory { memory_mb } => {
-                timed(Arc::new(MemoryStore::new(mib(*memory_mb), None)))
-            }
+    for (name, spec) in config
+        .stores
+        .iter()
+        .filter(|(n, _)| wanted.contains(&n.as_str()))
+    {
+        let failed = |source| ConfigError::Store {
+            store: name.clone(),
+            source,
+        };
+        let backend = timed(spec.open(name).map_err(failed)?);
+        let front = spec.front_bytes().map_err(|message| {
+            failed(tessera_store::StoreError::Invalid {
+                store: name.clone(),
+                message,
+            })
+        })?;
+        let store = if front == 0 {
+            backend
+        } else {
+            let bytes = usize::try_from(front).unwrap_or(usize::MAX);
+            timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
         };
         stores.insert(name.clone(), store);
     }
     Ok(stores)
-}
-
-fn mib(n: u64) -> usize {
-    usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
 }
 
 fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
@@ -402,9 +381,9 @@ fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
         let ll = info.lonlat_bounds;
         let clipped = BBox::new(
             ll.min_x,
-            ll.min_y.max(-85.051_128_78),
+            ll.min_y.max(-mercator::MAX_LATITUDE),
             ll.max_x,
-            ll.max_y.min(85.051_128_78),
+            ll.max_y.min(mercator::MAX_LATITUDE),
         )
         .ok()?;
         Crs::parse("OGC:CRS84")

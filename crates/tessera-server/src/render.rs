@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tessera_grid::TileFormat;
+use tessera_grid::mercator;
 use tessera_grid::{BBox, METERS_PER_DEGREE};
-use tessera_image::{Color, EncodeOptions, Format, PixelScale, RgbaImage, encode};
+use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, encode};
 use tessera_source::{Crs, SourceError, WindowRequest};
 use tokio::sync::Semaphore;
 
@@ -50,7 +52,7 @@ pub struct ImageRequest {
     /// Height in pixels.
     pub height: u32,
     /// Output format.
-    pub format: Format,
+    pub format: TileFormat,
     /// Whether the background is transparent (where the format allows).
     pub transparent: bool,
     /// Background color.
@@ -127,7 +129,7 @@ impl Renderer {
 pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<Bytes, RenderError> {
     // With a transparent background the first layer is the canvas; otherwise
     // every layer is composited over the background color.
-    let mut canvas = (!req.transparent || req.format == Format::Jpeg).then(|| {
+    let mut canvas = (!req.transparent || req.format == TileFormat::Jpeg).then(|| {
         let [r, g, b, _] = req.background.0;
         let mut c = RgbaImage::transparent(req.width, req.height);
         for px in c.as_raw_mut().chunks_exact_mut(4) {
@@ -178,9 +180,9 @@ fn pixel_scale(crs: &Crs, bbox: &BBox, res_x: f64, res_y: f64) -> PixelScale {
             res_x * METERS_PER_DEGREE * lat.cos(),
             res_y * METERS_PER_DEGREE,
         )
-    } else if crs.id == "EPSG:3857" {
+    } else if crs.id == mercator::CRS {
         // Web Mercator stretches distances by 1 / cos(latitude).
-        let lat = (center_y / 6_378_137.0).sinh().atan();
+        let lat = (center_y / mercator::EARTH_RADIUS_M).sinh().atan();
         (res_x * lat.cos(), res_y * lat.cos())
     } else {
         (res_x * crs.meters_per_unit, res_y * crs.meters_per_unit)

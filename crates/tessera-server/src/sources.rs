@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use object_store::ObjectStore;
 use object_store::path::Path;
 use tessera_store::object::open_url;
+use tessera_store::option_strings;
 use tessera_store::upload::UploadOptions;
 
 use crate::config::{AdminConfig, ConfigError, LayerConfig};
@@ -45,13 +46,13 @@ impl Uploads {
                 )));
             }
         };
-        let options: BTreeMap<String, String> = config
-            .options
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect();
-        let location = open_url(&config.sources_url, &options)
-            .map_err(|e| invalid(format!("sources_url: {e}")))?;
+        let location =
+            open_url(&config.sources_url, &option_strings(&config.options)).map_err(|source| {
+                ConfigError::SourcesStore {
+                    url: config.sources_url.clone(),
+                    source: Box::new(source),
+                }
+            })?;
         let bucket = url.host_str().unwrap_or_default();
         let mut vsi_prefix = format!("/{vsi}/{bucket}");
         if !location.prefix.as_ref().is_empty() {
@@ -70,8 +71,7 @@ impl Uploads {
     /// How uploads are sent.
     pub fn upload_options(&self) -> UploadOptions {
         UploadOptions {
-            part_size: usize::try_from(self.config.part_size_mb.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX),
+            part_size: usize::try_from(self.config.part_size_bytes()).unwrap_or(usize::MAX),
             parts_in_flight: self.config.parts_in_flight,
         }
     }
@@ -114,14 +114,16 @@ impl Uploads {
     /// does not exist).
     pub fn recorded(&self) -> Result<BTreeMap<String, String>, ConfigError> {
         match std::fs::read_to_string(&self.file) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                ConfigError::Invalid(format!("admin: sources_file {}: {e}", self.file.display()))
-            }),
+            Ok(text) => serde_json::from_str(&text).map_err(|e| self.file_error(e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-            Err(e) => Err(ConfigError::Invalid(format!(
-                "admin: sources_file {}: {e}",
-                self.file.display()
-            ))),
+            Err(e) => Err(self.file_error(e)),
+        }
+    }
+
+    fn file_error(&self, e: impl std::error::Error + Send + Sync + 'static) -> ConfigError {
+        ConfigError::SourcesFile {
+            path: self.file.display().to_string(),
+            source: Box::new(e),
         }
     }
 
@@ -139,9 +141,7 @@ impl Uploads {
         if old.as_deref() == Some(file) {
             return Ok(old);
         }
-        let failed = |e: std::io::Error| {
-            ConfigError::Invalid(format!("admin: sources_file {}: {e}", self.file.display()))
-        };
+        let failed = |e: std::io::Error| self.file_error(e);
         let dir = self
             .file
             .parent()

@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tessera_grid::TileFormat;
 use tessera_grid::{TileCoord, TileRange};
-use tessera_image::{Color, EncodeOptions, Format, ImageView, RgbaImage, encode};
+use tessera_image::{Color, EncodeOptions, ImageView, RgbaImage, encode};
 use tessera_store::{Durability, HeldTile, StoreError, TileKey, TileStore, content_hash};
 
 use crate::encode_pool::{EncodePool, Job};
@@ -47,7 +48,7 @@ pub struct TileRequest {
     /// The tile.
     pub coord: TileCoord,
     /// The format.
-    pub format: Format,
+    pub format: TileFormat,
 }
 
 /// Whether a tile came from the cache.
@@ -106,7 +107,7 @@ pub enum TileError {
 struct MetaKey {
     layer: String,
     grid: String,
-    extension: &'static str,
+    format: TileFormat,
     range: TileRange,
 }
 
@@ -145,7 +146,7 @@ struct Cutter {
     image: Arc<RgbaImage>,
     meta: Metatile,
     grid: Arc<Grid>,
-    format: Format,
+    format: TileFormat,
     encoding: EncodeOptions,
 }
 
@@ -345,7 +346,7 @@ impl TileCache {
         &self,
         layer: &Arc<Layer>,
         grid: &Arc<Grid>,
-        format: Format,
+        format: TileFormat,
         meta: Metatile,
         force: bool,
     ) -> Result<SeedOutcome, TileError> {
@@ -487,7 +488,7 @@ impl TileCache {
         let key = MetaKey {
             layer: req.layer.name.clone(),
             grid: req.grid.tms.id.clone(),
-            extension: req.format.extension(),
+            format: req.format,
             range: meta.range,
         };
         let start = Instant::now();
@@ -532,7 +533,7 @@ pub fn tile_key(req: &TileRequest, coord: TileCoord) -> TileKey {
 }
 
 /// The store key of tile `coord` of `layer` in `grid` and `format`.
-pub fn store_key(layer: &Layer, grid: &Grid, format: Format, coord: TileCoord) -> TileKey {
+pub fn store_key(layer: &Layer, grid: &Grid, format: TileFormat, coord: TileCoord) -> TileKey {
     let matrix = grid
         .tms
         .matrix(coord.z())
@@ -543,7 +544,7 @@ pub fn store_key(layer: &Layer, grid: &Grid, format: Format, coord: TileCoord) -
         coord,
         matrix_height: matrix.matrix_height,
         matrix_width: matrix.matrix_width,
-        extension: format.extension(),
+        format,
     }
 }
 

@@ -13,11 +13,11 @@ use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
 use tessera_image::Raster;
-use tessera_server::config::{LayerCacheConfig, StoreConfig};
+use tessera_server::config::LayerCacheConfig;
 use tessera_server::http::AppState;
-use tessera_server::{Config, build_state_with, demo, http};
+use tessera_server::{Config, LayerSelection, Mode, Service, demo, http};
 use tessera_source::{Source, SourceError, SourceInfo, WindowRequest};
-use tessera_store::FileLayout;
+use tessera_store::{FileLayout, StoreSpec};
 use tower::ServiceExt;
 
 /// Wraps the real source: counts reads, can slow them down or hold them
@@ -69,11 +69,7 @@ fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Se
     let mut config = demo::demo_config().unwrap();
     config.stores.insert(
         "disk".into(),
-        StoreConfig::File {
-            path: dir.path().display().to_string(),
-            layout: FileLayout::Xyz,
-            memory_mb: 0,
-        },
+        spec(serde_json::json!({"type": "file", "path": dir.path(), "layout": "xyz", "memory": 0})),
     );
     for layer in &mut config.layers {
         layer.cache = LayerCacheConfig {
@@ -85,7 +81,7 @@ fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Se
     edit(&mut config);
     let probe_slot: Arc<Mutex<Option<Arc<Probe>>>> = Arc::default();
     let slot = probe_slot.clone();
-    let state = build_state_with(config, &move |name, inner| {
+    let wrap = move |name: &str, inner: Arc<dyn Source>| -> Arc<dyn Source> {
         if name != "relief" {
             return inner;
         }
@@ -97,8 +93,9 @@ fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Se
         });
         *slot.lock().unwrap() = Some(probe.clone());
         probe
-    })
-    .unwrap();
+    };
+    let service = Service::open(config, Mode::Serving, LayerSelection::All, &wrap).unwrap();
+    let state = AppState::new(service);
     let probe = probe_slot.lock().unwrap().take().unwrap();
     Setup {
         app: http::router(state.clone()),
@@ -106,6 +103,10 @@ fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Se
         probe,
         dir,
     }
+}
+
+fn spec(json: serde_json::Value) -> StoreSpec {
+    serde_json::from_value(json).unwrap()
 }
 
 struct Reply {
@@ -352,18 +353,13 @@ async fn every_store_type_caches_metatiles_and_serves_hits() {
         let path = store_dir.path().display().to_string();
         let s = setup(Duration::ZERO, true, |c| {
             let store = match kind {
-                "journal" => StoreConfig::Journal {
-                    path: path.clone(),
-                    segment_mb: 8,
-                    sync_window_ms: 0,
-                    memory_mb: 0,
-                },
-                "mbtiles" => StoreConfig::Mbtiles {
-                    path: path.clone(),
-                    synchronous: tessera_store::Synchronous::Normal,
-                    memory_mb: 0,
-                },
-                _ => StoreConfig::Memory { memory_mb: 16 },
+                "journal" => spec(serde_json::json!({
+                    "type": "journal", "path": path, "segment": "8MiB", "memory": 0
+                })),
+                "mbtiles" => spec(serde_json::json!({
+                    "type": "mbtiles", "path": path, "synchronous": "normal", "memory": 0
+                })),
+                _ => spec(serde_json::json!({"type": "memory", "memory": "16MiB"})),
             };
             c.stores.insert("disk".into(), store);
         });

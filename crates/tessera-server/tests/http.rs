@@ -9,13 +9,15 @@ use std::sync::OnceLock;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
-use tessera_server::{build_state, demo, http};
+use tessera_server::{Service, demo, http};
 use tower::ServiceExt;
 
 fn app_with(edit: impl FnOnce(&mut tessera_server::Config)) -> Router {
     let mut config = demo::demo_config().expect("demo config");
     edit(&mut config);
-    http::router(build_state(config).expect("state"))
+    http::router(http::AppState::new(
+        Service::serving(config).expect("service"),
+    ))
 }
 
 fn app() -> Router {

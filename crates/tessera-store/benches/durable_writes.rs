@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use tessera_grid::TileMatrixSet;
+use tessera_grid::{TileFormat, TileMatrixSet};
 use tessera_journal::{Journal, JournalOptions, Persist, RecordKind};
 use tessera_store::{
     Durability, FileLayout, FileStore, JournalStore, MbtilesOptions, MbtilesStore, Synchronous,
@@ -66,7 +66,7 @@ fn key(tms: &TileMatrixSet, writer: u64, n: u64) -> TileKey {
         coord,
         matrix_height: 1 << 18,
         matrix_width: 1 << 18,
-        extension: "png",
+        format: TileFormat::Png,
     }
 }
 

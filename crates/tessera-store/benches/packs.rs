@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use tessera_grid::TileMatrixSet;
+use tessera_grid::{TileFormat, TileMatrixSet};
 use tessera_store::object::{RequestSnapshot, open_url};
 use tessera_store::{Durability, PackOptions, PackStore, TileKey, TileStore};
 
@@ -51,7 +51,7 @@ fn key(tms: &TileMatrixSet, x: u32, y: u32) -> TileKey {
             .expect("inside the grid"),
         matrix_height: 1 << ZOOM,
         matrix_width: 1 << ZOOM,
-        extension: "png",
+        format: TileFormat::Png,
     }
 }
 

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use pmtiles::{PmTilesStreamWriter, PmTilesWriter, TileId, TileType};
 use rusqlite::{Connection, params};
-use tessera_grid::{TileCoord, TileRange};
+use tessera_grid::{TileCoord, TileFormat, TileRange};
 
 use crate::StoreError;
-use crate::mbtiles::{SCHEMA, format_name};
+use crate::mbtiles::SCHEMA;
 
 /// Tiles gathered per batch of [`archive_order`]: blocks of 2^8 x 2^8.
 const BLOCK_ORDER: u8 = 8;
@@ -60,8 +60,8 @@ pub struct ArchiveInfo {
     pub description: Option<String>,
     /// Attribution.
     pub attribution: Option<String>,
-    /// Tile extension: `png`, `jpg` or `webp`.
-    pub extension: &'static str,
+    /// Tile format.
+    pub format: TileFormat,
     /// West, south, east, north in degrees.
     pub bounds: [f64; 4],
     /// Longitude, latitude and zoom a viewer starts at.
@@ -104,7 +104,7 @@ fn archive_err(op: &'static str, path: &Path, e: &dyn std::fmt::Display) -> Stor
         store: "archive".into(),
         op,
         key: path.display().to_string(),
-        message: e.to_string(),
+        source: e.to_string().into(),
     }
 }
 
@@ -270,15 +270,14 @@ fn create_pmtiles(
     path: &Path,
     info: &ArchiveInfo,
 ) -> Result<PmTilesStreamWriter<File>, StoreError> {
-    let tile_type = match info.extension {
-        "jpg" => TileType::Jpeg,
-        "webp" => TileType::Webp,
-        "png" => TileType::Png,
-        _ => TileType::Unknown,
+    let tile_type = match info.format {
+        TileFormat::Jpeg => TileType::Jpeg,
+        TileFormat::Webp => TileType::Webp,
+        TileFormat::Png => TileType::Png,
     };
     let mut metadata = serde_json::json!({
         "name": info.name,
-        "format": info.extension,
+        "format": info.format.extension(),
         "type": "baselayer",
     });
     if let Some(d) = &info.description {
@@ -316,7 +315,7 @@ fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connectio
     let (lon, lat, zoom) = info.center;
     let mut rows = vec![
         ("name", info.name.clone()),
-        ("format", format_name(info.extension).to_string()),
+        ("format", info.format.extension().to_string()),
         ("type", "baselayer".to_string()),
         ("version", "1.3".to_string()),
         ("bounds", format!("{w},{s},{e},{n}")),
@@ -438,7 +437,7 @@ mod tests {
             name: "relief".into(),
             description: Some("Shaded relief".into()),
             attribution: None,
-            extension: "png",
+            format: TileFormat::Png,
             bounds: [-10.0, -20.0, 30.0, 40.0],
             center: (10.0, 10.0, 4),
             // Wider than the tiles added: the archive records theirs.

@@ -8,11 +8,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tessera_grid::TileMatrixSet;
+use tessera_grid::{TileFormat, TileMatrixSet};
 
 use tessera_grid::TileRange;
 
-use crate::{Durability, StoreError, TileArea, TileKey, TileStore};
+use crate::{AreaRange, Durability, StoreError, TileArea, TileKey, TileStore};
 
 /// Runs every check against `store`, which must start empty.
 pub fn run_all(store: &Arc<dyn TileStore>) {
@@ -31,11 +31,11 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
 }
 
 /// A key for tile (z, x, y) of `layer` in WebMercatorQuad.
-pub fn key(layer: &str, z: u32, x: u64, y: u64, extension: &'static str) -> TileKey {
-    key_in(layer, "WebMercatorQuad", z, x, y, extension)
+pub fn key(layer: &str, z: u32, x: u64, y: u64, format: TileFormat) -> TileKey {
+    key_in(layer, "WebMercatorQuad", z, x, y, format)
 }
 
-fn key_in(layer: &str, grid: &str, z: u32, x: u64, y: u64, extension: &'static str) -> TileKey {
+fn key_in(layer: &str, grid: &str, z: u32, x: u64, y: u64, format: TileFormat) -> TileKey {
     let tms = TileMatrixSet::web_mercator_quad();
     let coord = tms
         .tile(z, x, y)
@@ -46,7 +46,7 @@ fn key_in(layer: &str, grid: &str, z: u32, x: u64, y: u64, extension: &'static s
         coord,
         matrix_height: 1 << z,
         matrix_width: 1 << z,
-        extension,
+        format,
     }
 }
 
@@ -59,7 +59,7 @@ pub fn payload(seed: u8, len: usize) -> Bytes {
 }
 
 fn missing_is_none(store: &dyn TileStore) {
-    let k = key("c-missing", 3, 1, 2, "png");
+    let k = key("c-missing", 3, 1, 2, TileFormat::Png);
     assert_eq!(
         store.get(&k).expect("get"),
         None,
@@ -76,7 +76,7 @@ fn put_then_get(store: &dyn TileStore) {
         .into_iter()
         .enumerate()
     {
-        let k = key("c-put", 4, i as u64, 3, "png");
+        let k = key("c-put", 4, i as u64, 3, TileFormat::Png);
         let data = payload(i as u8, 1000);
         store.put(&k, data.clone(), durability).expect("put");
         assert_eq!(
@@ -89,7 +89,7 @@ fn put_then_get(store: &dyn TileStore) {
 }
 
 fn overwrite_keeps_last(store: &dyn TileStore) {
-    let k = key("c-overwrite", 5, 7, 9, "png");
+    let k = key("c-overwrite", 5, 7, 9, TileFormat::Png);
     store
         .put(&k, payload(1, 500), Durability::Buffered)
         .expect("put");
@@ -105,15 +105,15 @@ fn overwrite_keeps_last(store: &dyn TileStore) {
 
 fn keys_are_distinct(store: &dyn TileStore) {
     let keys = [
-        key("c-distinct", 6, 10, 20, "png"),
-        key("c-distinct-b", 6, 10, 20, "png"),
-        key_in("c-distinct", "OtherGrid", 6, 10, 20, "png"),
-        key("c-distinct", 7, 10, 20, "png"),
-        key("c-distinct", 6, 11, 20, "png"),
-        key("c-distinct", 6, 10, 21, "png"),
-        key("c-distinct", 6, 10, 20, "jpg"),
+        key("c-distinct", 6, 10, 20, TileFormat::Png),
+        key("c-distinct-b", 6, 10, 20, TileFormat::Png),
+        key_in("c-distinct", "OtherGrid", 6, 10, 20, TileFormat::Png),
+        key("c-distinct", 7, 10, 20, TileFormat::Png),
+        key("c-distinct", 6, 11, 20, TileFormat::Png),
+        key("c-distinct", 6, 10, 21, TileFormat::Png),
+        key("c-distinct", 6, 10, 20, TileFormat::Jpeg),
         // Row 20 from the top and row 20 from the bottom are different tiles.
-        key("c-distinct", 6, 10, 43, "png"),
+        key("c-distinct", 6, 10, 43, TileFormat::Png),
     ];
     for (i, k) in keys.iter().enumerate() {
         store
@@ -134,7 +134,7 @@ fn put_many_is_put_each(store: &dyn TileStore) {
         .flat_map(|y| (0..4u64).map(move |x| (x, y)))
         .map(|(x, y)| {
             (
-                key("c-many", 8, 100 + x, 60 + y, "png"),
+                key("c-many", 8, 100 + x, 60 + y, TileFormat::Png),
                 payload((x * 4 + y) as u8, 200),
             )
         })
@@ -152,7 +152,7 @@ fn put_many_is_put_each(store: &dyn TileStore) {
 }
 
 fn delete_removes(store: &dyn TileStore) {
-    let k = key("c-delete", 2, 1, 1, "webp");
+    let k = key("c-delete", 2, 1, 1, TileFormat::Webp);
     store
         .put(&k, payload(9, 77), Durability::Buffered)
         .expect("put");
@@ -174,13 +174,16 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
     let mut tiles = Vec::new();
     for y in 3..15 {
         for x in 6..18 {
-            tiles.push((key(layer, 5, x, y, "png"), payload((x + y) as u8, 40)));
+            tiles.push((
+                key(layer, 5, x, y, TileFormat::Png),
+                payload((x + y) as u8, 40),
+            ));
         }
     }
     for z in 1..=2u32 {
         for y in 0..(1u64 << z) {
             for x in 0..(1u64 << z) {
-                tiles.push((key(layer, z, x, y, "png"), payload(z as u8, 30)));
+                tiles.push((key(layer, z, x, y, TileFormat::Png), payload(z as u8, 30)));
             }
         }
     }
@@ -189,22 +192,22 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
         .expect("put_many");
     let range = |z: u8, min_x, min_y, max_x, max_y| {
         let n = 1u32 << z;
-        (
-            TileRange {
+        AreaRange {
+            range: TileRange {
                 z,
                 min_x,
                 min_y,
                 max_x,
                 max_y,
             },
-            n,
-            n,
-        )
+            matrix_width: n,
+            matrix_height: n,
+        }
     };
     let area = TileArea {
         layer: layer.into(),
         grid: "WebMercatorQuad".into(),
-        extension: "png",
+        format: TileFormat::Png,
         ranges: vec![
             range(5, 7, 4, 11, 10),
             range(5, 13, 12, 16, 12),
@@ -226,7 +229,7 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
         }
     }
     // Another format of the same layer is untouched by the area.
-    let other = key(layer, 5, 8, 5, "jpg");
+    let other = key(layer, 5, 8, 5, TileFormat::Jpeg);
     store
         .put(&other, payload(1, 10), Durability::Buffered)
         .expect("put");
@@ -236,7 +239,7 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
 
 fn all_exist_agrees_with_exists(store: &dyn TileStore) {
     let keys: Vec<TileKey> = (0..16)
-        .map(|i| key("c-all-exist", 6, 8 + i % 4, 4 + i / 4, "png"))
+        .map(|i| key("c-all-exist", 6, 8 + i % 4, 4 + i / 4, TileFormat::Png))
         .collect();
     assert!(
         store.all_exist(&[]).expect("all_exist"),
@@ -259,7 +262,7 @@ fn all_exist_agrees_with_exists(store: &dyn TileStore) {
 }
 
 fn empty_tile_refused(store: &dyn TileStore) {
-    let k = key("c-empty", 1, 0, 0, "png");
+    let k = key("c-empty", 1, 0, 0, TileFormat::Png);
     match store.put(&k, Bytes::new(), Durability::Buffered) {
         Err(StoreError::Invalid { .. }) => {}
         other => panic!("an empty tile must be refused as Invalid, got {other:?}"),
@@ -272,7 +275,7 @@ fn empty_tile_refused(store: &dyn TileStore) {
 }
 
 fn large_tile(store: &dyn TileStore) {
-    let k = key("c-large", 10, 500, 400, "png");
+    let k = key("c-large", 10, 500, 400, TileFormat::Png);
     let data = payload(3, 4 << 20);
     store
         .put(&k, data.clone(), Durability::Buffered)
@@ -290,11 +293,11 @@ fn concurrent_writers(store: &Arc<dyn TileStore>) {
             let store = store.clone();
             std::thread::spawn(move || {
                 for i in 0..40u64 {
-                    let own = key("c-concurrent", 9, u64::from(t), i, "png");
+                    let own = key("c-concurrent", 9, u64::from(t), i, TileFormat::Png);
                     store
                         .put(&own, payload(t, 100 + i as usize), Durability::Buffered)
                         .expect("put");
-                    let shared = key("c-concurrent", 9, 100, i % 4, "png");
+                    let shared = key("c-concurrent", 9, 100, i % 4, TileFormat::Png);
                     store
                         .put(&shared, payload(t, 2000), Durability::Buffered)
                         .expect("put");
@@ -307,7 +310,7 @@ fn concurrent_writers(store: &Arc<dyn TileStore>) {
     }
     for t in 0..8u8 {
         for i in 0..40u64 {
-            let own = key("c-concurrent", 9, u64::from(t), i, "png");
+            let own = key("c-concurrent", 9, u64::from(t), i, TileFormat::Png);
             assert_eq!(
                 store.get(&own).expect("get"),
                 Some(payload(t, 100 + i as usize)),
@@ -317,7 +320,7 @@ fn concurrent_writers(store: &Arc<dyn TileStore>) {
     }
     let candidates: HashSet<Bytes> = (0..8u8).map(|t| payload(t, 2000)).collect();
     for i in 0..4u64 {
-        let shared = key("c-concurrent", 9, 100, i, "png");
+        let shared = key("c-concurrent", 9, 100, i, TileFormat::Png);
         let got = store
             .get(&shared)
             .expect("get")
@@ -330,7 +333,7 @@ fn concurrent_writers(store: &Arc<dyn TileStore>) {
 }
 
 fn readers_never_see_torn_tiles(store: &Arc<dyn TileStore>) {
-    let k = key("c-torn", 12, 1000, 1000, "png");
+    let k = key("c-torn", 12, 1000, 1000, TileFormat::Png);
     let values: Vec<Bytes> = (0..4u8).map(|s| payload(s, 64 * 1024)).collect();
     let writer = {
         let (store, k, values) = (store.clone(), k.clone(), values.clone());

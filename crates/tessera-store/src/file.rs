@@ -53,7 +53,7 @@ impl FileStore {
             store: "file".into(),
             op,
             key: path.display().to_string(),
-            message: e.to_string(),
+            source: Box::new(e),
         };
         let staging_root = root.join(STAGING_DIR);
         fs::create_dir_all(&staging_root).map_err(|e| io_err("create", &staging_root, e))?;
@@ -84,7 +84,7 @@ impl FileStore {
         p.push(&key.grid);
         p.push(key.coord.z().to_string());
         p.push(key.coord.x().to_string());
-        p.push(format!("{row}.{}", key.extension));
+        p.push(format!("{row}.{}", key.format.extension()));
         p
     }
 
@@ -93,7 +93,7 @@ impl FileStore {
             store: self.name().into(),
             op,
             key: key.to_string(),
-            message: e.to_string(),
+            source: e.to_string().into(),
         }
     }
 

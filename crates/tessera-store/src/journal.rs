@@ -18,7 +18,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use tessera_grid::TileCoord;
+use tessera_grid::{TileCoord, TileFormat};
 use tessera_journal::{Journal, JournalError, JournalOptions, Persist, Position, RecordKind};
 
 use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
@@ -95,7 +95,7 @@ fn io(op: &'static str, key: &dyn std::fmt::Display, e: &JournalError) -> StoreE
         store: "journal".into(),
         op,
         key: key.to_string(),
-        message: e.to_string(),
+        source: Box::new(e.clone()),
     }
 }
 
@@ -198,7 +198,7 @@ impl JournalStore {
             store: "journal".into(),
             op: "checkpoint",
             key: path.display().to_string(),
-            message: e.to_string(),
+            source: e.to_string().into(),
         })
     }
 
@@ -524,7 +524,7 @@ fn encode_key(key: &TileKey) -> Vec<u8> {
     for part in [
         key.layer.as_bytes(),
         key.grid.as_bytes(),
-        key.extension.as_bytes(),
+        key.format.extension().as_bytes(),
     ] {
         k.extend_from_slice(part);
         k.push(0);
@@ -546,12 +546,10 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
     let mut parts = k.splitn(4, |b| *b == 0);
     let layer = std::str::from_utf8(parts.next()?).ok()?.to_string();
     let grid = std::str::from_utf8(parts.next()?).ok()?.to_string();
-    let extension = match parts.next()? {
-        b"png" => "png",
-        b"jpg" => "jpg",
-        b"webp" => "webp",
-        _ => return None,
-    };
+    let extension = parts.next()?;
+    let format = TileFormat::ALL
+        .into_iter()
+        .find(|f| f.extension().as_bytes() == extension)?;
     let rest = parts.next()?;
     if rest.len() != 17 {
         return None;
@@ -568,7 +566,7 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
             coord,
             matrix_height,
             matrix_width,
-            extension,
+            format,
         },
         2 + len,
     ))

@@ -17,24 +17,30 @@ mod memory;
 pub mod object;
 pub mod pack;
 mod packs;
+mod spec;
 pub mod upload;
 
+pub use bytesize::ByteSize;
 pub use disk_cache::DiskCache;
 pub use file::{FileLayout, FileStore};
 pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
 pub use packs::{PackOptions, PackStore};
+pub use spec::{
+    FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectSpec, OptionValue, StoreSpec,
+    option_strings, size_in_bytes,
+};
 pub use tessera_journal::JournalOptions;
 
 use bytes::Bytes;
-use tessera_grid::{TileCoord, TileRange};
+use tessera_grid::{TileCoord, TileFormat, TileRange};
 
-/// Identifies one stored tile: layer, grid, coordinate and format extension.
+/// Identifies one stored tile: layer, grid, coordinate and format.
 ///
 /// Built only from validated parts: the layer and grid names come from the
 /// configuration (checked to be `[A-Za-z0-9_.-]+`), the coordinate from the
-/// grid, the extension from the encoder. Nothing from a request is used raw,
+/// grid, the format from a parsed request or the configuration. Nothing from a request is used raw,
 /// so a key can never name a path outside a store's root.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TileKey {
@@ -50,8 +56,8 @@ pub struct TileKey {
     /// Number of columns of the matrix at the tile's zoom, so that stores
     /// that order tiles along a space-filling curve know its size.
     pub matrix_width: u32,
-    /// File extension of the encoded format (`png`, `jpg`, `webp`).
-    pub extension: &'static str,
+    /// The encoded format (its extension names files and keys).
+    pub format: TileFormat,
 }
 
 impl TileKey {
@@ -68,7 +74,10 @@ impl std::fmt::Display for TileKey {
         write!(
             f,
             "{}/{}/{}.{}",
-            self.layer, self.grid, self.coord, self.extension
+            self.layer,
+            self.grid,
+            self.coord,
+            self.format.extension()
         )
     }
 }
@@ -88,8 +97,8 @@ pub enum Durability {
 /// Errors from tile stores.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// An I/O failure, with the key it concerned.
-    #[error("store {store}: {op} {key} failed: {message}")]
+    /// An I/O failure, with the key it concerned and its cause.
+    #[error("store {store}: {op} {key} failed")]
     Io {
         /// Store name.
         store: String,
@@ -98,10 +107,13 @@ pub enum StoreError {
         /// Key concerned, as `layer/grid/z/x/y.ext` (or a path for store-wide
         /// operations).
         key: String,
-        /// Detail.
-        message: String,
+        /// The failure underneath (the file system's, SQLite's, the
+        /// journal's or the object store client's error).
+        #[source]
+        source: Cause,
     },
-    /// The caller broke the contract (for example an empty tile).
+    /// The caller broke the contract (for example an empty tile), or the
+    /// store's configuration is inconsistent.
     #[error("store {store}: {message}")]
     Invalid {
         /// Store name.
@@ -109,7 +121,21 @@ pub enum StoreError {
         /// What was wrong.
         message: String,
     },
+    /// No client could be built for an object store URL.
+    #[error("store {store}: cannot open a client for {url}")]
+    Client {
+        /// Store name.
+        store: String,
+        /// The URL as configured.
+        url: String,
+        /// The client's error.
+        #[source]
+        source: Box<object_store::Error>,
+    },
 }
+
+/// The error underneath a [`StoreError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// A cache of encoded tiles.
 ///
@@ -132,6 +158,14 @@ pub enum StoreError {
 pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// A short name for logs and metrics (`file`, `memory`, ...).
     fn name(&self) -> &str;
+
+    /// Whether the tiles are lost when the process exits (a memory-only
+    /// store). Batch commands refuse to seed into such a store, since
+    /// whatever they wrote would be gone when they exit. The default is
+    /// `false`: the store keeps what it acknowledged.
+    fn is_volatile(&self) -> bool {
+        false
+    }
 
     /// Reads a tile.
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError>;
@@ -184,16 +218,21 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// whole groups.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
-        for (range, width, height) in &area.ranges {
+        for AreaRange {
+            range,
+            matrix_width,
+            matrix_height,
+        } in &area.ranges
+        {
             for y in range.min_y..=range.max_y {
                 for x in range.min_x..=range.max_x {
                     self.delete(&TileKey {
                         layer: area.layer.clone(),
                         grid: area.grid.clone(),
                         coord: TileCoord::restored(range.z, x, y),
-                        matrix_height: *height,
-                        matrix_width: *width,
-                        extension: area.extension,
+                        matrix_height: *matrix_height,
+                        matrix_width: *matrix_width,
+                        format: area.format,
                     })?;
                     report.objects_deleted += 1;
                 }
@@ -210,11 +249,22 @@ pub struct TileArea {
     pub layer: String,
     /// Grid identifier.
     pub grid: String,
-    /// Format extension.
-    pub extension: &'static str,
-    /// Disjoint tile ranges, each with the matrix width and height at its
-    /// zoom.
-    pub ranges: Vec<(TileRange, u32, u32)>,
+    /// Tile format.
+    pub format: TileFormat,
+    /// Disjoint tile ranges, each with the matrix size at its zoom.
+    pub ranges: Vec<AreaRange>,
+}
+
+/// One tile range of a [`TileArea`], with the size of the matrix at its
+/// zoom (stores that flip rows or order tiles along a curve need it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AreaRange {
+    /// The tiles.
+    pub range: TileRange,
+    /// Columns of the matrix at `range.z`.
+    pub matrix_width: u32,
+    /// Rows of the matrix at `range.z`.
+    pub matrix_height: u32,
 }
 
 impl TileArea {
@@ -222,8 +272,8 @@ impl TileArea {
     pub fn contains(&self, key: &TileKey) -> bool {
         key.layer == self.layer
             && key.grid == self.grid
-            && key.extension == self.extension
-            && self.ranges.iter().any(|(r, _, _)| {
+            && key.format == self.format
+            && self.ranges.iter().any(|AreaRange { range: r, .. }| {
                 r.z == key.coord.z()
                     && (r.min_x..=r.max_x).contains(&key.coord.x())
                     && (r.min_y..=r.max_y).contains(&key.coord.y())

@@ -16,6 +16,8 @@ use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Deserialize;
 
+use tessera_grid::TileFormat;
+
 use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
 
 /// SQLite's `synchronous` setting for the writer connection.
@@ -71,7 +73,7 @@ struct Db {
 }
 
 /// Layer, grid and extension: what one file holds.
-type FileId = (String, String, &'static str);
+type FileId = (String, String, TileFormat);
 
 /// A tile store of MBTiles files.
 #[derive(Debug)]
@@ -86,7 +88,7 @@ fn sql_err(op: &'static str, key: &dyn std::fmt::Display, e: &rusqlite::Error) -
         store: "mbtiles".into(),
         op,
         key: key.to_string(),
-        message: e.to_string(),
+        source: e.to_string().into(),
     }
 }
 
@@ -101,7 +103,7 @@ impl MbtilesStore {
             store: "mbtiles".into(),
             op: "create",
             key: dir.display().to_string(),
-            message: e.to_string(),
+            source: Box::new(e),
         })?;
         Ok(MbtilesStore {
             dir,
@@ -114,12 +116,14 @@ impl MbtilesStore {
     pub fn path_of(&self, key: &TileKey) -> PathBuf {
         self.dir.join(format!(
             "{}.{}.{}.mbtiles",
-            key.layer, key.grid, key.extension
+            key.layer,
+            key.grid,
+            key.format.extension()
         ))
     }
 
     fn db(&self, key: &TileKey) -> Result<Arc<Db>, StoreError> {
-        let id = (key.layer.clone(), key.grid.clone(), key.extension);
+        let id = (key.layer.clone(), key.grid.clone(), key.format);
         let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(db) = files.get(&id) {
             return Ok(db.clone());
@@ -210,15 +214,6 @@ pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS metadata (name TEXT,
      CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
      CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);";
 
-/// The MBTiles `format` metadata value of a tile extension.
-pub(crate) fn format_name(extension: &str) -> &'static str {
-    match extension {
-        "jpg" => "jpg",
-        "webp" => "webp",
-        _ => "png",
-    }
-}
-
 fn open_writer(
     path: &Path,
     key: &TileKey,
@@ -231,7 +226,7 @@ fn open_writer(
     conn.execute_batch(SCHEMA)?;
     for (name, value) in [
         ("name", key.layer.as_str()),
-        ("format", format_name(key.extension)),
+        ("format", key.format.extension()),
         ("type", "baselayer"),
         ("version", "1.3"),
         ("description", key.grid.as_str()),

@@ -100,6 +100,10 @@ impl TileStore for MemoryStore {
         &self.name
     }
 
+    fn is_volatile(&self) -> bool {
+        self.inner.as_ref().is_none_or(|inner| inner.is_volatile())
+    }
+
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
         self.lock().tiles.get(key).cloned()
     }

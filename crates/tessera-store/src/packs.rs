@@ -30,7 +30,7 @@ use tessera_grid::{Curve, TileRange, order_for};
 use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
 use crate::pack::{PackedTile, merge, read_pack, write_pack};
 use crate::{
-    DiskCache, Durability, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+    AreaRange, DiskCache, Durability, StoreError, TileArea, TileKey, TileStore, TruncateReport,
     check_not_empty,
 };
 
@@ -104,14 +104,6 @@ impl PackRef {
     }
 }
 
-fn media_type(extension: &str) -> &'static str {
-    match extension {
-        "jpg" => "image/jpeg",
-        "webp" => "image/webp",
-        _ => "image/png",
-    }
-}
-
 impl PackStore {
     /// A store over `location` (see [`crate::object::open_url`]).
     pub fn new(location: ObjectLocation, options: &PackOptions) -> Result<PackStore, StoreError> {
@@ -178,7 +170,7 @@ impl PackStore {
             store: "object".into(),
             op,
             key: key.to_string(),
-            message: e.to_string(),
+            source: e.to_string().into(),
         }
     }
 
@@ -217,7 +209,7 @@ impl PackStore {
             &key.layer,
             &key.grid,
             key.coord.z(),
-            key.extension,
+            key.format.extension(),
             (key.matrix_width, key.matrix_height),
             coarse,
             k,
@@ -508,7 +500,7 @@ impl TileStore for PackStore {
                 key.coord.z(),
                 key.coord.x(),
                 key.coord.y(),
-                media_type(key.extension),
+                key.format.content_type(),
                 data,
             );
             packs
@@ -542,14 +534,14 @@ impl TileStore for PackStore {
     /// is listed.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
-        let mut by_zoom: BTreeMap<u8, Vec<&(TileRange, u32, u32)>> = BTreeMap::new();
+        let mut by_zoom: BTreeMap<u8, Vec<&AreaRange>> = BTreeMap::new();
         for r in &area.ranges {
-            by_zoom.entry(r.0.z).or_default().push(r);
+            by_zoom.entry(r.range.z).or_default().push(r);
         }
         for (z, ranges) in by_zoom {
-            let (_, width, height) = *ranges[0];
+            let (width, height) = (ranges[0].matrix_width, ranges[0].matrix_height);
             let (coarse, k) = self.geometry(width, height);
-            let tile_ranges: Vec<&TileRange> = ranges.iter().map(|r| &r.0).collect();
+            let tile_ranges: Vec<&TileRange> = ranges.iter().map(|r| &r.range).collect();
             // Each pack the area touches, in key order, with the number of
             // the area's tiles it holds.
             let mut packs: Vec<(u64, PackRef)> = Vec::new();
@@ -576,7 +568,7 @@ impl TileStore for PackStore {
                             &area.layer,
                             &area.grid,
                             z,
-                            area.extension,
+                            area.format.extension(),
                             (width, height),
                             coarse,
                             k,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use tessera_grid::TileFormat;
 use tessera_store::conformance::{key, payload, run_all};
 use tessera_store::{
     Durability, FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore,
@@ -41,17 +42,17 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
     {
         let store = JournalStore::open(dir.path(), options).unwrap();
         let tiles: Vec<_> = (0..100u64)
-            .map(|i| (key("j", 9, i, 7, "png"), payload(i as u8, 5000)))
+            .map(|i| (key("j", 9, i, 7, TileFormat::Png), payload(i as u8, 5000)))
             .collect();
         store.put_many(tiles, Durability::Synced).unwrap();
         store
             .put(
-                &key("j", 9, 3, 7, "png"),
+                &key("j", 9, 3, 7, TileFormat::Png),
                 payload(200, 10),
                 Durability::Synced,
             )
             .unwrap();
-        store.delete(&key("j", 9, 4, 7, "png")).unwrap();
+        store.delete(&key("j", 9, 4, 7, TileFormat::Png)).unwrap();
     }
     // The close wrote a checkpoint: a reopen replays only what follows it.
     assert!(dir.path().join("index.ckpt").is_file());
@@ -59,13 +60,13 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
     assert_eq!(store.len(), 99);
     store
         .put(
-            &key("j", 9, 5, 7, "png"),
+            &key("j", 9, 5, 7, TileFormat::Png),
             payload(201, 10),
             Durability::Buffered,
         )
         .unwrap();
     store.checkpoint().unwrap();
-    store.delete(&key("j", 9, 6, 7, "png")).unwrap();
+    store.delete(&key("j", 9, 6, 7, TileFormat::Png)).unwrap();
     // The files as a crash would leave them (no closing checkpoint): the
     // records after the last checkpoint are replayed on top of it.
     let crashed = tempfile::tempdir().unwrap();
@@ -77,17 +78,23 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
     let store = JournalStore::open(crashed.path(), options).unwrap();
     assert_eq!(store.len(), 98);
     assert_eq!(
-        store.get(&key("j", 9, 5, 7, "png")).unwrap(),
+        store.get(&key("j", 9, 5, 7, TileFormat::Png)).unwrap(),
         Some(payload(201, 10))
     );
-    assert_eq!(store.get(&key("j", 9, 6, 7, "png")).unwrap(), None);
     assert_eq!(
-        store.get(&key("j", 9, 3, 7, "png")).unwrap(),
+        store.get(&key("j", 9, 6, 7, TileFormat::Png)).unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get(&key("j", 9, 3, 7, TileFormat::Png)).unwrap(),
         Some(payload(200, 10))
     );
-    assert_eq!(store.get(&key("j", 9, 4, 7, "png")).unwrap(), None);
     assert_eq!(
-        store.get(&key("j", 9, 99, 7, "png")).unwrap(),
+        store.get(&key("j", 9, 4, 7, TileFormat::Png)).unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get(&key("j", 9, 99, 7, TileFormat::Png)).unwrap(),
         Some(payload(99, 5000))
     );
 }
@@ -106,7 +113,7 @@ fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
             for i in 0..120u64 {
                 store
                     .put(
-                        &key("c", 10, i, 1, "png"),
+                        &key("c", 10, i, 1, TileFormat::Png),
                         latest(i, round),
                         Durability::Buffered,
                     )
@@ -114,7 +121,7 @@ fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
             }
         }
         for i in 0..10u64 {
-            store.delete(&key("c", 10, i, 1, "png")).unwrap();
+            store.delete(&key("c", 10, i, 1, TileFormat::Png)).unwrap();
         }
         let before = store.segment_count();
         // A writer keeps going on other keys while compaction runs.
@@ -124,7 +131,7 @@ fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
                 for i in 0..300u64 {
                     store
                         .put(
-                            &key("w", 10, i, 2, "png"),
+                            &key("w", 10, i, 2, TileFormat::Png),
                             payload(i as u8, 900),
                             Durability::Buffered,
                         )
@@ -142,14 +149,14 @@ fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
         );
         for i in 10..120u64 {
             assert_eq!(
-                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                store.get(&key("c", 10, i, 1, TileFormat::Png)).unwrap(),
                 Some(latest(i, 3)),
                 "tile {i}"
             );
         }
         for i in 0..10u64 {
             assert_eq!(
-                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                store.get(&key("c", 10, i, 1, TileFormat::Png)).unwrap(),
                 None,
                 "deleted {i}"
             );
@@ -158,20 +165,23 @@ fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
     let check = |store: &JournalStore| {
         for i in 10..120u64 {
             assert_eq!(
-                store.get(&key("c", 10, i, 1, "png")).unwrap(),
+                store.get(&key("c", 10, i, 1, TileFormat::Png)).unwrap(),
                 Some(latest(i, 3)),
                 "tile {i}"
             );
         }
         for i in 0..10u64 {
             assert!(
-                store.get(&key("c", 10, i, 1, "png")).unwrap().is_none(),
+                store
+                    .get(&key("c", 10, i, 1, TileFormat::Png))
+                    .unwrap()
+                    .is_none(),
                 "deleted {i} stays deleted"
             );
         }
         for i in 0..300u64 {
             assert_eq!(
-                store.get(&key("w", 10, i, 2, "png")).unwrap(),
+                store.get(&key("w", 10, i, 2, TileFormat::Png)).unwrap(),
                 Some(payload(i as u8, 900))
             );
         }
@@ -203,7 +213,7 @@ fn mbtiles_store() {
 fn mbtiles_files_follow_the_spec_and_tms_rows() {
     let dir = tempfile::tempdir().unwrap();
     let store = MbtilesStore::open(dir.path(), MbtilesOptions::default()).unwrap();
-    let k = key("relief", 3, 2, 1, "png");
+    let k = key("relief", 3, 2, 1, TileFormat::Png);
     store.put(&k, payload(1, 10), Durability::Synced).unwrap();
     let conn = rusqlite::Connection::open(store.path_of(&k)).unwrap();
     let row: (i64, i64, i64, Vec<u8>) = conn
@@ -241,7 +251,7 @@ fn many_concurrent_mbtiles_writers_never_lose_a_tile_or_see_a_locked_database() 
                     let tiles = (0..4u64)
                         .map(|j| {
                             (
-                                key("m", 12, t * 200 + i * 4 + j, 5, "png"),
+                                key("m", 12, t * 200 + i * 4 + j, 5, TileFormat::Png),
                                 payload(j as u8, 3000),
                             )
                         })
@@ -249,7 +259,7 @@ fn many_concurrent_mbtiles_writers_never_lose_a_tile_or_see_a_locked_database() 
                     store.put_many(tiles, Durability::Buffered).unwrap();
                     assert!(
                         store
-                            .get(&key("m", 12, t * 200 + i * 4, 5, "png"))
+                            .get(&key("m", 12, t * 200 + i * 4, 5, TileFormat::Png))
                             .unwrap()
                             .is_some()
                     );
@@ -265,7 +275,9 @@ fn many_concurrent_mbtiles_writers_never_lose_a_tile_or_see_a_locked_database() 
     for t in 0..16u64 {
         for i in 0..200u64 {
             assert!(
-                other.exists(&key("m", 12, t * 200 + i, 5, "png")).unwrap(),
+                other
+                    .exists(&key("m", 12, t * 200 + i, 5, TileFormat::Png))
+                    .unwrap(),
                 "tile {t}/{i}"
             );
         }
@@ -291,7 +303,7 @@ fn file_layouts_are_what_other_tools_read() {
     let dir = tempfile::tempdir().unwrap();
     let xyz = FileStore::open(dir.path().join("xyz"), FileLayout::Xyz).unwrap();
     let tms = FileStore::open(dir.path().join("tms"), FileLayout::Tms).unwrap();
-    let k = key("relief", 3, 2, 1, "png");
+    let k = key("relief", 3, 2, 1, TileFormat::Png);
     xyz.put(&k, payload(1, 10), Durability::Buffered).unwrap();
     tms.put(&k, payload(1, 10), Durability::Buffered).unwrap();
     assert!(
@@ -350,7 +362,7 @@ fn staging_left_by_a_dead_process_is_swept_and_a_live_one_kept() {
 fn a_zero_length_file_is_not_a_tile() {
     let dir = tempfile::tempdir().unwrap();
     let store = FileStore::open(dir.path(), FileLayout::Xyz).unwrap();
-    let k = key("relief", 2, 1, 1, "png");
+    let k = key("relief", 2, 1, 1, TileFormat::Png);
     let path = store.path_of(&k);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, b"").unwrap();
@@ -364,28 +376,39 @@ fn memory_store_stays_within_its_byte_budget_and_evicts_least_recent() {
     for i in 0..20u64 {
         store
             .put(
-                &key("m", 5, i, 0, "png"),
+                &key("m", 5, i, 0, TileFormat::Png),
                 payload(i as u8, 1000),
                 Durability::Buffered,
             )
             .unwrap();
         // Keep tile 0 recently used: it must survive eviction.
-        assert!(store.get(&key("m", 5, 0, 0, "png")).unwrap().is_some());
+        assert!(
+            store
+                .get(&key("m", 5, 0, 0, TileFormat::Png))
+                .unwrap()
+                .is_some()
+        );
         assert!(store.resident_bytes() <= 10_000);
     }
     assert_eq!(store.resident_tiles(), 10);
     assert!(
-        store.get(&key("m", 5, 1, 0, "png")).unwrap().is_none(),
+        store
+            .get(&key("m", 5, 1, 0, TileFormat::Png))
+            .unwrap()
+            .is_none(),
         "oldest evicted"
     );
     assert!(
-        store.get(&key("m", 5, 19, 0, "png")).unwrap().is_some(),
+        store
+            .get(&key("m", 5, 19, 0, TileFormat::Png))
+            .unwrap()
+            .is_some(),
         "newest kept"
     );
     // A tile larger than the whole budget is not kept at all.
     store
         .put(
-            &key("m", 5, 30, 0, "png"),
+            &key("m", 5, 30, 0, TileFormat::Png),
             payload(1, 20_000),
             Durability::Buffered,
         )
@@ -397,7 +420,7 @@ fn memory_store_stays_within_its_byte_budget_and_evicts_least_recent() {
 fn memory_store_reads_through_and_forgets_deleted_tiles() {
     let dir = tempfile::tempdir().unwrap();
     let file: Arc<dyn TileStore> = Arc::new(FileStore::open(dir.path(), FileLayout::Xyz).unwrap());
-    let k = key("m", 4, 3, 3, "png");
+    let k = key("m", 4, 3, 3, TileFormat::Png);
     file.put(&k, payload(5, 100), Durability::Buffered).unwrap();
     let mem = MemoryStore::new(1 << 20, Some(file.clone()));
     assert_eq!(mem.get(&k).unwrap(), Some(payload(5, 100)));

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use common::{env, minio_options, unique};
 
-use tessera_grid::{Curve, TileRange};
+use tessera_grid::{Curve, TileFormat, TileRange};
 use tessera_store::conformance::{key, payload, run_all};
 use tessera_store::object::open_url;
-use tessera_store::{Durability, PackOptions, PackStore, TileArea, TileStore};
+use tessera_store::{AreaRange, Durability, PackOptions, PackStore, TileArea, TileStore};
 
 /// The URL and options of a backend, under a fresh prefix.
 fn backend(kind: &str, label: &str) -> (String, BTreeMap<String, String>) {
@@ -113,13 +113,13 @@ fn pack_keys_are_computed_and_sort_in_curve_order() {
     .unwrap();
     // Zoom 10: 1024 x 1024 tiles, 512 x 512 packs, 262,144 pack indexes.
     assert_eq!(
-        store.pack_key(&key("roads", 10, 0, 0, "png")),
+        store.pack_key(&key("roads", 10, 0, 0, TileFormat::Png)),
         "roads/WebMercatorQuad/10/000000.png.avro"
     );
     // The four tiles of one 2 x 2 block share a pack.
-    let k = store.pack_key(&key("roads", 10, 600, 300, "png"));
+    let k = store.pack_key(&key("roads", 10, 600, 300, TileFormat::Png));
     for (x, y) in [(601, 300), (600, 301), (601, 301)] {
-        assert_eq!(store.pack_key(&key("roads", 10, x, y, "png")), k);
+        assert_eq!(store.pack_key(&key("roads", 10, x, y, TileFormat::Png)), k);
     }
     // Walking the packs along the Hilbert curve gives sorted keys.
     let keys: Vec<String> = (0..64u64)
@@ -130,7 +130,7 @@ fn pack_keys_are_computed_and_sort_in_curve_order() {
                 10,
                 u64::from(bx) * 2,
                 u64::from(by) * 2,
-                "png",
+                TileFormat::Png,
             ))
         })
         .collect();
@@ -152,7 +152,10 @@ fn reads_never_list() {
     let mut tiles = Vec::new();
     for y in 0..8 {
         for x in 0..8 {
-            tiles.push((key("l", 6, x, y, "png"), payload((x * y) as u8, 500)));
+            tiles.push((
+                key("l", 6, x, y, TileFormat::Png),
+                payload((x * y) as u8, 500),
+            ));
         }
     }
     writer.put_many(tiles.clone(), Durability::Synced).unwrap();
@@ -166,7 +169,10 @@ fn reads_never_list() {
         assert_eq!(reader.get(k).unwrap().as_ref(), Some(data));
     }
     for (x, y) in [(40, 40), (63, 0), (9, 9)] {
-        assert_eq!(reader.get(&key("l", 6, x, y, "png")).unwrap(), None);
+        assert_eq!(
+            reader.get(&key("l", 6, x, y, TileFormat::Png)).unwrap(),
+            None
+        );
     }
     let keys: Vec<_> = tiles.iter().map(|(k, _)| k.clone()).collect();
     let before = reader.requests();
@@ -199,7 +205,12 @@ fn local_cache_fetches_each_pack_once() {
     let (url, opts) = backend("s3", "disk-cache");
     let writer = PackStore::new(open_url(&url, &opts).unwrap(), &PackOptions::default()).unwrap();
     let tiles: Vec<_> = (0..16)
-        .map(|i| (key("l", 4, i % 4, i / 4, "png"), payload(i as u8, 2000)))
+        .map(|i| {
+            (
+                key("l", 4, i % 4, i / 4, TileFormat::Png),
+                payload(i as u8, 2000),
+            )
+        })
         .collect();
     writer.put_many(tiles.clone(), Durability::Synced).unwrap();
 
@@ -253,7 +264,7 @@ fn concurrent_merges(kind: &str) {
                     let n = t * 8 + i;
                     store
                         .put(
-                            &key("m", 5, n % 8, n / 8, "png"),
+                            &key("m", 5, n % 8, n / 8, TileFormat::Png),
                             payload(n as u8, 300),
                             Durability::Synced,
                         )
@@ -268,7 +279,9 @@ fn concurrent_merges(kind: &str) {
     let check = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
     for n in 0..64u64 {
         assert_eq!(
-            check.get(&key("m", 5, n % 8, n / 8, "png")).unwrap(),
+            check
+                .get(&key("m", 5, n % 8, n / 8, TileFormat::Png))
+                .unwrap(),
             Some(payload(n as u8, 300)),
             "tile {n} survived the concurrent merges"
         );
@@ -303,7 +316,7 @@ fn truncate_deletes_computed_keys_without_listing() {
     let mut tiles = Vec::new();
     for y in 32..64 {
         for x in 64..96 {
-            tiles.push((key("t", 7, x, y, "png"), payload(x as u8, 64)));
+            tiles.push((key("t", 7, x, y, TileFormat::Png), payload(x as u8, 64)));
         }
     }
     store.put_many(tiles.clone(), Durability::Synced).unwrap();
@@ -312,18 +325,18 @@ fn truncate_deletes_computed_keys_without_listing() {
     let area = TileArea {
         layer: "t".into(),
         grid: "WebMercatorQuad".into(),
-        extension: "png",
-        ranges: vec![(
-            TileRange {
+        format: TileFormat::Png,
+        ranges: vec![AreaRange {
+            range: TileRange {
                 z: 7,
                 min_x: 66,
                 min_y: 34,
                 max_x: 93,
                 max_y: 59,
             },
-            128,
-            128,
-        )],
+            matrix_width: 128,
+            matrix_height: 128,
+        }],
     };
     let report = store.truncate(&area).unwrap();
     let used = store.requests().since(&before);

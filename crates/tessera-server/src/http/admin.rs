@@ -94,14 +94,14 @@ async fn upload(
             format!("layer {name:?} is defined in the configuration"),
         ));
     }
-    let max = uploads.config.max_upload_mb.saturating_mul(1 << 20);
+    let max = uploads.config.max_upload_bytes();
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "PayloadTooLarge",
             format!(
-                "the upload is larger than the {} MiB allowed (admin.max_upload_mb)",
-                uploads.config.max_upload_mb
+                "the upload is larger than the {} allowed (admin.max_upload)",
+                tessera_store::ByteSize(max)
             ),
         )
     };

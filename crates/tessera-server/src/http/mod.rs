@@ -22,31 +22,32 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use tessera_grid::GridError;
-use tessera_image::Format;
+use tessera_grid::TileFormat;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::config::Config;
-use crate::metrics::Metrics;
 use crate::registry::{Grid, Layer, Registry};
-use crate::render::Renderer;
-use crate::tile_cache::{CacheStatus, TileCache, TileRequest};
+use crate::service::Service;
+use crate::tile_cache::{CacheStatus, TileRequest};
 use error::ApiError;
 
-/// State shared by all handlers.
+/// State shared by all handlers: the tile service (dereferences to it).
 #[derive(Debug, Clone)]
-pub struct AppState {
-    /// Layers and grids.
-    pub registry: Arc<Registry>,
-    /// The render pool.
-    pub renderer: Renderer,
-    /// The cached tile path (locks, encode pool).
-    pub tiles: Arc<TileCache>,
-    /// Metrics served at `/metrics`.
-    pub metrics: Arc<Metrics>,
-    /// The configuration the server started with.
-    pub config: Arc<Config>,
-    /// Uploaded sources (the admin API), when configured.
-    pub uploads: Option<Arc<crate::sources::Uploads>>,
+pub struct AppState(Arc<Service>);
+
+impl AppState {
+    /// Wraps a service for the handlers.
+    pub fn new(service: Service) -> AppState {
+        AppState(Arc::new(service))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Service;
+
+    fn deref(&self) -> &Service {
+        &self.0
+    }
 }
 
 /// Builds the router with every endpoint.
@@ -130,7 +131,7 @@ pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
 }
 
 /// An encoded image as a response.
-pub fn image_response(format: Format, bytes: Bytes) -> Response {
+pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
     let mut r = bytes.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -187,7 +188,7 @@ pub fn resolve_tile(
     grid: &str,
     (z, x, y): (&str, &str, &str),
     tms_rows: bool,
-    format: Option<Format>,
+    format: Option<TileFormat>,
     format_text: &str,
 ) -> Result<TileRequest, TileLookupError> {
     let (layer, grid) = resolve_layer_grid(registry, layer, grid)?;

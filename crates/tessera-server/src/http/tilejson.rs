@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
+use tessera_grid::mercator;
 
 use super::error::ApiError;
 use super::tiles::plain_error;
@@ -21,9 +22,9 @@ pub async fn tilejson(
     let b = layer.source.info().lonlat_bounds;
     let bounds = [
         b.min_x.max(-180.0),
-        b.min_y.max(-85.051_128_78),
+        b.min_y.max(-mercator::MAX_LATITUDE),
         b.max_x.min(180.0),
-        b.max_y.min(85.051_128_78),
+        b.max_y.min(mercator::MAX_LATITUDE),
     ];
     let max_zoom = layer.max_zoom_in(&grid);
     let center_zoom = layer.center_zoom(&grid).clamp(layer.min_zoom, max_zoom);

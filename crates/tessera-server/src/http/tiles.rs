@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use tessera_grid::GridError;
-use tessera_image::Format;
+use tessera_grid::TileFormat;
 
 use super::error::ApiError;
 use super::{AppState, TileLookupError, resolve_tile, serve_tile};
@@ -44,7 +44,7 @@ async fn serve(
         grid,
         (z, x, y),
         tms_rows,
-        Format::from_extension(ext),
+        TileFormat::from_extension(ext),
         ext,
     )
     .map_err(plain_error)?;

@@ -11,7 +11,8 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use tessera_grid::BBox;
-use tessera_image::{Color, Format};
+use tessera_grid::TileFormat;
+use tessera_image::Color;
 
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
@@ -190,7 +191,7 @@ fn parse_get_map(state: &AppState, kvp: &Kvp, version: Version) -> Result<ImageR
     }
 
     let format_text = required("FORMAT")?;
-    let format = Format::from_mime(format_text).ok_or_else(|| {
+    let format = TileFormat::from_mime(format_text).ok_or_else(|| {
         ApiError::bad_request(
             "InvalidFormat",
             format!(
@@ -256,7 +257,7 @@ fn capabilities(state: &AppState, headers: &HeaderMap, version: Version) -> Resp
     let base = escape(&base_url(&state.config, headers)).into_owned();
     let title = escape(&state.config.server.title);
     let mut formats = String::new();
-    for f in Format::ALL {
+    for f in TileFormat::ALL {
         let _ = write!(formats, "<Format>{}</Format>", f.content_type());
     }
     let online = format!(

@@ -6,7 +6,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use tessera_grid::GridError;
-use tessera_image::Format;
+use tessera_grid::TileFormat;
 
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
@@ -63,7 +63,7 @@ pub async fn kvp(
                 matrix,
                 row,
                 col,
-                Format::from_mime(format_text),
+                TileFormat::from_mime(format_text),
                 format_text,
             )
             .await
@@ -104,7 +104,7 @@ pub async fn rest_tile(
         &matrix,
         &row,
         col,
-        Format::from_extension(ext),
+        TileFormat::from_extension(ext),
         ext,
     )
     .await
@@ -120,7 +120,7 @@ async fn get_tile(
     matrix: &str,
     row: &str,
     col: &str,
-    format: Option<Format>,
+    format: Option<TileFormat>,
     format_text: &str,
 ) -> Result<Response, ApiError> {
     let err = |e: ApiError| e.speaking(Protocol::Wmts);

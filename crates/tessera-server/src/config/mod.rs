@@ -1,20 +1,25 @@
-//! The configuration file: typed sections, `${ENV}` substitution, unknown
-//! keys named in the error.
+//! The configuration file: typed sections, `${ENV}` substitution in values
+//! ([`env`]), unknown keys named in the error with where they are, relative
+//! paths resolved against the file's directory. Each store's options are
+//! its backend's own spec ([`StoreSpec`], in `tessera-store`).
+
+mod env;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use tessera_grid::{Curve, GridSpec};
-use tessera_image::{EncodeOptions, Format, StyleSpec};
+use tessera_grid::{GridSpec, TileFormat};
+use tessera_image::{EncodeOptions, StyleSpec};
 use tessera_source::{GdalSettings, GdalSourceSpec};
-use tessera_store::{Durability, FileLayout, Synchronous};
+use tessera_store::{ByteSize, Durability, MemorySpec, OptionValue, StoreSpec, size_in_bytes};
 
-/// Errors that stop start-up, each saying what to change.
+/// Errors that stop start-up, each saying what to change; the cause, where
+/// there is one beneath, is kept as the error's source.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}")]
     Read {
         /// Path of the file.
         path: String,
@@ -29,12 +34,96 @@ pub enum ConfigError {
         /// Variable name.
         name: String,
     },
-    /// The YAML does not match the schema (names the unknown or bad key).
-    #[error("invalid config: {0}")]
-    Parse(String),
+    /// A `${` in a value has no closing `}`.
+    #[error("config value {value:?} has a ${{ without a closing }} (write $${{ for a literal ${{)")]
+    UnterminatedVariable {
+        /// The value as written.
+        value: String,
+    },
+    /// The text is not YAML.
+    #[error("config is not valid YAML: {0}")]
+    Yaml(String),
+    /// The YAML does not match the schema (names the unknown or bad key and
+    /// where it is).
+    #[error("invalid config{at}: {message}")]
+    Schema {
+        /// Where in the document (` at layers[0].cache`), empty at the top.
+        at: String,
+        /// The deserializer's message.
+        message: String,
+    },
     /// Values are individually valid but do not fit together.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// GDAL refused a setting of the `gdal:` section.
+    #[error("cannot apply the gdal settings")]
+    Gdal(#[source] gdal::errors::GdalError),
+    /// A grid's CRS is unknown.
+    #[error("grid {grid:?}: unknown CRS")]
+    GridCrs {
+        /// Grid identifier.
+        grid: String,
+        /// Why PROJ refused it.
+        source: tessera_source::SourceError,
+    },
+    /// A grid definition is inconsistent.
+    #[error("grid {grid:?} cannot be built")]
+    Grid {
+        /// Grid identifier.
+        grid: String,
+        /// What is wrong.
+        source: tessera_grid::GridError,
+    },
+    /// A layer's source cannot be opened.
+    #[error("layer {layer:?}: its source cannot be opened")]
+    Source {
+        /// Layer name.
+        layer: String,
+        /// Why.
+        source: tessera_source::SourceError,
+    },
+    /// A layer's style does not fit its source.
+    #[error("layer {layer:?}: its style does not fit its source")]
+    Style {
+        /// Layer name.
+        layer: String,
+        /// Why.
+        source: tessera_image::StyleError,
+    },
+    /// A CRS in a layer's `wms_crs` is unknown.
+    #[error("layer {layer:?}: wms_crs {crs:?} is unknown")]
+    LayerCrs {
+        /// Layer name.
+        layer: String,
+        /// The CRS as written.
+        crs: String,
+        /// Why PROJ refused it.
+        source: tessera_source::SourceError,
+    },
+    /// A store cannot be opened.
+    #[error("store {store:?} cannot be opened")]
+    Store {
+        /// Store name.
+        store: String,
+        /// Why.
+        source: tessera_store::StoreError,
+    },
+    /// The admin API's sources store cannot be opened.
+    #[error("admin: cannot open sources_url {url:?}")]
+    SourcesStore {
+        /// The URL as configured.
+        url: String,
+        /// The client's error.
+        source: Box<object_store::Error>,
+    },
+    /// The admin API's sources file cannot be read or written.
+    #[error("admin: cannot use the sources file {path}")]
+    SourcesFile {
+        /// Its path.
+        path: String,
+        /// The I/O or JSON error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// The whole configuration file.
@@ -62,7 +151,7 @@ pub struct Config {
     /// Named tile stores that layers cache into (default: one in-memory
     /// store named `default`).
     #[serde(default = "default_stores")]
-    pub stores: BTreeMap<String, StoreConfig>,
+    pub stores: BTreeMap<String, StoreSpec>,
     /// Layers to serve.
     pub layers: Vec<LayerConfig>,
     /// The admin API (`PUT /admin/sources/{name}`); off when absent.
@@ -87,12 +176,18 @@ pub struct AdminConfig {
     /// JSON file recording the uploaded sources, so that they are served
     /// again after a restart.
     pub sources_file: String,
-    /// Largest upload in MiB (default 4096); larger ones get 413.
-    #[serde(default = "default_max_upload_mb")]
-    pub max_upload_mb: u64,
-    /// Multipart part size in MiB (default 16, at least 5).
-    #[serde(default = "default_part_size_mb")]
-    pub part_size_mb: u64,
+    /// Largest upload (default 4GiB); larger ones get 413.
+    #[serde(default)]
+    pub max_upload: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub max_upload_mb: Option<u64>,
+    /// Multipart part size (default 16MiB, at least 5MiB).
+    #[serde(default)]
+    pub part_size: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub part_size_mb: Option<u64>,
     /// Parts uploading at once (default 4); memory per upload is at most
     /// parts in flight x part size.
     #[serde(default = "default_parts_in_flight")]
@@ -110,12 +205,22 @@ pub struct AdminConfig {
     pub cache_store: Option<String>,
 }
 
-fn default_max_upload_mb() -> u64 {
-    4096
-}
+impl AdminConfig {
+    /// The largest upload in bytes.
+    pub fn max_upload_bytes(&self) -> u64 {
+        size_in_bytes(
+            "max_upload",
+            self.max_upload,
+            self.max_upload_mb,
+            4096 << 20,
+        )
+        .unwrap_or(u64::MAX)
+    }
 
-fn default_part_size_mb() -> u64 {
-    16
+    /// The multipart part size in bytes.
+    pub fn part_size_bytes(&self) -> u64 {
+        size_in_bytes("part_size", self.part_size, self.part_size_mb, 16 << 20).unwrap_or(16 << 20)
+    }
 }
 
 fn default_parts_in_flight() -> usize {
@@ -213,142 +318,10 @@ impl Default for CacheSettings {
     }
 }
 
-/// A tile store under `stores:`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-pub enum StoreConfig {
-    /// Tiles as files in `path/layer/grid/z/x/y.ext`.
-    File {
-        /// Root directory (created if missing).
-        path: String,
-        /// Row order of the tree (`xyz`, default, or `tms`).
-        #[serde(default)]
-        layout: FileLayout,
-        /// In-memory LRU in front of the files, in MiB (default 64; 0 = none).
-        #[serde(default = "default_file_memory_mb")]
-        memory_mb: u64,
-    },
-    /// Tiles as records of an append-only journal in `path` (one fsync per
-    /// batch of writes instead of one per tile).
-    Journal {
-        /// Directory of the segment files (created if missing).
-        path: String,
-        /// Segment file size in MiB (default 64).
-        #[serde(default = "default_segment_mb")]
-        segment_mb: u64,
-        /// Adaptive wait before a sync for more writes to share it, in
-        /// milliseconds (default 0: off).
-        #[serde(default)]
-        sync_window_ms: u64,
-        /// In-memory LRU in front, in MiB (default 64; 0 = none).
-        #[serde(default = "default_file_memory_mb")]
-        memory_mb: u64,
-    },
-    /// Tiles in MBTiles 1.3 files under `path`, one per layer, grid and
-    /// format (`layer.grid.ext.mbtiles`).
-    Mbtiles {
-        /// Directory of the files (created if missing).
-        path: String,
-        /// SQLite `synchronous` for ordinary writes: `off`, `normal`
-        /// (default) or `full`; synced writes always use `full`.
-        #[serde(default)]
-        synchronous: Synchronous,
-        /// In-memory LRU in front, in MiB (default 64; 0 = none).
-        #[serde(default = "default_file_memory_mb")]
-        memory_mb: u64,
-    },
-    /// Tiles in packs on an object store: the tiles of one aligned block
-    /// of the Hilbert (or Z-order) curve in one object with a computed key,
-    /// `prefix/layer/grid/z/index.ext.avro` (see docs/pack-format.md).
-    Object {
-        /// `s3://bucket/prefix`, `gs://bucket/prefix`,
-        /// `az://container/prefix` or `file:///directory`.
-        url: String,
-        /// Client options with `object_store`'s keys (`endpoint`, `region`,
-        /// `access_key_id`, `secret_access_key`, `allow_http`, `timeout`,
-        /// ...); otherwise credentials come from the usual `AWS_*`,
-        /// `GOOGLE_*` and `AZURE_*` environment variables.
-        #[serde(default)]
-        options: BTreeMap<String, OptionValue>,
-        /// Tiles per pack: 1, 4, 16 (default), 64, ...
-        #[serde(default = "default_pack_tiles")]
-        pack_tiles: u32,
-        /// Curve ordering tiles and packs: `hilbert` (default) or `zorder`.
-        #[serde(default = "default_curve")]
-        curve: Curve,
-        /// Directory of the local read-through cache of packs (default:
-        /// none).
-        cache_path: Option<String>,
-        /// Budget of the local cache in MiB (default 1024).
-        #[serde(default = "default_pack_cache_mb")]
-        cache_mb: u64,
-        /// In-memory LRU of tiles in front, in MiB (default 64; 0 = none).
-        #[serde(default = "default_file_memory_mb")]
-        memory_mb: u64,
-    },
-    /// Tiles in memory only, least recently used evicted; lost on restart.
-    Memory {
-        /// Budget in MiB (default 256).
-        #[serde(default = "default_memory_mb")]
-        memory_mb: u64,
-    },
-}
-
-/// A scalar option value (YAML may give `allow_http: true` or `timeout: 30s`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
-pub enum OptionValue {
-    /// A boolean.
-    Bool(bool),
-    /// An integer.
-    Int(i64),
-    /// A number.
-    Float(f64),
-    /// Text.
-    Text(String),
-}
-
-impl std::fmt::Display for OptionValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OptionValue::Bool(b) => write!(f, "{b}"),
-            OptionValue::Int(i) => write!(f, "{i}"),
-            OptionValue::Float(x) => write!(f, "{x}"),
-            OptionValue::Text(t) => f.write_str(t),
-        }
-    }
-}
-
-fn default_pack_tiles() -> u32 {
-    16
-}
-
-fn default_curve() -> Curve {
-    Curve::Hilbert
-}
-
-fn default_pack_cache_mb() -> u64 {
-    1024
-}
-
-fn default_file_memory_mb() -> u64 {
-    64
-}
-
-fn default_memory_mb() -> u64 {
-    256
-}
-
-fn default_segment_mb() -> u64 {
-    64
-}
-
-fn default_stores() -> BTreeMap<String, StoreConfig> {
+fn default_stores() -> BTreeMap<String, StoreSpec> {
     BTreeMap::from([(
         DEFAULT_STORE.to_string(),
-        StoreConfig::Memory {
-            memory_mb: default_memory_mb(),
-        },
+        StoreSpec::Memory(MemorySpec::default()),
     )])
 }
 
@@ -423,7 +396,7 @@ pub struct LayerConfig {
     pub max_zoom: u8,
     /// Tile formats offered (default png, jpeg, webp); the first is the default.
     #[serde(default = "default_formats")]
-    pub formats: Vec<Format>,
+    pub formats: Vec<TileFormat>,
     /// Extra CRSs to advertise in WMS capabilities (any EPSG code GDAL knows
     /// is accepted in GetMap regardless).
     #[serde(default)]
@@ -444,31 +417,81 @@ fn default_max_zoom() -> u8 {
     20
 }
 
-fn default_formats() -> Vec<Format> {
-    Format::ALL.to_vec()
+fn default_formats() -> Vec<TileFormat> {
+    TileFormat::ALL.to_vec()
 }
 
 impl Config {
-    /// Reads, substitutes and parses a configuration file.
+    /// Reads, substitutes and parses a configuration file. Relative paths
+    /// in it (sources, stores, the admin sources file) are taken relative
+    /// to the file's directory.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read_error = |source| ConfigError::Read {
             path: path.display().to_string(),
             source,
-        })?;
-        Config::from_yaml(&text, |name| std::env::var(name).ok())
+        };
+        let text = std::fs::read_to_string(path).map_err(read_error)?;
+        let base = std::path::absolute(path)
+            .map_err(read_error)?
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let mut config = Config::parse(&text, &|name| std::env::var(name).ok())?;
+        config.resolve_paths(&base);
+        config.check()?;
+        Ok(config)
     }
 
-    /// Parses YAML after replacing `${NAME}` and `${NAME:-default}` with
-    /// values from `env`.
+    /// Parses YAML, replacing `${NAME}` and `${NAME:-default}` in values
+    /// with values from `env`. Relative paths stay relative (to the working
+    /// directory).
     pub fn from_yaml(
         text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let text = substitute_env(text, env)?;
-        let config: Config =
-            serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let config = Config::parse(text, &env)?;
         config.check()?;
         Ok(config)
+    }
+
+    fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut doc: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+            let mut message = e.to_string();
+            if text.contains("${") {
+                // `{` and `}` end a plain value inside `{ ... }` or `[ ... ]`.
+                message.push_str("\n(a value that uses ${...} inside { } or [ ] must be quoted)");
+            }
+            ConfigError::Yaml(message)
+        })?;
+        env::substitute(&mut doc, env)?;
+        serde_path_to_error::deserialize(doc).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError::Schema {
+                at: if path == "." {
+                    String::new()
+                } else {
+                    format!(" at {path}")
+                },
+                message: e.into_inner().to_string(),
+            }
+        })
+    }
+
+    /// Makes relative local paths absolute against `base`.
+    fn resolve_paths(&mut self, base: &Path) {
+        for layer in &mut self.layers {
+            if is_relative_file(&layer.source.path) {
+                layer.source.path = base.join(&layer.source.path).display().to_string();
+            }
+        }
+        for store in self.stores.values_mut() {
+            store.resolve_paths(base);
+        }
+        if let Some(admin) = &mut self.admin
+            && Path::new(&admin.sources_file).is_relative()
+        {
+            admin.sources_file = base.join(&admin.sources_file).display().to_string();
+        }
     }
 
     fn check(&self) -> Result<(), ConfigError> {
@@ -477,9 +500,14 @@ impl Config {
             if admin.token.len() < 16 {
                 return invalid("admin.token must be at least 16 characters".into());
             }
-            if admin.part_size_mb < 5 || admin.parts_in_flight == 0 {
+            if let Err(m) = size_in_bytes("max_upload", admin.max_upload, admin.max_upload_mb, 0)
+                .and_then(|_| size_in_bytes("part_size", admin.part_size, admin.part_size_mb, 0))
+            {
+                return invalid(format!("admin: {m}"));
+            }
+            if admin.part_size_bytes() < 5 << 20 || admin.parts_in_flight == 0 {
                 return invalid(
-                    "admin.part_size_mb must be at least 5 and admin.parts_in_flight at least 1"
+                    "admin.part_size must be at least 5MiB and admin.parts_in_flight at least 1"
                         .into(),
                 );
             }
@@ -532,12 +560,14 @@ impl Config {
                 ));
             }
         }
-        for name in self.stores.keys() {
+        for (name, spec) in &self.stores {
             if !valid_name(name) || name == NO_STORE {
                 return invalid(format!(
                     "store name {name:?} must use only letters, digits, '_', '-' and '.', and not be `none`"
                 ));
             }
+            spec.validate()
+                .or_else(|m| invalid(format!("store {name:?}: {m}")))?;
         }
         let c = &self.cache;
         if !(c.lock_timeout_secs.is_finite() && c.lock_timeout_secs > 0.0) {
@@ -565,6 +595,18 @@ impl Config {
     }
 }
 
+/// Whether a source path is a relative file path (not a URL, not a `/vsi`
+/// path, not a driver connection string such as `PG:...` or `WMS:...`).
+fn is_relative_file(path: &str) -> bool {
+    let connection_string = path.split_once(':').is_some_and(|(prefix, _)| {
+        !prefix.is_empty()
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    });
+    !path.is_empty() && !connection_string && Path::new(path).is_relative()
+}
+
 /// Whether `name` is usable in URLs and as a store path component.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -576,47 +618,18 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn substitute_env(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            return Err(ConfigError::Parse("unterminated ${ in config".into()));
-        };
-        let expr = &after[..end];
-        let (name, default) = match expr.split_once(":-") {
-            Some((n, d)) => (n, Some(d)),
-            None => (expr, None),
-        };
-        match (env(name), default) {
-            (Some(v), _) => out.push_str(&v),
-            (None, Some(d)) => out.push_str(d),
-            (None, None) => {
-                return Err(ConfigError::MissingEnv {
-                    name: name.to_string(),
-                });
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MINIMAL: &str = "layers:\n  - name: a\n    source: { path: ${DATA}/x.tif }\n";
+    const MINIMAL: &str = "layers:\n  - name: a\n    source: { path: \"${DATA}/x.tif\" }\n";
 
     #[test]
     fn substitutes_environment_variables_and_defaults() {
         let c = Config::from_yaml(MINIMAL, |n| (n == "DATA").then(|| "/d".to_string())).unwrap();
         assert_eq!(c.layers[0].source.path, "/d/x.tif");
         let c = Config::from_yaml(
-            "layers:\n  - name: a\n    source: { path: ${NOPE:-/def}/x.tif }\n",
+            "layers:\n  - name: a\n    source:\n      path: ${NOPE:-/def}/x.tif\n",
             |_| None,
         )
         .unwrap();
@@ -670,10 +683,10 @@ mod tests {
     #[test]
     fn stores_default_to_one_memory_store_and_layers_to_it() {
         let c = Config::from_yaml(MINIMAL, |_| Some("/d".into())).unwrap();
-        assert!(matches!(
-            c.stores.get(DEFAULT_STORE),
-            Some(StoreConfig::Memory { memory_mb: 256 })
-        ));
+        let default = &c.stores[DEFAULT_STORE];
+        assert_eq!(default.kind(), "memory");
+        let budget = default.open("default").unwrap();
+        assert!(budget.is_volatile());
         assert_eq!(c.layers[0].cache.store, DEFAULT_STORE);
         assert_eq!(c.layers[0].cache.metatile, [4, 4]);
         let c = Config::from_yaml(
@@ -681,15 +694,78 @@ mod tests {
             |_| None,
         )
         .unwrap();
-        assert!(matches!(
-            c.stores.get("disk"),
-            Some(StoreConfig::File {
-                layout: FileLayout::Tms,
-                memory_mb: 64,
-                ..
-            })
-        ));
+        let Some(StoreSpec::File(disk)) = c.stores.get("disk") else {
+            panic!("{:?}", c.stores)
+        };
+        assert_eq!(disk.layout, tessera_store::FileLayout::Tms);
+        assert_eq!(c.stores["disk"].front_bytes(), Ok(64 << 20));
         assert_eq!(c.layers[0].cache.durability, Durability::Synced);
+    }
+
+    #[test]
+    fn sizes_take_units_and_the_older_mib_keys_mean_the_same() {
+        let yaml = |store: &str| {
+            format!(
+                "stores:\n  disk: {{ type: file, path: /c, {store} }}\nlayers:\n  - name: a\n    source: {{ path: /x }}\n    cache: {{ store: disk }}\n"
+            )
+        };
+        let units = Config::from_yaml(&yaml("memory: 64MiB"), |_| None).unwrap();
+        let mib = Config::from_yaml(&yaml("memory_mb: 64"), |_| None).unwrap();
+        assert_eq!(units.stores["disk"].front_bytes(), Ok(64 << 20));
+        assert_eq!(mib.stores["disk"].front_bytes(), Ok(64 << 20));
+        let big = Config::from_yaml(&yaml("memory: 1GiB"), |_| None).unwrap();
+        assert_eq!(big.stores["disk"].front_bytes(), Ok(1 << 30));
+        let err = Config::from_yaml(&yaml("memory: 1MiB, memory_mb: 1"), |_| None).unwrap_err();
+        assert!(err.to_string().contains("not both"), "{err}");
+        let err = Config::from_yaml(&yaml("memory: lots"), |_| None).unwrap_err();
+        assert!(err.to_string().contains("stores.disk"), "{err}");
+    }
+
+    #[test]
+    fn variables_in_comments_are_ignored_and_doubled_dollars_are_literal() {
+        let c = Config::from_yaml(
+            "# set ${UNSET} before starting\nserver:\n  title: \"tiles $${z}\" # ${ALSO_UNSET}\nlayers:\n  - name: a\n    source: { path: /x }\n",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.server.title, "tiles ${z}");
+    }
+
+    #[test]
+    fn a_whole_value_variable_can_be_a_number() {
+        let c = Config::from_yaml(
+            "server:\n  max_concurrent_renders: ${RENDERS}\nlayers:\n  - name: a\n    source: { path: /x }\n",
+            |n| (n == "RENDERS").then(|| "3".to_string()),
+        )
+        .unwrap();
+        assert_eq!(c.server.max_concurrent_renders, 3);
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_config_files_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tessera.yaml");
+        std::fs::write(
+            &file,
+            "stores:\n  default: { type: file, path: cache }\nlayers:\n  - name: a\n    source: { path: data/relief.tif }\n  - name: b\n    source: { path: /abs/x.tif }\n  - name: c\n    source: { path: \"PG:dbname=gis\" }\n  - name: d\n    source: { path: \"/vsicurl/https://example.com/x.tif\" }\n",
+        )
+        .unwrap();
+        let c = Config::from_file(&file).unwrap();
+        let base = std::path::absolute(dir.path()).unwrap();
+        assert_eq!(
+            c.layers[0].source.path,
+            base.join("data/relief.tif").display().to_string()
+        );
+        assert_eq!(c.layers[1].source.path, "/abs/x.tif");
+        assert_eq!(c.layers[2].source.path, "PG:dbname=gis");
+        assert_eq!(
+            c.layers[3].source.path,
+            "/vsicurl/https://example.com/x.tif"
+        );
+        let Some(StoreSpec::File(disk)) = c.stores.get("default") else {
+            panic!()
+        };
+        assert_eq!(disk.path, base.join("cache"));
     }
 
     #[test]

@@ -1,0 +1,362 @@
+//! The plan of tiles a batch command works on: a layer's tiles in one grid
+//! and format over a zoom range, limited to its extent and optionally to a
+//! bbox or to polygons. Seed, truncate and export share it, so the three
+//! always agree on which tiles an area holds.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use tessera_grid::TileFormat;
+use tessera_grid::mercator;
+use tessera_grid::{BBox, Polygon, TileRange};
+use tessera_source::Crs;
+use tessera_store::{AreaRange, TileArea};
+
+use crate::metatile::Metatile;
+use crate::registry::{Grid, Layer, Registry};
+
+/// The tiles a batch command works on.
+#[derive(Debug, Clone)]
+pub struct TilePlan {
+    /// The layer.
+    pub layer: Arc<Layer>,
+    /// The grid.
+    pub grid: Arc<Grid>,
+    /// The tile format.
+    pub format: TileFormat,
+    /// Tile ranges, zoom by zoom, already clipped to the layer's extent: one
+    /// per zoom for a bbox, one per row span for a polygon.
+    pub ranges: Vec<TileRange>,
+}
+
+/// Which part of the layer's extent.
+#[derive(Debug, Clone)]
+pub enum PlanArea {
+    /// The layer's whole extent.
+    Extent,
+    /// A box in the given CRS.
+    BBox(BBox, String),
+    /// Polygons in lon/lat (GeoJSON, RFC 7946).
+    Polygons(Vec<Polygon>),
+}
+
+/// Reads the polygons of a GeoJSON text: a Polygon or MultiPolygon
+/// geometry, a Feature holding one, or a FeatureCollection of them.
+pub fn polygons_from_geojson(text: &str) -> Result<Vec<Polygon>, PlanError> {
+    let err = |m: &str| PlanError(format!("GeoJSON: {m}"));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err(&e.to_string()))?;
+    let mut out = Vec::new();
+    collect_polygons(&v, &mut out).map_err(|m| err(&m))?;
+    if out.is_empty() {
+        return Err(err("no Polygon or MultiPolygon found"));
+    }
+    Ok(out)
+}
+
+fn collect_polygons(v: &serde_json::Value, out: &mut Vec<Polygon>) -> Result<(), String> {
+    let ring = |r: &serde_json::Value| -> Result<Vec<[f64; 2]>, String> {
+        r.as_array()
+            .ok_or("a ring must be an array of positions")?
+            .iter()
+            .map(|p| match p.as_array().map(Vec::as_slice) {
+                Some([x, y, ..]) => match (x.as_f64(), y.as_f64()) {
+                    (Some(x), Some(y)) if x.is_finite() && y.is_finite() => Ok([x, y]),
+                    _ => Err("a position must hold two finite numbers".to_string()),
+                },
+                _ => Err("a position must be [lon, lat]".to_string()),
+            })
+            .collect()
+    };
+    let polygon = |p: &serde_json::Value| -> Result<Polygon, String> {
+        p.as_array()
+            .ok_or("polygon coordinates must be an array of rings")?
+            .iter()
+            .map(ring)
+            .collect()
+    };
+    match v.get("type").and_then(serde_json::Value::as_str) {
+        Some("FeatureCollection") => {
+            for f in v
+                .get("features")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("features missing")?
+            {
+                collect_polygons(f, out)?;
+            }
+        }
+        Some("Feature") => {
+            if let Some(g) = v.get("geometry").filter(|g| !g.is_null()) {
+                collect_polygons(g, out)?;
+            }
+        }
+        Some("Polygon") => out.push(polygon(v.get("coordinates").ok_or("coordinates missing")?)?),
+        Some("MultiPolygon") => {
+            for p in v
+                .get("coordinates")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("coordinates missing")?
+            {
+                out.push(polygon(p)?);
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "geometry type {other} is not an area (use Polygon or MultiPolygon)"
+            ));
+        }
+        None => return Err("an object without \"type\"".into()),
+    }
+    Ok(())
+}
+
+/// Why a seed could not be planned.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(String);
+
+impl TilePlan {
+    /// Plans the tiles of `layer` in `grid` for `zooms` in `format` (the
+    /// layer's first when `None`), limited to `area` and always to the
+    /// layer's extent. Refuses layers without a cache and layers whose store
+    /// forgets its tiles when the process exits.
+    pub fn new(
+        registry: &Registry,
+        layer: &str,
+        grid: &str,
+        format: Option<TileFormat>,
+        zooms: RangeInclusive<u8>,
+        area: &PlanArea,
+    ) -> Result<TilePlan, PlanError> {
+        let err = |m: String| PlanError(m);
+        let layer = registry
+            .layer(layer)
+            .ok_or_else(|| err(format!("unknown layer {layer:?}")))?
+            .clone();
+        let cache = layer.cache.as_ref().ok_or_else(|| {
+            err(format!(
+                "layer {:?} has no cache (cache.store is none): nothing to seed into",
+                layer.name
+            ))
+        })?;
+        if cache.store.is_volatile() {
+            return Err(err(format!(
+                "layer {:?} caches into the in-memory store {:?}: seeded tiles would be lost when this command exits; configure a file store",
+                layer.name, cache.store_name
+            )));
+        }
+        if !layer.grids.iter().any(|g| g == grid) {
+            return Err(err(format!(
+                "layer {:?} is not offered in grid {grid:?} (it is in: {})",
+                layer.name,
+                layer.grids.join(", ")
+            )));
+        }
+        let grid = registry
+            .grid(grid)
+            .ok_or_else(|| err(format!("unknown grid {grid:?}")))?
+            .clone();
+        let format = format.unwrap_or(layer.formats[0]);
+        if !layer.formats.contains(&format) {
+            return Err(err(format!(
+                "format {} is not offered for layer {:?}",
+                format.extension(),
+                layer.name
+            )));
+        }
+        let max = layer.max_zoom_in(&grid);
+        if *zooms.start() < layer.min_zoom || *zooms.end() > max || zooms.is_empty() {
+            return Err(err(format!(
+                "zoom range {}..{} is outside layer {:?}'s range {}..{max} in {}",
+                zooms.start(),
+                zooms.end(),
+                layer.name,
+                layer.min_zoom,
+                grid.tms.id
+            )));
+        }
+        let mut area_box = layer
+            .extents
+            .get(&grid.tms.id)
+            .copied()
+            .flatten()
+            .unwrap_or(grid.tms.extent);
+        let mut polygons = None;
+        match area {
+            PlanArea::Extent => {}
+            PlanArea::BBox(bbox, crs) => {
+                let crs = Crs::parse(crs).map_err(|e| err(format!("--bbox-crs: {e}")))?;
+                let in_grid = crs.transform_bbox(bbox, &grid.crs).map_err(|e| {
+                    err(format!(
+                        "--bbox cannot be transformed to {}: {e}",
+                        grid.crs.id
+                    ))
+                })?;
+                area_box = area_box
+                    .intersection(&in_grid)
+                    .ok_or_else(|| err("--bbox does not overlap the layer's extent".to_string()))?;
+            }
+            PlanArea::Polygons(lonlat) => polygons = Some(polygons_in_grid(lonlat, &grid)?),
+        }
+        let ranges = zooms
+            .filter_map(|z| Some((z, grid.tms.tiles_in_bbox(z, &area_box)?)))
+            .flat_map(|(z, within)| match &polygons {
+                None => vec![within],
+                Some(p) => grid
+                    .tms
+                    .tiles_in_polygons(z, p)
+                    .into_iter()
+                    .filter_map(|span| clip(&span, &within))
+                    .collect(),
+            })
+            .collect::<Vec<_>>();
+        if polygons.is_some() && ranges.is_empty() {
+            return Err(err(
+                "--polygon does not overlap the layer's extent".to_string()
+            ));
+        }
+        Ok(TilePlan {
+            layer,
+            grid,
+            format,
+            ranges,
+        })
+    }
+
+    /// Every metatile to render, zoom by zoom, row by row, each once.
+    pub fn metatiles(&self) -> impl Iterator<Item = Metatile> + '_ {
+        let mut seen = std::collections::HashSet::new();
+        self.metatiles_of_ranges().filter(move |m| seen.insert(*m))
+    }
+
+    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {
+        let spec = self
+            .layer
+            .cache
+            .as_ref()
+            .map(|c| c.metatile)
+            .expect("a plan is only made for a cached layer");
+        let tms = &self.grid.tms;
+        self.ranges.iter().flat_map(move |r| {
+            let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
+            (r.min_y / rows..=r.max_y / rows).flat_map(move |my| {
+                (r.min_x / cols..=r.max_x / cols).map(move |mx| {
+                    let first = tms
+                        .tile(
+                            u32::from(r.z),
+                            u64::from((mx * cols).max(r.min_x)),
+                            u64::from((my * rows).max(r.min_y)),
+                        )
+                        .expect("inside the range");
+                    Metatile::containing(tms, first, spec)
+                })
+            })
+        })
+    }
+
+    /// The planned tiles as a store sees them (for truncation): the same
+    /// ranges, each with its matrix size.
+    pub fn tile_area(&self) -> TileArea {
+        let tms = &self.grid.tms;
+        TileArea {
+            layer: self.layer.name.clone(),
+            grid: tms.id.clone(),
+            format: self.format,
+            ranges: self
+                .ranges
+                .iter()
+                .map(|r| {
+                    let m = tms.matrix(r.z).expect("planned zooms are in the grid");
+                    AreaRange {
+                        range: *r,
+                        matrix_width: m.matrix_width,
+                        matrix_height: m.matrix_height,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Number of metatiles and of tiles they hold.
+    pub fn size(&self) -> (u64, u64) {
+        self.metatiles().fold((0, 0), |(m, t), meta| {
+            (m + 1, t + u64::from(meta.cols() * meta.rows()))
+        })
+    }
+}
+
+/// Rings from lon/lat to the grid's CRS (latitudes clamped to what Web
+/// Mercator can show).
+fn polygons_in_grid(lonlat: &[Polygon], grid: &Grid) -> Result<Vec<Polygon>, PlanError> {
+    let lonlat_crs = Crs::parse("OGC:CRS84").map_err(|e| PlanError(e.to_string()))?;
+    let is_mercator = grid.crs.id == mercator::CRS;
+    lonlat
+        .iter()
+        .map(|polygon| {
+            polygon
+                .iter()
+                .map(|ring| {
+                    let mut xs: Vec<f64> = ring.iter().map(|p| p[0]).collect();
+                    let mut ys: Vec<f64> = ring
+                        .iter()
+                        .map(|p| {
+                            if is_mercator {
+                                mercator::clamp_latitude(p[1])
+                            } else {
+                                p[1]
+                            }
+                        })
+                        .collect();
+                    lonlat_crs
+                        .transform_points(&grid.crs, &mut xs, &mut ys)
+                        .map_err(|e| {
+                            PlanError(format!(
+                                "--polygon cannot be transformed to {}: {e}",
+                                grid.crs.id
+                            ))
+                        })?;
+                    Ok(xs.into_iter().zip(ys).map(|(x, y)| [x, y]).collect())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The part of `span` inside `within` (same zoom).
+fn clip(span: &TileRange, within: &TileRange) -> Option<TileRange> {
+    let r = TileRange {
+        z: span.z,
+        min_x: span.min_x.max(within.min_x),
+        max_x: span.max_x.min(within.max_x),
+        min_y: span.min_y.max(within.min_y),
+        max_y: span.max_y.min(within.max_y),
+    };
+    (r.min_x <= r.max_x && r.min_y <= r.max_y).then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geojson_areas_are_read_and_other_input_is_named() {
+        let fc = r#"{"type":"FeatureCollection","features":[
+            {"type":"Feature","properties":{},"geometry":{"type":"Polygon","coordinates":[[[0,0],[10,0],[10,10],[0,0]]]}},
+            {"type":"Feature","properties":{},"geometry":{"type":"MultiPolygon","coordinates":[[[[20,20],[30,20],[30,30]]],[[[40,40],[50,40],[50,50]]]]}},
+            {"type":"Feature","properties":{},"geometry":null}]}"#;
+        let p = polygons_from_geojson(fc).unwrap();
+        assert_eq!(p.len(), 3);
+        assert!((p[0][0][1][0] - 10.0).abs() < 1e-12 && p[0][0][1][1].abs() < 1e-12);
+        for (bad, needle) in [
+            (r#"{"type":"Point","coordinates":[1,2]}"#, "Point"),
+            (r#"{"type":"Polygon","coordinates":[[[1,"a"]]]}"#, "finite"),
+            (
+                r#"{"type":"FeatureCollection","features":[]}"#,
+                "no Polygon",
+            ),
+            ("not json", "GeoJSON"),
+        ] {
+            let e = polygons_from_geojson(bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+}

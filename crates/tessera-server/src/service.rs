@@ -1,0 +1,152 @@
+//! The tile service: layers, renderer, tile cache and metrics, built once
+//! from a configuration and shared by every protocol edge and every batch
+//! command.
+//!
+//! Two modes. [`Mode::Serving`] opens every layer and store, starts the
+//! encode pool that saves the siblings of a rendered metatile, and opens the
+//! uploaded-sources store of the admin API. [`Mode::Batch`] (seed, truncate,
+//! export) opens only the layer it was asked for, its grids and its store,
+//! starts no pool (seeding encodes every tile inline) and no uploads: a
+//! broken source of another layer does not stop the command, and nothing
+//! runs that the command does not use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::registry::{Registry, WrapSource};
+use crate::render::Renderer;
+use crate::sources::Uploads;
+use crate::tile_cache::{TileCache, TileCacheSettings};
+
+/// What a [`Service`] is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Answering requests: every layer, the encode pool, uploads.
+    Serving,
+    /// A command over one layer's tiles: that layer only, no pool, no
+    /// uploads.
+    Batch,
+}
+
+/// Which configured layers a service opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerSelection<'a> {
+    /// Every layer of the configuration (and, serving, every uploaded one).
+    All,
+    /// One layer by name: a configured one, or else an uploaded source
+    /// recorded by the admin API.
+    Only(&'a str),
+}
+
+/// Layers, renderer, tile cache and metrics: everything a request or a
+/// batch command works with.
+#[derive(Debug)]
+pub struct Service {
+    /// Layers, grids and stores.
+    pub registry: Arc<Registry>,
+    /// The render pool.
+    pub renderer: Renderer,
+    /// The cached tile path (locks; the encode pool when serving).
+    pub tiles: Arc<TileCache>,
+    /// Metrics served at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The configuration the service was built from.
+    pub config: Arc<Config>,
+    /// Uploaded sources (the admin API), when serving with `admin:`.
+    pub uploads: Option<Arc<Uploads>>,
+    /// The mode it was built in.
+    pub mode: Mode,
+}
+
+impl Service {
+    /// The serving service: configures GDAL and opens every layer's source
+    /// and every store.
+    pub fn serving(config: Config) -> Result<Service, ConfigError> {
+        Service::open(config, Mode::Serving, LayerSelection::All, &|_, s| s)
+    }
+
+    /// The batch service for commands over `layer`'s tiles.
+    pub fn batch(config: Config, layer: &str) -> Result<Service, ConfigError> {
+        Service::open(config, Mode::Batch, LayerSelection::Only(layer), &|_, s| s)
+    }
+
+    /// Builds a service; `wrap_source` may wrap each layer's opened source
+    /// (tests count, delay or block reads with it).
+    pub fn open(
+        config: Config,
+        mode: Mode,
+        layers: LayerSelection<'_>,
+        wrap_source: &WrapSource,
+    ) -> Result<Service, ConfigError> {
+        tessera_source::configure_gdal(&config.gdal).map_err(ConfigError::Gdal)?;
+        let metrics = Arc::new(Metrics::new());
+        let registry = Registry::load(&config, &metrics, wrap_source, layers)?;
+        let renderer = Renderer::new(
+            config.server.max_concurrent_renders,
+            Duration::from_secs_f64(config.server.render_timeout_secs),
+            config.encoding,
+        );
+        let tiles = TileCache::new(
+            renderer.clone(),
+            metrics.clone(),
+            TileCacheSettings {
+                lock_timeout: Duration::from_secs_f64(config.cache.lock_timeout_secs),
+                metatile_threads: match mode {
+                    Mode::Serving => config.cache.metatile_threads,
+                    Mode::Batch => 0,
+                },
+                encode_queue_len: config.cache.encode_queue_len,
+            },
+        );
+        let uploads = match (&config.admin, mode, layers) {
+            (Some(admin), Mode::Serving, _) => {
+                let uploads = Uploads::open(admin)?;
+                for (name, file) in uploads.recorded()? {
+                    if let Err(e) =
+                        add_uploaded(&registry, &uploads, &name, &file, &config, wrap_source)
+                    {
+                        tracing::error!(source = %name, error = %crate::error_chain(&e), "an uploaded source cannot be served");
+                    }
+                }
+                Some(Arc::new(uploads))
+            }
+            (Some(admin), Mode::Batch, LayerSelection::Only(name))
+                if registry.layer(name).is_none() =>
+            {
+                // The layer may be an uploaded source: open just that one.
+                let uploads = Uploads::open(admin)?;
+                if let Some(file) = uploads.recorded()?.get(name) {
+                    add_uploaded(&registry, &uploads, name, file, &config, wrap_source)?;
+                }
+                None
+            }
+            _ => None,
+        };
+        Ok(Service {
+            registry: Arc::new(registry),
+            renderer,
+            tiles: Arc::new(tiles),
+            metrics,
+            config: Arc::new(config),
+            uploads,
+            mode,
+        })
+    }
+}
+
+/// Opens an uploaded source as a layer and adds it to `registry`.
+fn add_uploaded(
+    registry: &Registry,
+    uploads: &Uploads,
+    name: &str,
+    file: &str,
+    config: &Config,
+    wrap_source: &WrapSource,
+) -> Result<(), ConfigError> {
+    let stores: Vec<&str> = registry.store_names().collect();
+    let layer = uploads.layer_config(name, file, &stores)?;
+    let layer = registry.build_layer(&layer, config, wrap_source)?;
+    registry.add_layer(layer, config)
+}

@@ -1,0 +1,425 @@
+//! Store configuration: one deserializable spec per backend, each with its
+//! own defaults, `validate()` and `open()`, so that a new backend brings its
+//! options with it and the server's configuration only names the variant.
+//!
+//! Sizes are [`ByteSize`]s written with units (`64MiB`, `1GiB`, `512KiB`);
+//! the older `*_mb` keys (a number of MiB) are still accepted, and giving
+//! both spellings of one size is an error.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::Deserialize;
+use tessera_grid::Curve;
+
+use crate::object::open_url;
+use crate::{
+    FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore, MemoryStore,
+    PackOptions, PackStore, StoreError, Synchronous, TileStore,
+};
+
+/// One store under `stores:`, tagged by `type`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StoreSpec {
+    /// Tiles as files in `path/layer/grid/z/x/y.ext`.
+    File(FileSpec),
+    /// Tiles as records of an append-only journal in `path` (one fsync per
+    /// batch of writes instead of one per tile).
+    Journal(JournalSpec),
+    /// Tiles in MBTiles 1.3 files under `path`, one per layer, grid and
+    /// format (`layer.grid.ext.mbtiles`).
+    Mbtiles(MbtilesSpec),
+    /// Tiles in packs on an object store: the tiles of one aligned block of
+    /// the Hilbert (or Z-order) curve in one object with a computed key,
+    /// `prefix/layer/grid/z/index.ext.avro` (see docs/pack-format.md).
+    Object(ObjectSpec),
+    /// Tiles in memory only, least recently used evicted; lost on restart.
+    Memory(MemorySpec),
+}
+
+/// `type: file`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    /// Root directory (created if missing).
+    pub path: PathBuf,
+    /// Row order of the tree (`xyz`, default, or `tms`).
+    #[serde(default)]
+    pub layout: FileLayout,
+    /// In-memory LRU in front of the files (default 64MiB; 0 = none).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+/// `type: journal`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JournalSpec {
+    /// Directory of the segment files (created if missing).
+    pub path: PathBuf,
+    /// Segment file size (default 64MiB).
+    #[serde(default)]
+    pub segment: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub segment_mb: Option<u64>,
+    /// Adaptive wait before a sync for more writes to share it, in
+    /// milliseconds (default 0: off).
+    #[serde(default)]
+    pub sync_window_ms: u64,
+    /// In-memory LRU in front (default 64MiB; 0 = none).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+/// `type: mbtiles`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MbtilesSpec {
+    /// Directory of the files (created if missing).
+    pub path: PathBuf,
+    /// SQLite `synchronous` for ordinary writes: `off`, `normal` (default)
+    /// or `full`; synced writes always use `full`.
+    #[serde(default)]
+    pub synchronous: Synchronous,
+    /// In-memory LRU in front (default 64MiB; 0 = none).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+/// `type: object`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectSpec {
+    /// `s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix`
+    /// or `file:///directory`.
+    pub url: String,
+    /// Client options with `object_store`'s keys (`endpoint`, `region`,
+    /// `access_key_id`, `secret_access_key`, `allow_http`, `timeout`, ...);
+    /// otherwise credentials come from the usual `AWS_*`, `GOOGLE_*` and
+    /// `AZURE_*` environment variables.
+    #[serde(default)]
+    pub options: BTreeMap<String, OptionValue>,
+    /// Tiles per pack: 1, 4, 16 (default), 64, ...
+    #[serde(default = "default_pack_tiles")]
+    pub pack_tiles: u32,
+    /// Curve ordering tiles and packs: `hilbert` (default) or `zorder`.
+    #[serde(default = "default_curve")]
+    pub curve: Curve,
+    /// Directory of the local read-through cache of packs (default: none).
+    #[serde(default)]
+    pub cache_path: Option<PathBuf>,
+    /// Budget of the local cache (default 1GiB).
+    #[serde(default)]
+    pub cache: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub cache_mb: Option<u64>,
+    /// In-memory LRU of tiles in front (default 64MiB; 0 = none).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+/// `type: memory`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Budget (default 256MiB).
+    #[serde(default)]
+    pub memory: Option<ByteSize>,
+    /// The same in MiB (older spelling).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+/// A scalar client option (YAML may give `allow_http: true` or
+/// `timeout: 30s`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum OptionValue {
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+    /// Text.
+    Text(String),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Int(i) => write!(f, "{i}"),
+            OptionValue::Float(x) => write!(f, "{x}"),
+            OptionValue::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// Client options as the text `object::open_url` takes.
+pub fn option_strings(options: &BTreeMap<String, OptionValue>) -> BTreeMap<String, String> {
+    options
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect()
+}
+
+fn default_pack_tiles() -> u32 {
+    16
+}
+
+fn default_curve() -> Curve {
+    Curve::Hilbert
+}
+
+const MIB: u64 = 1 << 20;
+/// In-memory LRU in front of a persistent store, unless configured.
+const DEFAULT_FRONT: u64 = 64 * MIB;
+/// Budget of a memory-only store, unless configured.
+const DEFAULT_MEMORY: u64 = 256 * MIB;
+/// Journal segment size, unless configured.
+const DEFAULT_SEGMENT: u64 = 64 * MIB;
+/// Local pack cache budget, unless configured.
+const DEFAULT_PACK_CACHE: u64 = 1024 * MIB;
+
+/// A size given either with units (`memory: 64MiB`) or, in the older
+/// spelling, in MiB (`memory_mb: 64`). `key` names the new spelling.
+pub fn size_in_bytes(
+    key: &str,
+    with_units: Option<ByteSize>,
+    in_mib: Option<u64>,
+    default: u64,
+) -> Result<u64, String> {
+    match (with_units, in_mib) {
+        (Some(_), Some(_)) => Err(format!(
+            "give either {key} (with units, such as 64MiB) or {key}_mb, not both"
+        )),
+        (Some(size), None) => Ok(size.as_u64()),
+        (None, Some(mib)) => Ok(mib.saturating_mul(MIB)),
+        (None, None) => Ok(default),
+    }
+}
+
+impl StoreSpec {
+    /// The backend's short name (`file`, `journal`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreSpec::File(_) => "file",
+            StoreSpec::Journal(_) => "journal",
+            StoreSpec::Mbtiles(_) => "mbtiles",
+            StoreSpec::Object(_) => "object",
+            StoreSpec::Memory(_) => "memory",
+        }
+    }
+
+    /// Checks the values that do not need the store to be opened; the
+    /// message says what to change.
+    pub fn validate(&self) -> Result<(), String> {
+        self.front_bytes()?;
+        match self {
+            StoreSpec::File(_) | StoreSpec::Mbtiles(_) => Ok(()),
+            StoreSpec::Journal(j) => {
+                let segment = size_in_bytes("segment", j.segment, j.segment_mb, DEFAULT_SEGMENT)?;
+                if !(64 * 1024..=u64::from(u32::MAX)).contains(&segment) {
+                    return Err("segment must be between 64KiB and 4GiB".into());
+                }
+                Ok(())
+            }
+            StoreSpec::Object(o) => {
+                let tiles = o.pack_tiles;
+                if tiles == 0
+                    || !tiles.is_power_of_two()
+                    || !tiles.trailing_zeros().is_multiple_of(2)
+                {
+                    return Err(format!(
+                        "pack_tiles must be 1, 4, 16, 64, ... (a power of four), not {tiles}"
+                    ));
+                }
+                size_in_bytes("cache", o.cache, o.cache_mb, DEFAULT_PACK_CACHE).map(drop)
+            }
+            StoreSpec::Memory(m) => {
+                size_in_bytes("memory", m.memory, m.memory_mb, DEFAULT_MEMORY).map(drop)
+            }
+        }
+    }
+
+    /// Bytes of the in-memory LRU to put in front of the opened store
+    /// (0: none; always 0 for a memory store, which is one).
+    pub fn front_bytes(&self) -> Result<u64, String> {
+        let (memory, memory_mb) = match self {
+            StoreSpec::File(s) => (s.memory, s.memory_mb),
+            StoreSpec::Journal(s) => (s.memory, s.memory_mb),
+            StoreSpec::Mbtiles(s) => (s.memory, s.memory_mb),
+            StoreSpec::Object(s) => (s.memory, s.memory_mb),
+            StoreSpec::Memory(_) => return Ok(0),
+        };
+        size_in_bytes("memory", memory, memory_mb, DEFAULT_FRONT)
+    }
+
+    /// Resolves relative local paths against `base` (the directory of the
+    /// configuration file).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        let path = match self {
+            StoreSpec::File(s) => &mut s.path,
+            StoreSpec::Journal(s) => &mut s.path,
+            StoreSpec::Mbtiles(s) => &mut s.path,
+            StoreSpec::Object(s) => match &mut s.cache_path {
+                Some(p) => p,
+                None => return,
+            },
+            StoreSpec::Memory(_) => return,
+        };
+        if path.is_relative() {
+            *path = base.join(&*path);
+        }
+    }
+
+    /// Opens the backend (without the in-memory LRU of
+    /// [`StoreSpec::front_bytes`], which the caller adds so that it can
+    /// time both layers). `name` is the store's name in the configuration.
+    pub fn open(&self, name: &str) -> Result<Arc<dyn TileStore>, StoreError> {
+        let invalid = |message: String| StoreError::Invalid {
+            store: name.to_string(),
+            message,
+        };
+        self.validate().map_err(invalid)?;
+        Ok(match self {
+            StoreSpec::File(s) => Arc::new(FileStore::open(&s.path, s.layout)?),
+            StoreSpec::Journal(s) => {
+                let options = JournalOptions {
+                    segment_size: size_in_bytes(
+                        "segment",
+                        s.segment,
+                        s.segment_mb,
+                        DEFAULT_SEGMENT,
+                    )
+                    .map_err(invalid)?,
+                    sync_window: (s.sync_window_ms > 0)
+                        .then(|| Duration::from_millis(s.sync_window_ms)),
+                    ..JournalOptions::default()
+                };
+                Arc::new(JournalStore::open(&s.path, options)?)
+            }
+            StoreSpec::Mbtiles(s) => {
+                let options = MbtilesOptions {
+                    synchronous: s.synchronous,
+                    ..MbtilesOptions::default()
+                };
+                Arc::new(MbtilesStore::open(&s.path, options)?)
+            }
+            StoreSpec::Object(s) => {
+                let location = open_url(&s.url, &option_strings(&s.options)).map_err(|e| {
+                    StoreError::Client {
+                        store: name.to_string(),
+                        url: s.url.clone(),
+                        source: Box::new(e),
+                    }
+                })?;
+                let cache_bytes = size_in_bytes("cache", s.cache, s.cache_mb, DEFAULT_PACK_CACHE)
+                    .map_err(invalid)?;
+                let packs = PackOptions {
+                    pack_tiles: s.pack_tiles,
+                    curve: s.curve,
+                    cache: s.cache_path.as_ref().map(|p| (p.clone(), cache_bytes)),
+                    ..PackOptions::default()
+                };
+                Arc::new(PackStore::new(location, &packs)?)
+            }
+            StoreSpec::Memory(s) => {
+                let bytes = size_in_bytes("memory", s.memory, s.memory_mb, DEFAULT_MEMORY)
+                    .map_err(invalid)?;
+                Arc::new(MemoryStore::new(
+                    usize::try_from(bytes).unwrap_or(usize::MAX),
+                    None,
+                ))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> StoreSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn sizes_with_units_and_the_older_mib_keys_mean_the_same() {
+        let units = spec(serde_json::json!({"type": "file", "path": "/c", "memory": "64MiB"}));
+        let mib = spec(serde_json::json!({"type": "file", "path": "/c", "memory_mb": 64}));
+        let default = spec(serde_json::json!({"type": "file", "path": "/c"}));
+        assert_eq!(units.front_bytes(), Ok(64 << 20));
+        assert_eq!(mib.front_bytes(), Ok(64 << 20));
+        assert_eq!(default.front_bytes(), Ok(64 << 20));
+        let gib = spec(serde_json::json!({"type": "memory", "memory": "1GiB"}));
+        let StoreSpec::Memory(m) = gib else { panic!() };
+        assert_eq!(
+            size_in_bytes("memory", m.memory, m.memory_mb, 0),
+            Ok(1 << 30)
+        );
+        let both = spec(
+            serde_json::json!({"type": "file", "path": "/c", "memory": "1MiB", "memory_mb": 1}),
+        );
+        assert!(both.validate().unwrap_err().contains("not both"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let err = serde_json::from_value::<StoreSpec>(
+            serde_json::json!({"type": "file", "path": "/c", "colour": "red"}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+        let odd = spec(serde_json::json!({"type": "object", "url": "file:///x", "pack_tiles": 8}));
+        assert!(odd.validate().unwrap_err().contains("power of four"));
+        let small = spec(serde_json::json!({"type": "journal", "path": "/j", "segment": "4KiB"}));
+        assert!(small.validate().unwrap_err().contains("64KiB"));
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_base() {
+        let mut s = spec(serde_json::json!({"type": "mbtiles", "path": "cache/tiles"}));
+        s.resolve_paths(Path::new("/etc/tessera"));
+        let StoreSpec::Mbtiles(m) = s else { panic!() };
+        assert_eq!(m.path, Path::new("/etc/tessera/cache/tiles"));
+        let mut s = spec(serde_json::json!({"type": "file", "path": "/abs"}));
+        s.resolve_paths(Path::new("/etc/tessera"));
+        let StoreSpec::File(f) = s else { panic!() };
+        assert_eq!(f.path, Path::new("/abs"));
+    }
+
+    #[test]
+    fn only_a_memory_store_without_a_backing_store_is_volatile() {
+        let m = spec(serde_json::json!({"type": "memory", "memory": "1MiB"}))
+            .open("m")
+            .unwrap();
+        assert!(m.is_volatile());
+        let dir = tempfile::tempdir().unwrap();
+        let f = spec(serde_json::json!({"type": "file", "path": dir.path()}))
+            .open("f")
+            .unwrap();
+        assert!(!f.is_volatile());
+        let front = MemoryStore::new(1 << 20, Some(f));
+        assert!(!front.is_volatile());
+    }
+}
