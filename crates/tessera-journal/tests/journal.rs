@@ -403,7 +403,14 @@ fn child_appender() {
                             out.flush().unwrap();
                         }
                         Err(e) => {
-                            println!("append-error {e}");
+                            // The error and its causes, as a log line would carry them.
+                            let mut text = e.to_string();
+                            let mut cause = std::error::Error::source(&e);
+                            while let Some(c) = cause {
+                                text = format!("{text}: {c}");
+                                cause = c.source();
+                            }
+                            println!("append-error {text}");
                             return;
                         }
                     }

@@ -24,25 +24,3 @@ pub use service::{LayerSelection, Mode, Service};
 pub use tessera_grid;
 pub use tessera_image;
 pub use tessera_store;
-
-/// Displays an error with every cause beneath it on one line
-/// (`outer: cause: root cause`), for logs.
-pub fn error_chain<'a>(error: &'a (dyn std::error::Error + 'static)) -> ErrorChain<'a> {
-    ErrorChain(error)
-}
-
-/// See [`error_chain`].
-#[derive(Debug, Clone, Copy)]
-pub struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cause = self.0.source();
-        while let Some(e) = cause {
-            write!(f, ": {e}")?;
-            cause = e.source();
-        }
-        Ok(())
-    }
-}

@@ -107,7 +107,7 @@ impl Service {
                     if let Err(e) =
                         add_uploaded(&registry, &uploads, &name, &file, &config, wrap_source)
                     {
-                        tracing::error!(source = %name, error = %crate::error_chain(&e), "an uploaded source cannot be served");
+                        tracing::error!(source = %name, error = &e as &dyn std::error::Error, "an uploaded source cannot be served");
                     }
                 }
                 Some(Arc::new(uploads))

@@ -268,7 +268,7 @@ impl TileCache {
                 )
                 .await?;
             if let Err(e) = stored {
-                tracing::warn!(tile = %tile_key(req, req.coord), error = %e, "saving a metatile failed");
+                tracing::warn!(tile = %tile_key(req, req.coord), error = &e as &dyn std::error::Error, "saving a metatile failed");
             }
             let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
             return Ok(miss(
@@ -327,13 +327,13 @@ impl TileCache {
                         b
                     }
                     Err(e) => {
-                        tracing::warn!(tile = %key, error = %e, "encoding a sibling tile failed");
+                        tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "encoding a sibling tile failed");
                         return;
                     }
                 },
             };
             if let Err(e) = store.put(&key, bytes, durability) {
-                tracing::warn!(tile = %key, error = %e, "saving a tile failed");
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "saving a tile failed");
             }
             drop(guard);
         })
@@ -470,11 +470,11 @@ impl TileCache {
         {
             Ok(Ok(found)) => found,
             Ok(Err(e)) => {
-                tracing::warn!(tile = %key, error = %e, "cache read failed; rendering instead");
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read failed; rendering instead");
                 None
             }
             Err(e) => {
-                tracing::warn!(tile = %key, error = %e, "cache read task failed");
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read task failed");
                 None
             }
         }

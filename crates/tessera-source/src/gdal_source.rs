@@ -10,7 +10,9 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
-use crate::{Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location};
+use crate::{
+    Cause, Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location,
+};
 
 /// Pixels beyond which a single read is refused (about 256 MiB of RGBA).
 const MAX_WINDOW_PIXELS: usize = 64 * 1024 * 1024;
@@ -130,7 +132,7 @@ impl GdalSource {
     fn read_err(&self, message: &str) -> SourceError {
         SourceError::Read {
             path: self.path.clone(),
-            message: message.to_string(),
+            source: message.into(),
         }
     }
 
@@ -163,18 +165,18 @@ impl GdalSource {
 
     fn warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
         let (w, h) = (req.width as usize, req.height as usize);
-        let err = |m: String| SourceError::Read {
+        let err = |source: Cause| SourceError::Read {
             path: self.path.clone(),
-            message: m,
+            source,
         };
-        let mem = DriverManager::get_driver_by_name("MEM").map_err(|e| err(e.to_string()))?;
+        let mem = DriverManager::get_driver_by_name("MEM").map_err(|e| err(e.into()))?;
         let bands = self.info.band_count + 1;
         let mut dst = if self.info.is_byte {
             mem.create_with_band_type::<u8, _>("", w, h, bands)
         } else {
             mem.create_with_band_type::<f32, _>("", w, h, bands)
         }
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(e.into()))?;
         let b = req.bbox;
         dst.set_geo_transform(&[
             b.min_x,
@@ -184,9 +186,9 @@ impl GdalSource {
             0.0,
             -b.height() / h as f64,
         ])
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(e.into()))?;
         dst.set_projection(&req.crs.wkt)
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
 
         let mut args = vec![
             "-r",
@@ -202,27 +204,27 @@ impl GdalSource {
         if self.has_alpha {
             args.push("-srcalpha");
         }
-        run_gdal_warp(src, &dst, &args).map_err(err)?;
+        run_gdal_warp(src, &dst, &args).map_err(|m| err(m.into()))?;
 
         let mut out_bands = Vec::with_capacity(self.info.band_count);
         for i in 1..=self.info.band_count {
-            let band = dst.rasterband(i).map_err(|e| err(e.to_string()))?;
+            let band = dst.rasterband(i).map_err(|e| err(e.into()))?;
             out_bands.push(if self.info.is_byte {
                 let mut v = vec![0u8; w * h];
                 band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
-                    .map_err(|e| err(e.to_string()))?;
+                    .map_err(|e| err(e.into()))?;
                 BandData::U8(v)
             } else {
                 let mut v = vec![0f32; w * h];
                 band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
-                    .map_err(|e| err(e.to_string()))?;
+                    .map_err(|e| err(e.into()))?;
                 BandData::F32(v)
             });
         }
         let mut valid = vec![0u8; w * h];
         dst.rasterband(bands)
             .and_then(|a| a.read_into_slice((0, 0), (w, h), (w, h), &mut valid, None))
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
         Ok(Raster {
             width: req.width,
             height: req.height,
@@ -248,26 +250,26 @@ fn open_dataset(path: &str, allowed_drivers: &[String]) -> Result<Dataset, Sourc
     };
     Dataset::open_ex(path, options).map_err(|e| SourceError::Open {
         path: path.to_string(),
-        message: e.to_string(),
+        source: Box::new(e),
     })
 }
 
 /// Reads a dataset's facts; also tells whether its last band is an alpha band.
 fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError> {
-    let err = |message: String| SourceError::Open {
+    let err = |source: Cause| SourceError::Open {
         path: path.to_string(),
-        message,
+        source,
     };
     let count = ds.raster_count();
     if count == 0 {
         return Err(err("dataset has no raster bands".into()));
     }
-    let last = ds.rasterband(count).map_err(|e| err(e.to_string()))?;
+    let last = ds.rasterband(count).map_err(|e| err(e.into()))?;
     let has_alpha = count > 1 && last.color_interpretation() == ColorInterpretation::AlphaBand;
     let band_count = if has_alpha { count - 1 } else { count };
     let mut is_byte = true;
     for b in 1..=band_count {
-        let band = ds.rasterband(b).map_err(|e| err(e.to_string()))?;
+        let band = ds.rasterband(b).map_err(|e| err(e.into()))?;
         is_byte &= band.band_type() == GdalDataType::UInt8;
     }
     let wkt = ds.projection();
@@ -277,7 +279,7 @@ fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError
     let native_crs = Crs::from_wkt(&wkt)?;
     let gt = ds
         .geo_transform()
-        .map_err(|e| err(format!("no geotransform: {e}")))?;
+        .map_err(|e| err(format!("no geotransform: {e}").into()))?;
     let (w, h) = ds.raster_size();
     let corners = [
         (0.0, 0.0),
@@ -300,7 +302,7 @@ fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError
         fold(xs, f64::max),
         fold(ys, f64::max),
     )
-    .map_err(|e| err(format!("bad extent: {e}")))?;
+    .map_err(|e| err(format!("bad extent: {e}").into()))?;
     let lonlat = Crs::parse("OGC:CRS84")?;
     let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
     let info = SourceInfo {

@@ -66,16 +66,19 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
 }
 
+/// The error beneath a [`SourceError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors from opening or reading sources.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The dataset could not be opened.
-    #[error("cannot open source {path}: {message}")]
+    #[error("cannot open source {path}")]
     Open {
         /// Path or URL as configured.
         path: String,
-        /// GDAL's message.
-        message: String,
+        /// GDAL's error, or what the dataset lacks.
+        source: Cause,
     },
     /// The location or driver is refused by policy.
     #[error("source {path} is not allowed: {reason}")]
@@ -86,12 +89,12 @@ pub enum SourceError {
         reason: String,
     },
     /// A read or warp failed.
-    #[error("reading {path} failed: {message}")]
+    #[error("reading {path} failed")]
     Read {
         /// Path or URL as configured.
         path: String,
-        /// GDAL's message.
-        message: String,
+        /// GDAL's error, or what went wrong.
+        source: Cause,
     },
     /// The CRS is unknown to GDAL/PROJ.
     #[error("unknown CRS {crs:?}: {message}")]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use gdal::errors::CplErrType;
 use serde::Deserialize;
 
 use crate::LocationPolicy;
@@ -64,7 +65,19 @@ impl GdalSettings {
 }
 
 /// Applies the settings to the GDAL library (process-wide; call once at start).
+///
+/// GDAL's own messages go to the log instead of straight to stderr: a
+/// failure comes back to the caller as an error that carries GDAL's message
+/// (so it is logged at debug level here, not printed twice), a warning is
+/// logged as a warning.
 pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalError> {
+    gdal::config::set_error_handler(|class, code, message| match class {
+        CplErrType::Warning => tracing::warn!(target: "gdal", code, "{message}"),
+        CplErrType::Failure | CplErrType::Fatal => {
+            tracing::debug!(target: "gdal", code, "{message}");
+        }
+        CplErrType::None | CplErrType::Debug => tracing::trace!(target: "gdal", code, "{message}"),
+    });
     let cache = settings.cache_max_mb.saturating_mul(1024 * 1024);
     // SAFETY: GDALSetCacheMax64 only stores the new limit.
     unsafe { gdal_sys::GDALSetCacheMax64(i64::try_from(cache).unwrap_or(i64::MAX)) };

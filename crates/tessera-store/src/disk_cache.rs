@@ -134,7 +134,11 @@ impl DiskCache {
                 && self.changes.load(Ordering::SeqCst) == changes
                 && let Err(e) = self.store(&name, bytes)
             {
-                tracing::warn!(key, error = %e, "could not keep an object in the local cache");
+                tracing::warn!(
+                    key,
+                    error = &e as &dyn std::error::Error,
+                    "could not keep an object in the local cache"
+                );
             }
             lock(&self.inflight).remove(&name);
             *lock(&flight.done) = true;
@@ -159,7 +163,11 @@ impl DiskCache {
     pub fn replace(&self, key: &str, bytes: &[u8]) {
         self.changes.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = self.store(&file_name(key), bytes) {
-            tracing::warn!(key, error = %e, "could not keep an object in the local cache");
+            tracing::warn!(
+                key,
+                error = &e as &dyn std::error::Error,
+                "could not keep an object in the local cache"
+            );
             self.invalidate(key);
         }
     }

@@ -296,7 +296,10 @@ impl JournalStore {
         if self.writes_since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY
             && let Err(e) = self.checkpoint()
         {
-            tracing::warn!(error = %e, "index checkpoint failed; the next start replays more");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "index checkpoint failed; the next start replays more"
+            );
         }
         if (self.writes.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(COMPACT_CHECK_EVERY) {
             match self.compact(self.compact_below) {
@@ -308,7 +311,10 @@ impl JournalStore {
                     );
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "journal compaction failed"),
+                Err(e) => tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "journal compaction failed"
+                ),
             }
         }
     }
@@ -423,7 +429,10 @@ impl TileStore for JournalStore {
 impl Drop for JournalStore {
     fn drop(&mut self) {
         if let Err(e) = self.checkpoint() {
-            tracing::warn!(error = %e, "index checkpoint at close failed; the next start replays the journal");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "index checkpoint at close failed; the next start replays the journal"
+            );
         }
     }
 }

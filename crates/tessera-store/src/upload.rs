@@ -192,7 +192,7 @@ impl Upload {
         if let Some(mut mp) = self.multipart.take()
             && let Err(e) = mp.abort().await
         {
-            tracing::warn!(path = %self.path, error = %e, "could not abort a multipart upload");
+            tracing::warn!(path = %self.path, error = &e as &dyn std::error::Error, "could not abort a multipart upload");
         }
     }
 }
@@ -211,7 +211,7 @@ impl Drop for Upload {
             Ok(rt) => {
                 rt.spawn(async move {
                     if let Err(e) = mp.abort().await {
-                        tracing::warn!(%path, error = %e, "could not abort a dropped multipart upload");
+                        tracing::warn!(%path, error = &e as &dyn std::error::Error, "could not abort a dropped multipart upload");
                     }
                 });
             }
@@ -250,7 +250,7 @@ pub async fn verify(
         return Ok(());
     }
     if let Err(e) = store.delete(path).await {
-        tracing::warn!(%path, error = %e, "could not delete an object that failed verification");
+        tracing::warn!(%path, error = &e as &dyn std::error::Error, "could not delete an object that failed verification");
     }
     Err(object_store::Error::Generic {
         store: "verify",

@@ -8,9 +8,12 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::address::TileLookupError;
+use super::params::KvpError;
 use super::xml::escape;
 use crate::render::RenderError;
 use crate::tile_cache::TileError;
+use tessera_grid::GridError;
 use tessera_source::SourceError;
 
 /// Which protocol's error format to use.
@@ -82,8 +85,8 @@ impl ApiError {
 
     /// A 502 for a failed call to a storage service: generic to the
     /// client, detailed in the log.
-    pub fn upstream(what: &str, detail: &dyn std::fmt::Display) -> Self {
-        tracing::error!(error = %detail, "{what} failed");
+    pub fn upstream(what: &str, detail: &(dyn std::error::Error + 'static)) -> Self {
+        tracing::error!(error = detail, "{what} failed");
         Self::new(
             StatusCode::BAD_GATEWAY,
             "NoApplicableCode",
@@ -91,8 +94,9 @@ impl ApiError {
         )
     }
 
-    fn internal(detail: &dyn std::fmt::Display) -> Self {
-        tracing::error!(error = %detail, "request failed");
+    /// A 500: generic to the client, detailed in the log.
+    pub fn internal(detail: &(dyn std::error::Error + 'static)) -> Self {
+        tracing::error!(error = detail, "request failed");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "NoApplicableCode",
@@ -206,5 +210,126 @@ impl IntoResponse for ApiError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+impl ApiError {
+    /// The reply to a tile address that names no tile: for tile URLs a
+    /// plain 404 (400 for a malformed number), for WMTS an OWS exception
+    /// with the parameter at fault.
+    pub fn from_lookup(e: TileLookupError, protocol: Protocol) -> ApiError {
+        match protocol {
+            Protocol::Wmts => wmts_lookup_error(e).speaking(Protocol::Wmts),
+            _ => plain_lookup_error(e).speaking(protocol),
+        }
+    }
+}
+
+fn plain_lookup_error(e: TileLookupError) -> ApiError {
+    match e {
+        TileLookupError::UnknownLayer(name) => {
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}"))
+        }
+        TileLookupError::UnknownGrid(name) => ApiError::not_found(
+            "InvalidParameterValue",
+            format!("grid {name:?} is not offered for this layer"),
+        ),
+        TileLookupError::UnknownStyle(style) => ApiError::not_found(
+            "InvalidParameterValue",
+            format!("unknown style {style:?}; use \"default\""),
+        ),
+        TileLookupError::UnknownMatrix { matrix, grid } => ApiError::not_found(
+            "InvalidParameterValue",
+            format!("unknown TileMatrix {matrix:?} in {grid:?}"),
+        ),
+        TileLookupError::UnknownFormat(ext) => ApiError::not_found(
+            "InvalidFormat",
+            format!("format {ext:?} is not offered for this layer"),
+        ),
+        TileLookupError::Coord(e @ GridError::NotAnInteger { .. }) => {
+            ApiError::bad_request("InvalidParameterValue", e.to_string())
+        }
+        TileLookupError::Coord(e) => ApiError::not_found("TileOutOfRange", e.to_string()),
+        TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::not_found(
+            "TileOutOfRange",
+            format!("zoom {z} is outside this layer's zoom range {min}..={max}"),
+        ),
+    }
+}
+
+fn wmts_lookup_error(e: TileLookupError) -> ApiError {
+    let invalid =
+        |message: String, at: &str| ApiError::bad_request("InvalidParameterValue", message).at(at);
+    match e {
+        TileLookupError::UnknownStyle(style) => {
+            invalid(format!("unknown style {style:?}; use \"default\""), "STYLE")
+        }
+        TileLookupError::UnknownMatrix { matrix, grid } => invalid(
+            format!("unknown TileMatrix {matrix:?} in {grid:?}"),
+            "TILEMATRIX",
+        ),
+        TileLookupError::UnknownLayer(n) => invalid(format!("unknown layer {n:?}"), "LAYER"),
+        TileLookupError::UnknownGrid(n) => invalid(
+            format!("TileMatrixSet {n:?} is not offered for this layer"),
+            "TILEMATRIXSET",
+        ),
+        TileLookupError::UnknownFormat(f) => invalid(
+            format!("format {f:?} is not offered for this layer"),
+            "FORMAT",
+        ),
+        TileLookupError::Coord(e @ GridError::NotAnInteger { axis, .. }) => invalid(
+            e.to_string(),
+            if axis == "x" { "TILECOL" } else { "TILEROW" },
+        ),
+        TileLookupError::Coord(GridError::TileOutOfRange {
+            x,
+            y,
+            width,
+            height,
+            ..
+        }) => ApiError::bad_request(
+            "TileOutOfRange",
+            format!(
+                "TileRow {y} / TileCol {x} is outside the matrix ({width} columns, {height} rows)"
+            ),
+        )
+        .at(if x >= u64::from(width) {
+            "TILECOL"
+        } else {
+            "TILEROW"
+        }),
+        TileLookupError::Coord(e) => {
+            ApiError::bad_request("TileOutOfRange", e.to_string()).at("TILEMATRIX")
+        }
+        TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::bad_request(
+            "TileOutOfRange",
+            format!("TileMatrix {z} is outside this layer's range {min}..={max}"),
+        )
+        .at("TILEMATRIX"),
+    }
+}
+
+impl From<KvpError> for ApiError {
+    fn from(e: KvpError) -> Self {
+        match e {
+            KvpError::TooLong(n) => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("query string longer than {n} bytes"),
+            ),
+            KvpError::Conflict(name) => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("{name} is given twice with different values"),
+            )
+            .at(&name),
+            KvpError::WrongService { given, expected } => ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("SERVICE {given:?} is not {expected}"),
+            )
+            .at("SERVICE"),
+            KvpError::Missing(name) => {
+                ApiError::bad_request("MissingParameterValue", format!("{name} is required"))
+                    .at(name)
+            }
+        }
     }
 }

@@ -2,14 +2,16 @@
 //! protocol shares. Each protocol lives in its own module; errors become
 //! responses only in [`error`].
 
+pub mod address;
 mod admin;
 pub mod body;
 pub mod error;
 pub mod params;
 mod preview;
+mod templates;
 mod tilejson;
 mod tiles;
-mod wms;
+pub mod wms;
 mod wmts;
 pub mod xml;
 
@@ -21,12 +23,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use tessera_grid::GridError;
 use tessera_grid::TileFormat;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::config::Config;
-use crate::registry::{Grid, Layer, Registry};
 use crate::service::Service;
 use crate::tile_cache::{CacheStatus, TileRequest};
 use error::ApiError;
@@ -138,90 +138,6 @@ pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
         HeaderValue::from_static(format.content_type()),
     );
     r
-}
-
-/// Why a tile address does not name a tile.
-#[derive(Debug)]
-pub enum TileLookupError {
-    /// No such layer.
-    UnknownLayer(String),
-    /// No such grid, or the layer is not tiled in it.
-    UnknownGrid(String),
-    /// Format not offered by the layer.
-    UnknownFormat(String),
-    /// The coordinate is malformed or outside the grid.
-    Coord(GridError),
-    /// The zoom is outside the layer's zoom range.
-    ZoomOutsideLayer {
-        /// Requested zoom.
-        z: u8,
-        /// Layer minimum.
-        min: u8,
-        /// Layer maximum in this grid.
-        max: u8,
-    },
-}
-
-/// Looks a layer and grid up by name.
-pub fn resolve_layer_grid(
-    registry: &Registry,
-    layer: &str,
-    grid: &str,
-) -> Result<(Arc<Layer>, Arc<Grid>), TileLookupError> {
-    let layer = registry
-        .layer(layer)
-        .ok_or_else(|| TileLookupError::UnknownLayer(layer.to_string()))?;
-    if !layer.grids.iter().any(|g| g == grid) {
-        return Err(TileLookupError::UnknownGrid(grid.to_string()));
-    }
-    let grid = registry
-        .grid(grid)
-        .ok_or_else(|| TileLookupError::UnknownGrid(grid.to_string()))?;
-    Ok((layer.clone(), grid.clone()))
-}
-
-/// Validates a whole tile address; `y` counts rows from the top, or from the
-/// bottom when `tms_rows` is set.
-pub fn resolve_tile(
-    registry: &Registry,
-    layer: &str,
-    grid: &str,
-    (z, x, y): (&str, &str, &str),
-    tms_rows: bool,
-    format: Option<TileFormat>,
-    format_text: &str,
-) -> Result<TileRequest, TileLookupError> {
-    let (layer, grid) = resolve_layer_grid(registry, layer, grid)?;
-    let format = format
-        .filter(|f| layer.formats.contains(f))
-        .ok_or_else(|| TileLookupError::UnknownFormat(format_text.to_string()))?;
-    // A TMS row is in range exactly when the XYZ row is, so the address is
-    // validated as given and then flipped.
-    let parsed = grid
-        .tms
-        .parse_tile(z, x, y)
-        .map_err(TileLookupError::Coord)?;
-    let coord = match grid.tms.flip_row(parsed.z(), u64::from(parsed.y())) {
-        Some(flipped) if tms_rows => grid
-            .tms
-            .tile(u32::from(parsed.z()), u64::from(parsed.x()), flipped)
-            .map_err(TileLookupError::Coord)?,
-        _ => parsed,
-    };
-    let max = layer.max_zoom_in(&grid);
-    if coord.z() < layer.min_zoom || coord.z() > max {
-        return Err(TileLookupError::ZoomOutsideLayer {
-            z: coord.z(),
-            min: layer.min_zoom,
-            max,
-        });
-    }
-    Ok(TileRequest {
-        layer,
-        grid,
-        coord,
-        format,
-    })
 }
 
 /// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag

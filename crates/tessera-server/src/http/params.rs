@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 
-use super::error::ApiError;
-
 /// Parsed query parameters with case-insensitive names.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Kvp {
@@ -17,6 +15,15 @@ pub enum KvpError {
     TooLong(usize),
     /// The same parameter given twice with different values.
     Conflict(String),
+    /// A required parameter is missing.
+    Missing(&'static str),
+    /// SERVICE names another service.
+    WrongService {
+        /// SERVICE as given.
+        given: String,
+        /// The service of the endpoint.
+        expected: &'static str,
+    },
 }
 
 impl Kvp {
@@ -44,19 +51,21 @@ impl Kvp {
 
     /// The common OGC preamble: SERVICE, when given, must name `service`;
     /// REQUEST is required and returned.
-    pub fn service_request(&self, service: &str) -> Result<&str, ApiError> {
+    pub fn service_request(&self, service: &'static str) -> Result<&str, KvpError> {
         if let Some(given) = self.get("service")
             && !given.eq_ignore_ascii_case(service)
         {
-            return Err(ApiError::bad_request(
-                "InvalidParameterValue",
-                format!("SERVICE {given:?} is not {service}"),
-            )
-            .at("SERVICE"));
+            return Err(KvpError::WrongService {
+                given: given.to_string(),
+                expected: service,
+            });
         }
-        self.get("request").ok_or_else(|| {
-            ApiError::bad_request("MissingParameterValue", "REQUEST is required").at("REQUEST")
-        })
+        self.required("REQUEST")
+    }
+
+    /// The value of `name` (any case), which must be given.
+    pub fn required(&self, name: &'static str) -> Result<&str, KvpError> {
+        self.get(name).ok_or(KvpError::Missing(name))
     }
 
     /// The value of `name` (any case), if given.
@@ -64,22 +73,6 @@ impl Kvp {
         self.values
             .get(&name.to_ascii_lowercase())
             .map(String::as_str)
-    }
-}
-
-impl From<KvpError> for ApiError {
-    fn from(e: KvpError) -> Self {
-        match e {
-            KvpError::TooLong(n) => ApiError::bad_request(
-                "InvalidParameterValue",
-                format!("query string longer than {n} bytes"),
-            ),
-            KvpError::Conflict(name) => ApiError::bad_request(
-                "InvalidParameterValue",
-                format!("{name} is given twice with different values"),
-            )
-            .at(&name),
-        }
     }
 }
 

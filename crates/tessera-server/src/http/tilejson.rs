@@ -6,9 +6,10 @@ use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use tessera_grid::mercator;
 
+use super::address::resolve_layer_grid;
 use super::error::ApiError;
-use super::tiles::plain_error;
-use super::{AppState, base_url, resolve_layer_grid};
+use super::error::Protocol;
+use super::{AppState, base_url};
 
 /// `GET /tiles/{layer}/{grid}/tilejson.json`.
 pub async fn tilejson(
@@ -16,7 +17,8 @@ pub async fn tilejson(
     Path((layer, grid)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid).map_err(plain_error)?;
+    let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid)
+        .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
     let base = base_url(&state.config, &headers);
     let ext = layer.formats[0].extension();
     let b = layer.source.info().lonlat_bounds;

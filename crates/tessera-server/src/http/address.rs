@@ -1,0 +1,241 @@
+//! Tile addresses: the one typed extractor every tile route shares (XYZ,
+//! TMS, WMTS RESTful; WMTS KVP builds the same type from its query), and
+//! its resolution against the registry into a [`TileRequest`].
+//!
+//! Resolution checks, in order: the style (WMTS), the layer, the grid, the
+//! format, the coordinate in the grid, and the zoom in the layer's range.
+//! Every failure is a [`TileLookupError`]; `error.rs` turns it into the
+//! reply of the protocol that asked.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use serde::Deserialize;
+use tessera_grid::{GridError, TileFormat};
+
+use super::error::ApiError;
+use super::params::Kvp;
+use crate::registry::{Grid, Layer, Registry};
+use crate::tile_cache::TileRequest;
+
+/// Which way a tile address counts rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// Row 0 at the top (XYZ, WMTS).
+    FromTop,
+    /// Row 0 at the bottom (TMS).
+    FromBottom,
+}
+
+/// How an address names its zoom level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Level {
+    /// The zoom number (XYZ, TMS).
+    Zoom(String),
+    /// A WMTS `TileMatrix` identifier of the grid.
+    Matrix(String),
+}
+
+/// A tile address as a client wrote it: split into its parts, not yet
+/// looked up. Built from the path of `/tiles/{layer}/{grid}/{z}/{x}/{y}.{ext}`,
+/// `/tms/1.0.0/...` (same shape) and
+/// `/wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`,
+/// or from a WMTS KVP GetTile with [`TileAddress::from_wmts_kvp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TileAddress {
+    /// Layer name.
+    pub layer: String,
+    /// Grid (TileMatrixSet) identifier.
+    pub grid: String,
+    /// WMTS style (`None` for XYZ/TMS).
+    pub style: Option<String>,
+    /// Zoom level or matrix identifier.
+    pub level: Level,
+    /// Column, as written.
+    pub col: String,
+    /// Row, as written.
+    pub row: String,
+    /// The format, when the text names one.
+    pub format: Option<TileFormat>,
+    /// The format as written (extension or media type), for messages.
+    pub format_text: String,
+}
+
+/// Why a tile address does not name a tile.
+#[derive(Debug)]
+pub enum TileLookupError {
+    /// No such style (WMTS offers `default` only).
+    UnknownStyle(String),
+    /// No such layer.
+    UnknownLayer(String),
+    /// No such grid, or the layer is not tiled in it.
+    UnknownGrid(String),
+    /// No such TileMatrix in the grid.
+    UnknownMatrix {
+        /// The identifier asked for.
+        matrix: String,
+        /// The grid.
+        grid: String,
+    },
+    /// Format not offered by the layer.
+    UnknownFormat(String),
+    /// The coordinate is malformed or outside the grid.
+    Coord(GridError),
+    /// The zoom is outside the layer's zoom range.
+    ZoomOutsideLayer {
+        /// Requested zoom.
+        z: u8,
+        /// Layer minimum.
+        min: u8,
+        /// Layer maximum in this grid.
+        max: u8,
+    },
+}
+
+/// The path parameters of the tile routes (names as in the router).
+#[derive(Debug, Deserialize)]
+struct RoutePath {
+    layer: String,
+    grid: Option<String>,
+    style: Option<String>,
+    tms: Option<String>,
+    z: String,
+    x: Option<String>,
+    row: Option<String>,
+    file: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for TileAddress {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(p) = Path::<RoutePath>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request("InvalidParameterValue", e.body_text()))?;
+        let (last, extension) = p.file.rsplit_once('.').unwrap_or((&p.file, ""));
+        let (grid, level, col, row) = match (p.tms, p.row, p.grid, p.x) {
+            // WMTS RESTful: .../{TileMatrix}/{TileRow}/{TileCol}.{ext}
+            (Some(tms), Some(row), _, _) => (tms, Level::Matrix(p.z), last.to_string(), row),
+            // XYZ and TMS: .../{z}/{x}/{y}.{ext}
+            (_, _, Some(grid), Some(x)) => (grid, Level::Zoom(p.z), x, last.to_string()),
+            _ => {
+                return Err(ApiError::not_found(
+                    "NotFound",
+                    "not a tile address; the index at / lists what is served",
+                ));
+            }
+        };
+        Ok(TileAddress {
+            layer: p.layer,
+            grid,
+            style: p.style,
+            level,
+            col,
+            row,
+            format: TileFormat::from_extension(extension),
+            format_text: extension.to_string(),
+        })
+    }
+}
+
+impl TileAddress {
+    /// The address of a WMTS KVP GetTile (`LAYER`, `STYLE`, `TILEMATRIXSET`,
+    /// `TILEMATRIX`, `TILEROW`, `TILECOL`, `FORMAT` as a media type).
+    pub fn from_wmts_kvp(kvp: &Kvp) -> Result<TileAddress, ApiError> {
+        let layer = kvp.required("LAYER")?;
+        let style = kvp.get("style").unwrap_or("default");
+        let grid = kvp.required("TILEMATRIXSET")?;
+        let matrix = kvp.required("TILEMATRIX")?;
+        let row = kvp.required("TILEROW")?;
+        let col = kvp.required("TILECOL")?;
+        let format_text = kvp.required("FORMAT")?;
+        Ok(TileAddress {
+            layer: layer.to_string(),
+            grid: grid.to_string(),
+            style: Some(style.to_string()),
+            level: Level::Matrix(matrix.to_string()),
+            col: col.to_string(),
+            row: row.to_string(),
+            format: TileFormat::from_mime(format_text),
+            format_text: format_text.to_string(),
+        })
+    }
+
+    /// Looks the address up: a tile of a layer, in a grid and format the
+    /// layer offers, at a zoom in its range.
+    pub fn resolve(&self, registry: &Registry, rows: Rows) -> Result<TileRequest, TileLookupError> {
+        if let Some(style) = &self.style
+            && !(style.is_empty() || style.eq_ignore_ascii_case("default"))
+        {
+            return Err(TileLookupError::UnknownStyle(style.clone()));
+        }
+        let zoom = match (&self.level, registry.grid(&self.grid)) {
+            (Level::Zoom(z), _) => z.clone(),
+            // TileMatrix identifiers are looked up in the grid; an unknown
+            // grid is reported once the layer is known to exist.
+            (Level::Matrix(id), Some(grid)) => grid
+                .tms
+                .matrices
+                .iter()
+                .position(|m| m.id == *id)
+                .ok_or_else(|| TileLookupError::UnknownMatrix {
+                    matrix: id.clone(),
+                    grid: self.grid.clone(),
+                })?
+                .to_string(),
+            (Level::Matrix(_), None) => String::new(),
+        };
+        let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid)?;
+        let format = self
+            .format
+            .filter(|f| layer.formats.contains(f))
+            .ok_or_else(|| TileLookupError::UnknownFormat(self.format_text.clone()))?;
+        // A TMS row is in range exactly when the XYZ row is, so the address
+        // is validated as given and then flipped.
+        let parsed = grid
+            .tms
+            .parse_tile(&zoom, &self.col, &self.row)
+            .map_err(TileLookupError::Coord)?;
+        let coord = match grid.tms.flip_row(parsed.z(), u64::from(parsed.y())) {
+            Some(flipped) if rows == Rows::FromBottom => grid
+                .tms
+                .tile(u32::from(parsed.z()), u64::from(parsed.x()), flipped)
+                .map_err(TileLookupError::Coord)?,
+            _ => parsed,
+        };
+        let max = layer.max_zoom_in(&grid);
+        if coord.z() < layer.min_zoom || coord.z() > max {
+            return Err(TileLookupError::ZoomOutsideLayer {
+                z: coord.z(),
+                min: layer.min_zoom,
+                max,
+            });
+        }
+        Ok(TileRequest {
+            layer,
+            grid,
+            coord,
+            format,
+        })
+    }
+}
+
+/// Looks a layer and grid up by name; the grid must be one the layer is
+/// tiled in.
+pub fn resolve_layer_grid(
+    registry: &Registry,
+    layer: &str,
+    grid: &str,
+) -> Result<(Arc<Layer>, Arc<Grid>), TileLookupError> {
+    let layer = registry
+        .layer(layer)
+        .ok_or_else(|| TileLookupError::UnknownLayer(layer.to_string()))?;
+    if !layer.grids.iter().any(|g| g == grid) {
+        return Err(TileLookupError::UnknownGrid(grid.to_string()));
+    }
+    let grid = registry
+        .grid(grid)
+        .ok_or_else(|| TileLookupError::UnknownGrid(grid.to_string()))?;
+    Ok((layer, grid.clone()))
+}

@@ -1,0 +1,96 @@
+//! WMS GetCapabilities, 1.3.0 and 1.1.1, written from the templates
+//! `templates/wms_1_3_0.xml` and `templates/wms_1_1_1.xml`.
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+use tessera_grid::{BBox, TileFormat, WEB_MERCATOR_QUAD};
+
+use super::Version;
+use crate::http::error::ApiError;
+use crate::http::templates::{self, Extent};
+use crate::http::{AppState, base_url};
+
+/// What both versions' templates show.
+#[derive(Debug, Serialize)]
+struct Capabilities {
+    title: String,
+    base: String,
+    max_layers: usize,
+    max_width: u32,
+    max_height: u32,
+    formats: Vec<&'static str>,
+    crs_list: Vec<String>,
+    world: Extent,
+    layers: Vec<WmsLayer>,
+}
+
+#[derive(Debug, Serialize)]
+struct WmsLayer {
+    name: String,
+    title: String,
+    #[serde(rename = "abstract")]
+    description: Option<String>,
+    lonlat: Extent,
+    mercator: Option<Extent>,
+}
+
+/// The capabilities document of `version`.
+pub fn response(
+    state: &AppState,
+    headers: &HeaderMap,
+    version: Version,
+) -> Result<Response, ApiError> {
+    let limits = &state.config.limits;
+    let mut crs_list: Vec<String> = match version {
+        Version::V130 => vec!["CRS:84".into(), "EPSG:4326".into(), "EPSG:3857".into()],
+        Version::V111 => vec!["EPSG:4326".into(), "EPSG:3857".into()],
+    };
+    let layers = state.registry.layers();
+    for layer in &layers {
+        let native = &layer.source.info().native_crs.id;
+        for c in layer.wms_crs.iter().chain(std::iter::once(native)) {
+            if c.starts_with("EPSG:") && !crs_list.contains(c) {
+                crs_list.push(c.clone());
+            }
+        }
+    }
+    let doc = Capabilities {
+        title: state.config.server.title.clone(),
+        base: base_url(&state.config, headers),
+        max_layers: limits.wms_max_layers,
+        max_width: limits.wms_max_width,
+        max_height: limits.wms_max_height,
+        formats: TileFormat::ALL.iter().map(|f| f.content_type()).collect(),
+        crs_list,
+        world: Extent::from(&BBox {
+            min_x: -180.0,
+            min_y: -90.0,
+            max_x: 180.0,
+            max_y: 90.0,
+        }),
+        layers: layers
+            .iter()
+            .map(|layer| WmsLayer {
+                name: layer.name.clone(),
+                title: layer.title.clone(),
+                description: layer.description.clone(),
+                lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
+                mercator: layer
+                    .extents
+                    .get(WEB_MERCATOR_QUAD)
+                    .copied()
+                    .flatten()
+                    .map(|b| Extent::from(&b)),
+            })
+            .collect(),
+    };
+    let (template, content_type) = match version {
+        Version::V130 => (templates::WMS_1_3_0, "text/xml; charset=utf-8"),
+        Version::V111 => (
+            templates::WMS_1_1_1,
+            "application/vnd.ogc.wms_xml; charset=utf-8",
+        ),
+    };
+    templates::xml_response(template, &doc, content_type)
+}

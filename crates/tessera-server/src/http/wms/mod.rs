@@ -1,0 +1,109 @@
+//! WMS 1.1.1 and 1.3.0: the `/wms` endpoint. GetMap is parsed in
+//! [`get_map`], capabilities are written from templates in
+//! [`capabilities`].
+
+mod capabilities;
+pub mod get_map;
+
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use super::error::{ApiError, Protocol};
+use super::params::Kvp;
+use super::{AppState, image_response};
+use get_map::GetMap;
+
+/// WMS versions spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// 1.1.1: x/y axis order, `SRS`.
+    V111,
+    /// 1.3.0: the CRS's axis order, `CRS`.
+    V130,
+}
+
+impl Version {
+    fn protocol(self) -> Protocol {
+        match self {
+            Version::V111 => Protocol::Wms111,
+            Version::V130 => Protocol::Wms130,
+        }
+    }
+
+    /// Version negotiation: anything below 1.3.0 gets 1.1.1.
+    fn negotiate(text: Option<&str>) -> Version {
+        match text {
+            Some(v) if version_lt(v, "1.3.0") => Version::V111,
+            _ => Version::V130,
+        }
+    }
+}
+
+fn version_lt(a: &str, b: &str) -> bool {
+    let parse = |s: &str| {
+        s.split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    };
+    parse(a) < parse(b)
+}
+
+/// `GET /wms?SERVICE=WMS&REQUEST=...`.
+pub async fn kvp(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = query.unwrap_or_default();
+    let kvp = Kvp::parse(&query, state.config.limits.max_query_bytes)
+        .map_err(|e| ApiError::from(e).speaking(Protocol::Wms130))?;
+    let version = Version::negotiate(kvp.get("version"));
+    let err = |e: ApiError| e.speaking(version.protocol());
+    let request = kvp.service_request("WMS").map_err(|e| err(e.into()))?;
+    match request.to_ascii_lowercase().as_str() {
+        "getcapabilities" | "capabilities" => {
+            capabilities::response(&state, &headers, version).map_err(err)
+        }
+        "getmap" | "map" => {
+            if let Some(v) = kvp.get("version")
+                && v != "1.1.1"
+                && v != "1.3.0"
+            {
+                return Err(err(ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("VERSION {v:?} is not supported; use 1.1.1 or 1.3.0"),
+                )
+                .at("VERSION")));
+            }
+            let map = GetMap::from_kvp(&kvp, version, &state.registry, &state.config.limits)
+                .map_err(err)?;
+            let format = map.image.format;
+            let bytes = state
+                .renderer
+                .render(map.image)
+                .await
+                .map_err(|e| err(e.into()))?;
+            Ok(image_response(format, bytes))
+        }
+        other => Err(err(ApiError::bad_request(
+            "OperationNotSupported",
+            format!("REQUEST {other:?} is not supported; use GetCapabilities or GetMap"),
+        )
+        .at("REQUEST"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_below_1_3_0_negotiate_to_1_1_1() {
+        assert_eq!(Version::negotiate(Some("1.1.1")), Version::V111);
+        assert_eq!(Version::negotiate(Some("1.1.0")), Version::V111);
+        assert_eq!(Version::negotiate(Some("1.3.0")), Version::V130);
+        assert_eq!(Version::negotiate(Some("2.0")), Version::V130);
+        assert_eq!(Version::negotiate(None), Version::V130);
+    }
+}

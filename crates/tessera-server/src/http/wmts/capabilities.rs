@@ -1,0 +1,173 @@
+//! WMTS GetCapabilities, written from the template
+//! `templates/wmts_1_0_0.xml`: every layer with its formats, the limits of
+//! its extent in each grid, the RESTful template, and each grid used.
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+
+use crate::http::error::ApiError;
+use crate::http::templates::{self, Extent};
+use crate::http::{AppState, base_url};
+use crate::registry::{Grid, Layer};
+
+#[derive(Debug, Serialize)]
+struct Capabilities {
+    title: String,
+    base: String,
+    layers: Vec<WmtsLayer>,
+    matrix_sets: Vec<MatrixSet>,
+}
+
+#[derive(Debug, Serialize)]
+struct WmtsLayer {
+    name: String,
+    title: String,
+    lonlat: Extent,
+    formats: Vec<Format>,
+    links: Vec<MatrixSetLink>,
+}
+
+#[derive(Debug, Serialize)]
+struct Format {
+    media_type: &'static str,
+    extension: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct MatrixSetLink {
+    grid: String,
+    limits: Vec<MatrixLimits>,
+}
+
+#[derive(Debug, Serialize)]
+struct MatrixLimits {
+    matrix: String,
+    min_row: u32,
+    max_row: u32,
+    min_col: u32,
+    max_col: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct MatrixSet {
+    title: String,
+    id: String,
+    crs_urn: String,
+    well_known_scale_set: Option<String>,
+    top_left_corner: String,
+    tile_width: u32,
+    tile_height: u32,
+    matrices: Vec<Matrix>,
+}
+
+#[derive(Debug, Serialize)]
+struct Matrix {
+    id: String,
+    scale_denominator: String,
+    width: u32,
+    height: u32,
+}
+
+/// The capabilities document.
+pub fn response(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let layers = state.registry.layers();
+    let mut used: Vec<&str> = Vec::new();
+    for gid in layers.iter().flat_map(|l| &l.grids) {
+        if state.registry.grid(gid).is_some() && !used.contains(&gid.as_str()) {
+            used.push(gid);
+        }
+    }
+    let doc = Capabilities {
+        title: state.config.server.title.clone(),
+        base: base_url(&state.config, headers),
+        layers: layers.iter().map(|l| layer(state, l)).collect(),
+        matrix_sets: used
+            .iter()
+            .filter_map(|gid| state.registry.grid(gid))
+            .map(|g| matrix_set(g))
+            .collect(),
+    };
+    templates::xml_response(
+        templates::WMTS_1_0_0,
+        &doc,
+        "application/xml; charset=utf-8",
+    )
+}
+
+fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
+    WmtsLayer {
+        name: layer.name.clone(),
+        title: layer.title.clone(),
+        lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
+        formats: layer
+            .formats
+            .iter()
+            .map(|f| Format {
+                media_type: f.content_type(),
+                extension: f.extension(),
+            })
+            .collect(),
+        links: layer
+            .grids
+            .iter()
+            .filter_map(|gid| Some((gid, state.registry.grid(gid)?)))
+            .map(|(gid, grid)| MatrixSetLink {
+                grid: gid.clone(),
+                limits: limits(layer, gid, grid),
+            })
+            .collect(),
+    }
+}
+
+/// The tiles the layer's extent covers at each of its zooms in `grid` (the
+/// whole matrix where the extent is unknown).
+fn limits(layer: &Layer, gid: &str, grid: &Grid) -> Vec<MatrixLimits> {
+    let extent = layer.extents.get(gid).copied().flatten();
+    (layer.min_zoom..=layer.max_zoom_in(grid))
+        .map(|z| {
+            let m = &grid.tms.matrices[usize::from(z)];
+            let range = extent.and_then(|e| grid.tms.tiles_in_bbox(z, &e));
+            let (min_col, max_col, min_row, max_row) = match range {
+                Some(r) => (r.min_x, r.max_x, r.min_y, r.max_y),
+                None => (0, m.matrix_width - 1, 0, m.matrix_height - 1),
+            };
+            MatrixLimits {
+                matrix: m.id.clone(),
+                min_row,
+                max_row,
+                min_col,
+                max_col,
+            }
+        })
+        .collect()
+}
+
+fn matrix_set(grid: &Grid) -> MatrixSet {
+    let tms = &grid.tms;
+    // TopLeftCorner follows the CRS's axis order (latitude first for EPSG:4326).
+    let top_left_corner = if grid.crs.authority_yx {
+        format!("{} {}", tms.origin_y, tms.origin_x)
+    } else {
+        format!("{} {}", tms.origin_x, tms.origin_y)
+    };
+    MatrixSet {
+        title: tms.title.clone(),
+        id: tms.id.clone(),
+        crs_urn: tms.crs_urn.clone(),
+        well_known_scale_set: tms.well_known_scale_set.clone(),
+        top_left_corner,
+        tile_width: tms.tile_width,
+        tile_height: tms.tile_height,
+        matrices: tms
+            .matrices
+            .iter()
+            .map(|m| Matrix {
+                id: m.id.clone(),
+                scale_denominator: m.scale_denominator.to_string(),
+                width: m.matrix_width,
+                height: m.matrix_height,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,79 @@
+//! WMTS 1.0.0: GetCapabilities and GetTile, in KVP and RESTful encodings.
+//! Both GetTile encodings become a [`TileAddress`]; capabilities are
+//! written from a template in [`capabilities`].
+
+mod capabilities;
+
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+
+use super::address::{Rows, TileAddress};
+use super::error::{ApiError, Protocol};
+use super::params::Kvp;
+use super::{AppState, serve_tile};
+
+/// `GET /wmts?SERVICE=WMTS&REQUEST=...`.
+pub async fn kvp(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let err = |e: ApiError| e.speaking(Protocol::Wmts);
+    let kvp = Kvp::parse(
+        query.as_deref().unwrap_or(""),
+        state.config.limits.max_query_bytes,
+    )
+    .map_err(|e| err(e.into()))?;
+    let request = kvp.service_request("WMTS").map_err(|e| err(e.into()))?;
+    match request.to_ascii_lowercase().as_str() {
+        "getcapabilities" => capabilities::response(&state, &headers).map_err(err),
+        "gettile" => {
+            let version = kvp.get("version").unwrap_or("1.0.0");
+            if version != "1.0.0" {
+                return Err(err(ApiError::bad_request(
+                    "VersionNegotiationFailed",
+                    format!("VERSION {version:?} is not supported; use 1.0.0"),
+                )
+                .at("VERSION")));
+            }
+            let address = TileAddress::from_wmts_kvp(&kvp).map_err(err)?;
+            get_tile(&state, &headers, &address).await
+        }
+        other => Err(err(ApiError::bad_request(
+            "OperationNotSupported",
+            format!("REQUEST {other:?} is not supported; use GetCapabilities or GetTile"),
+        )
+        .at("REQUEST"))),
+    }
+}
+
+/// `GET /wmts/1.0.0/WMTSCapabilities.xml`.
+pub async fn capabilities_rest(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    capabilities::response(&state, &headers).map_err(|e| e.speaking(Protocol::Wmts))
+}
+
+/// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
+pub async fn rest_tile(
+    State(state): State<AppState>,
+    address: TileAddress,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    get_tile(&state, &headers, &address).await
+}
+
+async fn get_tile(
+    state: &AppState,
+    headers: &HeaderMap,
+    address: &TileAddress,
+) -> Result<Response, ApiError> {
+    let tile = address
+        .resolve(&state.registry, Rows::FromTop)
+        .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
+    serve_tile(state, tile, headers)
+        .await
+        .map_err(|e| e.speaking(Protocol::Wmts))
+}
