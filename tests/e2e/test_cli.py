@@ -39,3 +39,80 @@ def test_help_lists_the_commands():
     for word in ("serve", "check", "seed", "demo-config"):
         assert word in r.stdout
     assert "TESSERA_LISTEN" in tessera("serve", "--help").stdout
+
+
+def test_a_missing_source_files_cause_chain_reaches_stderr_exactly_once(tmp_path):
+    config = tmp_path / "missing.yaml"
+    config.write_text("layers:\n  - name: lost\n    source: { path: /nonexistent/x.tif }\n")
+    r = tessera("check", str(config))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == 'error: layer "lost": its source cannot be opened', r.stderr
+    assert lines[1] == "  caused by: cannot open source /nonexistent/x.tif", r.stderr
+    # GDAL's own message is the root cause, printed once (GDAL does not
+    # print it to stderr itself as well).
+    assert r.stderr.count("No such file or directory") == 1, r.stderr
+    assert lines[-1].startswith("  caused by: ") and "No such file or directory" in lines[-1], r.stderr
+
+
+def good_and_broken_config(tmp_path):
+    """relief cached in a file store, and a second layer whose source does not exist."""
+    cache = tmp_path / "cache"
+    config = tmp_path / "two.yaml"
+    config.write_text(f"""
+stores:
+  disk: {{ type: file, path: {cache}, memory: 0 }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    max_zoom: 6
+    cache: {{ store: disk }}
+  - name: broken
+    source: {{ path: /nonexistent/broken.tif }}
+    cache: {{ store: disk }}
+""")
+    return config, cache
+
+
+def test_batch_commands_for_a_good_layer_ignore_a_broken_layer_of_the_config(tmp_path):
+    config, cache = good_and_broken_config(tmp_path)
+    assert tessera("check", str(config)).returncode == 1
+    area = ["--config", str(config), "--layer", "relief", "--zoom", "0..1"]
+    seeded = tessera("seed", *area)
+    assert seeded.returncode == 0, seeded.stderr
+    assert "seed complete: 5/5 tiles" in seeded.stdout, seeded.stdout
+    assert len(list((cache / "relief" / "WebMercatorQuad").rglob("*.png"))) == 5
+    archive = tmp_path / "relief.pmtiles"
+    exported = tessera("export", *area, "--format", "pmtiles", "--to", str(archive))
+    assert exported.returncode == 0, exported.stderr
+    assert archive.stat().st_size > 0
+    truncated = tessera("truncate", *area)
+    assert truncated.returncode == 0, truncated.stderr
+    assert list((cache / "relief" / "WebMercatorQuad").rglob("*.png")) == []
+    # The broken layer itself still fails, naming its source.
+    r = tessera("seed", "--config", str(config), "--layer", "broken", "--zoom", "0")
+    assert r.returncode == 1 and "/nonexistent/broken.tif" in r.stderr, r.stderr
+
+
+def test_relative_paths_are_read_from_the_config_files_directory_whatever_the_working_directory(tmp_path):
+    site = tmp_path / "site"
+    (site / "data").mkdir(parents=True)
+    (site / "data" / "relief.tif").symlink_to(ROOT / "data" / "shadedrelief-5400.tif")
+    config = site / "tessera.yaml"
+    config.write_text("""
+stores:
+  disk: { type: file, path: cache/tiles, memory: 0 }
+layers:
+  - name: relief
+    source: { path: data/relief.tif }
+    grids: [WebMercatorQuad]
+    cache: { store: disk }
+""")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = subprocess.run([os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "relief",
+                        "--zoom", "0"], capture_output=True, text=True, timeout=120, cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    assert (site / "cache" / "tiles" / "relief" / "WebMercatorQuad" / "0" / "0" / "0.png").is_file()
+    assert not (elsewhere / "cache").exists()
