@@ -50,7 +50,8 @@ pub fn seed_plan(
     threads: usize,
     force: bool,
 ) -> CliResult {
-    let (metatiles, total) = plan.size();
+    let size = plan.size();
+    let (metatiles, total) = (size.metatiles, size.tiles);
     let zooms = (
         plan.ranges.iter().map(|r| r.z).min().unwrap_or(0),
         plan.ranges.iter().map(|r| r.z).max().unwrap_or(0),

@@ -126,17 +126,20 @@ pub enum ExportError {
     )]
     Empty(u64),
     /// A local file operation failed.
-    #[error("{op} {path}: {message}")]
+    #[error("{op} {path} failed")]
     Io {
         /// What was done.
         op: &'static str,
         /// The file.
         path: String,
-        /// Detail.
-        message: String,
+        /// The operating system's error.
+        source: std::io::Error,
     },
+    /// The task writing the archive panicked or was cancelled.
+    #[error("the archive writer stopped")]
+    Task(#[source] tokio::task::JoinError),
     /// The upload failed (and was aborted).
-    #[error("uploading {location}: {source}")]
+    #[error("uploading {location} failed")]
     Upload {
         /// The object URL.
         location: String,
@@ -145,11 +148,11 @@ pub enum ExportError {
     },
 }
 
-fn io_err(op: &'static str, path: &Path, e: &std::io::Error) -> ExportError {
+fn io_err(op: &'static str, path: &Path, source: std::io::Error) -> ExportError {
     ExportError::Io {
         op,
         path: path.display().to_string(),
-        message: e.to_string(),
+        source,
     }
 }
 
@@ -184,21 +187,24 @@ pub async fn export(
                 .prefix(".tessera-export-")
                 .suffix(".tmp")
                 .tempfile_in(&dir)
-                .map_err(|e| io_err("creating a temporary file in", &dir, &e))?;
-            let (tiles, missing, bytes) =
-                write_in_background(plan, store, &info, options, spool.path(), progress).await?;
+                .map_err(|e| io_err("creating a temporary file in", &dir, e))?;
+            let Written {
+                tiles,
+                missing,
+                bytes,
+            } = write_in_background(plan, store, &info, options, spool.path(), progress).await?;
             // Readable like any file the user writes (temporary files are
             // created private).
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o644))
-                    .map_err(|e| io_err("setting permissions of", spool.path(), &e))?;
+                    .map_err(|e| io_err("setting permissions of", spool.path(), e))?;
             }
             spool
                 .persist(path)
-                .map_err(|e| io_err("renaming the archive to", path, &e.error))?;
-            sync_dir(&dir).map_err(|e| io_err("syncing", &dir, &e))?;
+                .map_err(|e| io_err("renaming the archive to", path, e.error))?;
+            sync_dir(&dir).map_err(|e| io_err("syncing", &dir, e))?;
             Ok(Exported {
                 tiles,
                 missing,
@@ -223,11 +229,14 @@ pub async fn export(
                 io_err(
                     "creating a temporary file in",
                     options.temp_dir.as_deref().unwrap_or(&std::env::temp_dir()),
-                    &e,
+                    e,
                 )
             })?;
-            let (tiles, missing, bytes) =
-                write_in_background(plan, store, &info, options, spool.path(), progress).await?;
+            let Written {
+                tiles,
+                missing,
+                bytes,
+            } = write_in_background(plan, store, &info, options, spool.path(), progress).await?;
             let upload_err = |source| ExportError::Upload {
                 location: url.clone(),
                 source,
@@ -235,7 +244,7 @@ pub async fn export(
             let sent = upload_file(spool.path(), &location.store, &location.prefix, options)
                 .await
                 .map_err(|e| match e {
-                    Sent::Read(e) => io_err("reading", spool.path(), &e),
+                    Sent::Read(e) => io_err("reading", spool.path(), e),
                     Sent::Store(e) => upload_err(e),
                 })?;
             if options.verify {
@@ -320,18 +329,28 @@ async fn write_in_background(
     options: &ExportOptions,
     path: &Path,
     progress: impl FnMut(u64) + Send + 'static,
-) -> Result<(u64, u64, u64), ExportError> {
+) -> Result<Written, ExportError> {
     let (plan, info, path) = (plan.clone(), info.clone(), path.to_path_buf());
     let (format, threads) = (options.format, options.read_threads.max(1));
     tokio::task::spawn_blocking(move || {
         write_archive(&plan, &*store, &info, format, threads, &path, progress)
     })
     .await
-    .map_err(|e| ExportError::Unsupported(format!("the archive writer stopped: {e}")))?
+    .map_err(ExportError::Task)?
 }
 
-/// Reads the planned tiles from `store` in archive order and writes them;
-/// returns tiles written, tiles missing and the archive's size.
+/// What writing an archive did.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    /// Tiles written.
+    tiles: u64,
+    /// Planned tiles the store lacked.
+    missing: u64,
+    /// The archive's size in bytes.
+    bytes: u64,
+}
+
+/// Reads the planned tiles from `store` in archive order and writes them.
 fn write_archive(
     plan: &TilePlan,
     store: &dyn TileStore,
@@ -340,7 +359,7 @@ fn write_archive(
     threads: usize,
     path: &Path,
     mut progress: impl FnMut(u64),
-) -> Result<(u64, u64, u64), ExportError> {
+) -> Result<Written, ExportError> {
     let key = |coord: TileCoord| store_key(&plan.layer, &plan.grid, plan.format, coord);
     let mut writer = ArchiveWriter::create(format, path, info)?;
     let (mut handled, mut missing) = (0u64, 0u64);
@@ -363,7 +382,11 @@ fn write_archive(
     }
     let tiles = writer.tiles();
     let bytes = writer.finish()?;
-    Ok((tiles, missing, bytes))
+    Ok(Written {
+        tiles,
+        missing,
+        bytes,
+    })
 }
 
 /// Gets `keys` on up to `threads` threads; results in the keys' order.

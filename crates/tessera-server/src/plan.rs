@@ -277,11 +277,22 @@ impl TilePlan {
     }
 
     /// Number of metatiles and of tiles they hold.
-    pub fn size(&self) -> (u64, u64) {
-        self.metatiles().fold((0, 0), |(m, t), meta| {
-            (m + 1, t + u64::from(meta.cols() * meta.rows()))
-        })
+    pub fn size(&self) -> PlanSize {
+        self.metatiles()
+            .fold(PlanSize::default(), |size, meta| PlanSize {
+                metatiles: size.metatiles + 1,
+                tiles: size.tiles + u64::from(meta.cols() * meta.rows()),
+            })
     }
+}
+
+/// How much work a plan is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanSize {
+    /// Metatiles to render.
+    pub metatiles: u64,
+    /// Tiles they hold.
+    pub tiles: u64,
 }
 
 /// Rings from lon/lat to the grid's CRS (latitudes clamped to what Web

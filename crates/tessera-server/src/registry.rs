@@ -352,12 +352,7 @@ fn open_stores(
             source,
         };
         let backend = timed(spec.open(name).map_err(failed)?);
-        let front = spec.front_bytes().map_err(|message| {
-            failed(tessera_store::StoreError::Invalid {
-                store: name.clone(),
-                message,
-            })
-        })?;
+        let front = spec.front_bytes();
         let store = if front == 0 {
             backend
         } else {

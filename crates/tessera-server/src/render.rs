@@ -33,9 +33,12 @@ pub enum RenderError {
     /// The encoder failed.
     #[error(transparent)]
     Encode(#[from] tessera_image::EncodeError),
-    /// The blocking task panicked or was cancelled.
-    #[error("render task failed: {0}")]
-    Task(String),
+    /// The blocking task that rendered panicked or was cancelled.
+    #[error("the render task failed")]
+    Task(#[source] tokio::task::JoinError),
+    /// The render slots were closed (the renderer is shutting down).
+    #[error("the renderer is shut down")]
+    Closed,
 }
 
 /// One image to produce.
@@ -112,14 +115,14 @@ impl Renderer {
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
             .map_err(|_| RenderError::Timeout(self.timeout))?
-            .map_err(|e| RenderError::Task(e.to_string()))?;
+            .map_err(|_| RenderError::Closed)?;
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work()
         });
         match tokio::time::timeout_at(deadline, task).await {
             Err(_) => Err(RenderError::Timeout(self.timeout)),
-            Ok(Err(join)) => Err(RenderError::Task(join.to_string())),
+            Ok(Err(join)) => Err(RenderError::Task(join)),
             Ok(Ok(result)) => result,
         }
     }

@@ -88,9 +88,7 @@ pub async fn run(
                 failure.get_or_insert(e);
             }
             Err(join) => {
-                failure.get_or_insert(TileError::Render(crate::render::RenderError::Task(
-                    join.to_string(),
-                )));
+                failure.get_or_insert(TileError::Task(join));
             }
         }
     }

@@ -98,6 +98,9 @@ pub enum TileError {
     /// and answers with the tile when a write fails).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A seeding task panicked or was cancelled.
+    #[error("a seeding task failed")]
+    Task(#[source] tokio::task::JoinError),
     /// The layer has no cache to seed into.
     #[error("layer {0:?} has no cache store (its `cache.store` is `none`)")]
     NotCached(String),
@@ -553,5 +556,5 @@ async fn run_blocking<T: Send + 'static>(
 ) -> Result<T, RenderError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| RenderError::Task(e.to_string()))
+        .map_err(RenderError::Task)
 }

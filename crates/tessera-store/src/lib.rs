@@ -28,8 +28,8 @@ pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
 pub use packs::{PackOptions, PackStore};
 pub use spec::{
-    FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectSpec, OptionValue, StoreSpec,
-    option_strings, size_in_bytes,
+    FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectSpec, OptionValue, Size, StoreSpec,
+    option_strings,
 };
 pub use tessera_journal::JournalOptions;
 

@@ -2,9 +2,9 @@
 //! own defaults, `validate()` and `open()`, so that a new backend brings its
 //! options with it and the server's configuration only names the variant.
 //!
-//! Sizes are [`ByteSize`]s written with units (`64MiB`, `1GiB`, `512KiB`);
-//! the older `*_mb` keys (a number of MiB) are still accepted, and giving
-//! both spellings of one size is an error.
+//! Sizes are [`Size`]s written with units (`64MiB`, `1GiB`, `512KiB`); a
+//! bare number is MiB, so the older `*_mb` keys, still accepted as another
+//! name of the same key, mean what they always meant.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytesize::ByteSize;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use tessera_grid::Curve;
 
 use crate::object::open_url;
@@ -51,11 +51,8 @@ pub struct FileSpec {
     #[serde(default)]
     pub layout: FileLayout,
     /// In-memory LRU in front of the files (default 64MiB; 0 = none).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    #[serde(default, alias = "memory_mb")]
+    pub memory: Option<Size>,
 }
 
 /// `type: journal`.
@@ -65,21 +62,15 @@ pub struct JournalSpec {
     /// Directory of the segment files (created if missing).
     pub path: PathBuf,
     /// Segment file size (default 64MiB).
-    #[serde(default)]
-    pub segment: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub segment_mb: Option<u64>,
+    #[serde(default, alias = "segment_mb")]
+    pub segment: Option<Size>,
     /// Adaptive wait before a sync for more writes to share it, in
     /// milliseconds (default 0: off).
     #[serde(default)]
     pub sync_window_ms: u64,
     /// In-memory LRU in front (default 64MiB; 0 = none).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    #[serde(default, alias = "memory_mb")]
+    pub memory: Option<Size>,
 }
 
 /// `type: mbtiles`.
@@ -93,11 +84,8 @@ pub struct MbtilesSpec {
     #[serde(default)]
     pub synchronous: Synchronous,
     /// In-memory LRU in front (default 64MiB; 0 = none).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    #[serde(default, alias = "memory_mb")]
+    pub memory: Option<Size>,
 }
 
 /// `type: object`.
@@ -123,17 +111,11 @@ pub struct ObjectSpec {
     #[serde(default)]
     pub cache_path: Option<PathBuf>,
     /// Budget of the local cache (default 1GiB).
-    #[serde(default)]
-    pub cache: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub cache_mb: Option<u64>,
+    #[serde(default, alias = "cache_mb")]
+    pub cache: Option<Size>,
     /// In-memory LRU of tiles in front (default 64MiB; 0 = none).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    #[serde(default, alias = "memory_mb")]
+    pub memory: Option<Size>,
 }
 
 /// `type: memory`.
@@ -141,11 +123,8 @@ pub struct ObjectSpec {
 #[serde(deny_unknown_fields)]
 pub struct MemorySpec {
     /// Budget (default 256MiB).
-    #[serde(default)]
-    pub memory: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
+    #[serde(default, alias = "memory_mb")]
+    pub memory: Option<Size>,
 }
 
 /// A scalar client option (YAML may give `allow_http: true` or
@@ -200,21 +179,38 @@ const DEFAULT_SEGMENT: u64 = 64 * MIB;
 /// Local pack cache budget, unless configured.
 const DEFAULT_PACK_CACHE: u64 = 1024 * MIB;
 
-/// A size given either with units (`memory: 64MiB`) or, in the older
-/// spelling, in MiB (`memory_mb: 64`). `key` names the new spelling.
-pub fn size_in_bytes(
-    key: &str,
-    with_units: Option<ByteSize>,
-    in_mib: Option<u64>,
-    default: u64,
-) -> Result<u64, String> {
-    match (with_units, in_mib) {
-        (Some(_), Some(_)) => Err(format!(
-            "give either {key} (with units, such as 64MiB) or {key}_mb, not both"
-        )),
-        (Some(size), None) => Ok(size.as_u64()),
-        (None, Some(mib)) => Ok(mib.saturating_mul(MIB)),
-        (None, None) => Ok(default),
+/// A size in bytes: text with units (`64MiB`, `1GiB`, `512KiB`, `10MB`),
+/// or a bare number of MiB (what the older `*_mb` keys held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl Size {
+    /// `size`, or `default` bytes when it is not given.
+    pub fn or(size: Option<Size>, default: u64) -> u64 {
+        size.map_or(default, |s| s.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Size, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Mib(u64),
+            Text(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Mib(n) => Ok(Size(n.saturating_mul(MIB))),
+            Written::Text(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => t
+                .parse::<u64>()
+                .map(|n| Size(n.saturating_mul(MIB)))
+                .map_err(serde::de::Error::custom),
+            Written::Text(t) => t.trim().parse::<ByteSize>().map(|b| Size(b.as_u64())).map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "{t:?} is not a size ({e}); write a number with a unit such as 64MiB or 1GiB"
+                ))
+            }),
+        }
     }
 }
 
@@ -233,11 +229,10 @@ impl StoreSpec {
     /// Checks the values that do not need the store to be opened; the
     /// message says what to change.
     pub fn validate(&self) -> Result<(), String> {
-        self.front_bytes()?;
         match self {
-            StoreSpec::File(_) | StoreSpec::Mbtiles(_) => Ok(()),
+            StoreSpec::File(_) | StoreSpec::Mbtiles(_) | StoreSpec::Memory(_) => Ok(()),
             StoreSpec::Journal(j) => {
-                let segment = size_in_bytes("segment", j.segment, j.segment_mb, DEFAULT_SEGMENT)?;
+                let segment = Size::or(j.segment, DEFAULT_SEGMENT);
                 if !(64 * 1024..=u64::from(u32::MAX)).contains(&segment) {
                     return Err("segment must be between 64KiB and 4GiB".into());
                 }
@@ -253,25 +248,22 @@ impl StoreSpec {
                         "pack_tiles must be 1, 4, 16, 64, ... (a power of four), not {tiles}"
                     ));
                 }
-                size_in_bytes("cache", o.cache, o.cache_mb, DEFAULT_PACK_CACHE).map(drop)
-            }
-            StoreSpec::Memory(m) => {
-                size_in_bytes("memory", m.memory, m.memory_mb, DEFAULT_MEMORY).map(drop)
+                Ok(())
             }
         }
     }
 
     /// Bytes of the in-memory LRU to put in front of the opened store
     /// (0: none; always 0 for a memory store, which is one).
-    pub fn front_bytes(&self) -> Result<u64, String> {
-        let (memory, memory_mb) = match self {
-            StoreSpec::File(s) => (s.memory, s.memory_mb),
-            StoreSpec::Journal(s) => (s.memory, s.memory_mb),
-            StoreSpec::Mbtiles(s) => (s.memory, s.memory_mb),
-            StoreSpec::Object(s) => (s.memory, s.memory_mb),
-            StoreSpec::Memory(_) => return Ok(0),
+    pub fn front_bytes(&self) -> u64 {
+        let memory = match self {
+            StoreSpec::File(s) => s.memory,
+            StoreSpec::Journal(s) => s.memory,
+            StoreSpec::Mbtiles(s) => s.memory,
+            StoreSpec::Object(s) => s.memory,
+            StoreSpec::Memory(_) => return 0,
         };
-        size_in_bytes("memory", memory, memory_mb, DEFAULT_FRONT)
+        Size::or(memory, DEFAULT_FRONT)
     }
 
     /// Resolves relative local paths against `base` (the directory of the
@@ -305,13 +297,7 @@ impl StoreSpec {
             StoreSpec::File(s) => Arc::new(FileStore::open(&s.path, s.layout)?),
             StoreSpec::Journal(s) => {
                 let options = JournalOptions {
-                    segment_size: size_in_bytes(
-                        "segment",
-                        s.segment,
-                        s.segment_mb,
-                        DEFAULT_SEGMENT,
-                    )
-                    .map_err(invalid)?,
+                    segment_size: Size::or(s.segment, DEFAULT_SEGMENT),
                     sync_window: (s.sync_window_ms > 0)
                         .then(|| Duration::from_millis(s.sync_window_ms)),
                     ..JournalOptions::default()
@@ -333,8 +319,7 @@ impl StoreSpec {
                         source: Box::new(e),
                     }
                 })?;
-                let cache_bytes = size_in_bytes("cache", s.cache, s.cache_mb, DEFAULT_PACK_CACHE)
-                    .map_err(invalid)?;
+                let cache_bytes = Size::or(s.cache, DEFAULT_PACK_CACHE);
                 let packs = PackOptions {
                     pack_tiles: s.pack_tiles,
                     curve: s.curve,
@@ -344,8 +329,7 @@ impl StoreSpec {
                 Arc::new(PackStore::new(location, &packs)?)
             }
             StoreSpec::Memory(s) => {
-                let bytes = size_in_bytes("memory", s.memory, s.memory_mb, DEFAULT_MEMORY)
-                    .map_err(invalid)?;
+                let bytes = Size::or(s.memory, DEFAULT_MEMORY);
                 Arc::new(MemoryStore::new(
                     usize::try_from(bytes).unwrap_or(usize::MAX),
                     None,
@@ -367,20 +351,26 @@ mod tests {
     fn sizes_with_units_and_the_older_mib_keys_mean_the_same() {
         let units = spec(serde_json::json!({"type": "file", "path": "/c", "memory": "64MiB"}));
         let mib = spec(serde_json::json!({"type": "file", "path": "/c", "memory_mb": 64}));
+        let bare = spec(serde_json::json!({"type": "file", "path": "/c", "memory": 64}));
         let default = spec(serde_json::json!({"type": "file", "path": "/c"}));
-        assert_eq!(units.front_bytes(), Ok(64 << 20));
-        assert_eq!(mib.front_bytes(), Ok(64 << 20));
-        assert_eq!(default.front_bytes(), Ok(64 << 20));
-        let gib = spec(serde_json::json!({"type": "memory", "memory": "1GiB"}));
-        let StoreSpec::Memory(m) = gib else { panic!() };
-        assert_eq!(
-            size_in_bytes("memory", m.memory, m.memory_mb, 0),
-            Ok(1 << 30)
-        );
-        let both = spec(
+        for s in [&units, &mib, &bare, &default] {
+            assert_eq!(s.front_bytes(), 64 << 20, "{s:?}");
+        }
+        let StoreSpec::Memory(m) = spec(serde_json::json!({"type": "memory", "memory": "1GiB"}))
+        else {
+            panic!()
+        };
+        assert_eq!(Size::or(m.memory, 0), 1 << 30);
+        let both = serde_json::from_value::<StoreSpec>(
             serde_json::json!({"type": "file", "path": "/c", "memory": "1MiB", "memory_mb": 1}),
-        );
-        assert!(both.validate().unwrap_err().contains("not both"));
+        )
+        .unwrap_err();
+        assert!(both.to_string().contains("duplicate field"), "{both}");
+        let bad = serde_json::from_value::<StoreSpec>(
+            serde_json::json!({"type": "file", "path": "/c", "memory": "lots"}),
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("64MiB"), "{bad}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Replaces every `${...}` in the string values of `doc` (keys are left as
 /// they are).

@@ -4,6 +4,9 @@
 //! its backend's own spec ([`StoreSpec`], in `tessera-store`).
 
 mod env;
+mod error;
+
+pub use error::ConfigError;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,119 +15,7 @@ use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
 use tessera_image::{EncodeOptions, StyleSpec};
 use tessera_source::{GdalSettings, GdalSourceSpec};
-use tessera_store::{ByteSize, Durability, MemorySpec, OptionValue, StoreSpec, size_in_bytes};
-
-/// Errors that stop start-up, each saying what to change; the cause, where
-/// there is one beneath, is kept as the error's source.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config {path}")]
-    Read {
-        /// Path of the file.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// `${NAME}` is used but the variable is not set and has no default.
-    #[error(
-        "config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default)"
-    )]
-    MissingEnv {
-        /// Variable name.
-        name: String,
-    },
-    /// A `${` in a value has no closing `}`.
-    #[error("config value {value:?} has a ${{ without a closing }} (write $${{ for a literal ${{)")]
-    UnterminatedVariable {
-        /// The value as written.
-        value: String,
-    },
-    /// The text is not YAML.
-    #[error("config is not valid YAML: {0}")]
-    Yaml(String),
-    /// The YAML does not match the schema (names the unknown or bad key and
-    /// where it is).
-    #[error("invalid config{at}: {message}")]
-    Schema {
-        /// Where in the document (` at layers[0].cache`), empty at the top.
-        at: String,
-        /// The deserializer's message.
-        message: String,
-    },
-    /// Values are individually valid but do not fit together.
-    #[error("invalid config: {0}")]
-    Invalid(String),
-    /// GDAL refused a setting of the `gdal:` section.
-    #[error("cannot apply the gdal settings")]
-    Gdal(#[source] gdal::errors::GdalError),
-    /// A grid's CRS is unknown.
-    #[error("grid {grid:?}: unknown CRS")]
-    GridCrs {
-        /// Grid identifier.
-        grid: String,
-        /// Why PROJ refused it.
-        source: tessera_source::SourceError,
-    },
-    /// A grid definition is inconsistent.
-    #[error("grid {grid:?} cannot be built")]
-    Grid {
-        /// Grid identifier.
-        grid: String,
-        /// What is wrong.
-        source: tessera_grid::GridError,
-    },
-    /// A layer's source cannot be opened.
-    #[error("layer {layer:?}: its source cannot be opened")]
-    Source {
-        /// Layer name.
-        layer: String,
-        /// Why.
-        source: tessera_source::SourceError,
-    },
-    /// A layer's style does not fit its source.
-    #[error("layer {layer:?}: its style does not fit its source")]
-    Style {
-        /// Layer name.
-        layer: String,
-        /// Why.
-        source: tessera_image::StyleError,
-    },
-    /// A CRS in a layer's `wms_crs` is unknown.
-    #[error("layer {layer:?}: wms_crs {crs:?} is unknown")]
-    LayerCrs {
-        /// Layer name.
-        layer: String,
-        /// The CRS as written.
-        crs: String,
-        /// Why PROJ refused it.
-        source: tessera_source::SourceError,
-    },
-    /// A store cannot be opened.
-    #[error("store {store:?} cannot be opened")]
-    Store {
-        /// Store name.
-        store: String,
-        /// Why.
-        source: tessera_store::StoreError,
-    },
-    /// The admin API's sources store cannot be opened.
-    #[error("admin: cannot open sources_url {url:?}")]
-    SourcesStore {
-        /// The URL as configured.
-        url: String,
-        /// The client's error.
-        source: Box<object_store::Error>,
-    },
-    /// The admin API's sources file cannot be read or written.
-    #[error("admin: cannot use the sources file {path}")]
-    SourcesFile {
-        /// Its path.
-        path: String,
-        /// The I/O or JSON error.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
+use tessera_store::{Durability, MemorySpec, OptionValue, Size, StoreSpec};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -176,18 +67,14 @@ pub struct AdminConfig {
     /// JSON file recording the uploaded sources, so that they are served
     /// again after a restart.
     pub sources_file: String,
-    /// Largest upload (default 4GiB); larger ones get 413.
-    #[serde(default)]
-    pub max_upload: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub max_upload_mb: Option<u64>,
-    /// Multipart part size (default 16MiB, at least 5MiB).
-    #[serde(default)]
-    pub part_size: Option<ByteSize>,
-    /// The same in MiB (older spelling).
-    #[serde(default)]
-    pub part_size_mb: Option<u64>,
+    /// Largest upload (default 4GiB; `max_upload_mb` is the older name);
+    /// larger ones get 413.
+    #[serde(default, alias = "max_upload_mb")]
+    pub max_upload: Option<Size>,
+    /// Multipart part size (default 16MiB, at least 5MiB; `part_size_mb`
+    /// is the older name).
+    #[serde(default, alias = "part_size_mb")]
+    pub part_size: Option<Size>,
     /// Parts uploading at once (default 4); memory per upload is at most
     /// parts in flight x part size.
     #[serde(default = "default_parts_in_flight")]
@@ -208,18 +95,12 @@ pub struct AdminConfig {
 impl AdminConfig {
     /// The largest upload in bytes.
     pub fn max_upload_bytes(&self) -> u64 {
-        size_in_bytes(
-            "max_upload",
-            self.max_upload,
-            self.max_upload_mb,
-            4096 << 20,
-        )
-        .unwrap_or(u64::MAX)
+        Size::or(self.max_upload, 4096 << 20)
     }
 
     /// The multipart part size in bytes.
     pub fn part_size_bytes(&self) -> u64 {
-        size_in_bytes("part_size", self.part_size, self.part_size_mb, 16 << 20).unwrap_or(16 << 20)
+        Size::or(self.part_size, 16 << 20)
     }
 }
 
@@ -500,11 +381,6 @@ impl Config {
             if admin.token.len() < 16 {
                 return invalid("admin.token must be at least 16 characters".into());
             }
-            if let Err(m) = size_in_bytes("max_upload", admin.max_upload, admin.max_upload_mb, 0)
-                .and_then(|_| size_in_bytes("part_size", admin.part_size, admin.part_size_mb, 0))
-            {
-                return invalid(format!("admin: {m}"));
-            }
             if admin.part_size_bytes() < 5 << 20 || admin.parts_in_flight == 0 {
                 return invalid(
                     "admin.part_size must be at least 5MiB and admin.parts_in_flight at least 1"
@@ -698,7 +574,7 @@ mod tests {
             panic!("{:?}", c.stores)
         };
         assert_eq!(disk.layout, tessera_store::FileLayout::Tms);
-        assert_eq!(c.stores["disk"].front_bytes(), Ok(64 << 20));
+        assert_eq!(c.stores["disk"].front_bytes(), 64 << 20);
         assert_eq!(c.layers[0].cache.durability, Durability::Synced);
     }
 
@@ -711,12 +587,12 @@ mod tests {
         };
         let units = Config::from_yaml(&yaml("memory: 64MiB"), |_| None).unwrap();
         let mib = Config::from_yaml(&yaml("memory_mb: 64"), |_| None).unwrap();
-        assert_eq!(units.stores["disk"].front_bytes(), Ok(64 << 20));
-        assert_eq!(mib.stores["disk"].front_bytes(), Ok(64 << 20));
+        assert_eq!(units.stores["disk"].front_bytes(), 64 << 20);
+        assert_eq!(mib.stores["disk"].front_bytes(), 64 << 20);
         let big = Config::from_yaml(&yaml("memory: 1GiB"), |_| None).unwrap();
-        assert_eq!(big.stores["disk"].front_bytes(), Ok(1 << 30));
+        assert_eq!(big.stores["disk"].front_bytes(), 1 << 30);
         let err = Config::from_yaml(&yaml("memory: 1MiB, memory_mb: 1"), |_| None).unwrap_err();
-        assert!(err.to_string().contains("not both"), "{err}");
+        assert!(err.to_string().contains("duplicate field"), "{err}");
         let err = Config::from_yaml(&yaml("memory: lots"), |_| None).unwrap_err();
         assert!(err.to_string().contains("stores.disk"), "{err}");
     }

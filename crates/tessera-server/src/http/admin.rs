@@ -99,10 +99,7 @@ async fn upload(
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "PayloadTooLarge",
-            format!(
-                "the upload is larger than the {} allowed (admin.max_upload)",
-                tessera_store::ByteSize(max)
-            ),
+            format!("the upload is larger than the {max} bytes allowed (admin.max_upload)"),
         )
     };
     let empty = || ApiError::bad_request("MissingBody", "the request body is empty");
