@@ -45,13 +45,13 @@ impl Default for EncodeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
     /// The PNG encoder failed.
-    #[error("PNG encoding failed: {0}")]
+    #[error("PNG encoding failed")]
     Png(#[from] png::EncodingError),
     /// The JPEG encoder failed.
-    #[error("JPEG encoding failed: {0}")]
+    #[error("JPEG encoding failed")]
     Jpeg(#[from] jpeg_encoder::EncodingError),
     /// The WebP encoder failed.
-    #[error("WebP encoding failed: {0}")]
+    #[error("WebP encoding failed")]
     Webp(String),
 }
 

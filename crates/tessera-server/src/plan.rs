@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, Polygon, TileRange};
-use tessera_source::Crs;
+use tessera_source::{Crs, SourceError};
 use tessera_store::{AreaRange, TileArea};
 
 use crate::metatile::Metatile;
@@ -43,7 +43,7 @@ pub enum PlanArea {
 /// Reads the polygons of a GeoJSON text: a Polygon or MultiPolygon
 /// geometry, a Feature holding one, or a FeatureCollection of them.
 pub fn polygons_from_geojson(text: &str) -> Result<Vec<Polygon>, PlanError> {
-    let err = |m: &str| PlanError(format!("GeoJSON: {m}"));
+    let err = |m: &str| PlanError::Refused(format!("GeoJSON: {m}"));
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| err(&e.to_string()))?;
     let mut out = Vec::new();
     collect_polygons(&v, &mut out).map_err(|m| err(&m))?;
@@ -109,10 +109,32 @@ fn collect_polygons(v: &serde_json::Value, out: &mut Vec<Polygon>) -> Result<(),
     Ok(())
 }
 
-/// Why a seed could not be planned.
+/// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PlanError(String);
+pub enum PlanError {
+    /// The layer, grid, format, zooms or area do not fit together; the
+    /// message says what to change.
+    #[error("{0}")]
+    Refused(String),
+    /// A CRS (of `--bbox-crs`) is unknown.
+    #[error("{what} is not a CRS tessera knows")]
+    Crs {
+        /// Which argument.
+        what: &'static str,
+        /// PROJ's refusal.
+        source: SourceError,
+    },
+    /// The area cannot be transformed to the grid's CRS.
+    #[error("{what} cannot be transformed to {to}")]
+    Transform {
+        /// Which argument (`--bbox`, `--polygon`).
+        what: &'static str,
+        /// The grid's CRS.
+        to: String,
+        /// Why.
+        source: SourceError,
+    },
+}
 
 impl TilePlan {
     /// Plans the tiles of `layer` in `grid` for `zooms` in `format` (the
@@ -127,7 +149,7 @@ impl TilePlan {
         zooms: RangeInclusive<u8>,
         area: &PlanArea,
     ) -> Result<TilePlan, PlanError> {
-        let err = |m: String| PlanError(m);
+        let err = PlanError::Refused;
         let layer = registry
             .layer(layer)
             .ok_or_else(|| err(format!("unknown layer {layer:?}")))?
@@ -184,13 +206,17 @@ impl TilePlan {
         match area {
             PlanArea::Extent => {}
             PlanArea::BBox(bbox, crs) => {
-                let crs = Crs::parse(crs).map_err(|e| err(format!("--bbox-crs: {e}")))?;
-                let in_grid = crs.transform_bbox(bbox, &grid.crs).map_err(|e| {
-                    err(format!(
-                        "--bbox cannot be transformed to {}: {e}",
-                        grid.crs.id
-                    ))
+                let crs = Crs::parse(crs).map_err(|source| PlanError::Crs {
+                    what: "--bbox-crs",
+                    source,
                 })?;
+                let in_grid =
+                    crs.transform_bbox(bbox, &grid.crs)
+                        .map_err(|source| PlanError::Transform {
+                            what: "--bbox",
+                            to: grid.crs.id.clone(),
+                            source,
+                        })?;
                 area_box = area_box
                     .intersection(&in_grid)
                     .ok_or_else(|| err("--bbox does not overlap the layer's extent".to_string()))?;
@@ -298,7 +324,10 @@ pub struct PlanSize {
 /// Rings from lon/lat to the grid's CRS (latitudes clamped to what Web
 /// Mercator can show).
 fn polygons_in_grid(lonlat: &[Polygon], grid: &Grid) -> Result<Vec<Polygon>, PlanError> {
-    let lonlat_crs = Crs::parse("OGC:CRS84").map_err(|e| PlanError(e.to_string()))?;
+    let lonlat_crs = Crs::parse("OGC:CRS84").map_err(|source| PlanError::Crs {
+        what: "OGC:CRS84",
+        source,
+    })?;
     let is_mercator = grid.crs.id == mercator::CRS;
     lonlat
         .iter()
@@ -319,11 +348,10 @@ fn polygons_in_grid(lonlat: &[Polygon], grid: &Grid) -> Result<Vec<Polygon>, Pla
                         .collect();
                     lonlat_crs
                         .transform_points(&grid.crs, &mut xs, &mut ys)
-                        .map_err(|e| {
-                            PlanError(format!(
-                                "--polygon cannot be transformed to {}: {e}",
-                                grid.crs.id
-                            ))
+                        .map_err(|source| PlanError::Transform {
+                            what: "--polygon",
+                            to: grid.crs.id.clone(),
+                            source,
                         })?;
                     Ok(xs.into_iter().zip(ys).map(|(x, y)| [x, y]).collect())
                 })

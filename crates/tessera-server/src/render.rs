@@ -28,7 +28,7 @@ pub enum RenderError {
     #[error(transparent)]
     Source(#[from] SourceError),
     /// The style could not be applied.
-    #[error("style failed: {0}")]
+    #[error("the style failed")]
     Style(#[from] tessera_image::StyleError),
     /// The encoder failed.
     #[error(transparent)]

@@ -3,7 +3,7 @@
 use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
 use tessera_grid::{BBox, METERS_PER_DEGREE};
 
-use crate::SourceError;
+use crate::{Cause, SourceError};
 
 /// A CRS checked by PROJ: the identifier it was asked by, its WKT and the
 /// facts the protocols need (geographic or not, EPSG axis order).
@@ -29,9 +29,9 @@ impl Crs {
     /// Parses an identifier such as `EPSG:4326`, `CRS:84`, `OGC:CRS84`,
     /// `urn:ogc:def:crs:EPSG::3857` or `EPSG:900913` (an alias of 3857).
     pub fn parse(text: &str) -> Result<Crs, SourceError> {
-        let invalid = |message: String| SourceError::InvalidCrs {
+        let invalid = |source: Cause| SourceError::InvalidCrs {
             crs: text.chars().take(64).collect(),
-            message,
+            source,
         };
         let upper = text.trim().to_ascii_uppercase();
         let id = match upper.as_str() {
@@ -64,8 +64,8 @@ impl Crs {
                 "expected AUTHORITY:CODE, for example EPSG:3857".into(),
             ));
         }
-        let srs = SpatialRef::from_definition(&id).map_err(|e| invalid(e.to_string()))?;
-        let wkt = srs.to_wkt().map_err(|e| invalid(e.to_string()))?;
+        let srs = SpatialRef::from_definition(&id).map_err(|e| invalid(e.into()))?;
+        let wkt = srs.to_wkt().map_err(|e| invalid(e.into()))?;
         let geographic = srs.is_geographic();
         let handle = srs.to_c_hsrs();
         // SAFETY: `handle` is a valid OGRSpatialReferenceH owned by `srs`,
@@ -91,11 +91,11 @@ impl Crs {
     /// Describes a dataset's own CRS given as WKT; the identifier is
     /// `AUTHORITY:CODE` when PROJ can name it.
     pub fn from_wkt(wkt: &str) -> Result<Crs, SourceError> {
-        let invalid = |message: String| SourceError::InvalidCrs {
+        let invalid = |source: Cause| SourceError::InvalidCrs {
             crs: wkt.chars().take(64).collect(),
-            message,
+            source,
         };
-        let mut srs = SpatialRef::from_wkt(wkt).map_err(|e| invalid(e.to_string()))?;
+        let mut srs = SpatialRef::from_wkt(wkt).map_err(|e| invalid(e.into()))?;
         let _ = srs.auto_identify_epsg();
         let named = match (srs.auth_name(), srs.auth_code()) {
             (Some(auth), Ok(code)) => Crs::parse(&format!("{auth}:{code}")).ok(),
@@ -122,7 +122,7 @@ impl Crs {
     pub fn spatial_ref(&self) -> Result<SpatialRef, SourceError> {
         let mut srs = SpatialRef::from_wkt(&self.wkt).map_err(|e| SourceError::InvalidCrs {
             crs: self.id.clone(),
-            message: e.to_string(),
+            source: e.into(),
         })?;
         srs.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
         Ok(srs)
@@ -134,17 +134,19 @@ impl Crs {
         if self.wkt == to.wkt {
             return Ok(*bbox);
         }
-        let err = |e: gdal::errors::GdalError| SourceError::InvalidCrs {
-            crs: format!("{} -> {}", self.id, to.id),
-            message: e.to_string(),
+        let err = |e: gdal::errors::GdalError| SourceError::Transform {
+            from: self.id.clone(),
+            to: to.id.clone(),
+            source: e.into(),
         };
         let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
         let [a, b, c, d] = t
             .transform_bounds(&[bbox.min_x, bbox.min_y, bbox.max_x, bbox.max_y], 21)
             .map_err(err)?;
-        BBox::new(a, b, c, d).map_err(|e| SourceError::InvalidCrs {
-            crs: format!("{} -> {}", self.id, to.id),
-            message: e.to_string(),
+        BBox::new(a, b, c, d).map_err(|e| SourceError::Transform {
+            from: self.id.clone(),
+            to: to.id.clone(),
+            source: e.into(),
         })
     }
 }
@@ -160,9 +162,10 @@ impl Crs {
         if self.wkt == to.wkt {
             return Ok(());
         }
-        let err = |e: gdal::errors::GdalError| SourceError::InvalidCrs {
-            crs: format!("{} -> {}", self.id, to.id),
-            message: e.to_string(),
+        let err = |e: gdal::errors::GdalError| SourceError::Transform {
+            from: self.id.clone(),
+            to: to.id.clone(),
+            source: e.into(),
         };
         let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
         let mut zs = vec![0.0; xs.len()];

@@ -96,13 +96,23 @@ pub enum SourceError {
         /// GDAL's error, or what went wrong.
         source: Cause,
     },
-    /// The CRS is unknown to GDAL/PROJ.
-    #[error("unknown CRS {crs:?}: {message}")]
+    /// The CRS is unknown to GDAL/PROJ, or not written as one.
+    #[error("unknown CRS {crs:?}")]
     InvalidCrs {
         /// The CRS as given.
         crs: String,
-        /// Why it was refused.
-        message: String,
+        /// Why it was refused (PROJ's error, or what is wrong with the text).
+        source: Cause,
+    },
+    /// Coordinates could not be transformed between two CRSs.
+    #[error("cannot transform coordinates from {from} to {to}")]
+    Transform {
+        /// Source CRS.
+        from: String,
+        /// Target CRS.
+        to: String,
+        /// PROJ's error, or what is wrong with the result.
+        source: Cause,
     },
     /// The request is too large to allocate.
     #[error("window of {width}x{height} pixels is too large")]
