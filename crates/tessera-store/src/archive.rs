@@ -99,12 +99,12 @@ impl std::fmt::Debug for ArchiveWriter {
     }
 }
 
-fn archive_err(op: &'static str, path: &Path, e: &dyn std::fmt::Display) -> StoreError {
+fn archive_err(op: &'static str, path: &Path, e: impl Into<crate::Cause>) -> StoreError {
     StoreError::Io {
         store: "archive".into(),
         op,
         key: path.display().to_string(),
-        source: e.to_string().into(),
+        source: e.into(),
     }
 }
 
@@ -119,7 +119,7 @@ impl ArchiveWriter {
         let inner = match format {
             ArchiveFormat::Pmtiles => Inner::Pmtiles(Box::new(create_pmtiles(path, info)?)),
             ArchiveFormat::Mbtiles => Inner::Mbtiles(
-                create_mbtiles(path, info).map_err(|e| archive_err("create", path, &e))?,
+                create_mbtiles(path, info).map_err(|e| archive_err("create", path, e))?,
             ),
         };
         Ok(ArchiveWriter {
@@ -148,9 +148,9 @@ impl ArchiveWriter {
         match &mut self.inner {
             Inner::Pmtiles(w) => {
                 let c = pmtiles::TileCoord::new(coord.z(), coord.x(), coord.y())
-                    .map_err(|e| archive_err("add", &self.path, &e))?;
+                    .map_err(|e| archive_err("add", &self.path, e))?;
                 w.add_tile(c, data)
-                    .map_err(|e| archive_err("add", &self.path, &e))?;
+                    .map_err(|e| archive_err("add", &self.path, e))?;
             }
             Inner::Mbtiles(conn) => {
                 let row = (1u32 << coord.z()) - 1 - coord.y();
@@ -166,7 +166,7 @@ impl ArchiveWriter {
                     )?
                     .execute(params![coord.z(), coord.x(), row, data])
                 })();
-                result.map_err(|e| archive_err("add", &self.path, &e))?;
+                result.map_err(|e| archive_err("add", &self.path, e))?;
             }
         }
         self.tiles += 1;
@@ -195,8 +195,8 @@ impl ArchiveWriter {
                     w.set_zoom_range(lo, hi);
                     w.set_center(lon, lat, zoom);
                 }
-                w.finalize().map_err(|e| archive_err("finish", &path, &e))?;
-                set_leaf_offset(&path).map_err(|e| archive_err("finish", &path, &e))?;
+                w.finalize().map_err(|e| archive_err("finish", &path, e))?;
+                set_leaf_offset(&path).map_err(|e| archive_err("finish", &path, e))?;
             }
             Inner::Mbtiles(conn) => {
                 let result = (|| {
@@ -219,17 +219,16 @@ impl ArchiveWriter {
                     }
                     conn.execute_batch("ANALYZE")
                 })();
-                result.map_err(|e| archive_err("finish", &path, &e))?;
+                result.map_err(|e| archive_err("finish", &path, e))?;
                 conn.close()
-                    .map_err(|(_, e)| archive_err("finish", &path, &e))?;
+                    .map_err(|(_, e)| archive_err("finish", &path, e))?;
             }
         }
-        let file = File::open(&path).map_err(|e| archive_err("sync", &path, &e))?;
-        file.sync_all()
-            .map_err(|e| archive_err("sync", &path, &e))?;
+        let file = File::open(&path).map_err(|e| archive_err("sync", &path, e))?;
+        file.sync_all().map_err(|e| archive_err("sync", &path, e))?;
         let len = file
             .metadata()
-            .map_err(|e| archive_err("sync", &path, &e))?
+            .map_err(|e| archive_err("sync", &path, e))?
             .len();
         Ok(len)
     }
@@ -292,7 +291,7 @@ fn create_pmtiles(
         .truncate(true)
         .create(true)
         .open(path)
-        .map_err(|e| archive_err("create", path, &e))?;
+        .map_err(|e| archive_err("create", path, e))?;
     PmTilesWriter::new(tile_type)
         .metadata(metadata.to_string())
         .min_zoom(info.min_zoom)
@@ -301,7 +300,7 @@ fn create_pmtiles(
         .center(info.center.0, info.center.1)
         .center_zoom(info.center.2)
         .create(file)
-        .map_err(|e| archive_err("create", path, &e))
+        .map_err(|e| archive_err("create", path, e))
 }
 
 fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connection> {

@@ -88,12 +88,12 @@ impl FileStore {
         p
     }
 
-    fn err(&self, op: &'static str, key: &dyn std::fmt::Display, e: &io::Error) -> StoreError {
+    fn err(&self, op: &'static str, key: &dyn std::fmt::Display, e: io::Error) -> StoreError {
         StoreError::Io {
             store: self.name().into(),
             op,
             key: key.to_string(),
-            source: e.to_string().into(),
+            source: Box::new(e),
         }
     }
 
@@ -158,7 +158,7 @@ impl FileStore {
             {
                 Ok(tmp) => staged.push((key, tmp, target)),
                 Err(e) => {
-                    failure = Some(self.err("put", key, &e));
+                    failure = Some(self.err("put", key, e));
                     break;
                 }
             }
@@ -170,7 +170,7 @@ impl FileStore {
             }
             if let Err(e) = fs::rename(&tmp, &target) {
                 let _ = fs::remove_file(&tmp);
-                failure = Some(self.err("put", key, &e));
+                failure = Some(self.err("put", key, e));
             }
         }
         if let Some(e) = failure {
@@ -178,7 +178,7 @@ impl FileStore {
         }
         if durability == Durability::Synced {
             for dir in dirty {
-                sync_dir(&dir).map_err(|e| self.err("sync", &dir.display(), &e))?;
+                sync_dir(&dir).map_err(|e| self.err("sync", &dir.display(), e))?;
             }
         }
         Ok(())
@@ -198,7 +198,7 @@ impl TileStore for FileStore {
             Ok(data) if data.is_empty() => Ok(None),
             Ok(data) => Ok(Some(Bytes::from(data))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.err("get", key, &e)),
+            Err(e) => Err(self.err("get", key, e)),
         }
     }
 
@@ -218,7 +218,7 @@ impl TileStore for FileStore {
         match fs::remove_file(self.path_of(key)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(self.err("delete", key, &e)),
+            Err(e) => Err(self.err("delete", key, e)),
         }
     }
 
@@ -226,7 +226,7 @@ impl TileStore for FileStore {
         match fs::metadata(self.path_of(key)) {
             Ok(m) => Ok(m.len() > 0),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(self.err("exists", key, &e)),
+            Err(e) => Err(self.err("exists", key, e)),
         }
     }
 }

@@ -198,7 +198,7 @@ impl JournalStore {
             store: "journal".into(),
             op: "checkpoint",
             key: path.display().to_string(),
-            source: e.to_string().into(),
+            source: e.into(),
         })
     }
 

@@ -61,10 +61,22 @@ impl PackedTile {
     }
 }
 
-/// Why bytes are not a pack.
+/// Why bytes are not a pack, or a pack could not be written.
 #[derive(Debug, thiserror::Error)]
-#[error("not a valid tile pack: {0}")]
-pub struct PackError(String);
+pub enum PackError {
+    /// The Avro reader or writer failed.
+    #[error("not a valid tile pack")]
+    Avro(#[source] Box<apache_avro::Error>),
+    /// A record is not shaped as the schema says.
+    #[error("not a valid tile pack: {0}")]
+    Shape(String),
+}
+
+impl From<apache_avro::Error> for PackError {
+    fn from(e: apache_avro::Error) -> PackError {
+        PackError::Avro(Box::new(e))
+    }
+}
 
 fn schema() -> Schema {
     Schema::parse_str(SCHEMA).expect("the built-in schema parses")
@@ -73,8 +85,8 @@ fn schema() -> Schema {
 /// Encodes tiles as an Avro object container file.
 pub fn write_pack(tiles: &[PackedTile]) -> Result<Vec<u8>, PackError> {
     let schema = schema();
-    let mut writer = Writer::with_codec(&schema, Vec::new(), Codec::Null)
-        .map_err(|e| PackError(e.to_string()))?;
+    let mut writer =
+        Writer::with_codec(&schema, Vec::new(), Codec::Null).map_err(PackError::from)?;
     for t in tiles {
         let mut r = Record::new(writer.schema()).expect("the schema is a record");
         r.put("z", i32::from(t.z));
@@ -84,20 +96,18 @@ pub fn write_pack(tiles: &[PackedTile]) -> Result<Vec<u8>, PackError> {
         r.put("data", Value::Bytes(t.data.to_vec()));
         r.put("created", Value::TimestampMillis(t.created_ms));
         r.put("etag", t.etag.as_str());
-        writer
-            .append_value(r)
-            .map_err(|e| PackError(e.to_string()))?;
+        writer.append_value(r).map_err(PackError::from)?;
     }
-    writer.into_inner().map_err(|e| PackError(e.to_string()))
+    writer.into_inner().map_err(PackError::from)
 }
 
 /// Decodes a pack written by any Avro writer with a compatible schema.
 pub fn read_pack(bytes: &[u8]) -> Result<Vec<PackedTile>, PackError> {
-    let reader = Reader::new(bytes).map_err(|e| PackError(e.to_string()))?;
+    let reader = Reader::new(bytes).map_err(PackError::from)?;
     let mut out = Vec::new();
     for value in reader {
-        let Value::Record(fields) = value.map_err(|e| PackError(e.to_string()))? else {
-            return Err(PackError("a record was expected".into()));
+        let Value::Record(fields) = value.map_err(PackError::from)? else {
+            return Err(PackError::Shape("a record was expected".into()));
         };
         let mut t = PackedTile {
             z: 0,
@@ -109,7 +119,7 @@ pub fn read_pack(bytes: &[u8]) -> Result<Vec<PackedTile>, PackError> {
             etag: String::new(),
         };
         for (name, v) in fields {
-            let bad = || PackError(format!("field {name} has an unexpected value"));
+            let bad = || PackError::Shape(format!("field {name} has an unexpected value"));
             match (name.as_str(), v) {
                 ("z", Value::Int(z)) => t.z = u8::try_from(z).map_err(|_| bad())?,
                 ("x", Value::Long(x)) => t.x = u32::try_from(x).map_err(|_| bad())?,

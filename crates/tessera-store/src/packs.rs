@@ -165,12 +165,12 @@ impl PackStore {
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
-    fn io(op: &'static str, key: &str, e: impl std::fmt::Display) -> StoreError {
+    fn io(op: &'static str, key: &str, e: impl Into<crate::Cause>) -> StoreError {
         StoreError::Io {
             store: "object".into(),
             op,
             key: key.to_string(),
-            source: e.to_string().into(),
+            source: e.into(),
         }
     }
 
