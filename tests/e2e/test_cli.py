@@ -2,6 +2,8 @@
 import os
 import subprocess
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -116,3 +118,20 @@ layers:
     assert r.returncode == 0, r.stderr
     assert (site / "cache" / "tiles" / "relief" / "WebMercatorQuad" / "0" / "0" / "0.png").is_file()
     assert not (elsewhere / "cache").exists()
+
+
+@pytest.mark.parametrize("setting", [
+    "server: { render_timeout_secs: 1e19 }",
+    "cache: { lock_timeout_secs: 1e20 }",
+    "server: { max_concurrent_renders: 4000000000000000000 }",
+    "cache: { metatile_threads: 100000000 }",
+    "encoding: { webp_quality: 999 }",
+])
+def test_a_limit_out_of_range_stops_start_up_with_its_range(tmp_path, setting):
+    config = tmp_path / "limits.yaml"
+    config.write_text(f"{setting}\nlayers:\n  - name: a\n    source: {{ path: {ROOT}/data/elev.tif }}\n")
+    r = tessera("serve", "--config", str(config), "--listen", "127.0.0.1:0")
+    assert r.returncode == 1, r.stderr
+    name = setting.split(":")[0] + "." + setting.split("{ ")[1].split(":")[0]
+    assert f"{name} is" in r.stderr and "must be from" in r.stderr, r.stderr
+    assert "panicked" not in r.stderr

@@ -87,6 +87,14 @@ pub(crate) fn recover(
         buf.truncate(n);
         match parse_header(&buf) {
             Ok(h) if h == id => {}
+            // The newest segment may be a recycled file whose creation did
+            // not finish: it still names the segment it was, and holds no
+            // record of this one. Back to the free pool with it.
+            Ok(h) if i + 1 == ids.len() && scan.bad.is_none() && h < id => {
+                drop(file);
+                segment::retire(dir, id).map_err(|e| JournalError::io("retire segment", e))?;
+                break;
+            }
             Ok(h) => {
                 return Err(JournalError::Corrupt {
                     segment: id,

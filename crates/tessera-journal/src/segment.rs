@@ -73,14 +73,24 @@ pub fn create(dir: &Path, id: u64, size: u64) -> io::Result<File> {
     let path = dir.join(file_name(id));
     if let Some(free) = take_free(dir)? {
         std::fs::rename(&free, &path)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        preallocate(&file, size)?;
-        file.write_all_at(&header(id), 0)?;
-        // The first frame slot must not look like a record of this id.
-        file.write_all_at(&[0u8; crate::format::FRAME_LEN], u64::from(HEADER_LEN))?;
-        file.sync_all()?;
-        sync_dir(dir)?;
-        return Ok(file);
+        let result = (|| {
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            preallocate(&file, size)?;
+            file.write_all_at(&header(id), 0)?;
+            // The first frame slot must not look like a record of this id.
+            file.write_all_at(&[0u8; crate::format::FRAME_LEN], u64::from(HEADER_LEN))?;
+            file.sync_all()?;
+            sync_dir(dir)?;
+            Ok(file)
+        })();
+        if result.is_err() {
+            // Back to the pool: a segment file whose header names another
+            // segment must not be left where recovery reads segments.
+            if std::fs::rename(&path, &free).is_err() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        return result;
     }
     let file = OpenOptions::new()
         .read(true)

@@ -119,33 +119,42 @@ impl WriterState {
     }
 
     /// Writes the queued requests as one batch (two when the segment fills)
-    /// and completes them.
+    /// and completes them: the ones written before a failure (made durable
+    /// when the segment filled) succeed, the others get the error.
     fn commit(&mut self) {
-        let result = self.write_batch();
-        let n = self.done.len() as u64;
-        match result {
-            Ok(()) => {
-                self.shared.appended.fetch_add(n, Ordering::Relaxed);
-                for (slot, position) in self.done.drain(..) {
-                    slot.complete(Ok(position));
-                }
-            }
-            Err(e) => {
-                for (slot, _) in self.done.drain(..) {
-                    slot.complete(Err(e.clone()));
-                }
+        let (committed, failure) = match self.write_batch() {
+            Ok(()) => (self.done.len(), None),
+            Err((committed, e)) => (committed, Some(e)),
+        };
+        self.shared
+            .appended
+            .fetch_add(committed as u64, Ordering::Relaxed);
+        for (i, (slot, position)) in self.done.drain(..).enumerate() {
+            match &failure {
+                Some(e) if i >= committed => slot.complete(Err(e.clone())),
+                _ => slot.complete(Ok(position)),
             }
         }
     }
 
-    fn write_batch(&mut self) -> Result<(), JournalError> {
+    /// Writes the batch. On failure, returns how many of `done` (from the
+    /// front) are nevertheless written and synced, and the error.
+    ///
+    /// The invariant recovery relies on: sequence numbers on disk only grow.
+    /// So when the segment fills in the middle of a batch, the part before
+    /// is written and synced and counts as committed whatever happens next;
+    /// only the part after it is retried with the same sequence numbers.
+    fn write_batch(&mut self) -> Result<(), (usize, JournalError)> {
         self.batch.clear();
         self.done.clear();
         let poisoned = self.shared.poisoned.load(Ordering::Acquire);
         let mut need_sync = false;
         let mut failure = None;
         let mut batch_start = self.offset;
-        let first_seq = self.next_seq;
+        // The first sequence number not yet durable, and how many of `done`
+        // are: a failure rewinds to here, never further.
+        let mut first_seq = self.next_seq;
+        let mut committed = 0;
         let size = self.shared.options.segment_size;
         let requests = std::mem::take(&mut self.requests);
         let mut requests = requests;
@@ -169,8 +178,15 @@ impl WriterState {
             {
                 // The segment is full: write what we have, make it durable,
                 // move on to a new segment.
-                if let Err(e) = self.flush(batch_start, true).and_then(|()| self.roll()) {
-                    failure = Some(e);
+                match self.flush(batch_start, true) {
+                    Ok(()) => {
+                        committed = self.done.len();
+                        first_seq = self.next_seq;
+                        if let Err(e) = self.roll() {
+                            failure = Some(e);
+                        }
+                    }
+                    Err(e) => failure = Some(e),
                 }
                 batch_start = self.offset;
             }
@@ -202,16 +218,17 @@ impl WriterState {
         }
         self.requests = requests;
         if poisoned {
-            return Err(self.poison_error());
+            return Err((0, self.poison_error()));
         }
         if let Some(e) = failure {
             self.next_seq = first_seq;
-            return Err(e);
+            return Err((committed, e));
         }
-        self.flush(batch_start, need_sync).inspect_err(|_| {
-            // Nothing of this batch counts: the next one overwrites it.
+        self.flush(batch_start, need_sync).map_err(|e| {
+            // Nothing of this part counts: the next batch overwrites it.
             self.offset = batch_start;
             self.next_seq = first_seq;
+            (committed, e)
         })
     }
 

@@ -241,6 +241,9 @@ impl Default for LayerCacheConfig {
     }
 }
 
+/// Longest render or lock timeout, in seconds (a day).
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
 /// Largest metatile side in tiles.
 pub const MAX_METATILE: u32 = 16;
 /// Largest gutter in pixels.
@@ -445,29 +448,98 @@ impl Config {
             spec.validate()
                 .or_else(|m| invalid(format!("store {name:?}: {m}")))?;
         }
-        let c = &self.cache;
-        if !(c.lock_timeout_secs.is_finite() && c.lock_timeout_secs > 0.0) {
-            return invalid("cache.lock_timeout_secs must be a positive number".into());
-        }
-        let s = &self.server;
-        if !(s.render_timeout_secs.is_finite() && s.render_timeout_secs > 0.0) {
-            return invalid("server.render_timeout_secs must be a positive number".into());
-        }
-        if s.max_concurrent_renders == 0 {
-            return invalid("server.max_concurrent_renders must be at least 1".into());
-        }
-        let l = &self.limits;
-        if l.wms_max_width == 0
-            || l.wms_max_height == 0
-            || l.wms_max_pixels == 0
-            || l.wms_max_layers == 0
+        self.check_ranges()
+    }
+
+    /// Every numeric setting within its range: a value outside it (or not
+    /// a number) stops start-up with the range in the message, before any
+    /// arithmetic on it can overflow.
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
+        let ranges: [(&str, f64, f64, f64); 13] = [
+            (
+                "server.render_timeout_secs",
+                s.render_timeout_secs,
+                0.001,
+                MAX_TIMEOUT_SECS,
+            ),
+            (
+                "server.max_concurrent_renders",
+                s.max_concurrent_renders as f64,
+                1.0,
+                1024.0,
+            ),
+            (
+                "cache.lock_timeout_secs",
+                c.lock_timeout_secs,
+                0.001,
+                MAX_TIMEOUT_SECS,
+            ),
+            (
+                "cache.metatile_threads",
+                c.metatile_threads as f64,
+                0.0,
+                1024.0,
+            ),
+            (
+                "cache.encode_queue_len",
+                c.encode_queue_len as f64,
+                0.0,
+                1_048_576.0,
+            ),
+            (
+                "limits.wms_max_width",
+                f64::from(l.wms_max_width),
+                1.0,
+                65_535.0,
+            ),
+            (
+                "limits.wms_max_height",
+                f64::from(l.wms_max_height),
+                1.0,
+                65_535.0,
+            ),
+            (
+                "limits.wms_max_pixels",
+                l.wms_max_pixels as f64,
+                1.0,
+                1_073_741_824.0,
+            ),
+            ("limits.wms_max_layers", l.wms_max_layers as f64, 1.0, 256.0),
+            (
+                "limits.max_query_bytes",
+                l.max_query_bytes as f64,
+                256.0,
+                1_048_576.0,
+            ),
+            (
+                "encoding.jpeg_quality",
+                f64::from(e.jpeg_quality),
+                1.0,
+                100.0,
+            ),
+            (
+                "encoding.webp_quality",
+                f64::from(e.webp_quality),
+                0.0,
+                100.0,
+            ),
+            (
+                "gdal.cache_max_mb",
+                self.gdal.cache_max_mb as f64,
+                0.0,
+                1_048_576.0,
+            ),
+        ];
+        match ranges
+            .iter()
+            .find(|(_, v, lo, hi)| !(v.is_finite() && (*lo..=*hi).contains(v)))
         {
-            return invalid("limits must be at least 1".into());
+            Some((name, v, lo, hi)) => Err(ConfigError::Invalid(format!(
+                "{name} is {v}; it must be from {lo} to {hi}"
+            ))),
+            None => Ok(()),
         }
-        if !(1..=100).contains(&self.encoding.jpeg_quality) {
-            return invalid("encoding.jpeg_quality must be 1..=100".into());
-        }
-        Ok(())
     }
 }
 
@@ -642,6 +714,49 @@ mod tests {
             panic!()
         };
         assert_eq!(disk.path, base.join("cache"));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_with_the_range() {
+        let base = "layers:\n  - name: a\n    source: { path: /x }\n";
+        for (yaml, needle) in [
+            (
+                "server: { render_timeout_secs: 1e19 }\n",
+                "server.render_timeout_secs",
+            ),
+            (
+                "server: { render_timeout_secs: 1e20 }\n",
+                "server.render_timeout_secs",
+            ),
+            (
+                "cache: { lock_timeout_secs: 1e20 }\n",
+                "cache.lock_timeout_secs",
+            ),
+            (
+                "server: { max_concurrent_renders: 4000000000000000000 }\n",
+                "server.max_concurrent_renders",
+            ),
+            (
+                "cache: { metatile_threads: 100000 }\n",
+                "cache.metatile_threads",
+            ),
+            ("encoding: { webp_quality: 999 }\n", "encoding.webp_quality"),
+            ("encoding: { jpeg_quality: 0 }\n", "encoding.jpeg_quality"),
+            ("limits: { wms_max_width: 0 }\n", "limits.wms_max_width"),
+        ] {
+            let err = Config::from_yaml(&format!("{yaml}{base}"), |_| None).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid(m) if m.contains(needle) && m.contains("must be from")),
+                "{yaml}: {err}"
+            );
+        }
+        assert!(
+            Config::from_yaml(
+                &format!("server: {{ render_timeout_secs: 86400 }}\n{base}"),
+                |_| None
+            )
+            .is_ok()
+        );
     }
 
     #[test]
