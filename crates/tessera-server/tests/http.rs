@@ -363,6 +363,22 @@ async fn wms_bad_sizes_are_refused_before_rendering() {
 }
 
 #[tokio::test]
+async fn a_vertical_crs_is_a_client_error_not_a_server_error() {
+    let r = get(&format!(
+        "{WMS13}&CRS=EPSG:5773&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10"
+    ))
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    assert!(r.text().contains("code=\"InvalidCRS\""), "{}", r.text());
+    let r = get(&format!(
+        "{WMS11}&SRS=EPSG:5773&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10"
+    ))
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    assert!(r.text().contains("code=\"InvalidSRS\""), "{}", r.text());
+}
+
+#[tokio::test]
 async fn wms_unknown_crs_is_invalid_crs_in_1_3_0_and_invalid_srs_in_1_1_1() {
     let r = get(&format!(
         "{WMS13}&CRS=EPSG:999999&BBOX=0,0,10,10&WIDTH=10&HEIGHT=10"

@@ -65,6 +65,13 @@ impl Crs {
             ));
         }
         let srs = SpatialRef::from_definition(&id).map_err(|e| invalid(e.into()))?;
+        // Maps are drawn on a plane: a vertical or geocentric CRS names no
+        // x/y position (PROJ finds no operation to or from it).
+        if !(srs.is_geographic() || srs.is_projected()) {
+            return Err(invalid(
+                format!("{id} is not a horizontal CRS (use a geographic or projected one)").into(),
+            ));
+        }
         let wkt = srs.to_wkt().map_err(|e| invalid(e.into()))?;
         let geographic = srs.is_geographic();
         let handle = srs.to_c_hsrs();
@@ -176,6 +183,20 @@ impl Crs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vertical_and_geocentric_crss_are_refused() {
+        for text in ["EPSG:5773", "EPSG:4978"] {
+            let err = Crs::parse(text).unwrap_err();
+            assert!(
+                matches!(&err, SourceError::InvalidCrs { .. })
+                    && std::error::Error::source(&err)
+                        .is_some_and(|c| c.to_string().contains("not a horizontal CRS")),
+                "{text}: {err}"
+            );
+        }
+        assert!(Crs::parse("EPSG:3857").is_ok() && Crs::parse("EPSG:31985").is_ok());
+    }
 
     #[test]
     fn transforms_points_to_web_mercator() {
