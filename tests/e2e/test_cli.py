@@ -135,3 +135,14 @@ def test_a_limit_out_of_range_stops_start_up_with_its_range(tmp_path, setting):
     name = setting.split(":")[0] + "." + setting.split("{ ")[1].split(":")[0]
     assert f"{name} is" in r.stderr and "must be from" in r.stderr, r.stderr
     assert "panicked" not in r.stderr
+
+
+def test_a_fifo_as_a_source_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "stuck.tif"
+    os.mkfifo(fifo)
+    config = tmp_path / "fifo.yaml"
+    config.write_text(f"layers:\n  - name: stuck\n    source: {{ path: {fifo} }}\n")
+    r = subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "FIFO" in r.stderr and 'layer "stuck"' in r.stderr, r.stderr

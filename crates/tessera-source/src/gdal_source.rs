@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
 use gdal::{Dataset, DatasetOptions, DriverManager, GdalOpenFlags};
@@ -84,8 +85,37 @@ pub struct GdalSource {
 
 impl GdalSource {
     /// Opens the dataset, checks it against the settings' policy and reads
-    /// its metadata.
+    /// its metadata, within `settings.open_timeout_secs`: the open runs on
+    /// a thread of its own, and one that does not finish in time (a server
+    /// that never answers, a file system that hangs) is left behind with an
+    /// error naming the source.
     pub fn open(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
+        let timeout = Duration::try_from_secs_f64(settings.open_timeout_secs)
+            .unwrap_or(Duration::from_mins(1));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (spec_owned, settings_owned) = (spec.clone(), settings.clone());
+        std::thread::Builder::new()
+            .name("tessera-open".into())
+            .spawn(move || {
+                let _ = tx.send(Self::open_now(&spec_owned, &settings_owned));
+            })
+            .map_err(|e| SourceError::Open {
+                path: spec.path.clone(),
+                source: e.into(),
+            })?;
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(SourceError::Open {
+                path: spec.path.clone(),
+                source: format!(
+                    "opening did not finish within {} s (gdal.open_timeout_secs)",
+                    timeout.as_secs_f64()
+                )
+                .into(),
+            })
+        })
+    }
+
+    fn open_now(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
         let policy = settings.policy();
         let path = check_location(&spec.path, &policy)?;
         let ds = open_dataset(&path, &policy.allowed_drivers)?;

@@ -92,8 +92,26 @@ pub fn check_location(path: &str, policy: &LocationPolicy) -> Result<String, Sou
         {
             return Err(refuse("nested network handlers are not allowed"));
         }
+    } else if let Some(reason) = special_file(std::path::Path::new(&normalized)) {
+        return Err(refuse(reason));
     }
     Ok(normalized)
+}
+
+/// Why a local path that exists is not something to read as a raster: a
+/// FIFO or a device blocks or never ends, a socket cannot be read at all.
+fn special_file(path: &std::path::Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::metadata(path).ok()?.file_type();
+    if kind.is_fifo() {
+        Some("it is a FIFO; only regular files are read")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("it is a device; only regular files are read")
+    } else if kind.is_socket() {
+        Some("it is a socket; only regular files are read")
+    } else {
+        None
+    }
 }
 
 fn check_public_host(url: &str) -> Result<(), String> {
@@ -155,6 +173,28 @@ fn is_public(ip: &IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn special_files_are_refused_and_regular_files_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.tif");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let policy = LocationPolicy::default();
+        let err = check_location(fifo.to_str().unwrap(), &policy).unwrap_err();
+        assert!(err.to_string().contains("not allowed"), "{err}");
+        assert!(matches!(&err, SourceError::NotAllowed { reason, .. } if reason.contains("FIFO")));
+        let err = check_location("/dev/zero", &policy).unwrap_err();
+        assert!(
+            matches!(&err, SourceError::NotAllowed { reason, .. } if reason.contains("device"))
+        );
+        let file = dir.path().join("x.tif");
+        std::fs::write(&file, b"II*\0").unwrap();
+        assert!(check_location(file.to_str().unwrap(), &policy).is_ok());
+    }
 
     #[test]
     fn urls_to_loopback_link_local_and_private_ranges_are_refused() {

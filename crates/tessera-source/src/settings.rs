@@ -23,6 +23,9 @@ pub struct GdalSettings {
     pub http_max_retry: u32,
     /// Dataset handles kept open per source for reuse (default 8).
     pub max_idle_handles: usize,
+    /// Longest time opening a source may take at start, in seconds
+    /// (default 60); past it start-up stops with an error naming the source.
+    pub open_timeout_secs: f64,
     /// GDAL drivers allowed to open sources.
     pub allowed_drivers: Vec<String>,
     /// Allow every driver, including VRT, which can read arbitrary local files.
@@ -42,6 +45,7 @@ impl Default for GdalSettings {
             http_connect_timeout_secs: 10,
             http_max_retry: 2,
             max_idle_handles: 8,
+            open_timeout_secs: 60.0,
             allowed_drivers: DEFAULT_DRIVERS.iter().map(|s| (*s).to_string()).collect(),
             allow_unsafe_drivers: false,
             allow_private_network: false,

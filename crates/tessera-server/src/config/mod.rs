@@ -456,7 +456,7 @@ impl Config {
     /// arithmetic on it can overflow.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
-        let ranges: [(&str, f64, f64, f64); 13] = [
+        let ranges: [(&str, f64, f64, f64); 14] = [
             (
                 "server.render_timeout_secs",
                 s.render_timeout_secs,
@@ -529,6 +529,12 @@ impl Config {
                 self.gdal.cache_max_mb as f64,
                 0.0,
                 1_048_576.0,
+            ),
+            (
+                "gdal.open_timeout_secs",
+                self.gdal.open_timeout_secs,
+                0.001,
+                MAX_TIMEOUT_SECS,
             ),
         ];
         match ranges
