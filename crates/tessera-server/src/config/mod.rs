@@ -126,7 +126,9 @@ pub struct ServerConfig {
     /// request's Host header).
     pub public_url: Option<String>,
     /// Longest time a render may take, including the wait for a render
-    /// slot, in seconds (default 30). Past it the client gets 503.
+    /// slot, in seconds or with a unit (`30s`, `2m`; default 30). Past it the
+    /// client gets 503.
+    #[serde(deserialize_with = "seconds")]
     pub render_timeout_secs: f64,
     /// Renders running at once (default: number of CPU cores).
     pub max_concurrent_renders: usize,
@@ -178,8 +180,9 @@ impl Default for Limits {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheSettings {
-    /// Longest wait for a metatile or tile lock, in seconds (default 120).
-    /// Past it the client gets 503 with Retry-After.
+    /// Longest wait for a metatile or tile lock, in seconds or with a unit
+    /// (default 120). Past it the client gets 503 with Retry-After.
+    #[serde(deserialize_with = "seconds")]
     pub lock_timeout_secs: f64,
     /// Threads that encode and save the other tiles of a rendered metatile
     /// (default 2 x CPU cores; 0 = everything on the request path).
@@ -549,6 +552,37 @@ impl Config {
     }
 }
 
+/// A duration in seconds: a number, or text with a unit (`500ms`, `10s`,
+/// `2m`, `1h`).
+fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Number(f64),
+        Text(String),
+    }
+    let text = match Written::deserialize(deserializer)? {
+        Written::Number(n) => return Ok(n),
+        Written::Text(t) => t,
+    };
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale = match unit {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if scale.is_finite() => Ok(n * scale),
+        _ => Err(serde::de::Error::custom(format!(
+            "{text:?} is not a duration: write seconds, or a number with ms, s, m or h (\"30s\", \"2m\")"
+        ))),
+    }
+}
+
 /// Whether a source path is a relative file path (not a URL, not a `/vsi`
 /// path, not a driver connection string such as `PG:...` or `WMS:...`).
 fn is_relative_file(path: &str) -> bool {
@@ -720,6 +754,33 @@ mod tests {
             panic!()
         };
         assert_eq!(disk.path, base.join("cache"));
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let base = "layers:\n  - name: a\n    source: { path: /x }\n";
+        let c = Config::from_yaml(
+            &format!("server: {{ render_timeout_secs: 2m }}\ncache: {{ lock_timeout_secs: 1500ms }}\n{base}"),
+            |_| None,
+        )
+        .unwrap();
+        assert!((c.server.render_timeout_secs - 120.0).abs() < 1e-9);
+        assert!((c.cache.lock_timeout_secs - 1.5).abs() < 1e-9);
+        let c = Config::from_yaml(
+            &format!("server: {{ render_timeout_secs: 10s }}\n{base}"),
+            |_| None,
+        )
+        .unwrap();
+        assert!((c.server.render_timeout_secs - 10.0).abs() < 1e-9);
+        let err = Config::from_yaml(
+            &format!("server: {{ render_timeout_secs: 10 parsecs }}\n{base}"),
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not a duration") && err.to_string().contains("server"),
+            "{err}"
+        );
     }
 
     #[test]
