@@ -12,6 +12,9 @@ mod truncate;
 
 use clap::{Parser, Subcommand};
 use runtime::{CliError, CliResult};
+use std::time::Duration;
+
+use tessera_server::http::listener::ListenerSettings;
 use tessera_server::{Config, Service, demo, http};
 
 #[derive(Debug, Parser)]
@@ -139,11 +142,40 @@ async fn serve(state: http::AppState) -> Result<(), CliError> {
         state.registry.layers().len()
     );
     println!("preview: http://{addr}/preview/{first}");
+    let settings = listener_settings(&state.config.server);
     let app = http::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}").into())
+    http::listener::serve(listener, app, settings, shutdown_signal()).await;
+    Ok(())
+}
+
+/// Connection bounds from the `server:` section, with the open-file limit
+/// raised to its hard limit first (the default connection limit follows it).
+fn listener_settings(server: &tessera_server::config::ServerConfig) -> ListenerSettings {
+    let open_files = match http::listener::raise_open_file_limit() {
+        Ok((before, after)) => {
+            if after > before {
+                tracing::info!(before, after, "raised the open-file limit");
+            }
+            after
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot read or raise the open-file limit"
+            );
+            1024
+        }
+    };
+    let seconds = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
+    ListenerSettings {
+        max_connections: match server.max_connections {
+            0 => http::listener::default_max_connections(open_files),
+            n => n,
+        },
+        header_timeout: seconds(server.header_timeout_secs),
+        idle_timeout: seconds(server.idle_timeout_secs),
+        shutdown_grace: seconds(server.shutdown_grace_secs),
+    }
 }
 
 async fn shutdown_signal() {

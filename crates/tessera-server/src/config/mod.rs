@@ -134,6 +134,20 @@ pub struct ServerConfig {
     pub max_concurrent_renders: usize,
     /// Service title in capabilities documents.
     pub title: String,
+    /// Longest wait for a request's headers, in seconds or with a unit
+    /// (default 10); past it the connection is closed.
+    #[serde(deserialize_with = "seconds")]
+    pub header_timeout_secs: f64,
+    /// Longest time a connection may stay open with no request in flight
+    /// (default 60).
+    #[serde(deserialize_with = "seconds")]
+    pub idle_timeout_secs: f64,
+    /// Most connections open at once (default 0: most of the open-file
+    /// limit); at the limit the connection idle for longest is closed.
+    pub max_connections: usize,
+    /// How long a shutdown waits for requests in flight (default 10).
+    #[serde(deserialize_with = "seconds")]
+    pub shutdown_grace_secs: f64,
 }
 
 impl Default for ServerConfig {
@@ -144,6 +158,10 @@ impl Default for ServerConfig {
             render_timeout_secs: 30.0,
             max_concurrent_renders: std::thread::available_parallelism().map_or(2, usize::from),
             title: "tessera".into(),
+            header_timeout_secs: 10.0,
+            idle_timeout_secs: 60.0,
+            max_connections: 0,
+            shutdown_grace_secs: 10.0,
         }
     }
 }
@@ -459,7 +477,31 @@ impl Config {
     /// arithmetic on it can overflow.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
-        let ranges: [(&str, f64, f64, f64); 14] = [
+        let ranges: [(&str, f64, f64, f64); 18] = [
+            (
+                "server.header_timeout_secs",
+                s.header_timeout_secs,
+                0.1,
+                3600.0,
+            ),
+            (
+                "server.idle_timeout_secs",
+                s.idle_timeout_secs,
+                0.1,
+                MAX_TIMEOUT_SECS,
+            ),
+            (
+                "server.shutdown_grace_secs",
+                s.shutdown_grace_secs,
+                0.0,
+                3600.0,
+            ),
+            (
+                "server.max_connections",
+                s.max_connections as f64,
+                0.0,
+                1_000_000.0,
+            ),
             (
                 "server.render_timeout_secs",
                 s.render_timeout_secs,

@@ -6,6 +6,7 @@ pub mod address;
 mod admin;
 pub mod body;
 pub mod error;
+pub mod listener;
 pub mod params;
 mod preview;
 mod templates;
