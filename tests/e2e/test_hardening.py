@@ -1,6 +1,8 @@
 """Hostile and unlucky input against the real binary: each case here was
 once a 5xx, a hang or a panic."""
 import json
+import os
+import time
 import urllib.error
 import urllib.request
 
@@ -48,3 +50,60 @@ layers:
         doc = json.loads(body)
         assert doc["attribution"] == "1_234_567_890_123_456"
         assert doc["description"] == "abcdefgh: 0123"
+
+
+def process_cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+BIG_HILLSHADE = ("/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.1.1&LAYERS=elevation&STYLES=&SRS=EPSG:3857"
+                 "&BBOX=600000,6300000,750000,6450000&WIDTH=4096&HEIGHT=4096&FORMAT=image/png")
+
+
+def hillshade_server(tmp_path_factory, render_timeout):
+    config = tmp_path_factory.mktemp("cancel") / "tessera.yaml"
+    config.write_text(f"""
+server: {{ render_timeout_secs: {render_timeout} }}
+layers:
+  - name: elevation
+    source: {{ path: {ROOT}/data/elev.tif }}
+    style: {{ type: hillshade }}
+""")
+    return serving(tmp_path_factory, "--config", str(config))
+
+
+def cpu_after(server, seconds=3.0):
+    """CPU the server burns from 1 s after now, for `seconds`."""
+    time.sleep(1.0)
+    before = process_cpu_seconds(server.proc.pid)
+    time.sleep(seconds)
+    return process_cpu_seconds(server.proc.pid) - before
+
+
+def test_a_render_past_its_timeout_stops_burning_cpu(tmp_path_factory):
+    # The whole render costs seconds of CPU; past its timeout it stops
+    # between two warp chunks or before the next step.
+    with hillshade_server(tmp_path_factory, 0.3) as server:
+        status, body = get(server, BIG_HILLSHADE)
+        assert status == 503, body[:300]
+        burnt = cpu_after(server)
+        assert burnt < 0.5, f"{burnt:.2f} s of CPU spent after the 503"
+
+
+def test_a_render_whose_client_left_stops_burning_cpu(tmp_path_factory):
+    with hillshade_server(tmp_path_factory, 60) as server:
+        try:
+            urllib.request.urlopen(server.url + BIG_HILLSHADE, timeout=0.3)
+        except OSError:
+            pass
+        burnt = cpu_after(server)
+        assert burnt < 0.5, f"{burnt:.2f} s of CPU spent after the client left"
+
+
+def test_a_window_far_larger_than_the_data_is_answered_at_once(tessera):
+    # A bbox of 1e15 m once kept GDAL busy for minutes past the timeout.
+    status, _ = get(tessera, "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=relief&STYLES=&CRS=EPSG:3857"
+                    "&BBOX=-1e15,-1e15,1e15,1e15&WIDTH=256&HEIGHT=256&FORMAT=image/png")
+    assert status == 200
+    assert cpu_after(tessera, 2.0) < 0.5

@@ -6,6 +6,7 @@
 //! metatile with a gutter and a WMS GetMap are the same call.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,6 +37,10 @@ pub enum RenderError {
     /// The blocking task that rendered panicked or was cancelled.
     #[error("the render task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// The render was abandoned (its timeout passed or its client left)
+    /// and stopped before the end.
+    #[error("the render was cancelled")]
+    Cancelled,
     /// The render slots were closed (the renderer is shutting down).
     #[error("the renderer is shut down")]
     Closed,
@@ -85,7 +90,8 @@ impl Renderer {
     /// really ends, so overload cannot pile up threads.
     pub async fn render(&self, request: ImageRequest) -> Result<Bytes, RenderError> {
         let encoding = self.encoding;
-        self.run(move || render_blocking(&request, &encoding)).await
+        self.run(move |cancel| render_blocking(&request, &encoding, cancel))
+            .await
     }
 
     /// Renders one layer's window (a metatile with its gutter) without
@@ -98,7 +104,7 @@ impl Renderer {
         width: u32,
         height: u32,
     ) -> Result<RgbaImage, RenderError> {
-        self.run(move || render_layer(&layer, &bbox, &crs, width, height))
+        self.run(move |cancel| render_layer(&layer, &bbox, &crs, width, height, cancel))
             .await
     }
 
@@ -107,10 +113,17 @@ impl Renderer {
         &self.encoding
     }
 
+    /// Runs `work` on a blocking thread under a render slot. `work` is
+    /// handed a cancel flag that is raised when the render is no longer
+    /// wanted: its timeout passed, or the caller went away (this future was
+    /// dropped). GDAL's warp and the steps after it check the flag, so an
+    /// abandoned render stops within a chunk instead of running to the end.
     async fn run<T: Send + 'static>(
         &self,
-        work: impl FnOnce() -> Result<T, RenderError> + Send + 'static,
+        work: impl FnOnce(&AtomicBool) -> Result<T, RenderError> + Send + 'static,
     ) -> Result<T, RenderError> {
+        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+        let flag = cancel.0.clone();
         let deadline = tokio::time::Instant::now() + self.timeout;
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
@@ -118,7 +131,7 @@ impl Renderer {
             .map_err(|_| RenderError::Closed)?;
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            work()
+            work(&flag)
         });
         match tokio::time::timeout_at(deadline, task).await {
             Err(_) => Err(RenderError::Timeout(self.timeout)),
@@ -128,8 +141,32 @@ impl Renderer {
     }
 }
 
-/// Renders one request on the current thread.
-pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<Bytes, RenderError> {
+/// Raises the cancel flag when dropped: when the render finished, timed
+/// out, or its caller's future was dropped.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// `Err(Cancelled)` once `cancel` is raised.
+fn check(cancel: &AtomicBool) -> Result<(), RenderError> {
+    if cancel.load(Ordering::Acquire) {
+        Err(RenderError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Renders one request on the current thread; stops with
+/// [`RenderError::Cancelled`] once `cancel` is raised.
+pub fn render_blocking(
+    req: &ImageRequest,
+    encoding: &EncodeOptions,
+    cancel: &AtomicBool,
+) -> Result<Bytes, RenderError> {
     // With a transparent background the first layer is the canvas; otherwise
     // every layer is composited over the background color.
     let mut canvas = (!req.transparent || req.format == TileFormat::Jpeg).then(|| {
@@ -141,25 +178,29 @@ pub fn render_blocking(req: &ImageRequest, encoding: &EncodeOptions) -> Result<B
         c
     });
     for layer in &req.layers {
-        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height)?;
+        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height, cancel)?;
         match canvas.as_mut() {
             Some(c) => c.composite_over(&img),
             None => canvas = Some(img),
         }
     }
     let canvas = canvas.unwrap_or_else(|| RgbaImage::transparent(req.width, req.height));
+    check(cancel)?;
     let bytes = encode(canvas.view(), req.format, encoding, req.background)?;
     Ok(Bytes::from(bytes))
 }
 
-/// Reads and styles one layer for a window, including the margin its style needs.
+/// Reads and styles one layer for a window, including the margin its style
+/// needs; stops with [`RenderError::Cancelled`] once `cancel` is raised.
 pub fn render_layer(
     layer: &Layer,
     bbox: &BBox,
     crs: &Crs,
     width: u32,
     height: u32,
+    cancel: &AtomicBool,
 ) -> Result<RgbaImage, RenderError> {
+    check(cancel)?;
     let margin = layer.style.margin();
     let res_x = bbox.width() / f64::from(width);
     let res_y = bbox.height() / f64::from(height);
@@ -169,7 +210,9 @@ pub fn render_layer(
         crs,
         width: width + 2 * margin,
         height: height + 2 * margin,
+        cancel: Some(cancel),
     })?;
+    check(cancel)?;
     let scale = pixel_scale(crs, bbox, res_x, res_y);
     Ok(layer.style.apply(&raster, scale)?)
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
@@ -234,7 +235,10 @@ impl GdalSource {
         if self.has_alpha {
             args.push("-srcalpha");
         }
-        run_gdal_warp(src, &dst, &args).map_err(|m| err(m.into()))?;
+        run_gdal_warp(src, &dst, &args, req.cancel).map_err(|e| match e {
+            WarpError::Cancelled => SourceError::Cancelled,
+            WarpError::Failed(m) => err(m.into()),
+        })?;
 
         let mut out_bands = Vec::with_capacity(self.info.band_count);
         for i in 1..=self.info.band_count {
@@ -346,6 +350,93 @@ fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError
     Ok((has_alpha, info))
 }
 
+/// A rectangle of output pixels: columns `x0..x1`, rows `y0..y1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PixelWindow {
+    x0: u32,
+    y0: u32,
+    x1: u32,
+    y1: u32,
+}
+
+impl PixelWindow {
+    fn whole(req: &WindowRequest<'_>) -> PixelWindow {
+        PixelWindow {
+            x0: 0,
+            y0: 0,
+            x1: req.width,
+            y1: req.height,
+        }
+    }
+
+    /// The same read for these pixels only (the pixel grid is kept).
+    fn request<'a>(&self, req: &WindowRequest<'a>) -> WindowRequest<'a> {
+        let b = req.bbox;
+        let (rx, ry) = (
+            b.width() / f64::from(req.width),
+            b.height() / f64::from(req.height),
+        );
+        WindowRequest {
+            bbox: BBox {
+                min_x: b.min_x + f64::from(self.x0) * rx,
+                max_x: b.min_x + f64::from(self.x1) * rx,
+                max_y: b.max_y - f64::from(self.y0) * ry,
+                min_y: b.max_y - f64::from(self.y1) * ry,
+            },
+            width: self.x1 - self.x0,
+            height: self.y1 - self.y0,
+            ..*req
+        }
+    }
+
+    /// Copies `part` (read for this window) into `whole`.
+    fn paste(&self, part: &Raster, whole: &mut Raster) {
+        let (pw, ww) = (part.width as usize, whole.width as usize);
+        for row in 0..part.height as usize {
+            let from = row * pw;
+            let to = (self.y0 as usize + row) * ww + self.x0 as usize;
+            whole.valid[to..to + pw].copy_from_slice(&part.valid[from..from + pw]);
+            for (dst, src) in whole.bands.iter_mut().zip(&part.bands) {
+                match (dst, src) {
+                    (BandData::U8(d), BandData::U8(s)) => {
+                        d[to..to + pw].copy_from_slice(&s[from..from + pw]);
+                    }
+                    (BandData::F32(d), BandData::F32(s)) => {
+                        d[to..to + pw].copy_from_slice(&s[from..from + pw]);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The output pixels of `req` that `footprint` touches, with one pixel of
+/// margin for resampling; `None` when it touches none (less than a pixel).
+fn covered_pixels(req: &WindowRequest<'_>, footprint: &BBox) -> Option<PixelWindow> {
+    let b = req.bbox;
+    let inter = footprint.intersection(&b)?;
+    let (w, h) = (f64::from(req.width), f64::from(req.height));
+    let (rx, ry) = (b.width() / w, b.height() / h);
+    let x0 = ((inter.min_x - b.min_x) / rx).floor() - 1.0;
+    let x1 = ((inter.max_x - b.min_x) / rx).ceil() + 1.0;
+    let y0 = ((b.max_y - inter.max_y) / ry).floor() - 1.0;
+    let y1 = ((b.max_y - inter.min_y) / ry).ceil() + 1.0;
+    // Less than a pixel of data in a window much larger than it: nothing to
+    // show at this size.
+    if (inter.width() / rx) * (inter.height() / ry) < 0.25 && (x1 - x0 - 2.0) <= 1.0 {
+        return None;
+    }
+    let clamp = |v: f64, max: f64| v.clamp(0.0, max) as u32;
+    let window = PixelWindow {
+        x0: clamp(x0, w),
+        y0: clamp(y0, h),
+        x1: clamp(x1, w),
+        y1: clamp(y1, h),
+    };
+    (window.x1 > window.x0 && window.y1 > window.y0).then_some(window)
+}
+
 fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
     let n = width as usize * height as usize;
     Raster {
@@ -365,10 +456,39 @@ fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
 }
 
 /// Runs `GDALWarp` from `src` into the existing `dst` with command-line style options.
-fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), String> {
+/// Why `GDALWarp` did not finish.
+enum WarpError {
+    /// The cancel flag was raised.
+    Cancelled,
+    /// GDAL's message.
+    Failed(String),
+}
+
+/// GDAL's progress callback: returning 0 makes the warp stop (checked
+/// between chunks).
+unsafe extern "C" fn warp_progress(
+    _complete: f64,
+    _message: *const std::ffi::c_char,
+    data: *mut std::ffi::c_void,
+) -> std::ffi::c_int {
+    // SAFETY: `data` is the `&AtomicBool` run_gdal_warp passed, alive for
+    // the whole GDALWarp call.
+    let cancel = unsafe { &*data.cast::<AtomicBool>() };
+    std::ffi::c_int::from(!cancel.load(Ordering::Acquire))
+}
+
+fn run_gdal_warp(
+    src: &Dataset,
+    dst: &Dataset,
+    args: &[&str],
+    cancel: Option<&AtomicBool>,
+) -> Result<(), WarpError> {
+    if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+        return Err(WarpError::Cancelled);
+    }
     let c_args: Vec<CString> = args
         .iter()
-        .map(|a| CString::new(*a).map_err(|e| e.to_string()))
+        .map(|a| CString::new(*a).map_err(|e| WarpError::Failed(e.to_string())))
         .collect::<Result<_, _>>()?;
     let mut argv: Vec<*mut std::ffi::c_char> =
         c_args.iter().map(|a| a.as_ptr().cast_mut()).collect();
@@ -378,7 +498,18 @@ fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), Stri
     let options =
         unsafe { gdal_sys::GDALWarpAppOptionsNew(argv.as_mut_ptr(), std::ptr::null_mut()) };
     if options.is_null() {
-        return Err(format!("invalid warp options {args:?}"));
+        return Err(WarpError::Failed(format!("invalid warp options {args:?}")));
+    }
+    if let Some(flag) = cancel {
+        // SAFETY: options is valid; the flag outlives the GDALWarp call
+        // below, the only one that calls the callback.
+        unsafe {
+            gdal_sys::GDALWarpAppOptionsSetProgress(
+                options,
+                Some(warp_progress),
+                std::ptr::from_ref(flag).cast_mut().cast(),
+            );
+        }
     }
     let mut src_handle = src.c_dataset();
     let mut usage_error = 0;
@@ -398,11 +529,19 @@ fn run_gdal_warp(src: &Dataset, dst: &Dataset, args: &[&str]) -> Result<(), Stri
         r
     };
     if result.is_null() {
+        if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+            return Err(WarpError::Cancelled);
+        }
         // SAFETY: CPLGetLastErrorMsg returns a valid (possibly empty)
         // thread-local C string.
         let msg = unsafe { CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) };
-        return Err(format!("warp failed: {}", msg.to_string_lossy()));
+        return Err(WarpError::Failed(format!(
+            "warp failed: {}",
+            msg.to_string_lossy()
+        )));
     }
+    // SAFETY: the dataset GDALWarp returned is `dst`, still owned by the
+    // caller; nothing to close.
     Ok(())
 }
 
@@ -419,14 +558,27 @@ impl Source for GdalSource {
                 height: req.height,
             });
         }
-        match self.footprint(req.crs) {
-            Some(f) if !f.intersects(&req.bbox) => {
-                return Ok(empty_raster(&self.info, req.width, req.height));
-            }
-            _ => {}
-        }
+        // Only the pixels over the source's footprint are warped: a window
+        // far larger than the data (a bbox of 1e15 m) never hands GDAL
+        // coordinates it would spend minutes on, and one that misses the
+        // data is empty at once.
+        let inner = match self.footprint(req.crs) {
+            Some(f) => match covered_pixels(req, &f) {
+                Some(inner) => inner,
+                None => return Ok(empty_raster(&self.info, req.width, req.height)),
+            },
+            None => PixelWindow::whole(req),
+        };
         let ds = self.acquire()?;
-        let result = self.warp(&ds, req);
+        let result = if inner == PixelWindow::whole(req) {
+            self.warp(&ds, req)
+        } else {
+            self.warp(&ds, &inner.request(req)).map(|part| {
+                let mut whole = empty_raster(&self.info, req.width, req.height);
+                inner.paste(&part, &mut whole);
+                whole
+            })
+        };
         // A handle whose read failed may be in a bad state: drop it.
         if result.is_ok() {
             self.release(ds);
@@ -455,6 +607,36 @@ mod tests {
     }
 
     #[test]
+    fn only_the_pixels_over_the_footprint_are_read() {
+        let crs = Crs::parse("EPSG:3857").unwrap();
+        let req = |bbox: BBox| WindowRequest {
+            bbox,
+            crs: &crs,
+            width: 100,
+            height: 100,
+            cancel: None,
+        };
+        let footprint = BBox::new(0.0, 0.0, 50.0, 50.0).unwrap();
+        let inside = req(BBox::new(10.0, 10.0, 20.0, 20.0).unwrap());
+        assert_eq!(
+            covered_pixels(&inside, &footprint),
+            Some(PixelWindow::whole(&inside))
+        );
+        // The data fills the lower left quarter: that quarter plus a pixel.
+        let half = req(BBox::new(0.0, 0.0, 100.0, 100.0).unwrap());
+        let w = covered_pixels(&half, &footprint).unwrap();
+        assert_eq!((w.x0, w.y0, w.x1, w.y1), (0, 49, 51, 100));
+        let sub = w.request(&half);
+        assert_eq!((sub.width, sub.height), (51, 51));
+        assert!((sub.bbox.max_x - 51.0).abs() < 1e-9 && (sub.bbox.max_y - 51.0).abs() < 1e-9);
+        // A window a trillion times larger than the data: nothing to read.
+        let huge = req(BBox::new(-1e15, -1e15, 1e15, 1e15).unwrap());
+        assert_eq!(covered_pixels(&huge, &footprint), None);
+        let away = req(BBox::new(1000.0, 1000.0, 2000.0, 2000.0).unwrap());
+        assert_eq!(covered_pixels(&away, &footprint), None);
+    }
+
+    #[test]
     fn reads_metadata_of_the_demo_dem() {
         let s = open("elev.tif");
         let info = s.info();
@@ -472,6 +654,7 @@ mod tests {
         let bbox = BBox::new(600_000.0, 6_350_000.0, 720_000.0, 6_500_000.0).unwrap();
         let r = s
             .read(&WindowRequest {
+                cancel: None,
                 bbox,
                 crs: &merc,
                 width: 64,
@@ -504,6 +687,7 @@ mod tests {
         let bbox = BBox::new(-1e6, -1e6, 0.0, 0.0).unwrap();
         let r = s
             .read(&WindowRequest {
+                cancel: None,
                 bbox,
                 crs: &merc,
                 width: 16,
@@ -558,6 +742,7 @@ mod tests {
         let crs = Crs::parse("EPSG:4326").unwrap();
         let r = s
             .read(&WindowRequest {
+                cancel: None,
                 bbox: BBox::new(0.0, 0.0, 4.0, 4.0).unwrap(),
                 crs: &crs,
                 width: 4,

@@ -49,6 +49,9 @@ pub struct WindowRequest<'a> {
     pub width: u32,
     /// Output height in pixels.
     pub height: u32,
+    /// Raised when the read is no longer wanted: the source stops as soon
+    /// as it can (between warp chunks) with [`SourceError::Cancelled`].
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// A source of raster pixels.
@@ -114,6 +117,9 @@ pub enum SourceError {
         /// PROJ's error, or what is wrong with the result.
         source: Cause,
     },
+    /// The read was cancelled through [`WindowRequest::cancel`].
+    #[error("the read was cancelled")]
+    Cancelled,
     /// The request is too large to allocate.
     #[error("window of {width}x{height} pixels is too large")]
     TooLarge {

@@ -143,6 +143,15 @@ impl From<RenderError> for ApiError {
                 err.retry_after = Some(5);
                 err
             }
+            RenderError::Cancelled | RenderError::Source(SourceError::Cancelled) => {
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    "the render was stopped before it finished; try again later",
+                );
+                err.retry_after = Some(5);
+                err
+            }
             RenderError::Source(SourceError::TooLarge { width, height }) => ApiError::bad_request(
                 "InvalidParameterValue",
                 format!("an image of {width}x{height} pixels is too large"),
