@@ -146,3 +146,17 @@ def test_a_fifo_as_a_source_is_refused_at_once(tmp_path):
                        timeout=30)
     assert r.returncode == 1, r.stderr
     assert "FIFO" in r.stderr and 'layer "stuck"' in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("path", [
+    "GTIFF_DIR:1:/vsicurl/http://127.0.0.1:9/x.tif",
+    "GTIFF_RAW:/vsicurl/http://127.0.0.1:9/x.tif",
+    "GPKG:/vsicurl/http://127.0.0.1:9/x.gpkg:tiles",
+    'NETCDF:\\"http://127.0.0.1:9/x.nc\\":v',
+])
+def test_a_private_address_wrapped_in_a_connection_string_is_refused(tmp_path, path):
+    config = tmp_path / "wrapped.yaml"
+    config.write_text(f'layers:\n  - name: sneaky\n    source: {{ path: "{path}" }}\n')
+    r = tessera("check", str(config))
+    assert r.returncode == 1, r.stderr
+    assert "not allowed" in r.stderr and "127.0.0.1" in r.stderr and "private" in r.stderr, r.stderr

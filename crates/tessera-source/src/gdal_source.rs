@@ -369,6 +369,11 @@ impl PixelWindow {
         }
     }
 
+    /// Pixels in the window.
+    fn area(&self) -> u64 {
+        u64::from(self.x1 - self.x0) * u64::from(self.y1 - self.y0)
+    }
+
     /// The same read for these pixels only (the pixel grid is kept).
     fn request<'a>(&self, req: &WindowRequest<'a>) -> WindowRequest<'a> {
         let b = req.bbox;
@@ -558,10 +563,10 @@ impl Source for GdalSource {
                 height: req.height,
             });
         }
-        // Only the pixels over the source's footprint are warped: a window
-        // far larger than the data (a bbox of 1e15 m) never hands GDAL
-        // coordinates it would spend minutes on, and one that misses the
-        // data is empty at once.
+        // A window that misses the data, or holds less than a pixel of it
+        // (a bbox of 1e15 m), is empty at once; one far larger than the
+        // data warps only the pixels over it, so GDAL is never handed
+        // coordinates it would spend minutes on.
         let inner = match self.footprint(req.crs) {
             Some(f) => match covered_pixels(req, &f) {
                 Some(inner) => inner,
@@ -570,7 +575,11 @@ impl Source for GdalSource {
             None => PixelWindow::whole(req),
         };
         let ds = self.acquire()?;
-        let result = if inner == PixelWindow::whole(req) {
+        // GDAL's warp of a part can differ from its warp of the whole window
+        // at the data's edge (it plans source windows and overviews per
+        // warp), so the whole window is warped unless the data covers only
+        // a small part of it.
+        let result = if inner.area() * 16 >= u64::from(req.width) * u64::from(req.height) {
             self.warp(&ds, req)
         } else {
             self.warp(&ds, &inner.request(req)).map(|part| {

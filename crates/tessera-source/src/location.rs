@@ -95,6 +95,7 @@ pub fn check_location(path: &str, policy: &LocationPolicy) -> Result<String, Sou
     } else if let Some(reason) = special_file(std::path::Path::new(&normalized)) {
         return Err(refuse(reason));
     }
+    check_everything_opened(&normalized, policy).map_err(|r| refuse(&r))?;
     Ok(normalized)
 }
 
@@ -112,6 +113,88 @@ fn special_file(path: &std::path::Path) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// GDAL driver prefixes of connection strings (`GTIFF_DIR:1:path`,
+/// `NETCDF:"path":var`, ...) and the driver each hands the string to.
+const CONNECTION_PREFIXES: &[(&str, &str)] = &[
+    ("GTIFF_DIR", "GTiff"),
+    ("GTIFF_RAW", "GTiff"),
+    ("NETCDF", "netCDF"),
+    ("GPKG", "GPKG"),
+    ("HDF5", "HDF5"),
+    ("HDF4_SDS", "HDF4"),
+    ("HDF4_EOS", "HDF4"),
+    ("NITF_IM", "NITF"),
+    ("JP2OPENJPEG", "JP2OpenJPEG"),
+];
+
+/// `/vsi` handlers a source may use anywhere in its string.
+const ALLOWED_VSI: &[&str] = &[
+    "vsicurl", "vsis3", "vsigs", "vsiaz", "vsiadls", "vsimem", "vsizip", "vsigzip",
+];
+
+/// Checks everything GDAL will open from `path`, wherever it stands in the
+/// string: a driver prefix wrapping another path must name an allowed
+/// driver, every `/vsi` handler must be allowed, and every URL must use
+/// http(s) and (unless allowed) reach a public address.
+fn check_everything_opened(path: &str, policy: &LocationPolicy) -> Result<(), String> {
+    let lower = path.to_ascii_lowercase();
+    if let Some((prefix, _)) = path.split_once(':')
+        && !prefix.is_empty()
+        && !prefix.starts_with('/')
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !lower.starts_with("http")
+    {
+        let upper = prefix.to_ascii_uppercase();
+        let Some((_, driver)) = CONNECTION_PREFIXES.iter().find(|(p, _)| *p == upper) else {
+            return Err(format!(
+                "the connection-string prefix {prefix:?} is not one tessera can check"
+            ));
+        };
+        if !policy.allowed_drivers.is_empty()
+            && !policy
+                .allowed_drivers
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(driver))
+        {
+            return Err(format!(
+                "the {prefix}: prefix opens driver {driver}, which is not in gdal.allowed_drivers"
+            ));
+        }
+    }
+    if lower.contains("/vsicurl?") {
+        return Err("the /vsicurl?url= form is not accepted; write /vsicurl/URL".into());
+    }
+    for (at, _) in lower.match_indices("/vsi") {
+        let name: String = lower[at + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ALLOWED_VSI.contains(&name.as_str()) {
+            return Err(format!("the /{name}/ handler is not allowed for sources"));
+        }
+    }
+    for (at, _) in lower.match_indices("://") {
+        let scheme_start = lower[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+            .map_or(0, |i| i + 1);
+        let scheme = &lower[scheme_start..at];
+        if scheme != "http" && scheme != "https" {
+            return Err(format!(
+                "{scheme}:// URLs are not sources; only http and https"
+            ));
+        }
+        let end = path[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | ')' | '>'))
+            .map_or(path.len(), |i| at + i);
+        if !policy.allow_private_network {
+            check_public_host(&path[scheme_start..end])?;
+        }
+    }
+    Ok(())
 }
 
 fn check_public_host(url: &str) -> Result<(), String> {
@@ -173,6 +256,48 @@ fn is_public(ip: &IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_wrapped_in_connection_strings_are_checked_too() {
+        let strict = LocationPolicy::default();
+        let open = LocationPolicy {
+            allow_private_network: true,
+            ..LocationPolicy::default()
+        };
+        for path in [
+            "GTIFF_DIR:1:/vsicurl/http://127.0.0.1:8080/x.tif",
+            "GTIFF_RAW:/vsicurl/http://127.0.0.1:8080/x.tif",
+            "GPKG:/vsicurl/http://127.0.0.1:8080/x.gpkg:tiles",
+            "NETCDF:\"http://127.0.0.1:8080/x.nc\":v",
+            "/vsizip//vsis3/bucket/x.zip/http://127.0.0.1/y.tif",
+        ] {
+            let err = check_location(path, &strict).unwrap_err();
+            assert!(
+                matches!(&err, SourceError::NotAllowed { reason, .. } if reason.contains("127.0.0.1")),
+                "{path}: {err}"
+            );
+        }
+        assert!(check_location("GTIFF_DIR:1:/vsicurl/http://127.0.0.1:8080/x.tif", &open).is_ok());
+        for (path, needle) in [
+            ("GTIFF_DIR:1:/vsicurl/ftp://example.com/x.tif", "only http"),
+            ("NETCDF:\"file:///etc/passwd\":v", "file://"),
+            ("HDF5:/data/x.h5://a", "HDF5"),
+            ("WEIRD:/data/x.tif", "WEIRD"),
+            ("GTIFF_DIR:1:/vsistdin/", "vsistdin"),
+            ("/vsicurl?url=http%3A%2F%2F127.0.0.1%2Fx.tif", "handler"),
+            (
+                "GTIFF_DIR:1:/vsicurl?url=http%3A%2F%2F127.0.0.1%2Fx.tif",
+                "/vsicurl?url=",
+            ),
+        ] {
+            let err = check_location(path, &open).unwrap_err();
+            assert!(err.to_string().contains("not allowed"), "{path}: {err}");
+            assert!(
+                matches!(&err, SourceError::NotAllowed { reason, .. } if reason.contains(needle)),
+                "{path}: {err:?}"
+            );
+        }
+    }
 
     #[test]
     fn special_files_are_refused_and_regular_files_accepted() {
