@@ -167,3 +167,29 @@ def test_bad_uploads_get_clear_errors_and_leave_nothing(s3, bucket, raster, tmp_
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
             conn.request("GET", f"/tiles/{name}/WebMercatorQuad/0/0/0.png")
             assert conn.getresponse().status == 404, f"{name} is not a layer"
+
+
+def test_replacing_an_uploaded_source_serves_the_new_bytes(s3, bucket, raster, tmp_path, tmp_path_factory):
+    # GDAL keeps what it read of a /vsis3/ object: a replaced source must
+    # not be rendered from the old object's cached bytes.
+    inverted = tmp_path / "inverted.tif"
+    gdal.Translate(str(inverted), str(raster), scaleParams=[[0, 255, 255, 0]],
+                   creationOptions=["COMPRESS=NONE", "TILED=YES"])
+    prefix = f"run-{time.time_ns()}"
+    cfg = config(tmp_path, s3, prefix, raster)
+    cfg.write_text(cfg.read_text() + f"""  - name: local_inverted
+    source: {{ path: "{inverted}" }}
+    max_zoom: 8
+""")
+    query = ("/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS={}&STYLES=&CRS=EPSG:4326"
+             "&BBOX=-60,-120,60,120&WIDTH=300&HEIGHT=150&FORMAT=image/png")
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        status, text = put(server, "swap", body=raster.read_bytes())
+        assert status == 201, text
+        first = server.get(query.format("swap"))[2]
+        assert first == server.get(query.format("local"))[2]
+        status, text = put(server, "swap", body=inverted.read_bytes())
+        assert status == 201, text
+        second = server.get(query.format("swap"))[2]
+        assert second == server.get(query.format("local_inverted"))[2], "the new bytes are served"
+        assert second != first

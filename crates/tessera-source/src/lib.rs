@@ -16,7 +16,7 @@ mod settings;
 pub use crs::Crs;
 pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
 pub use location::{LocationPolicy, check_location};
-pub use settings::{GdalSettings, configure_gdal, register_static_file};
+pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 
 use tessera_grid::BBox;
 use tessera_image::Raster;

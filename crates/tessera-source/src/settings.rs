@@ -131,3 +131,13 @@ pub fn register_static_file(path: &str, bytes: &'static [u8]) -> Result<(), Stri
     unsafe { gdal_sys::VSIFCloseL(handle) };
     Ok(())
 }
+
+/// Forgets what GDAL has cached of the network file at `path` (a `/vsis3/`,
+/// `/vsigs/`, `/vsiaz/` or `/vsicurl/` path): the next open reads the
+/// object again. Call it when the object was replaced.
+pub fn forget_network_cache(path: &str) {
+    if let Ok(prefix) = std::ffi::CString::new(path) {
+        // SAFETY: a valid NUL-terminated string, only read during the call.
+        unsafe { gdal_sys::VSICurlPartialClearCache(prefix.as_ptr()) };
+    }
+}

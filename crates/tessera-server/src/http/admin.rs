@@ -203,6 +203,8 @@ async fn register(
     let result = tokio::task::spawn_blocking(move || {
         let stores: Vec<&str> = state2.registry.stores.keys().map(String::as_str).collect();
         let lc = uploads2.layer_config(&name2, &file2, &stores)?;
+        // A replaced object must be read again, not from GDAL's cache.
+        tessera_source::forget_network_cache(&lc.source.path);
         let layer = state2
             .registry
             .build_layer(&lc, &state2.config, &|_, s| s)?;
