@@ -2,6 +2,8 @@
 once a 5xx, a hang or a panic."""
 import json
 import os
+import signal
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -107,3 +109,29 @@ def test_a_window_far_larger_than_the_data_is_answered_at_once(tessera):
                     "&BBOX=-1e15,-1e15,1e15,1e15&WIDTH=256&HEIGHT=256&FORMAT=image/png")
     assert status == 200
     assert cpu_after(tessera, 2.0) < 0.5
+
+
+def test_sigterm_during_a_long_render_exits_within_the_grace_period(tmp_path_factory):
+    config = tmp_path_factory.mktemp("term") / "tessera.yaml"
+    config.write_text(f"""
+server: {{ render_timeout_secs: 60, shutdown_grace_secs: 2 }}
+layers:
+  - name: elevation
+    source: {{ path: {ROOT}/data/elev.tif }}
+    style: {{ type: hillshade }}
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        def ask():
+            try:
+                get(server, BIG_HILLSHADE)
+            except OSError:
+                pass  # the server went away: expected
+
+        waiting = threading.Thread(target=ask, daemon=True)
+        waiting.start()
+        time.sleep(0.5)
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=30)
+        took = time.monotonic() - start
+        assert took < 2 + 3, f"exited {took:.1f} s after SIGTERM (grace 2 s)"

@@ -115,8 +115,16 @@ fn run(cli: Cli) -> CliResult {
             if let Some(listen) = listen {
                 config.server.listen = listen;
             }
+            let grace = Duration::try_from_secs_f64(config.server.shutdown_grace_secs)
+                .unwrap_or(Duration::from_secs(10));
             let state = http::AppState::new(Service::serving(config)?);
-            runtime::runtime()?.block_on(serve(state)).map(|()| 0)
+            let runtime = runtime::runtime()?;
+            let served = runtime.block_on(serve(state));
+            // Renders still running were cancelled when their requests
+            // went; what does not stop within the grace period is left
+            // behind rather than holding the exit.
+            runtime.shutdown_timeout(grace);
+            served.map(|()| 0)
         }
     }
 }
