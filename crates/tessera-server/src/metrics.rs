@@ -101,6 +101,15 @@ pub struct Metrics {
     store_errors: Family<StoreLabels, Counter>,
     lock_wait_seconds: HistogramFamily<KindLabels>,
     encode_queue_depth: Gauge,
+    store_degraded: Family<DegradedLabels, Gauge>,
+    /// Stores whose last write failed.
+    degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// Labels of `tessera_store_degraded`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DegradedLabels {
+    store: String,
 }
 
 impl Default for Metrics {
@@ -157,6 +166,12 @@ impl Metrics {
             "Tile encode-and-save jobs waiting for the encode pool",
             encode_queue_depth.clone(),
         );
+        let store_degraded = Family::<DegradedLabels, Gauge>::default();
+        registry.register(
+            "tessera_store_degraded",
+            "1 while the store's writes fail (tiles are served but not kept)",
+            store_degraded.clone(),
+        );
         Metrics {
             registry,
             tile_requests,
@@ -166,6 +181,8 @@ impl Metrics {
             store_errors,
             lock_wait_seconds,
             encode_queue_depth,
+            store_degraded,
+            degraded: std::sync::Mutex::default(),
         }
     }
 
@@ -244,7 +261,49 @@ impl Metrics {
         if result.is_err() {
             self.store_errors.get_or_create(&labels).inc();
         }
+        if matches!(op, "put" | "put_many") {
+            self.write_outcome(store, result.is_ok());
+        }
         result
+    }
+
+    /// Marks `store` degraded while its writes fail, healthy again after a
+    /// write succeeds.
+    fn write_outcome(&self, store: &str, ok: bool) {
+        let mut degraded = self
+            .degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = if ok {
+            degraded.remove(store)
+        } else {
+            degraded.insert(store.to_string())
+        };
+        if changed {
+            if ok {
+                tracing::info!(store, "the store accepts writes again");
+            } else {
+                tracing::error!(
+                    store,
+                    "the store fails writes: tiles are served but not kept"
+                );
+            }
+            self.store_degraded
+                .get_or_create(&DegradedLabels {
+                    store: store.to_string(),
+                })
+                .set(i64::from(!ok));
+        }
+    }
+
+    /// Stores whose last write failed (`/ready` reports them).
+    pub fn degraded_stores(&self) -> Vec<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 

@@ -71,6 +71,7 @@ pub struct ImageRequest {
 #[derive(Debug, Clone)]
 pub struct Renderer {
     permits: Arc<Semaphore>,
+    slots: usize,
     timeout: Duration,
     encoding: EncodeOptions,
 }
@@ -80,6 +81,7 @@ impl Renderer {
     pub fn new(max_concurrent: usize, timeout: Duration, encoding: EncodeOptions) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            slots: max_concurrent.max(1),
             timeout,
             encoding,
         }
@@ -106,6 +108,11 @@ impl Renderer {
     ) -> Result<RgbaImage, RenderError> {
         self.run(move |cancel| render_layer(&layer, &bbox, &crs, width, height, cancel))
             .await
+    }
+
+    /// Render slots taken, and all slots.
+    pub fn slots_in_use(&self) -> (usize, usize) {
+        (self.slots - self.permits.available_permits(), self.slots)
     }
 
     /// The encoder settings renders use.

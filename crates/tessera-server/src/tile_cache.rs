@@ -26,7 +26,9 @@ use bytes::Bytes;
 use tessera_grid::TileFormat;
 use tessera_grid::{TileCoord, TileRange};
 use tessera_image::{Color, EncodeOptions, ImageView, RgbaImage, encode};
-use tessera_store::{Durability, HeldTile, StoreError, TileKey, TileStore, content_hash};
+use tessera_store::{
+    Durability, HeldTile, MemoryStore, StoreError, TileKey, TileStore, content_hash,
+};
 
 use crate::encode_pool::{EncodePool, Job};
 use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
@@ -125,9 +127,53 @@ pub struct TileCacheSettings {
     pub encode_queue_len: usize,
 }
 
+/// Tiles rendered while their store refused writes, kept in memory (up to
+/// this many bytes) so that a full disk does not make every request render
+/// its metatile again.
+const UNSAVED_BYTES: usize = 64 << 20;
+
+/// Least time between two warnings about failed saves or reads.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Lets a warning through at most once per period and counts the ones it
+/// held back, so a failing disk does not flood the log.
+#[derive(Debug)]
+struct Throttle {
+    every: Duration,
+    state: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttle {
+    fn new(every: Duration) -> Throttle {
+        Throttle {
+            every,
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// `Some(held back since the last one)` when a warning may be logged now.
+    fn allow(&self) -> Option<u64> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (last, held) = &mut *state;
+        if last.is_some_and(|t| t.elapsed() < self.every) {
+            *held += 1;
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(std::mem::take(held))
+    }
+}
+
 /// The cached tile path, shared by every tile endpoint and by seeding.
 #[derive(Debug)]
 pub struct TileCache {
+    /// Tiles whose save failed, served from memory until evicted.
+    unsaved: Arc<MemoryStore>,
+    /// Warnings about failed saves and reads.
+    warnings: Arc<Throttle>,
     renderer: Renderer,
     metrics: Arc<Metrics>,
     pool: EncodePool,
@@ -181,6 +227,8 @@ impl TileCache {
             metrics.encode_queue_depth().clone(),
         );
         TileCache {
+            unsaved: Arc::new(MemoryStore::new(UNSAVED_BYTES, None)),
+            warnings: Arc::new(Throttle::new(WARN_EVERY)),
             renderer,
             metrics,
             pool,
@@ -270,8 +318,10 @@ impl TileCache {
                     cache.durability,
                 )
                 .await?;
-            if let Err(e) = stored {
-                tracing::warn!(tile = %tile_key(req, req.coord), error = &e as &dyn std::error::Error, "saving a metatile failed");
+            if let Err(e) = stored
+                && let Some(held_back) = self.warnings.allow()
+            {
+                tracing::warn!(tile = %tile_key(req, req.coord), error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
             }
             let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
             return Ok(miss(
@@ -320,6 +370,7 @@ impl TileCache {
         let cutter = cutter.clone();
         let metrics = self.metrics.clone();
         let layer = req.layer.name.clone();
+        let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
         Box::new(move || {
             let Owned { coord, key, guard } = tile;
             let bytes = match bytes {
@@ -330,13 +381,20 @@ impl TileCache {
                         b
                     }
                     Err(e) => {
-                        tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "encoding a sibling tile failed");
+                        if let Some(held_back) = warnings.allow() {
+                            tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "encoding a sibling tile failed");
+                        }
                         return;
                     }
                 },
             };
-            if let Err(e) = store.put(&key, bytes, durability) {
-                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "saving a tile failed");
+            if let Err(e) = store.put(&key, bytes.clone(), durability) {
+                // Kept in memory before the lock goes, so a neighbour
+                // waiting for this tile finds it instead of rendering again.
+                let _ = unsaved.put(&key, bytes, Durability::Buffered);
+                if let Some(held_back) = warnings.allow() {
+                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+                }
             }
             drop(guard);
         })
@@ -408,6 +466,7 @@ impl TileCache {
     ) -> Result<(Vec<(TileCoord, Bytes)>, Result<(), StoreError>), TileError> {
         let metrics = self.metrics.clone();
         let layer = layer.to_string();
+        let unsaved = self.unsaved.clone();
         run_blocking(move || {
             let mut batch = Vec::with_capacity(tiles.len());
             let mut encoded = Vec::with_capacity(tiles.len());
@@ -419,7 +478,11 @@ impl TileCache {
                 guards.push(guard);
             }
             metrics.tiles_encoded(&layer, batch.len() as u64);
-            let stored = store.put_many(batch, durability);
+            let stored = store.put_many(batch.clone(), durability);
+            if stored.is_err() {
+                // Kept in memory before the locks go (see save_job).
+                let _ = unsaved.put_many(batch, Durability::Buffered);
+            }
             drop(guards);
             Ok::<_, TileError>((encoded, stored))
         })
@@ -457,7 +520,7 @@ impl TileCache {
     /// blocking thread. A failing store is logged and treated as a miss: the
     /// tile is rendered rather than refused.
     async fn lookup(&self, store: &Arc<dyn TileStore>, key: &TileKey) -> Option<HeldTile> {
-        if let Some(held) = store.peek(key) {
+        if let Some(held) = store.peek(key).or_else(|| self.unsaved.peek(key)) {
             return Some(held);
         }
         let (store, k) = (store.clone(), key.clone());
@@ -473,7 +536,9 @@ impl TileCache {
         {
             Ok(Ok(found)) => found,
             Ok(Err(e)) => {
-                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read failed; rendering instead");
+                if let Some(held_back) = self.warnings.allow() {
+                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "cache read failed; rendering instead");
+                }
                 None
             }
             Err(e) => {

@@ -56,7 +56,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(preview::index))
         .route("/health", get(health))
-        .route("/ready", get(health))
+        .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
@@ -87,6 +87,30 @@ pub fn router(state: AppState) -> Router {
 
 async fn health() -> &'static str {
     "ok\n"
+}
+
+/// `GET /ready`: 503 while a store fails writes (a load balancer should
+/// send traffic elsewhere); otherwise 200, with how busy the render slots
+/// are.
+async fn ready(State(state): State<AppState>) -> Response {
+    let (busy, slots) = state.renderer.slots_in_use();
+    let renders = format!(
+        "renders: {busy} of {slots} slots busy{}",
+        if busy >= slots { " (saturated)" } else { "" }
+    );
+    let degraded = state.metrics.degraded_stores();
+    if degraded.is_empty() {
+        (StatusCode::OK, format!("ok\n{renders}\n")).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: writes fail in store(s) {}\n{renders}\n",
+                degraded.join(", ")
+            ),
+        )
+            .into_response()
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

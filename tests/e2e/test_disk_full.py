@@ -1,0 +1,69 @@
+"""A cache disk that fills while serving: tiles are still answered, each
+metatile is rendered once (the tiles that could not be saved are kept in
+memory), the store is reported degraded in /ready and the metrics, and the
+log gets a few warnings, not one per tile. The disk is a small tmpfs mounted
+for the test (root is needed, as in CI)."""
+import contextlib
+import re
+import subprocess
+import urllib.error
+import urllib.request
+
+from conftest import ROOT, serving
+
+
+@contextlib.contextmanager
+def tmpfs(path, size):
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"cannot mount a tmpfs (this test needs root): {r.stderr}"
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fetch(server, path):
+    try:
+        with urllib.request.urlopen(server.url + path, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_a_full_cache_disk_degrades_the_store_without_rendering_twice_or_flooding_the_log(tmp_path_factory):
+    base = tmp_path_factory.mktemp("full")
+    with tmpfs(base / "disk", "160k") as disk:
+        config = base / "tessera.yaml"
+        config.write_text(f"""
+stores:
+  disk: {{ type: file, path: {disk}/cache, memory: 0 }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+""")
+        with serving(tmp_path_factory, "--config", str(config)) as server:
+            metatiles = set()
+            for mx in range(4):
+                for my in range(2):
+                    metatiles.add((mx, my))
+                    for dx in range(4):
+                        for dy in range(4):
+                            x, y = mx * 4 + dx, 8 + my * 4 + dy
+                            status, body = fetch(server, f"/tiles/relief/WebMercatorQuad/5/{x}/{y}.png")
+                            assert status == 200 and body.startswith(b"\x89PNG"), (x, y, status)
+            _, metrics = fetch(server, "/metrics")
+            text = metrics.decode()
+            renders = re.search(r'tessera_metatile_renders_total\{layer="relief"\} (\d+)', text)
+            assert renders and int(renders.group(1)) == len(metatiles), text[:2000]
+            assert re.search(r'tessera_store_degraded\{store="[^"]*"\} 1', text), text[-1500:]
+            status, body = fetch(server, "/ready")
+            assert status == 503 and b"writes fail" in body, body
+            status, _ = fetch(server, "/health")
+            assert status == 200
+        log = server.log.read_text()
+        warnings = len(re.findall(r"saving a (tile|metatile) failed", log))
+        assert 1 <= warnings <= 3, f"{warnings} warnings about failed saves:\n{log[-3000:]}"
