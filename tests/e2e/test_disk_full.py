@@ -1,9 +1,10 @@
-"""A cache disk that fills while serving: tiles are still answered, each
+"""A cache disk that fills while serving, or is read-only: tiles are still answered, each
 metatile is rendered once (the tiles that could not be saved are kept in
 memory), the store is reported degraded in /ready and the metrics, and the
 log gets a few warnings, not one per tile. The disk is a small tmpfs mounted
 for the test (root is needed, as in CI)."""
 import contextlib
+import os
 import re
 import subprocess
 import urllib.error
@@ -67,3 +68,37 @@ layers:
         log = server.log.read_text()
         warnings = len(re.findall(r"saving a (tile|metatile) failed", log))
         assert 1 <= warnings <= 3, f"{warnings} warnings about failed saves:\n{log[-3000:]}"
+
+
+def test_an_mbtiles_store_on_a_read_only_file_system_serves_what_it_holds(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ro")
+    with tmpfs(base / "disk", "16m") as disk:
+        config = base / "tessera.yaml"
+        config.write_text(f"""
+stores:
+  archive: {{ type: mbtiles, path: {disk}/mbtiles, memory: 0 }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: archive }}
+""")
+        seeded = subprocess.run([os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "relief",
+                                 "--zoom", "0..2"], capture_output=True, text=True, timeout=300)
+        assert seeded.returncode == 0, seeded.stderr
+        r = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        with serving(tmp_path_factory, "--config", str(config)) as server:
+            for z, x, y in [(0, 0, 0), (1, 1, 0), (2, 3, 1)]:
+                with urllib.request.urlopen(f"{server.url}/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png") as resp:
+                    assert resp.status == 200 and resp.headers["X-Cache"] == "HIT", (z, x, y)
+            _, metrics = fetch(server, "/metrics")
+            assert not re.search(r'tessera_metatile_renders_total\{layer="relief"\} [1-9]', metrics.decode()), \
+                "nothing was rendered"
+            # A tile it does not hold is rendered and answered, not stored.
+            status, _ = fetch(server, "/tiles/relief/WebMercatorQuad/3/1/1.png")
+            assert status == 200
+            status, body = fetch(server, "/ready")
+            assert status == 503 and b"writes fail" in body, body
+        log = server.log.read_text()
+        assert log.count("serving its tiles read-only") == 1, log[-2000:]

@@ -67,7 +67,9 @@ impl Default for MbtilesOptions {
 
 #[derive(Debug)]
 struct Db {
-    writer: Mutex<Connection>,
+    /// `None` when the file cannot be written (a read-only file system):
+    /// the stored tiles are served, writes are refused.
+    writer: Option<Mutex<Connection>>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
 }
@@ -129,10 +131,22 @@ impl MbtilesStore {
             return Ok(db.clone());
         }
         let path = self.path_of(key);
-        let writer = open_writer(&path, key, &self.options)
-            .map_err(|e| sql_err("open", &path.display(), &e))?;
+        let writer = match open_writer(&path, key, &self.options) {
+            Ok(writer) => Some(Mutex::new(writer)),
+            // An existing file that cannot be written (a read-only file
+            // system) still serves what it holds.
+            Err(e) if path.is_file() && open_reader(&path, &self.options).is_ok() => {
+                tracing::warn!(
+                    file = %path.display(),
+                    error = &e as &dyn std::error::Error,
+                    "the MBTiles file cannot be written: serving its tiles read-only"
+                );
+                None
+            }
+            Err(e) => return Err(sql_err("open", &path.display(), &e)),
+        };
         let db = Arc::new(Db {
-            writer: Mutex::new(writer),
+            writer,
             readers: Mutex::new(Vec::new()),
             path,
         });
@@ -175,7 +189,13 @@ impl MbtilesStore {
         }
         for group in by_file.values() {
             let db = self.db(&group[0].0)?;
-            let mut conn = db.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(writer) = &db.writer else {
+                return Err(StoreError::Invalid {
+                    store: "mbtiles".into(),
+                    message: format!("{} is read-only: the tile is not stored", db.path.display()),
+                });
+            };
+            let mut conn = writer.lock().unwrap_or_else(PoisonError::into_inner);
             let synced =
                 durability == Durability::Synced && self.options.synchronous != Synchronous::Full;
             if synced {
@@ -245,7 +265,22 @@ fn open_reader(path: &Path, options: &MbtilesOptions) -> rusqlite::Result<Connec
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(options.busy_timeout)?;
-    Ok(conn)
+    // A WAL database is read through its shared-memory file, which a
+    // read-only file system cannot hold: read it as immutable there.
+    match conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(())) {
+        Ok(()) => Ok(conn),
+        Err(_) => {
+            let uri = format!("file:{}?immutable=1", path.display());
+            let conn = Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_URI,
+            )?;
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+            Ok(conn)
+        }
+    }
 }
 
 impl TileStore for MbtilesStore {
@@ -281,7 +316,13 @@ impl TileStore for MbtilesStore {
 
     fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
         let db = self.db(key)?;
-        let conn = db.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(writer) = &db.writer else {
+            return Err(StoreError::Invalid {
+                store: "mbtiles".into(),
+                message: format!("{} is read-only: nothing can be deleted", db.path.display()),
+            });
+        };
+        let conn = writer.lock().unwrap_or_else(PoisonError::into_inner);
         conn.execute(
             "DELETE FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
             params![key.coord.z(), key.coord.x(), key.tms_row()],
