@@ -33,6 +33,18 @@ fn config_with_a_broken_layer(dir: &std::path::Path) -> Config {
     config
 }
 
+/// The plan of relief at zoom 0..1 over its whole extent.
+fn relief_plan(service: &Service) -> Result<TilePlan, tessera_server::plan::PlanError> {
+    TilePlan::new(
+        &service.registry,
+        "relief",
+        "WebMercatorQuad",
+        None,
+        0..=1,
+        &PlanArea::Extent,
+    )
+}
+
 #[test]
 fn serving_refuses_a_config_with_a_broken_layer_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,16 +73,7 @@ fn batch_mode_opens_only_the_named_layer_and_its_store() {
         "the other store is never opened"
     );
     assert!(service.uploads.is_none());
-    let plan = TilePlan::new(
-        &service.registry,
-        "relief",
-        "WebMercatorQuad",
-        None,
-        0..=1,
-        &PlanArea::Extent,
-    )
-    .unwrap();
-    assert_eq!(plan.size().tiles, 5);
+    assert_eq!(relief_plan(&service).unwrap().size().tiles, 5);
     // The broken layer alone still fails, naming its source.
     let err = Service::batch(config_with_a_broken_layer(dir.path()), "broken").unwrap_err();
     assert!(matches!(err, ConfigError::Source { .. }), "{err:?}");
@@ -80,14 +83,6 @@ fn batch_mode_opens_only_the_named_layer_and_its_store() {
 fn a_plan_refuses_a_store_that_forgets_its_tiles() {
     let config = demo::demo_config().unwrap();
     let service = Service::batch(config, "relief").unwrap();
-    let err = TilePlan::new(
-        &service.registry,
-        "relief",
-        "WebMercatorQuad",
-        None,
-        0..=1,
-        &PlanArea::Extent,
-    )
-    .unwrap_err();
+    let err = relief_plan(&service).unwrap_err();
     assert!(err.to_string().contains("in-memory store"), "{err}");
 }
