@@ -2,8 +2,7 @@
 //! clients cannot take every file descriptor:
 //!
 //! - each connection must send a request's headers within
-//!   `server.header_timeout_secs` (hyper's header-read timeout, which also
-//!   runs between requests on a kept-alive connection);
+//!   `server.header_timeout_secs` (hyper's header-read timeout);
 //! - a connection with no request in flight for `server.idle_timeout_secs`
 //!   is closed;
 //! - at most `server.max_connections` are open; when a new one arrives at
