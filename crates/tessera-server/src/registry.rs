@@ -129,14 +129,18 @@ impl Registry {
             (LayerSelection::All, _) => config.stores.keys().map(String::as_str).collect(),
             (LayerSelection::Only(_), [layer]) => vec![layer.cache.store.as_str()],
             // Not a configured layer: an uploaded source may have the name,
-            // caching into the admin API's store.
-            (LayerSelection::Only(_), _) => vec![
-                config
-                    .admin
-                    .as_ref()
-                    .and_then(|a| a.cache_store.as_deref())
-                    .unwrap_or(crate::config::DEFAULT_STORE),
-            ],
+            // caching into the admin API's store; without the admin API
+            // there is nothing to open.
+            (LayerSelection::Only(_), _) => config
+                .admin
+                .as_ref()
+                .map(|a| {
+                    a.cache_store
+                        .as_deref()
+                        .unwrap_or(crate::config::DEFAULT_STORE)
+                })
+                .into_iter()
+                .collect(),
         };
         let stores = open_stores(config, &wanted_stores, metrics)?;
         let mut grids = HashMap::new();

@@ -74,6 +74,12 @@ fn batch_mode_opens_only_the_named_layer_and_its_store() {
     );
     assert!(service.uploads.is_none());
     assert_eq!(relief_plan(&service).unwrap().size().tiles, 5);
+    // An unknown layer opens nothing (and the command then says so).
+    let other = tempfile::tempdir().unwrap();
+    let unknown = Service::batch(config_with_a_broken_layer(other.path()), "typo").unwrap();
+    assert!(unknown.registry.layers().is_empty());
+    assert_eq!(unknown.registry.store_names().count(), 0);
+    assert!(!other.path().join("disk").exists());
     // The broken layer alone still fails, naming its source.
     let err = Service::batch(config_with_a_broken_layer(dir.path()), "broken").unwrap_err();
     assert!(matches!(err, ConfigError::Source { .. }), "{err:?}");
