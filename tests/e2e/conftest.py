@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +41,15 @@ class Server:
     def get(self, path):
         with urllib.request.urlopen(self.url + path, timeout=60) as r:
             return r.status, r.headers.get("Content-Type"), r.read()
+
+
+def fetch(server, path, timeout=60):
+    """GET `path`: (status, body), error statuses included."""
+    try:
+        with urllib.request.urlopen(server.url + path, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def start_server(tmp_path_factory, *args):

@@ -7,10 +7,9 @@ import contextlib
 import os
 import re
 import subprocess
-import urllib.error
 import urllib.request
 
-from conftest import ROOT, serving
+from conftest import ROOT, fetch, serving
 
 
 @contextlib.contextmanager
@@ -23,14 +22,6 @@ def tmpfs(path, size):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def fetch(server, path):
-    try:
-        with urllib.request.urlopen(server.url + path, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_a_full_cache_disk_degrades_the_store_without_rendering_twice_or_flooding_the_log(tmp_path_factory):

@@ -5,18 +5,14 @@ import os
 import signal
 import threading
 import time
-import urllib.error
 import urllib.request
 
-from conftest import ROOT, serving
+from conftest import ROOT, fetch, serving
 
 
 def get(server, path):
-    try:
-        with urllib.request.urlopen(server.url + path, timeout=60) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
+    status, body = fetch(server, path)
+    return status, body.decode("utf-8", "replace")
 
 
 def test_a_vertical_crs_in_getmap_is_a_400_with_the_protocols_exception(tessera):

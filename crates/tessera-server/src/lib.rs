@@ -17,6 +17,7 @@ pub mod render;
 pub mod seed;
 pub mod service;
 pub mod sources;
+pub mod throttle;
 pub mod tile_cache;
 
 pub use config::{Config, ConfigError};

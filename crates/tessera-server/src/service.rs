@@ -105,7 +105,7 @@ impl Service {
                 let uploads = Uploads::open(admin)?;
                 for (name, file) in uploads.recorded()? {
                     if let Err(e) =
-                        add_uploaded(&registry, &uploads, &name, &file, &config, wrap_source)
+                        uploads.serve_as_layer(&registry, &name, &file, &config, wrap_source)
                     {
                         tracing::error!(source = %name, error = &e as &dyn std::error::Error, "an uploaded source cannot be served");
                     }
@@ -118,7 +118,7 @@ impl Service {
                 // The layer may be an uploaded source: open just that one.
                 let uploads = Uploads::open(admin)?;
                 if let Some(file) = uploads.recorded()?.get(name) {
-                    add_uploaded(&registry, &uploads, name, file, &config, wrap_source)?;
+                    uploads.serve_as_layer(&registry, name, file, &config, wrap_source)?;
                 }
                 None
             }
@@ -134,19 +134,4 @@ impl Service {
             mode,
         })
     }
-}
-
-/// Opens an uploaded source as a layer and adds it to `registry`.
-fn add_uploaded(
-    registry: &Registry,
-    uploads: &Uploads,
-    name: &str,
-    file: &str,
-    config: &Config,
-    wrap_source: &WrapSource,
-) -> Result<(), ConfigError> {
-    let stores: Vec<&str> = registry.store_names().collect();
-    let layer = uploads.layer_config(name, file, &stores)?;
-    let layer = registry.build_layer(&layer, config, wrap_source)?;
-    registry.add_layer(layer, config)
 }

@@ -13,7 +13,8 @@ use tessera_store::object::open_url;
 use tessera_store::option_strings;
 use tessera_store::upload::UploadOptions;
 
-use crate::config::{AdminConfig, ConfigError, LayerConfig};
+use crate::config::{AdminConfig, Config, ConfigError, LayerConfig};
+use crate::registry::{Registry, WrapSource};
 
 /// The admin API's view of uploaded sources.
 #[derive(Debug)]
@@ -108,6 +109,24 @@ impl Uploads {
         });
         serde_json::from_value(value)
             .map_err(|e| ConfigError::Invalid(format!("uploaded layer {name:?}: {e}")))
+    }
+
+    /// Serves uploaded source `name` (stored as `file`) as a layer of
+    /// `registry`, replacing an uploaded layer of that name. GDAL's cache of
+    /// the object is dropped first, so a replaced object is read again.
+    pub fn serve_as_layer(
+        &self,
+        registry: &Registry,
+        name: &str,
+        file: &str,
+        config: &Config,
+        wrap_source: &WrapSource,
+    ) -> Result<(), ConfigError> {
+        let stores: Vec<&str> = registry.store_names().collect();
+        let layer = self.layer_config(name, file, &stores)?;
+        tessera_source::forget_network_cache(&layer.source.path);
+        let layer = registry.build_layer(&layer, config, wrap_source)?;
+        registry.add_layer(layer, config)
     }
 
     /// Sources recorded in the sources file, name → file (none when it

@@ -36,6 +36,7 @@ use crate::metatile::Metatile;
 use crate::metrics::{LockKind, Metrics, RequestResult};
 use crate::registry::{Grid, Layer, LayerCache};
 use crate::render::{ImageRequest, RenderError, Renderer};
+use crate::throttle::Throttle;
 
 /// Tiles are rendered with a transparent background; JPEG flattens over white.
 const BACKGROUND: Color = Color([255, 255, 255, 255]);
@@ -134,38 +135,6 @@ const UNSAVED_BYTES: usize = 64 << 20;
 
 /// Least time between two warnings about failed saves or reads.
 const WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// Lets a warning through at most once per period and counts the ones it
-/// held back, so a failing disk does not flood the log.
-#[derive(Debug)]
-struct Throttle {
-    every: Duration,
-    state: std::sync::Mutex<(Option<Instant>, u64)>,
-}
-
-impl Throttle {
-    fn new(every: Duration) -> Throttle {
-        Throttle {
-            every,
-            state: std::sync::Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(held back since the last one)` when a warning may be logged now.
-    fn allow(&self) -> Option<u64> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (last, held) = &mut *state;
-        if last.is_some_and(|t| t.elapsed() < self.every) {
-            *held += 1;
-            return None;
-        }
-        *last = Some(Instant::now());
-        Some(std::mem::take(held))
-    }
-}
 
 /// The cached tile path, shared by every tile endpoint and by seeding.
 #[derive(Debug)]
@@ -520,7 +489,7 @@ impl TileCache {
     /// blocking thread. A failing store is logged and treated as a miss: the
     /// tile is rendered rather than refused.
     async fn lookup(&self, store: &Arc<dyn TileStore>, key: &TileKey) -> Option<HeldTile> {
-        if let Some(held) = store.peek(key).or_else(|| self.unsaved.peek(key)) {
+        if let Some(held) = store.peek(key) {
             return Some(held);
         }
         let (store, k) = (store.clone(), key.clone());
@@ -534,16 +503,18 @@ impl TileCache {
         })
         .await
         {
-            Ok(Ok(found)) => found,
+            // Tiles the store refused are only looked for after it misses,
+            // so hits never touch the unsaved map.
+            Ok(Ok(found)) => found.or_else(|| self.unsaved.peek(key)),
             Ok(Err(e)) => {
                 if let Some(held_back) = self.warnings.allow() {
                     tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "cache read failed; rendering instead");
                 }
-                None
+                self.unsaved.peek(key)
             }
             Err(e) => {
                 tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read task failed");
-                None
+                self.unsaved.peek(key)
             }
         }
     }

@@ -201,14 +201,7 @@ async fn register(
     let (state2, uploads2) = (state.clone(), uploads.clone());
     let (name2, file2) = (name.to_string(), file.to_string());
     let result = tokio::task::spawn_blocking(move || {
-        let stores: Vec<&str> = state2.registry.stores.keys().map(String::as_str).collect();
-        let lc = uploads2.layer_config(&name2, &file2, &stores)?;
-        // A replaced object must be read again, not from GDAL's cache.
-        tessera_source::forget_network_cache(&lc.source.path);
-        let layer = state2
-            .registry
-            .build_layer(&lc, &state2.config, &|_, s| s)?;
-        state2.registry.add_layer(layer, &state2.config)?;
+        uploads2.serve_as_layer(&state2.registry, &name2, &file2, &state2.config, &|_, s| s)?;
         uploads2.record(&name2, &file2)
     })
     .await

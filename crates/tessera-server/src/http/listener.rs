@@ -31,6 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 
+use crate::throttle::Throttle;
+
 /// How connections are bounded.
 #[derive(Debug, Clone, Copy)]
 pub struct ListenerSettings {
@@ -156,7 +158,7 @@ pub async fn serve(
         open: Mutex::new(BTreeMap::new()),
     });
     let mut tasks = tokio::task::JoinSet::new();
-    let mut last_error_log: Option<Instant> = None;
+    let accept_warnings = Throttle::new(ACCEPT_LOG_EVERY);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -171,13 +173,13 @@ pub async fn serve(
                 // room by closing an idle connection, and say so now and
                 // then rather than for every attempt.
                 table.close_oldest_idle();
-                if last_error_log.is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY) {
+                if let Some(held_back) = accept_warnings.allow() {
                     tracing::warn!(
                         error = &e as &dyn std::error::Error,
                         open = table.len(),
+                        held_back,
                         "accept failed; closing idle connections"
                     );
-                    last_error_log = Some(Instant::now());
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
