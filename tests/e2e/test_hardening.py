@@ -131,3 +131,27 @@ layers:
         server.proc.wait(timeout=30)
         took = time.monotonic() - start
         assert took < 2 + 3, f"exited {took:.1f} s after SIGTERM (grace 2 s)"
+
+
+def test_reads_of_more_source_pixels_than_the_limit_are_refused_before_reading(tmp_path_factory):
+    # 5400x2700 pixels with overviews 4x and 8x coarser.
+    config = tmp_path_factory.mktemp("pixels") / "tessera.yaml"
+    config.write_text(f"""
+limits: {{ max_source_pixels: 1000000 }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+""")
+    world = ("/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.1.1&LAYERS=relief&STYLES=&SRS=EPSG:4326"
+             "&BBOX=-180,-90,180,90&FORMAT=image/png")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        # Full resolution: all 14.6 million pixels would be read.
+        status, body = get(server, f"{world}&WIDTH=4096&HEIGHT=2048")
+        assert status == 400, body
+        assert 'code="InvalidParameterValue"' in body and "limits.max_source_pixels" in body, body
+        assert cpu_after(server, 1.0) < 0.5
+        # At 512x256 the 8x overview is read: about 230,000 pixels.
+        status, _ = get(server, f"{world}&WIDTH=512&HEIGHT=256")
+        assert status == 200
+        status, _ = get(server, "/tiles/relief/WebMercatorQuad/0/0/0.png")
+        assert status == 200

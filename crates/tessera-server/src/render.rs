@@ -4,6 +4,12 @@
 //!
 //! Everything here takes an arbitrary bbox and pixel size: a tile, a
 //! metatile with a gutter and a WMS GetMap are the same call.
+//!
+//! Work is bounded before and while it runs: a render waits for one of a
+//! fixed number of slots (WMS maps may hold only their share of them, so
+//! they cannot starve tiles), its reads are refused when they would touch
+//! more source pixels than allowed, and a cancel flag stops it when its
+//! timeout passes or its caller goes away.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,33 +73,92 @@ pub struct ImageRequest {
     pub background: Color,
 }
 
-/// Runs renders on blocking threads, at most `max_concurrent` at once.
+/// Who a render is for: render slots are shared between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    /// A tile (or the metatile around it), from XYZ/TMS/WMTS or a seed.
+    Tiles,
+    /// A WMS GetMap: may hold at most its share of the slots.
+    Map,
+}
+
+/// How much rendering may happen, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenderLimits {
+    /// Renders at once (at least 1).
+    pub max_concurrent: usize,
+    /// Share of the slots WMS maps may hold at once (0 to 1; at least one
+    /// slot). The rest is kept for tiles.
+    pub map_share: f64,
+    /// Longest a render may take, its wait for a slot included.
+    pub timeout: Duration,
+    /// Most source pixels one layer's read may touch.
+    pub max_source_pixels: u64,
+}
+
+impl RenderLimits {
+    /// Slots WMS maps may hold at once: `map_share` of all slots, at least
+    /// one, at most all.
+    pub fn map_slots(&self) -> usize {
+        let slots = self.max_concurrent.max(1);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "a share in 0..=1 of a slot count up to 1024"
+        )]
+        let share = (slots as f64 * self.map_share.clamp(0.0, 1.0)).floor() as usize;
+        share.clamp(1, slots)
+    }
+}
+
+/// What a render may spend: checked before and during the work.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget<'a> {
+    /// Raised when the render is no longer wanted.
+    pub cancel: &'a AtomicBool,
+    /// Most source pixels one layer's read may touch.
+    pub max_source_pixels: u64,
+}
+
+/// Runs renders on blocking threads, at most `max_concurrent` at once, of
+/// which WMS maps hold at most their share.
 #[derive(Debug, Clone)]
 pub struct Renderer {
     permits: Arc<Semaphore>,
-    slots: usize,
-    timeout: Duration,
+    map_permits: Arc<Semaphore>,
+    limits: RenderLimits,
     encoding: EncodeOptions,
 }
 
 impl Renderer {
-    /// A renderer with `max_concurrent` slots and a per-render `timeout`.
-    pub fn new(max_concurrent: usize, timeout: Duration, encoding: EncodeOptions) -> Self {
+    /// A renderer bounded by `limits`.
+    pub fn new(limits: RenderLimits, encoding: EncodeOptions) -> Self {
+        let limits = RenderLimits {
+            max_concurrent: limits.max_concurrent.max(1),
+            ..limits
+        };
         Self {
-            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
-            slots: max_concurrent.max(1),
-            timeout,
+            permits: Arc::new(Semaphore::new(limits.max_concurrent)),
+            map_permits: Arc::new(Semaphore::new(limits.map_slots())),
+            limits,
             encoding,
         }
     }
 
-    /// Renders and encodes `request`. The timeout covers the wait for a slot
-    /// and the render itself; a render that overruns keeps its slot until it
-    /// really ends, so overload cannot pile up threads.
-    pub async fn render(&self, request: ImageRequest) -> Result<Bytes, RenderError> {
+    /// Renders and encodes `request` for `demand`. The timeout covers the
+    /// wait for a slot and the render itself; a render that overruns keeps
+    /// its slot until it really ends, so overload cannot pile up threads.
+    pub async fn render(
+        &self,
+        request: ImageRequest,
+        demand: Demand,
+    ) -> Result<Bytes, RenderError> {
         let encoding = self.encoding;
-        self.run(move |cancel| render_blocking(&request, &encoding, cancel))
-            .await
+        self.run(demand, move |budget| {
+            render_blocking(&request, &encoding, budget)
+        })
+        .await
     }
 
     /// Renders one layer's window (a metatile with its gutter) without
@@ -106,13 +171,21 @@ impl Renderer {
         width: u32,
         height: u32,
     ) -> Result<RgbaImage, RenderError> {
-        self.run(move |cancel| render_layer(&layer, &bbox, &crs, width, height, cancel))
-            .await
+        self.run(Demand::Tiles, move |budget| {
+            render_layer(&layer, &bbox, &crs, width, height, budget)
+        })
+        .await
     }
 
-    /// Render slots taken, and all slots.
-    pub fn slots_in_use(&self) -> (usize, usize) {
-        (self.slots - self.permits.available_permits(), self.slots)
+    /// How busy the render slots are.
+    pub fn slots_in_use(&self) -> SlotUse {
+        let map_slots = self.limits.map_slots();
+        SlotUse {
+            busy: self.limits.max_concurrent - self.permits.available_permits(),
+            slots: self.limits.max_concurrent,
+            map_busy: map_slots - self.map_permits.available_permits(),
+            map_slots,
+        }
     }
 
     /// The encoder settings renders use.
@@ -120,32 +193,65 @@ impl Renderer {
         &self.encoding
     }
 
-    /// Runs `work` on a blocking thread under a render slot. `work` is
-    /// handed a cancel flag that is raised when the render is no longer
-    /// wanted: its timeout passed, or the caller went away (this future was
-    /// dropped). GDAL's warp and the steps after it check the flag, so an
-    /// abandoned render stops within a chunk instead of running to the end.
+    /// Runs `work` on a blocking thread under a render slot (and, for a
+    /// map, under one of the maps' share of slots, taken first). `work` is
+    /// handed a budget whose cancel flag is raised when the render is no
+    /// longer wanted: its timeout passed, or the caller went away (this
+    /// future was dropped). GDAL's warp and the steps after it check the
+    /// flag, so an abandoned render stops within a chunk instead of running
+    /// to the end.
     async fn run<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&AtomicBool) -> Result<T, RenderError> + Send + 'static,
+        demand: Demand,
+        work: impl FnOnce(Budget<'_>) -> Result<T, RenderError> + Send + 'static,
     ) -> Result<T, RenderError> {
         let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
         let flag = cancel.0.clone();
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+        let timeout = self.limits.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let acquire = |semaphore: &Arc<Semaphore>| {
+            tokio::time::timeout_at(deadline, semaphore.clone().acquire_owned())
+        };
+        let map_permit = match demand {
+            Demand::Map => Some(
+                acquire(&self.map_permits)
+                    .await
+                    .map_err(|_| RenderError::Timeout(timeout))?
+                    .map_err(|_| RenderError::Closed)?,
+            ),
+            Demand::Tiles => None,
+        };
+        let permit = acquire(&self.permits)
             .await
-            .map_err(|_| RenderError::Timeout(self.timeout))?
+            .map_err(|_| RenderError::Timeout(timeout))?
             .map_err(|_| RenderError::Closed)?;
+        let max_source_pixels = self.limits.max_source_pixels;
         let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work(&flag)
+            let _permits = (permit, map_permit);
+            work(Budget {
+                cancel: &flag,
+                max_source_pixels,
+            })
         });
         match tokio::time::timeout_at(deadline, task).await {
-            Err(_) => Err(RenderError::Timeout(self.timeout)),
+            Err(_) => Err(RenderError::Timeout(timeout)),
             Ok(Err(join)) => Err(RenderError::Task(join)),
             Ok(Ok(result)) => result,
         }
     }
+}
+
+/// How busy the render slots are (for `/ready` and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotUse {
+    /// Slots taken by any render.
+    pub busy: usize,
+    /// All slots.
+    pub slots: usize,
+    /// Slots taken by WMS maps.
+    pub map_busy: usize,
+    /// Slots WMS maps may take at most.
+    pub map_slots: usize,
 }
 
 /// Raises the cancel flag when dropped: when the render finished, timed
@@ -168,11 +274,11 @@ fn check(cancel: &AtomicBool) -> Result<(), RenderError> {
 }
 
 /// Renders one request on the current thread; stops with
-/// [`RenderError::Cancelled`] once `cancel` is raised.
+/// [`RenderError::Cancelled`] once the budget's cancel flag is raised.
 pub fn render_blocking(
     req: &ImageRequest,
     encoding: &EncodeOptions,
-    cancel: &AtomicBool,
+    budget: Budget<'_>,
 ) -> Result<Bytes, RenderError> {
     // With a transparent background the first layer is the canvas; otherwise
     // every layer is composited over the background color.
@@ -185,28 +291,30 @@ pub fn render_blocking(
         c
     });
     for layer in &req.layers {
-        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height, cancel)?;
+        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height, budget)?;
         match canvas.as_mut() {
             Some(c) => c.composite_over(&img),
             None => canvas = Some(img),
         }
     }
     let canvas = canvas.unwrap_or_else(|| RgbaImage::transparent(req.width, req.height));
-    check(cancel)?;
+    check(budget.cancel)?;
     let bytes = encode(canvas.view(), req.format, encoding, req.background)?;
     Ok(Bytes::from(bytes))
 }
 
 /// Reads and styles one layer for a window, including the margin its style
-/// needs; stops with [`RenderError::Cancelled`] once `cancel` is raised.
+/// needs, within `budget`; stops with [`RenderError::Cancelled`] once its
+/// cancel flag is raised.
 pub fn render_layer(
     layer: &Layer,
     bbox: &BBox,
     crs: &Crs,
     width: u32,
     height: u32,
-    cancel: &AtomicBool,
+    budget: Budget<'_>,
 ) -> Result<RgbaImage, RenderError> {
+    let cancel = budget.cancel;
     check(cancel)?;
     let margin = layer.style.margin();
     let res_x = bbox.width() / f64::from(width);
@@ -218,6 +326,7 @@ pub fn render_layer(
         width: width + 2 * margin,
         height: height + 2 * margin,
         cancel: Some(cancel),
+        max_source_pixels: Some(budget.max_source_pixels),
     })?;
     check(cancel)?;
     let scale = pixel_scale(crs, bbox, res_x, res_y);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, WrapSource};
-use crate::render::Renderer;
+use crate::render::{RenderLimits, Renderer};
 use crate::sources::Uploads;
 use crate::tile_cache::{TileCache, TileCacheSettings};
 
@@ -84,8 +84,12 @@ impl Service {
         let metrics = Arc::new(Metrics::new());
         let registry = Registry::load(&config, &metrics, wrap_source, layers)?;
         let renderer = Renderer::new(
-            config.server.max_concurrent_renders,
-            Duration::from_secs_f64(config.server.render_timeout_secs),
+            RenderLimits {
+                max_concurrent: config.server.max_concurrent_renders,
+                map_share: config.server.wms_render_share,
+                timeout: Duration::from_secs_f64(config.server.render_timeout_secs),
+                max_source_pixels: config.limits.max_source_pixels,
+            },
             config.encoding,
         );
         let tiles = TileCache::new(

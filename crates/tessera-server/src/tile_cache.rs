@@ -35,7 +35,7 @@ use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
 use crate::metatile::Metatile;
 use crate::metrics::{LockKind, Metrics, RequestResult};
 use crate::registry::{Grid, Layer, LayerCache};
-use crate::render::{ImageRequest, RenderError, Renderer};
+use crate::render::{Demand, ImageRequest, RenderError, Renderer};
 use crate::throttle::Throttle;
 
 /// Tiles are rendered with a transparent background; JPEG flattens over white.
@@ -234,16 +234,19 @@ impl TileCache {
         let tms = &req.grid.tms;
         let bytes = self
             .renderer
-            .render(ImageRequest {
-                layers: vec![req.layer.clone()],
-                bbox: tms.tile_bbox(req.coord),
-                crs: req.grid.crs.clone(),
-                width: tms.tile_width,
-                height: tms.tile_height,
-                format: req.format,
-                transparent: true,
-                background: BACKGROUND,
-            })
+            .render(
+                ImageRequest {
+                    layers: vec![req.layer.clone()],
+                    bbox: tms.tile_bbox(req.coord),
+                    crs: req.grid.crs.clone(),
+                    width: tms.tile_width,
+                    height: tms.tile_height,
+                    format: req.format,
+                    transparent: true,
+                    background: BACKGROUND,
+                },
+                Demand::Tiles,
+            )
             .await?;
         self.metrics.metatile_rendered(&req.layer.name);
         self.metrics.tiles_encoded(&req.layer.name, 1);

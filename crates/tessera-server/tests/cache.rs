@@ -37,6 +37,16 @@ impl Probe {
     }
 }
 
+/// Opens the probe's gate when dropped, so that a failing test ends
+/// (the runtime waits for blocked reads) instead of hanging.
+struct OpenOnDrop(Arc<Probe>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open_gate();
+    }
+}
+
 impl Source for Probe {
     fn info(&self) -> &SourceInfo {
         self.inner.info()
@@ -308,6 +318,7 @@ async fn a_render_that_never_finishes_times_out_every_waiter_and_frees_the_locks
         c.server.render_timeout_secs = 1.0;
         c.cache.lock_timeout_secs = 2.0;
     });
+    let _open = OpenOnDrop(s.probe.clone());
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let app = s.app.clone();
@@ -511,4 +522,74 @@ fn the_timed_store_wrapper_passes_the_store_conformance_suite() {
             .contains("tessera_store_errors_total{store=\"file\",op=\"put\"} 1"),
         "the refused empty tile is counted as a store error"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wms_maps_hold_only_their_share_of_render_slots_and_tiles_still_render() {
+    // Two slots, maps may hold one: four GetMaps stuck in the relief source
+    // leave the other slot to tiles.
+    let s = setup(Duration::ZERO, false, |c| {
+        c.server.max_concurrent_renders = 2;
+        c.server.wms_render_share = 0.5;
+        c.server.render_timeout_secs = 120.0;
+    });
+    let _open = OpenOnDrop(s.probe.clone());
+    let maps: Vec<_> = (0..4)
+        .map(|_| {
+            let app = s.app.clone();
+            tokio::spawn(async move {
+                fetch(
+                    &app,
+                    "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=EPSG:3857\
+                     &BBOX=-2000000,-2000000,2000000,2000000&WIDTH=256&HEIGHT=256&FORMAT=image/png",
+                    None,
+                )
+                .await
+            })
+        })
+        .collect();
+    // Wait until a map holds its slot (the gate keeps it there).
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while s.probe.reads.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no map reached the source");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ready = fetch(&s.app, "/ready", None).await;
+    let text = String::from_utf8(ready.body).unwrap();
+    assert!(
+        text.contains("renders: 1 of 2 slots busy\n")
+            && text.contains("wms maps: 1 of 1 slots busy (saturated)"),
+        "{text}"
+    );
+    // Tiles of other layers render meanwhile, one after another.
+    for (x, y) in [(1, 1), (2, 1), (1, 2)] {
+        let r = fetch(
+            &s.app,
+            &format!("/tiles/elevation/WebMercatorQuad/2/{x}/{y}.png"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            r.status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    assert_eq!(
+        s.probe.reads.load(Ordering::SeqCst),
+        1,
+        "the other maps wait"
+    );
+    s.probe.open_gate();
+    for m in maps {
+        let r = m.await.unwrap();
+        assert_eq!(
+            r.status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    assert_eq!(s.probe.reads.load(Ordering::SeqCst), 4);
 }

@@ -82,6 +82,11 @@ pub struct GdalSource {
     max_idle: usize,
     idle: Mutex<Vec<Dataset>>,
     footprints: Mutex<HashMap<String, Option<BBox>>>,
+    /// Full-resolution pixels in the dataset.
+    pixels: f64,
+    /// How many times coarser each overview is than the full resolution,
+    /// finest first.
+    overview_factors: Vec<f64>,
 }
 
 impl GdalSource {
@@ -121,6 +126,8 @@ impl GdalSource {
         let path = check_location(&spec.path, &policy)?;
         let ds = open_dataset(&path, &policy.allowed_drivers)?;
         let (has_alpha, info) = read_info(&path, &ds)?;
+        let (w, h) = ds.raster_size();
+        let overview_factors = overview_factors(&ds);
         let source = Self {
             path,
             resampling: spec.resampling,
@@ -130,6 +137,8 @@ impl GdalSource {
             max_idle: settings.max_idle_handles,
             idle: Mutex::new(Vec::new()),
             footprints: Mutex::new(HashMap::new()),
+            pixels: w as f64 * h as f64,
+            overview_factors,
         };
         source.release(ds);
         Ok(source)
@@ -192,6 +201,50 @@ impl GdalSource {
             cache.insert(crs.wkt.clone(), footprint);
         }
         footprint
+    }
+
+    /// Refuses a read estimated to touch more than `req.max_source_pixels`
+    /// source pixels. The estimate takes the share of the dataset's
+    /// footprint that the window covers (exact for an affine mapping,
+    /// approximate under reprojection), and divides by the overview GDAL's
+    /// `-ovr AUTO` would pick: the coarsest one still at least as fine as
+    /// the output.
+    fn check_source_pixels(
+        &self,
+        req: &WindowRequest<'_>,
+        footprint: &BBox,
+    ) -> Result<(), SourceError> {
+        let Some(limit) = req.max_source_pixels else {
+            return Ok(());
+        };
+        let Some(inter) = footprint.intersection(&req.bbox) else {
+            return Ok(());
+        };
+        let footprint_area = footprint.width() * footprint.height();
+        let out_pixel_area =
+            (req.bbox.width() / f64::from(req.width)) * (req.bbox.height() / f64::from(req.height));
+        if !(footprint_area > 0.0 && out_pixel_area > 0.0) {
+            return Ok(());
+        }
+        let inter_area = inter.width() * inter.height();
+        let full = self.pixels * inter_area / footprint_area;
+        let out = (inter_area / out_pixel_area).max(1.0);
+        let ratio = (full / out).sqrt();
+        let factor = self
+            .overview_factors
+            .iter()
+            .copied()
+            .filter(|f| *f <= ratio)
+            .fold(1.0, f64::max);
+        let estimated = full / (factor * factor);
+        if estimated > limit as f64 {
+            return Err(SourceError::TooManySourcePixels {
+                path: self.path.clone(),
+                estimated: estimated as u64,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     fn warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
@@ -286,6 +339,22 @@ fn open_dataset(path: &str, allowed_drivers: &[String]) -> Result<Dataset, Sourc
         path: path.to_string(),
         source: Box::new(e),
     })
+}
+
+/// How many times coarser than the full resolution each overview of the
+/// first band is, finest first (empty without overviews).
+fn overview_factors(ds: &Dataset) -> Vec<f64> {
+    let Ok(band) = ds.rasterband(1) else {
+        return Vec::new();
+    };
+    let full = band.x_size() as f64;
+    let count = band.overview_count().unwrap_or(0);
+    let mut factors: Vec<f64> = (0..usize::try_from(count).unwrap_or(0))
+        .filter_map(|i| band.overview(i).ok())
+        .map(|o| full / o.x_size().max(1) as f64)
+        .collect();
+    factors.sort_by(f64::total_cmp);
+    factors
 }
 
 /// Reads a dataset's facts; also tells whether its last band is an alpha band.
@@ -569,7 +638,10 @@ impl Source for GdalSource {
         // coordinates it would spend minutes on.
         let inner = match self.footprint(req.crs) {
             Some(f) => match covered_pixels(req, &f) {
-                Some(inner) => inner,
+                Some(inner) => {
+                    self.check_source_pixels(req, &f)?;
+                    inner
+                }
                 None => return Ok(empty_raster(&self.info, req.width, req.height)),
             },
             None => PixelWindow::whole(req),
@@ -624,6 +696,7 @@ mod tests {
             width: 100,
             height: 100,
             cancel: None,
+            max_source_pixels: None,
         };
         let footprint = BBox::new(0.0, 0.0, 50.0, 50.0).unwrap();
         let inside = req(BBox::new(10.0, 10.0, 20.0, 20.0).unwrap());
@@ -664,6 +737,7 @@ mod tests {
         let r = s
             .read(&WindowRequest {
                 cancel: None,
+                max_source_pixels: None,
                 bbox,
                 crs: &merc,
                 width: 64,
@@ -690,6 +764,56 @@ mod tests {
     }
 
     #[test]
+    fn reads_beyond_the_source_pixel_limit_are_refused_after_overview_choice() {
+        // 349x352 pixels with overviews 2x, 4x, 8x and 16x coarser.
+        let s = open("L7_ETMs.tif");
+        let crs = s.info().native_crs.clone();
+        let bbox = s.info().native_bounds;
+        let read = |size: u32, limit: u64| {
+            s.read(&WindowRequest {
+                bbox,
+                crs: &crs,
+                width: size,
+                height: size,
+                cancel: None,
+                max_source_pixels: Some(limit),
+            })
+        };
+        // The whole dataset at full resolution reads all 122,848 pixels.
+        match read(350, 100_000) {
+            Err(SourceError::TooManySourcePixels {
+                estimated, limit, ..
+            }) => {
+                assert!((120_000..126_000).contains(&estimated), "{estimated}");
+                assert_eq!(limit, 100_000);
+            }
+            other => panic!("expected TooManySourcePixels, got {other:?}"),
+        }
+        assert!(read(350, 130_000).is_ok());
+        // At 22x22 the 16x overview is read: about 490 pixels.
+        assert!(read(22, 1_000).is_ok());
+        // Without overviews every full-resolution pixel counts, whatever the
+        // output size: 95x90 = 8,550.
+        let flat = open("elev.tif");
+        let (crs, bbox) = (flat.info().native_crs.clone(), flat.info().native_bounds);
+        let flat_read = |limit: u64| {
+            flat.read(&WindowRequest {
+                bbox,
+                crs: &crs,
+                width: 10,
+                height: 10,
+                cancel: None,
+                max_source_pixels: Some(limit),
+            })
+        };
+        assert!(matches!(
+            flat_read(8_000),
+            Err(SourceError::TooManySourcePixels { .. })
+        ));
+        assert!(flat_read(9_000).is_ok());
+    }
+
+    #[test]
     fn a_window_outside_the_source_is_all_invalid() {
         let s = open("elev.tif");
         let merc = Crs::parse("EPSG:3857").unwrap();
@@ -697,6 +821,7 @@ mod tests {
         let r = s
             .read(&WindowRequest {
                 cancel: None,
+                max_source_pixels: None,
                 bbox,
                 crs: &merc,
                 width: 16,
@@ -752,6 +877,7 @@ mod tests {
         let r = s
             .read(&WindowRequest {
                 cancel: None,
+                max_source_pixels: None,
                 bbox: BBox::new(0.0, 0.0, 4.0, 4.0).unwrap(),
                 crs: &crs,
                 width: 4,

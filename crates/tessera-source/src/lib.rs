@@ -52,6 +52,11 @@ pub struct WindowRequest<'a> {
     /// Raised when the read is no longer wanted: the source stops as soon
     /// as it can (between warp chunks) with [`SourceError::Cancelled`].
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Most source pixels the read may touch, counted at the resolution
+    /// the source would read (after its choice of overview); a read
+    /// estimated above it fails with [`SourceError::TooManySourcePixels`]
+    /// before any pixel is read. `None`: no limit.
+    pub max_source_pixels: Option<u64>,
 }
 
 /// A source of raster pixels.
@@ -120,6 +125,21 @@ pub enum SourceError {
     /// The read was cancelled through [`WindowRequest::cancel`].
     #[error("the read was cancelled")]
     Cancelled,
+    /// The read would touch more source pixels than allowed (a large area
+    /// at a fine scale of a source without overviews).
+    #[error(
+        "the request would read about {estimated} pixels of {path}, more than the limit of {limit} \
+         (limits.max_source_pixels); ask for a smaller area or a coarser scale, or add overviews \
+         to the source (gdaladdo)"
+    )]
+    TooManySourcePixels {
+        /// Path or URL as configured.
+        path: String,
+        /// Estimated source pixels the read would touch.
+        estimated: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The request is too large to allocate.
     #[error("window of {width}x{height} pixels is too large")]
     TooLarge {

@@ -132,6 +132,10 @@ pub struct ServerConfig {
     pub render_timeout_secs: f64,
     /// Renders running at once (default: number of CPU cores).
     pub max_concurrent_renders: usize,
+    /// Share of the render slots WMS GetMap requests may hold at once
+    /// (0 to 1, default 0.5; at least one slot): the rest is kept for tiles,
+    /// so large maps cannot starve tile clients. 1 lets maps take them all.
+    pub wms_render_share: f64,
     /// Service title in capabilities documents.
     pub title: String,
     /// Longest wait for a request's headers, in seconds or with a unit
@@ -157,6 +161,7 @@ impl Default for ServerConfig {
             public_url: None,
             render_timeout_secs: 30.0,
             max_concurrent_renders: std::thread::available_parallelism().map_or(2, usize::from),
+            wms_render_share: 0.5,
             title: "tessera".into(),
             header_timeout_secs: 10.0,
             idle_timeout_secs: 60.0,
@@ -180,6 +185,11 @@ pub struct Limits {
     pub wms_max_layers: usize,
     /// Longest query string accepted, in bytes (default 8192).
     pub max_query_bytes: usize,
+    /// Most source pixels one layer's read may touch, at the resolution
+    /// the source reads after choosing an overview (default 268,435,456:
+    /// a 16384x16384 raster without overviews); a larger read answers 400
+    /// before anything is read.
+    pub max_source_pixels: u64,
 }
 
 impl Default for Limits {
@@ -190,6 +200,7 @@ impl Default for Limits {
             wms_max_pixels: 4096 * 4096,
             wms_max_layers: 8,
             max_query_bytes: 8192,
+            max_source_pixels: 1 << 28,
         }
     }
 }
@@ -477,7 +488,7 @@ impl Config {
     /// arithmetic on it can overflow.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
-        let ranges: [(&str, f64, f64, f64); 18] = [
+        let ranges: [(&str, f64, f64, f64); 20] = [
             (
                 "server.header_timeout_secs",
                 s.header_timeout_secs,
@@ -513,6 +524,13 @@ impl Config {
                 s.max_concurrent_renders as f64,
                 1.0,
                 1024.0,
+            ),
+            ("server.wms_render_share", s.wms_render_share, 0.0, 1.0),
+            (
+                "limits.max_source_pixels",
+                l.max_source_pixels as f64,
+                1.0,
+                1e15,
             ),
             (
                 "cache.lock_timeout_secs",

@@ -156,6 +156,9 @@ impl From<RenderError> for ApiError {
                 "InvalidParameterValue",
                 format!("an image of {width}x{height} pixels is too large"),
             ),
+            RenderError::Source(e @ SourceError::TooManySourcePixels { .. }) => {
+                ApiError::bad_request("InvalidParameterValue", e.to_string())
+            }
             other => ApiError::internal(&other),
         }
     }

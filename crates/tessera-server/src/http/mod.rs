@@ -91,12 +91,18 @@ async fn health() -> &'static str {
 
 /// `GET /ready`: 503 while a store fails writes (a load balancer should
 /// send traffic elsewhere); otherwise 200, with how busy the render slots
-/// are.
+/// are (all of them, and the share WMS maps may hold).
 async fn ready(State(state): State<AppState>) -> Response {
-    let (busy, slots) = state.renderer.slots_in_use();
+    let slots = state.renderer.slots_in_use();
+    let saturated = |busy: usize, all: usize| if busy >= all { " (saturated)" } else { "" };
     let renders = format!(
-        "renders: {busy} of {slots} slots busy{}",
-        if busy >= slots { " (saturated)" } else { "" }
+        "renders: {} of {} slots busy{}\nwms maps: {} of {} slots busy{}",
+        slots.busy,
+        slots.slots,
+        saturated(slots.busy, slots.slots),
+        slots.map_busy,
+        slots.map_slots,
+        saturated(slots.map_busy, slots.map_slots),
     );
     let degraded = state.metrics.degraded_stores();
     if degraded.is_empty() {

@@ -12,6 +12,7 @@ use axum::response::Response;
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
 use super::{AppState, image_response};
+use crate::render::Demand;
 use get_map::GetMap;
 
 /// WMS versions spoken.
@@ -81,7 +82,7 @@ pub async fn kvp(
             let format = map.image.format;
             let bytes = state
                 .renderer
-                .render(map.image)
+                .render(map.image, Demand::Map)
                 .await
                 .map_err(|e| err(e.into()))?;
             Ok(image_response(format, bytes))
