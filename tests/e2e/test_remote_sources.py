@@ -22,6 +22,14 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def send_head(self):
+        self.server.hits += 1
+        if self.path.startswith("/to/"):
+            # /to/NAME redirects to NAME on the server's redirect target.
+            self.send_response(302)
+            self.send_header("Location", f"{self.server.redirect_to}/{self.path.removeprefix('/to/')}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         rng = self.headers.get("Range")
         path = self.translate_path(self.path)
         if not rng or not os.path.isfile(path):
@@ -48,13 +56,31 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         outputfile.write(source.read(remaining))
 
 
+def start_cog_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    server.hits = 0
+    server.redirect_to = None
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    server.authority = f"127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture(scope="module")
 def cog_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server = start_cog_server()
+    yield server.url
     server.shutdown()
+
+
+@pytest.fixture
+def redirecting_pair():
+    """Two COG servers; the front one redirects /to/NAME to the back one."""
+    front, back = start_cog_server(), start_cog_server()
+    front.redirect_to = back.url
+    yield front, back
+    front.shutdown()
+    back.shutdown()
 
 
 def write_config(path, url, allow_private):
@@ -85,3 +111,38 @@ def test_a_private_network_url_is_refused_unless_allowed(cog_server, tmp_path):
     assert r.returncode != 0
     assert "loopback, link-local or private address" in r.stderr, r.stderr
     assert "allow_private_network" in r.stderr
+
+
+def redirect_config(path, front, allowed):
+    allowed_yaml = ", ".join(f'"{a}"' for a in allowed)
+    path.write_text(f"""
+gdal:
+  allowed_private_hosts: [{allowed_yaml}]
+layers:
+  - name: remote
+    source: {{ path: "{front.url}/to/shadedrelief-5400.tif" }}
+    max_zoom: 8
+  - name: local
+    source: {{ path: "{ROOT}/data/shadedrelief-5400.tif" }}
+    max_zoom: 8
+""")
+
+
+def test_a_redirect_to_a_private_host_is_refused_although_gdal_follows_redirects(redirecting_pair, tmp_path):
+    front, back = redirecting_pair
+    config = tmp_path / "tessera.yaml"
+    redirect_config(config, front, [front.authority])
+    r = subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r.stdout
+    assert "cannot open source" in r.stderr, r.stderr
+    assert front.hits >= 1, "the listed host is reached"
+    assert back.hits == 0, f"the redirect target was reached {back.hits} times"
+
+
+def test_listed_private_hosts_are_reached_through_the_guard_redirects_included(redirecting_pair, tmp_path_factory):
+    front, back = redirecting_pair
+    config = tmp_path_factory.mktemp("redirect") / "tessera.yaml"
+    redirect_config(config, front, [front.authority, back.authority])
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert_same_tile(server, "/tiles/remote/WebMercatorQuad/4/8/5.png", "/tiles/local/WebMercatorQuad/4/8/5.png")
+    assert back.hits >= 2, "range reads went to the redirect target"

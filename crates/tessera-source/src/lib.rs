@@ -9,11 +9,13 @@
 //! once.
 
 mod crs;
+mod egress;
 mod gdal_source;
 mod location;
 mod settings;
 
 pub use crs::Crs;
+pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
 pub use location::{LocationPolicy, check_location};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};

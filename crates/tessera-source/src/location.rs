@@ -16,6 +16,9 @@ pub struct LocationPolicy {
     pub allowed_drivers: Vec<String>,
     /// Allow loopback, link-local and private network addresses in URLs.
     pub allow_private_network: bool,
+    /// Hosts (`name` or `name:port`) that may be reached even though they
+    /// resolve to a private address.
+    pub allowed_private_hosts: Vec<String>,
 }
 
 impl Default for LocationPolicy {
@@ -23,6 +26,7 @@ impl Default for LocationPolicy {
         Self {
             allowed_drivers: DEFAULT_DRIVERS.iter().map(|s| (*s).to_string()).collect(),
             allow_private_network: false,
+            allowed_private_hosts: Vec::new(),
         }
     }
 }
@@ -72,7 +76,7 @@ pub fn check_location(path: &str, policy: &LocationPolicy) -> Result<String, Sou
             return Err(refuse("only http and https URLs may be read"));
         }
         if !policy.allow_private_network {
-            check_public_host(url).map_err(|r| refuse(&r))?;
+            check_public_host(url, &policy.allowed_private_hosts).map_err(|r| refuse(&r))?;
         }
     } else if lower.starts_with("/vsi") {
         let allowed = [
@@ -191,30 +195,56 @@ fn check_everything_opened(path: &str, policy: &LocationPolicy) -> Result<(), St
             .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | ')' | '>'))
             .map_or(path.len(), |i| at + i);
         if !policy.allow_private_network {
-            check_public_host(&path[scheme_start..end])?;
+            check_public_host(&path[scheme_start..end], &policy.allowed_private_hosts)?;
         }
     }
     Ok(())
 }
 
-fn check_public_host(url: &str) -> Result<(), String> {
+/// Whether `host` (at `port`) is listed in `allowed`, as `host` or
+/// `host:port` (case-insensitive).
+pub(crate) fn host_is_allowed(host: &str, port: u16, allowed: &[String]) -> bool {
+    allowed.iter().any(|entry| {
+        let entry = entry.trim();
+        let (name, entry_port) = if let Some(rest) = entry.strip_prefix('[') {
+            let (name, after) = rest.split_once(']').unwrap_or((rest, ""));
+            (name, after.strip_prefix(':'))
+        } else if entry.matches(':').count() == 1 {
+            let (name, p) = entry.split_once(':').unwrap_or((entry, ""));
+            (name, Some(p))
+        } else {
+            (entry, None)
+        };
+        name.eq_ignore_ascii_case(host) && entry_port.is_none_or(|p| p.parse() == Ok(port))
+    })
+}
+
+fn check_public_host(url: &str, allowed: &[String]) -> Result<(), String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let default_port = if url.to_ascii_lowercase().starts_with("https") {
+        443
+    } else {
+        80
+    };
     let (host, port) = if let Some(stripped) = host_port.strip_prefix('[') {
         let (h, p) = stripped.split_once(']').unwrap_or((stripped, ""));
         (
             h.to_string(),
-            p.trim_start_matches(':').parse().unwrap_or(80),
+            p.trim_start_matches(':').parse().unwrap_or(default_port),
         )
     } else {
         match host_port.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p.parse().unwrap_or(80)),
-            None => (host_port.to_string(), 80),
+            Some((h, p)) => (h.to_string(), p.parse().unwrap_or(default_port)),
+            None => (host_port.to_string(), default_port),
         }
     };
     if host.is_empty() {
         return Err("URL has no host".into());
+    }
+    if host_is_allowed(&host, port, allowed) {
+        return Ok(());
     }
     let addrs: Vec<IpAddr> = (host.as_str(), port)
         .to_socket_addrs()
@@ -224,13 +254,16 @@ fn check_public_host(url: &str) -> Result<(), String> {
     if let Some(ip) = addrs.iter().find(|ip| !is_public(ip)) {
         return Err(format!(
             "{host} resolves to {ip}, a loopback, link-local or private address \
-             (set gdal.allow_private_network: true to allow it)"
+             (list the host in gdal.allowed_private_hosts, or set \
+             gdal.allow_private_network: true)"
         ));
     }
     Ok(())
 }
 
-fn is_public(ip: &IpAddr) -> bool {
+/// Whether `ip` is a public address: not loopback, private, link-local,
+/// unspecified, broadcast or carrier-grade NAT.
+pub(crate) fn is_public(ip: &IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             !(v4.is_loopback()
@@ -352,6 +385,44 @@ mod tests {
             check_location("http://127.0.0.1:9/a.tif", &policy).unwrap(),
             "/vsicurl/http://127.0.0.1:9/a.tif"
         );
+    }
+
+    #[test]
+    fn listed_private_hosts_pass_by_name_or_name_and_port() {
+        let policy = LocationPolicy {
+            allowed_private_hosts: vec![
+                "127.0.0.1:9".into(),
+                "LOCALHOST".into(),
+                "[::1]:8080".into(),
+            ],
+            ..LocationPolicy::default()
+        };
+        for url in [
+            "http://127.0.0.1:9/a.tif",
+            "http://localhost/a.tif",
+            "https://localhost:8443/a.tif",
+            "http://[::1]:8080/a.tif",
+        ] {
+            assert!(check_location(url, &policy).is_ok(), "{url} refused");
+        }
+        for url in [
+            "http://127.0.0.1:10/a.tif",
+            "http://127.0.0.1/a.tif",
+            "http://[::1]:8081/a.tif",
+            "http://10.0.0.1/a.tif",
+        ] {
+            assert!(check_location(url, &policy).is_err(), "{url} accepted");
+        }
+        assert!(host_is_allowed(
+            "127.0.0.1",
+            9,
+            &policy.allowed_private_hosts
+        ));
+        assert!(!host_is_allowed(
+            "127.0.0.1",
+            443,
+            &policy.allowed_private_hosts
+        ));
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub struct GdalSettings {
     pub allow_unsafe_drivers: bool,
     /// Allow sources at loopback, link-local and private network addresses.
     pub allow_private_network: bool,
+    /// Hosts (`name` or `name:port`) that may be reached although they
+    /// resolve to a private address: an internal COG server, say, while
+    /// every other private address stays refused. Object-store endpoints
+    /// set in `config_options` are added to it.
+    pub allowed_private_hosts: Vec<String>,
     /// Further GDAL configuration options, for example `AWS_S3_ENDPOINT`,
     /// `AWS_ACCESS_KEY_ID: ${AWS_ACCESS_KEY_ID}` or `GS_NO_SIGN_REQUEST`.
     pub config_options: BTreeMap<String, String>,
@@ -49,12 +54,44 @@ impl Default for GdalSettings {
             allowed_drivers: DEFAULT_DRIVERS.iter().map(|s| (*s).to_string()).collect(),
             allow_unsafe_drivers: false,
             allow_private_network: false,
+            allowed_private_hosts: Vec::new(),
             config_options: BTreeMap::new(),
         }
     }
 }
 
 impl GdalSettings {
+    /// The hosts of object-store endpoints written in `config_options`
+    /// (`AWS_S3_ENDPOINT`, `CPL_GS_ENDPOINT`, the `BlobEndpoint` of
+    /// `AZURE_STORAGE_CONNECTION_STRING`): the operator chose them, so the
+    /// egress guard lets GDAL reach them even on a private network.
+    pub fn configured_endpoints(&self) -> Vec<String> {
+        let authority = |url: &str| -> String {
+            let rest = url.split_once("://").map_or(url, |(_, r)| r);
+            rest.split(['/', '?', '#'])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut hosts = Vec::new();
+        for key in ["AWS_S3_ENDPOINT", "CPL_GS_ENDPOINT"] {
+            if let Some(url) = self.config_options.get(key) {
+                hosts.push(authority(url));
+            }
+        }
+        if let Some(conn) = self.config_options.get("AZURE_STORAGE_CONNECTION_STRING") {
+            for part in conn.split(';') {
+                if let Some((k, v)) = part.split_once('=')
+                    && matches!(k.trim(), "BlobEndpoint" | "DfsEndpoint")
+                {
+                    hosts.push(authority(v.trim()));
+                }
+            }
+        }
+        hosts.retain(|h| !h.is_empty());
+        hosts
+    }
+
     /// The location policy these settings describe.
     pub fn policy(&self) -> LocationPolicy {
         LocationPolicy {
@@ -64,11 +101,18 @@ impl GdalSettings {
                 self.allowed_drivers.clone()
             },
             allow_private_network: self.allow_private_network,
+            allowed_private_hosts: self.allowed_private_hosts.clone(),
         }
     }
 }
 
-/// Applies the settings to the GDAL library (process-wide; call once at start).
+/// Applies the settings to the GDAL library (process-wide; call once at
+/// start, again to change them).
+///
+/// Unless private networks are allowed, GDAL's HTTP requests go through the
+/// egress guard (see `egress`), which checks every request GDAL makes,
+/// redirects included, against the same rules as the source check; a
+/// `GDAL_HTTP_PROXY` of the user's own replaces it (with a warning).
 ///
 /// GDAL's own messages go to the log instead of straight to stderr: a
 /// failure comes back to the caller as an error that carries GDAL's message
@@ -103,7 +147,63 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     for (key, value) in &settings.config_options {
         set(key, value)?;
     }
-    Ok(())
+    route_through_guard(settings)
+}
+
+/// Points GDAL's HTTP proxy at the egress guard when private networks are
+/// refused; clears it when they are allowed.
+fn route_through_guard(settings: &GdalSettings) -> Result<(), gdal::errors::GdalError> {
+    let set = gdal::config::set_config_option;
+    if settings.config_options.contains_key("GDAL_HTTP_PROXY") {
+        if !settings.allow_private_network {
+            tracing::warn!(
+                "gdal.config_options sets GDAL_HTTP_PROXY: redirects GDAL follows are not checked against the private-network rule"
+            );
+        }
+        return Ok(());
+    }
+    if settings.allow_private_network {
+        for key in [
+            "GDAL_HTTP_PROXY",
+            "GDAL_HTTP_PROXYUSERPWD",
+            "GDAL_PROXY_AUTH",
+        ] {
+            if !settings.config_options.contains_key(key) {
+                gdal::config::clear_config_option(key)?;
+            }
+        }
+        return Ok(());
+    }
+    for var in ["no_proxy", "NO_PROXY"] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+            tracing::warn!(
+                variable = var,
+                "the environment names hosts GDAL reaches without its proxy: requests to them are not checked against the private-network rule"
+            );
+        }
+    }
+    let mut allowed = settings.allowed_private_hosts.clone();
+    allowed.extend(settings.configured_endpoints());
+    let policy = crate::EgressPolicy {
+        allowed_private_hosts: allowed,
+        connect_timeout: std::time::Duration::from_secs(settings.http_connect_timeout_secs.max(1)),
+    };
+    match crate::egress_guard(policy) {
+        Ok(guard) => {
+            set("GDAL_HTTP_PROXY", &guard.address.to_string())?;
+            set("GDAL_HTTP_PROXYUSERPWD", &guard.credentials)?;
+            set("GDAL_PROXY_AUTH", "BASIC")
+        }
+        Err(e) => {
+            // Without the guard GDAL must not reach the network unchecked:
+            // point it at a proxy that cannot be reached.
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "the egress guard cannot start; GDAL's HTTP requests will fail"
+            );
+            set("GDAL_HTTP_PROXY", "127.0.0.1:9")
+        }
+    }
 }
 
 /// Makes `bytes` readable by GDAL at `path` (which must start with
@@ -139,5 +239,29 @@ pub fn forget_network_cache(path: &str) {
     if let Ok(prefix) = std::ffi::CString::new(path) {
         // SAFETY: a valid NUL-terminated string, only read during the call.
         unsafe { gdal_sys::VSICurlPartialClearCache(prefix.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_store_endpoints_in_config_options_are_trusted_hosts() {
+        let mut settings = GdalSettings::default();
+        for (k, v) in [
+            ("AWS_S3_ENDPOINT", "127.0.0.1:9000"),
+            ("CPL_GS_ENDPOINT", "http://localhost:4443/storage/v1/"),
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "DefaultEndpointsProtocol=http;AccountName=a;BlobEndpoint=http://127.0.0.1:10000/a;",
+            ),
+        ] {
+            settings.config_options.insert(k.into(), v.into());
+        }
+        assert_eq!(
+            settings.configured_endpoints(),
+            ["127.0.0.1:9000", "localhost:4443", "127.0.0.1:10000"]
+        );
     }
 }
