@@ -673,7 +673,11 @@ mod tests {
     use super::*;
 
     fn data(name: &str) -> String {
-        format!("{}/../../data/{name}", env!("CARGO_MANIFEST_DIR"))
+        // Read when the test runs, not baked in at build time: a test
+        // binary built in another checkout sharing the target directory
+        // must still find this checkout's files.
+        let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR");
+        format!("{dir}/../../data/{name}")
     }
 
     fn open(name: &str) -> GdalSource {

@@ -26,7 +26,7 @@ print(json.dumps({"codec": r.codec, "schema_name": schema["name"], "tiles": tile
 
 #[test]
 fn fastavro_reads_a_pack_written_by_tessera_byte_for_byte() {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../var/venv/bin/python");
+    let python = PathBuf::from(manifest_dir()).join("../../var/venv/bin/python");
     assert!(
         python.exists(),
         "{} is missing: run scripts/install-deps (it builds the test venv with fastavro)",
@@ -78,4 +78,11 @@ fn fastavro_reads_a_pack_written_by_tessera_byte_for_byte() {
         assert_eq!(r["etag"], t.etag.as_str());
         assert_eq!(r["created"], t.created_ms);
     }
+}
+
+/// The package's directory, read when the test runs (cargo sets it), not
+/// baked in at build time: a test binary built in another checkout that
+/// shares the target directory must still find this checkout's files.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }

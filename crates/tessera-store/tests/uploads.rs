@@ -117,10 +117,7 @@ impl Proxy {
             .local_addr()
             .unwrap()
             .port();
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/lib/faulty-proxy.py"
-        );
+        let script = format!("{}/../../scripts/lib/faulty-proxy.py", manifest_dir());
         let mut child = Command::new("python3")
             .arg(script)
             .arg(port.to_string())
@@ -286,4 +283,11 @@ fn a_dropped_upload_is_aborted() {
         "the dropped upload was aborted"
     );
     assert!(rt.block_on(store.head(&path)).is_err(), "no object");
+}
+
+/// The package's directory, read when the test runs (cargo sets it), not
+/// baked in at build time: a test binary built in another checkout that
+/// shares the target directory must still find this checkout's files.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }
