@@ -38,6 +38,10 @@ class Server:
         self.proc = proc
         self.log = log
 
+    def log_text(self):
+        """Everything the server wrote to stdout and stderr so far."""
+        return self.log.read_text()
+
     def get(self, path):
         with urllib.request.urlopen(self.url + path, timeout=60) as r:
             return r.status, r.headers.get("Content-Type"), r.read()

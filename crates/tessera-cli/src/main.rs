@@ -25,8 +25,39 @@ use tessera_server::{Config, Service, demo, http};
     long_about = None
 )]
 struct Cli {
+    /// Log line format: `text`, or `json` (one object per line, for log
+    /// collectors). Filter with TESSERA_LOG or RUST_LOG, e.g.
+    /// `info,tessera::access=off`.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TESSERA_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sends logs to stderr in `format`, filtered by `TESSERA_LOG` (or
+/// `RUST_LOG`, default `info`).
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = ["TESSERA_LOG", "RUST_LOG"]
+        .into_iter()
+        .find_map(|var| tracing_subscriber::EnvFilter::try_from_env(var).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,14 +102,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

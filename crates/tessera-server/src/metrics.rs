@@ -5,8 +5,12 @@
 //! `tessera_tile_requests_total{layer,result}` (result: hit, miss, error),
 //! `tessera_metatile_renders_total{layer}`, `tessera_tile_encodes_total{layer}`,
 //! `tessera_store_op_seconds{store,op}`, `tessera_store_errors_total{store,op}`,
-//! `tessera_lock_wait_seconds{kind}` (kind: metatile, tile) and
-//! `tessera_encode_queue_depth`.
+//! `tessera_lock_wait_seconds{kind}` (kind: metatile, tile),
+//! `tessera_encode_queue_depth`, `tessera_store_degraded{store}`,
+//! `tessera_http_request_seconds{kind,status}` (kind: tile, tilejson, wmts,
+//! wms, admin, other; status: 2xx .. 5xx; its `_count` counts requests),
+//! `tessera_render_seconds{layer}` (one layer's read and style, per
+//! metatile, tile or WMS map) and `tessera_build_info{version}`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +43,56 @@ impl RequestResult {
             RequestResult::Hit => "hit",
             RequestResult::Miss => "miss",
             RequestResult::Error => "error",
+        }
+    }
+}
+
+/// The kind of endpoint a request went to, for the request metrics.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// XYZ/TMS tiles.
+    Tile,
+    /// TileJSON documents.
+    TileJson,
+    /// WMTS (KVP, REST tiles and capabilities).
+    Wmts,
+    /// WMS (GetMap and GetCapabilities).
+    Wms,
+    /// The admin API.
+    Admin,
+    /// Everything else: health, readiness, metrics, the preview.
+    Other,
+}
+
+impl EndpointKind {
+    /// The kind of endpoint `path` names.
+    pub fn of(path: &str) -> EndpointKind {
+        if path.starts_with("/tiles/") || path.starts_with("/tms/") {
+            if path.ends_with("/tilejson.json") {
+                EndpointKind::TileJson
+            } else {
+                EndpointKind::Tile
+            }
+        } else if path == "/wmts" || path.starts_with("/wmts/") {
+            EndpointKind::Wmts
+        } else if path == "/wms" {
+            EndpointKind::Wms
+        } else if path.starts_with("/admin/") {
+            EndpointKind::Admin
+        } else {
+            EndpointKind::Other
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            EndpointKind::Tile => "tile",
+            EndpointKind::TileJson => "tilejson",
+            EndpointKind::Wmts => "wmts",
+            EndpointKind::Wms => "wms",
+            EndpointKind::Admin => "admin",
+            EndpointKind::Other => "other",
         }
     }
 }
@@ -83,6 +137,12 @@ struct KindLabels {
     kind: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    kind: &'static str,
+    status: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -102,6 +162,8 @@ pub struct Metrics {
     lock_wait_seconds: HistogramFamily<KindLabels>,
     encode_queue_depth: Gauge,
     store_degraded: Family<DegradedLabels, Gauge>,
+    http_request_seconds: HistogramFamily<HttpLabels>,
+    render_seconds: HistogramFamily<LayerLabels>,
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -172,8 +234,32 @@ impl Metrics {
             "1 while the store's writes fail (tiles are served but not kept)",
             store_degraded.clone(),
         );
+        let http_request_seconds: HistogramFamily<HttpLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tessera_http_request_seconds",
+            "HTTP requests by endpoint kind and status class, until the response headers",
+            http_request_seconds.clone(),
+        );
+        let render_seconds: HistogramFamily<LayerLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tessera_render_seconds",
+            "Duration of one layer's read and style, per metatile, tile or WMS map",
+            render_seconds.clone(),
+        );
+        registry.register(
+            "tessera_build",
+            "The running build",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+        );
         Metrics {
             registry,
+            http_request_seconds,
+            render_seconds,
             tile_requests,
             metatile_renders,
             tile_encodes,
@@ -202,6 +288,33 @@ impl Metrics {
                 result: result.label(),
             })
             .inc();
+    }
+
+    /// Records a finished HTTP request: which kind of endpoint, its status,
+    /// and the time until its response headers.
+    pub fn http_request(&self, kind: EndpointKind, status: u16, elapsed: std::time::Duration) {
+        let status = match status / 100 {
+            1 => "1xx",
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            _ => "5xx",
+        };
+        self.http_request_seconds
+            .get_or_create(&HttpLabels {
+                kind: kind.label(),
+                status,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one layer's render (read and style).
+    pub fn layer_rendered(&self, layer: &str, elapsed: std::time::Duration) {
+        self.render_seconds
+            .get_or_create(&LayerLabels {
+                layer: layer.into(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts a metatile render.

@@ -23,6 +23,7 @@ use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, encode};
 use tessera_source::{Crs, SourceError, WindowRequest};
 use tokio::sync::Semaphore;
 
+use crate::metrics::Metrics;
 use crate::registry::Layer;
 
 /// Why a render did not produce an image.
@@ -112,13 +113,16 @@ impl RenderLimits {
     }
 }
 
-/// What a render may spend: checked before and during the work.
+/// What a render may spend (checked before and during the work), and
+/// where it reports how long each layer took.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget<'a> {
     /// Raised when the render is no longer wanted.
     pub cancel: &'a AtomicBool,
     /// Most source pixels one layer's read may touch.
     pub max_source_pixels: u64,
+    /// Receives each layer's render duration.
+    pub metrics: &'a Metrics,
 }
 
 /// Runs renders on blocking threads, at most `max_concurrent` at once, of
@@ -129,11 +133,13 @@ pub struct Renderer {
     map_permits: Arc<Semaphore>,
     limits: RenderLimits,
     encoding: EncodeOptions,
+    metrics: Arc<Metrics>,
 }
 
 impl Renderer {
-    /// A renderer bounded by `limits`.
-    pub fn new(limits: RenderLimits, encoding: EncodeOptions) -> Self {
+    /// A renderer bounded by `limits`, reporting render durations to
+    /// `metrics`.
+    pub fn new(limits: RenderLimits, encoding: EncodeOptions, metrics: Arc<Metrics>) -> Self {
         let limits = RenderLimits {
             max_concurrent: limits.max_concurrent.max(1),
             ..limits
@@ -143,6 +149,7 @@ impl Renderer {
             map_permits: Arc::new(Semaphore::new(limits.map_slots())),
             limits,
             encoding,
+            metrics,
         }
     }
 
@@ -226,11 +233,13 @@ impl Renderer {
             .map_err(|_| RenderError::Timeout(timeout))?
             .map_err(|_| RenderError::Closed)?;
         let max_source_pixels = self.limits.max_source_pixels;
+        let metrics = self.metrics.clone();
         let task = tokio::task::spawn_blocking(move || {
             let _permits = (permit, map_permit);
             work(Budget {
                 cancel: &flag,
                 max_source_pixels,
+                metrics: &metrics,
             })
         });
         match tokio::time::timeout_at(deadline, task).await {
@@ -316,6 +325,7 @@ pub fn render_layer(
 ) -> Result<RgbaImage, RenderError> {
     let cancel = budget.cancel;
     check(cancel)?;
+    let start = std::time::Instant::now();
     let margin = layer.style.margin();
     let res_x = bbox.width() / f64::from(width);
     let res_y = bbox.height() / f64::from(height);
@@ -330,7 +340,9 @@ pub fn render_layer(
     })?;
     check(cancel)?;
     let scale = pixel_scale(crs, bbox, res_x, res_y);
-    Ok(layer.style.apply(&raster, scale)?)
+    let image = layer.style.apply(&raster, scale)?;
+    budget.metrics.layer_rendered(&layer.name, start.elapsed());
+    Ok(image)
 }
 
 /// The ground size of a pixel at the centre of `bbox`.

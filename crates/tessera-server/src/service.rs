@@ -91,6 +91,7 @@ impl Service {
                 max_source_pixels: config.limits.max_source_pixels,
             },
             config.encoding,
+            metrics.clone(),
         );
         let tiles = TileCache::new(
             renderer.clone(),

@@ -3,9 +3,11 @@
 //! paths resolved against the file's directory. Each store's options are
 //! its backend's own spec ([`StoreSpec`], in `tessera-store`).
 
+mod cors;
 mod env;
 mod error;
 
+pub use cors::CorsSettings;
 pub use error::ConfigError;
 
 use std::collections::BTreeMap;
@@ -152,6 +154,16 @@ pub struct ServerConfig {
     /// How long a shutdown waits for requests in flight (default 10).
     #[serde(deserialize_with = "seconds")]
     pub shutdown_grace_secs: f64,
+    /// Cross-origin access for web pages on other origins (default: every
+    /// origin may read; never the admin endpoints).
+    pub cors: CorsSettings,
+    /// Compress text responses (capabilities, TileJSON, exceptions,
+    /// metrics) with gzip, br or zstd as the client accepts (default
+    /// true); images are never compressed again.
+    pub compression: bool,
+    /// One log line per request at info level, target `tessera::access`
+    /// (default true).
+    pub access_log: bool,
 }
 
 impl Default for ServerConfig {
@@ -167,6 +179,9 @@ impl Default for ServerConfig {
             idle_timeout_secs: 60.0,
             max_connections: 0,
             shutdown_grace_secs: 10.0,
+            cors: CorsSettings::default(),
+            compression: true,
+            access_log: true,
         }
     }
 }
@@ -426,6 +441,7 @@ impl Config {
         if self.layers.is_empty() {
             return invalid("`layers` is empty: add at least one layer".into());
         }
+        self.server.cors.check().or_else(invalid)?;
         let mut names = std::collections::HashSet::new();
         for layer in &self.layers {
             if !valid_name(&layer.name) {
@@ -682,6 +698,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.layers[0].source.path, "/def/x.tif");
+    }
+
+    #[test]
+    fn cors_is_a_switch_or_a_map_of_checked_origins() {
+        let base = "layers:\n  - name: a\n    source: { path: /x }\n";
+        let parse =
+            |server: &str| Config::from_yaml(&format!("server: {server}\n{base}"), |_| None);
+        let c = Config::from_yaml(base, |_| None).unwrap();
+        assert!(c.server.cors.enabled && c.server.cors.any_origin() && !c.server.cors.admin);
+        assert!(!parse("{ cors: false }").unwrap().server.cors.enabled);
+        assert!(!parse("{ cors: off }").unwrap().server.cors.enabled);
+        let c = parse("{ cors: { origins: [\"https://maps.example\", \"http://localhost:3000\"], max_age_secs: 60 } }")
+            .unwrap();
+        assert_eq!(c.server.cors.origins.len(), 2);
+        assert_eq!(c.server.cors.max_age_secs, 60);
+        let err = parse("{ cors: { origin: [\"*\"] } }").unwrap_err();
+        assert!(err.to_string().contains("origin"), "{err}");
+        for bad in [
+            "https://maps.example/",
+            "maps.example",
+            "ftp://x",
+            "https://*.example",
+        ] {
+            let err = parse(&format!("{{ cors: {{ origins: [\"{bad}\"] }} }}")).unwrap_err();
+            assert!(err.to_string().contains("is not an origin"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! protocol shares. Each protocol lives in its own module; errors become
 //! responses only in [`error`].
 
+mod access;
 pub mod address;
 mod admin;
 pub mod body;
+mod cors;
 pub mod error;
 pub mod listener;
 pub mod params;
@@ -21,11 +23,13 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use tessera_grid::TileFormat;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
 
 use crate::config::Config;
 use crate::service::Service;
@@ -51,9 +55,12 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// Builds the router with every endpoint.
+/// Builds the router with every endpoint: the read endpoints with CORS
+/// (unless off), the admin endpoints without it (unless configured), text
+/// responses compressed (unless off), every request counted and logged.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let server = &state.config.server;
+    let mut reads = Router::new()
         .route("/", get(preview::index))
         .route("/health", get(health))
         .route("/ready", get(ready))
@@ -76,13 +83,33 @@ pub fn router(state: AppState) -> Router {
             get(wmts::rest_tile),
         )
         .route("/wms", get(wms::kvp))
-        .route(
-            "/admin/sources/{name}",
-            axum::routing::put(admin::put_source),
-        )
-        .fallback(not_found)
-        .layer(CatchPanicLayer::custom(panic_response))
-        .with_state(state)
+        .fallback(not_found);
+    if let Some(layer) = cors::read_layer(&server.cors) {
+        reads = reads
+            .layer(layer)
+            .layer(middleware::from_fn(cors::preflight_no_content));
+    }
+    let mut admin = Router::new().route(
+        "/admin/sources/{name}",
+        axum::routing::put(admin::put_source),
+    );
+    if let Some(layer) = cors::admin_layer(&server.cors) {
+        admin = admin
+            .layer(layer)
+            .layer(middleware::from_fn(cors::preflight_no_content));
+    }
+    let mut app = reads.merge(admin);
+    if server.compression {
+        // The default predicate leaves images (and bodies under 32 bytes)
+        // alone and sets `Vary: Accept-Encoding`.
+        app = app.layer(CompressionLayer::new());
+    }
+    app.layer(middleware::from_fn_with_state(
+        state.clone(),
+        access::record,
+    ))
+    .layer(CatchPanicLayer::custom(panic_response))
+    .with_state(state)
 }
 
 async fn health() -> &'static str {
@@ -207,5 +234,8 @@ pub async fn serve_tile(
             CacheStatus::Miss => "MISS",
         }),
     );
+    response
+        .extensions_mut()
+        .insert(access::ServedLayers::One(tile.layer));
     Ok(response)
 }

@@ -9,6 +9,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
+use super::access::ServedLayers;
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
 use super::{AppState, image_response};
@@ -80,12 +81,16 @@ pub async fn kvp(
             let map = GetMap::from_kvp(&kvp, version, &state.registry, &state.config.limits)
                 .map_err(err)?;
             let format = map.image.format;
+            let names: Vec<&str> = map.image.layers.iter().map(|l| l.name.as_str()).collect();
+            let served = ServedLayers::Named(names.join(",").into());
             let bytes = state
                 .renderer
                 .render(map.image, Demand::Map)
                 .await
                 .map_err(|e| err(e.into()))?;
-            Ok(image_response(format, bytes))
+            let mut response = image_response(format, bytes);
+            response.extensions_mut().insert(served);
+            Ok(response)
         }
         other => Err(err(ApiError::bad_request(
             "OperationNotSupported",

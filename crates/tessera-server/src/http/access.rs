@@ -1,0 +1,106 @@
+//! The access log and the request metrics: one record per request, made
+//! when its response headers are ready.
+//!
+//! A log line (target `tessera::access`, level info, unless
+//! `server.access_log` is false) carries the method, path and query,
+//! status, body bytes (when known), duration, cache status (`X-Cache`) and
+//! the layer(s) served. Handlers name the layer by adding a
+//! [`ServedLayers`] extension to their response.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::HttpBody;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::AppState;
+use crate::metrics::EndpointKind;
+use crate::registry::Layer;
+
+/// The layer(s) a response served, for the access log.
+#[derive(Debug, Clone)]
+pub enum ServedLayers {
+    /// One layer (a tile, a TileJSON document).
+    One(Arc<Layer>),
+    /// Several, as the request named them (a WMS map's `LAYERS`).
+    Named(Arc<str>),
+}
+
+impl ServedLayers {
+    fn names(&self) -> &str {
+        match self {
+            ServedLayers::One(layer) => &layer.name,
+            ServedLayers::Named(names) => names,
+        }
+    }
+}
+
+/// Longest request target written to the log, in bytes.
+const MAX_LOGGED_TARGET: usize = 2048;
+
+/// Records the request in the metrics and, when enabled, the access log.
+pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let kind = EndpointKind::of(request.uri().path());
+    let log = state.config.server.access_log
+        && tracing::enabled!(target: "tessera::access", tracing::Level::INFO);
+    let logged = log.then(|| (request.method().clone(), request.uri().clone()));
+    let response = next.run(request).await;
+    let elapsed = start.elapsed();
+    let status = response.status();
+    state.metrics.http_request(kind, status.as_u16(), elapsed);
+    if let Some((method, uri)) = logged {
+        let target = uri
+            .path_and_query()
+            .map_or_else(|| uri.path(), |pq| pq.as_str());
+        let target = truncate(target, MAX_LOGGED_TARGET);
+        let bytes = response.body().size_hint().exact();
+        let cache = response
+            .headers()
+            .get("x-cache")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        let layers = response
+            .extensions()
+            .get::<ServedLayers>()
+            .map_or("-", ServedLayers::names);
+        tracing::info!(
+            target: "tessera::access",
+            method = %method,
+            target = target,
+            status = status.as_u16(),
+            bytes,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            cache,
+            layer = layers,
+            "request"
+        );
+    }
+    response
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_targets_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("aé", 2), "a");
+        assert_eq!(truncate("abcdef", 4), "abcd");
+    }
+}
