@@ -136,15 +136,16 @@ fn run(cli: Cli) -> CliResult {
             Ok(0)
         }
         Command::Serve { config, listen } => {
+            let config_path = config.clone();
             let mut config = load(config.as_ref())?;
-            if let Some(listen) = listen {
-                config.server.listen = listen;
+            if let Some(listen) = &listen {
+                config.server.listen.clone_from(listen);
             }
             let grace = Duration::try_from_secs_f64(config.server.shutdown_grace_secs)
                 .unwrap_or(Duration::from_secs(10));
-            let state = http::AppState::new(Service::serving(config)?);
+            let service = Service::serving(config)?;
             let runtime = runtime::runtime()?;
-            let served = runtime.block_on(serve(state));
+            let served = runtime.block_on(serve(service, config_path, listen));
             // Renders still running were cancelled when their requests
             // went; what does not stop within the grace period is left
             // behind rather than holding the exit.
@@ -154,12 +155,19 @@ fn run(cli: Cli) -> CliResult {
     }
 }
 
-async fn serve(state: http::AppState) -> Result<(), CliError> {
-    let listen = state.config.server.listen.clone();
+async fn serve(
+    service: Service,
+    config_path: Option<PathBuf>,
+    listen_override: Option<String>,
+) -> Result<(), CliError> {
+    let listen = service.config.server.listen.clone();
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| CliError::from(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener.local_addr()?;
+    let settings = listener_settings(&service.config.server);
+    let (live, routers) = http::live::Live::start(service, config_path, listen_override);
+    let state = live.current();
     let first = state
         .registry
         .layers()
@@ -175,10 +183,39 @@ async fn serve(state: http::AppState) -> Result<(), CliError> {
         state.registry.layers().len()
     );
     println!("preview: http://{addr}/preview/{first}");
-    let settings = listener_settings(&state.config.server);
-    let app = http::router(state);
-    http::listener::serve(listener, app, settings, shutdown_signal()).await;
+    drop(state);
+    tokio::spawn(reload_on_hangup(live));
+    http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())
+}
+
+/// Reloads the configuration on each SIGHUP; a config that fails is logged
+/// and the current one keeps serving.
+async fn reload_on_hangup(live: std::sync::Arc<http::live::Live>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: reload with POST /admin/reload");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let live = live.clone();
+            match tokio::task::spawn_blocking(move || live.reload()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "the new configuration was refused; the old one keeps serving"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = &e as &dyn std::error::Error, "the reload failed");
+                }
+            }
+        }
+    }
 }
 
 /// Connection bounds from the `server:` section, with the open-file limit

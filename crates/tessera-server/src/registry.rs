@@ -115,11 +115,14 @@ impl Registry {
     ///
     /// `wrap_source` sees each layer's opened source and may wrap it (tests
     /// use it to count, slow down or block reads); pass `|_, s| s` otherwise.
+    /// Stores in `kept` (already open, with the same spec) are used as they
+    /// are instead of being opened again.
     pub fn load(
         config: &Config,
         metrics: &Arc<Metrics>,
         wrap_source: &WrapSource,
         selection: LayerSelection<'_>,
+        kept: HashMap<String, Arc<dyn TileStore>>,
     ) -> Result<Registry, ConfigError> {
         let layers: Vec<&LayerConfig> = match selection {
             LayerSelection::All => config.layers.iter().collect(),
@@ -142,7 +145,7 @@ impl Registry {
                 .into_iter()
                 .collect(),
         };
-        let stores = open_stores(config, &wanted_stores, metrics)?;
+        let stores = open_stores(config, &wanted_stores, metrics, kept)?;
         let mut grids = HashMap::new();
         for tms in [
             TileMatrixSet::web_mercator_quad(),
@@ -336,11 +339,12 @@ impl Registry {
 
 /// Opens the configured stores named in `wanted` (names not configured
 /// are skipped), each timed into the metrics and, where configured, behind
-/// an in-memory LRU.
+/// an in-memory LRU; a store found in `kept` is taken from there.
 fn open_stores(
     config: &Config,
     wanted: &[&str],
     metrics: &Arc<Metrics>,
+    mut kept: HashMap<String, Arc<dyn TileStore>>,
 ) -> Result<HashMap<String, Arc<dyn TileStore>>, ConfigError> {
     let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
         Arc::new(TimedStore::new(s, metrics.clone()))
@@ -351,6 +355,10 @@ fn open_stores(
         .iter()
         .filter(|(n, _)| wanted.contains(&n.as_str()))
     {
+        if let Some(store) = kept.remove(name) {
+            stores.insert(name.clone(), store);
+            continue;
+        }
         let failed = |source| ConfigError::Store {
             store: name.clone(),
             source,

@@ -195,6 +195,11 @@ impl Renderer {
         }
     }
 
+    /// The limits the renderer was built with.
+    pub fn limits(&self) -> &RenderLimits {
+        &self.limits
+    }
+
     /// The encoder settings renders use.
     pub fn encoding(&self) -> &EncodeOptions {
         &self.encoding

@@ -80,34 +80,79 @@ impl Service {
         layers: LayerSelection<'_>,
         wrap_source: &WrapSource,
     ) -> Result<Service, ConfigError> {
+        Service::build(config, mode, layers, wrap_source, None)
+    }
+
+    /// A serving service for `config` that takes over what did not change
+    /// from this one: the metrics, every store whose spec is unchanged (a
+    /// journal or MBTiles is not reopened), the render slots and the tile
+    /// cache's locks when their settings are unchanged, and the uploads
+    /// store. Sources are opened again. Fails, leaving this service as it
+    /// is, when `config` cannot be served.
+    pub fn reload(&self, config: Config) -> Result<Service, ConfigError> {
+        Service::build(
+            config,
+            Mode::Serving,
+            LayerSelection::All,
+            &|_, s| s,
+            Some(self),
+        )
+    }
+
+    fn build(
+        config: Config,
+        mode: Mode,
+        layers: LayerSelection<'_>,
+        wrap_source: &WrapSource,
+        previous: Option<&Service>,
+    ) -> Result<Service, ConfigError> {
         tessera_source::configure_gdal(&config.gdal).map_err(ConfigError::Gdal)?;
-        let metrics = Arc::new(Metrics::new());
-        let registry = Registry::load(&config, &metrics, wrap_source, layers)?;
-        let renderer = Renderer::new(
-            RenderLimits {
-                max_concurrent: config.server.max_concurrent_renders,
-                map_share: config.server.wms_render_share,
-                timeout: Duration::from_secs_f64(config.server.render_timeout_secs),
-                max_source_pixels: config.limits.max_source_pixels,
+        let metrics = previous.map_or_else(|| Arc::new(Metrics::new()), |p| p.metrics.clone());
+        let kept_stores = previous
+            .map(|p| {
+                p.registry
+                    .stores
+                    .iter()
+                    .filter(|(name, _)| p.config.stores.get(*name) == config.stores.get(*name))
+                    .map(|(name, store)| (name.clone(), store.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let registry = Registry::load(&config, &metrics, wrap_source, layers, kept_stores)?;
+        let limits = RenderLimits {
+            max_concurrent: config.server.max_concurrent_renders,
+            map_share: config.server.wms_render_share,
+            timeout: Duration::from_secs_f64(config.server.render_timeout_secs),
+            max_source_pixels: config.limits.max_source_pixels,
+        };
+        let settings = TileCacheSettings {
+            lock_timeout: Duration::from_secs_f64(config.cache.lock_timeout_secs),
+            metatile_threads: match mode {
+                Mode::Serving => config.cache.metatile_threads,
+                Mode::Batch => 0,
             },
-            config.encoding,
-            metrics.clone(),
-        );
-        let tiles = TileCache::new(
-            renderer.clone(),
-            metrics.clone(),
-            TileCacheSettings {
-                lock_timeout: Duration::from_secs_f64(config.cache.lock_timeout_secs),
-                metatile_threads: match mode {
-                    Mode::Serving => config.cache.metatile_threads,
-                    Mode::Batch => 0,
-                },
-                encode_queue_len: config.cache.encode_queue_len,
-            },
-        );
+            encode_queue_len: config.cache.encode_queue_len,
+        };
+        let (renderer, tiles) = match previous {
+            Some(p)
+                if p.renderer.limits() == &limits
+                    && p.renderer.encoding() == &config.encoding
+                    && p.tiles.settings() == &settings =>
+            {
+                (p.renderer.clone(), p.tiles.clone())
+            }
+            _ => {
+                let renderer = Renderer::new(limits, config.encoding, metrics.clone());
+                let tiles = TileCache::new(renderer.clone(), metrics.clone(), settings);
+                (renderer, Arc::new(tiles))
+            }
+        };
         let uploads = match (&config.admin, mode, layers) {
             (Some(admin), Mode::Serving, _) => {
-                let uploads = Uploads::open(admin)?;
+                let uploads = match previous.and_then(|p| p.uploads.clone()) {
+                    Some(kept) if &kept.config == admin => kept,
+                    _ => Arc::new(Uploads::open(admin)?),
+                };
                 for (name, file) in uploads.recorded()? {
                     if let Err(e) =
                         uploads.serve_as_layer(&registry, &name, &file, &config, wrap_source)
@@ -115,7 +160,7 @@ impl Service {
                         tracing::error!(source = %name, error = &e as &dyn std::error::Error, "an uploaded source cannot be served");
                     }
                 }
-                Some(Arc::new(uploads))
+                Some(uploads)
             }
             (Some(admin), Mode::Batch, LayerSelection::Only(name))
                 if registry.layer(name).is_none() =>
@@ -132,7 +177,7 @@ impl Service {
         Ok(Service {
             registry: Arc::new(registry),
             renderer,
-            tiles: Arc::new(tiles),
+            tiles,
             metrics,
             config: Arc::new(config),
             uploads,

@@ -118,7 +118,7 @@ struct MetaKey {
 }
 
 /// Settings of the tile cache path.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TileCacheSettings {
     /// Longest wait for any lock.
     pub lock_timeout: Duration,
@@ -149,6 +149,7 @@ pub struct TileCache {
     metatile_locks: KeyedLocks<MetaKey>,
     tile_locks: KeyedLocks<TileKey>,
     lock_timeout: Duration,
+    settings: TileCacheSettings,
 }
 
 /// A sibling tile whose lock is held until it is saved.
@@ -204,7 +205,13 @@ impl TileCache {
             metatile_locks: KeyedLocks::new(),
             tile_locks: KeyedLocks::new(),
             lock_timeout: settings.lock_timeout,
+            settings,
         }
+    }
+
+    /// The settings the cache path was built with.
+    pub fn settings(&self) -> &TileCacheSettings {
+        &self.settings
     }
 
     /// Metatile and tile locks currently held or awaited.

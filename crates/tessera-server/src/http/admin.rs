@@ -45,6 +45,72 @@ pub async fn put_source(
     }
 }
 
+/// Handles `POST /admin/reload`: reads the config file again and serves
+/// it (see [`super::live`]); 200 with the layer count, or 400 with why the
+/// config was refused (the old one keeps serving).
+pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(admin) = &state.config.admin else {
+        return ApiError::not_found(
+            "NotFound",
+            "the admin API is not enabled (no `admin:` section)",
+        )
+        .into_response();
+    };
+    if !authorized(&headers, &admin.token) {
+        let mut r = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "a valid `Authorization: Bearer <token>` header is required",
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
+    let Some(live) = state.live.as_ref().and_then(std::sync::Weak::upgrade) else {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            "this server cannot reload its configuration",
+        )
+        .into_response();
+    };
+    match tokio::task::spawn_blocking(move || live.reload()).await {
+        Ok(Ok(done)) => (
+            StatusCode::OK,
+            format!("reloaded: {} layer(s)\n", done.layers),
+        )
+            .into_response(),
+        Ok(Err(e)) => {
+            let message = error_chain(&e);
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "the new configuration was refused; the old one keeps serving"
+            );
+            ApiError::bad_request(
+                "InvalidConfiguration",
+                format!(
+                    "the configuration was not reloaded (the old one keeps serving): {message}"
+                ),
+            )
+            .into_response()
+        }
+        Err(join) => ApiError::internal(&join).into_response(),
+    }
+}
+
+/// `e` and its causes, `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)

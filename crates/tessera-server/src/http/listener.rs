@@ -28,7 +28,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 
 use crate::throttle::Throttle;
@@ -144,11 +144,12 @@ pub fn default_max_connections(open_files: u64) -> usize {
     usize::try_from(room.clamp(16, 100_000)).unwrap_or(100_000)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets
+/// Serves each request with the router current in `routers` on `listener`
+/// until `shutdown` completes, then lets
 /// requests in flight finish for at most the grace period.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    routers: watch::Receiver<Router>,
     settings: ListenerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -190,7 +191,7 @@ pub async fn serve(
             drop(stream);
             continue;
         }
-        tasks.spawn(connection(stream, router.clone(), table.clone(), settings));
+        tasks.spawn(connection(stream, routers.clone(), table.clone(), settings));
     }
     drop(listener);
     table.close_all();
@@ -210,7 +211,7 @@ pub async fn serve(
 /// long, or the table asks it to close.
 async fn connection(
     stream: TcpStream,
-    router: Router,
+    routers: watch::Receiver<Router>,
     table: Arc<Connections>,
     settings: ListenerSettings,
 ) {
@@ -240,7 +241,9 @@ async fn connection(
             last_active.store(table.now_ms(), Ordering::Release);
             let (in_flight, last_active, table) =
                 (in_flight.clone(), last_active.clone(), table.clone());
-            let response = router.clone().oneshot(request);
+            // The router current now serves this request to its end.
+            let router = routers.borrow().clone();
+            let response = router.oneshot(request);
             async move {
                 let response = response.await;
                 last_active.store(table.now_ms(), Ordering::Release);

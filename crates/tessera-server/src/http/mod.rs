@@ -9,6 +9,7 @@ pub mod body;
 mod cors;
 pub mod error;
 pub mod listener;
+pub mod live;
 pub mod params;
 mod preview;
 mod templates;
@@ -36,14 +37,29 @@ use crate::service::Service;
 use crate::tile_cache::{CacheStatus, TileRequest};
 use error::ApiError;
 
-/// State shared by all handlers: the tile service (dereferences to it).
+/// State shared by all handlers: the tile service (dereferences to it),
+/// and, when it can be reloaded, the handle that reloads it.
 #[derive(Debug, Clone)]
-pub struct AppState(Arc<Service>);
+pub struct AppState {
+    service: Arc<Service>,
+    live: Option<std::sync::Weak<live::Live>>,
+}
 
 impl AppState {
-    /// Wraps a service for the handlers.
+    /// Wraps a service for the handlers (not reloadable).
     pub fn new(service: Service) -> AppState {
-        AppState(Arc::new(service))
+        AppState {
+            service: Arc::new(service),
+            live: None,
+        }
+    }
+
+    /// A service that [`live::Live`] serves and may replace.
+    fn live(service: Arc<Service>, live: std::sync::Weak<live::Live>) -> AppState {
+        AppState {
+            service,
+            live: Some(live),
+        }
     }
 }
 
@@ -51,7 +67,7 @@ impl std::ops::Deref for AppState {
     type Target = Service;
 
     fn deref(&self) -> &Service {
-        &self.0
+        &self.service
     }
 }
 
@@ -89,10 +105,12 @@ pub fn router(state: AppState) -> Router {
             .layer(layer)
             .layer(middleware::from_fn(cors::preflight_no_content));
     }
-    let mut admin = Router::new().route(
-        "/admin/sources/{name}",
-        axum::routing::put(admin::put_source),
-    );
+    let mut admin = Router::new()
+        .route(
+            "/admin/sources/{name}",
+            axum::routing::put(admin::put_source),
+        )
+        .route("/admin/reload", axum::routing::post(admin::reload));
     if let Some(layer) = cors::admin_layer(&server.cors) {
         admin = admin
             .layer(layer)

@@ -1,0 +1,110 @@
+//! Reloading without a restart: the service being served, swapped whole on
+//! `SIGHUP` or `POST /admin/reload`.
+//!
+//! A reload reads the config file again, checks it completely and builds
+//! the next [`Service`] from it, taking over what did not change (stores,
+//! render slots, locks, metrics; see [`Service::reload`]). Only then is the
+//! router that serves it published: each request is routed by the router
+//! current when it arrives and keeps that service to its end, so requests
+//! in flight finish on the config they started with. A config that fails
+//! leaves the current one serving. `server.listen` cannot change without a
+//! restart.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use axum::Router;
+use tokio::sync::watch;
+
+use super::{AppState, router};
+use crate::config::{Config, ConfigError};
+use crate::service::Service;
+
+/// The service being served and how to build the next one.
+#[derive(Debug)]
+pub struct Live {
+    routers: watch::Sender<Router>,
+    /// The current service; the lock also makes reloads take turns.
+    current: Mutex<Arc<Service>>,
+    config_path: Option<PathBuf>,
+    /// `--listen`, which overrides the file's `server.listen`.
+    listen_override: Option<String>,
+    /// Where the listener listens.
+    listen: String,
+    me: Weak<Live>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Layers served now.
+    pub layers: usize,
+}
+
+impl Live {
+    /// Serves `service`; a reload reads `config_path` again (the embedded
+    /// demo config when `None`), applies `listen_override` to it, and keeps
+    /// listening on `service`'s `server.listen`. Returns the handle and the
+    /// routers the listener takes each request's router from.
+    pub fn start(
+        service: Service,
+        config_path: Option<PathBuf>,
+        listen_override: Option<String>,
+    ) -> (Arc<Live>, watch::Receiver<Router>) {
+        let listen = service.config.server.listen.clone();
+        let service = Arc::new(service);
+        let live = Arc::new_cyclic(|me: &Weak<Live>| {
+            let first = router(AppState::live(service.clone(), me.clone()));
+            Live {
+                routers: watch::Sender::new(first),
+                current: Mutex::new(service),
+                config_path,
+                listen_override,
+                listen,
+                me: me.clone(),
+            }
+        });
+        let routers = live.routers.subscribe();
+        (live, routers)
+    }
+
+    /// The service requests are routed to now.
+    pub fn current(&self) -> Arc<Service> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the config again and, when it is valid and its layers and
+    /// stores open, serves it. Blocking (it opens sources): call it from a
+    /// blocking thread.
+    pub fn reload(&self) -> Result<Reloaded, ConfigError> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut config = match &self.config_path {
+            Some(path) => Config::from_file(path)?,
+            None => crate::demo::demo_config()?,
+        };
+        if let Some(listen) = &self.listen_override {
+            config.server.listen.clone_from(listen);
+        }
+        if config.server.listen != self.listen {
+            tracing::warn!(
+                configured = %config.server.listen,
+                listening = %self.listen,
+                "server.listen changed: a restart is needed to listen elsewhere; still listening on the old address"
+            );
+        }
+        config.server.listen.clone_from(&self.listen);
+        let next = Arc::new(current.reload(config)?);
+        let layers = next.registry.layers().len();
+        // The old router is dropped once the requests it routed are done.
+        drop(
+            self.routers
+                .send_replace(router(AppState::live(next.clone(), self.me.clone()))),
+        );
+        *current = next;
+        tracing::info!(layers, "configuration reloaded");
+        Ok(Reloaded { layers })
+    }
+}
