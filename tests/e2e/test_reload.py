@@ -20,9 +20,9 @@ def write_config(path, layers, admin=""):
         "relief": f"  - name: relief\n    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}\n"
                   f"    cache: {{ store: journal }}\n",
         "elevation": f"  - name: elevation\n    source: {{ path: {ROOT}/data/elev.tif }}\n"
-                     f"    style: {{ type: hillshade }}\n",
-        "landsat": f"  - name: landsat\n    source: {{ path: {ROOT}/data/L7_ETMs.tif }}\n",
-        "broken": "  - name: broken\n    source: { path: /nonexistent/nothing.tif }\n",
+                     f"    style: {{ type: hillshade }}\n    cache: {{ store: none }}\n",
+        "landsat": f"  - name: landsat\n    source: {{ path: {ROOT}/data/L7_ETMs.tif }}\n    cache: {{ store: none }}\n",
+        "broken": "  - name: broken\n    source: { path: /nonexistent/nothing.tif }\n    cache: { store: none }\n",
     }
     path.write_text(f"""
 server: {{ max_concurrent_renders: 2, render_timeout_secs: 120 }}
@@ -116,7 +116,8 @@ def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_path_fac
         write_config(config, ["relief"], admin_yaml(s3))
         assert post_reload(server) == (200, "reloaded: 1 layer(s)\n")
         # The layer is gone for new requests...
-        assert status(server, BIG_HILLSHADE.replace("4096", "64")) == 400
+        code, body = fetch(server, BIG_HILLSHADE.replace("4096", "64"))
+        assert code == 404 and b"LayerNotDefined" in body, body
         # ...and the map that started before the reload is drawn in full.
         waiting.join(timeout=300)
         code, body = result["map"]
