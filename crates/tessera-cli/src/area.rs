@@ -40,7 +40,7 @@ pub struct AreaArgs {
 impl AreaArgs {
     /// Loads the configuration, opens the layer's source and store (no
     /// other layer's) and plans the tiles named in tile format `format`
-    /// (png, jpg, webp; `None`: the layer's first).
+    /// (png, png8, jpg, webp; `None`: the layer's first).
     pub fn plan(&self, format: Option<&str>) -> Result<(Service, TilePlan), CliError> {
         let config = Config::from_file(&self.config)?;
         let service = Service::batch(config, &self.layer)?;

@@ -11,6 +11,11 @@ use serde::Deserialize;
 pub enum TileFormat {
     /// PNG, RGB or RGBA.
     Png,
+    /// PNG with a palette of at most 256 colours (transparency kept), a
+    /// quarter of the bytes of RGBA for maps with few colours. Served as
+    /// `image/png`; named `image/png8` in capabilities, and asked for as
+    /// `image/png8` or `image/png; mode=8bit`; URLs and stores use `.png8`.
+    Png8,
     /// JPEG (no transparency; composited over the background color).
     Jpeg,
     /// Lossy WebP with alpha.
@@ -19,24 +24,49 @@ pub enum TileFormat {
 
 impl TileFormat {
     /// All formats, in the order capabilities documents list them.
-    pub const ALL: [TileFormat; 3] = [TileFormat::Png, TileFormat::Jpeg, TileFormat::Webp];
+    pub const ALL: [TileFormat; 4] = [
+        TileFormat::Png,
+        TileFormat::Png8,
+        TileFormat::Jpeg,
+        TileFormat::Webp,
+    ];
 
-    /// Media type (`image/png`, ...).
+    /// Media type of the bytes (`image/png`, ...): the `Content-Type` of a
+    /// response.
     pub fn content_type(self) -> &'static str {
         match self {
-            TileFormat::Png => "image/png",
+            TileFormat::Png | TileFormat::Png8 => "image/png",
             TileFormat::Jpeg => "image/jpeg",
             TileFormat::Webp => "image/webp",
         }
     }
 
+    /// The format's name in capabilities documents and `FORMAT` parameters:
+    /// the media type, but `image/png8` for paletted PNG.
+    pub fn format_name(self) -> &'static str {
+        match self {
+            TileFormat::Png8 => "image/png8",
+            other => other.content_type(),
+        }
+    }
+
     /// File extension used in tile URLs, file stores, journal keys, pack
-    /// keys and as the MBTiles `format` value (`png`, `jpg`, `webp`).
+    /// keys and as the MBTiles `format` value (`png`, `png8`, `jpg`, `webp`).
     pub fn extension(self) -> &'static str {
         match self {
             TileFormat::Png => "png",
+            TileFormat::Png8 => "png8",
             TileFormat::Jpeg => "jpg",
             TileFormat::Webp => "webp",
+        }
+    }
+
+    /// The name archive formats use for the bytes (MBTiles and PMTiles
+    /// `format` metadata): `png` for both PNG flavours, `jpg`, `webp`.
+    pub fn archive_name(self) -> &'static str {
+        match self {
+            TileFormat::Png8 => TileFormat::Png.extension(),
+            other => other.extension(),
         }
     }
 
@@ -44,17 +74,23 @@ impl TileFormat {
     pub fn from_extension(ext: &str) -> Option<TileFormat> {
         match ext.to_ascii_lowercase().as_str() {
             "png" => Some(TileFormat::Png),
+            "png8" => Some(TileFormat::Png8),
             "jpg" | "jpeg" => Some(TileFormat::Jpeg),
             "webp" => Some(TileFormat::Webp),
             _ => None,
         }
     }
 
-    /// Parses a media type as given in WMS/WMTS `FORMAT` (parameters such as
-    /// `; mode=8bit` are ignored).
+    /// Parses a media type as given in WMS/WMTS `FORMAT`: `image/png8` and
+    /// `image/png; mode=8bit` are paletted PNG; other parameters are
+    /// ignored.
     pub fn from_mime(mime: &str) -> Option<TileFormat> {
-        let base = mime.split(';').next().unwrap_or_default().trim();
+        let mut parts = mime.split(';');
+        let base = parts.next().unwrap_or_default().trim();
+        let eight_bit = parts.any(|p| p.trim().replace(' ', "").eq_ignore_ascii_case("mode=8bit"));
         match base.to_ascii_lowercase().as_str() {
+            "image/png" | "png" if eight_bit => Some(TileFormat::Png8),
+            "image/png8" | "png8" => Some(TileFormat::Png8),
             "image/png" | "png" => Some(TileFormat::Png),
             "image/jpeg" | "image/jpg" | "jpeg" | "jpg" => Some(TileFormat::Jpeg),
             "image/webp" | "webp" => Some(TileFormat::Webp),
@@ -91,10 +127,14 @@ mod tests {
     fn extension_and_content_type_agree_for_every_format() {
         for f in TileFormat::ALL {
             assert_eq!(TileFormat::from_extension(f.extension()), Some(f));
-            assert_eq!(TileFormat::from_mime(f.content_type()), Some(f));
+            assert_eq!(TileFormat::from_mime(f.format_name()), Some(f));
         }
         assert_eq!(
             TileFormat::from_mime("image/png; mode=8bit"),
+            Some(TileFormat::Png8)
+        );
+        assert_eq!(
+            TileFormat::from_mime("image/png; charset=x"),
             Some(TileFormat::Png)
         );
         assert_eq!(TileFormat::from_extension("gif"), None);

@@ -160,6 +160,32 @@ pub struct TileMatrixSet {
 }
 
 impl TileMatrixSet {
+    /// The same tiles at `factor` times the pixels (HiDPI, `@2x`): every
+    /// tile covers the same area with `factor` times the width and height,
+    /// so resolutions and scale denominators are divided by `factor`. Its
+    /// identifier is `{id}@{factor}x`; it belongs to no well-known scale set.
+    #[must_use]
+    pub fn scaled(&self, factor: u32) -> TileMatrixSet {
+        let f = f64::from(factor);
+        TileMatrixSet {
+            id: format!("{}@{factor}x", self.id),
+            title: format!("{} at {factor}x the pixels", self.title),
+            well_known_scale_set: None,
+            tile_width: self.tile_width * factor,
+            tile_height: self.tile_height * factor,
+            matrices: self
+                .matrices
+                .iter()
+                .map(|m| TileMatrix {
+                    resolution: m.resolution / f,
+                    scale_denominator: m.scale_denominator / f,
+                    ..m.clone()
+                })
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// The OGC WebMercatorQuad grid (EPSG:3857), zoom 0 to 24.
     pub fn web_mercator_quad() -> Self {
         let extent = BBox {

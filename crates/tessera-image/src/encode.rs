@@ -67,6 +67,7 @@ pub fn encode(
 ) -> Result<Vec<u8>, EncodeError> {
     match format {
         TileFormat::Png => encode_png(view, options.png_compression),
+        TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
     }
@@ -106,6 +107,96 @@ fn encode_png(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8
         }
     }
     stream.finish()?;
+    writer.finish()?;
+    Ok(out)
+}
+
+/// Colours in a paletted PNG.
+const PALETTE_SIZE: usize = 256;
+
+/// Encodes a paletted PNG: the exact colours when the tile has at most 256,
+/// otherwise a NeuQuant palette of 255 colours trained on the pixels that
+/// are not fully transparent, with index 0 kept fully transparent so that
+/// transparent areas stay exactly transparent.
+fn encode_png8(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8>, EncodeError> {
+    use std::collections::HashMap;
+    let (w, h) = (view.width() as usize, view.height() as usize);
+    let mut indices = Vec::with_capacity(w * h);
+    let mut exact: HashMap<[u8; 4], u8> = HashMap::new();
+    let mut palette: Vec<[u8; 4]> = Vec::new();
+    'exact: {
+        for row in view.rows() {
+            for p in row.chunks_exact(4) {
+                let px = if p[3] == 0 {
+                    [0; 4]
+                } else {
+                    [p[0], p[1], p[2], p[3]]
+                };
+                let next = palette.len();
+                let index = *exact.entry(px).or_insert_with(|| {
+                    palette.push(px);
+                    next as u8
+                });
+                if palette.len() > PALETTE_SIZE {
+                    break 'exact;
+                }
+                indices.push(index);
+            }
+        }
+    }
+    if palette.len() > PALETTE_SIZE {
+        let visible: Vec<u8> = view
+            .rows()
+            .flat_map(|row| row.chunks_exact(4))
+            .filter(|p| p[3] != 0)
+            .flatten()
+            .copied()
+            .collect();
+        let quant = color_quant::NeuQuant::new(10, PALETTE_SIZE - 1, &visible);
+        palette = std::iter::once([0; 4])
+            .chain(
+                quant
+                    .color_map_rgba()
+                    .chunks_exact(4)
+                    .map(|c| [c[0], c[1], c[2], c[3]]),
+            )
+            .collect();
+        indices.clear();
+        for row in view.rows() {
+            for p in row.chunks_exact(4) {
+                indices.push(if p[3] == 0 {
+                    0
+                } else {
+                    // index_of is below 255: the palette has 255 entries.
+                    quant.index_of(p) as u8 + 1
+                });
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(w * h / 2);
+    let mut encoder = png::Encoder::new(&mut out, view.width(), view.height());
+    encoder.set_color(png::ColorType::Indexed);
+    // Indices are not intensities: filtering them only adds noise.
+    encoder.set_filter(png::Filter::NoFilter);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_palette(
+        palette
+            .iter()
+            .flat_map(|c| [c[0], c[1], c[2]])
+            .collect::<Vec<u8>>(),
+    );
+    if palette.iter().any(|c| c[3] != 255) {
+        // tRNS may stop at the last entry that is not opaque.
+        let last = palette.iter().rposition(|c| c[3] != 255).unwrap_or(0);
+        encoder.set_trns(palette[..=last].iter().map(|c| c[3]).collect::<Vec<u8>>());
+    }
+    encoder.set_compression(match compression {
+        PngCompression::Fast => png::Compression::Fast,
+        PngCompression::Balanced => png::Compression::Balanced,
+        PngCompression::High => png::Compression::High,
+    });
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(&indices)?;
     writer.finish()?;
     Ok(out)
 }
@@ -177,6 +268,78 @@ mod tests {
         let info = reader.next_frame(&mut buf).unwrap();
         buf.truncate(info.buffer_size());
         (info, buf)
+    }
+
+    /// Decodes a paletted PNG into RGBA, checking it is paletted.
+    fn decode_png8(bytes: &[u8]) -> Vec<u8> {
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::ALPHA);
+        let header = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        assert_eq!(header.info().color_type, png::ColorType::Indexed);
+        let (_, rgba) = {
+            let mut reader = decoder.read_info().unwrap();
+            let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+            let info = reader.next_frame(&mut buf).unwrap();
+            buf.truncate(info.buffer_size());
+            (info, buf)
+        };
+        rgba
+    }
+
+    #[test]
+    fn png8_keeps_few_colours_exactly_and_transparency_everywhere() {
+        let opts = EncodeOptions::default();
+        let bg = Color([0, 0, 0, 0]);
+        // Four colours, a transparent half: exact.
+        let mut data = Vec::new();
+        for y in 0..64u32 {
+            for x in 0..64u32 {
+                data.extend_from_slice(&match (x < 32, y < 32) {
+                    (true, _) => [0, 0, 0, 0],
+                    (false, true) => [200, 30, 40, 255],
+                    (false, false) => [10, 20, 250, 128],
+                });
+            }
+        }
+        let flat = RgbaImage::from_raw(64, 64, data.clone()).unwrap();
+        let bytes = encode(flat.view(), TileFormat::Png8, &opts, bg).unwrap();
+        assert_eq!(decode_png8(&bytes), data);
+        // A gradient of thousands of colours: 256 at most, transparent
+        // pixels exactly transparent, the rest close.
+        let mut smooth = Vec::new();
+        for y in 0..128u32 {
+            for x in 0..128u32 {
+                smooth.extend_from_slice(&[(x * 2) as u8, (y * 2) as u8, (x + y) as u8, 255]);
+            }
+        }
+        let mut grad = RgbaImage::from_raw(128, 128, smooth).unwrap();
+        for px in grad.as_raw_mut().chunks_exact_mut(4).step_by(3) {
+            px.copy_from_slice(&[0, 0, 0, 0]);
+        }
+        let bytes = encode(grad.view(), TileFormat::Png8, &opts, bg).unwrap();
+        let rgba = decode_png8(&bytes);
+        let full = encode(grad.view(), TileFormat::Png, &opts, bg).unwrap();
+        assert!(
+            bytes.len() < full.len(),
+            "{} >= {}",
+            bytes.len(),
+            full.len()
+        );
+        let mut error = 0u64;
+        for (got, want) in rgba.chunks_exact(4).zip(grad.as_raw().chunks_exact(4)) {
+            if want[3] == 0 {
+                assert_eq!(got[3], 0);
+            } else {
+                assert_eq!(got[3], 255);
+                error += (0..3)
+                    .map(|i| u64::from(got[i].abs_diff(want[i])))
+                    .sum::<u64>();
+            }
+        }
+        let mean = error as f64 / (128.0 * 128.0 * 2.0 / 3.0 * 3.0);
+        assert!(mean < 8.0, "mean channel error {mean}");
     }
 
     #[test]

@@ -95,6 +95,12 @@ impl Layer {
     }
 }
 
+/// How many times the pixels a HiDPI tile has (`@2x`).
+pub const HIDPI_FACTOR: u32 = 2;
+
+/// The suffix of a HiDPI grid's identifier and of a HiDPI tile's row.
+pub const HIDPI_SUFFIX: &str = "@2x";
+
 /// Everything the server can serve.
 #[derive(Debug)]
 pub struct Registry {
@@ -182,6 +188,19 @@ impl Registry {
                 }),
             );
         }
+        // Every grid also at twice the pixels, for HiDPI (`{y}@2x.png`).
+        let hidpi: Vec<Arc<Grid>> = grids
+            .values()
+            .map(|g| {
+                Arc::new(Grid {
+                    tms: g.tms.scaled(HIDPI_FACTOR),
+                    crs: g.crs.clone(),
+                })
+            })
+            .collect();
+        for g in hidpi {
+            grids.insert(g.tms.id.clone(), g);
+        }
         let mut registry = Registry {
             layers: std::sync::RwLock::new(Vec::new()),
             grids,
@@ -225,7 +244,9 @@ impl Registry {
                 let grid = grids.get(g).ok_or_else(|| {
                     in_layer(&format!("unknown grid {g:?} (define it under `grids:`)"))
                 })?;
-                extents.insert(g.clone(), layer_extent(source.as_ref(), grid));
+                let extent = layer_extent(source.as_ref(), grid);
+                extents.insert(format!("{g}{HIDPI_SUFFIX}"), extent);
+                extents.insert(g.clone(), extent);
             }
             for c in &lc.wms_crs {
                 Crs::parse(c).map_err(|source| ConfigError::LayerCrs {

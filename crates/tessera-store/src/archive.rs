@@ -272,11 +272,11 @@ fn create_pmtiles(
     let tile_type = match info.format {
         TileFormat::Jpeg => TileType::Jpeg,
         TileFormat::Webp => TileType::Webp,
-        TileFormat::Png => TileType::Png,
+        TileFormat::Png | TileFormat::Png8 => TileType::Png,
     };
     let mut metadata = serde_json::json!({
         "name": info.name,
-        "format": info.format.extension(),
+        "format": info.format.archive_name(),
         "type": "baselayer",
     });
     if let Some(d) = &info.description {
@@ -314,7 +314,7 @@ fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connectio
     let (lon, lat, zoom) = info.center;
     let mut rows = vec![
         ("name", info.name.clone()),
-        ("format", info.format.extension().to_string()),
+        ("format", info.format.archive_name().to_string()),
         ("type", "baselayer".to_string()),
         ("version", "1.3".to_string()),
         ("bounds", format!("{w},{s},{e},{n}")),

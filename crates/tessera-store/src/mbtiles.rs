@@ -246,7 +246,7 @@ fn open_writer(
     conn.execute_batch(SCHEMA)?;
     for (name, value) in [
         ("name", key.layer.as_str()),
-        ("format", key.format.extension()),
+        ("format", key.format.archive_name()),
         ("type", "baselayer"),
         ("version", "1.3"),
         ("description", key.grid.as_str()),

@@ -325,7 +325,8 @@ pub struct LayerConfig {
     /// Highest zoom served as tiles (default 20, capped by each grid).
     #[serde(default = "default_max_zoom")]
     pub max_zoom: u8,
-    /// Tile formats offered (default png, jpeg, webp); the first is the default.
+    /// Tile formats offered (default png, jpeg, webp; png8 on request);
+    /// the first is the default.
     #[serde(default = "default_formats")]
     pub formats: Vec<TileFormat>,
     /// Extra CRSs to advertise in WMS capabilities (any EPSG code GDAL knows
@@ -349,7 +350,7 @@ fn default_max_zoom() -> u8 {
 }
 
 fn default_formats() -> Vec<TileFormat> {
-    TileFormat::ALL.to_vec()
+    vec![TileFormat::Png, TileFormat::Jpeg, TileFormat::Webp]
 }
 
 impl Config {

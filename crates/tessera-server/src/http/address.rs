@@ -16,7 +16,7 @@ use tessera_grid::{GridError, TileFormat};
 
 use super::error::ApiError;
 use super::params::Kvp;
-use crate::registry::{Grid, Layer, Registry};
+use crate::registry::{Grid, HIDPI_SUFFIX, Layer, Registry};
 use crate::tile_cache::TileRequest;
 
 /// Which way a tile address counts rows.
@@ -117,8 +117,17 @@ impl<S: Send + Sync> FromRequestParts<S> for TileAddress {
         let (grid, level, col, row) = match (p.tms, p.row, p.grid, p.x) {
             // WMTS RESTful: .../{TileMatrix}/{TileRow}/{TileCol}.{ext}
             (Some(tms), Some(row), _, _) => (tms, Level::Matrix(p.z), last.to_string(), row),
-            // XYZ and TMS: .../{z}/{x}/{y}.{ext}
-            (_, _, Some(grid), Some(x)) => (grid, Level::Zoom(p.z), x, last.to_string()),
+            // XYZ and TMS: .../{z}/{x}/{y}.{ext}, or {y}@2x.{ext} for the
+            // same tile at twice the pixels (the grid's HiDPI twin).
+            (_, _, Some(grid), Some(x)) => match last.strip_suffix(HIDPI_SUFFIX) {
+                Some(row) => (
+                    format!("{grid}{HIDPI_SUFFIX}"),
+                    Level::Zoom(p.z),
+                    x,
+                    row.to_string(),
+                ),
+                None => (grid, Level::Zoom(p.z), x, last.to_string()),
+            },
             _ => {
                 return Err(ApiError::not_found(
                     "NotFound",
@@ -222,7 +231,7 @@ impl TileAddress {
 }
 
 /// Looks a layer and grid up by name; the grid must be one the layer is
-/// tiled in.
+/// tiled in, or the HiDPI twin (`{grid}@2x`) of one.
 pub fn resolve_layer_grid(
     registry: &Registry,
     layer: &str,
@@ -231,7 +240,8 @@ pub fn resolve_layer_grid(
     let layer = registry
         .layer(layer)
         .ok_or_else(|| TileLookupError::UnknownLayer(layer.to_string()))?;
-    if !layer.grids.iter().any(|g| g == grid) {
+    let base = grid.strip_suffix(HIDPI_SUFFIX).unwrap_or(grid);
+    if !layer.grids.iter().any(|g| g == base) {
         return Err(TileLookupError::UnknownGrid(grid.to_string()));
     }
     let grid = registry

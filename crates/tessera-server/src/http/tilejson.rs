@@ -1,8 +1,9 @@
 //! TileJSON 3.0.0 per layer and grid.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_grid::mercator;
 
@@ -10,15 +11,34 @@ use super::address::resolve_layer_grid;
 use super::error::ApiError;
 use super::error::Protocol;
 use super::{AppState, base_url};
+use crate::registry::{HIDPI_FACTOR, HIDPI_SUFFIX};
 
-/// `GET /tiles/{layer}/{grid}/tilejson.json`.
+/// The query of a TileJSON request.
+#[derive(Debug, Deserialize)]
+pub struct TileJsonQuery {
+    /// 2 for HiDPI tiles (`{y}@2x.png`, twice the pixels); default 1.
+    tile_scale: Option<u32>,
+}
+
+/// `GET /tiles/{layer}/{grid}/tilejson.json[?tile_scale=2]`.
 pub async fn tilejson(
     State(state): State<AppState>,
     Path((layer, grid)): Path<(String, String)>,
+    Query(query): Query<TileJsonQuery>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
+    let (row_suffix, tile_size) = match query.tile_scale.unwrap_or(1) {
+        1 => ("", grid.tms.tile_width),
+        HIDPI_FACTOR => (HIDPI_SUFFIX, grid.tms.tile_width * HIDPI_FACTOR),
+        other => {
+            return Err(ApiError::bad_request(
+                "InvalidParameterValue",
+                format!("tile_scale {other} is not offered; use 1 or {HIDPI_FACTOR}"),
+            ));
+        }
+    };
     let base = base_url(&state.config, &headers);
     let ext = layer.formats[0].extension();
     let b = layer.source.info().lonlat_bounds;
@@ -36,7 +56,8 @@ pub async fn tilejson(
         "description": layer.description.clone().unwrap_or_else(|| layer.title.clone()),
         "version": "1.0.0",
         "scheme": "xyz",
-        "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}.{ext}", layer.name, grid.tms.id)],
+        "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}{row_suffix}.{ext}", layer.name, grid.tms.id)],
+        "tileSize": tile_size,
         "minzoom": layer.min_zoom,
         "maxzoom": max_zoom,
         "bounds": bounds,

@@ -104,7 +104,7 @@ fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
             .formats
             .iter()
             .map(|f| Format {
-                media_type: f.content_type(),
+                media_type: f.format_name(),
                 extension: f.extension(),
             })
             .collect(),
