@@ -15,6 +15,7 @@ use runtime::{CliError, CliResult};
 use std::time::Duration;
 
 use tessera_server::http::listener::ListenerSettings;
+use tessera_server::http::live::ConfigSource;
 use tessera_server::{Config, Service, demo, http};
 
 #[derive(Debug, Parser)]
@@ -64,12 +65,16 @@ fn init_logging(format: LogFormat) {
 enum Command {
     /// Serve tiles and maps over HTTP.
     ///
-    /// Without --config, serves the embedded demo layers (Natural Earth
-    /// relief, a Luxembourg DEM with hillshade, a Landsat 7 scene).
+    /// With raster files, serves each as a layer named after it (a DEM
+    /// through a stretched grey ramp). Without files or --config, serves
+    /// the embedded demo layers (Natural Earth relief, a Luxembourg DEM with
+    /// hillshade, a Landsat 7 scene).
     Serve {
         /// YAML configuration file (`${ENV}` and `${ENV:-default}` are substituted).
-        #[arg(short, long, env = "TESSERA_CONFIG")]
+        #[arg(short, long, env = "TESSERA_CONFIG", conflicts_with = "files")]
         config: Option<PathBuf>,
+        /// Raster files to serve, one layer each, instead of a config.
+        files: Vec<PathBuf>,
         /// Address to listen on, overriding `server.listen` [default: 127.0.0.1:8080].
         #[arg(short, long, env = "TESSERA_LISTEN")]
         listen: Option<String>,
@@ -135,9 +140,18 @@ fn run(cli: Cli) -> CliResult {
             println!("ok: {} layer(s)", service.registry.layers().len());
             Ok(0)
         }
-        Command::Serve { config, listen } => {
-            let config_path = config.clone();
-            let mut config = load(config.as_ref())?;
+        Command::Serve {
+            config,
+            listen,
+            files,
+        } => {
+            let source = match (config, files.is_empty()) {
+                (Some(path), _) => ConfigSource::File(path),
+                (None, true) => ConfigSource::Demo,
+                (None, false) => ConfigSource::Rasters(files),
+            };
+            let mut config = source.load()?;
+            warn_if_memory_only(&config);
             if let Some(listen) = &listen {
                 config.server.listen.clone_from(listen);
             }
@@ -145,7 +159,7 @@ fn run(cli: Cli) -> CliResult {
                 .unwrap_or(Duration::from_secs(10));
             let service = Service::serving(config)?;
             let runtime = runtime::runtime()?;
-            let served = runtime.block_on(serve(service, config_path, listen));
+            let served = runtime.block_on(serve(service, source, listen));
             // Renders still running were cancelled when their requests
             // went; what does not stop within the grace period is left
             // behind rather than holding the exit.
@@ -157,7 +171,7 @@ fn run(cli: Cli) -> CliResult {
 
 async fn serve(
     service: Service,
-    config_path: Option<PathBuf>,
+    source: ConfigSource,
     listen_override: Option<String>,
 ) -> Result<(), CliError> {
     let listen = service.config.server.listen.clone();
@@ -166,7 +180,7 @@ async fn serve(
         .map_err(|e| CliError::from(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener.local_addr()?;
     let settings = listener_settings(&service.config.server);
-    let (live, routers) = http::live::Live::start(service, config_path, listen_override);
+    let (live, routers) = http::live::Live::start(service, source, listen_override);
     let state = live.current();
     let first = state
         .registry
@@ -187,6 +201,28 @@ async fn serve(
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())
+}
+
+/// Says so when a layer caches in memory only: its tiles are lost on
+/// restart, which surprises users of file-based caches.
+fn warn_if_memory_only(config: &tessera_server::Config) {
+    let memory: Vec<&str> = config
+        .layers
+        .iter()
+        .filter(|l| {
+            matches!(
+                config.stores.get(&l.cache.store),
+                Some(tessera_server::tessera_store::StoreSpec::Memory(_))
+            )
+        })
+        .map(|l| l.name.as_str())
+        .collect();
+    if !memory.is_empty() {
+        tracing::warn!(
+            layers = memory.join(", "),
+            "tiles are cached in memory only and lost on restart; add a file, mbtiles or journal store under `stores:` to keep them"
+        );
+    }
 }
 
 /// Reloads the configuration on each SIGHUP; a config that fails is logged

@@ -12,6 +12,7 @@ pub mod locks;
 pub mod metatile;
 pub mod metrics;
 pub mod plan;
+pub mod quick;
 pub mod registry;
 pub mod render;
 pub mod seed;

@@ -164,6 +164,11 @@ pub struct ServerConfig {
     /// One log line per request at info level, target `tessera::access`
     /// (default true).
     pub access_log: bool,
+    /// Build links (capabilities, TileJSON) from the `Forwarded` or
+    /// `X-Forwarded-Proto/Host/Prefix` headers a reverse proxy sets
+    /// (default false: only behind a proxy that sets them, since clients
+    /// could otherwise choose the links).
+    pub trust_forwarded: bool,
 }
 
 impl Default for ServerConfig {
@@ -182,6 +187,7 @@ impl Default for ServerConfig {
             cors: CorsSettings::default(),
             compression: true,
             access_log: true,
+            trust_forwarded: false,
         }
     }
 }

@@ -20,13 +20,35 @@ use super::{AppState, router};
 use crate::config::{Config, ConfigError};
 use crate::service::Service;
 
+/// Where the configuration comes from, read again on each reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// The embedded demo configuration.
+    Demo,
+    /// A configuration file.
+    File(PathBuf),
+    /// Raster files, one layer each ([`crate::quick`]).
+    Rasters(Vec<PathBuf>),
+}
+
+impl ConfigSource {
+    /// Reads the configuration.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        match self {
+            ConfigSource::Demo => crate::demo::demo_config(),
+            ConfigSource::File(path) => Config::from_file(path),
+            ConfigSource::Rasters(paths) => crate::quick::config_for_files(paths),
+        }
+    }
+}
+
 /// The service being served and how to build the next one.
 #[derive(Debug)]
 pub struct Live {
     routers: watch::Sender<Router>,
     /// The current service; the lock also makes reloads take turns.
     current: Mutex<Arc<Service>>,
-    config_path: Option<PathBuf>,
+    source: ConfigSource,
     /// `--listen`, which overrides the file's `server.listen`.
     listen_override: Option<String>,
     /// Where the listener listens.
@@ -42,13 +64,13 @@ pub struct Reloaded {
 }
 
 impl Live {
-    /// Serves `service`; a reload reads `config_path` again (the embedded
-    /// demo config when `None`), applies `listen_override` to it, and keeps
-    /// listening on `service`'s `server.listen`. Returns the handle and the
-    /// routers the listener takes each request's router from.
+    /// Serves `service`; a reload reads `source` again, applies
+    /// `listen_override` to it, and keeps listening on `service`'s
+    /// `server.listen`. Returns the handle and the routers the listener
+    /// takes each request's router from.
     pub fn start(
         service: Service,
-        config_path: Option<PathBuf>,
+        source: ConfigSource,
         listen_override: Option<String>,
     ) -> (Arc<Live>, watch::Receiver<Router>) {
         let listen = service.config.server.listen.clone();
@@ -58,7 +80,7 @@ impl Live {
             Live {
                 routers: watch::Sender::new(first),
                 current: Mutex::new(service),
-                config_path,
+                source,
                 listen_override,
                 listen,
                 me: me.clone(),
@@ -81,10 +103,7 @@ impl Live {
     /// blocking thread.
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut config = match &self.config_path {
-            Some(path) => Config::from_file(path)?,
-            None => crate::demo::demo_config()?,
-        };
+        let mut config = self.source.load()?;
         if let Some(listen) = &self.listen_override {
             config.server.listen.clone_from(listen);
         }

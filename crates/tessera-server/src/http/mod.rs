@@ -187,23 +187,68 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response()
 }
 
-/// The base URL clients should use for links: `server.public_url`, or the
-/// request's Host header when it looks like a host name.
+/// The base URL clients should use for links: `server.public_url`; else,
+/// with `server.trust_forwarded`, the scheme, host and path prefix a proxy
+/// in front names (`Forwarded: proto=..;host=..`, or `X-Forwarded-Proto`,
+/// `X-Forwarded-Host` and `X-Forwarded-Prefix`); else the request's Host
+/// header. Host names are used only when they look like one.
 pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
     if let Some(url) = &config.server.public_url {
         return url.trim_end_matches('/').to_string();
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.len() <= 255
-                && h.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
-        })
+    let text = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
+    let mut scheme = "http";
+    let mut host = None;
+    let mut prefix = "";
+    if config.server.trust_forwarded {
+        // The first element of `Forwarded` is the proxy nearest the client.
+        if let Some(first) = text("forwarded").and_then(|f| f.split(',').next()) {
+            for pair in first.split(';') {
+                if let Some((k, v)) = pair.trim().split_once('=') {
+                    let v = v.trim_matches('"');
+                    match k.trim().to_ascii_lowercase().as_str() {
+                        "proto" => scheme = forwarded_scheme(v).unwrap_or(scheme),
+                        "host" => host = Some(v),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let first = |name: &str| text(name).and_then(|v| v.split(',').next()).map(str::trim);
+        if let Some(proto) = first("x-forwarded-proto").and_then(forwarded_scheme) {
+            scheme = proto;
+        }
+        host = host.or_else(|| first("x-forwarded-host"));
+        prefix = first("x-forwarded-prefix")
+            .filter(|p| {
+                p.starts_with('/')
+                    && p.chars().all(|c| {
+                        c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.' | '~')
+                    })
+            })
+            .map_or("", |p| p.trim_end_matches('/'));
+    }
+    let host = host
+        .filter(|h| looks_like_host(h))
+        .or_else(|| text("host").filter(|h| looks_like_host(h)))
         .unwrap_or(&config.server.listen);
-    format!("http://{host}")
+    format!("{scheme}://{host}{prefix}")
+}
+
+/// `http` or `https` when `v` names one of them.
+fn forwarded_scheme(v: &str) -> Option<&'static str> {
+    match v.to_ascii_lowercase().as_str() {
+        "https" => Some("https"),
+        "http" => Some("http"),
+        _ => None,
+    }
+}
+
+fn looks_like_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
 /// An encoded image as a response.

@@ -42,11 +42,18 @@ pub async fn tilejson(
     let base = base_url(&state.config, &headers);
     let ext = layer.formats[0].extension();
     let b = layer.source.info().lonlat_bounds;
+    // Web Mercator stops at about 85.05 degrees; other grids (WorldCRS84Quad,
+    // custom ones) keep the latitudes their tiles can hold.
+    let max_lat = if grid.crs.id == mercator::CRS {
+        mercator::MAX_LATITUDE
+    } else {
+        90.0
+    };
     let bounds = [
         b.min_x.max(-180.0),
-        b.min_y.max(-mercator::MAX_LATITUDE),
+        b.min_y.max(-max_lat),
         b.max_x.min(180.0),
-        b.max_y.min(mercator::MAX_LATITUDE),
+        b.max_y.min(max_lat),
     ];
     let max_zoom = layer.max_zoom_in(&grid);
     let center_zoom = layer.center_zoom(&grid).clamp(layer.min_zoom, max_zoom);
@@ -58,6 +65,10 @@ pub async fn tilejson(
         "scheme": "xyz",
         "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}{row_suffix}.{ext}", layer.name, grid.tms.id)],
         "tileSize": tile_size,
+        // Not in TileJSON 3.0.0 (which assumes Web Mercator): the grid's CRS
+        // and tile matrix set, for clients of other grids.
+        "crs": grid.tms.crs,
+        "tileMatrixSet": grid.tms.id,
         "minzoom": layer.min_zoom,
         "maxzoom": max_zoom,
         "bounds": bounds,
