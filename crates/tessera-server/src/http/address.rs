@@ -153,7 +153,8 @@ impl TileAddress {
     /// `TILEMATRIX`, `TILEROW`, `TILECOL`, `FORMAT` as a media type).
     pub fn from_wmts_kvp(kvp: &Kvp) -> Result<TileAddress, ApiError> {
         let layer = kvp.required("LAYER")?;
-        let style = kvp.get("style").unwrap_or("default");
+        // STYLE is mandatory in a GetTile (WMTS 1.0.0, table 25).
+        let style = kvp.required("STYLE")?;
         let grid = kvp.required("TILEMATRIXSET")?;
         let matrix = kvp.required("TILEMATRIX")?;
         let row = kvp.required("TILEROW")?;

@@ -167,22 +167,28 @@ impl From<RenderError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let message = escape(&self.message);
+        // The WMS 1.1.1 exception DTD gives ServiceException a `code` and
+        // nothing else; 1.3.0 and OWS add `locator`.
         let locator = self
             .locator
             .as_deref()
+            .filter(|_| self.protocol != Protocol::Wms111)
             .map(|l| format!(" locator=\"{}\"", escape(l)))
             .unwrap_or_default();
         let (content_type, body) = match self.protocol {
             Protocol::Plain => ("text/plain; charset=utf-8", format!("{}\n", self.message)),
             Protocol::Wms111 | Protocol::Wms130 => {
-                let (content_type, root) = if self.protocol == Protocol::Wms111 {
+                let (content_type, doctype, root) = if self.protocol == Protocol::Wms111 {
                     (
                         "application/vnd.ogc.se_xml; charset=utf-8",
+                        "<!DOCTYPE ServiceExceptionReport SYSTEM \
+                         \"http://schemas.opengis.net/wms/1.1.1/WMS_exception_1_1_1.dtd\">\n",
                         "version=\"1.1.1\"",
                     )
                 } else {
                     (
                         "text/xml; charset=utf-8",
+                        "",
                         "version=\"1.3.0\" xmlns=\"http://www.opengis.net/ogc\" \
                          xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
                          xsi:schemaLocation=\"http://www.opengis.net/ogc http://schemas.opengis.net/wms/1.3.0/exceptions_1_3_0.xsd\"",
@@ -191,7 +197,7 @@ impl IntoResponse for ApiError {
                 (
                     content_type,
                     format!(
-                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{doctype}\
                          <ServiceExceptionReport {root}>\n  \
                          <ServiceException code=\"{}\"{locator}>{message}</ServiceException>\n\
                          </ServiceExceptionReport>\n",

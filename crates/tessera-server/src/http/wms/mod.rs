@@ -60,7 +60,9 @@ pub async fn kvp(
     let query = query.unwrap_or_default();
     let kvp = Kvp::parse(&query, state.config.limits.max_query_bytes)
         .map_err(|e| ApiError::from(e).speaking(Protocol::Wms130))?;
-    let version = Version::negotiate(kvp.get("version"));
+    // WMTVER is the name WMS 1.0 used and 1.1.1 still accepts.
+    let version_text = kvp.get("version").or_else(|| kvp.get("wmtver"));
+    let version = Version::negotiate(version_text);
     let err = |e: ApiError| e.speaking(version.protocol());
     let request = kvp.service_request("WMS").map_err(|e| err(e.into()))?;
     match request.to_ascii_lowercase().as_str() {
@@ -68,7 +70,16 @@ pub async fn kvp(
             capabilities::response(&state, &headers, version).map_err(err)
         }
         "getmap" | "map" => {
-            if let Some(v) = kvp.get("version")
+            // Version negotiation is for GetCapabilities only: a GetMap
+            // names its version (WMS 1.3.0, 6.9.2; 1.1.1, 7.2.3.1).
+            if version_text.is_none() {
+                return Err(err(ApiError::bad_request(
+                    "MissingParameterValue",
+                    "VERSION is required in a GetMap (1.1.1 or 1.3.0)",
+                )
+                .at("VERSION")));
+            }
+            if let Some(v) = version_text
                 && v != "1.1.1"
                 && v != "1.3.0"
             {

@@ -13,6 +13,7 @@ use crate::registry::{Grid, Layer};
 
 #[derive(Debug, Serialize)]
 struct Capabilities {
+    sections: Sections,
     title: String,
     base: String,
     layers: Vec<WmtsLayer>,
@@ -69,8 +70,68 @@ struct Matrix {
     height: u32,
 }
 
-/// The capabilities document.
-pub fn response(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// The sections of the capabilities document to write (`Sections` in a
+/// KVP GetCapabilities; all by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "one flag per OWS section, each read by name in the template"
+)]
+pub struct Sections {
+    identification: bool,
+    provider: bool,
+    operations: bool,
+    contents: bool,
+}
+
+impl Sections {
+    /// Every section.
+    pub const ALL: Sections = Sections {
+        identification: true,
+        provider: true,
+        operations: true,
+        contents: true,
+    };
+
+    /// Parses the comma-separated `Sections` parameter (OWS 1.1, 7.3.3).
+    pub fn parse(text: &str) -> Result<Sections, ApiError> {
+        let mut s = Sections {
+            identification: false,
+            provider: false,
+            operations: false,
+            contents: false,
+        };
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "ServiceIdentification" => s.identification = true,
+                "ServiceProvider" => s.provider = true,
+                "OperationsMetadata" => s.operations = true,
+                "Contents" => s.contents = true,
+                // No Themes are offered: asking for them is not an error.
+                "Themes" => {}
+                "All" => s = Sections::ALL,
+                other => {
+                    return Err(ApiError::bad_request(
+                        "InvalidParameterValue",
+                        format!(
+                            "section {other:?} is not one of ServiceIdentification, ServiceProvider, \
+                             OperationsMetadata, Contents, Themes, All"
+                        ),
+                    )
+                    .at("Sections"));
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The capabilities document, with `sections`.
+pub fn response(
+    state: &AppState,
+    headers: &HeaderMap,
+    sections: Sections,
+) -> Result<Response, ApiError> {
     let layers = state.registry.layers();
     let mut used: Vec<&str> = Vec::new();
     for gid in layers.iter().flat_map(|l| &l.grids) {
@@ -79,6 +140,7 @@ pub fn response(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiEr
         }
     }
     let doc = Capabilities {
+        sections,
         title: state.config.server.title.clone(),
         base: base_url(&state.config, headers),
         layers: layers.iter().map(|l| layer(state, l)).collect(),
@@ -118,6 +180,17 @@ fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
             })
             .collect(),
     }
+}
+
+/// Whether `coord` lies inside the TileMatrixSetLimits the capabilities
+/// give the layer in `grid`.
+pub fn within_limits(layer: &Layer, grid: &Grid, coord: tessera_grid::TileCoord) -> bool {
+    let Some(extent) = layer.extents.get(&grid.tms.id).copied().flatten() else {
+        return true;
+    };
+    grid.tms.tiles_in_bbox(coord.z(), &extent).is_some_and(|r| {
+        (r.min_x..=r.max_x).contains(&coord.x()) && (r.min_y..=r.max_y).contains(&coord.y())
+    })
 }
 
 /// The tiles the layer's extent covers at each of its zooms in `grid` (the

@@ -7,6 +7,7 @@ mod capabilities;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use capabilities::Sections;
 
 use super::address::{Rows, TileAddress};
 use super::error::{ApiError, Protocol};
@@ -25,9 +26,28 @@ pub async fn kvp(
         state.config.limits.max_query_bytes,
     )
     .map_err(|e| err(e.into()))?;
+    // SERVICE is mandatory in every WMTS KVP request (WMTS 1.0.0, 7.1.1.1).
+    kvp.required("SERVICE").map_err(|e| err(e.into()))?;
     let request = kvp.service_request("WMTS").map_err(|e| err(e.into()))?;
     match request.to_ascii_lowercase().as_str() {
-        "getcapabilities" => capabilities::response(&state, &headers).map_err(err),
+        "getcapabilities" => {
+            if let Some(accepted) = kvp.get("acceptversions")
+                && !accepted.split(',').any(|v| v.trim() == "1.0.0")
+            {
+                return Err(err(ApiError::bad_request(
+                    "VersionNegotiationFailed",
+                    format!(
+                        "none of AcceptVersions {accepted:?} is offered; this server speaks 1.0.0"
+                    ),
+                )
+                .at("AcceptVersions")));
+            }
+            let sections = match kvp.get("sections") {
+                Some(text) => Sections::parse(text).map_err(err)?,
+                None => Sections::ALL,
+            };
+            capabilities::response(&state, &headers, sections).map_err(err)
+        }
         "gettile" => {
             let version = kvp.get("version").unwrap_or("1.0.0");
             if version != "1.0.0" {
@@ -53,7 +73,7 @@ pub async fn capabilities_rest(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    capabilities::response(&state, &headers).map_err(|e| e.speaking(Protocol::Wmts))
+    capabilities::response(&state, &headers, Sections::ALL).map_err(|e| e.speaking(Protocol::Wmts))
 }
 
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
@@ -73,6 +93,21 @@ async fn get_tile(
     let tile = address
         .resolve(&state.registry, Rows::FromTop)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
+    // Outside the TileMatrixSetLimits the capabilities give the layer.
+    if !capabilities::within_limits(&tile.layer, &tile.grid, tile.coord) {
+        return Err(ApiError::bad_request(
+            "TileOutOfRange",
+            format!(
+                "tile row {} column {} of matrix {} is outside layer {:?}'s TileMatrixSetLimits",
+                tile.coord.y(),
+                tile.coord.x(),
+                tile.coord.z(),
+                tile.layer.name
+            ),
+        )
+        .at("TILEROW")
+        .speaking(Protocol::Wmts));
+    }
     serve_tile(state, tile, headers)
         .await
         .map_err(|e| e.speaking(Protocol::Wmts))
