@@ -131,11 +131,17 @@ impl MbtilesStore {
             return Ok(db.clone());
         }
         let path = self.path_of(key);
-        let writer = match open_writer(&path, key, &self.options) {
+        let writer = match open_writer_waiting(&path, key, &self.options) {
             Ok(writer) => Some(Mutex::new(writer)),
             // An existing file that cannot be written (a read-only file
-            // system) still serves what it holds.
-            Err(e) if path.is_file() && open_reader(&path, &self.options).is_ok() => {
+            // system, no permission) still serves what it holds. A file
+            // another process holds locked is not read-only: that error
+            // is returned (after waiting up to the busy timeout).
+            Err(e)
+                if cannot_write(&e)
+                    && path.is_file()
+                    && open_reader(&path, &self.options).is_ok() =>
+            {
                 tracing::warn!(
                     file = %path.display(),
                     error = &e as &dyn std::error::Error,
@@ -233,6 +239,46 @@ pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS metadata (name TEXT,
      CREATE UNIQUE INDEX IF NOT EXISTS metadata_name ON metadata (name);
      CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
      CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);";
+
+/// Whether `e` says the file cannot be written at all (read-only file
+/// system or file, no permission), rather than that it is busy.
+fn cannot_write(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            rusqlite::ErrorCode::ReadOnly
+                | rusqlite::ErrorCode::CannotOpen
+                | rusqlite::ErrorCode::PermissionDenied
+        )
+    )
+}
+
+/// [`open_writer`], tried again while another connection holds the file
+/// locked (SQLite answers a journal-mode change or the schema's first
+/// write `SQLITE_BUSY` at once where waiting could deadlock), for up to
+/// the busy timeout.
+fn open_writer_waiting(
+    path: &Path,
+    key: &TileKey,
+    options: &MbtilesOptions,
+) -> rusqlite::Result<Connection> {
+    let deadline = std::time::Instant::now() + options.busy_timeout;
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match open_writer(path, key, options) {
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
 
 fn open_writer(
     path: &Path,
