@@ -153,3 +153,47 @@ def test_wmts_tiles_outside_the_layers_limits_are_tile_out_of_range(tessera):
     # Luxembourg (6.1E, 49.6N) at zoom 5 is column 16, row 10.
     status, body = fetch(tessera, WMTS_TILE.format(layer="elevation", z=5, row=10, col=16))
     assert status == 200
+
+
+def test_service_metadata_from_the_config_is_in_every_capabilities_document(tmp_path_factory, schemas):
+    from conftest import ROOT, serving
+    config = tmp_path_factory.mktemp("service") / "tessera.yaml"
+    config.write_text(f"""
+server: {{ title: Relief & Co }}
+service:
+  abstract: Shaded relief <for> everyone
+  keywords: [relief, "Natural Earth"]
+  fees: none
+  access_constraints: public domain
+  contact: {{ person: Ada Lovelace, organization: Tessera Maps, position: cartographer,
+             email: maps@example.org, phone: "+1 555 0100", site: "https://maps.example.org/" }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    metadata_url: {{ url: "https://maps.example.org/relief.xml" }}
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        _, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
+        doc = assert_valid(schema(schemas, "wms/1.3.0/capabilities_1_3_0.xsd"), body)
+        wms = "{http://www.opengis.net/wms}"
+        service = doc.find(f"{wms}Service")
+        assert service.findtext(f"{wms}Abstract") == "Shaded relief <for> everyone"
+        assert [k.text for k in service.iter(f"{wms}Keyword")] == ["relief", "Natural Earth"]
+        contact = service.find(f"{wms}ContactInformation")
+        assert contact.findtext(f"{wms}ContactPersonPrimary/{wms}ContactOrganization") == "Tessera Maps"
+        assert contact.findtext(f"{wms}ContactElectronicMailAddress") == "maps@example.org"
+        assert service.findtext(f"{wms}Fees") == "none"
+        assert service.findtext(f"{wms}AccessConstraints") == "public domain"
+        url = doc.find(f".//{wms}Layer/{wms}MetadataURL")
+        assert url.get("type") == "ISO19115:2003" and url.findtext(f"{wms}Format") == "text/xml"
+        _, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.1.1")
+        assert b"<Keyword>Natural Earth</Keyword>" in body and b"<ContactPerson>Ada Lovelace</ContactPerson>" in body
+        assert b'<MetadataURL type="ISO19115:2003">' in body
+        _, body = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
+        doc = assert_valid(schema(schemas, "wmts/1.0.0/wmtsGetCapabilities_response.xsd"), body)
+        assert doc.findtext(f"{OWS}ServiceIdentification/{OWS}Abstract") == "Shaded relief <for> everyone"
+        assert doc.findtext(f"{OWS}ServiceIdentification/{OWS}AccessConstraints") == "public domain"
+        provider = doc.find(f"{OWS}ServiceProvider")
+        assert provider.findtext(f"{OWS}ProviderName") == "Tessera Maps"
+        assert provider.findtext(f"{OWS}ServiceContact/{OWS}IndividualName") == "Ada Lovelace"
+        assert provider.findtext(f".//{OWS}ElectronicMailAddress") == "maps@example.org"

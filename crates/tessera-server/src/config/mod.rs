@@ -50,6 +50,71 @@ pub struct Config {
     /// The admin API (`PUT /admin/sources/{name}`); off when absent.
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// Who runs the service and on what terms, for capabilities documents.
+    #[serde(default)]
+    pub service: ServiceMetadata,
+}
+
+/// The `service:` section: what WMS and WMTS capabilities say about the
+/// service (abstract, keywords, contact, fees, access constraints). Every
+/// field is optional; what is absent is left out of the documents.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceMetadata {
+    /// A description of the service.
+    #[serde(rename = "abstract")]
+    pub abstract_text: Option<String>,
+    /// Keywords.
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    /// Fees (`none`, say).
+    pub fees: Option<String>,
+    /// Access constraints (`none`, a licence).
+    pub access_constraints: Option<String>,
+    /// Who to contact.
+    #[serde(default)]
+    pub contact: Contact,
+}
+
+/// The contact of the `service:` section.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contact {
+    /// A person's name.
+    pub person: Option<String>,
+    /// The organization (also the WMTS provider name).
+    pub organization: Option<String>,
+    /// The person's position.
+    pub position: Option<String>,
+    /// E-mail address.
+    pub email: Option<String>,
+    /// Telephone number.
+    pub phone: Option<String>,
+    /// The provider's web site.
+    pub site: Option<String>,
+}
+
+/// A layer's `metadata_url`: a metadata record about the data, listed as
+/// `MetadataURL` in WMS capabilities.
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataUrl {
+    /// Where the record is.
+    pub url: String,
+    /// The record's standard (default `ISO19115:2003`).
+    #[serde(default = "iso19115", rename = "type")]
+    pub kind: String,
+    /// Its media type (default `text/xml`).
+    #[serde(default = "text_xml")]
+    pub format: String,
+}
+
+fn iso19115() -> String {
+    "ISO19115:2003".into()
+}
+
+fn text_xml() -> String {
+    "text/xml".into()
 }
 
 /// The `admin:` section: uploads of source rasters to object storage.
@@ -314,6 +379,9 @@ pub struct LayerConfig {
     /// Longer description.
     #[serde(default)]
     pub description: Option<String>,
+    /// A metadata record about the layer's data (WMS `MetadataURL`).
+    #[serde(default)]
+    pub metadata_url: Option<MetadataUrl>,
     /// Attribution shown by map clients.
     #[serde(default)]
     pub attribution: Option<String>,

@@ -7,6 +7,7 @@ use serde::Serialize;
 use tessera_grid::{BBox, TileFormat, WEB_MERCATOR_QUAD};
 
 use super::Version;
+use crate::config::{MetadataUrl, ServiceMetadata};
 use crate::http::error::ApiError;
 use crate::http::templates::{self, Extent};
 use crate::http::{AppState, base_url};
@@ -15,6 +16,7 @@ use crate::http::{AppState, base_url};
 #[derive(Debug, Serialize)]
 struct Capabilities {
     title: String,
+    service: ServiceMetadata,
     base: String,
     max_layers: usize,
     max_width: u32,
@@ -33,6 +35,7 @@ struct WmsLayer {
     description: Option<String>,
     lonlat: Extent,
     mercator: Option<Extent>,
+    metadata_url: Option<MetadataUrl>,
 }
 
 /// The capabilities document of `version`.
@@ -57,6 +60,7 @@ pub fn response(
     }
     let doc = Capabilities {
         title: state.config.server.title.clone(),
+        service: state.config.service.clone(),
         base: base_url(&state.config, headers),
         max_layers: limits.wms_max_layers,
         max_width: limits.wms_max_width,
@@ -82,6 +86,12 @@ pub fn response(
                     .copied()
                     .flatten()
                     .map(|b| Extent::from(&b)),
+                metadata_url: state
+                    .config
+                    .layers
+                    .iter()
+                    .find(|l| l.name == layer.name)
+                    .and_then(|l| l.metadata_url.clone()),
             })
             .collect(),
     };

@@ -6,6 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
 
+use crate::config::ServiceMetadata;
 use crate::http::error::ApiError;
 use crate::http::templates::{self, Extent};
 use crate::http::{AppState, base_url};
@@ -15,6 +16,7 @@ use crate::registry::{Grid, Layer};
 struct Capabilities {
     sections: Sections,
     title: String,
+    service: ServiceMetadata,
     base: String,
     layers: Vec<WmtsLayer>,
     matrix_sets: Vec<MatrixSet>,
@@ -142,6 +144,7 @@ pub fn response(
     let doc = Capabilities {
         sections,
         title: state.config.server.title.clone(),
+        service: state.config.service.clone(),
         base: base_url(&state.config, headers),
         layers: layers.iter().map(|l| layer(state, l)).collect(),
         matrix_sets: used
