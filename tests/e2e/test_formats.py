@@ -78,3 +78,29 @@ def test_hidpi_tiles_have_twice_the_pixels_of_the_same_area(tessera):
     # TMS rows count from the bottom; @2x works there too.
     status, tms = fetch(tessera, "/tms/1.0.0/relief/WebMercatorQuad/3/4/5@2x.png")
     assert status == 200 and tms == hidpi
+
+
+def test_mixed_tiles_are_jpeg_where_opaque_and_png_where_not(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mixed") / "tessera.yaml"
+    # The Luxembourg DEM covers part of a zoom-8 tile: opaque tiles inside
+    # it, transparent ones at its border.
+    path.write_text(f"""
+layers:
+  - name: elevation
+    source: {{ path: {ROOT}/data/elev.tif }}
+    style: {{ type: hillshade }}
+    formats: [mixed]
+""")
+    import urllib.request
+    with serving(tmp_path_factory, "--config", str(path)) as server:
+        def get(p):
+            with urllib.request.urlopen(server.url + p, timeout=60) as r:
+                return r.headers["Content-Type"], r.read()
+        # Inside Luxembourg (zoom 11, x 1058, y 696): opaque, so JPEG.
+        ctype, body = get("/tiles/elevation/WebMercatorQuad/11/1058/696.jpeg-png")
+        assert ctype == "image/jpeg" and body[:3] == b"\xff\xd8\xff"
+        # The DEM's north-west corner: partly transparent, so PNG.
+        ctype, body = get("/tiles/elevation/WebMercatorQuad/8/132/86.jpeg-png")
+        assert ctype == "image/png" and png_header(body)[2] == RGBA
+        status, caps = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
+        assert b"<Format>image/vnd.jpeg-png</Format>" in caps

@@ -20,24 +20,44 @@ pub enum TileFormat {
     Jpeg,
     /// Lossy WebP with alpha.
     Webp,
+    /// JPEG where the tile is opaque, PNG where it is not (as
+    /// GeoWebCache's `image/vnd.jpeg-png` and MapProxy's `mixed`): small
+    /// tiles inside the data, transparent ones at its edge. Each response
+    /// carries the media type of its bytes; URLs and stores use
+    /// `.jpeg-png`.
+    Mixed,
 }
 
 impl TileFormat {
     /// All formats, in the order capabilities documents list them.
-    pub const ALL: [TileFormat; 4] = [
+    pub const ALL: [TileFormat; 5] = [
         TileFormat::Png,
         TileFormat::Png8,
         TileFormat::Jpeg,
         TileFormat::Webp,
+        TileFormat::Mixed,
     ];
 
     /// Media type of the bytes (`image/png`, ...): the `Content-Type` of a
-    /// response.
+    /// response. For [`TileFormat::Mixed`] it depends on the bytes (see
+    /// [`TileFormat::content_type_of`]); this is the format's own name.
     pub fn content_type(self) -> &'static str {
         match self {
             TileFormat::Png | TileFormat::Png8 => "image/png",
+            TileFormat::Mixed => "image/vnd.jpeg-png",
             TileFormat::Jpeg => "image/jpeg",
             TileFormat::Webp => "image/webp",
+        }
+    }
+
+    /// The media type of `bytes` encoded in this format: the format's own,
+    /// or for [`TileFormat::Mixed`] that of the encoding the bytes use.
+    pub fn content_type_of(self, bytes: &[u8]) -> &'static str {
+        match self {
+            TileFormat::Mixed => {
+                TileFormat::sniff(bytes).map_or("image/png", TileFormat::content_type)
+            }
+            other => other.content_type(),
         }
     }
 
@@ -56,6 +76,7 @@ impl TileFormat {
         match self {
             TileFormat::Png => "png",
             TileFormat::Png8 => "png8",
+            TileFormat::Mixed => "jpeg-png",
             TileFormat::Jpeg => "jpg",
             TileFormat::Webp => "webp",
         }
@@ -65,7 +86,7 @@ impl TileFormat {
     /// `format` metadata): `png` for both PNG flavours, `jpg`, `webp`.
     pub fn archive_name(self) -> &'static str {
         match self {
-            TileFormat::Png8 => TileFormat::Png.extension(),
+            TileFormat::Png8 | TileFormat::Mixed => TileFormat::Png.extension(),
             other => other.extension(),
         }
     }
@@ -75,6 +96,7 @@ impl TileFormat {
         match ext.to_ascii_lowercase().as_str() {
             "png" => Some(TileFormat::Png),
             "png8" => Some(TileFormat::Png8),
+            "jpeg-png" | "mixed" => Some(TileFormat::Mixed),
             "jpg" | "jpeg" => Some(TileFormat::Jpeg),
             "webp" => Some(TileFormat::Webp),
             _ => None,
@@ -91,6 +113,7 @@ impl TileFormat {
         match base.to_ascii_lowercase().as_str() {
             "image/png" | "png" if eight_bit => Some(TileFormat::Png8),
             "image/png8" | "png8" => Some(TileFormat::Png8),
+            "image/vnd.jpeg-png" | "mixed" => Some(TileFormat::Mixed),
             "image/png" | "png" => Some(TileFormat::Png),
             "image/jpeg" | "image/jpg" | "jpeg" | "jpg" => Some(TileFormat::Jpeg),
             "image/webp" | "webp" => Some(TileFormat::Webp),

@@ -66,7 +66,11 @@ pub fn encode(
     background: Color,
 ) -> Result<Vec<u8>, EncodeError> {
     match format {
-        TileFormat::Png => encode_png(view, options.png_compression),
+        // Mixed: JPEG where the tile is opaque, PNG where it is not.
+        TileFormat::Mixed if view.is_opaque() => {
+            encode_jpeg(view, options.jpeg_quality, background)
+        }
+        TileFormat::Png | TileFormat::Mixed => encode_png(view, options.png_compression),
         TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),

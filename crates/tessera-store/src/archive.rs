@@ -273,6 +273,8 @@ fn create_pmtiles(
         TileFormat::Jpeg => TileType::Jpeg,
         TileFormat::Webp => TileType::Webp,
         TileFormat::Png | TileFormat::Png8 => TileType::Png,
+        // PMTiles has one tile type per archive.
+        TileFormat::Mixed => TileType::Unknown,
     };
     let mut metadata = serde_json::json!({
         "name": info.name,

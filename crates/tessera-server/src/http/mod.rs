@@ -253,11 +253,10 @@ fn looks_like_host(h: &str) -> bool {
 
 /// An encoded image as a response.
 pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
+    let content_type = format.content_type_of(&bytes);
     let mut r = bytes.into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(format.content_type()),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
