@@ -35,14 +35,28 @@ pub async fn put_source(
 ) -> Response {
     match upload(&state, &name, &headers, body).await {
         Ok(r) => r,
-        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
-            let mut r = e.into_response();
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            r
-        }
-        Err(e) => e.into_response(),
+        Err(e) => error_response(e),
     }
+}
+
+/// The response for an admin error: a 401 also says which scheme to use.
+fn error_response(e: ApiError) -> Response {
+    let challenge = e.status == StatusCode::UNAUTHORIZED;
+    let mut r = e.into_response();
+    if challenge {
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+/// 401: no valid bearer token.
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        "a valid `Authorization: Bearer <token>` header is required",
+    )
 }
 
 /// Handles `POST /admin/reload`: reads the config file again and serves
@@ -57,15 +71,7 @@ pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Respon
         .into_response();
     };
     if !authorized(&headers, &admin.token) {
-        let mut r = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "a valid `Authorization: Bearer <token>` header is required",
-        )
-        .into_response();
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return r;
+        return error_response(unauthorized());
     }
     let Some(live) = state.live.as_ref().and_then(std::sync::Weak::upgrade) else {
         return ApiError::new(
@@ -141,11 +147,7 @@ async fn upload(
         ));
     };
     if !authorized(headers, &uploads.config.token) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "a valid `Authorization: Bearer <token>` header is required",
-        ));
+        return Err(unauthorized());
     }
     if !valid_name(name) {
         return Err(ApiError::bad_request(
