@@ -122,3 +122,33 @@ def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_path_fac
         waiting.join(timeout=300)
         code, body = result["map"]
         assert code == 200 and body[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_refused_reload_leaves_gdals_settings_as_they_were(tmp_path_factory):
+    # The serving config reads a COG from a loopback server; the refused one
+    # would have sent GDAL through the private-network guard.
+    from test_remote_sources import start_cog_server
+    cogs = start_cog_server()
+    config = tmp_path_factory.mktemp("reload") / "tessera.yaml"
+
+    def write(allow_private, broken):
+        config.write_text(f"""
+gdal: {{ allow_private_network: {str(allow_private).lower()} }}
+layers:
+  - name: remote
+    source: {{ path: "{cogs.url}/shadedrelief-5400.tif" }}
+    cache: {{ store: none }}
+""" + ("  - name: broken\n    source: { path: /nonexistent/nothing.tif }\n    cache: { store: none }\n"
+       if broken else ""))
+
+    write(allow_private=True, broken=False)
+    try:
+        with serving(tmp_path_factory, "--config", str(config)) as server:
+            # No tile yet: only the file's header has been read, so the tile
+            # below needs new range reads from the server.
+            write(allow_private=False, broken=True)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "old one keeps serving" in server.log_text(), "the refusal")
+            assert status(server, "/tiles/remote/WebMercatorQuad/2/2/1.png") == 200
+    finally:
+        cogs.shutdown()

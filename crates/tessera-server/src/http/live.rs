@@ -115,7 +115,20 @@ impl Live {
             );
         }
         config.server.listen.clone_from(&self.listen);
-        let next = Arc::new(current.reload(config)?);
+        let next = match current.reload(config) {
+            Ok(next) => Arc::new(next),
+            Err(e) => {
+                // Building the next service set GDAL's process-wide options
+                // from the refused config: put the serving config's back.
+                if let Err(restore) = tessera_source::configure_gdal(&current.config.gdal) {
+                    tracing::error!(
+                        error = &restore as &dyn std::error::Error,
+                        "GDAL's settings could not be restored after a refused reload"
+                    );
+                }
+                return Err(e);
+            }
+        };
         let layers = next.registry.layers().len();
         // The old router is dropped once the requests it routed are done.
         drop(
