@@ -5,9 +5,11 @@ leave no object and no multipart upload behind."""
 import http.client
 import json
 import os
+import re
 import socket
 import time
 import urllib.parse
+import urllib.request
 
 import pytest
 from osgeo import gdal
@@ -81,6 +83,17 @@ def uploads_left(c, key):
     return c.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads", [])
 
 
+def fetch_tile(server, path):
+    """(X-Cache, body) of a tile."""
+    with urllib.request.urlopen(server.url + path, timeout=60) as r:
+        return r.headers["X-Cache"], r.read()
+
+
+def objects(c, prefix):
+    """Keys of the objects whose key starts with `prefix`."""
+    return [o["Key"] for o in c.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+
+
 def exists(c, key):
     try:
         c.head_object(Bucket=BUCKET, Key=key)
@@ -102,8 +115,10 @@ def test_an_uploaded_raster_is_stored_exactly_and_served(s3, bucket, raster, tmp
         assert reply["bytes"] == len(data)
         assert reply["parts"] == -(-len(data) // (5 << 20))
         assert len(reply["crc32c"]) == 8
-        assert reply["object"] == f"s3://{BUCKET}/{prefix}/relief.tif"
-        stored = bucket.get_object(Bucket=BUCKET, Key=f"{prefix}/relief.tif")["Body"].read()
+        # A new object per upload: <name>.<version>.<ext>.
+        key = reply["object"].removeprefix(f"s3://{BUCKET}/")
+        assert re.fullmatch(rf"{prefix}/relief\.[0-9a-f]+\.tif", key), reply["object"]
+        stored = bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read()
         assert stored == data, "the stored object is the sent file, byte for byte"
         for path in ["/tiles/relief/WebMercatorQuad/2/2/1.png", "/tiles/relief/WebMercatorQuad/0/0/0.png"]:
             status, ctype, body = server.get(path)
@@ -112,7 +127,9 @@ def test_an_uploaded_raster_is_stored_exactly_and_served(s3, bucket, raster, tmp
         # Content-Length upload of the same name replaces it.
         status, text = put(server, "relief", body=data, headers={"Content-Length": str(len(data))})
         assert status == 201, text
-    assert json.loads((tmp_path / "sources.json").read_text()) == {"relief": "relief.tif"}
+        replacement = json.loads(text)["object"].removeprefix(f"s3://{BUCKET}/")
+        assert objects(bucket, f"{prefix}/relief.") == [replacement], "the replaced object is deleted"
+    assert json.loads((tmp_path / "sources.json").read_text()) == {"relief": replacement.rsplit("/", 1)[1]}
     with serving(tmp_path_factory, "--config", str(cfg)) as server:
         status, ctype, _ = server.get("/tiles/relief/WebMercatorQuad/1/1/0.png")
         assert (status, ctype) == (200, "image/png"), "the source is served after a restart"
@@ -159,9 +176,8 @@ def test_bad_uploads_get_clear_errors_and_leave_nothing(s3, bucket, raster, tmp_
         assert answer.startswith("HTTP/1.1 408"), answer
         time.sleep(2)
         for name in ["x", "big", "big2", "notes", "broken", "gone", "stalled"]:
-            for key in [f"{prefix}/{name}", f"{prefix}/{name}.tif"]:
-                assert not exists(bucket, key), f"{key}: no object"
-                assert uploads_left(bucket, key) == [], f"{key}: no multipart upload left"
+            assert objects(bucket, f"{prefix}/{name}.") == [], f"{name}: no object"
+            assert uploads_left(bucket, f"{prefix}/{name}.") == [], f"{name}: no multipart upload left"
         for name in ["notes", "broken", "gone", "stalled"]:
             url = urllib.parse.urlsplit(server.url)
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
@@ -193,3 +209,15 @@ def test_replacing_an_uploaded_source_serves_the_new_bytes(s3, bucket, raster, t
         second = server.get(query.format("swap"))[2]
         assert second == server.get(query.format("local_inverted"))[2], "the new bytes are served"
         assert second != first
+        # Cached tiles too: the replaced source's tiles are not served as
+        # HITs of the new one.
+        tile = "/tiles/swap/WebMercatorQuad/2/2/1.png"
+        status, text = put(server, "swap", body=raster.read_bytes())
+        assert status == 201, text
+        assert fetch_tile(server, tile)[0] == "MISS"
+        assert fetch_tile(server, tile) == ("HIT", fetch_tile(server, tile.replace("/swap/", "/local/"))[1])
+        status, text = put(server, "swap", body=inverted.read_bytes())
+        assert status == 201, text
+        cache, body = fetch_tile(server, tile)
+        assert cache == "MISS", "a replaced source's tiles are rendered again"
+        assert body == fetch_tile(server, tile.replace("/swap/", "/local_inverted/"))[1]

@@ -284,7 +284,7 @@ impl TilePlan {
     pub fn tile_area(&self) -> TileArea {
         let tms = &self.grid.tms;
         TileArea {
-            layer: self.layer.name.clone(),
+            layer: self.layer.cache_key.clone(),
             grid: tms.id.clone(),
             format: self.format,
             ranges: self

@@ -61,6 +61,9 @@ pub struct Layer {
     pub extents: HashMap<String, Option<BBox>>,
     /// Where its tiles are cached (`None`: every tile request renders).
     pub cache: Option<LayerCache>,
+    /// The name its tiles are stored and locked under (`cache.key`, or the
+    /// layer name).
+    pub cache_key: String,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
 }
@@ -282,6 +285,7 @@ impl Registry {
                 wms_crs: lc.wms_crs.clone(),
                 extents,
                 cache,
+                cache_key: lc.cache.key.clone().unwrap_or_else(|| lc.name.clone()),
                 max_age_secs: lc.cache.max_age_secs,
             }))
         }

@@ -77,7 +77,7 @@ impl Uploads {
         }
     }
 
-    /// The object holding `file` (`<name>.<ext>`).
+    /// The object holding `file` (`<name>.<version>.<ext>`).
     pub fn object_path(&self, file: &str) -> Path {
         self.prefix.clone().join(file)
     }
@@ -102,10 +102,14 @@ impl Uploads {
                 crate::config::NO_STORE.into()
             }
         });
+        // Each upload is its own object (`<name>.<version>.<ext>`) and its
+        // tiles are kept under its own key, so a replaced source never
+        // serves the old one's tiles.
+        let key = file.rsplit_once('.').map_or(file, |(stem, _)| stem);
         let value = serde_json::json!({
             "name": name,
             "source": { "path": self.gdal_path(file) },
-            "cache": { "store": store },
+            "cache": { "store": store, "key": key },
         });
         serde_json::from_value(value)
             .map_err(|e| ConfigError::Invalid(format!("uploaded layer {name:?}: {e}")))

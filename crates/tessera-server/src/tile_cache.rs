@@ -535,7 +535,7 @@ impl TileCache {
         meta: &Metatile,
     ) -> Result<KeyGuard<MetaKey>, TileError> {
         let key = MetaKey {
-            layer: req.layer.name.clone(),
+            layer: req.layer.cache_key.clone(),
             grid: req.grid.tms.id.clone(),
             format: req.format,
             range: meta.range,
@@ -588,7 +588,7 @@ pub fn store_key(layer: &Layer, grid: &Grid, format: TileFormat, coord: TileCoor
         .matrix(coord.z())
         .expect("a TileCoord is inside its grid");
     TileKey {
-        layer: layer.name.clone(),
+        layer: layer.cache_key.clone(),
         grid: grid.tms.id.clone(),
         coord,
         matrix_height: matrix.matrix_height,

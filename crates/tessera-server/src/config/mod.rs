@@ -345,11 +345,16 @@ pub struct LayerCacheConfig {
     /// Durability of tiles saved while serving (`buffered`, default, or
     /// `synced`). Seeding always writes `synced`.
     pub durability: Durability,
+    /// The name the layer's tiles are kept under in its store (default:
+    /// the layer name). A new key starts an empty cache: set one when the
+    /// source or style changes in a way that must not serve old tiles.
+    pub key: Option<String>,
 }
 
 impl Default for LayerCacheConfig {
     fn default() -> Self {
         Self {
+            key: None,
             store: DEFAULT_STORE.into(),
             metatile: [4, 4],
             gutter: 8,
@@ -527,6 +532,14 @@ impl Config {
             }
             if !names.insert(layer.name.as_str()) {
                 return invalid(format!("layer {:?} is defined twice", layer.name));
+            }
+            if let Some(key) = &layer.cache.key
+                && !valid_name(key)
+            {
+                return invalid(format!(
+                    "layer {:?}: cache.key {key:?} must use only letters, digits, '_', '-' and '.'",
+                    layer.name
+                ));
             }
             if layer.min_zoom > layer.max_zoom {
                 return invalid(format!(

@@ -276,7 +276,7 @@ async fn register(
     .map_err(|e| ApiError::upstream("registering the upload", &e))?;
     match result {
         Ok(Some(old)) if old != file => {
-            // Replaced by a file of another format: the old object goes.
+            // Replaced: the old object goes.
             let _ = uploads.store.delete(&uploads.object_path(&old)).await;
         }
         Ok(_) => {}
@@ -314,7 +314,12 @@ async fn start(
             "the body is not a raster format tessera serves (GeoTIFF, JPEG 2000, PNG, JPEG, GeoPackage, netCDF); nothing was stored",
         ));
     };
-    let file = format!("{name}.{ext}");
+    // A new object per upload: the one being served is not overwritten
+    // while GDAL reads it, and its tiles keep their own cache key.
+    let version = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let file = format!("{name}.{version:x}.{ext}");
     let mut up = Upload::new(
         uploads.store.clone(),
         uploads.object_path(&file),
