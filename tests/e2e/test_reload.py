@@ -132,8 +132,9 @@ def test_a_refused_reload_leaves_gdals_settings_as_they_were(tmp_path_factory):
     config = tmp_path_factory.mktemp("reload") / "tessera.yaml"
 
     def write(allow_private, broken):
+        headers = ", config_options: { GDAL_HTTP_HEADERS: 'X-Refused: yes' }" if broken else ""
         config.write_text(f"""
-gdal: {{ allow_private_network: {str(allow_private).lower()} }}
+gdal: {{ allow_private_network: {str(allow_private).lower()}{headers} }}
 layers:
   - name: remote
     source: {{ path: "{cogs.url}/shadedrelief-5400.tif" }}
@@ -149,6 +150,9 @@ layers:
             write(allow_private=False, broken=True)
             server.proc.send_signal(signal.SIGHUP)
             wait_for(lambda: "old one keeps serving" in server.log_text(), "the refusal")
+            seen = len(cogs.headers_seen)
             assert status(server, "/tiles/remote/WebMercatorQuad/2/2/1.png") == 200
+            later = cogs.headers_seen[seen:]
+            assert later and not any("X-Refused" in h for h in later), "an option only the refused config had"
     finally:
         cogs.shutdown()

@@ -23,6 +23,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):
         self.server.hits += 1
+        self.server.headers_seen.append(dict(self.headers))
         if self.path.startswith("/to/"):
             # /to/NAME redirects to NAME on the server's redirect target.
             self.send_response(302)
@@ -59,6 +60,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 def start_cog_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
     server.hits = 0
+    server.headers_seen = []
     server.redirect_to = None
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     server.authority = f"127.0.0.1:{server.server_address[1]}"

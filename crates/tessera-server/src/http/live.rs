@@ -115,11 +115,25 @@ impl Live {
             );
         }
         config.server.listen.clone_from(&self.listen);
+        let refused_options: Vec<String> = config.gdal.config_options.keys().cloned().collect();
         let next = match current.reload(config) {
             Ok(next) => Arc::new(next),
             Err(e) => {
                 // Building the next service set GDAL's process-wide options
-                // from the refused config: put the serving config's back.
+                // from the refused config: drop the ones only it had and put
+                // the serving config's back.
+                for key in refused_options
+                    .iter()
+                    .filter(|k| !current.config.gdal.config_options.contains_key(*k))
+                {
+                    if let Err(e) = gdal::config::clear_config_option(key) {
+                        tracing::warn!(
+                            key,
+                            error = &e as &dyn std::error::Error,
+                            "a GDAL option of the refused config could not be cleared"
+                        );
+                    }
+                }
                 if let Err(restore) = tessera_source::configure_gdal(&current.config.gdal) {
                     tracing::error!(
                         error = &restore as &dyn std::error::Error,
