@@ -22,7 +22,7 @@ use crate::registry::Layer;
 /// The layer(s) a response served, for the access log.
 #[derive(Debug, Clone)]
 pub enum ServedLayers {
-    /// One layer (a tile, a TileJSON document).
+    /// One layer (a tile).
     One(Arc<Layer>),
     /// Several, as the request named them (a WMS map's `LAYERS`).
     Named(Arc<str>),
