@@ -19,6 +19,17 @@ pub enum PngCompression {
     High,
 }
 
+impl PngCompression {
+    /// The `png` crate's level for this effort.
+    fn png(self) -> png::Compression {
+        match self {
+            PngCompression::Fast => png::Compression::Fast,
+            PngCompression::Balanced => png::Compression::Balanced,
+            PngCompression::High => png::Compression::High,
+        }
+    }
+}
+
 /// Encoder settings.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -88,11 +99,7 @@ fn encode_png(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8
         png::ColorType::Rgba
     });
     encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(match compression {
-        PngCompression::Fast => png::Compression::Fast,
-        PngCompression::Balanced => png::Compression::Balanced,
-        PngCompression::High => png::Compression::High,
-    });
+    encoder.set_compression(compression.png());
     let mut writer = encoder.write_header()?;
     let channels = if opaque { 3 } else { 4 };
     let row_bytes = view.width() as usize * channels;
@@ -194,11 +201,7 @@ fn encode_png8(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u
         let last = palette.iter().rposition(|c| c[3] != 255).unwrap_or(0);
         encoder.set_trns(palette[..=last].iter().map(|c| c[3]).collect::<Vec<u8>>());
     }
-    encoder.set_compression(match compression {
-        PngCompression::Fast => png::Compression::Fast,
-        PngCompression::Balanced => png::Compression::Balanced,
-        PngCompression::High => png::Compression::High,
-    });
+    encoder.set_compression(compression.png());
     let mut writer = encoder.write_header()?;
     writer.write_image_data(&indices)?;
     writer.finish()?;

@@ -44,6 +44,16 @@ fn environment() -> &'static Environment<'static> {
             (WMS_1_3_0, include_str!("templates/wms_1_3_0.xml")),
             (WMS_1_1_1, include_str!("templates/wms_1_1_1.xml")),
             (WMTS_1_0_0, include_str!("templates/wmts_1_0_0.xml")),
+            // The `service:` section's abstract/keywords and contact/fees
+            // blocks, the same in WMS 1.1.1 and 1.3.0.
+            (
+                "wms_service_abstract.xml",
+                include_str!("templates/wms_service_abstract.xml"),
+            ),
+            (
+                "wms_service_contact.xml",
+                include_str!("templates/wms_service_contact.xml"),
+            ),
         ] {
             env.add_template(name, source)
                 .expect("the built-in templates are valid");
