@@ -44,6 +44,10 @@ struct Scan {
     bad: Option<(Position, String)>,
     /// Highest durable mark of any whole record after the bad position.
     durable_after_bad: u64,
+    /// Where the records of a segment stopped at bytes that are no record,
+    /// until the next segment says whether that was damage or the end of
+    /// its records (see [`resolve_suspect`]).
+    suspect: Option<Suspect>,
     end: Option<(u64, u32)>,
     /// End of the records in each segment scanned.
     ends: BTreeMap<u64, u32>,
@@ -62,6 +66,7 @@ pub(crate) fn recover(
         expect_seq: None,
         bad: None,
         durable_after_bad: 0,
+        suspect: None,
         end: None,
         ends: BTreeMap::new(),
     };
@@ -111,6 +116,7 @@ pub(crate) fn recover(
                 break;
             }
             Err(reason) => {
+                confirm_suspect(&mut scan);
                 if scan.bad.is_none() {
                     scan.bad = Some((
                         Position {
@@ -130,6 +136,8 @@ pub(crate) fn recover(
         }
         files.insert(id, Arc::new(file));
     }
+    // Bytes after the records of the last segment are a torn tail.
+    confirm_suspect(&mut scan);
     if let Some((pos, reason)) = &scan.bad
         && scan.durable_after_bad > global(pos.segment, pos.offset)
     {
@@ -186,6 +194,7 @@ fn scan_segment(
     replay: &mut impl FnMut(Record<'_>),
 ) {
     let mut off = HEADER_LEN as usize;
+    resolve_suspect(scan, id, buf);
     if scan.bad.is_some() {
         look_past_damage(scan, id, buf, off);
         return;
@@ -224,28 +233,84 @@ fn scan_segment(
                 return;
             }
             Err(Invalid::Bad) => {
-                scan.bad = Some((position, "record checksum mismatch".into()));
-                look_past_damage(scan, id, buf, off + 1);
+                scan.suspect = Some(Suspect {
+                    position,
+                    durable_after: Scan::durable_marks_after(id, buf, off + 1),
+                });
+                scan.end = Some((id, off as u32));
+                scan.ends.insert(id, off as u32);
                 return;
             }
         }
     }
 }
 
+/// Bytes that are no record where a segment's records stop.
+struct Suspect {
+    position: Position,
+    /// Highest durable mark of whole records of that segment after them.
+    durable_after: u64,
+}
+
+/// Decides what the bytes after the previous segment's last record were.
+///
+/// A recycled segment keeps the records of its former life after the new
+/// ones, and they need not start where the new ones end: the bytes there can
+/// look like a damaged record. Sequence numbers run on across segments, so
+/// when this segment's first record is the very next one, nothing was lost:
+/// those bytes were the old life's. Otherwise they were damage (or a torn
+/// tail, when nothing durable follows).
+fn resolve_suspect(scan: &mut Scan, id: u64, buf: &[u8]) {
+    let Some(suspect) = &scan.suspect else {
+        return;
+    };
+    let continues = match decode(buf.get(HEADER_LEN as usize..).unwrap_or(&[]), id) {
+        Ok((frame, _)) => scan.expect_seq == Some(frame.seq),
+        Err(_) => false,
+    };
+    if continues && suspect.durable_after == 0 {
+        scan.suspect = None;
+    } else {
+        confirm_suspect(scan);
+    }
+}
+
+/// Takes a pending [`Suspect`] as the first damage.
+fn confirm_suspect(scan: &mut Scan) {
+    if let Some(s) = scan.suspect.take()
+        && scan.bad.is_none()
+    {
+        scan.bad = Some((s.position, "record checksum mismatch".into()));
+        scan.durable_after_bad = scan.durable_after_bad.max(s.durable_after);
+    }
+}
+
 /// After damage, looks for any whole record further on and remembers the
 /// highest durable mark among them.
 fn look_past_damage(scan: &mut Scan, id: u64, buf: &[u8], start: usize) {
-    let tag = id.to_le_bytes();
-    let mut off = start;
-    while off + FRAME_LEN <= buf.len() {
-        if buf[off + 8..off + 16] == tag
-            && let Ok((frame, range)) = decode(&buf[off..], id)
-        {
-            scan.durable_after_bad = scan.durable_after_bad.max(frame.durable);
-            off += range.end;
-            continue;
+    scan.durable_after_bad = scan
+        .durable_after_bad
+        .max(Scan::durable_marks_after(id, buf, start));
+}
+
+impl Scan {
+    /// The highest durable mark of the whole records of segment `id` found
+    /// in `buf` from `start` on (0 when there are none).
+    fn durable_marks_after(id: u64, buf: &[u8], start: usize) -> u64 {
+        let tag = id.to_le_bytes();
+        let mut highest = 0;
+        let mut off = start;
+        while off + FRAME_LEN <= buf.len() {
+            if buf[off + 8..off + 16] == tag
+                && let Ok((frame, range)) = decode(&buf[off..], id)
+            {
+                highest = highest.max(frame.durable);
+                off += range.end;
+                continue;
+            }
+            off += 1;
         }
-        off += 1;
+        highest
     }
 }
 

@@ -604,3 +604,72 @@ fn released_segments_are_recycled_and_their_old_records_never_come_back() {
     assert_eq!(got.len(), kept + 400);
     assert!(got.iter().all(|(p, _, _)| p.segment != first[0].segment));
 }
+
+#[test]
+fn a_recycled_segment_whose_old_records_do_not_line_up_with_the_new_ones_reopens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();
+    // Fill segment 1 and start 2 with small records of one size, so that
+    // hardly any zeros are left at the end of segment 1.
+    let mut n = 0u64;
+    while j.segments().len() < 2 {
+        j.append(RecordKind::Add, &[1u8; 100], Persist::Buffered)
+            .unwrap();
+        n += 1;
+    }
+    assert!(n > 400);
+    j.sync().unwrap();
+    j.release(1).unwrap();
+    // The next segments reuse segment 1's file; larger records of other
+    // sizes end where an old record is half way through.
+    let mut written = Vec::new();
+    let mut i = 0u64;
+    while j.segments().iter().map(|s| s.id).max().unwrap() < 4 {
+        let p = vec![i as u8; 900 + (i as usize * 37) % 400];
+        j.append(RecordKind::Update, &p, Persist::Synced).unwrap();
+        written.push(p);
+        i += 1;
+    }
+    j.close();
+    let got = replay_all(dir.path(), small()).unwrap();
+    let updates: Vec<Vec<u8>> = got
+        .into_iter()
+        .filter(|(_, kind, _)| *kind == RecordKind::Update)
+        .map(|(_, _, data)| data)
+        .collect();
+    assert_eq!(updates, written);
+}
+
+#[test]
+fn damage_to_the_last_record_of_a_full_segment_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();
+    let positions: Vec<_> = (0..600)
+        .map(|n| {
+            j.append(RecordKind::Add, &payload(n), Persist::Synced)
+                .unwrap()
+        })
+        .collect();
+    j.close();
+    let last_of_first = positions
+        .iter()
+        .filter(|p| p.segment == positions[0].segment)
+        .max()
+        .copied()
+        .unwrap();
+    let seg = dir
+        .path()
+        .join(format!("seg-{:016x}.log", last_of_first.segment));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[last_of_first.offset as usize + 40] ^= 0x10;
+    std::fs::write(&seg, &bytes).unwrap();
+    match Journal::open(dir.path(), small(), None, |_| {}) {
+        Err(JournalError::Corrupt {
+            segment, offset, ..
+        }) => assert_eq!(
+            (segment, offset),
+            (last_of_first.segment, last_of_first.offset)
+        ),
+        other => panic!("expected a corruption report, got {other:?}"),
+    }
+}
