@@ -7,6 +7,7 @@ pub mod config;
 pub mod demo;
 pub mod encode_pool;
 pub mod export;
+pub mod fingerprint;
 pub mod http;
 pub mod locks;
 pub mod metatile;

@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tessera_store::{
-    Durability, HeldTile, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+    Durability, HeldTile, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
 };
 
 /// How a tile request ended.
@@ -450,6 +450,17 @@ impl TileStore for TimedStore {
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
         self.metrics
             .store_op(self.name(), "get", || self.inner.get(key))
+    }
+
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        self.metrics
+            .store_op(self.name(), "get", || self.inner.get_stored(key))
+    }
+
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        self.metrics.store_op(self.name(), "claim", || {
+            self.inner.claim_fingerprint(layer, fingerprint)
+        })
     }
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use tessera_grid::TileFormat;
 use tessera_grid::mercator;
@@ -13,6 +14,7 @@ use tessera_source::{Crs, GdalSource, Source, SourceError};
 use tessera_store::{Durability, MemoryStore, TileStore};
 
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
+use crate::fingerprint;
 use crate::metatile::MetatileSpec;
 use crate::metrics::{Metrics, TimedStore};
 use crate::service::LayerSelection;
@@ -61,9 +63,12 @@ pub struct Layer {
     pub extents: HashMap<String, Option<BBox>>,
     /// Where its tiles are cached (`None`: every tile request renders).
     pub cache: Option<LayerCache>,
-    /// The name its tiles are stored and locked under (`cache.key`, or the
-    /// layer name).
+    /// The name its tiles are stored and locked under: `cache.key` (or the
+    /// layer name), with `@<fingerprint>` appended when the store records
+    /// another fingerprint for that name (see [`crate::fingerprint`]).
     pub cache_key: String,
+    /// What its pixels are made from ([`crate::fingerprint::of_layer`]).
+    pub fingerprint: String,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
 }
@@ -79,6 +84,38 @@ pub struct LayerCache {
     pub metatile: MetatileSpec,
     /// Durability of tiles saved while serving.
     pub durability: Durability,
+    /// Which stored tiles are too old to serve.
+    pub freshness: Freshness,
+}
+
+/// Which stored tiles are too old to serve (`cache.max_stored_age`,
+/// `cache.refresh_before`): they are rendered again when asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Freshness {
+    /// Tiles stored longer ago than this are stale.
+    pub max_stored_age: Option<Duration>,
+    /// Tiles stored before this time are stale.
+    pub refresh_before: Option<SystemTime>,
+}
+
+impl Freshness {
+    /// Whether any tile can be stale.
+    pub fn expires(&self) -> bool {
+        self.max_stored_age.is_some() || self.refresh_before.is_some()
+    }
+
+    /// Whether a tile stored at `stored_at` may be served at `now`. Tiles
+    /// whose store time is unknown (written by other tools) are served.
+    pub fn is_fresh(&self, stored_at: Option<SystemTime>, now: SystemTime) -> bool {
+        let Some(at) = stored_at else {
+            return true;
+        };
+        let too_old = self
+            .max_stored_age
+            .is_some_and(|age| now.duration_since(at).is_ok_and(|elapsed| elapsed > age));
+        let before = self.refresh_before.is_some_and(|t| at < t);
+        !(too_old || before)
+    }
 }
 
 impl Layer {
@@ -270,7 +307,39 @@ impl Registry {
                     gutter: lc.cache.gutter,
                 },
                 durability: lc.cache.durability,
+                freshness: Freshness {
+                    max_stored_age: lc.cache.max_stored_age.map(Duration::from_secs_f64),
+                    refresh_before: lc.cache.refresh_before,
+                },
             });
+            let layer_grids: Vec<&Grid> = lc
+                .grids
+                .iter()
+                .filter_map(|g| grids.get(g).map(AsRef::as_ref))
+                .collect();
+            let fingerprint = fingerprint::of_layer(lc, &config.encoding, &layer_grids);
+            let base_key = lc.cache.key.clone().unwrap_or_else(|| lc.name.clone());
+            let cache_key = match &cache {
+                None => base_key,
+                Some(c) => fingerprint::store_key(c.store.as_ref(), &base_key, &fingerprint)
+                    .unwrap_or_else(|e| {
+                        // Tiles under the fingerprinted key are right
+                        // whatever the store recorded.
+                        tracing::warn!(
+                            layer = %lc.name,
+                            error = &e as &dyn std::error::Error,
+                            "cannot read or record the layer's fingerprint in its store; keeping its tiles under a key with the fingerprint"
+                        );
+                        format!("{base_key}@{fingerprint}")
+                    }),
+            };
+            if cache_key != lc.cache.key.as_deref().unwrap_or(&lc.name) {
+                tracing::info!(
+                    layer = %lc.name,
+                    key = %cache_key,
+                    "the layer's source, style, grids or encoding differ from what the tiles under its plain key were made from: its tiles are kept under this key"
+                );
+            }
             Ok(Arc::new(Layer {
                 name: lc.name.clone(),
                 title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
@@ -285,7 +354,8 @@ impl Registry {
                 wms_crs: lc.wms_crs.clone(),
                 extents,
                 cache,
-                cache_key: lc.cache.key.clone().unwrap_or_else(|| lc.name.clone()),
+                cache_key,
+                fingerprint,
                 max_age_secs: lc.cache.max_age_secs,
             }))
         }
@@ -424,4 +494,32 @@ fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
             .ok()
     })?;
     b.intersection(&grid.tms.extent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freshness_by_age_and_by_date() {
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let never = Freshness::default();
+        assert!(!never.expires());
+        assert!(never.is_fresh(Some(now - 100 * hour), now));
+        let by_age = Freshness {
+            max_stored_age: Some(hour),
+            refresh_before: None,
+        };
+        assert!(by_age.is_fresh(Some(now - hour / 2), now));
+        assert!(!by_age.is_fresh(Some(now - 2 * hour), now));
+        // A store that does not know when: served.
+        assert!(by_age.is_fresh(None, now));
+        let by_date = Freshness {
+            max_stored_age: None,
+            refresh_before: Some(now - hour),
+        };
+        assert!(!by_date.is_fresh(Some(now - 2 * hour), now));
+        assert!(by_date.is_fresh(Some(now - hour / 2), now));
+    }
 }

@@ -20,7 +20,7 @@
 //! `cache.lock_timeout_secs`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use tessera_grid::TileFormat;
@@ -34,7 +34,7 @@ use crate::encode_pool::{EncodePool, Job};
 use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
 use crate::metatile::Metatile;
 use crate::metrics::{LockKind, Metrics, RequestResult};
-use crate::registry::{Grid, Layer, LayerCache};
+use crate::registry::{Freshness, Grid, Layer, LayerCache};
 use crate::render::{Demand, ImageRequest, RenderError, Renderer};
 use crate::throttle::Throttle;
 
@@ -72,6 +72,9 @@ pub struct Tile {
     pub hash: u128,
     /// Hit or miss.
     pub status: CacheStatus,
+    /// When the tile was stored (a miss: now; `None`: the store does not
+    /// know). Sent as `Last-Modified`.
+    pub stored_at: Option<SystemTime>,
 }
 
 /// What a seed step did with one metatile.
@@ -262,13 +265,19 @@ impl TileCache {
 
     async fn get_cached(&self, req: &TileRequest, cache: &LayerCache) -> Result<Tile, TileError> {
         let key = tile_key(req, req.coord);
-        if let Some(held) = self.lookup(&cache.store, &key).await {
+        let fresh = |held: &HeldTile| cache.freshness.is_fresh(held.stored_at, SystemTime::now());
+        if let Some(held) = self.lookup(&cache.store, &key).await
+            && fresh(&held)
+        {
             return Ok(hit(held));
         }
         let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
         let meta_guard = self.lock_metatile(req, &meta).await?;
         let own_guard = self.lock_tile(key.clone()).await?;
-        if let Some(held) = self.lookup(&cache.store, &key).await {
+        // A stale tile is rendered again, like a missing one.
+        if let Some(held) = self.lookup(&cache.store, &key).await
+            && fresh(&held)
+        {
             return Ok(hit(held));
         }
         let cutter = self.render_metatile(req, meta).await?;
@@ -412,7 +421,10 @@ impl TileCache {
         if !force {
             let store = cache.store.clone();
             let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
-            let all_stored = run_blocking(move || store.all_exist(&keys)).await??;
+            let freshness = cache.freshness;
+            let all_stored =
+                run_blocking(move || all_stored_and_fresh(store.as_ref(), &keys, freshness))
+                    .await??;
             if all_stored {
                 return Ok(SeedOutcome::Skipped);
             }
@@ -504,10 +516,11 @@ impl TileCache {
         }
         let (store, k) = (store.clone(), key.clone());
         match run_blocking(move || {
-            store.get(&k).map(|found| {
-                found.map(|bytes| HeldTile {
-                    hash: content_hash(&bytes),
-                    bytes,
+            store.get_stored(&k).map(|found| {
+                found.map(|t| HeldTile {
+                    hash: content_hash(&t.bytes),
+                    bytes: t.bytes,
+                    stored_at: t.stored_at,
                 })
             })
         })
@@ -565,6 +578,7 @@ fn hit(held: HeldTile) -> Tile {
         bytes: held.bytes,
         hash: held.hash,
         status: CacheStatus::Hit,
+        stored_at: held.stored_at,
     }
 }
 
@@ -573,7 +587,28 @@ fn miss(bytes: Bytes) -> Tile {
         hash: content_hash(&bytes),
         bytes,
         status: CacheStatus::Miss,
+        stored_at: Some(SystemTime::now()),
     }
+}
+
+/// Whether every one of `keys` is stored and, when the layer's tiles
+/// expire, still fresh (one read per tile then; else [`TileStore::all_exist`]).
+fn all_stored_and_fresh(
+    store: &dyn TileStore,
+    keys: &[TileKey],
+    freshness: Freshness,
+) -> Result<bool, StoreError> {
+    if !freshness.expires() {
+        return store.all_exist(keys);
+    }
+    let now = SystemTime::now();
+    for k in keys {
+        match store.get_stored(k)? {
+            Some(t) if freshness.is_fresh(t.stored_at, now) => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 /// The store key of tile `coord` of the request's layer, grid and format.

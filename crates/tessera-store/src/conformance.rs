@@ -28,6 +28,8 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
     large_tile(store.as_ref());
     concurrent_writers(store);
     readers_never_see_torn_tiles(store);
+    stored_times(store.as_ref());
+    fingerprints_are_claimed_once(store);
 }
 
 /// A key for tile (z, x, y) of `layer` in WebMercatorQuad.
@@ -353,4 +355,78 @@ fn readers_never_see_torn_tiles(store: &Arc<dyn TileStore>) {
         reads += 1;
     }
     writer.join().expect("writer thread");
+}
+
+fn stored_times(store: &dyn TileStore) {
+    // File times may be coarser than the clock and lag it a little.
+    let slack = std::time::Duration::from_secs(2);
+    let k = key("c-stamp", 5, 3, 4, TileFormat::Png);
+    let before = std::time::SystemTime::now();
+    store
+        .put(&k, payload(9, 300), Durability::Buffered)
+        .expect("put");
+    let after = std::time::SystemTime::now();
+    let got = store
+        .get_stored(&k)
+        .expect("get_stored")
+        .expect("get_stored must find a stored tile");
+    assert_eq!(
+        Some(got.bytes),
+        store.get(&k).expect("get"),
+        "get_stored must agree with get"
+    );
+    let at = got
+        .stored_at
+        .expect("a tile this store wrote must have its store time");
+    assert!(
+        at + slack >= before && at <= after + slack,
+        "store time {at:?} must lie between {before:?} and {after:?}"
+    );
+    assert_eq!(
+        store
+            .get_stored(&key("c-stamp", 5, 3, 5, TileFormat::Png))
+            .expect("get_stored"),
+        None,
+        "get_stored of a missing tile must be None"
+    );
+}
+
+fn fingerprints_are_claimed_once(store: &Arc<dyn TileStore>) {
+    assert_eq!(
+        store.claim_fingerprint("c-fp", "aaaa").expect("claim"),
+        "aaaa",
+        "the first claim must be recorded"
+    );
+    assert_eq!(
+        store.claim_fingerprint("c-fp", "bbbb").expect("claim"),
+        "aaaa",
+        "a later claim must get the recorded fingerprint back"
+    );
+    assert_eq!(
+        store
+            .claim_fingerprint("c-fp-other", "bbbb")
+            .expect("claim"),
+        "bbbb",
+        "layer keys must have their own fingerprints"
+    );
+    let answers: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|i| {
+                let store = store.clone();
+                s.spawn(move || {
+                    store
+                        .claim_fingerprint("c-fp-race", &format!("fp{i}"))
+                        .expect("claim")
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("claim thread"))
+            .collect()
+    });
+    assert!(
+        answers.iter().all(|a| a == &answers[0]),
+        "concurrent claims must agree on one fingerprint: {answers:?}"
+    );
 }

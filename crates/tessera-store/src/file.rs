@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
+use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
 
 const STAGING_DIR: &str = ".staging";
 
@@ -200,6 +201,34 @@ impl TileStore for FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.err("get", key, e)),
         }
+    }
+
+    /// The file's modification time is when the tile was stored (a tile is
+    /// renamed into place whole, never written in place).
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        let read = || -> io::Result<(Vec<u8>, std::time::SystemTime)> {
+            let mut f = File::open(self.path_of(key))?;
+            let stored_at = f.metadata()?.modified()?;
+            let mut data = Vec::new();
+            io::Read::read_to_end(&mut f, &mut data)?;
+            Ok((data, stored_at))
+        };
+        match read() {
+            Ok((data, _)) if data.is_empty() => Ok(None),
+            Ok((data, stored_at)) => Ok(Some(StoredTile {
+                bytes: Bytes::from(data),
+                stored_at: Some(stored_at),
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.err("get", key, e)),
+        }
+    }
+
+    /// Kept in `root/.fingerprints/<layer>`.
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        let dir = self.root.join(FINGERPRINT_DIR);
+        claim_in_dir(&dir, layer, fingerprint)
+            .map_err(|e| self.err("claim", &dir.join(layer).display(), e))
     }
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {

@@ -16,12 +16,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tessera_grid::{TileCoord, TileFormat};
 use tessera_journal::{Journal, JournalError, JournalOptions, Persist, Position, RecordKind};
 
-use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
+use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
 
 /// Writes between two automatic index checkpoints.
 const CHECKPOINT_EVERY: u64 = 100_000;
@@ -326,7 +328,8 @@ impl JournalStore {
         data: &[u8],
         persist: Persist,
     ) -> Result<Entry, StoreError> {
-        let head = encode_key(key);
+        let stamp = (kind != RecordKind::Delete).then(SystemTime::now);
+        let head = encode_head(key, stamp);
         let len = head.len() + data.len();
         let at = self
             .journal
@@ -375,6 +378,12 @@ impl TileStore for JournalStore {
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.get_stored(key)?.map(|t| t.bytes))
+    }
+
+    /// The time is kept in the record's head (records written before
+    /// stamps existed answer `None`).
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
         let Some(position) = read_lock(&self.index).live.get(key).map(|e| e.at) else {
             return Ok(None);
         };
@@ -382,8 +391,11 @@ impl TileStore for JournalStore {
         self.journal
             .read(position, &mut buf)
             .map_err(|e| io("get", key, &e))?;
-        match decode_key(&buf) {
-            Some((k, at)) if &k == key => Ok(Some(Bytes::from(buf).slice(at..))),
+        match decode_head(&buf) {
+            Some((k, stored_at, at)) if &k == key => Ok(Some(StoredTile {
+                bytes: Bytes::from(buf).slice(at..),
+                stored_at,
+            })),
             _ => Err(io(
                 "get",
                 key,
@@ -423,6 +435,17 @@ impl TileStore for JournalStore {
 
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         Ok(read_lock(&self.index).live.contains_key(key))
+    }
+
+    /// Kept in `<journal dir>/.fingerprints/<layer>`.
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        let dir = self.dir.join(FINGERPRINT_DIR);
+        claim_in_dir(&dir, layer, fingerprint).map_err(|e| StoreError::Io {
+            store: "journal".into(),
+            op: "claim",
+            key: dir.join(layer).display().to_string(),
+            source: Box::new(e),
+        })
     }
 }
 
@@ -526,9 +549,17 @@ fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
 }
 
 /// `[u16 length][layer][0][grid][0][extension][0][z u8][x u32][y u32][matrix height u32][matrix width u32]`,
-/// little endian.
+/// little endian (the form the index checkpoint keeps).
 fn encode_key(key: &TileKey) -> Vec<u8> {
-    let mut k = Vec::with_capacity(key.layer.len() + key.grid.len() + 24);
+    encode_head(key, None)
+}
+
+/// The head of a tile record: [`encode_key`] with, when given, the time
+/// the tile was stored (`[u64 milliseconds since 1970]`) after the matrix
+/// width, counted in the length. Records written before stamps existed
+/// have none.
+fn encode_head(key: &TileKey, stored_at: Option<SystemTime>) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.layer.len() + key.grid.len() + 32);
     k.extend_from_slice(&[0, 0]);
     for part in [
         key.layer.as_bytes(),
@@ -543,6 +574,10 @@ fn encode_key(key: &TileKey) -> Vec<u8> {
     k.extend_from_slice(&key.coord.y().to_le_bytes());
     k.extend_from_slice(&key.matrix_height.to_le_bytes());
     k.extend_from_slice(&key.matrix_width.to_le_bytes());
+    if let Some(at) = stored_at {
+        let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        k.extend_from_slice(&u64::try_from(ms).unwrap_or(u64::MAX).to_le_bytes());
+    }
     let len = u16::try_from(k.len() - 2).expect("names are at most 128 bytes");
     k[0..2].copy_from_slice(&len.to_le_bytes());
     k
@@ -550,6 +585,12 @@ fn encode_key(key: &TileKey) -> Vec<u8> {
 
 /// The key at the start of a record and where the tile bytes begin.
 fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
+    decode_head(p).map(|(key, _, at)| (key, at))
+}
+
+/// The key at the start of a record, the time it was stored when the
+/// record says, and where the tile bytes begin.
+fn decode_head(p: &[u8]) -> Option<(TileKey, Option<SystemTime>, usize)> {
     let len = usize::from(u16::from_le_bytes(p.get(0..2)?.try_into().ok()?));
     let k = p.get(2..2 + len)?;
     let mut parts = k.splitn(4, |b| *b == 0);
@@ -560,9 +601,14 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
         .into_iter()
         .find(|f| f.extension().as_bytes() == extension)?;
     let rest = parts.next()?;
-    if rest.len() != 17 {
-        return None;
-    }
+    let stored_at = match rest.len() {
+        17 => None,
+        25 => {
+            let ms = u64::from_le_bytes(rest[17..25].try_into().ok()?);
+            Some(UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        }
+        _ => return None,
+    };
     let x = u32::from_le_bytes(rest[1..5].try_into().ok()?);
     let y = u32::from_le_bytes(rest[5..9].try_into().ok()?);
     let matrix_height = u32::from_le_bytes(rest[9..13].try_into().ok()?);
@@ -577,6 +623,7 @@ fn decode_key(p: &[u8]) -> Option<(TileKey, usize)> {
             matrix_width,
             format,
         },
+        stored_at,
         2 + len,
     ))
 }

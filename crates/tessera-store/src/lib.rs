@@ -11,6 +11,7 @@ pub mod archive;
 pub mod conformance;
 mod disk_cache;
 mod file;
+mod fingerprint;
 mod journal;
 mod mbtiles;
 mod memory;
@@ -32,6 +33,8 @@ pub use spec::{
     option_strings,
 };
 pub use tessera_journal::JournalOptions;
+
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use tessera_grid::{TileCoord, TileFormat, TileRange};
@@ -170,6 +173,26 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// Reads a tile.
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError>;
 
+    /// Reads a tile with the time it was stored. Agrees with `get` on the
+    /// bytes; `stored_at` is `None` when the store does not know (the
+    /// default, and tiles written by other tools).
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        Ok(self.get(key)?.map(|bytes| StoredTile {
+            bytes,
+            stored_at: None,
+        }))
+    }
+
+    /// Records that the tiles kept under the layer key `layer` are made
+    /// from what `fingerprint` names, unless a fingerprint is recorded for
+    /// that key already, and returns the recorded one (the given one when
+    /// there was none). The record is kept with the tiles, so processes
+    /// sharing the store agree: of concurrent claims with different
+    /// fingerprints exactly one is recorded and every caller gets it back.
+    /// A store that cannot record (a read-only file) returns the one
+    /// recorded, or the given one when there is none.
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError>;
+
     /// Answers from memory only, without blocking: `Some` when the tile is
     /// held in memory (its bytes then equal what `get` returns), `None` when
     /// `get` must be asked. Async callers try it before moving to a blocking
@@ -291,6 +314,15 @@ pub struct TruncateReport {
     pub objects_rewritten: u64,
 }
 
+/// A tile read from a store, with when it was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTile {
+    /// The encoded tile.
+    pub bytes: Bytes,
+    /// When it was written (`None`: the store does not record it).
+    pub stored_at: Option<SystemTime>,
+}
+
 /// A tile held in memory, with its content hash computed once when it was
 /// remembered (servers use it as the ETag without hashing on every hit).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +331,8 @@ pub struct HeldTile {
     pub bytes: Bytes,
     /// [`content_hash`] of `bytes`.
     pub hash: u128,
+    /// When it was written to the store (`None`: not known).
+    pub stored_at: Option<SystemTime>,
 }
 
 /// A 128-bit hash of a tile's bytes (XXH3-128): equal bytes, equal hash.

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -18,7 +18,8 @@ use serde::Deserialize;
 
 use tessera_grid::TileFormat;
 
-use crate::{Durability, StoreError, TileKey, TileStore, check_not_empty};
+use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir, read_recorded};
+use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
 
 /// SQLite's `synchronous` setting for the writer connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -72,6 +73,10 @@ struct Db {
     writer: Option<Mutex<Connection>>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
+    /// Whether its `tiles` table has the `tessera_stored_at` column (files
+    /// this store wrote; not files made by other tools and opened
+    /// read-only).
+    stamped: bool,
 }
 
 /// Layer, grid and extension: what one file holds.
@@ -151,10 +156,15 @@ impl MbtilesStore {
             }
             Err(e) => return Err(sql_err("open", &path.display(), &e)),
         };
+        let stamped = match &writer {
+            Some(w) => has_stamps(&w.lock().unwrap_or_else(PoisonError::into_inner)),
+            None => open_reader(&path, &self.options).is_ok_and(|c| has_stamps(&c)),
+        };
         let db = Arc::new(Db {
             writer,
             readers: Mutex::new(Vec::new()),
             path,
+            stamped,
         });
         files.insert(id, db.clone());
         Ok(db)
@@ -163,7 +173,7 @@ impl MbtilesStore {
     fn with_reader<T>(
         &self,
         key: &TileKey,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+        f: impl FnOnce(&Connection, &Db) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         let db = self.db(key)?;
         let conn = db
@@ -176,7 +186,7 @@ impl MbtilesStore {
             None => open_reader(&db.path, &self.options)
                 .map_err(|e| sql_err("open", &db.path.display(), &e))?,
         };
-        let result = f(&conn).map_err(|e| sql_err("get", key, &e));
+        let result = f(&conn, &db).map_err(|e| sql_err("get", key, &e));
         let mut readers = db.readers.lock().unwrap_or_else(PoisonError::into_inner);
         if readers.len() < self.options.readers {
             readers.push(conn);
@@ -208,19 +218,32 @@ impl MbtilesStore {
                 conn.pragma_update(None, "synchronous", "FULL")
                     .map_err(|e| sql_err("put", &group[0].0, &e))?;
             }
+            let stored_at = i64::try_from(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis()),
+            )
+            .unwrap_or(i64::MAX);
             let result = (|| {
                 let tx = conn.transaction()?;
                 {
-                    let mut stmt = tx.prepare_cached(
-                        "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data) VALUES (?1, ?2, ?3, ?4)",
-                    )?;
+                    let mut stmt = if db.stamped {
+                        tx.prepare_cached(
+                            "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data, tessera_stored_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        )?
+                    } else {
+                        tx.prepare_cached(
+                            "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data) VALUES (?1, ?2, ?3, ?4)",
+                        )?
+                    };
                     for (key, data) in group {
-                        stmt.execute(params![
-                            key.coord.z(),
-                            key.coord.x(),
-                            key.tms_row(),
-                            data.as_ref()
-                        ])?;
+                        let (z, x, row, data) =
+                            (key.coord.z(), key.coord.x(), key.tms_row(), data.as_ref());
+                        if db.stamped {
+                            stmt.execute(params![z, x, row, data, stored_at])?;
+                        } else {
+                            stmt.execute(params![z, x, row, data])?;
+                        }
                     }
                 }
                 tx.commit()
@@ -280,6 +303,16 @@ fn open_writer_waiting(
     }
 }
 
+/// Whether the `tiles` table (not a view) has the column of store times.
+fn has_stamps(conn: &Connection) -> bool {
+    conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('tiles') WHERE name = 'tessera_stored_at'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .is_ok_and(|n| n > 0)
+}
+
 fn open_writer(
     path: &Path,
     key: &TileKey,
@@ -290,6 +323,17 @@ fn open_writer(
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
     conn.execute_batch(SCHEMA)?;
+    // When each tile was stored, for expiry and Last-Modified. MBTiles
+    // readers ignore columns they do not know; a `tiles` view (a file made
+    // by another tool) cannot take one and is left as it is.
+    let is_table = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tiles'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )? > 0;
+    if is_table && !has_stamps(&conn) {
+        conn.execute_batch("ALTER TABLE tiles ADD COLUMN tessera_stored_at INTEGER")?;
+    }
     for (name, value) in [
         ("name", key.layer.as_str()),
         ("format", key.format.archive_name()),
@@ -336,16 +380,67 @@ impl TileStore for MbtilesStore {
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
-        self.with_reader(key, |conn| {
-            conn.prepare_cached(
-                "SELECT tile_data FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
-            )?
-            .query_row(params![key.coord.z(), key.coord.x(), key.tms_row()], |row| {
-                row.get::<_, Vec<u8>>(0)
-            })
-            .optional()
+        Ok(self.get_stored(key)?.map(|t| t.bytes))
+    }
+
+    /// The time is the `tessera_stored_at` column (milliseconds since
+    /// 1970) of files this store wrote; `None` for files without it.
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        let at = params![key.coord.z(), key.coord.x(), key.tms_row()];
+        self.with_reader(key, |conn, db| {
+            if db.stamped {
+                conn.prepare_cached(
+                    "SELECT tile_data, tessera_stored_at FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+                )?
+                .query_row(at, |row| {
+                    Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, Option<i64>>(1)?))
+                })
+                .optional()
+            } else {
+                conn.prepare_cached(
+                    "SELECT tile_data FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+                )?
+                .query_row(at, |row| Ok((row.get::<_, Vec<u8>>(0)?, None)))
+                .optional()
+            }
         })
-        .map(|found| found.filter(|d| !d.is_empty()).map(Bytes::from))
+        .map(|found| {
+            found
+                .filter(|(d, _)| !d.is_empty())
+                .map(|(d, ms)| StoredTile {
+                    bytes: Bytes::from(d),
+                    stored_at: ms.and_then(|ms| {
+                        Some(UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).ok()?))
+                    }),
+                })
+        })
+    }
+
+    /// Kept in `<dir>/.fingerprints/<layer>`. A directory that cannot be
+    /// written (files served read-only) records nothing: the recorded
+    /// fingerprint, or the given one, is returned.
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        let dir = self.dir.join(FINGERPRINT_DIR);
+        match claim_in_dir(&dir, layer, fingerprint) {
+            Ok(recorded) => Ok(recorded),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                Ok(read_recorded(&dir.join(layer))
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| fingerprint.to_string()))
+            }
+            Err(e) => Err(StoreError::Io {
+                store: "mbtiles".into(),
+                op: "claim",
+                key: dir.join(layer).display().to_string(),
+                source: Box::new(e),
+            }),
+        }
     }
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {

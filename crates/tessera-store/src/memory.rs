@@ -1,12 +1,14 @@
 //! A bounded in-memory LRU of tiles, on its own or in front of another store.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use lru::LruCache;
 
 use crate::{
-    Durability, HeldTile, StoreError, TileArea, TileKey, TileStore, TruncateReport,
+    Durability, HeldTile, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
     check_not_empty, content_hash,
 };
 
@@ -23,6 +25,8 @@ pub struct MemoryStore {
     inner: Option<Arc<dyn TileStore>>,
     capacity_bytes: usize,
     state: Mutex<Lru>,
+    /// Fingerprints claimed while there is no inner store to keep them.
+    fingerprints: Mutex<HashMap<String, String>>,
 }
 
 #[derive(Debug)]
@@ -50,6 +54,7 @@ impl MemoryStore {
                 bytes: 0,
                 generation: 0,
             }),
+            fingerprints: Mutex::new(HashMap::new()),
         }
     }
 
@@ -71,7 +76,7 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn remember(&self, lru: &mut Lru, key: &TileKey, data: Bytes) {
+    fn remember(&self, lru: &mut Lru, key: &TileKey, data: Bytes, stored_at: Option<SystemTime>) {
         if data.len() > self.capacity_bytes {
             if let Some(old) = lru.tiles.pop(key) {
                 lru.bytes -= old.bytes.len();
@@ -82,6 +87,7 @@ impl MemoryStore {
         let held = HeldTile {
             hash: content_hash(&data),
             bytes: data,
+            stored_at,
         };
         if let Some(old) = lru.tiles.put(key.clone(), held) {
             lru.bytes -= old.bytes.len();
@@ -109,24 +115,49 @@ impl TileStore for MemoryStore {
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.get_stored(key)?.map(|t| t.bytes))
+    }
+
+    /// Tiles put here are stamped when the write is acknowledged; tiles
+    /// read through keep the inner store's time.
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
         let generation = {
             let mut lru = self.lock();
             if let Some(held) = lru.tiles.get(key) {
-                return Ok(Some(held.bytes.clone()));
+                return Ok(Some(StoredTile {
+                    bytes: held.bytes.clone(),
+                    stored_at: held.stored_at,
+                }));
             }
             lru.generation
         };
         let Some(inner) = &self.inner else {
             return Ok(None);
         };
-        let found = inner.get(key)?;
-        if let Some(data) = &found {
+        let found = inner.get_stored(key)?;
+        if let Some(tile) = &found {
             let mut lru = self.lock();
             if lru.generation == generation {
-                self.remember(&mut lru, key, data.clone());
+                self.remember(&mut lru, key, tile.bytes.clone(), tile.stored_at);
             }
         }
         Ok(found)
+    }
+
+    /// Kept by the inner store; without one, in memory for as long as the
+    /// store lives (its tiles live no longer).
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        if let Some(inner) = &self.inner {
+            return inner.claim_fingerprint(layer, fingerprint);
+        }
+        let mut claimed = self
+            .fingerprints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(claimed
+            .entry(layer.to_string())
+            .or_insert_with(|| fingerprint.to_string())
+            .clone())
     }
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
@@ -156,10 +187,11 @@ impl TileStore for MemoryStore {
             }
             inner.put_many(tiles.clone(), durability)?;
         }
+        let stored_at = Some(SystemTime::now());
         let mut lru = self.lock();
         lru.generation += 1;
         for (key, data) in tiles {
-            self.remember(&mut lru, &key, data);
+            self.remember(&mut lru, &key, data, stored_at);
         }
         Ok(())
     }

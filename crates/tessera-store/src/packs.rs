@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -30,8 +30,8 @@ use tessera_grid::{Curve, TileRange, order_for};
 use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
 use crate::pack::{PackedTile, merge, read_pack, write_pack};
 use crate::{
-    AreaRange, DiskCache, Durability, StoreError, TileArea, TileKey, TileStore, TruncateReport,
-    check_not_empty,
+    AreaRange, DiskCache, Durability, StoreError, StoredTile, TileArea, TileKey, TileStore,
+    TruncateReport, check_not_empty,
 };
 
 /// How a [`PackStore`] lays out and reaches its packs.
@@ -447,13 +447,47 @@ impl TileStore for PackStore {
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.get_stored(key)?.map(|t| t.bytes))
+    }
+
+    /// The time is the record's `created` field.
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
         let pack = self.locate(key);
         let (x, y, z) = (key.coord.x(), key.coord.y(), key.coord.z());
         Ok(self
             .read_tiles(&pack.path)?
             .into_iter()
             .find(|t| t.z == z && t.x == x && t.y == y)
-            .map(|t| t.data))
+            .map(|t| StoredTile {
+                stored_at: u64::try_from(t.created_ms)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+                bytes: t.data,
+            }))
+    }
+
+    /// Kept in the object `<prefix>/<layer>/fingerprint`, created with a
+    /// create-only PUT (which every backend honours, the local file system
+    /// too), so that nodes sharing the bucket agree on the first claim.
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        let path = self.prefix.clone().join(layer).join("fingerprint");
+        for _ in 0..3 {
+            if let Some((bytes, _)) = self.fetch(&path)? {
+                let recorded = String::from_utf8_lossy(&bytes).trim().to_string();
+                if !recorded.is_empty() {
+                    return Ok(recorded);
+                }
+            }
+            if self.put_object(&path, fingerprint.as_bytes().to_vec(), PutMode::Create)? {
+                return Ok(fingerprint.to_string());
+            }
+        }
+        Err(Self::io(
+            "claim",
+            path.as_ref(),
+            "the fingerprint object was created by another writer but cannot be read",
+        ))
     }
 
     /// One read per pack, however many of its tiles are asked.

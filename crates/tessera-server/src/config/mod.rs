@@ -346,15 +346,26 @@ pub struct LayerCacheConfig {
     /// `synced`). Seeding always writes `synced`.
     pub durability: Durability,
     /// The name the layer's tiles are kept under in its store (default:
-    /// the layer name). A new key starts an empty cache: set one when the
-    /// source or style changes in a way that must not serve old tiles.
+    /// the layer name). A new key starts an empty cache. Changes of the
+    /// source, style, grids or encoding need none: they change the layer's
+    /// fingerprint, and tiles of another fingerprint are never served.
     pub key: Option<String>,
+    /// Stored tiles older than this (seconds, or with a unit: `12h`, `7d`)
+    /// are rendered again when asked for, and by `tessera seed`.
+    #[serde(deserialize_with = "optional_seconds")]
+    pub max_stored_age: Option<f64>,
+    /// Stored tiles written before this time (RFC 3339, `2026-11-01T00:00:00Z`)
+    /// are rendered again when asked for, and by `tessera seed`.
+    #[serde(deserialize_with = "optional_timestamp")]
+    pub refresh_before: Option<std::time::SystemTime>,
 }
 
 impl Default for LayerCacheConfig {
     fn default() -> Self {
         Self {
             key: None,
+            max_stored_age: None,
+            refresh_before: None,
             store: DEFAULT_STORE.into(),
             metatile: [4, 4],
             gutter: 8,
@@ -574,6 +585,14 @@ impl Config {
                     layer.name
                 ));
             }
+            if c.max_stored_age
+                .is_some_and(|a| !(a.is_finite() && a > 0.0))
+            {
+                return invalid(format!(
+                    "layer {:?}: cache.max_stored_age must be a positive duration",
+                    layer.name
+                ));
+            }
         }
         for (name, spec) in &self.stores {
             if !valid_name(name) || name == NO_STORE {
@@ -718,6 +737,25 @@ impl Config {
 
 /// A duration in seconds: a number, or text with a unit (`500ms`, `10s`,
 /// `2m`, `1h`).
+fn optional_seconds<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<f64>, D::Error> {
+    seconds(deserializer).map(Some)
+}
+
+fn optional_timestamp<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<std::time::SystemTime>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_rfc3339_weak(text.trim())
+        .map(Some)
+        .map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not a time: write RFC 3339, as \"2026-11-01T00:00:00Z\" ({e})"
+            ))
+        })
+}
+
 fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -737,12 +775,13 @@ fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::
         "" | "s" => 1.0,
         "m" | "min" => 60.0,
         "h" => 3600.0,
+        "d" => 86_400.0,
         _ => f64::NAN,
     };
     match number.trim().parse::<f64>() {
         Ok(n) if scale.is_finite() => Ok(n * scale),
         _ => Err(serde::de::Error::custom(format!(
-            "{text:?} is not a duration: write seconds, or a number with ms, s, m or h (\"30s\", \"2m\")"
+            "{text:?} is not a duration: write seconds, or a number with ms, s, m, h or d (\"30s\", \"2m\", \"7d\")"
         ))),
     }
 }

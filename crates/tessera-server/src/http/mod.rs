@@ -261,8 +261,10 @@ pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
 }
 
 /// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
-/// (a hash of the bytes), `Cache-Control` from the layer, and 304 when the
-/// client's `If-None-Match` matches.
+/// (a hash of the bytes), `Last-Modified` (when the tile was stored, if the
+/// store knows), `Cache-Control` from the layer, and 304 when the client's
+/// `If-None-Match` matches, or, without one, when the tile was stored no
+/// later than its `If-Modified-Since` (RFC 9110, 13.2.2).
 pub async fn serve_tile(
     state: &AppState,
     tile: TileRequest,
@@ -270,13 +272,22 @@ pub async fn serve_tile(
 ) -> Result<Response, ApiError> {
     let result = state.tiles.get(&tile).await?;
     let etag = format!("\"{:032x}\"", result.hash);
-    let not_modified = request_headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .any(|candidate| candidate == etag || candidate == "*");
+    let last_modified = result.stored_at.map(httpdate::HttpDate::from);
+    let not_modified = if request_headers.contains_key(header::IF_NONE_MATCH) {
+        request_headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .any(|candidate| candidate == etag || candidate == "*")
+    } else {
+        let since = request_headers
+            .get(header::IF_MODIFIED_SINCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<httpdate::HttpDate>().ok());
+        matches!((last_modified, since), (Some(m), Some(s)) if m <= s)
+    };
     let mut response = if not_modified {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -285,6 +296,11 @@ pub async fn serve_tile(
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {
         headers.insert(header::ETAG, v);
+    }
+    if let Some(m) = last_modified
+        && let Ok(v) = HeaderValue::from_str(&m.to_string())
+    {
+        headers.insert(header::LAST_MODIFIED, v);
     }
     if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={}", tile.layer.max_age_secs)) {
         headers.insert(header::CACHE_CONTROL, v);

@@ -1,0 +1,103 @@
+//! What a layer's pixels are made from, as one short fingerprint, and the
+//! store key that keeps tiles of different fingerprints apart.
+//!
+//! The fingerprint covers the source (its path or URL, the resampling, and
+//! for a local file its size and modification time), the style, the
+//! encoder settings, the definition of every grid the layer is tiled in,
+//! and [`RENDER_EPOCH`]. Each store records, per layer key, the fingerprint
+//! its tiles were made from ([`TileStore::claim_fingerprint`]); a layer
+//! whose fingerprint differs from the recorded one keeps its tiles under
+//! `<key>@<fingerprint>` instead, so a changed layer never serves tiles of
+//! the old one, and nodes sharing a store agree on which tiles are whose.
+
+use std::fmt::Write as _;
+use std::time::UNIX_EPOCH;
+
+use tessera_image::EncodeOptions;
+use tessera_store::{StoreError, TileStore};
+
+use crate::config::LayerConfig;
+use crate::registry::Grid;
+
+/// Raised when tessera renders the same configuration into other pixels
+/// than before, so that tiles cached by older versions are rendered again.
+pub const RENDER_EPOCH: u32 = 1;
+
+/// The fingerprint of `layer`'s pixels: 16 hex digits.
+///
+/// `grids` are the definitions of the layer's grids (in its order).
+pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&Grid]) -> String {
+    let mut parts = String::new();
+    let _ = writeln!(parts, "epoch {RENDER_EPOCH}");
+    let _ = writeln!(
+        parts,
+        "source {:?} {:?}",
+        layer.source.path, layer.source.resampling
+    );
+    if let Ok(meta) = std::fs::metadata(&layer.source.path) {
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let _ = writeln!(parts, "file {} {modified}", meta.len());
+    }
+    let _ = writeln!(parts, "style {:?}", layer.style);
+    let _ = writeln!(parts, "encoding {encoding:?}");
+    for grid in grids {
+        let _ = writeln!(parts, "grid {:?}", grid.tms);
+    }
+    let hash = tessera_store::content_hash(parts.as_bytes());
+    format!("{:016x}", (hash >> 64) as u64)
+}
+
+/// The key `layer`'s tiles are kept under in `store`: `base` when the
+/// store records `fingerprint` for it (or recorded nothing yet, and now
+/// does), else `<base>@<fingerprint>`.
+pub fn store_key(
+    store: &dyn TileStore,
+    base: &str,
+    fingerprint: &str,
+) -> Result<String, StoreError> {
+    if store.claim_fingerprint(base, fingerprint)? == fingerprint {
+        return Ok(base.to_string());
+    }
+    let key = format!("{base}@{fingerprint}");
+    let recorded = store.claim_fingerprint(&key, fingerprint)?;
+    if recorded != fingerprint {
+        return Err(StoreError::Invalid {
+            store: store.name().to_string(),
+            message: format!("layer key {key:?} records fingerprint {recorded}"),
+        });
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tessera_store::MemoryStore;
+
+    #[test]
+    fn a_layer_keeps_its_key_until_its_fingerprint_changes() {
+        let store: Arc<dyn TileStore> = Arc::new(MemoryStore::new(1 << 20, None));
+        assert_eq!(
+            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            "relief"
+        );
+        assert_eq!(
+            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            "relief"
+        );
+        assert_eq!(
+            store_key(store.as_ref(), "relief", "bbbb").unwrap(),
+            "relief@bbbb"
+        );
+        // Changed back: the first tiles are right again.
+        assert_eq!(
+            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            "relief"
+        );
+    }
+}
