@@ -503,7 +503,7 @@ mod tests {
     #[test]
     fn freshness_by_age_and_by_date() {
         let now = SystemTime::now();
-        let hour = Duration::from_secs(3600);
+        let hour = Duration::from_hours(1);
         let never = Freshness::default();
         assert!(!never.expires());
         assert!(never.is_fresh(Some(now - 100 * hour), now));
