@@ -43,6 +43,24 @@ def schema(schemas, relative):
     return etree.XMLSchema(etree.parse(str(path)))
 
 
+def dtd(schemas, relative):
+    """A WMS 1.1.1 DTD (scripts/ogc-schemas puts them under wms/1.1.1/)."""
+    path = schemas / relative
+    if not path.is_file():
+        pytest.fail(f"{path} is missing; run scripts/ogc-schemas", pytrace=False)
+    return etree.DTD(str(path))
+
+
+def assert_valid_dtd(validator, body):
+    """`body` is valid by `validator`, read without fetching its DOCTYPE's URL."""
+    parser = etree.XMLParser(load_dtd=False, no_network=True, resolve_entities=False)
+    doc = etree.fromstring(body, parser)
+    if not validator.validate(doc):
+        raise AssertionError("\n".join(f"line {e.line}: {e.message}"
+                                        for e in list(validator.error_log)[:10]))
+    return doc
+
+
 def assert_valid(xsd, body):
     doc = etree.fromstring(body)
     if not xsd.validate(doc):
@@ -81,12 +99,14 @@ def test_wms_getmap_needs_a_version_and_wmtver_is_a_synonym(tessera):
     assert status == 200 and body[:4] == b"\x89PNG"
 
 
-def test_wms_111_documents_follow_the_111_dtds(tessera):
+def test_wms_111_documents_follow_the_111_dtds(tessera, schemas):
     status, body = fetch(tessera, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.1.1")
     assert b'<!DOCTYPE WMT_MS_Capabilities SYSTEM "http://schemas.opengis.net/wms/1.1.1/WMS_MS_Capabilities.dtd">' in body
+    assert_valid_dtd(dtd(schemas, "wms/1.1.1/WMS_MS_Capabilities.dtd"), body)
     status, body = fetch(tessera, "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.1.1")
     assert status == 400
     assert b'<!DOCTYPE ServiceExceptionReport SYSTEM "http://schemas.opengis.net/wms/1.1.1/WMS_exception_1_1_1.dtd">' in body
+    assert_valid_dtd(dtd(schemas, "wms/1.1.1/WMS_exception_1_1_1.dtd"), body)
     # The 1.1.1 exception DTD has `code` and no `locator`.
     assert b'code="MissingParameterValue"' in body and b"locator=" not in body, body
 
@@ -170,6 +190,8 @@ service:
 layers:
   - name: relief
     source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    description: Natural Earth shaded relief
+    keywords: [hillshade, "raster & relief"]
     metadata_url: {{ url: "https://maps.example.org/relief.xml" }}
 """)
     with serving(tmp_path_factory, "--config", str(config)) as server:
@@ -186,13 +208,22 @@ layers:
         assert service.findtext(f"{wms}AccessConstraints") == "public domain"
         url = doc.find(f".//{wms}Layer/{wms}MetadataURL")
         assert url.get("type") == "ISO19115:2003" and url.findtext(f"{wms}Format") == "text/xml"
+        relief = doc.find(f".//{wms}Layer/{wms}Layer")
+        assert relief.findtext(f"{wms}Name") == "relief"
+        assert [k.text for k in relief.iter(f"{wms}Keyword")] == ["hillshade", "raster & relief"]
         _, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.1.1")
         assert b"<Keyword>Natural Earth</Keyword>" in body and b"<ContactPerson>Ada Lovelace</ContactPerson>" in body
-        assert b'<MetadataURL type="ISO19115:2003">' in body
+        # 1.1.1 names ISO 19115 `TC211` (its DTD allows TC211 and FGDC only).
+        assert b'<MetadataURL type="TC211">' in body
+        assert b"<Keyword>raster &amp; relief</Keyword>" in body
+        assert_valid_dtd(dtd(schemas, "wms/1.1.1/WMS_MS_Capabilities.dtd"), body)
         _, body = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
         doc = assert_valid(schema(schemas, "wmts/1.0.0/wmtsGetCapabilities_response.xsd"), body)
         assert doc.findtext(f"{OWS}ServiceIdentification/{OWS}Abstract") == "Shaded relief <for> everyone"
         assert doc.findtext(f"{OWS}ServiceIdentification/{OWS}AccessConstraints") == "public domain"
+        layer = doc.find("{http://www.opengis.net/wmts/1.0}Contents/{http://www.opengis.net/wmts/1.0}Layer")
+        assert layer.findtext(f"{OWS}Abstract") == "Natural Earth shaded relief"
+        assert [k.text for k in layer.iter(f"{OWS}Keyword")] == ["hillshade", "raster & relief"]
         provider = doc.find(f"{OWS}ServiceProvider")
         assert provider.findtext(f"{OWS}ProviderName") == "Tessera Maps"
         assert provider.findtext(f"{OWS}ServiceContact/{OWS}IndividualName") == "Ada Lovelace"

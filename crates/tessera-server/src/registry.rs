@@ -43,6 +43,8 @@ pub struct Layer {
     pub title: String,
     /// Description.
     pub description: Option<String>,
+    /// Keywords (capabilities documents).
+    pub keywords: Vec<String>,
     /// Attribution.
     pub attribution: Option<String>,
     /// Pixel source.
@@ -344,6 +346,7 @@ impl Registry {
                 name: lc.name.clone(),
                 title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
                 description: lc.description.clone(),
+                keywords: lc.keywords.clone(),
                 attribution: lc.attribution.clone(),
                 source,
                 style,

@@ -398,6 +398,10 @@ pub struct LayerConfig {
     /// A metadata record about the layer's data (WMS `MetadataURL`).
     #[serde(default)]
     pub metadata_url: Option<MetadataUrl>,
+    /// Keywords describing the layer (WMS `KeywordList`, WMTS
+    /// `ows:Keywords`).
+    #[serde(default)]
+    pub keywords: Vec<String>,
     /// Attribution shown by map clients.
     #[serde(default)]
     pub attribution: Option<String>,

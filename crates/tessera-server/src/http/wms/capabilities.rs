@@ -33,6 +33,7 @@ struct WmsLayer {
     title: String,
     #[serde(rename = "abstract")]
     description: Option<String>,
+    keywords: Vec<String>,
     lonlat: Extent,
     mercator: Option<Extent>,
     metadata_url: Option<MetadataUrl>,
@@ -79,6 +80,7 @@ pub fn response(
                 name: layer.name.clone(),
                 title: layer.title.clone(),
                 description: layer.description.clone(),
+                keywords: layer.keywords.clone(),
                 lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
                 mercator: layer
                     .extents
@@ -91,7 +93,8 @@ pub fn response(
                     .layers
                     .iter()
                     .find(|l| l.name == layer.name)
-                    .and_then(|l| l.metadata_url.clone()),
+                    .and_then(|l| l.metadata_url.clone())
+                    .and_then(|m| metadata_url_in(version, m)),
             })
             .collect(),
     };
@@ -103,4 +106,27 @@ pub fn response(
         ),
     };
     templates::xml_response(template, &doc, content_type)
+}
+
+/// A layer's `MetadataURL` as `version` allows it: 1.3.0 takes any type;
+/// 1.1.1 knows only `TC211` (ISO 19115, as `ISO19115:2003`, `ISO19139` or
+/// `TC211`) and `FGDC` (as `FGDC` or `FGDC:1998`), and leaves others out.
+fn metadata_url_in(version: Version, url: MetadataUrl) -> Option<MetadataUrl> {
+    match version {
+        Version::V130 => Some(url),
+        Version::V111 => {
+            let kind = url.kind.to_ascii_uppercase();
+            let named = if kind.starts_with("ISO19115") || kind == "ISO19139" || kind == "TC211" {
+                "TC211"
+            } else if kind.starts_with("FGDC") {
+                "FGDC"
+            } else {
+                return None;
+            };
+            Some(MetadataUrl {
+                kind: named.into(),
+                ..url
+            })
+        }
+    }
 }

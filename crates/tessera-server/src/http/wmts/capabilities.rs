@@ -26,6 +26,9 @@ struct Capabilities {
 struct WmtsLayer {
     name: String,
     title: String,
+    #[serde(rename = "abstract")]
+    description: Option<String>,
+    keywords: Vec<String>,
     lonlat: Extent,
     formats: Vec<Format>,
     links: Vec<MatrixSetLink>,
@@ -164,6 +167,8 @@ fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
     WmtsLayer {
         name: layer.name.clone(),
         title: layer.title.clone(),
+        description: layer.description.clone(),
+        keywords: layer.keywords.clone(),
         lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
         formats: layer
             .formats
