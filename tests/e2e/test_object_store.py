@@ -62,6 +62,10 @@ def test_seeded_packs_are_served_read_by_fastavro_and_truncated_by_key(s3, tmp_p
     # Zoom 0-2 fit in one pack each; zoom 3 (8 x 8) is four packs of 4 x 4.
     base = f"{prefix}/relief/WebMercatorQuad"
     stored = keys(c, prefix)
+    # The layer's fingerprint sits beside its packs (docs/pack-format.md).
+    fingerprint = c.get_object(Bucket=BUCKET, Key=f"{prefix}/relief/fingerprint")["Body"].read()
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0, fingerprint
+    stored = [k for k in stored if k != f"{prefix}/relief/fingerprint"]
     assert stored == sorted([f"{base}/0/0.png.avro", f"{base}/1/0.png.avro", f"{base}/2/0.png.avro"]
                             + [f"{base}/3/{i}.png.avro" for i in range(4)]), stored
     z3 = [r for k in stored if "/3/" in k for r in records(c, k)]

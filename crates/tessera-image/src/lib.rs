@@ -8,11 +8,13 @@
 
 mod buffer;
 mod color;
+mod decode;
 mod encode;
 mod style;
 
 pub use buffer::{BandData, ImageView, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
+pub use decode::{DecodeError, decode};
 pub use encode::{EncodeError, EncodeOptions, PngCompression, encode};
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,

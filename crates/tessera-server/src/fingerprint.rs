@@ -29,12 +29,12 @@ pub const RENDER_EPOCH: u32 = 1;
 pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&Grid]) -> String {
     let mut parts = String::new();
     let _ = writeln!(parts, "epoch {RENDER_EPOCH}");
-    let _ = writeln!(
-        parts,
-        "source {:?} {:?}",
-        layer.source.path, layer.source.resampling
-    );
-    if let Ok(meta) = std::fs::metadata(&layer.source.path) {
+    let _ = writeln!(parts, "source {}", layer.source.identity());
+    if let Some(meta) = layer
+        .source
+        .as_gdal()
+        .and_then(|g| std::fs::metadata(&g.path).ok())
+    {
         let modified = meta
             .modified()
             .ok()

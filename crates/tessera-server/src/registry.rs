@@ -9,7 +9,7 @@ use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{Style, build_style};
-use tessera_source::{Crs, GdalSource, Source, SourceError};
+use tessera_source::{Crs, Source, SourceError, open_source};
 
 use tessera_store::{Durability, MemoryStore, TileStore};
 
@@ -268,13 +268,12 @@ impl Registry {
             let in_layer = |e: &dyn std::fmt::Display| {
                 ConfigError::Invalid(format!("layer {:?}: {e}", lc.name))
             };
-            let opened = GdalSource::open(&lc.source, &config.gdal).map_err(|source| {
-                ConfigError::Source {
+            let opened =
+                open_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
                     layer: lc.name.clone(),
                     source,
-                }
-            })?;
-            let source: Arc<dyn Source> = wrap_source(&lc.name, Arc::new(opened));
+                })?;
+            let source: Arc<dyn Source> = wrap_source(&lc.name, opened);
             let style = build_style(&lc.style, source.info().band_count).map_err(|source| {
                 ConfigError::Style {
                     layer: lc.name.clone(),

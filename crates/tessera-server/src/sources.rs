@@ -128,7 +128,7 @@ impl Uploads {
     ) -> Result<(), ConfigError> {
         let stores: Vec<&str> = registry.store_names().collect();
         let layer = self.layer_config(name, file, &stores)?;
-        tessera_source::forget_network_cache(&layer.source.path);
+        tessera_source::forget_network_cache(layer.source.location());
         let layer = registry.build_layer(&layer, config, wrap_source)?;
         registry.add_layer(layer, config)
     }

@@ -10,7 +10,7 @@ use gdal::raster::{ColorInterpretation, GdalDataType};
 use gdal::{Dataset, DatasetOptions, DriverManager, GdalOpenFlags};
 use serde::Deserialize;
 use tessera_grid::BBox;
-use tessera_image::{BandData, Raster};
+use tessera_image::{BandData, Raster, RgbaImage};
 
 use crate::{
     Cause, Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location,
@@ -261,16 +261,8 @@ impl GdalSource {
             mem.create_with_band_type::<f32, _>("", w, h, bands)
         }
         .map_err(|e| err(e.into()))?;
-        let b = req.bbox;
-        dst.set_geo_transform(&[
-            b.min_x,
-            b.width() / w as f64,
-            0.0,
-            b.max_y,
-            0.0,
-            -b.height() / h as f64,
-        ])
-        .map_err(|e| err(e.into()))?;
+        dst.set_geo_transform(&geo_transform(&req.bbox, w, h))
+            .map_err(|e| err(e.into()))?;
         dst.set_projection(&req.crs.wkt)
             .map_err(|e| err(e.into()))?;
 
@@ -319,6 +311,82 @@ impl GdalSource {
             valid,
         })
     }
+}
+
+/// The geotransform of `width` x `height` pixels covering `bbox`, north up.
+fn geo_transform(bbox: &BBox, width: usize, height: usize) -> [f64; 6] {
+    [
+        bbox.min_x,
+        bbox.width() / width as f64,
+        0.0,
+        bbox.max_y,
+        0.0,
+        -bbox.height() / height as f64,
+    ]
+}
+
+/// Warps an RGBA image covering `bbox` in `crs` into the window `req`
+/// asks for (alpha is carried as the validity), with `resampling`. The
+/// image is wrapped as an in-memory dataset; nothing touches the disk.
+pub(crate) fn warp_rgba(
+    image: &RgbaImage,
+    bbox: &BBox,
+    crs: &Crs,
+    req: &WindowRequest<'_>,
+    resampling: Resampling,
+) -> Result<Raster, Cause> {
+    let mem = DriverManager::get_driver_by_name("MEM")?;
+    let (sw, sh) = (image.width() as usize, image.height() as usize);
+    let mut src = mem.create_with_band_type::<u8, _>("", sw, sh, 4)?;
+    src.set_geo_transform(&geo_transform(bbox, sw, sh))?;
+    src.set_projection(&crs.wkt)?;
+    let mut plane = vec![0u8; sw * sh];
+    for c in 0..4 {
+        for (i, px) in image.as_raw().chunks_exact(4).enumerate() {
+            plane[i] = px[c];
+        }
+        let mut band = src.rasterband(c + 1)?;
+        let mut buffer = gdal::raster::Buffer::new((sw, sh), std::mem::take(&mut plane));
+        band.write((0, 0), (sw, sh), &mut buffer)?;
+        plane = buffer.into_shape_and_vec().1;
+        if c == 3 {
+            band.set_color_interpretation(ColorInterpretation::AlphaBand)?;
+        }
+    }
+    let (w, h) = (req.width as usize, req.height as usize);
+    let mut dst = mem.create_with_band_type::<u8, _>("", w, h, 4)?;
+    dst.set_geo_transform(&geo_transform(&req.bbox, w, h))?;
+    dst.set_projection(&req.crs.wkt)?;
+    let args = [
+        "-r",
+        resampling.gdal_name(),
+        "-srcalpha",
+        "-dstalpha",
+        "-et",
+        "0.125",
+        "-wo",
+        "INIT_DEST=0",
+    ];
+    run_gdal_warp(&src, &dst, &args, req.cancel).map_err(|e| match e {
+        WarpError::Cancelled => Cause::from("cancelled"),
+        WarpError::Failed(m) => Cause::from(m),
+    })?;
+    let mut bands = Vec::with_capacity(3);
+    for i in 1..=3 {
+        let mut v = vec![0u8; w * h];
+        dst.rasterband(i)?
+            .read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
+        bands.push(BandData::U8(v));
+    }
+    let mut valid = vec![0u8; w * h];
+    dst.rasterband(4)?
+        .read_into_slice((0, 0), (w, h), (w, h), &mut valid, None)?;
+    Ok(Raster {
+        width: req.width,
+        height: req.height,
+        bands,
+        valid,
+    })
 }
 
 /// Opens `path` read-only with the allowed drivers (all drivers when the list is empty).

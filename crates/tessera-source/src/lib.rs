@@ -13,12 +13,17 @@ mod egress;
 mod gdal_source;
 mod location;
 mod settings;
+mod spec;
+pub mod upstream;
 
 pub use crs::Crs;
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
 pub use location::{LocationPolicy, check_location};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
+pub use spec::{SourceSpec, open_source};
+pub use upstream::client::HttpSettings;
+pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
 
 use tessera_grid::BBox;
 use tessera_image::Raster;
@@ -141,6 +146,25 @@ pub enum SourceError {
         estimated: u64,
         /// The limit.
         limit: u64,
+    },
+    /// An upstream service failed, or answered with something that is not
+    /// the image asked for (an exception, a damaged or wrong-sized image).
+    #[error("the upstream {url} failed: {message}")]
+    Upstream {
+        /// The request, without its query.
+        url: String,
+        /// What went wrong, with the upstream's own message.
+        message: String,
+    },
+    /// An upstream failed too often lately and is not asked for a while.
+    #[error("the upstream {url} is unavailable: {message}")]
+    UpstreamUnavailable {
+        /// The request, without its query.
+        url: String,
+        /// Why.
+        message: String,
+        /// Seconds until it is asked again.
+        retry_after_secs: u64,
     },
     /// The request is too large to allocate.
     #[error("window of {width}x{height} pixels is too large")]

@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
 use tessera_image::{EncodeOptions, StyleSpec};
-use tessera_source::{GdalSettings, GdalSourceSpec};
+use tessera_source::{GdalSettings, SourceSpec};
 use tessera_store::{Durability, MemorySpec, OptionValue, Size, StoreSpec};
 
 /// The whole configuration file.
@@ -405,8 +405,9 @@ pub struct LayerConfig {
     /// Attribution shown by map clients.
     #[serde(default)]
     pub attribution: Option<String>,
-    /// Where the pixels come from.
-    pub source: GdalSourceSpec,
+    /// Where the pixels come from: a raster GDAL reads (the default, or
+    /// `type: gdal`) or an upstream WMS (`type: wms`).
+    pub source: SourceSpec,
     /// How bands become colors (default RGB passthrough).
     #[serde(default)]
     pub style: StyleSpec,
@@ -506,8 +507,10 @@ impl Config {
     /// Makes relative local paths absolute against `base`.
     fn resolve_paths(&mut self, base: &Path) {
         for layer in &mut self.layers {
-            if is_relative_file(&layer.source.path) {
-                layer.source.path = base.join(&layer.source.path).display().to_string();
+            if let SourceSpec::Gdal(g) = &mut layer.source
+                && is_relative_file(&g.path)
+            {
+                g.path = base.join(&g.path).display().to_string();
             }
         }
         for store in self.stores.values_mut() {
@@ -822,13 +825,13 @@ mod tests {
     #[test]
     fn substitutes_environment_variables_and_defaults() {
         let c = Config::from_yaml(MINIMAL, |n| (n == "DATA").then(|| "/d".to_string())).unwrap();
-        assert_eq!(c.layers[0].source.path, "/d/x.tif");
+        assert_eq!(c.layers[0].source.location(), "/d/x.tif");
         let c = Config::from_yaml(
             "layers:\n  - name: a\n    source:\n      path: ${NOPE:-/def}/x.tif\n",
             |_| None,
         )
         .unwrap();
-        assert_eq!(c.layers[0].source.path, "/def/x.tif");
+        assert_eq!(c.layers[0].source.location(), "/def/x.tif");
     }
 
     #[test]
@@ -974,13 +977,13 @@ mod tests {
         let c = Config::from_file(&file).unwrap();
         let base = std::path::absolute(dir.path()).unwrap();
         assert_eq!(
-            c.layers[0].source.path,
+            c.layers[0].source.location(),
             base.join("data/relief.tif").display().to_string()
         );
-        assert_eq!(c.layers[1].source.path, "/abs/x.tif");
-        assert_eq!(c.layers[2].source.path, "PG:dbname=gis");
+        assert_eq!(c.layers[1].source.location(), "/abs/x.tif");
+        assert_eq!(c.layers[2].source.location(), "PG:dbname=gis");
         assert_eq!(
-            c.layers[3].source.path,
+            c.layers[3].source.location(),
             "/vsicurl/https://example.com/x.tif"
         );
         let Some(StoreSpec::File(disk)) = c.stores.get("default") else {

@@ -159,6 +159,23 @@ impl From<RenderError> for ApiError {
             RenderError::Source(e @ SourceError::TooManySourcePixels { .. }) => {
                 ApiError::bad_request("InvalidParameterValue", e.to_string())
             }
+            RenderError::Source(e @ SourceError::Upstream { .. }) => {
+                tracing::warn!(error = %e, "upstream request failed");
+                ApiError::new(StatusCode::BAD_GATEWAY, "NoApplicableCode", e.to_string())
+            }
+            RenderError::Source(
+                ref e @ SourceError::UpstreamUnavailable {
+                    retry_after_secs, ..
+                },
+            ) => {
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    e.to_string(),
+                );
+                err.retry_after = Some(u32::try_from(retry_after_secs).unwrap_or(u32::MAX));
+                err
+            }
             other => ApiError::internal(&other),
         }
     }

@@ -1,0 +1,450 @@
+//! The bounded HTTP client of upstream sources: connect and read timeouts,
+//! a limit of requests in flight per source, retries with backoff on
+//! connection errors and 5xx, a circuit that fails fast while the upstream
+//! is down, and the private-network guard on every connection.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::location::{host_is_allowed, is_public};
+
+/// How an upstream is asked (`source.http`); every field has a default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSettings {
+    /// Longest wait for a connection, in seconds (default 5).
+    pub connect_timeout_secs: f64,
+    /// Longest wait for a whole response, in seconds (default 30).
+    pub timeout_secs: f64,
+    /// Requests in flight to this upstream at most (default 8); more wait.
+    pub max_concurrent: usize,
+    /// Retries after a connection error, a timeout or a 5xx (default 2).
+    pub retries: u32,
+    /// Pause before the first retry, in milliseconds (default 200); each
+    /// later one waits twice as long, plus up to half again at random.
+    pub retry_backoff_ms: u64,
+    /// Failed requests in a row (after their retries) that open the circuit
+    /// (default 5): requests then fail at once, with 503 and Retry-After.
+    pub circuit_failures: u32,
+    /// How long the circuit stays open before one request may try again,
+    /// in seconds (default 10).
+    pub circuit_open_secs: f64,
+    /// Largest response body, in bytes (default 64 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            connect_timeout_secs: 5.0,
+            timeout_secs: 30.0,
+            max_concurrent: 8,
+            retries: 2,
+            retry_backoff_ms: 200,
+            circuit_failures: 5,
+            circuit_open_secs: 10.0,
+            max_body_bytes: 64 << 20,
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Checks the ranges; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.connect_timeout_secs) || !positive(self.timeout_secs) {
+            return Err("http.connect_timeout_secs and http.timeout_secs must be positive".into());
+        }
+        if !positive(self.circuit_open_secs) {
+            return Err("http.circuit_open_secs must be positive".into());
+        }
+        if self.max_concurrent == 0 || self.circuit_failures == 0 || self.max_body_bytes == 0 {
+            return Err(
+                "http.max_concurrent, http.circuit_failures and http.max_body_bytes must be at least 1"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Which private addresses an upstream may be reached at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkPolicy {
+    /// Any address (`gdal.allow_private_network`).
+    pub allow_private_network: bool,
+    /// Hosts (`name` or `name:port`) that may resolve to private addresses
+    /// (`gdal.allowed_private_hosts`).
+    pub allowed_private_hosts: Vec<String>,
+}
+
+/// A response that came back with a status below 500.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Type`, lower case, without parameters (empty when absent).
+    pub content_type: String,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// Why an upstream request failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    /// The upstream failed (after the retries): a connection error, a
+    /// timeout, a 5xx, a body too large.
+    #[error("{0}")]
+    Failed(String),
+    /// The circuit is open: the upstream failed too often lately.
+    #[error(
+        "the upstream failed {failures} times in a row; not asking it again for {retry_after_secs} s"
+    )]
+    CircuitOpen {
+        /// Failures that opened it.
+        failures: u32,
+        /// Seconds until it may be asked again.
+        retry_after_secs: u64,
+    },
+    /// The destination is not allowed (a private address).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The caller gave up.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+#[derive(Debug, Default)]
+struct Circuit {
+    failures: u32,
+    open_until: Option<Instant>,
+    /// A trial request is out while the circuit is half open.
+    trial: bool,
+}
+
+/// One upstream's client (shared by every read of one source).
+#[derive(Debug)]
+pub struct UpstreamClient {
+    client: reqwest::Client,
+    settings: HttpSettings,
+    permits: Arc<tokio::sync::Semaphore>,
+    circuit: Mutex<Circuit>,
+    headers: reqwest::header::HeaderMap,
+    basic_auth: Option<(String, String)>,
+}
+
+/// The runtime every upstream request runs on (two threads, started on
+/// first use); callers are blocking threads.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tessera-upstream")
+            .enable_all()
+            .build()
+            .expect("the upstream I/O runtime starts")
+    })
+}
+
+/// Runs `f` on the upstream runtime and waits for it.
+pub fn block_on<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> T {
+    futures::executor::block_on(runtime().spawn(f))
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// Resolves names for the client and refuses private addresses that the
+/// policy does not allow, on every connection (redirects are not followed,
+/// and a name that changes its address is checked again).
+#[derive(Debug)]
+struct GuardedResolver {
+    policy: NetworkPolicy,
+    /// The port of the configured URL (the only one connected to).
+    port: u16,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        let port = self.port;
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = addrs
+                .into_iter()
+                .filter(|a| address_allowed(&policy, &host, port, a.ip()))
+                .collect();
+            if allowed.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to private addresses; allow it with gdal.allowed_private_hosts or gdal.allow_private_network"
+                )
+                .into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+fn address_allowed(policy: &NetworkPolicy, host: &str, port: u16, ip: std::net::IpAddr) -> bool {
+    policy.allow_private_network
+        || is_public(&ip)
+        || host_is_allowed(host, port, &policy.allowed_private_hosts)
+}
+
+impl UpstreamClient {
+    /// A client for `url`'s upstream. Refuses a URL whose host is a private
+    /// address literal the policy does not allow (names are checked on
+    /// every connection).
+    pub fn new(
+        url: &reqwest::Url,
+        settings: HttpSettings,
+        policy: NetworkPolicy,
+        headers: &std::collections::BTreeMap<String, String>,
+        basic_auth: Option<(String, String)>,
+    ) -> Result<UpstreamClient, String> {
+        settings.validate()?;
+        match url.scheme() {
+            "http" | "https" => {}
+            s => {
+                return Err(format!(
+                    "{url}: only http and https upstreams are supported, not {s}"
+                ));
+            }
+        }
+        let host = url.host_str().ok_or_else(|| format!("{url} has no host"))?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let literal = host.trim_matches(|c| c == '[' || c == ']');
+        if let Ok(ip) = literal.parse::<std::net::IpAddr>()
+            && !address_allowed(&policy, literal, port, ip)
+        {
+            return Err(format!(
+                "{} is a private address; allow it with gdal.allowed_private_hosts (\"{host}:{port}\") or gdal.allow_private_network",
+                redacted(url)
+            ));
+        }
+        let mut header_map = reqwest::header::HeaderMap::new();
+        for (k, v) in headers {
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| format!("header {k:?}: {e}"))?;
+            let value = reqwest::header::HeaderValue::from_str(v)
+                .map_err(|e| format!("header {k:?}: {e}"))?;
+            header_map.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs_f64(settings.connect_timeout_secs))
+            .timeout(Duration::from_secs_f64(settings.timeout_secs))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(concat!("tessera/", env!("CARGO_PKG_VERSION")))
+            .dns_resolver(Arc::new(GuardedResolver { policy, port }))
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        Ok(UpstreamClient {
+            client,
+            permits: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent)),
+            settings,
+            circuit: Mutex::new(Circuit::default()),
+            headers: header_map,
+            basic_auth,
+        })
+    }
+
+    /// The settings it was built with.
+    pub fn settings(&self) -> &HttpSettings {
+        &self.settings
+    }
+
+    /// GETs `url`, blocking: waits for a permit, retries connection errors,
+    /// timeouts and 5xx with backoff, and keeps the circuit. A response
+    /// below 500 (a 4xx too) is returned for the caller to judge.
+    pub fn get(
+        self: &Arc<Self>,
+        url: &reqwest::Url,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Fetched, FetchError> {
+        let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        self.enter_circuit()?;
+        let mut attempt = 0;
+        loop {
+            if cancelled() {
+                self.leave_circuit(None);
+                return Err(FetchError::Cancelled);
+            }
+            let this = self.clone();
+            let u = (*url).clone();
+            let result = block_on(async move { this.get_once(u).await });
+            match result {
+                Ok(f) => {
+                    self.leave_circuit(Some(true));
+                    return Ok(f);
+                }
+                Err(e)
+                    if attempt < self.settings.retries
+                        && !matches!(e, FetchError::NotAllowed(_)) =>
+                {
+                    attempt += 1;
+                    let base = self
+                        .settings
+                        .retry_backoff_ms
+                        .saturating_mul(1 << (attempt - 1).min(10));
+                    let jitter = random_below(base / 2 + 1);
+                    std::thread::sleep(Duration::from_millis(base + jitter));
+                }
+                Err(e) => {
+                    // A refused destination says nothing about the upstream.
+                    let refused = matches!(e, FetchError::NotAllowed(_));
+                    self.leave_circuit((!refused).then_some(false));
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn get_once(&self, url: reqwest::Url) -> Result<Fetched, FetchError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| FetchError::Failed("the client is closed".into()))?;
+        let mut request = self.client.get(url.clone()).headers(self.headers.clone());
+        if let Some((user, password)) = &self.basic_auth {
+            request = request.basic_auth(user, Some(password));
+        }
+        let response = request.send().await.map_err(|e| describe(&url, &e))?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        if let Some(len) = response.content_length()
+            && len > self.settings.max_body_bytes as u64
+        {
+            return Err(FetchError::Failed(format!(
+                "{url} answered {len} bytes, more than http.max_body_bytes ({})",
+                self.settings.max_body_bytes
+            )));
+        }
+        let mut body = Vec::new();
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&url, &e))? {
+            if body.len() + chunk.len() > self.settings.max_body_bytes {
+                return Err(FetchError::Failed(format!(
+                    "{url} answered more than http.max_body_bytes ({})",
+                    self.settings.max_body_bytes
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status >= 500 {
+            let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            return Err(FetchError::Failed(format!(
+                "{} answered {status}: {}",
+                redacted(&url),
+                text.trim()
+            )));
+        }
+        Ok(Fetched {
+            status,
+            content_type,
+            body: Bytes::from(body),
+        })
+    }
+
+    /// Fails at once while the circuit is open; lets one trial request
+    /// through once the open period is over.
+    fn enter_circuit(&self) -> Result<(), FetchError> {
+        let mut c = self.circuit.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(until) = c.open_until {
+            let now = Instant::now();
+            if now < until || c.trial {
+                let left = until
+                    .saturating_duration_since(now)
+                    .as_secs_f64()
+                    .ceil()
+                    .max(1.0);
+                return Err(FetchError::CircuitOpen {
+                    failures: c.failures,
+                    retry_after_secs: left as u64,
+                });
+            }
+            c.trial = true;
+        }
+        Ok(())
+    }
+
+    /// Records the outcome: `Some(true)` a success (closes the circuit),
+    /// `Some(false)` a failure, `None` no verdict (cancelled).
+    fn leave_circuit(&self, ok: Option<bool>) {
+        let mut c = self.circuit.lock().unwrap_or_else(PoisonError::into_inner);
+        let was_trial = std::mem::take(&mut c.trial);
+        match ok {
+            Some(true) => *c = Circuit::default(),
+            Some(false) => {
+                c.failures += 1;
+                if was_trial || c.failures >= self.settings.circuit_failures {
+                    c.open_until = Some(
+                        Instant::now() + Duration::from_secs_f64(self.settings.circuit_open_secs),
+                    );
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// The URL without its query's credentials-looking values, for messages.
+pub fn redacted(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_password(None);
+    u.set_query(None);
+    u.to_string()
+}
+
+fn describe(url: &reqwest::Url, e: &reqwest::Error) -> FetchError {
+    let what = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "could not be connected to".to_string()
+    } else {
+        "failed".to_string()
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = s.to_string();
+        source = s.source();
+    }
+    if cause.contains("private addresses") {
+        return FetchError::NotAllowed(format!("{}: {cause}", redacted(url)));
+    }
+    FetchError::Failed(format!(
+        "{} {what}: {}",
+        redacted(url),
+        if cause.is_empty() {
+            e.to_string()
+        } else {
+            cause
+        }
+    ))
+}
+
+fn random_below(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    h.finish() % n.max(1)
+}
