@@ -137,6 +137,16 @@ fn run(cli: Cli) -> CliResult {
         }
         Command::Check { config } => {
             let service = Service::serving(load(Some(&config))?)?;
+            for layer in service.registry.layers() {
+                let b = layer.source.info().lonlat_bounds;
+                println!(
+                    "layer {}: {} source, [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
+                    layer.name, layer.kind, b.min_x, b.min_y, b.max_x, b.max_y
+                );
+                for line in layer.source.report() {
+                    println!("  {line}");
+                }
+            }
             println!("ok: {} layer(s)", service.registry.layers().len());
             Ok(0)
         }

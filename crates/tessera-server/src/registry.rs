@@ -71,6 +71,12 @@ pub struct Layer {
     pub cache_key: String,
     /// What its pixels are made from ([`crate::fingerprint::of_layer`]).
     pub fingerprint: String,
+    /// The kind of its source (`gdal`, `wms`, `xyz`, `wmts`, `mosaic`).
+    pub kind: &'static str,
+    /// Whether its tiles may be the source's own tiles, passed through
+    /// unchanged where the source can ([`Source::passthrough`]): true when
+    /// the style changes nothing (RGB as it is).
+    pub passthrough: bool,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
 }
@@ -358,6 +364,8 @@ impl Registry {
                 cache,
                 cache_key,
                 fingerprint,
+                kind: lc.source.kind(),
+                passthrough: lc.style == tessera_image::StyleSpec::default(),
                 max_age_secs: lc.cache.max_age_secs,
             }))
         }

@@ -271,6 +271,11 @@ impl TileCache {
         {
             return Ok(hit(held));
         }
+        if req.layer.passthrough
+            && let Some(tile) = self.pass_through(req, cache, &key).await?
+        {
+            return Ok(tile);
+        }
         let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
         let meta_guard = self.lock_metatile(req, &meta).await?;
         let own_guard = self.lock_tile(key.clone()).await?;
@@ -341,6 +346,56 @@ impl TileCache {
             run_blocking(move || leftovers.into_iter().for_each(|job| job())).await?;
         }
         Ok(miss(own_bytes))
+    }
+
+    /// Serves the source's own tile when it passes tiles through for this
+    /// grid and format (an upstream tile service with the same tiles): one
+    /// upstream tile, under the tile lock only, stored as it came. `None`
+    /// when the source cannot; a tile the upstream lacks is rendered alone
+    /// (transparent) and stored.
+    async fn pass_through(
+        &self,
+        req: &TileRequest,
+        cache: &LayerCache,
+        key: &TileKey,
+    ) -> Result<Option<Tile>, TileError> {
+        let guard = self.lock_tile(key.clone()).await?;
+        if let Some(held) = self.lookup(&cache.store, key).await
+            && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
+        {
+            return Ok(Some(hit(held)));
+        }
+        let (source, tms, coord, format) = (
+            req.layer.source.clone(),
+            req.grid.tms.clone(),
+            req.coord,
+            req.format,
+        );
+        let fetched = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let bytes = match fetched {
+            None => return Ok(None),
+            Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
+            Some(Ok(Some(bytes))) => bytes,
+            Some(Ok(None)) => self.render_uncached(req).await?.bytes,
+        };
+        let (store, k, b, durability) = (
+            cache.store.clone(),
+            key.clone(),
+            bytes.clone(),
+            cache.durability,
+        );
+        let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
+        run_blocking(move || {
+            if let Err(e) = store.put(&k, b.clone(), durability) {
+                let _ = unsaved.put(&k, b, Durability::Buffered);
+                if let Some(held_back) = warnings.allow() {
+                    tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+                }
+            }
+        })
+        .await?;
+        drop(guard);
+        Ok(Some(miss(bytes)))
     }
 
     /// A pool job that encodes (unless `bytes` is given) and saves one tile,

@@ -25,10 +25,50 @@ pub struct Crs {
     pub meters_per_unit: f64,
 }
 
+/// Most CRSs remembered by [`Crs::parse`] and [`Crs::from_wkt`].
+const REMEMBERED: usize = 256;
+
+/// CRSs already described, by the text they were made from: describing one
+/// asks PROJ's database many questions (tens of milliseconds), and a mosaic
+/// of a thousand files has only a few CRSs.
+fn remembered() -> &'static std::sync::Mutex<std::collections::HashMap<String, Crs>> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Crs>>> =
+        std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// `make(text)`, remembered by `text` (errors are not remembered).
+fn remember(
+    text: &str,
+    make: impl FnOnce() -> Result<Crs, SourceError>,
+) -> Result<Crs, SourceError> {
+    let cache = remembered();
+    if let Some(crs) = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(text)
+    {
+        return Ok(crs.clone());
+    }
+    let crs = make()?;
+    let mut map = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if map.len() >= REMEMBERED {
+        map.clear();
+    }
+    map.insert(text.to_string(), crs.clone());
+    Ok(crs)
+}
+
 impl Crs {
     /// Parses an identifier such as `EPSG:4326`, `CRS:84`, `OGC:CRS84`,
     /// `urn:ogc:def:crs:EPSG::3857` or `EPSG:900913` (an alias of 3857).
     pub fn parse(text: &str) -> Result<Crs, SourceError> {
+        remember(text, || Self::parse_now(text))
+    }
+
+    fn parse_now(text: &str) -> Result<Crs, SourceError> {
         let invalid = |source: Cause| SourceError::InvalidCrs {
             crs: text.chars().take(64).collect(),
             source,
@@ -98,6 +138,10 @@ impl Crs {
     /// Describes a dataset's own CRS given as WKT; the identifier is
     /// `AUTHORITY:CODE` when PROJ can name it.
     pub fn from_wkt(wkt: &str) -> Result<Crs, SourceError> {
+        remember(wkt, || Self::from_wkt_now(wkt))
+    }
+
+    fn from_wkt_now(wkt: &str) -> Result<Crs, SourceError> {
         let invalid = |source: Cause| SourceError::InvalidCrs {
             crs: wkt.chars().take(64).collect(),
             source,

@@ -122,10 +122,25 @@ impl GdalSource {
     }
 
     fn open_now(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
+        let lonlat = Crs::parse("OGC:CRS84")?;
+        Self::open_here(spec, settings, &|crs, bounds| {
+            crs.transform_bbox(bounds, &lonlat)
+        })
+    }
+
+    /// [`GdalSource::open`] on the calling thread (no open timeout), with
+    /// the dataset's longitude/latitude bounds from `lonlat_of` (native
+    /// CRS, native bounds): a mosaic that knows them, or transforms many
+    /// pieces with one transformation, saves PROJ's setup per piece.
+    pub(crate) fn open_here(
+        spec: &GdalSourceSpec,
+        settings: &GdalSettings,
+        lonlat_of: LonLatOf<'_>,
+    ) -> Result<Self, SourceError> {
         let policy = settings.policy();
         let path = check_location(&spec.path, &policy)?;
         let ds = open_dataset(&path, &policy.allowed_drivers)?;
-        let (has_alpha, info) = read_info(&path, &ds)?;
+        let (has_alpha, info) = read_info(&path, &ds, lonlat_of)?;
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
         let source = Self {
@@ -426,7 +441,14 @@ fn overview_factors(ds: &Dataset) -> Vec<f64> {
 }
 
 /// Reads a dataset's facts; also tells whether its last band is an alpha band.
-fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError> {
+/// Finds a dataset's longitude/latitude bounds from its CRS and bounds.
+pub(crate) type LonLatOf<'a> = &'a dyn Fn(&Crs, &BBox) -> Result<BBox, SourceError>;
+
+fn read_info(
+    path: &str,
+    ds: &Dataset,
+    lonlat_of: LonLatOf<'_>,
+) -> Result<(bool, SourceInfo), SourceError> {
     let err = |source: Cause| SourceError::Open {
         path: path.to_string(),
         source,
@@ -474,8 +496,7 @@ fn read_info(path: &str, ds: &Dataset) -> Result<(bool, SourceInfo), SourceError
         fold(ys, f64::max),
     )
     .map_err(|e| err(format!("bad extent: {e}").into()))?;
-    let lonlat = Crs::parse("OGC:CRS84")?;
-    let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
+    let lonlat_bounds = lonlat_of(&native_crs, &native_bounds)?;
     let info = SourceInfo {
         band_count,
         is_byte,
@@ -693,6 +714,34 @@ impl Source for GdalSource {
     }
 
     fn read(&self, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        match self.read_part(req)? {
+            None => Ok(empty_raster(&self.info, req.width, req.height)),
+            Some((part, 0, 0)) if (part.width, part.height) == (req.width, req.height) => Ok(part),
+            Some((part, x0, y0)) => {
+                let mut whole = empty_raster(&self.info, req.width, req.height);
+                PixelWindow {
+                    x0,
+                    y0,
+                    x1: x0 + part.width,
+                    y1: y0 + part.height,
+                }
+                .paste(&part, &mut whole);
+                Ok(whole)
+            }
+        }
+    }
+}
+
+impl GdalSource {
+    /// The pixels of `req` over the data, and where they go in the window
+    /// (column, row of the part's top-left): the whole window when the data
+    /// covers much of it, else only the part it covers; `None` when the
+    /// window misses the data. A mosaic composites the parts of its pieces
+    /// without handling whole windows of nothing.
+    pub(crate) fn read_part(
+        &self,
+        req: &WindowRequest<'_>,
+    ) -> Result<Option<(Raster, u32, u32)>, SourceError> {
         let pixels = req.width as usize * req.height as usize;
         if pixels == 0 || pixels > MAX_WINDOW_PIXELS {
             return Err(SourceError::TooLarge {
@@ -710,7 +759,7 @@ impl Source for GdalSource {
                     self.check_source_pixels(req, &f)?;
                     inner
                 }
-                None => return Ok(empty_raster(&self.info, req.width, req.height)),
+                None => return Ok(None),
             },
             None => PixelWindow::whole(req),
         };
@@ -720,19 +769,16 @@ impl Source for GdalSource {
         // warp), so the whole window is warped unless the data covers only
         // a small part of it.
         let result = if inner.area() * 16 >= u64::from(req.width) * u64::from(req.height) {
-            self.warp(&ds, req)
+            self.warp(&ds, req).map(|whole| (whole, 0, 0))
         } else {
-            self.warp(&ds, &inner.request(req)).map(|part| {
-                let mut whole = empty_raster(&self.info, req.width, req.height);
-                inner.paste(&part, &mut whole);
-                whole
-            })
+            self.warp(&ds, &inner.request(req))
+                .map(|part| (part, inner.x0, inner.y0))
         };
         // A handle whose read failed may be in a bad state: drop it.
         if result.is_ok() {
             self.release(ds);
         }
-        result
+        result.map(Some)
     }
 }
 

@@ -12,6 +12,7 @@ mod crs;
 mod egress;
 mod gdal_source;
 mod location;
+mod mosaic;
 mod settings;
 mod spec;
 pub mod upstream;
@@ -20,12 +21,14 @@ pub use crs::Crs;
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
 pub use location::{LocationPolicy, check_location};
+pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 pub use spec::{SourceSpec, open_source};
 pub use upstream::client::HttpSettings;
+pub use upstream::tiles::{TileSource, WmtsSourceSpec, XyzSourceSpec};
 pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
 
-use tessera_grid::BBox;
+use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
 
 /// What a source is and where its data lies.
@@ -79,6 +82,28 @@ pub trait Source: Send + Sync + std::fmt::Debug {
 
     /// Reads and warps one window.
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
+
+    /// The encoded tile `coord` of `grid` in `format`, as the upstream has
+    /// it, when this source can pass tiles through (an upstream tile
+    /// service whose grid cuts the same tiles and whose tiles are in that
+    /// format): `Some(Ok(None))` when the upstream has no such tile. `None`
+    /// when the tile must be rendered (the default).
+    fn passthrough(
+        &self,
+        grid: &TileMatrixSet,
+        coord: TileCoord,
+        format: TileFormat,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Option<Result<Option<bytes::Bytes>, SourceError>> {
+        let _ = (grid, coord, format, cancel);
+        None
+    }
+
+    /// Lines `tessera check` prints about the source beyond its extent (a
+    /// mosaic's pieces, CRSs and bad files); none by default.
+    fn report(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The error beneath a [`SourceError`].

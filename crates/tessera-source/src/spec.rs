@@ -6,7 +6,8 @@ use serde::Deserialize;
 
 use crate::upstream::client::NetworkPolicy;
 use crate::{
-    GdalSettings, GdalSource, GdalSourceSpec, Source, SourceError, WmsSource, WmsSourceSpec,
+    GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
+    TileSource, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec,
 };
 
 /// A layer's source, tagged by `type` (`gdal` when absent).
@@ -16,6 +17,12 @@ pub enum SourceSpec {
     Gdal(GdalSourceSpec),
     /// An upstream WMS (`type: wms`).
     Wms(Box<WmsSourceSpec>),
+    /// An upstream XYZ/TMS tile service (`type: xyz`).
+    Xyz(Box<XyzSourceSpec>),
+    /// A layer of an upstream WMTS (`type: wmts`).
+    Wmts(Box<WmtsSourceSpec>),
+    /// Many rasters as one (`type: mosaic`).
+    Mosaic(Box<MosaicSpec>),
 }
 
 impl SourceSpec {
@@ -24,6 +31,9 @@ impl SourceSpec {
         match self {
             SourceSpec::Gdal(_) => "gdal",
             SourceSpec::Wms(_) => "wms",
+            SourceSpec::Xyz(_) => "xyz",
+            SourceSpec::Wmts(_) => "wmts",
+            SourceSpec::Mosaic(_) => "mosaic",
         }
     }
 
@@ -31,7 +41,7 @@ impl SourceSpec {
     pub fn as_gdal(&self) -> Option<&GdalSourceSpec> {
         match self {
             SourceSpec::Gdal(g) => Some(g),
-            SourceSpec::Wms(_) => None,
+            _ => None,
         }
     }
 
@@ -52,6 +62,18 @@ impl SourceSpec {
                 w.crs,
                 w.resampling
             ),
+            SourceSpec::Xyz(x) => format!(
+                "xyz {:?} {:?} {} {} {:?} {:?}",
+                x.url, x.grid, x.min_zoom, x.max_zoom, x.format, x.resampling
+            ),
+            SourceSpec::Wmts(w) => format!(
+                "wmts {:?} {:?} {:?} {:?} {:?} {:?}",
+                w.url, w.layer, w.style, w.matrix_set, w.format, w.resampling
+            ),
+            SourceSpec::Mosaic(m) => format!(
+                "mosaic {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                m.dir, m.glob, m.paths, m.index, m.location_field, m.sort, m.resampling
+            ),
         }
     }
 
@@ -60,6 +82,14 @@ impl SourceSpec {
         match self {
             SourceSpec::Gdal(g) => &g.path,
             SourceSpec::Wms(w) => &w.url,
+            SourceSpec::Xyz(x) => &x.url,
+            SourceSpec::Wmts(w) => &w.url,
+            SourceSpec::Mosaic(m) => m
+                .index
+                .as_deref()
+                .or(m.dir.as_deref())
+                .or(m.paths.first().map(String::as_str))
+                .unwrap_or("mosaic"),
         }
     }
 }
@@ -80,7 +110,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal or wms), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic), not {other}"
                     )));
                 }
             },
@@ -97,8 +127,17 @@ impl<'de> Deserialize<'de> for SourceSpec {
             "wms" => serde_json::from_value(value)
                 .map(|w| SourceSpec::Wms(Box::new(w)))
                 .map_err(|e| D::Error::custom(format!("wms source: {e}"))),
+            "xyz" => serde_json::from_value(value)
+                .map(|x| SourceSpec::Xyz(Box::new(x)))
+                .map_err(|e| D::Error::custom(format!("xyz source: {e}"))),
+            "wmts" => serde_json::from_value(value)
+                .map(|w| SourceSpec::Wmts(Box::new(w)))
+                .map_err(|e| D::Error::custom(format!("wmts source: {e}"))),
+            "mosaic" => serde_json::from_value(value)
+                .map(|m| SourceSpec::Mosaic(Box::new(m)))
+                .map_err(|e| D::Error::custom(format!("mosaic source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal or wms"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts or mosaic"
             ))),
         }
     }
@@ -107,15 +146,16 @@ impl<'de> Deserialize<'de> for SourceSpec {
 /// Opens the source `spec` describes, with the process's GDAL settings
 /// (the private-network policy among them).
 pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Source>, SourceError> {
+    let policy = || NetworkPolicy {
+        allow_private_network: gdal.allow_private_network,
+        allowed_private_hosts: gdal.allowed_private_hosts.clone(),
+    };
     Ok(match spec {
         SourceSpec::Gdal(g) => Arc::new(GdalSource::open(g, gdal)?),
-        SourceSpec::Wms(w) => Arc::new(WmsSource::open(
-            w,
-            NetworkPolicy {
-                allow_private_network: gdal.allow_private_network,
-                allowed_private_hosts: gdal.allowed_private_hosts.clone(),
-            },
-        )?),
+        SourceSpec::Wms(w) => Arc::new(WmsSource::open(w, policy())?),
+        SourceSpec::Xyz(x) => Arc::new(TileSource::open_xyz(x, policy())?),
+        SourceSpec::Wmts(w) => Arc::new(TileSource::open_wmts(w, policy())?),
+        SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
     })
 }
 

@@ -152,12 +152,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Runs `f` on the upstream runtime and waits for it.
-pub fn block_on<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> T {
-    futures::executor::block_on(runtime().spawn(f))
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-}
-
 /// Resolves names for the client and refuses private addresses that the
 /// policy does not allow, on every connection (redirects are not followed,
 /// and a name that changes its address is checked again).
@@ -268,18 +262,66 @@ impl UpstreamClient {
         url: &reqwest::Url,
         cancel: Option<&AtomicBool>,
     ) -> Result<Fetched, FetchError> {
-        let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        self.get_all(vec![url.clone()], cancel)
+            .pop()
+            .unwrap_or(Err(FetchError::Cancelled))
+    }
+
+    /// GETs every one of `urls` at once (as [`UpstreamClient::get`] each,
+    /// at most `max_concurrent` in flight), blocking until all are answered;
+    /// the results are in the order of `urls`. Raising `cancel` stops
+    /// retries and requests not yet sent.
+    pub fn get_all(
+        self: &Arc<Self>,
+        urls: Vec<reqwest::Url>,
+        cancel: Option<&AtomicBool>,
+    ) -> Vec<Result<Fetched, FetchError>> {
+        let n = urls.len();
+        let stop = Arc::new(AtomicBool::new(
+            cancel.is_some_and(|c| c.load(Ordering::Relaxed)),
+        ));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (this, flag) = (self.clone(), stop.clone());
+        runtime().spawn(async move {
+            let asked = urls
+                .into_iter()
+                .map(|u| this.clone().get_with_retries(u, flag.clone()));
+            let _ = tx.send(futures::future::join_all(asked).await);
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(results) => return results,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return (0..n)
+                        .map(|_| {
+                            Err(FetchError::Failed(
+                                "the upstream request task failed".into(),
+                            ))
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+
+    async fn get_with_retries(
+        self: Arc<Self>,
+        url: reqwest::Url,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Fetched, FetchError> {
         self.enter_circuit()?;
         let mut attempt = 0;
         loop {
-            if cancelled() {
+            if stop.load(Ordering::Relaxed) {
                 self.leave_circuit(None);
                 return Err(FetchError::Cancelled);
             }
-            let this = self.clone();
-            let u = (*url).clone();
-            let result = block_on(async move { this.get_once(u).await });
-            match result {
+            match self.get_once(url.clone()).await {
                 Ok(f) => {
                     self.leave_circuit(Some(true));
                     return Ok(f);
@@ -294,7 +336,7 @@ impl UpstreamClient {
                         .retry_backoff_ms
                         .saturating_mul(1 << (attempt - 1).min(10));
                     let jitter = random_below(base / 2 + 1);
-                    std::thread::sleep(Duration::from_millis(base + jitter));
+                    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
                 }
                 Err(e) => {
                     // A refused destination says nothing about the upstream.

@@ -392,7 +392,7 @@ impl WmsSource {
 }
 
 /// A window with no valid pixel.
-fn empty(width: u32, height: u32) -> Raster {
+pub(crate) fn empty(width: u32, height: u32) -> Raster {
     let n = width as usize * height as usize;
     Raster {
         width,
@@ -405,7 +405,7 @@ fn empty(width: u32, height: u32) -> Raster {
 /// Whether a box in `b` is the same box in `a` (axis order aside, which
 /// the request takes care of): the same CRS, or WGS 84 as EPSG:4326 and as
 /// OGC:CRS84.
-fn same_coordinates(a: &Crs, b: &Crs) -> bool {
+pub(crate) fn same_coordinates(a: &Crs, b: &Crs) -> bool {
     let wgs84 = |c: &Crs| matches!(c.id.as_str(), "EPSG:4326" | "OGC:CRS84");
     a.id == b.id || (wgs84(a) && wgs84(b))
 }
@@ -455,7 +455,7 @@ fn with_params(url: &reqwest::Url, params: &[(&str, &str)]) -> reqwest::Url {
     out
 }
 
-fn is_xml(content_type: &str, body: &[u8]) -> bool {
+pub(crate) fn is_xml(content_type: &str, body: &[u8]) -> bool {
     content_type.contains("xml")
         || body
             .iter()
@@ -464,7 +464,7 @@ fn is_xml(content_type: &str, body: &[u8]) -> bool {
 }
 
 /// The text of a ServiceException report (or the start of the body).
-fn exception_text(body: &[u8]) -> String {
+pub(crate) fn exception_text(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     if let Ok(doc) = parse_xml(&text) {
         let messages: Vec<String> = doc

@@ -1,0 +1,634 @@
+//! Many rasters as one source: a directory and glob, a list, or a tile
+//! index GDAL reads (as `gdaltindex` writes it). Footprints sit in an
+//! R-tree; a read opens only the pieces its window touches, through a
+//! bounded LRU of open pieces, and composites them in a fixed order (later
+//! pieces over earlier ones, nodata and alpha honoured).
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rstar::{AABB, RTree, RTreeObject};
+use serde::Deserialize;
+use tessera_grid::BBox;
+use tessera_image::{BandData, Raster};
+
+use crate::{
+    Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling, Source, SourceError, SourceInfo,
+    WindowRequest,
+};
+
+/// Metres per degree of longitude at the equator (WGS 84).
+const METERS_PER_DEGREE: f64 = 111_319.490_793_273_58;
+
+/// `source: { type: mosaic, ... }`: give `dir` (with `glob`), `paths`, or
+/// `index`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MosaicSpec {
+    /// A directory whose files matching `glob` are the pieces.
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// File-name pattern within `dir` (default `*.tif`); `**/` descends.
+    #[serde(default = "default_glob")]
+    pub glob: String,
+    /// The pieces, listed (paths GDAL opens).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// A vector file GDAL reads (GeoPackage, Shapefile, FlatGeobuf) with
+    /// one feature per piece: its footprint and its path.
+    #[serde(default)]
+    pub index: Option<String>,
+    /// The index's field holding each piece's path (default `location`,
+    /// as `gdaltindex` writes it).
+    #[serde(default = "default_location_field")]
+    pub location_field: String,
+    /// An index field to order the pieces by, ascending (later pieces are
+    /// drawn over earlier ones; default: the index's order, or path order).
+    #[serde(default)]
+    pub sort: Option<String>,
+    /// Pieces held open at once (default 64).
+    #[serde(default = "default_max_open")]
+    pub max_open: usize,
+    /// Resampling when warping each piece.
+    #[serde(default)]
+    pub resampling: Resampling,
+}
+
+fn default_glob() -> String {
+    "*.tif".into()
+}
+
+fn default_location_field() -> String {
+    "location".into()
+}
+
+fn default_max_open() -> usize {
+    64
+}
+
+/// One piece: its path and its footprint in longitude/latitude.
+#[derive(Debug, Clone)]
+struct Piece {
+    order: usize,
+    path: String,
+    lonlat: BBox,
+}
+
+impl RTreeObject for Piece {
+    type Envelope = AABB<[f64; 2]>;
+
+    fn envelope(&self) -> Self::Envelope {
+        AABB::from_corners(
+            [self.lonlat.min_x, self.lonlat.min_y],
+            [self.lonlat.max_x, self.lonlat.max_y],
+        )
+    }
+}
+
+/// What `tessera check` reports about a mosaic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MosaicReport {
+    /// Pieces that opened.
+    pub pieces: usize,
+    /// Their total extent in longitude/latitude.
+    pub lonlat: BBox,
+    /// Their CRSs, each with how many pieces use it.
+    pub crs: Vec<(String, usize)>,
+    /// Pieces that could not be used, with why.
+    pub bad: Vec<(String, String)>,
+}
+
+/// Many rasters read as one.
+#[derive(Debug)]
+pub struct MosaicSource {
+    name: String,
+    tree: RTree<Piece>,
+    spec: MosaicSpec,
+    settings: GdalSettings,
+    open: Mutex<lru::LruCache<usize, Arc<GdalSource>>>,
+    info: SourceInfo,
+    report: MosaicReport,
+}
+
+impl MosaicSource {
+    /// Finds the pieces, reads each one's footprint (from the index, or by
+    /// opening it once), and checks that they agree on their bands. Bad
+    /// pieces are left out and reported; none usable is an error.
+    pub fn open(spec: &MosaicSpec, settings: &GdalSettings) -> Result<MosaicSource, SourceError> {
+        let name = spec
+            .index
+            .clone()
+            .or_else(|| spec.dir.as_ref().map(|d| format!("{d}/{}", spec.glob)))
+            .unwrap_or_else(|| format!("{} listed pieces", spec.paths.len()));
+        let open_err = |message: String| SourceError::Open {
+            path: name.clone(),
+            source: message.into(),
+        };
+        let given = [
+            spec.dir.is_some(),
+            !spec.paths.is_empty(),
+            spec.index.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err(open_err(
+                "give exactly one of `dir` (with `glob`), `paths` or `index`".into(),
+            ));
+        }
+        if spec.max_open == 0 {
+            return Err(open_err("max_open must be at least 1".into()));
+        }
+        let listed: Vec<(String, Option<BBox>)> = if let Some(index) = &spec.index {
+            read_index(index, spec).map_err(open_err)?
+        } else if let Some(dir) = &spec.dir {
+            glob_files(Path::new(dir), &spec.glob)
+                .map_err(open_err)?
+                .into_iter()
+                .map(|p| (p.display().to_string(), None))
+                .collect()
+        } else {
+            spec.paths.iter().map(|p| (p.clone(), None)).collect()
+        };
+        let wgs84 = Crs::parse("OGC:CRS84")?;
+        let to_lonlat = LonLat::new(&wgs84)?;
+        let mut pieces = Vec::new();
+        let mut bad = Vec::new();
+        let mut crs_count: HashMap<String, usize> = HashMap::new();
+        let mut first: Option<SourceInfo> = None;
+        for (order, (path, footprint)) in listed.into_iter().enumerate() {
+            let opened = GdalSource::open_here(
+                &GdalSourceSpec {
+                    path: path.clone(),
+                    resampling: spec.resampling,
+                },
+                settings,
+                &|crs, bounds| to_lonlat.bounds(crs, bounds),
+            );
+            let info = match opened {
+                Ok(s) => s.info().clone(),
+                Err(e) => {
+                    bad.push((path, error_chain(&e)));
+                    continue;
+                }
+            };
+            if let Some(f) = &first
+                && (f.band_count != info.band_count || f.is_byte != info.is_byte)
+            {
+                bad.push((
+                    path,
+                    format!(
+                        "has {} {} bands where the first piece has {} {}",
+                        info.band_count,
+                        kind(info.is_byte),
+                        f.band_count,
+                        kind(f.is_byte)
+                    ),
+                ));
+                continue;
+            }
+            *crs_count.entry(info.native_crs.id.clone()).or_default() += 1;
+            let lonlat = footprint.unwrap_or(info.lonlat_bounds);
+            pieces.push(Piece {
+                order,
+                path,
+                lonlat,
+            });
+            first.get_or_insert(info);
+        }
+        for (path, why) in &bad {
+            tracing::warn!(mosaic = %name, piece = %path, reason = %why, "a mosaic piece is left out");
+        }
+        let Some(first) = first else {
+            return Err(open_err(format!(
+                "no piece can be used ({} found{})",
+                bad.len(),
+                bad.first()
+                    .map(|(p, why)| format!("; {p}: {why}"))
+                    .unwrap_or_default()
+            )));
+        };
+        let lonlat = pieces
+            .iter()
+            .map(|p| p.lonlat)
+            .reduce(|a, b| a.union(&b))
+            .unwrap_or(first.lonlat_bounds);
+        let mut crs: Vec<(String, usize)> = crs_count.into_iter().collect();
+        crs.sort();
+        let report = MosaicReport {
+            pieces: pieces.len(),
+            lonlat,
+            crs,
+            bad,
+        };
+        // The mosaic's own CRS is longitude/latitude; its resolution is
+        // the first piece's, in degrees.
+        let native_resolution = if first.native_crs.geographic {
+            first.native_resolution
+        } else {
+            first.native_resolution * first.native_crs.meters_per_unit / METERS_PER_DEGREE
+        };
+        let info = SourceInfo {
+            band_count: first.band_count,
+            is_byte: first.is_byte,
+            native_crs: wgs84.clone(),
+            native_bounds: lonlat,
+            lonlat_bounds: lonlat,
+            native_resolution,
+        };
+        let capacity = NonZeroUsize::new(spec.max_open).expect("checked above");
+        Ok(MosaicSource {
+            name,
+            tree: RTree::bulk_load(pieces),
+            spec: spec.clone(),
+            settings: settings.clone(),
+            open: Mutex::new(lru::LruCache::new(capacity)),
+            info,
+            report,
+        })
+    }
+
+    /// Counts, extent, CRSs and bad pieces, for `tessera check`.
+    pub fn report(&self) -> &MosaicReport {
+        &self.report
+    }
+
+    /// The piece, from the LRU or opened now (and counted in the log).
+    fn piece(&self, piece: &Piece) -> Result<Arc<GdalSource>, SourceError> {
+        if let Some(s) = self
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&piece.order)
+        {
+            return Ok(s.clone());
+        }
+        tracing::debug!(mosaic = %self.name, piece = %piece.path, "mosaic piece opened");
+        // Its footprint is known: no coordinate transformation to set up.
+        let source = Arc::new(GdalSource::open_here(
+            &GdalSourceSpec {
+                path: piece.path.clone(),
+                resampling: self.spec.resampling,
+            },
+            &self.settings,
+            &|_, _| Ok(piece.lonlat),
+        )?);
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .put(piece.order, source.clone());
+        Ok(source)
+    }
+}
+
+/// Longitude/latitude bounds of many pieces, with one transformation per
+/// CRS (setting one up asks PROJ's database for tens of milliseconds).
+struct LonLat {
+    to: gdal::spatial_ref::SpatialRef,
+    transforms: std::cell::RefCell<HashMap<String, gdal::spatial_ref::CoordTransform>>,
+}
+
+impl LonLat {
+    fn new(lonlat: &Crs) -> Result<LonLat, SourceError> {
+        Ok(LonLat {
+            to: lonlat.spatial_ref()?,
+            transforms: std::cell::RefCell::new(HashMap::new()),
+        })
+    }
+
+    fn bounds(&self, crs: &Crs, b: &BBox) -> Result<BBox, SourceError> {
+        if matches!(crs.id.as_str(), "OGC:CRS84" | "EPSG:4326") {
+            return Ok(*b);
+        }
+        let err = |e: &dyn std::fmt::Display| SourceError::Transform {
+            from: crs.id.clone(),
+            to: "OGC:CRS84".into(),
+            source: e.to_string().into(),
+        };
+        let mut transforms = self.transforms.borrow_mut();
+        let t = match transforms.entry(crs.wkt.clone()) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                gdal::spatial_ref::CoordTransform::new(&crs.spatial_ref()?, &self.to)
+                    .map_err(|e| err(&e))?,
+            ),
+        };
+        // The edges, densified, through the transformation (GDAL's own
+        // bounds transformation sets up the inverse every time).
+        let steps = 20;
+        let mut xs = Vec::with_capacity(4 * (steps + 1));
+        let mut ys = Vec::with_capacity(4 * (steps + 1));
+        for i in 0..=steps {
+            let f = i as f64 / steps as f64;
+            let (x, y) = (b.min_x + f * b.width(), b.min_y + f * b.height());
+            xs.extend([x, x, b.min_x, b.max_x]);
+            ys.extend([b.min_y, b.max_y, y, y]);
+        }
+        let mut zs = vec![0.0; xs.len()];
+        t.transform_coords(&mut xs, &mut ys, &mut zs)
+            .map_err(|e| err(&e))?;
+        let fold = |v: &[f64], f: fn(f64, f64) -> f64, start: f64| v.iter().copied().fold(start, f);
+        BBox::new(
+            fold(&xs, f64::min, f64::INFINITY),
+            fold(&ys, f64::min, f64::INFINITY),
+            fold(&xs, f64::max, f64::NEG_INFINITY),
+            fold(&ys, f64::max, f64::NEG_INFINITY),
+        )
+        .map_err(|e| err(&e))
+    }
+}
+
+fn kind(is_byte: bool) -> &'static str {
+    if is_byte { "8-bit" } else { "non-8-bit" }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl Source for MosaicSource {
+    fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    fn report(&self) -> Vec<String> {
+        let r = &self.report;
+        let mut lines = vec![
+            format!(
+                "{} pieces over [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
+                r.pieces, r.lonlat.min_x, r.lonlat.min_y, r.lonlat.max_x, r.lonlat.max_y
+            ),
+            format!(
+                "CRSs: {}",
+                r.crs
+                    .iter()
+                    .map(|(c, n)| format!("{c} ({n})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ];
+        lines.push(format!("bad pieces: {}", r.bad.len()));
+        for (path, why) in &r.bad {
+            lines.push(format!("  {path}: {why}"));
+        }
+        lines
+    }
+
+    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let wgs84 = &self.info.native_crs;
+        let n = request.width as usize * request.height as usize;
+        let mut out = Raster {
+            width: request.width,
+            height: request.height,
+            bands: (0..self.info.band_count)
+                .map(|_| {
+                    if self.info.is_byte {
+                        BandData::U8(vec![0; n])
+                    } else {
+                        BandData::F32(vec![0.0; n])
+                    }
+                })
+                .collect(),
+            valid: vec![0; n],
+        };
+        let Ok(window) = request.crs.transform_bbox(&request.bbox, wgs84) else {
+            return Ok(out);
+        };
+        let envelope =
+            AABB::from_corners([window.min_x, window.min_y], [window.max_x, window.max_y]);
+        let mut hits: Vec<&Piece> = self
+            .tree
+            .locate_in_envelope_intersecting(&envelope)
+            .collect();
+        hits.sort_by_key(|p| p.order);
+        for piece in hits {
+            let source = self.piece(piece).map_err(|e| SourceError::Read {
+                path: piece.path.clone(),
+                source: Box::new(e),
+            })?;
+            let part = source.read_part(request).map_err(|e| match e {
+                SourceError::Cancelled => SourceError::Cancelled,
+                other => SourceError::Read {
+                    path: piece.path.clone(),
+                    source: Box::new(other),
+                },
+            })?;
+            if let Some((raster, x0, y0)) = part {
+                over(&mut out, &raster, x0, y0);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Draws `top`, whose top-left pixel is (`x0`, `y0`) of `out`, over `out`:
+/// where `top` is fully valid it replaces `out`; partial validity (edges)
+/// blends by it, as alpha compositing does.
+fn over(out: &mut Raster, top: &Raster, x0: u32, y0: u32) {
+    let (ow, tw) = (out.width as usize, top.width as usize);
+    for row in 0..top.height as usize {
+        for col in 0..tw {
+            let t = row * tw + col;
+            let a_top = f32::from(top.valid[t]) / 255.0;
+            if a_top == 0.0 {
+                continue;
+            }
+            let o = (y0 as usize + row) * ow + x0 as usize + col;
+            if top.valid[t] == 255 {
+                for (dst, src) in out.bands.iter_mut().zip(&top.bands) {
+                    match (dst, src) {
+                        (BandData::U8(d), BandData::U8(s)) => d[o] = s[t],
+                        (BandData::F32(d), s) => d[o] = s.get(t),
+                        (BandData::U8(d), s) => d[o] = s.get(t).round().clamp(0.0, 255.0) as u8,
+                    }
+                }
+                out.valid[o] = 255;
+                continue;
+            }
+            let a_out = f32::from(out.valid[o]) / 255.0;
+            let a = a_top + a_out * (1.0 - a_top);
+            for (dst, src) in out.bands.iter_mut().zip(&top.bands) {
+                let v = (src.get(t) * a_top + dst.get(o) * a_out * (1.0 - a_top)) / a;
+                match dst {
+                    BandData::U8(d) => d[o] = v.round().clamp(0.0, 255.0) as u8,
+                    BandData::F32(d) => d[o] = v,
+                }
+            }
+            out.valid[o] = (a * 255.0).round() as u8;
+        }
+    }
+}
+
+/// Files under `dir` whose path relative to it matches `pattern` (`*`
+/// within a name, `**/` across directories), sorted.
+fn glob_files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    let recursive = pattern.contains("**/");
+    let name_pattern = pattern.rsplit('/').next().unwrap_or(pattern).to_string();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&d).map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+            let path = entry.path();
+            if path.is_dir() {
+                if recursive {
+                    stack.push(path);
+                }
+            } else if wildcard(&name_pattern, &entry.file_name().to_string_lossy()) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        return Err(format!("no file in {} matches {pattern:?}", dir.display()));
+    }
+    Ok(out)
+}
+
+/// `*` and `?` wildcards, the whole name.
+fn wildcard(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The index's pieces: each feature's location (relative paths taken
+/// against the index's directory) and footprint in longitude/latitude, in
+/// feature order or by `spec.sort`.
+fn read_index(index: &str, spec: &MosaicSpec) -> Result<Vec<(String, Option<BBox>)>, String> {
+    use gdal::vector::LayerAccess;
+    let ds = gdal::Dataset::open_ex(
+        index,
+        gdal::DatasetOptions {
+            open_flags: gdal::GdalOpenFlags::GDAL_OF_VECTOR | gdal::GdalOpenFlags::GDAL_OF_READONLY,
+            ..gdal::DatasetOptions::default()
+        },
+    )
+    .map_err(|e| format!("cannot open the index {index}: {e}"))?;
+    let mut layer = ds
+        .layer(0)
+        .map_err(|e| format!("the index {index} has no layer: {e}"))?;
+    let base = Path::new(index)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut wgs84 = gdal::spatial_ref::SpatialRef::from_epsg(4326).map_err(|e| e.to_string())?;
+    wgs84.set_axis_mapping_strategy(gdal::spatial_ref::AxisMappingStrategy::TraditionalGisOrder);
+    let transform = layer
+        .spatial_ref()
+        .map(|mut srs| {
+            srs.set_axis_mapping_strategy(
+                gdal::spatial_ref::AxisMappingStrategy::TraditionalGisOrder,
+            );
+            gdal::spatial_ref::CoordTransform::new(&srs, &wgs84)
+        })
+        .transpose()
+        .map_err(|e| format!("the index's CRS: {e}"))?;
+    let mut rows: Vec<(Option<String>, String, Option<BBox>)> = Vec::new();
+    for feature in layer.features() {
+        let field = |name: &str| -> Result<Option<String>, String> {
+            let index = feature
+                .field_index(name)
+                .map_err(|e| format!("the index has no field {name:?}: {e}"))?;
+            feature
+                .field_as_string(index)
+                .map_err(|e| format!("field {name:?}: {e}"))
+        };
+        let location = field(&spec.location_field)?
+            .ok_or_else(|| format!("a feature of the index has no {:?}", spec.location_field))?;
+        let sort_key = match &spec.sort {
+            Some(name) => field(name)?,
+            None => None,
+        };
+        let footprint = feature.geometry().and_then(|g| {
+            let env = g.envelope();
+            let mut xs = [env.MinX, env.MaxX, env.MinX, env.MaxX];
+            let mut ys = [env.MinY, env.MinY, env.MaxY, env.MaxY];
+            if let Some(t) = &transform {
+                let mut zs = [0.0; 4];
+                t.transform_coords(&mut xs, &mut ys, &mut zs).ok()?;
+            }
+            let min = |v: &[f64; 4]| v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = |v: &[f64; 4]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            BBox::new(min(&xs), min(&ys), max(&xs), max(&ys)).ok()
+        });
+        let path = if Path::new(&location).is_relative() && !location.starts_with("/vsi") {
+            base.join(&location).display().to_string()
+        } else {
+            location
+        };
+        rows.push((sort_key, path, footprint));
+    }
+    if spec.sort.is_some() {
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    if rows.is_empty() {
+        return Err(format!("the index {index} lists no piece"));
+    }
+    Ok(rows.into_iter().map(|(_, p, f)| (p, f)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_whole_names() {
+        assert!(wildcard("*.tif", "a.tif"));
+        assert!(!wildcard("*.tif", "a.tif.aux.xml"));
+        assert!(wildcard("piece_??.tif", "piece_07.tif"));
+        assert!(!wildcard("piece_??.tif", "piece_7.tif"));
+        assert!(wildcard("*", "anything"));
+    }
+
+    #[test]
+    fn over_replaces_where_opaque_and_blends_partial_edges() {
+        let mk = |v: u8, a: u8| Raster {
+            width: 1,
+            height: 1,
+            bands: vec![BandData::U8(vec![v])],
+            valid: vec![a],
+        };
+        let mut out = mk(10, 255);
+        over(&mut out, &mk(200, 255), 0, 0);
+        assert_eq!((out.bands[0].get(0), out.valid[0]), (200.0, 255));
+        let mut out = mk(0, 0);
+        over(&mut out, &mk(100, 128), 0, 0);
+        assert_eq!((out.bands[0].get(0), out.valid[0]), (100.0, 128));
+        // Two half-covered edges make a whole pixel.
+        over(&mut out, &mk(200, 128), 0, 0);
+        assert!(out.valid[0] >= 190, "{}", out.valid[0]);
+        // The later piece weighs more, as "over" says.
+        assert!(
+            (160.0..=172.0).contains(&out.bands[0].get(0)),
+            "{}",
+            out.bands[0].get(0)
+        );
+    }
+}

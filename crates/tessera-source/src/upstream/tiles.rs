@@ -1,0 +1,630 @@
+//! Upstream tile services as sources: an XYZ/TMS URL template, or a WMTS
+//! layer read from its capabilities. A read fetches the upstream tiles that
+//! cover the window at the nearest zoom, all at once, stitches them and
+//! crops (same grid) or warps (any other) into the window. When a layer's
+//! grid is the upstream's grid and nothing is styled, tiles pass through
+//! as the upstream sent them ([`Source::passthrough`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrixSet, TileRange};
+use tessera_image::{Raster, RgbaImage, decode};
+
+use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
+use super::wms::{BasicAuth, empty, exception_text, is_xml, raster_of, same_coordinates};
+use crate::gdal_source::warp_rgba;
+use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
+
+/// Most upstream tiles one read may fetch.
+const MAX_TILES_PER_READ: u64 = 1024;
+
+/// `source: { type: xyz, ... }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XyzSourceSpec {
+    /// URL template with `{z}`, `{x}` and `{y}` (rows from the top) or
+    /// `{-y}` (rows from the bottom, TMS).
+    pub url: String,
+    /// The upstream's tile grid (default: WebMercatorQuad, 256-pixel tiles).
+    #[serde(default)]
+    pub grid: Option<GridSpec>,
+    /// Lowest zoom the upstream has (default 0).
+    #[serde(default)]
+    pub min_zoom: u8,
+    /// Highest zoom the upstream has (default 19).
+    #[serde(default = "default_max_zoom")]
+    pub max_zoom: u8,
+    /// The upstream's tile format, for passing tiles through (default:
+    /// from the template's extension, else PNG).
+    #[serde(default)]
+    pub format: Option<TileFormat>,
+    /// Area the upstream covers, in longitude/latitude `[west, south, east,
+    /// north]` (default: the grid's).
+    #[serde(default)]
+    pub bounds: Option<[f64; 4]>,
+    /// HTTP headers for every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// HTTP basic auth for every request.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuth>,
+    /// Resampling when the window is not the upstream's pixel grid.
+    #[serde(default)]
+    pub resampling: Resampling,
+    /// Timeouts, concurrency, retries and the circuit.
+    #[serde(default)]
+    pub http: HttpSettings,
+}
+
+fn default_max_zoom() -> u8 {
+    19
+}
+
+/// `source: { type: wmts, ... }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WmtsSourceSpec {
+    /// The capabilities document (`.../WMTSCapabilities.xml`, or the KVP
+    /// endpoint, to which `SERVICE=WMTS&REQUEST=GetCapabilities` is added).
+    pub url: String,
+    /// The layer's identifier.
+    pub layer: String,
+    /// Its style (default: the default style).
+    #[serde(default)]
+    pub style: Option<String>,
+    /// The tile matrix set (default: the first the layer links).
+    #[serde(default)]
+    pub matrix_set: Option<String>,
+    /// The format (default: `image/png` if offered, else the first).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// HTTP headers for every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// HTTP basic auth for every request.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuth>,
+    /// Resampling when the window is not the upstream's pixel grid.
+    #[serde(default)]
+    pub resampling: Resampling,
+    /// Timeouts, concurrency, retries and the circuit.
+    #[serde(default)]
+    pub http: HttpSettings,
+}
+
+/// How a tile's URL is made.
+#[derive(Debug, Clone, PartialEq)]
+enum Template {
+    /// `{z}`, `{x}`, `{y}`/`{-y}` in a URL, and for WMTS `{TileMatrix}`,
+    /// `{TileRow}`, `{TileCol}` with the matrix identifiers.
+    Url(String),
+}
+
+/// An upstream tile service.
+#[derive(Debug)]
+pub struct TileSource {
+    name: String,
+    template: Template,
+    grid: TileMatrixSet,
+    crs: Crs,
+    min_zoom: u8,
+    max_zoom: u8,
+    format: TileFormat,
+    resampling: Resampling,
+    client: Arc<UpstreamClient>,
+    info: SourceInfo,
+}
+
+impl TileSource {
+    /// An XYZ/TMS upstream.
+    pub fn open_xyz(
+        spec: &XyzSourceSpec,
+        policy: NetworkPolicy,
+    ) -> Result<TileSource, SourceError> {
+        let open_err = |message: String| SourceError::Open {
+            path: spec.url.clone(),
+            source: message.into(),
+        };
+        let has = |k: &str| spec.url.contains(k);
+        if !(has("{z}") && has("{x}") && (has("{y}") || has("{-y}"))) {
+            return Err(open_err(
+                "the URL template needs {z}, {x} and {y} (or {-y} for rows from the bottom)".into(),
+            ));
+        }
+        let (grid, crs) = match &spec.grid {
+            None => (TileMatrixSet::web_mercator_quad(), Crs::parse("EPSG:3857")?),
+            Some(g) => {
+                let crs = Crs::parse(&g.crs)?;
+                let grid = TileMatrixSet::from_spec(g, crs.meters_per_unit)
+                    .map_err(|e| open_err(e.to_string()))?;
+                (grid, crs)
+            }
+        };
+        if spec.min_zoom > spec.max_zoom {
+            return Err(open_err("min_zoom is above max_zoom".into()));
+        }
+        let format = spec.format.unwrap_or_else(|| {
+            let path = spec.url.split('?').next().unwrap_or_default();
+            std::path::Path::new(path)
+                .extension()
+                .and_then(|e| e.to_str())
+                .and_then(TileFormat::from_extension)
+                .unwrap_or(TileFormat::Png)
+        });
+        let sample = fill(&spec.url, &grid, TileCoord::restored(0, 0, 0));
+        let url = reqwest::Url::parse(&sample).map_err(|e| open_err(format!("not a URL: {e}")))?;
+        let auth = spec
+            .basic_auth
+            .as_ref()
+            .map(|a| (a.user.clone(), a.password.clone()));
+        let client = Arc::new(
+            UpstreamClient::new(&url, spec.http.clone(), policy, &spec.headers, auth)
+                .map_err(open_err)?,
+        );
+        let lonlat = match spec.bounds {
+            Some([w, s, e, n]) => {
+                BBox::new(w, s, e, n).map_err(|e| open_err(format!("bounds: {e}")))?
+            }
+            None => lonlat_of(&grid, &crs)?,
+        };
+        Ok(TileSource::new(
+            spec.url.clone(),
+            Template::Url(spec.url.clone()),
+            grid,
+            crs,
+            (spec.min_zoom, spec.max_zoom),
+            format,
+            spec.resampling,
+            client,
+            lonlat,
+        ))
+    }
+
+    /// A WMTS layer, from the service's capabilities (read within the
+    /// HTTP timeouts).
+    pub fn open_wmts(
+        spec: &WmtsSourceSpec,
+        policy: NetworkPolicy,
+    ) -> Result<TileSource, SourceError> {
+        let open_err = |message: String| SourceError::Open {
+            path: spec.url.clone(),
+            source: message.into(),
+        };
+        let mut url =
+            reqwest::Url::parse(&spec.url).map_err(|e| open_err(format!("not a URL: {e}")))?;
+        if !url.path().to_ascii_lowercase().ends_with(".xml") {
+            url.query_pairs_mut()
+                .append_pair("SERVICE", "WMTS")
+                .append_pair("REQUEST", "GetCapabilities");
+        }
+        let auth = spec
+            .basic_auth
+            .as_ref()
+            .map(|a| (a.user.clone(), a.password.clone()));
+        let client = Arc::new(
+            UpstreamClient::new(&url, spec.http.clone(), policy, &spec.headers, auth)
+                .map_err(open_err)?,
+        );
+        let fetched = client
+            .get(&url, None)
+            .map_err(|e| open_err(format!("its capabilities could not be read: {e}")))?;
+        if fetched.status != 200 {
+            return Err(open_err(format!(
+                "its capabilities answered {}",
+                fetched.status
+            )));
+        }
+        let text = String::from_utf8_lossy(&fetched.body);
+        let layer = super::wmts_caps::parse(&text, spec).map_err(open_err)?;
+        let crs = Crs::parse(&layer.crs)?;
+        let grid = layer.grid(&crs).map_err(open_err)?;
+        let template = layer.template.clone();
+        // A template must be a URL the client may ask.
+        reqwest::Url::parse(&template.replace(['{', '}'], ""))
+            .map_err(|e| open_err(format!("tile URL {template}: {e}")))?;
+        let max_zoom = grid.max_zoom();
+        let lonlat = match layer.lonlat {
+            Some(b) => b,
+            None => lonlat_of(&grid, &crs)?,
+        };
+        Ok(TileSource::new(
+            format!("{} (WMTS layer {})", spec.url, spec.layer),
+            Template::Url(template),
+            grid,
+            crs,
+            (0, max_zoom),
+            layer.format,
+            spec.resampling,
+            client,
+            lonlat,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)] // the parts of a source, once
+    fn new(
+        name: String,
+        template: Template,
+        grid: TileMatrixSet,
+        crs: Crs,
+        (min_zoom, max_zoom): (u8, u8),
+        format: TileFormat,
+        resampling: Resampling,
+        client: Arc<UpstreamClient>,
+        lonlat: BBox,
+    ) -> TileSource {
+        let max_zoom = max_zoom.min(grid.max_zoom());
+        let native_bounds = Crs::parse("OGC:CRS84")
+            .ok()
+            .and_then(|w| w.transform_bbox(&lonlat, &crs).ok())
+            .and_then(|b| b.intersection(&grid.extent))
+            .unwrap_or(grid.extent);
+        let native_resolution = grid
+            .matrix(max_zoom)
+            .map_or(native_bounds.width() / 256.0, |m| m.resolution);
+        let info = SourceInfo {
+            band_count: 3,
+            is_byte: true,
+            native_crs: crs.clone(),
+            native_bounds,
+            lonlat_bounds: lonlat,
+            native_resolution,
+        };
+        TileSource {
+            name,
+            template,
+            grid,
+            crs,
+            min_zoom,
+            max_zoom,
+            format,
+            resampling,
+            client,
+            info,
+        }
+    }
+
+    /// The upstream's grid.
+    pub fn grid(&self) -> &TileMatrixSet {
+        &self.grid
+    }
+
+    fn url_of(&self, coord: TileCoord) -> Result<reqwest::Url, SourceError> {
+        let Template::Url(t) = &self.template;
+        let text = fill(t, &self.grid, coord);
+        reqwest::Url::parse(&text).map_err(|e| SourceError::Upstream {
+            url: text.clone(),
+            message: format!("not a URL: {e}"),
+        })
+    }
+
+    /// Fetches the tiles of `range` at once; each is its encoded bytes, or
+    /// `None` where the upstream has no tile (404, 204).
+    fn fetch_tiles(
+        &self,
+        coords: &[TileCoord],
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Vec<Option<Bytes>>, SourceError> {
+        let urls = coords
+            .iter()
+            .map(|c| self.url_of(*c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers = self.client.get_all(urls.clone(), cancel);
+        urls.iter()
+            .zip(answers)
+            .map(|(url, answer)| judge(url, answer))
+            .collect()
+    }
+
+    /// Stitches the tiles of `range` into one image covering the range.
+    fn stitched(
+        &self,
+        range: &TileRange,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<RgbaImage, SourceError> {
+        let (tw, th) = (self.grid.tile_width, self.grid.tile_height);
+        let cols = range.max_x - range.min_x + 1;
+        let rows = range.max_y - range.min_y + 1;
+        let coords: Vec<TileCoord> = (range.min_y..=range.max_y)
+            .flat_map(|y| {
+                (range.min_x..=range.max_x).map(move |x| TileCoord::restored(range.z, x, y))
+            })
+            .collect();
+        let tiles = self.fetch_tiles(&coords, cancel)?;
+        let mut out = RgbaImage::transparent(cols * tw, rows * th);
+        let stride = (cols * tw * 4) as usize;
+        for (coord, bytes) in coords.iter().zip(tiles) {
+            let Some(bytes) = bytes else { continue };
+            let url = self.url_of(*coord)?;
+            let image = decode(&bytes, tw, th).map_err(|e| SourceError::Upstream {
+                url: redacted(&url),
+                message: e.to_string(),
+            })?;
+            let (ox, oy) = (
+                (coord.x() - range.min_x) * tw,
+                (coord.y() - range.min_y) * th,
+            );
+            let dst = out.as_raw_mut();
+            for (row, line) in image.as_raw().chunks_exact((tw * 4) as usize).enumerate() {
+                let at = (oy as usize + row) * stride + (ox * 4) as usize;
+                dst[at..at + line.len()].copy_from_slice(line);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What an upstream tile answer means: bytes, no tile, or an error.
+fn judge(
+    url: &reqwest::Url,
+    answer: Result<Fetched, FetchError>,
+) -> Result<Option<Bytes>, SourceError> {
+    let fetched = answer.map_err(|e| match e {
+        FetchError::Cancelled => SourceError::Cancelled,
+        FetchError::CircuitOpen {
+            retry_after_secs, ..
+        } => SourceError::UpstreamUnavailable {
+            url: redacted(url),
+            message: e.to_string(),
+            retry_after_secs,
+        },
+        other => SourceError::Upstream {
+            url: redacted(url),
+            message: other.to_string(),
+        },
+    })?;
+    if matches!(fetched.status, 404 | 204) {
+        return Ok(None);
+    }
+    if is_xml(&fetched.content_type, &fetched.body) {
+        return Err(SourceError::Upstream {
+            url: redacted(url),
+            message: format!(
+                "it answered {} with an exception instead of a tile: {}",
+                fetched.status,
+                exception_text(&fetched.body)
+            ),
+        });
+    }
+    if fetched.status != 200 {
+        return Err(SourceError::Upstream {
+            url: redacted(url),
+            message: format!(
+                "it answered {}: {}",
+                fetched.status,
+                String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(300)]).trim()
+            ),
+        });
+    }
+    Ok(Some(fetched.body))
+}
+
+/// The template with the tile's numbers (and WMTS matrix identifier) in.
+fn fill(template: &str, grid: &TileMatrixSet, c: TileCoord) -> String {
+    let matrix = grid.matrix(c.z());
+    let flipped = matrix.map_or(0, |m| {
+        m.matrix_height.saturating_sub(1).saturating_sub(c.y())
+    });
+    let matrix_id = matrix.map_or_else(|| c.z().to_string(), |m| m.id.clone());
+    template
+        .replace("{z}", &c.z().to_string())
+        .replace("{x}", &c.x().to_string())
+        .replace("{-y}", &flipped.to_string())
+        .replace("{y}", &c.y().to_string())
+        .replace("{TileMatrix}", &matrix_id)
+        .replace("{TileCol}", &c.x().to_string())
+        .replace("{TileRow}", &c.y().to_string())
+}
+
+/// The grid's extent in longitude/latitude.
+fn lonlat_of(grid: &TileMatrixSet, crs: &Crs) -> Result<BBox, SourceError> {
+    let wgs84 = Crs::parse("OGC:CRS84")?;
+    crs.transform_bbox(&grid.extent, &wgs84).or_else(|_| {
+        Ok(BBox {
+            min_x: -180.0,
+            min_y: -85.06,
+            max_x: 180.0,
+            max_y: 85.06,
+        })
+    })
+}
+
+/// Whether `a` and `b` cut the same tiles at zooms `0..=max_zoom` (same
+/// CRS, origin, tile size, and per zoom the same resolution and matrix).
+pub fn same_tiles(a: &TileMatrixSet, b: &TileMatrixSet, max_zoom: u8) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    let matrices = |m: &TileMatrix, n: &TileMatrix| {
+        close(m.resolution, n.resolution)
+            && m.matrix_width == n.matrix_width
+            && m.matrix_height == n.matrix_height
+    };
+    a.crs == b.crs
+        && close(a.origin_x, b.origin_x)
+        && close(a.origin_y, b.origin_y)
+        && (a.tile_width, a.tile_height) == (b.tile_width, b.tile_height)
+        && (0..=max_zoom).all(|z| match (a.matrix(z), b.matrix(z)) {
+            (Some(m), Some(n)) => matrices(m, n),
+            (None, None) => true,
+            _ => false,
+        })
+}
+
+impl Source for TileSource {
+    fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let read_err = |e: SourceError| SourceError::Read {
+            path: self.name.clone(),
+            source: Box::new(e),
+        };
+        let same = same_coordinates(&self.crs, request.crs);
+        let window = if same {
+            request.bbox
+        } else {
+            let Some(part) = request.bbox.intersection(
+                &self
+                    .crs
+                    .transform_bbox(&self.info.native_bounds, request.crs)
+                    .map_err(read_err)?,
+            ) else {
+                return Ok(empty(request.width, request.height));
+            };
+            request
+                .crs
+                .transform_bbox(&part, &self.crs)
+                .map_err(read_err)?
+        };
+        let Some(window) = window.intersection(&self.grid.extent) else {
+            return Ok(empty(request.width, request.height));
+        };
+        let resolution = if same {
+            request.bbox.width() / f64::from(request.width)
+        } else {
+            // The window's pixels spread over its footprint upstream.
+            (window.width() * window.height()
+                / (f64::from(request.width) * f64::from(request.height)))
+            .sqrt()
+        };
+        let z = self
+            .grid
+            .zoom_for_resolution(resolution)
+            .clamp(self.min_zoom, self.max_zoom);
+        let Some(range) = self.grid.tiles_in_bbox(z, &window) else {
+            return Ok(empty(request.width, request.height));
+        };
+        if range.count() > MAX_TILES_PER_READ {
+            return Err(SourceError::Upstream {
+                url: self.name.clone(),
+                message: format!(
+                    "the window needs {} upstream tiles at zoom {z}, more than {MAX_TILES_PER_READ}; the upstream has no coarser zoom for it (min_zoom)",
+                    range.count()
+                ),
+            });
+        }
+        let image = self.stitched(&range, request.cancel)?;
+        let covered = self.grid.tile_range_bbox(&range);
+        if same
+            && let Some(crop) = aligned_crop(
+                &image,
+                &covered,
+                request,
+                self.grid.matrix(z).map(|m| m.resolution),
+            )
+        {
+            return Ok(raster_of(&crop));
+        }
+        warp_rgba(&image, &covered, &self.crs, request, self.resampling).map_err(|source| {
+            SourceError::Read {
+                path: self.name.clone(),
+                source,
+            }
+        })
+    }
+
+    fn passthrough(
+        &self,
+        grid: &TileMatrixSet,
+        coord: TileCoord,
+        format: TileFormat,
+        cancel: Option<&AtomicBool>,
+    ) -> Option<Result<Option<Bytes>, SourceError>> {
+        if format != self.format
+            || coord.z() < self.min_zoom
+            || coord.z() > self.max_zoom
+            || !same_tiles(grid, &self.grid, coord.z())
+        {
+            return None;
+        }
+        Some(
+            self.fetch_tiles(&[coord], cancel)
+                .map(|mut v| v.pop().flatten())
+                .and_then(|bytes| match bytes {
+                    // Bytes that are not the format asked for are rendered.
+                    Some(b) if TileFormat::sniff(&b) == Some(format) => Ok(Some(b)),
+                    Some(b) => Err(SourceError::Upstream {
+                        url: self.name.clone(),
+                        message: format!(
+                            "a tile is not {}: {}",
+                            format.content_type(),
+                            decode(&b, 1, 1)
+                                .err()
+                                .map_or_else(String::new, |e| e.to_string())
+                        ),
+                    }),
+                    None => Ok(None),
+                }),
+        )
+    }
+}
+
+/// The window cut from `image` (covering `covered`) when the window is on
+/// the image's pixel grid at its resolution; `None` otherwise.
+fn aligned_crop(
+    image: &RgbaImage,
+    covered: &BBox,
+    request: &WindowRequest<'_>,
+    resolution: Option<f64>,
+) -> Option<RgbaImage> {
+    let res = resolution?;
+    let want = request.bbox.width() / f64::from(request.width);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * res;
+    if !close(want, res) || !close(request.bbox.height() / f64::from(request.height), res) {
+        return None;
+    }
+    let col = (request.bbox.min_x - covered.min_x) / res;
+    let row = (covered.max_y - request.bbox.max_y) / res;
+    if (col - col.round()).abs() > 1e-6
+        || (row - row.round()).abs() > 1e-6
+        || col < 0.0
+        || row < 0.0
+    {
+        return None;
+    }
+    let (col, row) = (col.round() as u32, row.round() as u32);
+    if col + request.width > image.width() || row + request.height > image.height() {
+        return None;
+    }
+    let stride = (image.width() * 4) as usize;
+    let mut data = Vec::with_capacity((request.width * request.height * 4) as usize);
+    for r in row..row + request.height {
+        let at = r as usize * stride + (col * 4) as usize;
+        data.extend_from_slice(&image.as_raw()[at..at + (request.width * 4) as usize]);
+    }
+    RgbaImage::from_raw(request.width, request.height, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_take_rows_from_the_top_or_the_bottom_and_wmts_matrix_ids() {
+        let g = TileMatrixSet::web_mercator_quad();
+        let c = TileCoord::restored(3, 5, 1);
+        assert_eq!(
+            fill("http://h/{z}/{x}/{y}.png", &g, c),
+            "http://h/3/5/1.png"
+        );
+        assert_eq!(
+            fill("http://h/{z}/{x}/{-y}.png", &g, c),
+            "http://h/3/5/6.png"
+        );
+        assert_eq!(
+            fill("http://h/{TileMatrix}/{TileRow}/{TileCol}.png", &g, c),
+            "http://h/3/1/5.png"
+        );
+    }
+
+    #[test]
+    fn grids_cut_the_same_tiles_only_when_everything_agrees() {
+        let a = TileMatrixSet::web_mercator_quad();
+        assert!(same_tiles(&a, &TileMatrixSet::web_mercator_quad(), 10));
+        assert!(!same_tiles(&a, &TileMatrixSet::world_crs84_quad(), 2));
+        assert!(!same_tiles(&a, &a.scaled(2), 2));
+    }
+}
