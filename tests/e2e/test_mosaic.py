@@ -5,6 +5,7 @@ under a seed; bad pieces are named and left out; a `gdaltindex` index is
 the same mosaic as the directory."""
 import math
 import os
+import re
 import subprocess
 import threading
 import time
@@ -84,6 +85,15 @@ def test_mosaic_tiles_equal_the_single_files_at_several_zooms_and_seams(pieces, 
             _, theirs = fetch(server, f"/tiles/single/WebMercatorQuad/{z}/{x}/{y}.png")
             mean, p99 = rgb_difference(decode(ours), decode(theirs))
             assert mean < 2.5 and p99 < 40, (z, x, y, mean, p99)
+        # WMS draws it, and the capabilities give the pieces' extent.
+        status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=mosaic&STYLES="
+                                     "&CRS=EPSG:3857&BBOX=0,0,5000000,5000000&WIDTH=300&HEIGHT=300&FORMAT=image/png")
+        assert status == 200 and body[:4] == b"\x89PNG", body[:200]
+        _, caps = fetch(server, "/wmts/1.0.0/WMTSCapabilities.xml")
+        chunk = next(c for c in caps.decode().split("<Layer>") if "<ows:Identifier>mosaic</ows:Identifier>" in c)
+        lower = [float(v) for v in re.search(r"<ows:LowerCorner>([^<]+)<", chunk).group(1).split()]
+        upper = [float(v) for v in re.search(r"<ows:UpperCorner>([^<]+)<", chunk).group(1).split()]
+        assert np.allclose(lower + upper, [-180, -90, 180, 90], atol=1e-6), (lower, upper)
 
 
 def lonlat_of_mercator(x, y):

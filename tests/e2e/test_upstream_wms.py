@@ -6,6 +6,7 @@ upstream faults (through a faulty proxy in front of MapServer) become clear
 502/503 answers that are never cached, with a circuit that recovers."""
 import http.client
 import os
+import re
 import socket
 import threading
 import time
@@ -42,6 +43,8 @@ class FaultyWms:
         self.mode = "pass"
         self.getmaps = 0
         self.last_getmap = None
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -66,6 +69,16 @@ class FaultyWms:
                     with proxy.lock:
                         proxy.getmaps += 1
                         proxy.last_getmap = query
+                        proxy.in_flight += 1
+                        proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+                try:
+                    self.answer(mode, query)
+                finally:
+                    if is_map:
+                        with proxy.lock:
+                            proxy.in_flight -= 1
+
+            def answer(self, mode, query):
                 if mode == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     self.connection.close()
@@ -79,6 +92,8 @@ class FaultyWms:
                         b"</ServiceExceptionReport>"))
                 if mode == "slow":
                     time.sleep(6)
+                if mode == "delay":
+                    time.sleep(0.3)
                 with urllib.request.urlopen(f"{proxy.upstream}?{query}", timeout=60) as r:
                     body = r.read()
                     ctype = r.headers.get("Content-Type", "application/octet-stream")
@@ -107,8 +122,9 @@ def host_port(url):
     return f"{u.hostname}:{u.port}"
 
 
-def write_config(path, url, version="1.3.0", extra="", http=""):
+def write_config(path, url, version="1.3.0", extra="", http="", server=""):
     path.write_text(f"""
+{server}
 gdal: {{ allowed_private_hosts: ["{host_port(url)}"] }}
 stores: {{ mem: {{ type: memory }} }}
 layers:
@@ -186,6 +202,16 @@ def test_tiles_are_the_pixels_mapserver_draws_for_the_same_box(faulty, version, 
                 # And close to what MapServer draws for the tile alone.
                 alone = upstream_map(faulty.upstream, "1.1.1", crs, box)
                 assert rgb_difference(ours, alone)[0] < 8, (grid, z, x, y)
+        # The layer works everywhere a GDAL layer does: WMS, WMTS capabilities
+        # (its extent is the upstream layer's).
+        status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=cascade&STYLES="
+                                     "&CRS=EPSG:3857&BBOX=0,0,5000000,5000000&WIDTH=300&HEIGHT=300&FORMAT=image/png")
+        assert status == 200 and body[:4] == b"\x89PNG", body[:200]
+        status, caps = fetch(server, "/wmts/1.0.0/WMTSCapabilities.xml")
+        chunk = next(c for c in caps.decode().split("<Layer>") if "<ows:Identifier>cascade</ows:Identifier>" in c)
+        corners = [float(v) for name in ("Lower", "Upper")
+                   for v in re.search(rf"<ows:{name}Corner>([^<]+)<", chunk).group(1).split()]
+        assert np.allclose(corners, [-180, -90, 180, 90], atol=1e-6), corners
 
 
 def test_a_grid_in_a_crs_the_upstream_is_not_asked_in_is_warped(mapserver, tmp_path, tmp_path_factory):
@@ -228,6 +254,20 @@ def test_clients_asking_for_one_metatile_at_once_cause_one_upstream_getmap(fault
             results = list(pool.map(lambda p: fetch(server, p), paths))
         assert all(status == 200 for status, _ in results), [s for s, _ in results]
         assert faulty.getmaps == 1
+
+
+def test_no_more_getmaps_than_max_concurrent_are_in_flight(faulty, tmp_path, tmp_path_factory):
+    config = write_config(tmp_path / "tessera.yaml", faulty.url, http=", http: { max_concurrent: 1 }",
+                          server="server: { max_concurrent_renders: 4 }")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        faulty.mode = "delay"
+        faulty.most_in_flight = 0
+        # Eight metatiles at once: four render slots, one upstream request.
+        paths = [f"/tiles/cascade/WebMercatorQuad/5/{x * 4}/8.png" for x in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            statuses = [s for s, _ in pool.map(lambda p: fetch(server, p), paths)]
+        assert statuses == [200] * 8
+        assert faulty.most_in_flight == 1, faulty.most_in_flight
 
 
 FAST_FAIL = (", http: { timeout_secs: 2, connect_timeout_secs: 2, retries: 1, retry_backoff_ms: 50, "

@@ -418,10 +418,55 @@ fn open_dataset(path: &str, allowed_drivers: &[String]) -> Result<Dataset, Sourc
         },
         ..DatasetOptions::default()
     };
-    Dataset::open_ex(path, options).map_err(|e| SourceError::Open {
-        path: path.to_string(),
-        source: Box::new(e),
+    Dataset::open_ex(path, options).map_err(|e| {
+        // GDAL's "not recognized as a supported file format" hides why:
+        // say which driver would read it, and what to change.
+        match identify_driver(path, GdalOpenFlags::GDAL_OF_RASTER.bits()) {
+            Some(name) if !drivers.is_empty() && !drivers.contains(&name.as_str()) => {
+                return SourceError::NotAllowed {
+                    path: path.to_string(),
+                    reason: format!(
+                        "it is a {name} dataset and the {name} driver is not allowed (gdal.allowed_drivers); \
+                         drivers that read further files, as VRT does, need gdal.allow_unsafe_drivers, \
+                         and many rasters are served as one by a `type: mosaic` source"
+                    ),
+                };
+            }
+            Some(_) => {}
+            None => {
+                if let Some(name) = identify_driver(path, GdalOpenFlags::GDAL_OF_VECTOR.bits()) {
+                    return SourceError::Open {
+                        path: path.to_string(),
+                        source: format!(
+                            "it is vector data ({name}); a `source:` of type gdal reads rasters"
+                        )
+                        .into(),
+                    };
+                }
+            }
+        }
+        SourceError::Open {
+            path: path.to_string(),
+            source: Box::new(e),
+        }
     })
+}
+
+/// The short name of the driver that would open `path` as `kind` (the
+/// `GDAL_OF_RASTER` or `GDAL_OF_VECTOR` bits), among all drivers.
+fn identify_driver(path: &str, kind: u32) -> Option<String> {
+    let c_path = CString::new(path).ok()?;
+    // SAFETY: a valid C string; no driver list (all drivers); the returned
+    // handle is owned by GDAL's driver manager and only read here.
+    let driver = unsafe {
+        gdal_sys::GDALIdentifyDriverEx(c_path.as_ptr(), kind, std::ptr::null(), std::ptr::null())
+    };
+    if driver.is_null() {
+        return None;
+    }
+    // SAFETY: a driver handle from GDAL; the short name is a static string.
+    let name = unsafe { CStr::from_ptr(gdal_sys::GDALGetDriverShortName(driver)) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// How many times coarser than the full resolution each overview of the
@@ -806,6 +851,38 @@ mod tests {
     }
 
     #[test]
+    fn a_vrt_or_vector_file_is_refused_with_the_reason_not_gdals_unsupported_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let vrt = dir.path().join("x.vrt");
+        let translated = gdal::Dataset::open(data("elev.tif")).unwrap();
+        let driver = DriverManager::get_driver_by_name("VRT").unwrap();
+        translated
+            .create_copy(&driver, &vrt, &gdal::cpl::CslStringList::new())
+            .unwrap();
+        let spec = |p: &std::path::Path| GdalSourceSpec {
+            path: p.display().to_string(),
+            resampling: Resampling::Bilinear,
+        };
+        let e = GdalSource::open(&spec(&vrt), &GdalSettings::default()).unwrap_err();
+        assert!(
+            matches!(&e, SourceError::NotAllowed { reason, .. }
+                if reason.contains("VRT dataset") && reason.contains("allow_unsafe_drivers") && reason.contains("mosaic")),
+            "{e}"
+        );
+        let geojson = dir.path().join("points.geojson");
+        std::fs::write(
+            &geojson,
+            r#"{"type":"FeatureCollection","features":[{"type":"Feature","properties":{},"geometry":{"type":"Point","coordinates":[1,2]}}]}"#,
+        )
+        .unwrap();
+        let e = GdalSource::open(&spec(&geojson), &GdalSettings::default()).unwrap_err();
+        let cause = std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(cause.contains("vector data (GeoJSON)"), "{e}: {cause}");
+    }
+
+    #[test]
     fn only_the_pixels_over_the_footprint_are_read() {
         let crs = Crs::parse("EPSG:3857").unwrap();
         let req = |bbox: BBox| WindowRequest {
@@ -1031,7 +1108,7 @@ mod tests {
             resampling: Resampling::Nearest,
         };
         let err = GdalSource::open(&spec, &GdalSettings::default()).unwrap_err();
-        assert!(matches!(err, SourceError::Open { .. }), "{err}");
+        assert!(matches!(err, SourceError::NotAllowed { .. }), "{err}");
         let allow = GdalSettings {
             allow_unsafe_drivers: true,
             ..GdalSettings::default()

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Cold seeding through an upstream WMS, and of a 1,000-piece mosaic.
+
+Cascade: tessera and MapProxy (pip MapProxy, 4x4 metatiles with an 8-pixel
+buffer, like tessera's metatiles and gutter) in front of the same MapServer
+(scripts/mapserver), each seeding zoom 0..Z of the relief layer into an
+empty file cache with 2 workers: tiles/s, upstream GetMaps (lighttpd's
+access log), peak RSS of the seeding process. Mosaic: `tessera seed` of the
+relief as one COG and as 1,000 COG pieces in two CRSs: tiles/s and the most
+files the seed held open. Each cell is the median of --runs; the table goes
+to docs/benchmarks/cascade.md.
+
+Run it with scripts/bench-cascade (it builds the release binary, starts
+MapServer and installs MapProxy).
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT, machine
+
+WEB_MERCATOR_TILES = {z: 4 ** z for z in range(0, 12)}
+
+
+def tiles_through(max_zoom):
+    return sum(WEB_MERCATOR_TILES[z] for z in range(0, max_zoom + 1))
+
+
+def timed(cmd, env=None, watch_prefix=None):
+    """Runs `cmd` under /usr/bin/time -v: (seconds, peak RSS MiB, most open
+    files under `watch_prefix`, stdout)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    most = 0
+
+    def watch():
+        nonlocal most
+        while proc.poll() is None:
+            try:
+                for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+                    fds = Path(f"/proc/{child}/fd")
+                    n = sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith(watch_prefix))
+                    most = max(most, n)
+            except OSError:
+                pass
+            time.sleep(0.01)
+
+    watcher = None
+    if watch_prefix:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+    out, err = proc.communicate()
+    secs = time.monotonic() - start
+    if watcher:
+        watcher.join()
+    if proc.returncode != 0:
+        sys.exit(f"{cmd[0]} failed:\n{out}\n{err}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1)) / 1024
+    return secs, rss, most, out
+
+
+def getmaps(log):
+    return sum(1 for line in Path(log).read_text().splitlines() if "request=getmap" in line.lower())
+
+
+def restart_mapserver():
+    """A fresh lighttpd (its access log is flushed when it stops)."""
+    subprocess.run([str(ROOT / "scripts/mapserver"), "stop"], check=True, capture_output=True)
+    subprocess.run([str(ROOT / "scripts/mapserver"), "start"], check=True, capture_output=True)
+    env = dict(line.removeprefix("export ").split("=", 1)
+               for line in (ROOT / "var/mapserver/env").read_text().splitlines() if line.strip())
+    return env["TESSERA_TEST_WMS_URL"], env["TESSERA_TEST_WMS_ACCESS_LOG"]
+
+
+def flush_mapserver_log():
+    subprocess.run([str(ROOT / "scripts/mapserver"), "stop"], check=True, capture_output=True)
+
+
+def seed_tessera(binary, url, work, max_zoom):
+    port = url.split(":")[2].split("/")[0]
+    config = Path(work) / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["127.0.0.1:{port}"] }}
+stores: {{ disk: {{ type: file, path: {work}/tessera-tiles }} }}
+layers:
+  - name: cascade
+    source: {{ type: wms, url: "{url}", layers: [relief] }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk, metatile: [4, 4], gutter: 8 }}
+""")
+    return timed([binary, "seed", "--config", str(config), "--layer", "cascade", "--grid", "WebMercatorQuad",
+                  "--zoom", f"0..{max_zoom}", "--threads", "2"])
+
+
+def seed_mapproxy(mapproxy_seed, url, work, max_zoom):
+    conf = Path(work) / "mapproxy.yaml"
+    conf.write_text(f"""
+services:
+  demo:
+layers:
+  - name: cascade
+    title: cascade
+    sources: [cascade_cache]
+caches:
+  cascade_cache:
+    grids: [GLOBAL_WEBMERCATOR]
+    sources: [mapserver]
+    meta_size: [4, 4]
+    meta_buffer: 8
+    format: image/png
+    cache: {{ type: file, directory: {work}/mapproxy-tiles }}
+sources:
+  mapserver:
+    type: wms
+    req: {{ url: "{url}", layers: relief, transparent: true }}
+    supported_srs: ["EPSG:3857", "EPSG:4326"]
+    wms_opts: {{ version: "1.3.0" }}
+""")
+    seed = Path(work) / "seed.yaml"
+    seed.write_text(f"""
+seeds:
+  all:
+    caches: [cascade_cache]
+    levels: {{ from: 0, to: {max_zoom} }}
+""")
+    return timed([mapproxy_seed, "-f", str(conf), "-s", str(seed), "-c", "2", "--quiet"])
+
+
+def seed_single_and_mosaic(binary, work, pieces, max_zoom, kind):
+    source = (f"{{ path: {ROOT}/data/shadedrelief-5400.tif }}" if kind == "single"
+              else f"{{ type: mosaic, dir: {pieces}, max_open: 64 }}")
+    config = Path(work) / f"{kind}.yaml"
+    config.write_text(f"""
+stores: {{ disk: {{ type: file, path: {work}/{kind}-tiles }} }}
+layers:
+  - name: {kind}
+    source: {source}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+""")
+    return timed([binary, "seed", "--config", str(config), "--layer", kind, "--grid", "WebMercatorQuad",
+                  "--zoom", f"0..{max_zoom}", "--threads", "2"], watch_prefix=str(pieces) if kind == "mosaic" else None)
+
+
+def make_pieces(out):
+    """The relief cut into 40 x 25 COGs, every other one between 80 degrees
+    south and north warped to EPSG:3857 (as tests/e2e/test_mosaic.py)."""
+    from osgeo import gdal
+    gdal.UseExceptions()
+    src = gdal.Open(str(ROOT / "data/shadedrelief-5400.tif"))
+    gt = src.GetGeoTransform()
+    w, h = src.RasterXSize // 40, src.RasterYSize // 25
+    for r in range(25):
+        for c in range(40):
+            west, north = gt[0] + c * w * gt[1], gt[3] + r * h * gt[5]
+            east, south = west + w * gt[1], north + h * gt[5]
+            name = out / f"piece_{r:02d}_{c:02d}.tif"
+            if (r + c) % 2 and south > -80 and north < 80:
+                gdal.Warp(str(name), src, format="COG", dstSRS="EPSG:3857", outputBounds=(west, south, east, north),
+                          outputBoundsSRS="EPSG:4326", width=w, height=h, resampleAlg="bilinear", dstAlpha=True)
+            else:
+                gdal.Translate(str(name), src, format="COG", srcWin=[c * w, r * h, w, h])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--mapproxy-seed", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--max-zoom", type=int, default=5)
+    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/cascade.md"))
+    args = ap.parse_args()
+    tiles = tiles_through(args.max_zoom)
+    results = {}
+    for name, seed in (("tessera", seed_tessera), ("MapProxy", seed_mapproxy)):
+        runs = []
+        for _ in range(args.runs):
+            url, log = restart_mapserver()
+            with tempfile.TemporaryDirectory() as work:
+                secs, rss, _, _ = seed(args.binary if name == "tessera" else args.mapproxy_seed, url, work,
+                                       args.max_zoom)
+            flush_mapserver_log()
+            runs.append((secs, rss, getmaps(log)))
+            print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps", flush=True)
+        results[name] = runs
+    mosaic = {}
+    with tempfile.TemporaryDirectory() as data:
+        pieces = Path(data) / "pieces"
+        pieces.mkdir()
+        make_pieces(pieces)
+        for kind in ("single", "mosaic"):
+            runs = []
+            for _ in range(args.runs):
+                with tempfile.TemporaryDirectory() as work:
+                    runs.append(seed_single_and_mosaic(args.binary, work, pieces, args.max_zoom, kind)[:3])
+                print(f"{kind}: {runs[-1][0]:.1f} s, {runs[-1][2]} files open at most", flush=True)
+            mosaic[kind] = runs
+
+    def med(runs, i):
+        return statistics.median(r[i] for r in runs)
+
+    t, m = results["tessera"], results["MapProxy"]
+    lines = [
+        "# Cascading an upstream WMS, and mosaics",
+        "",
+        machine(),
+        "",
+        "Command: `scripts/bench-cascade` "
+        f"(`--runs {args.runs} --max-zoom {args.max_zoom}`); medians of {args.runs} runs.",
+        "",
+        f"## Seeding zoom 0..{args.max_zoom} ({tiles} tiles) from MapServer, 2 workers, 4x4 metatiles, 8-pixel buffer",
+        "",
+        "| | tiles/s | upstream GetMaps | peak RSS (MiB) |",
+        "|---|---:|---:|---:|",
+        f"| tessera | {tiles / med(t, 0):.1f} | {med(t, 2):.0f} | {med(t, 1):.0f} |",
+        f"| MapProxy {mapproxy_version(args.mapproxy_seed)} | {tiles / med(m, 0):.1f} | {med(m, 2):.0f} | {med(m, 1):.0f} |",
+        f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | |",
+        "",
+        f"## Seeding zoom 0..{args.max_zoom}: one COG against 1,000 COG pieces in two CRSs",
+        "",
+        "| source | tiles/s | most pieces open | peak RSS (MiB) |",
+        "|---|---:|---:|---:|",
+        f"| single COG | {tiles / med(mosaic['single'], 0):.1f} | | {med(mosaic['single'], 1):.0f} |",
+        f"| mosaic, max_open 64 | {tiles / med(mosaic['mosaic'], 0):.1f} | {med(mosaic['mosaic'], 2):.0f} "
+        f"| {med(mosaic['mosaic'], 1):.0f} |",
+        f"| ratio mosaic / single | {med(mosaic['single'], 0) / med(mosaic['mosaic'], 0):.2f} | | |",
+        "",
+    ]
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+def mapproxy_version(seed_bin):
+    python = Path(seed_bin).parent / "python"
+    r = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('MapProxy'))"],
+                       capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+if __name__ == "__main__":
+    main()
