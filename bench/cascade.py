@@ -4,8 +4,10 @@
 Cascade: tessera and MapProxy (pip MapProxy, 4x4 metatiles with an 8-pixel
 buffer, like tessera's metatiles and gutter) in front of the same MapServer
 (scripts/mapserver), each seeding zoom 0..Z of the relief layer into an
-empty file cache with 2 workers: tiles/s, upstream GetMaps (lighttpd's
-access log), peak RSS of the seeding process. Mosaic: `tessera seed` of the
+empty file cache with 2 workers (tiles/s, upstream GetMaps from lighttpd's
+access log, peak RSS of the seeding process), and each serving every tile
+of zoom 0..Z once from an empty cache to 1 and 8 clients (tiles/s, p50/p99,
+GetMaps). Mosaic: `tessera seed` of the
 relief as one COG and as 1,000 COG pieces in two CRSs: tiles/s and the most
 files the seed held open. Each cell is the median of --runs; the table goes
 to docs/benchmarks/cascade.md.
@@ -24,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, machine
+from common import ROOT, free_port, machine, percentile, run_load, tessera, wait_http
 
 WEB_MERCATOR_TILES = {z: 4 ** z for z in range(0, 12)}
 
@@ -85,26 +87,30 @@ def flush_mapserver_log():
 
 
 def seed_tessera(binary, url, work, max_zoom):
-    port = url.split(":")[2].split("/")[0]
     config = Path(work) / "tessera.yaml"
-    config.write_text(f"""
+    config.write_text(tessera_config(url, work))
+    return timed([binary, "seed", "--config", str(config), "--layer", "cascade", "--grid", "WebMercatorQuad",
+                  "--zoom", f"0..{max_zoom}", "--threads", "2"])
+
+
+def tessera_config(url, work):
+    port = url.split(":")[2].split("/")[0]
+    return f"""
 gdal: {{ allowed_private_hosts: ["127.0.0.1:{port}"] }}
-stores: {{ disk: {{ type: file, path: {work}/tessera-tiles }} }}
+stores: {{ disk: {{ type: file, path: {work}/tessera-tiles, memory: 0 }} }}
 layers:
   - name: cascade
     source: {{ type: wms, url: "{url}", layers: [relief] }}
     grids: [WebMercatorQuad]
     cache: {{ store: disk, metatile: [4, 4], gutter: 8 }}
-""")
-    return timed([binary, "seed", "--config", str(config), "--layer", "cascade", "--grid", "WebMercatorQuad",
-                  "--zoom", f"0..{max_zoom}", "--threads", "2"])
+"""
 
 
-def seed_mapproxy(mapproxy_seed, url, work, max_zoom):
-    conf = Path(work) / "mapproxy.yaml"
-    conf.write_text(f"""
+def mapproxy_config(url, work):
+    return f"""
 services:
-  demo:
+  tms:
+    use_grid_names: true
 layers:
   - name: cascade
     title: cascade
@@ -123,7 +129,49 @@ sources:
     req: {{ url: "{url}", layers: relief, transparent: true }}
     supported_srs: ["EPSG:3857", "EPSG:4326"]
     wms_opts: {{ version: "1.3.0" }}
-""")
+"""
+
+
+def tile_paths(prefix, max_zoom, suffix):
+    """Every tile of zoom 0..max_zoom, in a fixed shuffled order."""
+    import random
+    tiles = [(z, x, y) for z in range(max_zoom + 1) for x in range(2 ** z) for y in range(2 ** z)]
+    random.Random(7).shuffle(tiles)
+    return [f"{prefix}/{z}/{x}/{y}{suffix}" for z, x, y in tiles]
+
+
+def load_tessera(binary, url, work, max_zoom, clients):
+    """Cache-miss requests: every tile once, from an empty cache."""
+    with tessera(binary, tessera_config(url, work), work) as port:
+        return run_load(port, tile_paths("/tiles/cascade/WebMercatorQuad", max_zoom, ".png"), clients)
+
+
+def load_mapproxy(gunicorn, url, work, max_zoom, clients):
+    conf = Path(work) / "mapproxy.yaml"
+    conf.write_text(mapproxy_config(url, work))
+    app = Path(work) / "app.py"
+    app.write_text(f"from mapproxy.wsgiapp import make_wsgi_app\napplication = make_wsgi_app({str(conf)!r})\n")
+    port = free_port()
+    # Two processes with eight threads: as many cores as tessera gets.
+    proc = subprocess.Popen([gunicorn, "--chdir", work, "-w", "2", "--threads", "8", "-b", f"127.0.0.1:{port}",
+                             "--timeout", "300", "app:application"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/tms/1.0.0/")
+        # MapProxy's TMS counts rows from the bottom: ask the same tiles.
+        paths = []
+        for p in tile_paths("", max_zoom, ""):
+            z, x, y = (int(v) for v in p.strip("/").split("/"))
+            paths.append(f"/tms/1.0.0/cascade/GLOBAL_WEBMERCATOR/{z}/{x}/{2 ** z - 1 - y}.png")
+        return run_load(port, paths, clients)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def seed_mapproxy(mapproxy_seed, url, work, max_zoom):
+    conf = Path(work) / "mapproxy.yaml"
+    conf.write_text(mapproxy_config(url, work))
     seed = Path(work) / "seed.yaml"
     seed.write_text(f"""
 seeds:
@@ -191,6 +239,23 @@ def main():
             runs.append((secs, rss, getmaps(log)))
             print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps", flush=True)
         results[name] = runs
+    gunicorn = str(Path(args.mapproxy_seed).parent / "gunicorn")
+    loads = {}
+    for name, load in (("tessera", load_tessera), ("MapProxy", load_mapproxy)):
+        for clients in (1, 8):
+            runs = []
+            for _ in range(args.runs):
+                url, log = restart_mapserver()
+                with tempfile.TemporaryDirectory() as work:
+                    secs, lat, errors, _ = load(args.binary if name == "tessera" else gunicorn, url, work,
+                                                args.max_zoom, clients)
+                flush_mapserver_log()
+                if errors:
+                    sys.exit(f"{name}: {len(errors)} failed requests, e.g. {errors[:3]}")
+                runs.append((secs, percentile(lat, 50), percentile(lat, 99), getmaps(log)))
+                print(f"{name} {clients} clients: {secs:.1f} s, p50 {runs[-1][1]:.0f} ms, "
+                      f"p99 {runs[-1][2]:.0f} ms, {runs[-1][3]} GetMaps", flush=True)
+            loads[(name, clients)] = runs
     mosaic = {}
     with tempfile.TemporaryDirectory() as data:
         pieces = Path(data) / "pieces"
@@ -223,6 +288,17 @@ def main():
         f"| tessera | {tiles / med(t, 0):.1f} | {med(t, 2):.0f} | {med(t, 1):.0f} |",
         f"| MapProxy {mapproxy_version(args.mapproxy_seed)} | {tiles / med(m, 0):.1f} | {med(m, 2):.0f} | {med(m, 1):.0f} |",
         f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | |",
+        "",
+        f"## Cache-miss requests: every tile of zoom 0..{args.max_zoom} once, empty cache "
+        "(tessera serve; MapProxy under gunicorn, 2 workers x 8 threads)",
+        "",
+        "| server | clients | tiles/s | p50 (ms) | p99 (ms) | upstream GetMaps |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[f"| {name} | {c} | {tiles / med(loads[(name, c)], 0):.1f} | {med(loads[(name, c)], 1):.0f} "
+          f"| {med(loads[(name, c)], 2):.0f} | {med(loads[(name, c)], 3):.0f} |"
+          for c in (1, 8) for name in ("tessera", "MapProxy")],
+        *[f"| ratio tessera / MapProxy | {c} | "
+          f"{med(loads[('MapProxy', c)], 0) / med(loads[('tessera', c)], 0):.2f} | | | |" for c in (1, 8)],
         "",
         f"## Seeding zoom 0..{args.max_zoom}: one COG against 1,000 COG pieces in two CRSs",
         "",

@@ -74,8 +74,8 @@ pub struct Layer {
     /// The kind of its source (`gdal`, `wms`, `xyz`, `wmts`, `mosaic`).
     pub kind: &'static str,
     /// Whether its tiles may be the source's own tiles, passed through
-    /// unchanged where the source can ([`Source::passthrough`]): true when
-    /// the style changes nothing (RGB as it is).
+    /// unchanged where the source can ([`Source::passthrough`]): an upstream
+    /// tile service whose style changes nothing (RGB as it is).
     pub passthrough: bool,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
@@ -365,7 +365,11 @@ impl Registry {
                 cache_key,
                 fingerprint,
                 kind: lc.source.kind(),
-                passthrough: lc.style == tessera_image::StyleSpec::default(),
+                passthrough: lc.style == tessera_image::StyleSpec::default()
+                    && matches!(
+                        lc.source,
+                        tessera_source::SourceSpec::Xyz(_) | tessera_source::SourceSpec::Wmts(_)
+                    ),
                 max_age_secs: lc.cache.max_age_secs,
             }))
         }
