@@ -302,7 +302,7 @@ def main():
         "",
         f"## Seeding zoom 0..{args.max_zoom}: one COG against 1,000 COG pieces in two CRSs",
         "",
-        "| source | tiles/s | most pieces open | peak RSS (MiB) |",
+        "| source | tiles/s | most piece files open | peak RSS (MiB) |",
         "|---|---:|---:|---:|",
         f"| single COG | {tiles / med(mosaic['single'], 0):.1f} | | {med(mosaic['single'], 1):.0f} |",
         f"| mosaic, max_open 64 | {tiles / med(mosaic['mosaic'], 0):.1f} | {med(mosaic['mosaic'], 2):.0f} "
