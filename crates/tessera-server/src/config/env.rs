@@ -212,5 +212,18 @@ mod tests {
             matches!(err, ConfigError::UnterminatedVariable { .. }),
             "{err}"
         );
+        // GDAL's tile placeholders are not variables: the message says how
+        // to write them.
+        let err = run(
+            serde_json::json!({"url": "http://h/${z}/${x}/${y}.png"}),
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("in a tile URL template write {z}"),
+            "{err}"
+        );
+        let err = run(serde_json::json!({"a": "${DATA}"}), &[]).unwrap_err();
+        assert!(!err.to_string().contains("tile URL"), "{err}");
     }
 }

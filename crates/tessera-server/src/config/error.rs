@@ -14,7 +14,8 @@ pub enum ConfigError {
     },
     /// `${NAME}` is used but the variable is not set and has no default.
     #[error(
-        "config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default)"
+        "config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default{})",
+        tile_template_hint(name)
     )]
     MissingEnv {
         /// Variable name.
@@ -110,4 +111,14 @@ pub enum ConfigError {
         /// The I/O or JSON error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// For `${z}`, `${x}`, `${y}` and `${-y}` (GDAL's spelling of tile URL
+/// placeholders), how to write them in a tile source's template.
+fn tile_template_hint(name: &str) -> String {
+    if matches!(name, "z" | "x" | "y" | "-y") {
+        format!("; in a tile URL template write {{{name}}}")
+    } else {
+        String::new()
+    }
 }

@@ -129,7 +129,12 @@ impl TileSource {
             path: spec.url.clone(),
             source: message.into(),
         };
-        let has = |k: &str| spec.url.contains(k);
+        // GDAL's spelling (`${z}`, written `$${z}` past env substitution)
+        // means the same.
+        let template = ["z", "x", "y", "-y"].iter().fold(spec.url.clone(), |u, k| {
+            u.replace(&format!("${{{k}}}"), &format!("{{{k}}}"))
+        });
+        let has = |k: &str| template.contains(k);
         if !(has("{z}") && has("{x}") && (has("{y}") || has("{-y}"))) {
             return Err(open_err(
                 "the URL template needs {z}, {x} and {y} (or {-y} for rows from the bottom)".into(),
@@ -155,7 +160,7 @@ impl TileSource {
                 .and_then(TileFormat::from_extension)
                 .unwrap_or(TileFormat::Png)
         });
-        let sample = fill(&spec.url, &grid, TileCoord::restored(0, 0, 0));
+        let sample = fill(&template, &grid, TileCoord::restored(0, 0, 0));
         let url = reqwest::Url::parse(&sample).map_err(|e| open_err(format!("not a URL: {e}")))?;
         let auth = spec
             .basic_auth
@@ -173,7 +178,7 @@ impl TileSource {
         };
         Ok(TileSource::new(
             spec.url.clone(),
-            Template::Url(spec.url.clone()),
+            Template::Url(template),
             grid,
             crs,
             (spec.min_zoom, spec.max_zoom),
@@ -618,6 +623,27 @@ mod tests {
             fill("http://h/{TileMatrix}/{TileRow}/{TileCol}.png", &g, c),
             "http://h/3/1/5.png"
         );
+    }
+
+    #[test]
+    fn gdal_style_placeholders_mean_the_same() {
+        let spec: XyzSourceSpec =
+            serde_json::from_str(r#"{"url": "http://tiles.example/${z}/${x}/${-y}.png"}"#).unwrap();
+        let source = TileSource::open_xyz(&spec, NetworkPolicy::default()).unwrap();
+        assert_eq!(
+            source
+                .url_of(TileCoord::restored(3, 5, 1))
+                .unwrap()
+                .as_str(),
+            "http://tiles.example/3/5/6.png"
+        );
+        let bad: XyzSourceSpec =
+            serde_json::from_str(r#"{"url": "http://tiles.example/{z}/{x}.png"}"#).unwrap();
+        let e = TileSource::open_xyz(&bad, NetworkPolicy::default()).unwrap_err();
+        let cause = std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(cause.contains("needs {z}, {x} and {y}"), "{cause}");
     }
 
     #[test]
