@@ -169,7 +169,7 @@ mod tests {
         let locks = Arc::new(KeyedLocks::new());
         let guard = locks.lock("tile", LONG).await.unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
+        let holder = std::thread::spawn(move || {
             let _guard = guard;
             rx.blocking_recv().unwrap();
         });
@@ -178,6 +178,9 @@ mod tests {
         tx.send(()).unwrap();
         let again = locks.lock("tile", LONG).await.unwrap();
         drop(again);
+        // The holder's guard may wake this task before its drop has
+        // finished: the entry is gone once every holder has returned.
+        holder.join().unwrap();
         assert!(locks.is_empty());
     }
 
