@@ -15,7 +15,7 @@ use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrix
 use tessera_image::{Raster, RgbaImage, decode};
 
 use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
-use super::wms::{BasicAuth, empty, exception_text, is_xml, raster_of, same_coordinates};
+use super::wms::{BasicAuth, empty, fetch_error, raster_of, refuse_non_image, same_coordinates};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -367,43 +367,11 @@ fn judge(
     url: &reqwest::Url,
     answer: Result<Fetched, FetchError>,
 ) -> Result<Option<Bytes>, SourceError> {
-    let fetched = answer.map_err(|e| match e {
-        FetchError::Cancelled => SourceError::Cancelled,
-        FetchError::CircuitOpen {
-            retry_after_secs, ..
-        } => SourceError::UpstreamUnavailable {
-            url: redacted(url),
-            message: e.to_string(),
-            retry_after_secs,
-        },
-        other => SourceError::Upstream {
-            url: redacted(url),
-            message: other.to_string(),
-        },
-    })?;
+    let fetched = answer.map_err(|e| fetch_error(url, e))?;
     if matches!(fetched.status, 404 | 204) {
         return Ok(None);
     }
-    if is_xml(&fetched.content_type, &fetched.body) {
-        return Err(SourceError::Upstream {
-            url: redacted(url),
-            message: format!(
-                "it answered {} with an exception instead of a tile: {}",
-                fetched.status,
-                exception_text(&fetched.body)
-            ),
-        });
-    }
-    if fetched.status != 200 {
-        return Err(SourceError::Upstream {
-            url: redacted(url),
-            message: format!(
-                "it answered {}: {}",
-                fetched.status,
-                String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(300)]).trim()
-            ),
-        });
-    }
+    refuse_non_image(url, &fetched, "a tile")?;
     Ok(Some(fetched.body))
 }
 

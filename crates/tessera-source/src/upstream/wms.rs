@@ -9,7 +9,7 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage, decode};
 
-use super::client::{FetchError, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
+use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -207,12 +207,6 @@ impl WmsSource {
         })
     }
 
-    /// The CRSs the source asks in, as the upstream spells them (the first
-    /// is the one warped from when the grid's CRS is not among them).
-    pub fn offered(&self) -> impl Iterator<Item = &str> {
-        self.offered.iter().map(|(name, _)| name.as_str())
-    }
-
     /// The GetMap URL for `bbox` in `crs` (named `crs_name` upstream) at
     /// `width` x `height`.
     fn get_map_url(
@@ -277,39 +271,15 @@ impl WmsSource {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RgbaImage, SourceError> {
         let url = self.get_map_url(bbox, crs, width, height);
-        let fetched = self.client.get(&url, cancel).map_err(|e| match e {
-            FetchError::Cancelled => SourceError::Cancelled,
-            FetchError::CircuitOpen {
-                retry_after_secs, ..
-            } => SourceError::UpstreamUnavailable {
-                url: redacted(&url),
-                message: e.to_string(),
-                retry_after_secs,
-            },
-            other => SourceError::Upstream {
-                url: redacted(&url),
-                message: other.to_string(),
-            },
-        })?;
-        let upstream = |message: String| SourceError::Upstream {
+        let fetched = self
+            .client
+            .get(&url, cancel)
+            .map_err(|e| fetch_error(&url, e))?;
+        refuse_non_image(&url, &fetched, "an image")?;
+        decode(&fetched.body, width, height).map_err(|e| SourceError::Upstream {
             url: redacted(&url),
-            message,
-        };
-        if is_xml(&fetched.content_type, &fetched.body) {
-            return Err(upstream(format!(
-                "it answered {} with an exception instead of an image: {}",
-                fetched.status,
-                exception_text(&fetched.body)
-            )));
-        }
-        if fetched.status != 200 {
-            return Err(upstream(format!(
-                "it answered {}: {}",
-                fetched.status,
-                String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(300)]).trim()
-            )));
-        }
-        decode(&fetched.body, width, height).map_err(|e| upstream(e.to_string()))
+            message: e.to_string(),
+        })
     }
 }
 
@@ -453,6 +423,54 @@ fn with_params(url: &reqwest::Url, params: &[(&str, &str)]) -> reqwest::Url {
         }
     }
     out
+}
+
+/// The source error an upstream request's failure means: 503 with
+/// Retry-After while the circuit is open, 502 otherwise.
+pub(crate) fn fetch_error(url: &reqwest::Url, e: FetchError) -> SourceError {
+    match e {
+        FetchError::Cancelled => SourceError::Cancelled,
+        FetchError::CircuitOpen {
+            retry_after_secs, ..
+        } => SourceError::UpstreamUnavailable {
+            url: redacted(url),
+            message: e.to_string(),
+            retry_after_secs,
+        },
+        other => SourceError::Upstream {
+            url: redacted(url),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Refuses an answer that is not the image asked for (`what`, for the
+/// message): an exception document whatever its status, or a status other
+/// than 200.
+pub(crate) fn refuse_non_image(
+    url: &reqwest::Url,
+    fetched: &Fetched,
+    what: &str,
+) -> Result<(), SourceError> {
+    let message = if is_xml(&fetched.content_type, &fetched.body) {
+        format!(
+            "it answered {} with an exception instead of {what}: {}",
+            fetched.status,
+            exception_text(&fetched.body)
+        )
+    } else if fetched.status != 200 {
+        format!(
+            "it answered {}: {}",
+            fetched.status,
+            String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(300)]).trim()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(SourceError::Upstream {
+        url: redacted(url),
+        message,
+    })
 }
 
 pub(crate) fn is_xml(content_type: &str, body: &[u8]) -> bool {
