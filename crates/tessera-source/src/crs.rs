@@ -180,29 +180,112 @@ impl Crs {
     }
 
     /// Transforms `bbox` from this CRS to `to`, densifying the edges so
-    /// curved boundaries are covered.
+    /// curved boundaries are covered, and widening to a pole the box
+    /// contains (and to every longitude) when `to` is geographic. The edges go through a
+    /// transformation kept per thread (GDAL's own bounds transformation
+    /// sets one up, and its inverse, on every call); an edge that does not
+    /// transform whole falls back to GDAL's.
     pub fn transform_bbox(&self, bbox: &BBox, to: &Crs) -> Result<BBox, SourceError> {
         if self.wkt == to.wkt {
             return Ok(*bbox);
         }
-        let err = |e: gdal::errors::GdalError| SourceError::Transform {
+        let err = |e: &dyn std::fmt::Display| SourceError::Transform {
             from: self.id.clone(),
             to: to.id.clone(),
-            source: e.into(),
+            source: e.to_string().into(),
         };
-        let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
-        let [a, b, c, d] = t
-            .transform_bounds(&[bbox.min_x, bbox.min_y, bbox.max_x, bbox.max_y], 21)
-            .map_err(err)?;
-        BBox::new(a, b, c, d).map_err(|e| SourceError::Transform {
-            from: self.id.clone(),
-            to: to.id.clone(),
-            source: e.into(),
-        })
+        const STEPS: usize = 20;
+        let mut xs = Vec::with_capacity(4 * (STEPS + 1));
+        let mut ys = Vec::with_capacity(4 * (STEPS + 1));
+        for i in 0..=STEPS {
+            let f = i as f64 / STEPS as f64;
+            let (x, y) = (
+                bbox.min_x + f * bbox.width(),
+                bbox.min_y + f * bbox.height(),
+            );
+            xs.extend([x, x, bbox.min_x, bbox.max_x]);
+            ys.extend([bbox.min_y, bbox.max_y, y, y]);
+        }
+        let mut zs = vec![0.0; xs.len()];
+        let whole = self.with_transform(to, |t| {
+            t.transform_coords(&mut xs, &mut ys, &mut zs).is_ok()
+        })? && xs.iter().chain(&ys).all(|v| v.is_finite());
+        if !whole {
+            let [a, b, c, d] = self.with_transform(to, |t| {
+                t.transform_bounds(&[bbox.min_x, bbox.min_y, bbox.max_x, bbox.max_y], 21)
+                    .map_err(|e| err(&e))
+            })??;
+            return BBox::new(a, b, c, d).map_err(|e| err(&e));
+        }
+        let fold = |v: &[f64], f: fn(f64, f64) -> f64, start: f64| v.iter().copied().fold(start, f);
+        let (mut min_x, mut max_x) = (
+            fold(&xs, f64::min, f64::INFINITY),
+            fold(&xs, f64::max, f64::NEG_INFINITY),
+        );
+        let (mut min_y, mut max_y) = (
+            fold(&ys, f64::min, f64::INFINITY),
+            fold(&ys, f64::max, f64::NEG_INFINITY),
+        );
+        if to.geographic {
+            for pole in [90.0, -90.0] {
+                let (mut px, mut py) = ([0.0], [pole]);
+                let inside = to.transform_points(self, &mut px, &mut py).is_ok()
+                    && px[0].is_finite()
+                    && py[0].is_finite()
+                    && (bbox.min_x..=bbox.max_x).contains(&px[0])
+                    && (bbox.min_y..=bbox.max_y).contains(&py[0]);
+                if inside {
+                    // Around a pole, every longitude.
+                    (min_y, max_y) = (min_y.min(pole), max_y.max(pole));
+                    (min_x, max_x) = (-180.0, 180.0);
+                }
+            }
+        }
+        BBox::new(min_x, min_y, max_x, max_y).map_err(|e| err(&e))
     }
 }
 
+/// Most transformations one thread keeps (see [`Crs::with_transform`]).
+const TRANSFORMS_PER_THREAD: usize = 32;
+
+thread_local! {
+    /// Transformations already set up on this thread, by source and target
+    /// WKT: setting one up asks PROJ's database for the best operation
+    /// (milliseconds), and the same few pairs come back for every window.
+    /// GDAL's transformations are not thread-safe, hence one set per thread.
+    static TRANSFORMS: std::cell::RefCell<std::collections::HashMap<(String, String), CoordTransform>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 impl Crs {
+    /// Runs `f` with a transformation from this CRS to `to`, set up once
+    /// per thread and pair.
+    fn with_transform<T>(
+        &self,
+        to: &Crs,
+        f: impl FnOnce(&CoordTransform) -> T,
+    ) -> Result<T, SourceError> {
+        TRANSFORMS.with(|cell| {
+            let mut map = cell.borrow_mut();
+            let key = (self.wkt.clone(), to.wkt.clone());
+            if !map.contains_key(&key) {
+                let t =
+                    CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(|e| {
+                        SourceError::Transform {
+                            from: self.id.clone(),
+                            to: to.id.clone(),
+                            source: e.into(),
+                        }
+                    })?;
+                if map.len() >= TRANSFORMS_PER_THREAD {
+                    map.clear();
+                }
+                map.insert(key.clone(), t);
+            }
+            Ok(f(&map[&key]))
+        })
+    }
+
     /// Transforms points in place from this CRS to `to` (x/y order).
     pub fn transform_points(
         &self,
@@ -218,9 +301,8 @@ impl Crs {
             to: to.id.clone(),
             source: e.into(),
         };
-        let t = CoordTransform::new(&self.spatial_ref()?, &to.spatial_ref()?).map_err(err)?;
         let mut zs = vec![0.0; xs.len()];
-        t.transform_coords(xs, ys, &mut zs).map_err(err)
+        self.with_transform(to, |t| t.transform_coords(xs, ys, &mut zs).map_err(err))?
     }
 }
 
@@ -295,5 +377,37 @@ mod tests {
             .transform_bbox(&BBox::new(0.0, 0.0, 10.0, 10.0).unwrap(), &merc)
             .unwrap();
         assert!((b.max_x - 1_113_194.9).abs() < 1.0, "{b:?}");
+    }
+
+    #[test]
+    fn a_box_around_a_pole_reaches_it_in_lon_lat() {
+        let polar = Crs::parse("EPSG:3413").unwrap();
+        let ll = Crs::parse("OGC:CRS84").unwrap();
+        let b = polar
+            .transform_bbox(&BBox::new(-1e6, -1e6, 1e6, 1e6).unwrap(), &ll)
+            .unwrap();
+        assert!((b.max_y - 90.0).abs() < 1e-9, "{b:?}");
+        assert!(b.min_x < -179.0 && b.max_x > 179.0, "{b:?}");
+        // A box beside the pole does not reach it.
+        let b = polar
+            .transform_bbox(&BBox::new(1e6, 1e6, 2e6, 2e6).unwrap(), &ll)
+            .unwrap();
+        assert!(b.max_y < 80.0, "{b:?}");
+    }
+
+    #[test]
+    fn a_box_that_reaches_a_pole_is_answered_by_gdal_when_the_edges_fail() {
+        let ll = Crs::parse("OGC:CRS84").unwrap();
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        let b = ll
+            .transform_bbox(&BBox::new(-10.0, 0.0, 10.0, 89.0).unwrap(), &merc)
+            .unwrap();
+        assert!((b.max_y - 30_240_971.958).abs() < 1.0, "{b:?}");
+        // Web Mercator cannot hold the pole itself: the densified edges
+        // fail, and the answer is GDAL's (a box or an error, never a panic
+        // or a box with infinities).
+        if let Ok(b) = ll.transform_bbox(&BBox::new(-10.0, 0.0, 10.0, 90.0).unwrap(), &merc) {
+            assert!(b.min_y.abs() < 1.0 && b.max_y.is_finite(), "{b:?}");
+        }
     }
 }

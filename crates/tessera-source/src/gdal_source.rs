@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
@@ -87,6 +87,11 @@ pub struct GdalSource {
     /// How many times coarser each overview is than the full resolution,
     /// finest first.
     overview_factors: Vec<f64>,
+    /// The warp's `AREA_OF_INTEREST` transformer option (lon/lat): PROJ
+    /// picks the coordinate operation for it, and GDAL reuses an operation
+    /// set up for the same CRSs and area, where it would otherwise set one
+    /// up (a database search) for every warp of a window of its own.
+    area_of_interest: String,
 }
 
 impl GdalSource {
@@ -143,6 +148,7 @@ impl GdalSource {
         let (has_alpha, info) = read_info(&path, &ds, lonlat_of)?;
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
+        let info_lonlat = info.lonlat_bounds;
         let source = Self {
             path,
             resampling: spec.resampling,
@@ -154,9 +160,26 @@ impl GdalSource {
             footprints: Mutex::new(HashMap::new()),
             pixels: w as f64 * h as f64,
             overview_factors,
-        };
+            area_of_interest: String::new(),
+        }
+        .with_area_of_interest(&info_lonlat);
         source.release(ds);
         Ok(source)
+    }
+
+    /// The same source, its warps choosing coordinate operations for the
+    /// lon/lat `area` (its own bounds unless a mosaic gives its whole
+    /// extent to all its pieces, so they share one operation per CRS).
+    pub(crate) fn with_area_of_interest(mut self, area: &BBox) -> Self {
+        let clamp = |v: f64, limit: f64| v.clamp(-limit, limit);
+        self.area_of_interest = format!(
+            "AREA_OF_INTEREST={},{},{},{}",
+            clamp(area.min_x, 180.0),
+            clamp(area.min_y, 90.0),
+            clamp(area.max_x, 180.0),
+            clamp(area.max_y, 90.0)
+        );
+        self
     }
 
     /// The path or URL GDAL opens.
@@ -182,6 +205,13 @@ impl GdalSource {
         {
             idle.push(ds);
         }
+    }
+
+    /// Closes the idle dataset handles (a mosaic piece leaving its LRU of
+    /// open pieces); the next read opens one again.
+    pub(crate) fn close_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(idle);
     }
 
     fn read_err(&self, message: &str) -> SourceError {
@@ -282,6 +312,8 @@ impl GdalSource {
             .map_err(|e| err(e.into()))?;
 
         let mut args = vec![
+            "-to",
+            &self.area_of_interest,
             "-r",
             self.resampling.gdal_name(),
             "-dstalpha",
@@ -759,7 +791,7 @@ impl Source for GdalSource {
     }
 
     fn read(&self, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
-        match self.read_part(req)? {
+        match self.read_part(req, Whole::WhenMostlyCovered)? {
             None => Ok(empty_raster(&self.info, req.width, req.height)),
             Some((part, 0, 0)) if (part.width, part.height) == (req.width, req.height) => Ok(part),
             Some((part, x0, y0)) => {
@@ -777,15 +809,31 @@ impl Source for GdalSource {
     }
 }
 
+/// When [`GdalSource::read_part`] warps the whole window rather than the
+/// pixels over the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whole {
+    /// When the data covers a sixteenth of the window or more: GDAL's warp
+    /// of a part can differ from its warp of the whole window at the data's
+    /// edge (it plans source windows and overviews per warp), so a single
+    /// source's picture does not depend on how a window was cut.
+    WhenMostlyCovered,
+    /// Never: a mosaic piece, whose edges are seams blended with the next
+    /// piece anyway, warps only the pixels it covers.
+    Never,
+}
+
 impl GdalSource {
     /// The pixels of `req` over the data, and where they go in the window
     /// (column, row of the part's top-left): the whole window when the data
-    /// covers much of it, else only the part it covers; `None` when the
-    /// window misses the data. A mosaic composites the parts of its pieces
-    /// without handling whole windows of nothing.
+    /// covers much of it (`Whole::WhenMostlyCovered`), else only the part it
+    /// covers; `None` when the window misses the data. A mosaic composites
+    /// the parts of its pieces (`Whole::Never`) without warping whole
+    /// windows of nothing.
     pub(crate) fn read_part(
         &self,
         req: &WindowRequest<'_>,
+        whole: Whole,
     ) -> Result<Option<(Raster, u32, u32)>, SourceError> {
         let pixels = req.width as usize * req.height as usize;
         if pixels == 0 || pixels > MAX_WINDOW_PIXELS {
@@ -809,11 +857,8 @@ impl GdalSource {
             None => PixelWindow::whole(req),
         };
         let ds = self.acquire()?;
-        // GDAL's warp of a part can differ from its warp of the whole window
-        // at the data's edge (it plans source windows and overviews per
-        // warp), so the whole window is warped unless the data covers only
-        // a small part of it.
-        let result = if inner.area() * 16 >= u64::from(req.width) * u64::from(req.height) {
+        let mostly = inner.area() * 16 >= u64::from(req.width) * u64::from(req.height);
+        let result = if whole == Whole::WhenMostlyCovered && mostly {
             self.warp(&ds, req).map(|whole| (whole, 0, 0))
         } else {
             self.warp(&ds, &inner.request(req))

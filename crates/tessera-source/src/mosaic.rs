@@ -14,6 +14,7 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
+use crate::gdal_source::Whole;
 use crate::{
     Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling, Source, SourceError, SourceInfo,
     WindowRequest,
@@ -74,6 +75,10 @@ struct Piece {
     order: usize,
     path: String,
     lonlat: BBox,
+    /// What was read at the scan (CRS, bounds, bands, overviews), kept for
+    /// the mosaic's life; only its dataset handles come and go with the
+    /// LRU of open pieces.
+    source: Arc<GdalSource>,
 }
 
 impl RTreeObject for Piece {
@@ -105,8 +110,6 @@ pub struct MosaicReport {
 pub struct MosaicSource {
     name: String,
     tree: RTree<Piece>,
-    spec: MosaicSpec,
-    settings: GdalSettings,
     open: Mutex<lru::LruCache<usize, Arc<GdalSource>>>,
     info: SourceInfo,
     report: MosaicReport,
@@ -151,7 +154,6 @@ impl MosaicSource {
             spec.paths.iter().map(|p| (p.clone(), None)).collect()
         };
         let wgs84 = Crs::parse("OGC:CRS84")?;
-        let to_lonlat = LonLat::new(&wgs84)?;
         let mut pieces = Vec::new();
         let mut bad = Vec::new();
         let mut crs_count: HashMap<String, usize> = HashMap::new();
@@ -163,15 +165,20 @@ impl MosaicSource {
                     resampling: spec.resampling,
                 },
                 settings,
-                &|crs, bounds| to_lonlat.bounds(crs, bounds),
+                &|crs, bounds| crs.transform_bbox(bounds, &wgs84),
             );
-            let info = match opened {
-                Ok(s) => s.info().clone(),
+            let source = match opened {
+                Ok(s) => {
+                    // Not in the LRU yet: no handle stays open.
+                    s.close_idle();
+                    s
+                }
                 Err(e) => {
                     bad.push((path, error_chain(&e)));
                     continue;
                 }
             };
+            let info = source.info().clone();
             if let Some(f) = &first
                 && (f.band_count != info.band_count || f.is_byte != info.is_byte)
             {
@@ -189,11 +196,7 @@ impl MosaicSource {
             }
             *crs_count.entry(info.native_crs.id.clone()).or_default() += 1;
             let lonlat = footprint.unwrap_or(info.lonlat_bounds);
-            pieces.push(Piece {
-                order,
-                path,
-                lonlat,
-            });
+            pieces.push((order, path, lonlat, source));
             first.get_or_insert(info);
         }
         for (path, why) in &bad {
@@ -210,9 +213,18 @@ impl MosaicSource {
         };
         let lonlat = pieces
             .iter()
-            .map(|p| p.lonlat)
+            .map(|p| p.2)
             .reduce(|a, b| a.union(&b))
             .unwrap_or(first.lonlat_bounds);
+        let pieces: Vec<Piece> = pieces
+            .into_iter()
+            .map(|(order, path, own, source)| Piece {
+                order,
+                path,
+                lonlat: own,
+                source: Arc::new(source.with_area_of_interest(&lonlat)),
+            })
+            .collect();
         let mut crs: Vec<(String, usize)> = crs_count.into_iter().collect();
         crs.sort();
         let report = MosaicReport {
@@ -240,8 +252,6 @@ impl MosaicSource {
         Ok(MosaicSource {
             name,
             tree: RTree::bulk_load(pieces),
-            spec: spec.clone(),
-            settings: settings.clone(),
             open: Mutex::new(lru::LruCache::new(capacity)),
             info,
             report,
@@ -253,88 +263,29 @@ impl MosaicSource {
         &self.report
     }
 
-    /// The piece, from the LRU or opened now (and counted in the log).
-    fn piece(&self, piece: &Piece) -> Result<Arc<GdalSource>, SourceError> {
-        if let Some(s) = self
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&piece.order)
-        {
-            return Ok(s.clone());
-        }
+    /// Puts the piece at the front of the LRU of open pieces (logged when
+    /// it was not there: its next read opens a handle); the piece pushed
+    /// out closes its handles.
+    fn touch(&self, piece: &Piece) {
+        let evicted = {
+            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            if open.get(&piece.order).is_some() {
+                return;
+            }
+            open.push(piece.order, piece.source.clone())
+        };
         tracing::debug!(mosaic = %self.name, piece = %piece.path, "mosaic piece opened");
-        // Its footprint is known: no coordinate transformation to set up.
-        let source = Arc::new(GdalSource::open_here(
-            &GdalSourceSpec {
-                path: piece.path.clone(),
-                resampling: self.spec.resampling,
-            },
-            &self.settings,
-            &|_, _| Ok(piece.lonlat),
-        )?);
-        self.open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .put(piece.order, source.clone());
-        Ok(source)
-    }
-}
-
-/// Longitude/latitude bounds of many pieces, with one transformation per
-/// CRS (setting one up asks PROJ's database for tens of milliseconds).
-struct LonLat {
-    to: gdal::spatial_ref::SpatialRef,
-    transforms: std::cell::RefCell<HashMap<String, gdal::spatial_ref::CoordTransform>>,
-}
-
-impl LonLat {
-    fn new(lonlat: &Crs) -> Result<LonLat, SourceError> {
-        Ok(LonLat {
-            to: lonlat.spatial_ref()?,
-            transforms: std::cell::RefCell::new(HashMap::new()),
-        })
+        if let Some((_, out)) = evicted {
+            out.close_idle();
+        }
     }
 
-    fn bounds(&self, crs: &Crs, b: &BBox) -> Result<BBox, SourceError> {
-        if matches!(crs.id.as_str(), "OGC:CRS84" | "EPSG:4326") {
-            return Ok(*b);
+    /// Closes the piece's handles when it left the LRU while it was read.
+    fn settle(&self, piece: &Piece) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if !open.contains(&piece.order) {
+            piece.source.close_idle();
         }
-        let err = |e: &dyn std::fmt::Display| SourceError::Transform {
-            from: crs.id.clone(),
-            to: "OGC:CRS84".into(),
-            source: e.to_string().into(),
-        };
-        let mut transforms = self.transforms.borrow_mut();
-        let t = match transforms.entry(crs.wkt.clone()) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(
-                gdal::spatial_ref::CoordTransform::new(&crs.spatial_ref()?, &self.to)
-                    .map_err(|e| err(&e))?,
-            ),
-        };
-        // The edges, densified, through the transformation (GDAL's own
-        // bounds transformation sets up the inverse every time).
-        let steps = 20;
-        let mut xs = Vec::with_capacity(4 * (steps + 1));
-        let mut ys = Vec::with_capacity(4 * (steps + 1));
-        for i in 0..=steps {
-            let f = i as f64 / steps as f64;
-            let (x, y) = (b.min_x + f * b.width(), b.min_y + f * b.height());
-            xs.extend([x, x, b.min_x, b.max_x]);
-            ys.extend([b.min_y, b.max_y, y, y]);
-        }
-        let mut zs = vec![0.0; xs.len()];
-        t.transform_coords(&mut xs, &mut ys, &mut zs)
-            .map_err(|e| err(&e))?;
-        let fold = |v: &[f64], f: fn(f64, f64) -> f64, start: f64| v.iter().copied().fold(start, f);
-        BBox::new(
-            fold(&xs, f64::min, f64::INFINITY),
-            fold(&ys, f64::min, f64::INFINITY),
-            fold(&xs, f64::max, f64::NEG_INFINITY),
-            fold(&ys, f64::max, f64::NEG_INFINITY),
-        )
-        .map_err(|e| err(&e))
     }
 }
 
@@ -409,11 +360,10 @@ impl Source for MosaicSource {
             .collect();
         hits.sort_by_key(|p| p.order);
         for piece in hits {
-            let source = self.piece(piece).map_err(|e| SourceError::Read {
-                path: piece.path.clone(),
-                source: Box::new(e),
-            })?;
-            let part = source.read_part(request).map_err(|e| match e {
+            self.touch(piece);
+            let part = piece.source.read_part(request, Whole::Never);
+            self.settle(piece);
+            let part = part.map_err(|e| match e {
                 SourceError::Cancelled => SourceError::Cancelled,
                 other => SourceError::Read {
                     path: piece.path.clone(),
