@@ -32,8 +32,8 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&Grid]) 
     let _ = writeln!(parts, "source {}", layer.source.identity());
     if let Some(meta) = layer
         .source
-        .as_gdal()
-        .and_then(|g| std::fs::metadata(&g.path).ok())
+        .local_file()
+        .and_then(|path| std::fs::metadata(path).ok())
     {
         let modified = meta
             .modified()

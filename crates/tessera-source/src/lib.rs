@@ -16,6 +16,7 @@ mod mosaic;
 mod settings;
 mod spec;
 pub mod upstream;
+pub mod vector;
 
 pub use crs::Crs;
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
@@ -27,6 +28,7 @@ pub use spec::{SourceSpec, open_source};
 pub use upstream::client::HttpSettings;
 pub use upstream::tiles::{TileSource, WmtsSourceSpec, XyzSourceSpec};
 pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
+pub use vector::{VectorSource, VectorSpec};
 
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;

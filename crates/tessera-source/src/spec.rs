@@ -7,7 +7,7 @@ use serde::Deserialize;
 use crate::upstream::client::NetworkPolicy;
 use crate::{
     GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
-    TileSource, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec,
+    TileSource, VectorSource, VectorSpec, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec,
 };
 
 /// A layer's source, tagged by `type` (`gdal` when absent).
@@ -23,6 +23,8 @@ pub enum SourceSpec {
     Wmts(Box<WmtsSourceSpec>),
     /// Many rasters as one (`type: mosaic`).
     Mosaic(Box<MosaicSpec>),
+    /// Features drawn with a style (`type: vector`).
+    Vector(Box<VectorSpec>),
 }
 
 impl SourceSpec {
@@ -34,6 +36,7 @@ impl SourceSpec {
             SourceSpec::Xyz(_) => "xyz",
             SourceSpec::Wmts(_) => "wmts",
             SourceSpec::Mosaic(_) => "mosaic",
+            SourceSpec::Vector(_) => "vector",
         }
     }
 
@@ -41,6 +44,27 @@ impl SourceSpec {
     pub fn as_gdal(&self) -> Option<&GdalSourceSpec> {
         match self {
             SourceSpec::Gdal(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The local file (or GDAL path) a GDAL or vector source reads, whose
+    /// size and time tell a changed source; `None` for upstreams, mosaics
+    /// and databases.
+    pub fn local_file(&self) -> Option<&str> {
+        match self {
+            SourceSpec::Gdal(g) => Some(&g.path),
+            SourceSpec::Vector(v) if !v.is_postgres() => Some(&v.path),
+            _ => None,
+        }
+    }
+
+    /// The local file's path to make absolute against the configuration's
+    /// directory, when it is relative.
+    pub fn local_file_mut(&mut self) -> Option<&mut String> {
+        match self {
+            SourceSpec::Gdal(g) => Some(&mut g.path),
+            SourceSpec::Vector(v) if !v.is_postgres() => Some(&mut v.path),
             _ => None,
         }
     }
@@ -74,6 +98,14 @@ impl SourceSpec {
                 "mosaic {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
                 m.dir, m.glob, m.paths, m.index, m.location_field, m.sort, m.resampling
             ),
+            SourceSpec::Vector(v) => format!(
+                "vector {:?} {:?} {:?} {:?} {}",
+                v.path,
+                v.layer,
+                v.filter,
+                v.fields,
+                serde_json::to_string(&v.style).unwrap_or_default()
+            ),
         }
     }
 
@@ -90,6 +122,7 @@ impl SourceSpec {
                 .or(m.dir.as_deref())
                 .or(m.paths.first().map(String::as_str))
                 .unwrap_or("mosaic"),
+            SourceSpec::Vector(v) => &v.path,
         }
     }
 }
@@ -110,7 +143,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal, wms, xyz, wmts, mosaic), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector), not {other}"
                     )));
                 }
             },
@@ -136,8 +169,11 @@ impl<'de> Deserialize<'de> for SourceSpec {
             "mosaic" => serde_json::from_value(value)
                 .map(|m| SourceSpec::Mosaic(Box::new(m)))
                 .map_err(|e| D::Error::custom(format!("mosaic source: {e}"))),
+            "vector" => serde_json::from_value(value)
+                .map(|v| SourceSpec::Vector(Box::new(v)))
+                .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal, wms, xyz, wmts or mosaic"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic or vector"
             ))),
         }
     }
@@ -156,6 +192,7 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         SourceSpec::Xyz(x) => Arc::new(TileSource::open_xyz(x, policy())?),
         SourceSpec::Wmts(w) => Arc::new(TileSource::open_wmts(w, policy())?),
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
+        SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),
     })
 }
 

@@ -507,10 +507,10 @@ impl Config {
     /// Makes relative local paths absolute against `base`.
     fn resolve_paths(&mut self, base: &Path) {
         for layer in &mut self.layers {
-            if let SourceSpec::Gdal(g) = &mut layer.source
-                && is_relative_file(&g.path)
+            if let Some(path) = layer.source.local_file_mut()
+                && is_relative_file(path)
             {
-                g.path = base.join(&g.path).display().to_string();
+                *path = base.join(&*path).display().to_string();
             }
         }
         for store in self.stores.values_mut() {

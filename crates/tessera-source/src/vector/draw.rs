@@ -1,0 +1,220 @@
+//! Drawing features into a window with `tiny-skia` (anti-aliased, even-odd
+//! fill so holes stay holes), and the window back as a [`Raster`] of three
+//! colour bands whose validity is the drawn alpha.
+
+use tessera_image::{BandData, Raster};
+use tiny_skia::{
+    FillRule, LineCap, LineJoin, Paint, PathBuilder, Pixmap, Rect, Stroke, StrokeDash, Transform,
+};
+
+use super::style::{Color, Rule, Shape};
+
+/// A geometry in output pixel coordinates (x right, y down).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shapes {
+    /// Points (markers).
+    Points(Vec<(f32, f32)>),
+    /// Lines.
+    Lines(Vec<Vec<(f32, f32)>>),
+    /// Polygons: each a list of rings (outer first, then holes).
+    Polygons(Vec<Vec<Vec<(f32, f32)>>>),
+}
+
+/// A canvas of `width` x `height` transparent pixels.
+pub struct Canvas {
+    pixmap: Pixmap,
+}
+
+impl Canvas {
+    /// A transparent canvas; `None` for a zero or too large size.
+    pub fn new(width: u32, height: u32) -> Option<Canvas> {
+        Pixmap::new(width, height).map(|pixmap| Canvas { pixmap })
+    }
+
+    /// Draws `shapes` with `rule`'s symbols.
+    pub fn draw(&mut self, shapes: &Shapes, rule: &Rule) {
+        match shapes {
+            Shapes::Points(points) => self.markers(points, rule),
+            Shapes::Lines(lines) => {
+                let mut pb = PathBuilder::new();
+                for line in lines {
+                    trace(&mut pb, line, false);
+                }
+                if let Some(path) = pb.finish() {
+                    self.stroke_path(&path, rule);
+                }
+            }
+            Shapes::Polygons(polygons) => {
+                let mut pb = PathBuilder::new();
+                for rings in polygons {
+                    for ring in rings {
+                        trace(&mut pb, ring, true);
+                    }
+                }
+                if let Some(path) = pb.finish() {
+                    if let Some(fill) = rule.fill {
+                        let paint = paint(fill, rule.fill_opacity);
+                        self.pixmap.fill_path(
+                            &path,
+                            &paint,
+                            FillRule::EvenOdd,
+                            Transform::identity(),
+                            None,
+                        );
+                    }
+                    self.stroke_path(&path, rule);
+                }
+            }
+        }
+    }
+
+    fn stroke_path(&mut self, path: &tiny_skia::Path, rule: &Rule) {
+        let Some(color) = rule.stroke else {
+            return;
+        };
+        let stroke = Stroke {
+            width: rule.stroke_width,
+            line_cap: LineCap::Round,
+            line_join: LineJoin::Round,
+            dash: rule
+                .dash
+                .as_ref()
+                .and_then(|d| StrokeDash::new(d.clone(), 0.0)),
+            ..Stroke::default()
+        };
+        self.pixmap.stroke_path(
+            path,
+            &paint(color, rule.stroke_opacity),
+            &stroke,
+            Transform::identity(),
+            None,
+        );
+    }
+
+    fn markers(&mut self, points: &[(f32, f32)], rule: &Rule) {
+        let marker = rule.marker.clone().unwrap_or(super::style::Marker {
+            shape: Shape::Circle,
+            size: 6.0,
+        });
+        let half = marker.size / 2.0;
+        let mut pb = PathBuilder::new();
+        for &(x, y) in points {
+            match marker.shape {
+                Shape::Circle => pb.push_circle(x, y, half),
+                Shape::Square => {
+                    if let Some(r) = Rect::from_xywh(x - half, y - half, marker.size, marker.size) {
+                        pb.push_rect(r);
+                    }
+                }
+            }
+        }
+        let Some(path) = pb.finish() else {
+            return;
+        };
+        if let Some(fill) = rule.fill {
+            self.pixmap.fill_path(
+                &path,
+                &paint(fill, rule.fill_opacity),
+                FillRule::Winding,
+                Transform::identity(),
+                None,
+            );
+        }
+        self.stroke_path(&path, rule);
+    }
+
+    /// The drawing as red, green and blue bands (not premultiplied) with
+    /// the alpha as validity.
+    pub fn into_raster(self) -> Raster {
+        let (w, h) = (self.pixmap.width(), self.pixmap.height());
+        let n = w as usize * h as usize;
+        let (mut r, mut g, mut b, mut valid) =
+            (vec![0u8; n], vec![0u8; n], vec![0u8; n], vec![0u8; n]);
+        for (i, px) in self.pixmap.pixels().iter().enumerate() {
+            let c = px.demultiply();
+            r[i] = c.red();
+            g[i] = c.green();
+            b[i] = c.blue();
+            valid[i] = c.alpha();
+        }
+        Raster {
+            width: w,
+            height: h,
+            bands: vec![BandData::U8(r), BandData::U8(g), BandData::U8(b)],
+            valid,
+        }
+    }
+}
+
+fn paint(color: Color, opacity: f32) -> Paint<'static> {
+    let [r, g, b, a] = color.rgba;
+    let alpha = (f32::from(a) * opacity).round().clamp(0.0, 255.0) as u8;
+    let mut paint = Paint::default();
+    paint.set_color_rgba8(r, g, b, alpha);
+    paint.anti_alias = true;
+    paint
+}
+
+fn trace(pb: &mut PathBuilder, points: &[(f32, f32)], close: bool) {
+    let mut iter = points.iter();
+    let Some(&(x, y)) = iter.next() else {
+        return;
+    };
+    pb.move_to(x, y);
+    for &(x, y) in iter {
+        pb.line_to(x, y);
+    }
+    if close {
+        pb.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(json: &str) -> Rule {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_filled_square_with_a_hole_leaves_the_hole_transparent() {
+        let mut canvas = Canvas::new(20, 20).unwrap();
+        let outer = vec![(2.0, 2.0), (18.0, 2.0), (18.0, 18.0), (2.0, 18.0)];
+        let hole = vec![(8.0, 8.0), (12.0, 8.0), (12.0, 12.0), (8.0, 12.0)];
+        canvas.draw(
+            &Shapes::Polygons(vec![vec![outer, hole]]),
+            &rule(r##"{"fill": "#ff0000"}"##),
+        );
+        let r = canvas.into_raster();
+        let at = |x: usize, y: usize| y * 20 + x;
+        assert_eq!(r.valid[at(4, 4)], 255);
+        assert_eq!(r.valid[at(10, 10)], 0);
+        assert_eq!(r.valid[at(0, 0)], 0);
+        let BandData::U8(red) = &r.bands[0] else {
+            panic!("bytes")
+        };
+        assert_eq!(red[at(4, 4)], 255);
+    }
+
+    #[test]
+    fn lines_and_markers_draw_with_their_widths_and_opacity() {
+        let mut canvas = Canvas::new(20, 20).unwrap();
+        canvas.draw(
+            &Shapes::Lines(vec![vec![(0.0, 10.0), (20.0, 10.0)]]),
+            &rule(r##"{"stroke": "#0000ff", "stroke_width": 4, "stroke_opacity": 0.5}"##),
+        );
+        canvas.draw(
+            &Shapes::Points(vec![(5.0, 3.0)]),
+            &rule(r##"{"fill": "#00ff00", "marker": {"shape": "square", "size": 4}}"##),
+        );
+        let r = canvas.into_raster();
+        assert!(
+            (120..=135).contains(&r.valid[10 * 20 + 10]),
+            "{}",
+            r.valid[10 * 20 + 10]
+        );
+        assert_eq!(r.valid[3 * 20 + 5], 255);
+        assert_eq!(r.valid[17 * 20 + 10], 0);
+    }
+}
