@@ -5,6 +5,14 @@
 
 use serde::Deserialize;
 
+/// The stored form of a vector tile with no features: the gzip
+/// compression of nothing (an empty protobuf message is a tile with no
+/// layers). Stores keep it like any tile; the HTTP edge answers 204.
+pub const EMPTY_MVT: &[u8] = &[
+    0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0xff, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00,
+];
+
 /// A tile's encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,17 +34,40 @@ pub enum TileFormat {
     /// carries the media type of its bytes; URLs and stores use
     /// `.jpeg-png`.
     Mixed,
+    /// Mapbox Vector Tile (`application/vnd.mapbox-vector-tile`): features,
+    /// not pixels; only vector sources make it. URLs take `.mvt` or `.pbf`;
+    /// stores use `.mvt`. Tiles are kept gzip-compressed (as MBTiles and
+    /// PMTiles hold them) and sent with `Content-Encoding: gzip` to clients
+    /// that accept it; a tile with no features is [`EMPTY_MVT`] in stores
+    /// and 204 No Content on the wire.
+    Mvt,
 }
 
 impl TileFormat {
-    /// All formats, in the order capabilities documents list them.
-    pub const ALL: [TileFormat; 5] = [
+    /// All formats: the image formats, then vector tiles.
+    pub const ALL: [TileFormat; 6] = [
+        TileFormat::Png,
+        TileFormat::Png8,
+        TileFormat::Jpeg,
+        TileFormat::Webp,
+        TileFormat::Mixed,
+        TileFormat::Mvt,
+    ];
+
+    /// The image formats, in the order capabilities documents list them
+    /// (what a WMS GetMap can answer in).
+    pub const IMAGES: [TileFormat; 5] = [
         TileFormat::Png,
         TileFormat::Png8,
         TileFormat::Jpeg,
         TileFormat::Webp,
         TileFormat::Mixed,
     ];
+
+    /// Whether the format holds features rather than pixels.
+    pub fn is_vector(self) -> bool {
+        self == TileFormat::Mvt
+    }
 
     /// Media type of the bytes (`image/png`, ...): the `Content-Type` of a
     /// response. For [`TileFormat::Mixed`] it depends on the bytes (see
@@ -47,6 +78,7 @@ impl TileFormat {
             TileFormat::Mixed => "image/vnd.jpeg-png",
             TileFormat::Jpeg => "image/jpeg",
             TileFormat::Webp => "image/webp",
+            TileFormat::Mvt => "application/vnd.mapbox-vector-tile",
         }
     }
 
@@ -79,19 +111,23 @@ impl TileFormat {
             TileFormat::Mixed => "jpeg-png",
             TileFormat::Jpeg => "jpg",
             TileFormat::Webp => "webp",
+            TileFormat::Mvt => "mvt",
         }
     }
 
     /// The name archive formats use for the bytes (MBTiles and PMTiles
-    /// `format` metadata): `png` for both PNG flavours, `jpg`, `webp`.
+    /// `format` metadata): `png` for both PNG flavours, `jpg`, `webp`,
+    /// `pbf` for vector tiles.
     pub fn archive_name(self) -> &'static str {
         match self {
             TileFormat::Png8 | TileFormat::Mixed => TileFormat::Png.extension(),
+            TileFormat::Mvt => "pbf",
             other => other.extension(),
         }
     }
 
-    /// Parses a URL extension (`png`, `jpg`, `jpeg`, `webp`), case-insensitively.
+    /// Parses a URL extension (`png`, `jpg`, `jpeg`, `webp`, `mvt`, `pbf`),
+    /// case-insensitively.
     pub fn from_extension(ext: &str) -> Option<TileFormat> {
         match ext.to_ascii_lowercase().as_str() {
             "png" => Some(TileFormat::Png),
@@ -99,6 +135,7 @@ impl TileFormat {
             "jpeg-png" | "mixed" => Some(TileFormat::Mixed),
             "jpg" | "jpeg" => Some(TileFormat::Jpeg),
             "webp" => Some(TileFormat::Webp),
+            "mvt" | "pbf" => Some(TileFormat::Mvt),
             _ => None,
         }
     }
@@ -117,6 +154,9 @@ impl TileFormat {
             "image/png" | "png" => Some(TileFormat::Png),
             "image/jpeg" | "image/jpg" | "jpeg" | "jpg" => Some(TileFormat::Jpeg),
             "image/webp" | "webp" => Some(TileFormat::Webp),
+            "application/vnd.mapbox-vector-tile" | "application/x-protobuf" | "mvt" | "pbf" => {
+                Some(TileFormat::Mvt)
+            }
             _ => None,
         }
     }

@@ -64,6 +64,10 @@ pub enum EncodeError {
     /// The WebP encoder failed.
     #[error("WebP encoding failed")]
     Webp(String),
+    /// The format holds features, not pixels (vector tiles come from a
+    /// vector source, never from an image).
+    #[error("{0} tiles are made from vector data, not encoded from an image")]
+    NotAnImage(TileFormat),
 }
 
 /// Encodes `view` as `format`. Transparent pixels are composited over
@@ -85,6 +89,7 @@ pub fn encode(
         TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
+        TileFormat::Mvt => Err(EncodeError::NotAnImage(format)),
     }
 }
 

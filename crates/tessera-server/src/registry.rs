@@ -291,6 +291,13 @@ impl Registry {
                 let grid = grids.get(g).ok_or_else(|| {
                     in_layer(&format!("unknown grid {g:?} (define it under `grids:`)"))
                 })?;
+                if lc.formats.contains(&TileFormat::Mvt) && grid.tms.tile_width != grid.tms.tile_height
+                {
+                    return Err(in_layer(&format!(
+                        "vector tiles (format mvt) need square tiles; grid {g:?} has {}x{}",
+                        grid.tms.tile_width, grid.tms.tile_height
+                    )));
+                }
                 let extent = layer_extent(source.as_ref(), grid);
                 extents.insert(format!("{g}{HIDPI_SUFFIX}"), extent);
                 extents.insert(g.clone(), extent);
@@ -365,11 +372,13 @@ impl Registry {
                 cache_key,
                 fingerprint,
                 kind: lc.source.kind(),
-                passthrough: lc.style == tessera_image::StyleSpec::default()
-                    && matches!(
-                        lc.source,
-                        tessera_source::SourceSpec::Xyz(_) | tessera_source::SourceSpec::Wmts(_)
-                    ),
+                passthrough: matches!(lc.source, tessera_source::SourceSpec::Vector(_))
+                    || lc.style == tessera_image::StyleSpec::default()
+                        && matches!(
+                            lc.source,
+                            tessera_source::SourceSpec::Xyz(_)
+                                | tessera_source::SourceSpec::Wmts(_)
+                        ),
                 max_age_secs: lc.cache.max_age_secs,
             }))
         }

@@ -241,6 +241,10 @@ impl TileCache {
     }
 
     async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        if req.format.is_vector() {
+            let bytes = self.vector_tile(req).await?;
+            return Ok(miss(bytes));
+        }
         let tms = &req.grid.tms;
         let bytes = self
             .renderer
@@ -348,6 +352,28 @@ impl TileCache {
         Ok(miss(own_bytes))
     }
 
+    /// A vector tile made by the layer's source (on a blocking thread).
+    async fn vector_tile(&self, req: &TileRequest) -> Result<Bytes, TileError> {
+        let (source, tms, coord, format) = (
+            req.layer.source.clone(),
+            req.grid.tms.clone(),
+            req.coord,
+            req.format,
+        );
+        let made = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let bytes = made
+            .ok_or_else(|| {
+                TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
+                    path: req.layer.name.clone(),
+                    source: "the layer's source does not make vector tiles".into(),
+                }))
+            })?
+            .map_err(|e| TileError::Render(RenderError::Source(e)))?;
+        self.metrics.metatile_rendered(&req.layer.name);
+        self.metrics.tiles_encoded(&req.layer.name, 1);
+        Ok(bytes.unwrap_or_else(|| Bytes::from_static(tessera_grid::EMPTY_MVT)))
+    }
+
     /// Serves the source's own tile when it passes tiles through for this
     /// grid and format (an upstream tile service with the same tiles): one
     /// upstream tile, under the tile lock only, stored as it came. `None`
@@ -371,6 +397,13 @@ impl TileCache {
             req.coord,
             req.format,
         );
+        if req.format.is_vector() {
+            drop((source, tms));
+            let bytes = self.vector_tile(req).await?;
+            self.save_passed(cache, key, bytes.clone()).await?;
+            drop(guard);
+            return Ok(Some(miss(bytes)));
+        }
         let fetched = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
         let bytes = match fetched {
             None => return Ok(None),
@@ -378,12 +411,20 @@ impl TileCache {
             Some(Ok(Some(bytes))) => bytes,
             Some(Ok(None)) => self.render_uncached(req).await?.bytes,
         };
-        let (store, k, b, durability) = (
-            cache.store.clone(),
-            key.clone(),
-            bytes.clone(),
-            cache.durability,
-        );
+        self.save_passed(cache, key, bytes.clone()).await?;
+        drop(guard);
+        Ok(Some(miss(bytes)))
+    }
+
+    /// Stores a tile that was not cut from a metatile; a failed write
+    /// keeps it in memory and is logged (throttled), as for metatiles.
+    async fn save_passed(
+        &self,
+        cache: &LayerCache,
+        key: &TileKey,
+        bytes: Bytes,
+    ) -> Result<(), TileError> {
+        let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
         let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
         run_blocking(move || {
             if let Err(e) = store.put(&k, b.clone(), durability) {
@@ -394,8 +435,7 @@ impl TileCache {
             }
         })
         .await?;
-        drop(guard);
-        Ok(Some(miss(bytes)))
+        Ok(())
     }
 
     /// A pool job that encodes (unless `bytes` is given) and saves one tile,
@@ -483,6 +523,23 @@ impl TileCache {
             if all_stored {
                 return Ok(SeedOutcome::Skipped);
             }
+        }
+        if format.is_vector() {
+            // Vector tiles are cut one by one (no metatile to share).
+            let mut made = Vec::with_capacity(tiles.len());
+            for t in &tiles {
+                let one = TileRequest {
+                    coord: t.coord,
+                    ..req.clone()
+                };
+                made.push((t.key.clone(), self.vector_tile(&one).await?));
+            }
+            drop(meta_guard);
+            let count = made.len();
+            let store = cache.store.clone();
+            run_blocking(move || store.put_many(made, Durability::Synced)).await??;
+            drop(tiles);
+            return Ok(SeedOutcome::Rendered(count));
         }
         let cutter = self.render_metatile(&req, meta).await?;
         drop(meta_guard);

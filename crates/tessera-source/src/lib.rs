@@ -28,7 +28,9 @@ pub use spec::{SourceSpec, open_source};
 pub use upstream::client::HttpSettings;
 pub use upstream::tiles::{TileSource, WmtsSourceSpec, XyzSourceSpec};
 pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
-pub use vector::{VectorSource, VectorSpec};
+pub use vector::{
+    FoundFeature, LegendSymbol, VectorLayerInfo, VectorLayerSpec, VectorSource, VectorSpec,
+};
 
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
@@ -98,6 +100,12 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Option<Result<Option<bytes::Bytes>, SourceError>> {
         let _ = (grid, coord, format, cancel);
+        None
+    }
+
+    /// The source as vector data (vector tiles, feature info, legends),
+    /// when it is one; `None` by default.
+    fn as_vector(&self) -> Option<&VectorSource> {
         None
     }
 

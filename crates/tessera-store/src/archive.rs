@@ -275,11 +275,12 @@ fn create_pmtiles(
         TileFormat::Png | TileFormat::Png8 => TileType::Png,
         // PMTiles has one tile type per archive.
         TileFormat::Mixed => TileType::Unknown,
+        TileFormat::Mvt => TileType::Mvt,
     };
     let mut metadata = serde_json::json!({
         "name": info.name,
         "format": info.format.archive_name(),
-        "type": "baselayer",
+        "type": if info.format.is_vector() { "overlay" } else { "baselayer" },
     });
     if let Some(d) = &info.description {
         metadata["description"] = d.clone().into();

@@ -571,6 +571,14 @@ impl Config {
                     layer.name
                 ));
             }
+            if layer.formats.contains(&TileFormat::Mvt)
+                && !matches!(layer.source, SourceSpec::Vector(_))
+            {
+                return invalid(format!(
+                    "layer {:?}: format mvt (vector tiles) needs a vector source (type: vector)",
+                    layer.name
+                ));
+            }
             let c = &layer.cache;
             if c.store != NO_STORE && !self.stores.contains_key(&c.store) {
                 return invalid(format!(

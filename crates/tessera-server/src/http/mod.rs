@@ -251,6 +251,35 @@ fn looks_like_host(h: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
+/// Whether the request's `Accept-Encoding` takes gzip (not with `q=0`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+}
+
+/// A stored vector tile unpacked, for clients that do not take gzip.
+fn gunzip(packed: &[u8]) -> Result<Bytes, ApiError> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(packed.len() * 3);
+    flate2::read::GzDecoder::new(packed)
+        .read_to_end(&mut out)
+        .map_err(|e| ApiError::internal(&e))?;
+    Ok(Bytes::from(out))
+}
+
 /// An encoded image as a response.
 pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
     let content_type = format.content_type_of(&bytes);
@@ -271,7 +300,15 @@ pub async fn serve_tile(
     request_headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let result = state.tiles.get(&tile).await?;
-    let etag = format!("\"{:032x}\"", result.hash);
+    // Vector tiles are kept gzip-compressed: sent so to clients that accept
+    // gzip, unpacked for the others (each variant with its own ETag).
+    let vector = tile.format.is_vector();
+    let packed = vector && accepts_gzip(request_headers);
+    let etag = if vector && !packed {
+        format!("\"{:032x}-identity\"", result.hash)
+    } else {
+        format!("\"{:032x}\"", result.hash)
+    };
     let last_modified = result.stored_at.map(httpdate::HttpDate::from);
     let not_modified = if request_headers.contains_key(header::IF_NONE_MATCH) {
         request_headers
@@ -290,9 +327,24 @@ pub async fn serve_tile(
     };
     let mut response = if not_modified {
         StatusCode::NOT_MODIFIED.into_response()
+    } else if vector && (result.bytes.is_empty() || result.bytes == tessera_grid::EMPTY_MVT) {
+        // No feature reaches the tile.
+        StatusCode::NO_CONTENT.into_response()
+    } else if packed {
+        let mut r = image_response(tile.format, result.bytes);
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        r
+    } else if vector {
+        image_response(tile.format, gunzip(&result.bytes)?)
     } else {
         image_response(tile.format, result.bytes)
     };
+    if vector {
+        response
+            .headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {
         headers.insert(header::ETAG, v);

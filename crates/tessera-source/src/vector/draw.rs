@@ -146,6 +146,34 @@ impl Canvas {
     }
 }
 
+/// A legend symbol of `size` x `size` pixels: what `rule` draws for a
+/// feature of `geometry` type (a square for polygons, a zigzag line for
+/// lines, a marker for points; a square when the type is unknown).
+pub fn symbol(rule: &Rule, geometry: gdal::vector::OGRwkbGeometryType::Type, size: u32) -> Option<Raster> {
+    use gdal::vector::OGRwkbGeometryType as T;
+    let mut canvas = Canvas::new(size, size)?;
+    let s = size as f32;
+    let inset = (rule.stroke_width / 2.0).max(1.0).min(s / 4.0);
+    let shapes = match gdal::vector::geometry_type_flatten(geometry) {
+        T::wkbPoint | T::wkbMultiPoint => Shapes::Points(vec![(s / 2.0, s / 2.0)]),
+        T::wkbLineString | T::wkbMultiLineString | T::wkbCircularString | T::wkbCompoundCurve
+        | T::wkbMultiCurve => Shapes::Lines(vec![vec![
+            (inset, s - inset),
+            (s * 0.4, s * 0.3),
+            (s * 0.6, s * 0.7),
+            (s - inset, inset),
+        ]]),
+        _ => Shapes::Polygons(vec![vec![vec![
+            (inset, inset),
+            (s - inset, inset),
+            (s - inset, s - inset),
+            (inset, s - inset),
+        ]]]),
+    };
+    canvas.draw(&shapes, rule);
+    Some(canvas.into_raster())
+}
+
 fn paint(color: Color, opacity: f32) -> Paint<'static> {
     let [r, g, b, a] = color.rgba;
     let alpha = (f32::from(a) * opacity).round().clamp(0.0, 255.0) as u8;
@@ -195,6 +223,20 @@ mod tests {
             panic!("bytes")
         };
         assert_eq!(red[at(4, 4)], 255);
+    }
+
+    #[test]
+    fn legend_symbols_follow_the_geometry_type() {
+        use gdal::vector::OGRwkbGeometryType as T;
+        let fill = rule(r##"{"fill": "#ff0000", "stroke": "#000000"}"##);
+        let square = symbol(&fill, T::wkbMultiPolygon, 16).unwrap();
+        assert_eq!(square.valid[8 * 16 + 8], 255, "a polygon fills the middle");
+        let marker = symbol(&fill, T::wkbPoint, 16).unwrap();
+        assert_eq!(marker.valid[8 * 16 + 8], 255);
+        assert_eq!(marker.valid[16 + 1], 0, "a marker leaves the corners empty");
+        let line = symbol(&rule(r##"{"stroke": "#0000ff", "stroke_width": 2}"##), T::wkbLineString, 16).unwrap();
+        assert!(line.valid.iter().any(|&a| a > 0));
+        assert_eq!(line.valid[15 * 16 + 15], 0, "a line leaves the corners it does not reach");
     }
 
     #[test]

@@ -1,267 +1,244 @@
 //! Vector data through GDAL/OGR (GeoPackage, Shapefile, GeoJSON,
 //! FlatGeobuf, PostGIS): features in a window, reprojected, simplified to
-//! about half a pixel and drawn with a style (`style.rs`, `draw.rs`).
+//! about half a pixel and drawn with a style (`style.rs`, `draw.rs`), cut
+//! into Mapbox Vector Tiles (`mvt.rs`), or found at a point (feature info).
 //!
 //! Each read takes a dataset handle (for PostGIS, a connection) from a
-//! bounded pool, filters by the window's bounding box in the data's CRS (the
-//! database's `&&` on its geometry index for PostGIS) and by `where`, and
-//! reads only the features there.
+//! bounded pool (`pool.rs`), filters by the window's bounding box in the
+//! data's CRS (the database's `&&` on its geometry index for PostGIS) and by
+//! `where`, and reads only the features there.
 
 pub mod draw;
+mod mvt;
+mod pool;
+mod spec;
 pub mod style;
 
-use std::sync::{Condvar, Mutex, PoisonError};
-use std::time::Duration;
-
-use gdal::vector::{FieldValue, Geometry, LayerAccess, OGRwkbGeometryType, geometry_type_flatten};
+use gdal::vector::{FieldValue, Geometry, LayerAccess, OGRFieldType, OGRwkbGeometryType};
+use gdal::vector::{geometry_type_flatten, geometry_type_to_name};
 use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
-use serde::Deserialize;
-use tessera_grid::BBox;
+use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
 
 use crate::{Crs, Source, SourceError, SourceInfo, WindowRequest};
 use draw::{Canvas, Shapes};
+use pool::Pool;
+pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
 use style::{Attribute, Rule};
 
 /// Metres per pixel of Web Mercator's zoom 0 (256-pixel tiles): zoom
 /// levels of style rules are measured against it.
 const ZOOM0_METERS_PER_PIXEL: f64 = 156_543.033_928_040_97;
 
-/// `source: { type: vector, ... }`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct VectorSpec {
-    /// A file GDAL reads as vector data, a `PG:` connection string or a
-    /// `postgres://` URL (credentials through `${ENV}`).
-    pub path: String,
-    /// The layer (a table for PostGIS); the first one when absent.
-    #[serde(default)]
-    pub layer: Option<String>,
-    /// An attribute filter in OGR SQL (pushed to the database by PostGIS).
-    #[serde(default, rename = "where")]
-    pub filter: Option<String>,
-    /// Attributes the layer offers (vector tiles, feature info); the style's
-    /// filter fields are read in any case. Each must exist.
-    #[serde(default)]
-    pub fields: Vec<String>,
-    /// How features are drawn into map images: rules in drawing order.
-    pub style: Vec<Rule>,
-    /// Most features one read may draw (default 200,000): more is an error
-    /// that says to narrow the window or the `where`.
-    #[serde(default = "default_max_features")]
-    pub max_features: u64,
-    /// Most handles (database connections) reads use at once (default 4).
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
-    /// PostgreSQL's `statement_timeout` and the longest wait for a free
-    /// connection, in milliseconds (default 10,000).
-    #[serde(default = "default_statement_timeout_ms")]
-    pub statement_timeout_ms: u64,
+/// A vector layer as vector tiles hold it (TileJSON's `vector_layers`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorLayerInfo {
+    /// Its name in the tiles.
+    pub name: String,
+    /// Its attributes and their types (`Number`, `String`, `Boolean`).
+    pub fields: Vec<(String, &'static str)>,
+    /// The lowest zoom whose tiles hold it.
+    pub min_zoom: u8,
+    /// The highest zoom whose tiles hold it (`None`: every zoom).
+    pub max_zoom: Option<u8>,
+    /// The data's geometry type (`Polygon`, `Multi Polygon`, `Point`, ...).
+    pub geometry: String,
 }
 
-fn default_max_features() -> u64 {
-    200_000
+/// A feature found at a point (feature info).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundFeature {
+    /// The data layer's name (as in vector tiles).
+    pub layer: String,
+    /// The layer's offered fields, with their values (JSON null for none).
+    pub attributes: Vec<(String, serde_json::Value)>,
 }
 
-fn default_max_connections() -> usize {
-    4
+/// One legend entry: a rule's name and its symbol.
+#[derive(Debug)]
+pub struct LegendSymbol {
+    /// The data layer it belongs to.
+    pub layer: String,
+    /// The rule's name.
+    pub label: String,
+    /// The symbol, drawn as the rule draws the layer's geometry type.
+    pub symbol: Raster,
 }
 
-fn default_statement_timeout_ms() -> u64 {
-    10_000
-}
-
-impl VectorSpec {
-    /// The text GDAL opens: a `postgres://` URL becomes a `PG:` string,
-    /// and PostgreSQL sources get a connect timeout and the statement
-    /// timeout.
-    fn gdal_path(&self) -> String {
-        let secs = self.statement_timeout_ms.div_ceil(1000).max(1);
-        let ms = self.statement_timeout_ms;
-        let timeouts = format!("connect_timeout={secs} options='-c statement_timeout={ms}'");
-        if self.path.starts_with("postgres://") || self.path.starts_with("postgresql://") {
-            // GDAL appends `application_name=...` to the string, which a
-            // URL cannot take: the URL is written as key=value pairs.
-            return match conninfo_of_url(&self.path) {
-                Some(conninfo) => format!("PG:{conninfo} {timeouts}"),
-                None => format!("PG:{}", self.path),
-            };
-        }
-        if let Some(conn) = self.path.strip_prefix("PG:") {
-            return format!("PG:{conn} {timeouts}");
-        }
-        self.path.clone()
-    }
-
-    /// Whether the data is in PostgreSQL.
-    pub fn is_postgres(&self) -> bool {
-        self.path.starts_with("PG:")
-            || self.path.starts_with("postgres://")
-            || self.path.starts_with("postgresql://")
-    }
-
-    /// The path with any password replaced by `***`, for messages.
-    pub fn shown_path(&self) -> String {
-        redact(&self.path)
-    }
-}
-
-/// A `postgres://user:password@host:port/dbname?key=value` URL as libpq
-/// key=value pairs (values quoted); `None` when it does not parse.
-fn conninfo_of_url(text: &str) -> Option<String> {
-    let url = url::Url::parse(text).ok()?;
-    let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
-    let decode = |v: &str| {
-        url::form_urlencoded::parse(format!("v={v}").as_bytes())
-            .next()
-            .map(|(_, v)| v.into_owned())
-            .unwrap_or_default()
-    };
-    let mut pairs = Vec::new();
-    if let Some(host) = url.host_str() {
-        pairs.push(format!(
-            "host={}",
-            quote(host.trim_start_matches('[').trim_end_matches(']'))
-        ));
-    }
-    if let Some(port) = url.port() {
-        pairs.push(format!("port={port}"));
-    }
-    if !url.username().is_empty() {
-        pairs.push(format!("user={}", quote(&decode(url.username()))));
-    }
-    if let Some(password) = url.password() {
-        pairs.push(format!("password={}", quote(&decode(password))));
-    }
-    let db = url.path().trim_start_matches('/');
-    if !db.is_empty() {
-        pairs.push(format!("dbname={}", quote(&decode(db))));
-    }
-    for (k, v) in url.query_pairs() {
-        pairs.push(format!("{k}={}", quote(&v)));
-    }
-    Some(pairs.join(" "))
-}
-
-/// `text` with the password of a `PG:` string (`password=...`) or of a
-/// URL's user information replaced by `***`.
-fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("password=") {
-        out.push_str(&rest[..at + "password=".len()]);
-        out.push_str("***");
-        rest = &rest[at + "password=".len()..];
-        let end = rest.find([' ', '&']).unwrap_or(rest.len());
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    if let Some(scheme) = out.find("://") {
-        let after = scheme + 3;
-        if let Some(at) = out[after..].find('@').map(|i| i + after)
-            && let Some(colon) = out[after..at].find(':').map(|i| i + after)
-        {
-            out.replace_range(colon + 1..at, "***");
-        }
-    }
-    out
-}
-
-/// Features of one layer of a vector dataset, drawn with a style.
+/// Features of one or more layers of a vector dataset, drawn with their
+/// styles, cut into vector tiles, or found at a point.
 #[derive(Debug)]
 pub struct VectorSource {
     spec: VectorSpec,
-    gdal_path: String,
     shown: String,
-    layer: String,
+    layers: Vec<DataLayer>,
     info: SourceInfo,
-    /// The attributes the style reads.
-    style_fields: Vec<String>,
     pool: Pool,
     report: Vec<String>,
 }
 
-/// Dataset handles: idle ones to reuse, and how many are out.
+/// One data layer, as opened.
 #[derive(Debug)]
-struct Pool {
-    idle: Mutex<(Vec<Dataset>, usize)>,
-    freed: Condvar,
-    max: usize,
-    wait: Duration,
+struct DataLayer {
+    /// Name in vector tiles and feature info.
+    name: String,
+    /// The dataset's layer.
+    layer: String,
+    filter: Option<String>,
+    /// Offered attributes, with their MVT/TileJSON types.
+    fields: Vec<(String, &'static str)>,
+    style: Vec<Rule>,
+    /// The attributes the style reads.
+    style_fields: Vec<String>,
+    min_zoom: u8,
+    max_zoom: Option<u8>,
+    crs: Crs,
+    geometry: OGRwkbGeometryType::Type,
+    /// The table's address for SQL, for PostGIS layers.
+    table: Option<mvt::PgTable>,
 }
 
+/// Features read from a data layer: the asked-for attributes (in the
+/// order asked) and the geometry in the layer's CRS.
+type Features = Vec<(Vec<Option<FieldValue>>, Geometry)>;
+
 impl VectorSource {
-    /// Opens the dataset and its layer, checks the fields and the style,
-    /// and reads the layer's CRS and extent.
+    /// Opens the dataset and its layers, checks the fields and the styles,
+    /// and reads the layers' CRSs and extents.
     pub fn open(spec: &VectorSpec) -> Result<VectorSource, SourceError> {
         let shown = spec.shown_path();
         let open_err = |message: String| SourceError::Open {
             path: shown.clone(),
             source: message.into(),
         };
-        style::check_rules(&spec.style).map_err(&open_err)?;
+        let wanted = spec.data_layers().map_err(&open_err)?;
         if spec.max_connections == 0 {
             return Err(open_err("max_connections must be at least 1".into()));
+        }
+        if spec.mvt.extent == 0 || spec.mvt.buffer > spec.mvt.extent {
+            return Err(open_err(
+                "mvt.extent must be at least 1 and mvt.buffer at most the extent".into(),
+            ));
         }
         let gdal_path = spec.gdal_path();
         let ds = open_vector(&gdal_path, &shown)?;
         let names: Vec<String> = ds.layers().map(|l| l.name()).collect();
-        let layer_name = match &spec.layer {
-            Some(l) => l.clone(),
-            None => names
-                .first()
-                .cloned()
-                .ok_or_else(|| open_err("the dataset has no layers".into()))?,
-        };
-        let mut layer = ds.layer_by_name(&layer_name).map_err(|_| {
-            open_err(format!(
-                "it has no layer {layer_name:?}; its layers: {}",
-                list(&names)
-            ))
-        })?;
-        let available: Vec<String> = layer.defn().fields().map(|f| f.name()).collect();
-        let style_fields = style::fields_used(&spec.style);
-        for f in spec.fields.iter().chain(&style_fields) {
-            if !available.contains(f) {
-                return Err(open_err(format!(
-                    "layer {layer_name:?} has no field {f:?}; its fields: {}",
-                    list(&available)
-                )));
-            }
-        }
-        let srs = layer.spatial_ref().ok_or_else(|| {
-            open_err(format!(
-                "layer {layer_name:?} has no coordinate reference system"
-            ))
-        })?;
-        let wkt = srs
-            .to_wkt()
-            .map_err(|e| open_err(format!("its CRS cannot be read: {e}")))?;
-        let native_crs = Crs::from_wkt(&wkt)?;
-        let extent = layer.get_extent().map_err(|e| {
-            open_err(format!(
-                "layer {layer_name:?} has no extent (is it empty?): {e}"
-            ))
-        })?;
-        let native_bounds = BBox::new(extent.MinX, extent.MinY, extent.MaxX, extent.MaxY)
-            .map_err(|e| open_err(format!("layer {layer_name:?} has a bad extent: {e}")))?;
         let lonlat = Crs::parse("OGC:CRS84")?;
-        let lonlat_bounds = native_crs.transform_bbox(&native_bounds, &lonlat)?;
-        let count = layer.feature_count();
-        let geometry = gdal::vector::geometry_type_to_name(unsafe_geom_type(&layer));
-        // The filter last: the extent and count above are the table's, and
-        // a costly `where` is paid by reads, under their timeout.
-        if let Some(w) = &spec.filter {
-            layer.set_attribute_filter(w).map_err(|e| {
+        let mut layers = Vec::with_capacity(wanted.len());
+        let mut report = Vec::new();
+        let mut lonlat_bounds: Option<BBox> = None;
+        for want in &wanted {
+            style::check_rules(&want.style).map_err(&open_err)?;
+            let layer_name = match &want.layer {
+                Some(l) => l.clone(),
+                None => names
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| open_err("the dataset has no layers".into()))?,
+            };
+            let mut layer = ds.layer_by_name(&layer_name).map_err(|_| {
                 open_err(format!(
-                    "where {w:?} is not valid for layer {layer_name:?}: {e}"
+                    "it has no layer {layer_name:?}; its layers: {}",
+                    list(&names)
                 ))
             })?;
+            let available: Vec<(String, OGRFieldType::Type)> = layer
+                .defn()
+                .fields()
+                .map(|f| (f.name(), f.field_type()))
+                .collect();
+            let style_fields = style::fields_used(&want.style);
+            let mut fields = Vec::with_capacity(want.fields.len());
+            for f in want.fields.iter().chain(&style_fields) {
+                let Some((_, kind)) = available.iter().find(|(n, _)| n == f) else {
+                    let all: Vec<String> = available.iter().map(|(n, _)| n.clone()).collect();
+                    return Err(open_err(format!(
+                        "layer {layer_name:?} has no field {f:?}; its fields: {}",
+                        list(&all)
+                    )));
+                };
+                if want.fields.contains(f) && !fields.iter().any(|(n, _)| n == f) {
+                    fields.push((f.clone(), field_kind(*kind)));
+                }
+            }
+            let srs = layer.spatial_ref().ok_or_else(|| {
+                open_err(format!(
+                    "layer {layer_name:?} has no coordinate reference system"
+                ))
+            })?;
+            let wkt = srs
+                .to_wkt()
+                .map_err(|e| open_err(format!("its CRS cannot be read: {e}")))?;
+            let crs = Crs::from_wkt(&wkt)?;
+            let extent = layer.get_extent().map_err(|e| {
+                open_err(format!(
+                    "layer {layer_name:?} has no extent (is it empty?): {e}"
+                ))
+            })?;
+            let bounds = BBox::new(extent.MinX, extent.MinY, extent.MaxX, extent.MaxY)
+                .map_err(|e| open_err(format!("layer {layer_name:?} has a bad extent: {e}")))?;
+            let ll = crs.transform_bbox(&bounds, &lonlat)?;
+            lonlat_bounds = Some(lonlat_bounds.map_or(ll, |b| b.union(&ll)));
+            let count = layer.feature_count();
+            // SAFETY: a valid layer handle; the call only reads its definition.
+            let geometry = unsafe { gdal_sys::OGR_L_GetGeomType(layer.c_layer()) };
+            // The filter last: the extent and count above are the table's,
+            // and a costly `where` is paid by reads, under their timeout.
+            if let Some(w) = &want.filter {
+                layer.set_attribute_filter(w).map_err(|e| {
+                    open_err(format!(
+                        "where {w:?} is not valid for layer {layer_name:?}: {e}"
+                    ))
+                })?;
+            }
+            let table = if spec.is_postgres() && spec.mvt.in_database {
+                mvt::PgTable::of(&layer, &crs)
+            } else {
+                None
+            };
+            let name = want.name.clone().unwrap_or_else(|| layer_name.clone());
+            if layers.iter().any(|l: &DataLayer| l.name == name) {
+                return Err(open_err(format!(
+                    "two layers are named {name:?}; give them distinct `name`s"
+                )));
+            }
+            report.push(format!(
+                "layer {layer_name:?}{}: {count} features ({}), CRS {}, extent [{:.4}, {:.4}, \
+                 {:.4}, {:.4}] (lon/lat), fields: {}",
+                if name == layer_name {
+                    String::new()
+                } else {
+                    format!(" as {name:?}")
+                },
+                geometry_type_to_name(geometry),
+                crs.id,
+                ll.min_x,
+                ll.min_y,
+                ll.max_x,
+                ll.max_y,
+                list(&available.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
+            ));
+            layers.push(DataLayer {
+                name,
+                layer: layer_name,
+                filter: want.filter.clone(),
+                fields,
+                style: want.style.clone(),
+                style_fields,
+                min_zoom: want.min_zoom.unwrap_or(0),
+                max_zoom: want.max_zoom,
+                crs,
+                geometry,
+                table,
+            });
         }
+        let lonlat_bounds = lonlat_bounds.ok_or_else(|| open_err("no layers".into()))?;
+        let native_crs = layers[0].crs.clone();
+        let native_bounds = lonlat.transform_bbox(&lonlat_bounds, &native_crs)?;
         let info = SourceInfo {
             band_count: 3,
             is_byte: true,
-            native_crs: native_crs.clone(),
+            native_crs,
             native_bounds,
             lonlat_bounds,
             // Vector data has no resolution of its own: fine enough for
@@ -269,50 +246,22 @@ impl VectorSource {
             native_resolution: native_bounds.width().max(native_bounds.height())
                 / f64::from(1u32 << 24),
         };
-        let report = vec![
-            format!(
-                "layer {layer_name:?}: {count} features ({geometry}), CRS {}",
-                native_crs.id
-            ),
-            format!(
-                "extent [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
-                lonlat_bounds.min_x, lonlat_bounds.min_y, lonlat_bounds.max_x, lonlat_bounds.max_y
-            ),
-            format!("fields: {}", list(&available)),
-        ];
-        let pool = Pool {
-            idle: Mutex::new((vec![ds], 0)),
-            freed: Condvar::new(),
-            max: spec.max_connections,
-            wait: Duration::from_millis(spec.statement_timeout_ms),
-        };
+        let pool = Pool::new(
+            ds,
+            gdal_path,
+            shown.clone(),
+            spec.max_connections,
+            spec.statement_timeout_ms,
+            spec.is_postgres(),
+        );
         Ok(VectorSource {
             spec: spec.clone(),
-            gdal_path,
             shown,
-            layer: layer_name,
+            layers,
             info,
-            style_fields,
             pool,
             report,
         })
-    }
-
-    /// A database that cannot be reached is unavailable (503 with
-    /// Retry-After), like a down upstream; a file keeps its open error.
-    fn unavailable(&self, e: SourceError) -> SourceError {
-        if !self.spec.is_postgres() {
-            return e;
-        }
-        let message = match &e {
-            SourceError::Open { source, .. } => source.to_string(),
-            other => other.to_string(),
-        };
-        SourceError::UpstreamUnavailable {
-            url: self.shown.clone(),
-            message,
-            retry_after_secs: 5,
-        }
     }
 
     fn read_err(&self, message: String) -> SourceError {
@@ -322,83 +271,30 @@ impl VectorSource {
         }
     }
 
-    /// A handle from the pool, or a new one while fewer than `max` are out;
-    /// waits up to the statement timeout for one to come back.
-    fn acquire(&self) -> Result<Dataset, SourceError> {
-        let deadline = std::time::Instant::now() + self.pool.wait;
-        let mut guard = self
-            .pool
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if let Some(ds) = guard.0.pop() {
-                guard.1 += 1;
-                return Ok(ds);
-            }
-            if guard.1 < self.pool.max {
-                guard.1 += 1;
-                drop(guard);
-                return open_vector(&self.gdal_path, &self.shown)
-                    .map_err(|e| self.unavailable(e))
-                    .inspect_err(|_| self.give_back(None));
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(self.read_err(format!(
-                    "all {} connections stayed busy for {} ms (max_connections, statement_timeout_ms)",
-                    self.pool.max, self.spec.statement_timeout_ms
-                )));
-            }
-            guard = self
-                .pool
-                .freed
-                .wait_timeout(guard, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Returns a handle (or only its place, after a failed read: the
-    /// handle may be a broken connection).
-    fn give_back(&self, ds: Option<Dataset>) {
-        let mut guard = self
-            .pool
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        guard.1 = guard.1.saturating_sub(1);
-        if let Some(ds) = ds {
-            guard.0.push(ds);
-        }
-        drop(guard);
-        self.pool.freed.notify_one();
-    }
-
-    /// Features in `bbox` (data CRS) with the style's attributes, as
-    /// geometries in the data's CRS.
+    /// Features of `dl` in `bbox` (the layer's CRS) with the attributes
+    /// `fields`, as geometries in the layer's CRS.
     fn features(
         &self,
         ds: &Dataset,
+        dl: &DataLayer,
         bbox: &BBox,
+        fields: &[String],
         cancel: Option<&std::sync::atomic::AtomicBool>,
-    ) -> Result<Vec<(Vec<Attribute>, Geometry)>, SourceError> {
+    ) -> Result<Features, SourceError> {
         let mut layer = ds
-            .layer_by_name(&self.layer)
-            .map_err(|e| self.read_err(format!("layer {:?}: {e}", self.layer)))?;
-        if let Some(w) = &self.spec.filter {
+            .layer_by_name(&dl.layer)
+            .map_err(|e| self.read_err(format!("layer {:?}: {e}", dl.layer)))?;
+        if let Some(w) = &dl.filter {
             layer
                 .set_attribute_filter(w)
                 .map_err(|e| self.read_err(format!("where {w:?}: {e}")))?;
         }
         layer.set_spatial_filter_rect(bbox.min_x, bbox.min_y, bbox.max_x, bbox.max_y);
-        let indexes: Vec<Option<usize>> = self
-            .style_fields
+        let indexes: Vec<Option<usize>> = fields
             .iter()
             .map(|f| layer.defn().field_index(f).ok())
             .collect();
-        // SAFETY: plain calls on this thread's GDAL error state.
-        unsafe { gdal_sys::CPLErrorReset() };
+        pool::reset_gdal_error();
         let mut out = Vec::new();
         for feature in layer.features() {
             if out.len() as u64 >= self.spec.max_features {
@@ -408,9 +304,7 @@ impl VectorSource {
                     self.spec.max_features
                 )));
             }
-            if out.len() % 1024 == 0
-                && cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
-            {
+            if out.len() % 1024 == 0 && cancelled(cancel) {
                 return Err(SourceError::Cancelled);
             }
             let Some(geometry) = feature.geometry() else {
@@ -418,38 +312,217 @@ impl VectorSource {
             };
             let attributes = indexes
                 .iter()
-                .map(|i| match i.map(|i| feature.field(i)) {
-                    Some(Ok(Some(v))) => attribute(v),
-                    _ => Attribute::Null,
-                })
+                .map(|i| i.and_then(|i| feature.field(i).ok().flatten()))
                 .collect();
             out.push((attributes, geometry.clone()));
         }
         // An error while iterating ends the iteration like its end does: a
         // lost connection or a statement timeout is told by GDAL's error
         // state.
-        // SAFETY: reads this thread's GDAL error state; the message is
-        // copied before any other GDAL call.
-        let failed = unsafe { gdal_sys::CPLGetLastErrorType() } >= gdal_sys::CPLErr::CE_Failure;
-        if failed {
-            // SAFETY: as above.
-            let message = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) }
-                .to_string_lossy()
-                .into_owned();
-            let message = format!("reading features failed: {}", redact(&message));
-            // The database's own words (a statement timeout, a lost
-            // connection) are the upstream's message.
-            return Err(if self.spec.is_postgres() {
-                SourceError::Upstream {
-                    url: self.shown.clone(),
-                    message,
-                }
-            } else {
-                self.read_err(message)
-            });
-        }
+        self.pool.check_gdal_error("reading features failed")?;
         Ok(out)
     }
+
+    /// The vector tile `coord` of `grid`, gzip-compressed (as MBTiles and
+    /// PMTiles keep them; [`tessera_grid::EMPTY_MVT`] when no feature
+    /// reaches the tile): every
+    /// data layer the zoom holds, cut by the database (`ST_AsMVT`) where it
+    /// can, else here.
+    fn mvt_tile(
+        &self,
+        grid: &TileMatrixSet,
+        coord: TileCoord,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<bytes::Bytes, SourceError> {
+        let crs = Crs::parse(&grid.crs)?;
+        let frame = mvt::Frame::new(grid, coord, &crs, self.spec.mvt);
+        let layers: Vec<&DataLayer> = self
+            .layers
+            .iter()
+            .filter(|l| coord.z() >= l.min_zoom && l.max_zoom.is_none_or(|m| coord.z() <= m))
+            .collect();
+        if layers.is_empty() {
+            return Ok(mvt::gzip(&[]));
+        }
+        let in_database: Option<Vec<(&DataLayer, &mvt::PgTable)>> = layers
+            .iter()
+            .map(|l| l.table.as_ref().map(|t| (*l, t)))
+            .collect();
+        if let (Some(tables), Some(srid)) = (in_database, frame.srid()) {
+            let sql = mvt::tile_sql(&tables, &frame, srid);
+            let raw = self
+                .pool
+                .with_handle(|ds| mvt::run_tile_sql(ds, &sql, &self.pool))?;
+            return Ok(mvt::gzip(&raw));
+        }
+        let mut out = Vec::new();
+        for dl in layers {
+            let Ok(window) = crs.transform_bbox(&frame.buffered_bbox(), &dl.crs) else {
+                continue;
+            };
+            let names: Vec<String> = dl.fields.iter().map(|(n, _)| n.clone()).collect();
+            let features = self
+                .pool
+                .with_handle(|ds| self.features(ds, dl, &window, &names, cancel))?;
+            if cancelled(cancel) {
+                return Err(SourceError::Cancelled);
+            }
+            mvt::encode_layer(&mut out, &dl.name, &names, features, &dl.crs, &frame)?;
+        }
+        Ok(mvt::gzip(&out))
+    }
+
+    /// Features whose geometry lies within `tolerance` (CRS units) of
+    /// `point` in `crs`, in every data layer that draws at `zoom` (all
+    /// layers when none has a style), at most `limit`.
+    pub fn features_at(
+        &self,
+        point: (f64, f64),
+        crs: &Crs,
+        tolerance: f64,
+        zoom: f64,
+        limit: usize,
+    ) -> Result<Vec<FoundFeature>, SourceError> {
+        let probe = BBox::new(
+            point.0 - tolerance,
+            point.1 - tolerance,
+            point.0 + tolerance,
+            point.1 + tolerance,
+        )
+        .map_err(|e| self.read_err(e.to_string()))?;
+        let mut found = Vec::new();
+        // Topmost first: layers are drawn in order, so the last is on top.
+        for dl in self.layers.iter().rev() {
+            if !dl.style.is_empty() && !dl.style.iter().any(|r| r.draws_at(zoom)) {
+                continue;
+            }
+            let Ok(window) = crs.transform_bbox(&probe, &dl.crs) else {
+                continue;
+            };
+            let names: Vec<String> = dl.fields.iter().map(|(n, _)| n.clone()).collect();
+            let features = self
+                .pool
+                .with_handle(|ds| self.features(ds, dl, &window, &names, None))?;
+            let mut area = Geometry::bbox(window.min_x, window.min_y, window.max_x, window.max_y)
+                .map_err(|e| self.read_err(e.to_string()))?;
+            area.flatten_to_2d();
+            for (values, geometry) in features {
+                if found.len() >= limit {
+                    return Ok(found);
+                }
+                if !geometry.intersects(&area) {
+                    continue;
+                }
+                found.push(FoundFeature {
+                    layer: dl.name.clone(),
+                    attributes: names
+                        .iter()
+                        .cloned()
+                        .zip(values.into_iter().map(json_value))
+                        .collect(),
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// The layers as vector tiles hold them.
+    pub fn vector_layers(&self) -> Vec<VectorLayerInfo> {
+        self.layers
+            .iter()
+            .map(|l| VectorLayerInfo {
+                name: l.name.clone(),
+                fields: l.fields.clone(),
+                min_zoom: l.min_zoom,
+                max_zoom: l.max_zoom,
+                geometry: geometry_type_to_name(l.geometry),
+            })
+            .collect()
+    }
+
+    /// One symbol of `size` pixels per style rule, in drawing order.
+    pub fn legend(&self, size: u32) -> Vec<LegendSymbol> {
+        let mut out = Vec::new();
+        for dl in &self.layers {
+            for rule in &dl.style {
+                if let Some(symbol) = draw::symbol(rule, dl.geometry, size) {
+                    out.push(LegendSymbol {
+                        layer: dl.name.clone(),
+                        label: rule.label(),
+                        symbol,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Draws `dl`'s features that its rules at `zoom` select.
+    fn draw_layer(
+        &self,
+        canvas: &mut Canvas,
+        dl: &DataLayer,
+        req: &WindowRequest<'_>,
+        zoom: f64,
+    ) -> Result<(), SourceError> {
+        let rules: Vec<&Rule> = dl.style.iter().filter(|r| r.draws_at(zoom)).collect();
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let res_x = req.bbox.width() / f64::from(req.width);
+        let res_y = req.bbox.height() / f64::from(req.height);
+        // Symbols reach past a feature by half their width: features that
+        // far outside the window still draw into it.
+        let reach = rules
+            .iter()
+            .map(|r| {
+                r.stroke_width
+                    .max(r.marker.as_ref().map_or(6.0, |m| m.size))
+            })
+            .fold(0.0f32, f32::max);
+        let margin = f64::from(reach) / 2.0 + 1.0;
+        let grown = req.bbox.buffered(margin * res_x, margin * res_y);
+        let Ok(window) = req.crs.transform_bbox(&grown, &dl.crs) else {
+            return Ok(());
+        };
+        let features = self
+            .pool
+            .with_handle(|ds| self.features(ds, dl, &window, &dl.style_fields, req.cancel))?;
+        let projector = Projector {
+            from: &dl.crs,
+            req,
+            res_x,
+            res_y,
+        };
+        for (values, geometry) in features {
+            let attributes: Vec<Attribute> = values.into_iter().map(attribute).collect();
+            let (mut points, mut lines, mut polygons) = (Vec::new(), Vec::new(), Vec::new());
+            projector.add(&geometry, &mut points, &mut lines, &mut polygons)?;
+            for rule in &rules {
+                let passes = rule.filter.as_ref().is_none_or(|f| {
+                    let at = dl.style_fields.iter().position(|n| *n == f.field);
+                    at.is_some_and(|i| f.matches(&attributes[i]))
+                });
+                if !passes {
+                    continue;
+                }
+                if !polygons.is_empty() {
+                    canvas.draw(&Shapes::Polygons(polygons.clone()), rule);
+                }
+                if !lines.is_empty() {
+                    canvas.draw(&Shapes::Lines(lines.clone()), rule);
+                }
+                if !points.is_empty() {
+                    canvas.draw(&Shapes::Points(points.clone()), rule);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cancelled(cancel: Option<&std::sync::atomic::AtomicBool>) -> bool {
+    cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
 }
 
 fn list(names: &[String]) -> String {
@@ -460,21 +533,36 @@ fn list(names: &[String]) -> String {
     }
 }
 
-/// The layer's declared geometry type.
-fn unsafe_geom_type(layer: &gdal::vector::Layer<'_>) -> OGRwkbGeometryType::Type {
-    // SAFETY: a valid layer handle; the call only reads its definition.
-    unsafe { gdal_sys::OGR_L_GetGeomType(layer.c_layer()) }
+/// A field's type as TileJSON's `vector_layers` names it.
+fn field_kind(kind: OGRFieldType::Type) -> &'static str {
+    match kind {
+        OGRFieldType::OFTInteger | OGRFieldType::OFTInteger64 | OGRFieldType::OFTReal => "Number",
+        _ => "String",
+    }
 }
 
-fn attribute(v: FieldValue) -> Attribute {
+fn attribute(v: Option<FieldValue>) -> Attribute {
     match v {
-        FieldValue::IntegerValue(i) => Attribute::Number(f64::from(i)),
-        FieldValue::Integer64Value(i) => Attribute::Number(i as f64),
-        FieldValue::RealValue(r) => Attribute::Number(r),
-        FieldValue::StringValue(s) => Attribute::Text(s),
-        FieldValue::DateValue(d) => Attribute::Text(d.to_string()),
-        FieldValue::DateTimeValue(d) => Attribute::Text(d.to_string()),
+        Some(FieldValue::IntegerValue(i)) => Attribute::Number(f64::from(i)),
+        Some(FieldValue::Integer64Value(i)) => Attribute::Number(i as f64),
+        Some(FieldValue::RealValue(r)) => Attribute::Number(r),
+        Some(FieldValue::StringValue(s)) => Attribute::Text(s),
+        Some(FieldValue::DateValue(d)) => Attribute::Text(d.to_string()),
+        Some(FieldValue::DateTimeValue(d)) => Attribute::Text(d.to_string()),
         _ => Attribute::Null,
+    }
+}
+
+fn json_value(v: Option<FieldValue>) -> serde_json::Value {
+    match v {
+        Some(FieldValue::IntegerValue(i)) => i.into(),
+        Some(FieldValue::Integer64Value(i)) => i.into(),
+        Some(FieldValue::RealValue(r)) => serde_json::Number::from_f64(r)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number),
+        Some(FieldValue::StringValue(s)) => s.into(),
+        Some(FieldValue::DateValue(d)) => d.to_string().into(),
+        Some(FieldValue::DateTimeValue(d)) => d.to_string().into(),
+        _ => serde_json::Value::Null,
     }
 }
 
@@ -488,7 +576,7 @@ fn open_vector(path: &str, shown: &str) -> Result<Dataset, SourceError> {
     };
     Dataset::open_ex(path, options).map_err(|e| SourceError::Open {
         path: shown.to_string(),
-        source: redact(&e.to_string()).into(),
+        source: spec::redact(&e.to_string()).into(),
     })
 }
 
@@ -566,10 +654,47 @@ impl Projector<'_> {
                     self.add(&g.get_geometry(i), points, lines, polygons)?;
                 }
             }
-            // Curves and surfaces GDAL can linearise: not drawn yet.
-            _ => {}
+            // Curves and surfaces: drawn as GDAL linearises them.
+            _ => {
+                if let Some(linear) = linearised(g) {
+                    self.add(&linear, points, lines, polygons)?;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// A curved geometry (circular strings, compound curves, curve polygons)
+/// as GDAL approximates it with straight segments; `None` when GDAL has no
+/// linear form of it.
+fn linearised(g: &Geometry) -> Option<Geometry> {
+    // SAFETY: `g` is a valid geometry; the call returns a new geometry
+    // owned by the caller, or null.
+    let linear =
+        unsafe { gdal_sys::OGR_G_GetLinearGeometry(g.c_geometry(), 0.0, std::ptr::null_mut()) };
+    if linear.is_null() {
+        return None;
+    }
+    let linear = take_geometry(linear);
+    // SAFETY: a plain function of the type code.
+    let still_curved = unsafe { gdal_sys::OGR_GT_IsNonLinear(linear.geometry_type()) } != 0;
+    (!still_curved).then_some(linear)
+}
+
+/// An owned [`Geometry`] of a new, non-null geometry GDAL returned (the
+/// handle is destroyed; the value is a copy).
+fn take_geometry(handle: gdal_sys::OGRGeometryH) -> Geometry {
+    // SAFETY: `handle` is a valid geometry owned by the caller; the view
+    // does not own it, the clone is owned, and the handle is destroyed
+    // once, after the clone and before anything else refers to it.
+    unsafe {
+        let view = Geometry::lazy_feature_geometry();
+        view.set_c_geometry(handle);
+        let owned = view.clone();
+        drop(view);
+        gdal_sys::OGR_G_DestroyGeometry(handle);
+        owned
     }
 }
 
@@ -588,111 +713,29 @@ impl Source for VectorSource {
             height: req.height,
         })?;
         let res_x = req.bbox.width() / f64::from(req.width);
-        let res_y = req.bbox.height() / f64::from(req.height);
         let zoom = (ZOOM0_METERS_PER_PIXEL / (res_x * req.crs.meters_per_unit)).log2();
-        let rules: Vec<&Rule> = self
-            .spec
-            .style
-            .iter()
-            .filter(|r| r.draws_at(zoom))
-            .collect();
-        if rules.is_empty() {
-            return Ok(canvas.into_raster());
+        for dl in &self.layers {
+            self.draw_layer(&mut canvas, dl, req, zoom)?;
         }
-        // Symbols reach past a feature by half their width: features that
-        // far outside the window still draw into it.
-        let reach = rules
-            .iter()
-            .map(|r| {
-                r.stroke_width
-                    .max(r.marker.as_ref().map_or(6.0, |m| m.size))
-            })
-            .fold(0.0f32, f32::max);
-        let margin = f64::from(reach) / 2.0 + 1.0;
-        let grown = req.bbox.buffered(margin * res_x, margin * res_y);
-        let Ok(window) = req.crs.transform_bbox(&grown, &self.info.native_crs) else {
-            return Ok(canvas.into_raster());
-        };
-        let ds = self.acquire()?;
-        let features = self.features(&ds, &window, req.cancel);
-        self.give_back(features.is_ok().then_some(ds));
-        let projector = Projector {
-            from: &self.info.native_crs,
-            req,
-            res_x,
-            res_y,
-        };
-        for (attributes, geometry) in features? {
-            let (mut points, mut lines, mut polygons) = (Vec::new(), Vec::new(), Vec::new());
-            projector.add(&geometry, &mut points, &mut lines, &mut polygons)?;
-            for rule in &rules {
-                let passes = rule.filter.as_ref().is_none_or(|f| {
-                    let at = self.style_fields.iter().position(|n| *n == f.field);
-                    at.is_some_and(|i| f.matches(&attributes[i]))
-                });
-                if !passes {
-                    continue;
-                }
-                if !polygons.is_empty() {
-                    canvas.draw(&Shapes::Polygons(polygons.clone()), rule);
-                }
-                if !lines.is_empty() {
-                    canvas.draw(&Shapes::Lines(lines.clone()), rule);
-                }
-                if !points.is_empty() {
-                    canvas.draw(&Shapes::Points(points.clone()), rule);
-                }
-            }
-        }
-        if req
-            .cancel
-            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
-        {
+        if cancelled(req.cancel) {
             return Err(SourceError::Cancelled);
         }
         Ok(canvas.into_raster())
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_hidden_in_connection_strings_and_urls() {
-        assert_eq!(
-            redact("PG:host=db user=u password=s3cret dbname=x"),
-            "PG:host=db user=u password=*** dbname=x"
-        );
-        assert_eq!(
-            redact("postgres://u:s3cret@db:5432/x"),
-            "postgres://u:***@db:5432/x"
-        );
-        assert_eq!(redact("data/countries.gpkg"), "data/countries.gpkg");
+    fn passthrough(
+        &self,
+        grid: &TileMatrixSet,
+        coord: TileCoord,
+        format: TileFormat,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Option<Result<Option<bytes::Bytes>, SourceError>> {
+        format
+            .is_vector()
+            .then(|| self.mvt_tile(grid, coord, cancel).map(Some))
     }
 
-    #[test]
-    fn postgres_sources_get_connect_and_statement_timeouts() {
-        let spec = |path: &str| VectorSpec {
-            path: path.into(),
-            layer: None,
-            filter: None,
-            fields: vec![],
-            style: vec![],
-            max_features: 1,
-            max_connections: 1,
-            statement_timeout_ms: 2500,
-        };
-        assert_eq!(
-            spec("postgres://u:p%40ss@h:5433/db?sslmode=disable").gdal_path(),
-            "PG:host='h' port=5433 user='u' password='p@ss' dbname='db' sslmode='disable' \
-             connect_timeout=3 options='-c statement_timeout=2500'"
-        );
-        assert_eq!(
-            spec("PG:host=h dbname=db").gdal_path(),
-            "PG:host=h dbname=db connect_timeout=3 options='-c statement_timeout=2500'"
-        );
-        assert_eq!(spec("a.gpkg").gdal_path(), "a.gpkg");
-        assert!(spec("PG:host=h").is_postgres() && !spec("a.gpkg").is_postgres());
+    fn as_vector(&self) -> Option<&VectorSource> {
+        Some(self)
     }
 }

@@ -243,11 +243,9 @@ fn value_text(v: &Value) -> String {
 }
 
 /// Checks the rules: filters well formed, opacities in 0..1, widths and
-/// sizes positive, dashes an even count of positive lengths.
+/// sizes positive, dashes an even count of positive lengths. No rules is
+/// allowed: the layer draws nothing into images (vector tiles only).
 pub fn check_rules(rules: &[Rule]) -> Result<(), String> {
-    if rules.is_empty() {
-        return Err("style needs at least one rule".into());
-    }
     for (i, r) in rules.iter().enumerate() {
         let at = |m: String| format!("style rule {}: {m}", i + 1);
         if let Some(f) = &r.filter {

@@ -66,7 +66,7 @@ pub fn response(
         max_layers: limits.wms_max_layers,
         max_width: limits.wms_max_width,
         max_height: limits.wms_max_height,
-        formats: TileFormat::ALL.iter().map(|f| f.format_name()).collect(),
+        formats: TileFormat::IMAGES.iter().map(|f| f.format_name()).collect(),
         crs_list,
         world: Extent::from(&BBox {
             min_x: -180.0,

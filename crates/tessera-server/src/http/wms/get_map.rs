@@ -180,7 +180,7 @@ fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError>
 /// FORMAT: a media type of a format tessera encodes.
 fn format(kvp: &Kvp) -> Result<TileFormat, ApiError> {
     let text = kvp.required("FORMAT")?;
-    TileFormat::from_mime(text).ok_or_else(|| {
+    TileFormat::from_mime(text).filter(|f| !f.is_vector()).ok_or_else(|| {
         ApiError::bad_request(
             "InvalidFormat",
             format!("FORMAT {text:?} is not supported; use image/png, image/jpeg or image/webp"),

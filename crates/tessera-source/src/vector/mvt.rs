@@ -1,0 +1,701 @@
+//! Mapbox Vector Tiles (spec 2.1): features cut to a tile plus a buffer,
+//! simplified to about half a pixel, quantized to the tile's extent, with
+//! exterior rings clockwise on screen and holes anticlockwise, attributes
+//! as typed values. Two ways: here, from features read through OGR, or by
+//! PostGIS (`ST_AsMVTGeom`/`ST_AsMVT`) in one query per tile. Each layer
+//! is its own `Tile` message; concatenated, they are one tile (protobuf
+//! appends repeated fields).
+
+use gdal::Dataset;
+use gdal::vector::sql::Dialect;
+use gdal::vector::{
+    FieldValue, Geometry, LayerAccess, OGRwkbGeometryType, geometry_type_flatten,
+};
+use geozero::mvt::tile::{Feature, GeomType, Layer};
+use geozero::mvt::{Message, TagsBuilder, Tile, TileValue};
+use tessera_grid::{BBox, TileCoord, TileMatrixSet};
+
+use super::pool::{Pool, reset_gdal_error};
+use super::{DataLayer, Features, MvtSettings};
+use crate::{Crs, SourceError};
+
+/// One tile's place: its bounding box in the grid's CRS and how it maps
+/// to tile coordinates.
+pub(super) struct Frame<'a> {
+    bbox: BBox,
+    crs: &'a Crs,
+    settings: MvtSettings,
+    /// The grid's tile width in pixels (simplification is half a pixel).
+    tile_px: u32,
+}
+
+impl<'a> Frame<'a> {
+    pub(super) fn new(
+        grid: &TileMatrixSet,
+        coord: TileCoord,
+        crs: &'a Crs,
+        settings: MvtSettings,
+    ) -> Frame<'a> {
+        Frame {
+            bbox: grid.tile_bbox(coord),
+            crs,
+            settings,
+            tile_px: grid.tile_width.max(1),
+        }
+    }
+
+    /// The tile grown by the buffer, in the grid's CRS.
+    pub(super) fn buffered_bbox(&self) -> BBox {
+        let f = f64::from(self.settings.buffer) / f64::from(self.settings.extent);
+        self.bbox
+            .buffered(self.bbox.width() * f, self.bbox.height() * f)
+    }
+
+    /// The grid CRS's PostGIS SRID, when it has one PostGIS knows.
+    pub(super) fn srid(&self) -> Option<i32> {
+        match self.crs.id.as_str() {
+            "OGC:CRS84" => Some(4326),
+            id => id.strip_prefix("EPSG:")?.parse().ok(),
+        }
+    }
+
+    fn scale(&self) -> (f64, f64) {
+        let e = f64::from(self.settings.extent);
+        (e / self.bbox.width(), e / self.bbox.height())
+    }
+}
+
+/// A PostGIS table as SQL names it.
+#[derive(Debug)]
+pub(super) struct PgTable {
+    /// `"schema"."table"` (or `"table"`).
+    relation: String,
+    /// `"geom"`.
+    geometry: String,
+    srid: i32,
+}
+
+impl PgTable {
+    /// The table behind an OGR PostgreSQL layer, when its geometry column
+    /// and SRID are known.
+    pub(super) fn of(layer: &gdal::vector::Layer<'_>, crs: &Crs) -> Option<PgTable> {
+        // SAFETY: a valid layer handle; the string belongs to the layer and
+        // is copied at once.
+        let column = unsafe {
+            let p = gdal_sys::OGR_L_GetGeometryColumn(layer.c_layer());
+            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+        }?;
+        if column.is_empty() {
+            return None;
+        }
+        let srid = crs.id.strip_prefix("EPSG:")?.parse().ok()?;
+        let relation = layer
+            .name()
+            .split('.')
+            .map(quote_ident)
+            .collect::<Vec<_>>()
+            .join(".");
+        Some(PgTable {
+            relation,
+            geometry: quote_ident(&column),
+            srid,
+        })
+    }
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn quote_text(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// One query whose single value is the tile: each layer's `ST_AsMVT`,
+/// concatenated. Rows are found by `&&` on the table's geometry index with
+/// the buffered tile in the table's SRID, plus the layer's `where`.
+pub(super) fn tile_sql(tables: &[(&DataLayer, &PgTable)], frame: &Frame<'_>, srid: i32) -> String {
+    let MvtSettings { extent, buffer, .. } = frame.settings;
+    let envelope = |b: &BBox| {
+        format!(
+            "ST_MakeEnvelope({:?}, {:?}, {:?}, {:?}, {srid})",
+            b.min_x, b.min_y, b.max_x, b.max_y
+        )
+    };
+    let tile = envelope(&frame.bbox);
+    let buffered = envelope(&frame.buffered_bbox());
+    let parts: Vec<String> = tables
+        .iter()
+        .map(|(dl, t)| {
+            let geom = format!("t.{}", t.geometry);
+            let (in_grid, search) = if t.srid == srid {
+                (geom.clone(), buffered.clone())
+            } else {
+                (
+                    format!("ST_Transform({geom}, {srid})"),
+                    format!("ST_Transform({buffered}, {})", t.srid),
+                )
+            };
+            let columns: String = dl
+                .fields
+                .iter()
+                .map(|(f, _)| format!(", t.{}", quote_ident(f)))
+                .collect();
+            let filter = dl
+                .filter
+                .as_ref()
+                .map(|w| format!(" AND ({w})"))
+                .unwrap_or_default();
+            format!(
+                "(SELECT COALESCE(ST_AsMVT(q, {name}, {extent}, 'mvt_geom'), ''::bytea) FROM \
+                 (SELECT ST_AsMVTGeom({in_grid}, {tile}, {extent}, {buffer}, true) AS mvt_geom\
+                 {columns} FROM {relation} t WHERE {geom} && {search}{filter}) q \
+                 WHERE q.mvt_geom IS NOT NULL)",
+                name = quote_text(&dl.name),
+                relation = t.relation,
+            )
+        })
+        .collect();
+    format!("SELECT {} AS tile", parts.join(" || "))
+}
+
+/// Runs a query of [`tile_sql`] and returns its bytes.
+pub(super) fn run_tile_sql(
+    ds: &Dataset,
+    sql: &str,
+    pool: &Pool,
+) -> Result<bytes::Bytes, SourceError> {
+    reset_gdal_error();
+    let result = ds.execute_sql(sql, None, Dialect::DEFAULT);
+    pool.check_gdal_error("the tile query failed")?;
+    let mut rows = result
+        .map_err(|e| SourceError::Upstream {
+            url: String::new(),
+            message: format!("the tile query failed: {e}"),
+        })?
+        .ok_or_else(|| SourceError::Upstream {
+            url: String::new(),
+            message: "the tile query returned no rows".into(),
+        })?;
+    let feature = rows.features().next();
+    pool.check_gdal_error("reading the tile failed")?;
+    let Some(feature) = feature else {
+        return Ok(bytes::Bytes::new());
+    };
+    let mut len = 0i32;
+    // SAFETY: a valid feature with one field; the returned buffer belongs
+    // to the feature and is copied before the feature is dropped.
+    let bytes = unsafe {
+        let p = gdal_sys::OGR_F_GetFieldAsBinary(feature.c_feature(), 0, &raw mut len);
+        if p.is_null() || len <= 0 {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(p, len as usize).to_vec()
+        }
+    };
+    Ok(bytes::Bytes::from(bytes))
+}
+
+/// `raw` gzip-compressed; nothing is [`tessera_grid::EMPTY_MVT`].
+pub(super) fn gzip(raw: &[u8]) -> bytes::Bytes {
+    use std::io::Write;
+    if raw.is_empty() {
+        return bytes::Bytes::from_static(tessera_grid::EMPTY_MVT);
+    }
+    let mut z = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 2 + 64),
+        flate2::Compression::fast(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = z.write_all(raw);
+    bytes::Bytes::from(z.finish().unwrap_or_default())
+}
+
+/// A feature's geometry in tile coordinates, before quantization.
+enum Parts {
+    Points(Vec<(f64, f64)>),
+    Lines(Vec<Vec<(f64, f64)>>),
+    Polygons(Vec<Vec<Vec<(f64, f64)>>>),
+}
+
+/// Cuts `features` (in `from`) into the tile and appends them to `out` as
+/// one layer named `name` with the attributes `fields`; nothing when no
+/// feature reaches the tile.
+pub(super) fn encode_layer(
+    out: &mut Vec<u8>,
+    name: &str,
+    fields: &[String],
+    features: Features,
+    from: &Crs,
+    frame: &Frame<'_>,
+) -> Result<(), SourceError> {
+    let extent = frame.settings.extent;
+    let mut tags = TagsBuilder::new();
+    let mut encoded = Vec::new();
+    let clip = clip_box(frame);
+    for (values, geometry) in features {
+        let Some(parts) = tile_parts(&geometry, from, frame)? else {
+            continue;
+        };
+        let Some((kind, commands)) = cut(parts, &clip, frame) else {
+            continue;
+        };
+        let mut feature = Feature {
+            geometry: commands,
+            ..Feature::default()
+        };
+        feature.set_type(kind);
+        for (field, value) in fields.iter().zip(values) {
+            if let Some(v) = tile_value(value) {
+                let (k, v) = tags.insert_ref(field, v);
+                feature.tags.push(k);
+                feature.tags.push(v);
+            }
+        }
+        encoded.push(feature);
+    }
+    if encoded.is_empty() {
+        return Ok(());
+    }
+    let (keys, values) = tags.into_tags();
+    let tile = Tile {
+        layers: vec![Layer {
+            version: 2,
+            name: name.to_string(),
+            features: encoded,
+            keys,
+            values: values.into_iter().map(Into::into).collect(),
+            extent: Some(extent),
+        }],
+    };
+    tile.encode(out).map_err(|e| SourceError::Read {
+        path: name.to_string(),
+        source: e.to_string().into(),
+    })
+}
+
+fn tile_value(v: Option<FieldValue>) -> Option<TileValue> {
+    Some(match v? {
+        FieldValue::IntegerValue(i) => TileValue::Int(i64::from(i)),
+        FieldValue::Integer64Value(i) => TileValue::Int(i),
+        FieldValue::RealValue(r) => TileValue::Double(r),
+        FieldValue::StringValue(s) => TileValue::Str(s),
+        FieldValue::DateValue(d) => TileValue::Str(d.to_string()),
+        FieldValue::DateTimeValue(d) => TileValue::Str(d.to_string()),
+        _ => return None,
+    })
+}
+
+/// The tile plus its buffer, in tile coordinates.
+fn clip_box(frame: &Frame<'_>) -> (f64, f64, f64, f64) {
+    let b = f64::from(frame.settings.buffer);
+    let e = f64::from(frame.settings.extent);
+    (-b, -b, e + b, e + b)
+}
+
+/// `g`'s parts in tile coordinates (y down), or `None` for a geometry with
+/// no parts this format holds.
+fn tile_parts(g: &Geometry, from: &Crs, frame: &Frame<'_>) -> Result<Option<Parts>, SourceError> {
+    let (sx, sy) = frame.scale();
+    let (x0, y1) = (frame.bbox.min_x, frame.bbox.max_y);
+    let ring = |g: &Geometry| -> Result<Vec<(f64, f64)>, SourceError> {
+        let mut pts = Vec::new();
+        g.get_points(&mut pts);
+        let (mut xs, mut ys): (Vec<f64>, Vec<f64>) = pts.iter().map(|p| (p.0, p.1)).unzip();
+        from.transform_points(frame.crs, &mut xs, &mut ys)?;
+        Ok(xs
+            .into_iter()
+            .zip(ys)
+            .map(|(x, y)| ((x - x0) * sx, (y1 - y) * sy))
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .collect())
+    };
+    let mut points = Vec::new();
+    let mut lines = Vec::new();
+    let mut polygons = Vec::new();
+    let mut stack = vec![g.clone()];
+    while let Some(g) = stack.pop() {
+        use OGRwkbGeometryType as T;
+        match geometry_type_flatten(g.geometry_type()) {
+            T::wkbPoint => points.extend(ring(&g)?),
+            T::wkbLineString => lines.push(ring(&g)?),
+            T::wkbPolygon => {
+                let mut rings = Vec::new();
+                for i in 0..g.geometry_count() {
+                    rings.push(ring(&g.get_geometry(i))?);
+                }
+                polygons.push(rings);
+            }
+            T::wkbMultiPoint
+            | T::wkbMultiLineString
+            | T::wkbMultiPolygon
+            | T::wkbGeometryCollection => {
+                for i in 0..g.geometry_count() {
+                    stack.push(g.get_geometry(i).clone());
+                }
+            }
+            _ => {
+                if let Some(linear) = super::linearised(&g) {
+                    stack.push(linear);
+                }
+            }
+        }
+    }
+    // A feature is one type in this format: polygons first, then lines.
+    Ok(if !polygons.is_empty() {
+        Some(Parts::Polygons(polygons))
+    } else if !lines.is_empty() {
+        Some(Parts::Lines(lines))
+    } else if !points.is_empty() {
+        Some(Parts::Points(points))
+    } else {
+        None
+    })
+}
+
+/// Simplifies, clips, quantizes and encodes one feature's parts; `None`
+/// when nothing is left in the tile.
+fn cut(
+    parts: Parts,
+    clip: &(f64, f64, f64, f64),
+    frame: &Frame<'_>,
+) -> Option<(GeomType, Vec<u32>)> {
+    // Half a pixel of the grid's tiles, in tile coordinates.
+    let tolerance = f64::from(frame.settings.extent) / f64::from(frame.tile_px) / 2.0;
+    match parts {
+        Parts::Points(points) => {
+            let kept: Vec<(i32, i32)> = points
+                .into_iter()
+                .filter(|p| p.0 >= clip.0 && p.0 <= clip.2 && p.1 >= clip.1 && p.1 <= clip.3)
+                .map(quantize)
+                .collect();
+            (!kept.is_empty()).then(|| (GeomType::Point, encode_points(&kept)))
+        }
+        Parts::Lines(lines) => {
+            let g = build_lines(&lines).ok()?;
+            let g = g.simplify(tolerance).ok()?;
+            let g = clipped(g, clip)?;
+            let mut out = Vec::new();
+            collect_lines(&g, &mut out);
+            let lines: Vec<Vec<(i32, i32)>> = out
+                .iter()
+                .map(|l| dedup(l.iter().copied().map(quantize)))
+                .filter(|l| l.len() >= 2)
+                .collect();
+            (!lines.is_empty()).then(|| (GeomType::Linestring, encode_lines(&lines)))
+        }
+        Parts::Polygons(polygons) => {
+            let g = build_polygons(&polygons).ok()?;
+            let g = g.simplify_preserve_topology(tolerance).ok()?;
+            let g = clipped(g, clip)?;
+            let mut polygons = quantized_polygons(&g);
+            if polygons.is_empty() {
+                return None;
+            }
+            // Rounding can make a ring touch or cross another: repaired as
+            // GEOS repairs it, and quantized again.
+            if let Ok(built) = build_polygons(&to_f64(&polygons))
+                && !built.is_valid()
+                && let Ok(valid) = built.make_valid(&gdal::cpl::CslStringList::new())
+            {
+                polygons = quantized_polygons(&valid);
+            }
+            (!polygons.is_empty()).then(|| (GeomType::Polygon, encode_polygons(&polygons)))
+        }
+    }
+}
+
+/// `g` within the clip box: itself when it lies inside, else GEOS's
+/// intersection; `None` when nothing is inside.
+fn clipped(g: Geometry, clip: &(f64, f64, f64, f64)) -> Option<Geometry> {
+    let e = g.envelope();
+    if e.MinX >= clip.0 && e.MinY >= clip.1 && e.MaxX <= clip.2 && e.MaxY <= clip.3 {
+        return Some(g);
+    }
+    if e.MaxX < clip.0 || e.MaxY < clip.1 || e.MinX > clip.2 || e.MinY > clip.3 {
+        return None;
+    }
+    let mut area = Geometry::bbox(clip.0, clip.1, clip.2, clip.3).ok()?;
+    area.flatten_to_2d();
+    let cut = g.intersection(&area)?;
+    (!cut.is_empty()).then_some(cut)
+}
+
+fn quantize(p: (f64, f64)) -> (i32, i32) {
+    (p.0.round() as i32, p.1.round() as i32)
+}
+
+fn dedup(points: impl Iterator<Item = (i32, i32)>) -> Vec<(i32, i32)> {
+    let mut out: Vec<(i32, i32)> = Vec::new();
+    for p in points {
+        if out.last() != Some(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn to_f64(polygons: &[Vec<Vec<(i32, i32)>>]) -> Vec<Vec<Vec<(f64, f64)>>> {
+    polygons
+        .iter()
+        .map(|rings| {
+            rings
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&(x, y)| (f64::from(x), f64::from(y)))
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn build_lines(lines: &[Vec<(f64, f64)>]) -> Result<Geometry, gdal::errors::GdalError> {
+    let mut multi = Geometry::empty(OGRwkbGeometryType::wkbMultiLineString)?;
+    for l in lines.iter().filter(|l| l.len() >= 2) {
+        let mut line = Geometry::empty(OGRwkbGeometryType::wkbLineString)?;
+        for &p in l {
+            line.add_point_2d(p);
+        }
+        multi.add_geometry(line)?;
+    }
+    Ok(multi)
+}
+
+/// A multipolygon of closed rings (rings of fewer than three points are
+/// left out; a polygon whose exterior is, too).
+fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> Result<Geometry, gdal::errors::GdalError> {
+    let mut multi = Geometry::empty(OGRwkbGeometryType::wkbMultiPolygon)?;
+    for rings in polygons {
+        let mut polygon = Geometry::empty(OGRwkbGeometryType::wkbPolygon)?;
+        for (i, r) in rings.iter().enumerate() {
+            let open = if r.len() > 1 && r.first() == r.last() {
+                &r[..r.len() - 1]
+            } else {
+                &r[..]
+            };
+            if open.len() < 3 {
+                if i == 0 {
+                    break;
+                }
+                continue;
+            }
+            let mut ring = Geometry::empty(OGRwkbGeometryType::wkbLinearRing)?;
+            for &p in open {
+                ring.add_point_2d(p);
+            }
+            ring.add_point_2d(open[0]);
+            polygon.add_geometry(ring)?;
+        }
+        if polygon.geometry_count() > 0 {
+            multi.add_geometry(polygon)?;
+        }
+    }
+    Ok(multi)
+}
+
+fn collect_lines(g: &Geometry, out: &mut Vec<Vec<(f64, f64)>>) {
+    use OGRwkbGeometryType as T;
+    match geometry_type_flatten(g.geometry_type()) {
+        T::wkbLineString | T::wkbLinearRing => {
+            let mut pts = Vec::new();
+            g.get_points(&mut pts);
+            out.push(pts.into_iter().map(|p| (p.0, p.1)).collect());
+        }
+        T::wkbMultiLineString | T::wkbGeometryCollection => {
+            for i in 0..g.geometry_count() {
+                collect_lines(&g.get_geometry(i), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The polygons of `g` (other parts left out), quantized: repeated points
+/// dropped, rings of no area dropped, exteriors clockwise on screen
+/// (positive area with y down) and holes the other way.
+fn quantized_polygons(g: &Geometry) -> Vec<Vec<Vec<(i32, i32)>>> {
+    let mut out = Vec::new();
+    let mut stack = vec![g.clone()];
+    while let Some(g) = stack.pop() {
+        use OGRwkbGeometryType as T;
+        match geometry_type_flatten(g.geometry_type()) {
+            T::wkbPolygon => {
+                let mut rings = Vec::new();
+                for i in 0..g.geometry_count() {
+                    let mut pts = Vec::new();
+                    g.get_geometry(i).get_points(&mut pts);
+                    let mut ring = dedup(pts.into_iter().map(|p| quantize((p.0, p.1))));
+                    if ring.len() > 1 && ring.first() == ring.last() {
+                        ring.pop();
+                    }
+                    let area = signed_area(&ring);
+                    if ring.len() < 3 || area == 0 {
+                        if i == 0 {
+                            break;
+                        }
+                        continue;
+                    }
+                    let exterior = i == 0;
+                    if (area > 0) != exterior {
+                        ring.reverse();
+                    }
+                    rings.push(ring);
+                }
+                if !rings.is_empty() {
+                    out.push(rings);
+                }
+            }
+            T::wkbMultiPolygon | T::wkbGeometryCollection => {
+                for i in (0..g.geometry_count()).rev() {
+                    stack.push(g.get_geometry(i).clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Twice the ring's signed area by the surveyor's formula (positive for
+/// clockwise rings on screen, y down).
+fn signed_area(ring: &[(i32, i32)]) -> i64 {
+    let n = ring.len();
+    (0..n)
+        .map(|i| {
+            let (a, b) = (ring[i], ring[(i + 1) % n]);
+            i64::from(a.0) * i64::from(b.1) - i64::from(b.0) * i64::from(a.1)
+        })
+        .sum()
+}
+
+const MOVE_TO: u32 = 1;
+const LINE_TO: u32 = 2;
+const CLOSE_PATH: u32 = 7;
+
+fn command(id: u32, count: usize) -> u32 {
+    (id & 0x7) | ((count as u32) << 3)
+}
+
+fn zigzag(v: i32) -> u32 {
+    ((v << 1) ^ (v >> 31)) as u32
+}
+
+/// Writes geometry commands with coordinates relative to a cursor.
+struct Pen {
+    at: (i32, i32),
+    out: Vec<u32>,
+}
+
+impl Pen {
+    fn new() -> Pen {
+        Pen {
+            at: (0, 0),
+            out: Vec::new(),
+        }
+    }
+
+    fn to(&mut self, p: (i32, i32)) {
+        self.out.push(zigzag(p.0 - self.at.0));
+        self.out.push(zigzag(p.1 - self.at.1));
+        self.at = p;
+    }
+
+    fn path(&mut self, points: &[(i32, i32)], close: bool) {
+        self.out.push(command(MOVE_TO, 1));
+        self.to(points[0]);
+        self.out.push(command(LINE_TO, points.len() - 1));
+        for &p in &points[1..] {
+            self.to(p);
+        }
+        if close {
+            self.out.push(command(CLOSE_PATH, 1));
+        }
+    }
+}
+
+fn encode_points(points: &[(i32, i32)]) -> Vec<u32> {
+    let mut pen = Pen::new();
+    pen.out.push(command(MOVE_TO, points.len()));
+    for &p in points {
+        pen.to(p);
+    }
+    pen.out
+}
+
+fn encode_lines(lines: &[Vec<(i32, i32)>]) -> Vec<u32> {
+    let mut pen = Pen::new();
+    for l in lines {
+        pen.path(l, false);
+    }
+    pen.out
+}
+
+fn encode_polygons(polygons: &[Vec<Vec<(i32, i32)>>]) -> Vec<u32> {
+    let mut pen = Pen::new();
+    for rings in polygons {
+        for r in rings {
+            pen.path(r, true);
+        }
+    }
+    pen.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_and_parameters_follow_the_specification() {
+        // The specification's examples (4.3.5): a point, a line, a polygon.
+        assert_eq!(encode_points(&[(25, 17)]), [9, 50, 34]);
+        assert_eq!(
+            encode_lines(&[vec![(2, 2), (2, 10), (10, 10)]]),
+            [9, 4, 4, 18, 0, 16, 16, 0]
+        );
+        assert_eq!(
+            encode_polygons(&[vec![vec![(3, 6), (8, 12), (20, 34)]]]),
+            [9, 6, 12, 18, 10, 12, 24, 44, 15]
+        );
+    }
+
+    #[test]
+    fn the_empty_tile_is_the_gzip_of_nothing() {
+        use std::io::Read;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut z, b"").unwrap();
+        assert_eq!(z.finish().unwrap(), tessera_grid::EMPTY_MVT);
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(tessera_grid::EMPTY_MVT)
+            .read_to_end(&mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        assert_eq!(gzip(b"").as_ref(), tessera_grid::EMPTY_MVT);
+    }
+
+    #[test]
+    fn rings_are_wound_exterior_clockwise_and_holes_the_other_way() {
+        // An exterior given anticlockwise on screen, a hole clockwise.
+        let outer = vec![(0.0, 0.0), (0.0, 10.0), (10.0, 10.0), (10.0, 0.0), (0.0, 0.0)];
+        let hole = vec![(3.0, 3.0), (6.0, 3.0), (6.0, 6.0), (3.0, 6.0), (3.0, 3.0)];
+        let g = build_polygons(&[vec![outer, hole]]).unwrap();
+        let p = quantized_polygons(&g);
+        assert_eq!(p.len(), 1);
+        assert!(signed_area(&p[0][0]) > 0);
+        assert!(signed_area(&p[0][1]) < 0);
+        assert_eq!(p[0][0].len(), 4, "the closing point is implied");
+    }
+
+    #[test]
+    fn clipping_keeps_the_buffer_and_drops_what_is_outside() {
+        let clip = (-64.0, -64.0, 4160.0, 4160.0);
+        let inside = build_lines(&[vec![(0.0, 0.0), (100.0, 100.0)]]).unwrap();
+        assert!(clipped(inside, &clip).is_some());
+        let outside = build_lines(&[vec![(5000.0, 0.0), (6000.0, 100.0)]]).unwrap();
+        assert!(clipped(outside, &clip).is_none());
+        let across = build_lines(&[vec![(-1000.0, 10.0), (1000.0, 10.0)]]).unwrap();
+        let cut = clipped(across, &clip).unwrap();
+        assert!((cut.envelope().MinX + 64.0).abs() < 1e-9);
+    }
+}

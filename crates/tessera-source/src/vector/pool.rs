@@ -1,0 +1,187 @@
+//! The bounded pool of dataset handles (database connections) a vector
+//! source reads with.
+
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use gdal::Dataset;
+
+use super::{open_vector, spec::redact};
+use crate::SourceError;
+
+/// Seconds a client is told to wait when the database cannot be reached
+/// or every connection is busy.
+const RETRY_AFTER_SECS: u64 = 5;
+
+/// Dataset handles: idle ones to reuse, and how many are out.
+#[derive(Debug)]
+pub(super) struct Pool {
+    idle: Mutex<(Vec<Dataset>, usize)>,
+    freed: Condvar,
+    max: usize,
+    wait: Duration,
+    gdal_path: String,
+    shown: String,
+    postgres: bool,
+}
+
+/// Where a handle came from: a reused one may be a connection the
+/// database has since closed.
+enum Origin {
+    Reused,
+    Fresh,
+}
+
+impl Pool {
+    /// A pool holding `first` (idle), opening more from `gdal_path` while
+    /// fewer than `max` are out; a caller waits up to `wait_ms` for one.
+    pub(super) fn new(
+        first: Dataset,
+        gdal_path: String,
+        shown: String,
+        max: usize,
+        wait_ms: u64,
+        postgres: bool,
+    ) -> Pool {
+        Pool {
+            idle: Mutex::new((vec![first], 0)),
+            freed: Condvar::new(),
+            max,
+            wait: Duration::from_millis(wait_ms),
+            gdal_path,
+            shown,
+            postgres,
+        }
+    }
+
+    /// Runs `read` with a handle and gives the handle back when the read
+    /// succeeded (a failed read may have broken its connection: the handle
+    /// is dropped). A read on a reused PostgreSQL connection that fails as
+    /// the database's fault is tried once more on a new connection, so a
+    /// restarted database costs no request.
+    pub(super) fn with_handle<T>(
+        &self,
+        read: impl Fn(&Dataset) -> Result<T, SourceError>,
+    ) -> Result<T, SourceError> {
+        let (ds, origin) = self.acquire(false)?;
+        let result = read(&ds);
+        let retry = matches!(origin, Origin::Reused)
+            && self.postgres
+            && matches!(result, Err(SourceError::Upstream { .. }));
+        self.give_back(result.is_ok().then_some(ds));
+        if !retry {
+            return result;
+        }
+        let (ds, _) = self.acquire(true)?;
+        let result = read(&ds);
+        self.give_back(result.is_ok().then_some(ds));
+        result
+    }
+
+    /// A database that cannot be reached is unavailable (503 with
+    /// Retry-After), like a down upstream; a file keeps its open error.
+    fn unavailable(&self, e: SourceError) -> SourceError {
+        if !self.postgres {
+            return e;
+        }
+        let message = match &e {
+            SourceError::Open { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        SourceError::UpstreamUnavailable {
+            url: self.shown.clone(),
+            message,
+            retry_after_secs: RETRY_AFTER_SECS,
+        }
+    }
+
+    /// A handle from the pool (unless `fresh`), or a new one while fewer
+    /// than `max` are out; waits up to the statement timeout for one to
+    /// come back, then answers that the source is busy (503).
+    fn acquire(&self, fresh: bool) -> Result<(Dataset, Origin), SourceError> {
+        let deadline = Instant::now() + self.wait;
+        let mut guard = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if fresh {
+                // Idle handles are as old as the one that failed.
+                guard.0.clear();
+            }
+            if let Some(ds) = guard.0.pop() {
+                guard.1 += 1;
+                return Ok((ds, Origin::Reused));
+            }
+            if guard.1 < self.max {
+                guard.1 += 1;
+                drop(guard);
+                return open_vector(&self.gdal_path, &self.shown)
+                    .map(|ds| (ds, Origin::Fresh))
+                    .map_err(|e| self.unavailable(e))
+                    .inspect_err(|_| self.give_back(None));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SourceError::UpstreamUnavailable {
+                    url: self.shown.clone(),
+                    message: format!(
+                        "all {} connections stayed busy for {} ms (max_connections, \
+                         statement_timeout_ms)",
+                        self.max,
+                        self.wait.as_millis()
+                    ),
+                    retry_after_secs: RETRY_AFTER_SECS,
+                });
+            }
+            guard = self
+                .freed
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Returns a handle (or only its place, after a failed read).
+    fn give_back(&self, ds: Option<Dataset>) {
+        let mut guard = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.1 = guard.1.saturating_sub(1);
+        if let Some(ds) = ds {
+            guard.0.push(ds);
+        }
+        drop(guard);
+        self.freed.notify_one();
+    }
+
+    /// Fails with GDAL's last error on this thread, if a call since
+    /// [`reset_gdal_error`] failed: the database's own words (a statement
+    /// timeout, a lost connection) are the upstream's message.
+    pub(super) fn check_gdal_error(&self, what: &str) -> Result<(), SourceError> {
+        // SAFETY: reads this thread's GDAL error state; the message is
+        // copied before any other GDAL call.
+        let failed = unsafe { gdal_sys::CPLGetLastErrorType() } >= gdal_sys::CPLErr::CE_Failure;
+        if !failed {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        let message = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) }
+            .to_string_lossy()
+            .into_owned();
+        let message = format!("{what}: {}", redact(&message));
+        Err(if self.postgres {
+            SourceError::Upstream {
+                url: self.shown.clone(),
+                message,
+            }
+        } else {
+            SourceError::Read {
+                path: self.shown.clone(),
+                source: message.into(),
+            }
+        })
+    }
+}
+
+/// Clears this thread's GDAL error state before calls whose failure only
+/// it tells (iterating features, running SQL).
+pub(super) fn reset_gdal_error() {
+    // SAFETY: plain call on this thread's GDAL error state.
+    unsafe { gdal_sys::CPLErrorReset() };
+}
