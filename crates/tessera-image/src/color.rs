@@ -64,7 +64,13 @@ impl ColorRamp {
         Ok(Self { stops })
     }
 
-    /// The color for `value`.
+    /// The stops, by increasing value.
+    pub fn stops(&self) -> &[RampStop] {
+        &self.stops
+    }
+
+    /// The color at `value` (interpolated between stops, clamped to the
+    /// first and last).
     pub fn color_at(&self, value: f64) -> [u8; 4] {
         let first = &self.stops[0];
         if value <= first.value {

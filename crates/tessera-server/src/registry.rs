@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, TileMatrixSet};
-use tessera_image::{Style, build_style};
+use tessera_image::{ColorRamp, Style, build_style};
 use tessera_source::{Crs, Source, SourceError, open_source};
 
 use tessera_store::{Durability, MemoryStore, TileStore};
@@ -51,6 +51,8 @@ pub struct Layer {
     pub source: Arc<dyn Source>,
     /// Style.
     pub style: Box<dyn Style>,
+    /// The colour ramp of a ramp or hillshade style (its legend), if any.
+    pub ramp: Option<ColorRamp>,
     /// Grids this layer is tiled in, in configuration order.
     pub grids: Vec<String>,
     /// Lowest tile zoom.
@@ -362,6 +364,13 @@ impl Registry {
                 attribution: lc.attribution.clone(),
                 source,
                 style,
+                ramp: match &lc.style {
+                    tessera_image::StyleSpec::Ramp(r) => ColorRamp::new(r.stops.clone()).ok(),
+                    tessera_image::StyleSpec::Hillshade(h) => {
+                        h.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
+                    }
+                    tessera_image::StyleSpec::Rgb(_) => None,
+                },
                 grids: lc.grids.clone(),
                 min_zoom: lc.min_zoom,
                 max_zoom: lc.max_zoom,

@@ -184,6 +184,15 @@ impl Renderer {
         .await
     }
 
+    /// Runs `work` (a feature info or legend query) on a blocking thread
+    /// under a map's render slot and timeout, like a WMS GetMap.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(Budget<'_>) -> Result<T, RenderError> + Send + 'static,
+    ) -> Result<T, RenderError> {
+        self.run(Demand::Map, work).await
+    }
+
     /// How busy the render slots are.
     pub fn slots_in_use(&self) -> SlotUse {
         let map_slots = self.limits.map_slots();

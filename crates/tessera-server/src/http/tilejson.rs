@@ -5,7 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tessera_grid::mercator;
+use tessera_grid::{TileFormat, mercator};
 
 use super::address::resolve_layer_grid;
 use super::error::ApiError;
@@ -18,9 +18,13 @@ use crate::registry::{HIDPI_FACTOR, HIDPI_SUFFIX};
 pub struct TileJsonQuery {
     /// 2 for HiDPI tiles (`{y}@2x.png`, twice the pixels); default 1.
     tile_scale: Option<u32>,
+    /// The tiles' format, as a URL extension (`png`, `mvt`, ...); default
+    /// the layer's first.
+    format: Option<String>,
 }
 
-/// `GET /tiles/{layer}/{grid}/tilejson.json[?tile_scale=2]`.
+/// `GET /tiles/{layer}/{grid}/tilejson.json[?tile_scale=2][&format=mvt]`.
+/// For vector tiles, `vector_layers` lists each data layer with its fields.
 pub async fn tilejson(
     State(state): State<AppState>,
     Path((layer, grid)): Path<(String, String)>,
@@ -40,7 +44,27 @@ pub async fn tilejson(
         }
     };
     let base = base_url(&state.config, &headers);
-    let ext = layer.formats[0].extension();
+    let format = match &query.format {
+        None => layer.formats[0],
+        Some(text) => TileFormat::from_extension(text)
+            .filter(|f| layer.formats.contains(f))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!(
+                        "format {text:?} is not offered by layer {:?}; it offers {}",
+                        layer.name,
+                        layer
+                            .formats
+                            .iter()
+                            .map(|f| f.extension())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?,
+    };
+    let ext = format.extension();
     let b = layer.source.info().lonlat_bounds;
     // Web Mercator stops at about 85.05 degrees; other grids (WorldCRS84Quad,
     // custom ones) keep the latitudes their tiles can hold.
@@ -76,6 +100,31 @@ pub async fn tilejson(
     });
     if let Some(a) = &layer.attribution {
         doc["attribution"] = Value::String(a.clone());
+    }
+    if format.is_vector() {
+        doc["format"] = Value::String(format.archive_name().into());
+        let layers: Vec<Value> = layer
+            .source
+            .as_vector()
+            .map(|v| v.vector_layers())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| {
+                let fields: serde_json::Map<String, Value> = l
+                    .fields
+                    .into_iter()
+                    .map(|(name, kind)| (name, Value::String(kind.into())))
+                    .collect();
+                json!({
+                    "id": l.name,
+                    "fields": fields,
+                    "minzoom": l.min_zoom.max(layer.min_zoom),
+                    "maxzoom": l.max_zoom.map_or(max_zoom, |m| m.min(max_zoom)),
+                    "description": l.geometry,
+                })
+            })
+            .collect();
+        doc["vector_layers"] = Value::Array(layers);
     }
     Ok(Json(doc))
 }

@@ -373,16 +373,18 @@ impl VectorSource {
     }
 
     /// Features whose geometry lies within `tolerance` (CRS units) of
-    /// `point` in `crs`, in every data layer that draws at `zoom` (all
-    /// layers when none has a style), at most `limit`.
+    /// `point` in `crs`, topmost layer first, at most `limit`, on a map of
+    /// `resolution` (CRS units per pixel): a layer whose style draws
+    /// nothing at that scale is not queried (a layer without a style is).
     pub fn features_at(
         &self,
         point: (f64, f64),
         crs: &Crs,
+        resolution: f64,
         tolerance: f64,
-        zoom: f64,
         limit: usize,
     ) -> Result<Vec<FoundFeature>, SourceError> {
+        let zoom = zoom_of(resolution, crs);
         let probe = BBox::new(
             point.0 - tolerance,
             point.1 - tolerance,
@@ -438,6 +440,11 @@ impl VectorSource {
                 geometry: geometry_type_to_name(l.geometry),
             })
             .collect()
+    }
+
+    /// How many style rules the layers have in all.
+    pub fn rule_count(&self) -> usize {
+        self.layers.iter().map(|l| l.style.len()).sum()
     }
 
     /// One symbol of `size` pixels per style rule, in drawing order.
@@ -519,6 +526,12 @@ impl VectorSource {
         }
         Ok(())
     }
+}
+
+/// The Web Mercator zoom level (fractional) of a map of `resolution`
+/// units of `crs` per pixel: style rules' zooms are measured so.
+fn zoom_of(resolution: f64, crs: &Crs) -> f64 {
+    (ZOOM0_METERS_PER_PIXEL / (resolution * crs.meters_per_unit)).log2()
 }
 
 fn cancelled(cancel: Option<&std::sync::atomic::AtomicBool>) -> bool {
@@ -712,8 +725,7 @@ impl Source for VectorSource {
             width: req.width,
             height: req.height,
         })?;
-        let res_x = req.bbox.width() / f64::from(req.width);
-        let zoom = (ZOOM0_METERS_PER_PIXEL / (res_x * req.crs.meters_per_unit)).log2();
+        let zoom = zoom_of(req.bbox.width() / f64::from(req.width), req.crs);
         for dl in &self.layers {
             self.draw_layer(&mut canvas, dl, req, zoom)?;
         }

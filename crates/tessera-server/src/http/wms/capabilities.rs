@@ -22,6 +22,7 @@ struct Capabilities {
     max_width: u32,
     max_height: u32,
     formats: Vec<&'static str>,
+    info_formats: &'static [&'static str],
     crs_list: Vec<String>,
     world: Extent,
     layers: Vec<WmsLayer>,
@@ -37,6 +38,13 @@ struct WmsLayer {
     lonlat: Extent,
     mercator: Option<Extent>,
     metadata_url: Option<MetadataUrl>,
+    legend: Option<LegendSize>,
+}
+
+#[derive(Debug, Serialize)]
+struct LegendSize {
+    width: u32,
+    height: u32,
 }
 
 /// The capabilities document of `version`.
@@ -67,6 +75,7 @@ pub fn response(
         max_width: limits.wms_max_width,
         max_height: limits.wms_max_height,
         formats: TileFormat::IMAGES.iter().map(|f| f.format_name()).collect(),
+        info_formats: super::feature_info::formats(),
         crs_list,
         world: Extent::from(&BBox {
             min_x: -180.0,
@@ -95,6 +104,8 @@ pub fn response(
                     .find(|l| l.name == layer.name)
                     .and_then(|l| l.metadata_url.clone())
                     .and_then(|m| metadata_url_in(version, m)),
+                legend: super::legend::legend_size(layer)
+                    .map(|(width, height)| LegendSize { width, height }),
             })
             .collect(),
     };

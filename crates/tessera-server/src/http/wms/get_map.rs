@@ -55,7 +55,7 @@ impl GetMap {
 }
 
 /// LAYERS: known layers, at most `wms_max_layers`.
-fn layers(kvp: &Kvp, registry: &Registry, limits: &Limits) -> Result<Vec<Arc<Layer>>, ApiError> {
+pub(super) fn layers(kvp: &Kvp, registry: &Registry, limits: &Limits) -> Result<Vec<Arc<Layer>>, ApiError> {
     let names: Vec<&str> = kvp.required("LAYERS")?.split(',').collect();
     if names.len() > limits.wms_max_layers {
         return Err(ApiError::bad_request(
@@ -76,7 +76,7 @@ fn layers(kvp: &Kvp, registry: &Registry, limits: &Limits) -> Result<Vec<Arc<Lay
 }
 
 /// STYLES: empty or `default`, one per layer when more than one is given.
-fn check_styles(kvp: &Kvp, layer_count: usize) -> Result<(), ApiError> {
+pub(super) fn check_styles(kvp: &Kvp, layer_count: usize) -> Result<(), ApiError> {
     let Some(styles) = kvp.get("styles") else {
         return Ok(());
     };
@@ -102,7 +102,7 @@ fn check_styles(kvp: &Kvp, layer_count: usize) -> Result<(), ApiError> {
 }
 
 /// CRS (1.3.0) or SRS (1.1.1); the other name is accepted too.
-fn crs(kvp: &Kvp, version: Version, registry: &Registry) -> Result<Arc<Crs>, ApiError> {
+pub(super) fn crs(kvp: &Kvp, version: Version, registry: &Registry) -> Result<Arc<Crs>, ApiError> {
     let (key, other, code) = match version {
         Version::V130 => ("CRS", "SRS", "InvalidCRS"),
         Version::V111 => ("SRS", "CRS", "InvalidSRS"),
@@ -117,7 +117,7 @@ fn crs(kvp: &Kvp, version: Version, registry: &Registry) -> Result<Arc<Crs>, Api
 
 /// BBOX: four finite numbers, minimum below maximum, in the CRS's axis
 /// order for 1.3.0.
-fn bbox(kvp: &Kvp, version: Version, crs: &Crs) -> Result<BBox, ApiError> {
+pub(super) fn bbox(kvp: &Kvp, version: Version, crs: &Crs) -> Result<BBox, ApiError> {
     let text = kvp.required("BBOX")?;
     let bad = |why: &str| {
         ApiError::bad_request("InvalidParameterValue", format!("BBOX {text:?} {why}")).at("BBOX")
@@ -140,7 +140,7 @@ fn bbox(kvp: &Kvp, version: Version, crs: &Crs) -> Result<BBox, ApiError> {
 }
 
 /// WIDTH and HEIGHT, each and their product within the limits.
-fn size(kvp: &Kvp, limits: &Limits) -> Result<(u32, u32), ApiError> {
+pub(super) fn size(kvp: &Kvp, limits: &Limits) -> Result<(u32, u32), ApiError> {
     let width = parse_size(kvp.required("WIDTH")?, "WIDTH", limits.wms_max_width)?;
     let height = parse_size(kvp.required("HEIGHT")?, "HEIGHT", limits.wms_max_height)?;
     let pixels = u64::from(width) * u64::from(height);

@@ -1,9 +1,12 @@
 //! WMS 1.1.1 and 1.3.0: the `/wms` endpoint. GetMap is parsed in
 //! [`get_map`], capabilities are written from templates in
-//! [`capabilities`].
+//! [`capabilities`]; GetFeatureInfo is answered in `feature_info`,
+//! GetLegendGraphic in `legend`.
 
 mod capabilities;
+mod feature_info;
 pub mod get_map;
+mod legend;
 
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
@@ -103,9 +106,31 @@ pub async fn kvp(
             response.extensions_mut().insert(served);
             Ok(response)
         }
+        "getfeatureinfo" | "feature_info" => {
+            if version_text.is_none() {
+                return Err(err(ApiError::bad_request(
+                    "MissingParameterValue",
+                    "VERSION is required in a GetFeatureInfo (1.1.1 or 1.3.0)",
+                )
+                .at("VERSION")));
+            }
+            feature_info::respond(
+                &kvp,
+                version,
+                &state.registry,
+                &state.config.limits,
+                &state.renderer,
+            )
+            .await
+            .map_err(err)
+        }
+        "getlegendgraphic" => legend::respond(&kvp, &state.registry).map_err(err),
         other => Err(err(ApiError::bad_request(
             "OperationNotSupported",
-            format!("REQUEST {other:?} is not supported; use GetCapabilities or GetMap"),
+            format!(
+                "REQUEST {other:?} is not supported; use GetCapabilities, GetMap, \
+                 GetFeatureInfo or GetLegendGraphic"
+            ),
         )
         .at("REQUEST"))),
     }
