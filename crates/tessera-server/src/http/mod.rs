@@ -83,6 +83,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
+        .route("/static/maplibre-gl.js", get(preview::maplibre_js))
+        .route("/static/maplibre-gl.css", get(preview::maplibre_css))
         .route(
             "/tiles/{layer}/{grid}/tilejson.json",
             get(tilejson::tilejson),

@@ -2,20 +2,27 @@
 //!
 //! The viewer is a small script of our own (`viewer.js`), served by the
 //! binary: it needs no internet access and understands every grid the
-//! server offers, custom ones included.
+//! server offers, custom ones included. Vector tiles are shown with
+//! MapLibre GL JS (a pinned build vendored in `vendor/maplibre-gl`, see
+//! `scripts/vendor-maplibre`), also served by the binary.
 
 use std::fmt::Write as _;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde_json::json;
 
+use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
+
 use super::AppState;
+use crate::registry::Layer;
 use super::error::ApiError;
 use super::xml::escape;
 
 const VIEWER_JS: &str = include_str!("viewer.js");
+const MAPLIBRE_JS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.js");
+const MAPLIBRE_CSS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.css");
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0}header{padding:8px 12px;background:#223;color:#eee;display:flex;gap:12px;align-items:center}\
 header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;overflow:hidden;background:#202024;cursor:grab;touch-action:none}\
@@ -51,15 +58,35 @@ pub async fn index(State(state): State<AppState>) -> Html<String> {
     ))
 }
 
-/// `GET /preview/{layer}`: a pan-and-zoom map of the layer.
+/// The preview page's query.
+#[derive(Debug, serde::Deserialize)]
+pub struct PreviewQuery {
+    /// `mvt` for the vector tiles of a layer that offers them and images
+    /// too (the vector tiles are shown by default when they come first).
+    format: Option<String>,
+}
+
+/// `GET /preview/{layer}[?format=mvt]`: a pan-and-zoom map of the layer;
+/// its vector tiles in MapLibre GL JS when it offers them on
+/// WebMercatorQuad and they come first or are asked for.
 pub async fn page(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    Query(query): Query<PreviewQuery>,
 ) -> Result<Html<String>, ApiError> {
     let layer = state
         .registry
         .layer(&name)
         .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
+    let vector = layer.formats.contains(&TileFormat::Mvt)
+        && layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)
+        && match query.format.as_deref() {
+            Some(f) => TileFormat::from_extension(f) == Some(TileFormat::Mvt),
+            None => layer.formats[0] == TileFormat::Mvt,
+        };
+    if vector {
+        return Ok(vector_page(&layer));
+    }
     let mut grids = Vec::new();
     for gid in &layer.grids {
         let Some(grid) = state.registry.grid(gid) else {
@@ -87,7 +114,7 @@ pub async fn page(
     let config = json!({
         "tileBase": format!("/tiles/{}", layer.name),
         "grids": grids,
-        "formats": layer.formats.iter().map(|f| f.extension()).collect::<Vec<_>>(),
+        "formats": layer.formats.iter().filter(|f| !f.is_vector()).map(|f| f.extension()).collect::<Vec<_>>(),
     });
     // `</` cannot end the script element early once escaped this way.
     let config = config.to_string().replace("</", "<\\/");
@@ -100,6 +127,86 @@ pub async fn page(
          <script src=\"/static/viewer.js\"></script></body></html>",
         title = escape(&layer.title)
     )))
+}
+
+/// The vector tiles of `layer` in MapLibre GL JS: one source from the
+/// layer's TileJSON, and per data layer a fill and outline (polygons), a
+/// line or circles, by its geometry type.
+fn vector_page(layer: &Layer) -> Html<String> {
+    let data_layers = layer
+        .source
+        .as_vector()
+        .map(|v| v.vector_layers())
+        .unwrap_or_default();
+    let palette = ["#3a6ea5", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#16a085"];
+    let mut layers = Vec::new();
+    for (i, l) in data_layers.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        let id = &l.name;
+        let geometry = l.geometry.to_ascii_lowercase();
+        if geometry.contains("polygon") || geometry.contains("surface") {
+            layers.push(json!({"id": format!("{id}-fill"), "type": "fill", "source": "tessera",
+                "source-layer": id, "paint": {"fill-color": color, "fill-opacity": 0.6}}));
+            layers.push(json!({"id": format!("{id}-outline"), "type": "line", "source": "tessera",
+                "source-layer": id, "paint": {"line-color": "#ffffff", "line-width": 0.5}}));
+        } else if geometry.contains("line") || geometry.contains("curve") {
+            layers.push(json!({"id": format!("{id}-line"), "type": "line", "source": "tessera",
+                "source-layer": id, "paint": {"line-color": color, "line-width": 1.5}}));
+        } else {
+            layers.push(json!({"id": format!("{id}-point"), "type": "circle", "source": "tessera",
+                "source-layer": id, "paint": {"circle-color": color, "circle-radius": 4,
+                "circle-stroke-color": "#ffffff", "circle-stroke-width": 1}}));
+        }
+    }
+    let b = layer.source.info().lonlat_bounds;
+    let config = json!({
+        "style": {
+            "version": 8,
+            "sources": {"tessera": {"type": "vector",
+                "url": format!("/tiles/{}/{WEB_MERCATOR_QUAD}/tilejson.json?format=mvt", layer.name)}},
+            "layers": std::iter::once(json!({"id": "background", "type": "background",
+                "paint": {"background-color": "#202024"}})).chain(layers).collect::<Vec<_>>(),
+        },
+        "bounds": [b.min_x.max(-180.0), b.min_y.max(-85.0), b.max_x.min(180.0), b.max_y.min(85.0)],
+    });
+    let config = config.to_string().replace("</", "<\\/");
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style>\
+         <link rel=\"stylesheet\" href=\"/static/maplibre-gl.css\"></head><body>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span></header>\
+         <div id=\"map\"></div><div id=\"status\"></div>\
+         <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
+         <script src=\"/static/maplibre-gl.js\"></script><script>\
+         const c = JSON.parse(document.getElementById('tessera-config').textContent);\
+         const map = new maplibregl.Map({{container: 'map', style: c.style, bounds: c.bounds, \
+           fitBoundsOptions: {{padding: 20}}, attributionControl: false, preserveDrawingBuffer: true}});\
+         window.tesseraMap = map;\
+         map.on('idle', () => {{ document.body.dataset.idle = '1'; }});\
+         map.on('error', (e) => {{ document.getElementById('status').textContent = String(e.error && e.error.message || e); }});\
+         </script></body></html>",
+        title = escape(&layer.title)
+    ))
+}
+
+/// `GET /static/maplibre-gl.js`: the vendored MapLibre GL JS build.
+pub async fn maplibre_js() -> Response {
+    static_text(MAPLIBRE_JS, "text/javascript; charset=utf-8")
+}
+
+/// `GET /static/maplibre-gl.css`.
+pub async fn maplibre_css() -> Response {
+    static_text(MAPLIBRE_CSS, "text/css; charset=utf-8")
+}
+
+fn static_text(body: &'static str, content_type: &'static str) -> Response {
+    let mut r = body.into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=86400"),
+    );
+    r
 }
 
 /// `GET /static/viewer.js`.

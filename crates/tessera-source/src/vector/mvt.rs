@@ -11,6 +11,7 @@ use gdal::vector::sql::Dialect;
 use gdal::vector::{
     FieldValue, Geometry, LayerAccess, OGRwkbGeometryType, geometry_type_flatten,
 };
+use geos::Geom;
 use geozero::mvt::tile::{Feature, GeomType, Layer};
 use geozero::mvt::{Message, TagsBuilder, Tile, TileValue};
 use tessera_grid::{BBox, TileCoord, TileMatrixSet};
@@ -23,6 +24,8 @@ use crate::{Crs, SourceError};
 /// to tile coordinates.
 pub(super) struct Frame<'a> {
     bbox: BBox,
+    /// The grid's extent: the buffer stops there (it does not wrap).
+    grid_extent: BBox,
     crs: &'a Crs,
     settings: MvtSettings,
     /// The grid's tile width in pixels (simplification is half a pixel).
@@ -38,17 +41,28 @@ impl<'a> Frame<'a> {
     ) -> Frame<'a> {
         Frame {
             bbox: grid.tile_bbox(coord),
+            grid_extent: grid.extent,
             crs,
             settings,
             tile_px: grid.tile_width.max(1),
         }
     }
 
-    /// The tile grown by the buffer, in the grid's CRS.
+    /// The tile grown by the buffer, in the grid's CRS, within the grid's
+    /// extent (a buffer past the antimeridian would wrap around the world
+    /// once transformed).
     pub(super) fn buffered_bbox(&self) -> BBox {
         let f = f64::from(self.settings.buffer) / f64::from(self.settings.extent);
-        self.bbox
-            .buffered(self.bbox.width() * f, self.bbox.height() * f)
+        let grown = self
+            .bbox
+            .buffered(self.bbox.width() * f, self.bbox.height() * f);
+        let e = &self.grid_extent;
+        BBox {
+            min_x: grown.min_x.max(e.min_x),
+            min_y: grown.min_y.max(e.min_y),
+            max_x: grown.max_x.min(e.max_x),
+            max_y: grown.max_y.min(e.max_y),
+        }
     }
 
     /// The grid CRS's PostGIS SRID, when it has one PostGIS knows.
@@ -354,7 +368,9 @@ fn tile_parts(g: &Geometry, from: &Crs, frame: &Frame<'_>) -> Result<Option<Part
 }
 
 /// Simplifies, clips, quantizes and encodes one feature's parts; `None`
-/// when nothing is left in the tile.
+/// when nothing is left in the tile. Lines and polygons go through GEOS:
+/// simplification (polygons keep their topology), a rectangle clip, and
+/// snap-rounding to the integer grid, whose output is valid.
 fn cut(
     parts: Parts,
     clip: &(f64, f64, f64, f64),
@@ -374,7 +390,7 @@ fn cut(
         Parts::Lines(lines) => {
             let g = build_lines(&lines).ok()?;
             let g = g.simplify(tolerance).ok()?;
-            let g = clipped(g, clip)?;
+            let g = snapped(&clipped(g, clip)?)?;
             let mut out = Vec::new();
             collect_lines(&g, &mut out);
             let lines: Vec<Vec<(i32, i32)>> = out
@@ -386,39 +402,46 @@ fn cut(
         }
         Parts::Polygons(polygons) => {
             let g = build_polygons(&polygons).ok()?;
-            let g = g.simplify_preserve_topology(tolerance).ok()?;
-            let g = clipped(g, clip)?;
-            let mut polygons = quantized_polygons(&g);
-            if polygons.is_empty() {
-                return None;
-            }
-            // Rounding can make a ring touch or cross another: repaired as
-            // GEOS repairs it, and quantized again.
-            if let Ok(built) = build_polygons(&to_f64(&polygons))
-                && !built.is_valid()
-                && let Ok(valid) = built.make_valid(&gdal::cpl::CslStringList::new())
-            {
-                polygons = quantized_polygons(&valid);
-            }
+            let g = g.topology_preserve_simplify(tolerance).ok()?;
+            let g = snapped(&clipped(g, clip)?)?;
+            let polygons = quantized_polygons(&g);
             (!polygons.is_empty()).then(|| (GeomType::Polygon, encode_polygons(&polygons)))
         }
     }
 }
 
 /// `g` within the clip box: itself when it lies inside, else GEOS's
-/// intersection; `None` when nothing is inside.
-fn clipped(g: Geometry, clip: &(f64, f64, f64, f64)) -> Option<Geometry> {
-    let e = g.envelope();
-    if e.MinX >= clip.0 && e.MinY >= clip.1 && e.MaxX <= clip.2 && e.MaxY <= clip.3 {
+/// rectangle clip; `None` when nothing is inside.
+fn clipped(g: geos::Geometry, clip: &(f64, f64, f64, f64)) -> Option<geos::Geometry> {
+    let (x0, y0, x1, y1) = (
+        g.get_x_min().ok()?,
+        g.get_y_min().ok()?,
+        g.get_x_max().ok()?,
+        g.get_y_max().ok()?,
+    );
+    if x0 >= clip.0 && y0 >= clip.1 && x1 <= clip.2 && y1 <= clip.3 {
         return Some(g);
     }
-    if e.MaxX < clip.0 || e.MaxY < clip.1 || e.MinX > clip.2 || e.MinY > clip.3 {
+    if x1 < clip.0 || y1 < clip.1 || x0 > clip.2 || y0 > clip.3 {
         return None;
     }
-    let mut area = Geometry::bbox(clip.0, clip.1, clip.2, clip.3).ok()?;
-    area.flatten_to_2d();
-    let cut = g.intersection(&area)?;
-    (!cut.is_empty()).then_some(cut)
+    let cut = g.clip_by_rect(clip.0, clip.1, clip.2, clip.3).ok()?;
+    (!cut.is_empty().ok()?).then_some(cut)
+}
+
+/// `g` snap-rounded to the integer grid (valid output; parts that
+/// collapse are dropped). An invalid input (some data has self-touching
+/// rings) is repaired first.
+fn snapped(g: &geos::Geometry) -> Option<geos::Geometry> {
+    let out = match g.set_precision(1.0, geos::Precision::ValidOutput) {
+        Ok(out) => out,
+        Err(_) => g
+            .make_valid()
+            .ok()?
+            .set_precision(1.0, geos::Precision::ValidOutput)
+            .ok()?,
+    };
+    (!out.is_empty().ok()?).then_some(out)
 }
 
 fn quantize(p: (f64, f64)) -> (i32, i32) {
@@ -435,40 +458,26 @@ fn dedup(points: impl Iterator<Item = (i32, i32)>) -> Vec<(i32, i32)> {
     out
 }
 
-fn to_f64(polygons: &[Vec<Vec<(i32, i32)>>]) -> Vec<Vec<Vec<(f64, f64)>>> {
-    polygons
-        .iter()
-        .map(|rings| {
-            rings
-                .iter()
-                .map(|r| {
-                    r.iter()
-                        .map(|&(x, y)| (f64::from(x), f64::from(y)))
-                        .collect()
-                })
-                .collect()
-        })
-        .collect()
+fn coords(points: &[(f64, f64)]) -> geos::GResult<geos::CoordSeq> {
+    let flat: Vec<[f64; 2]> = points.iter().map(|&(x, y)| [x, y]).collect();
+    geos::CoordSeq::new_from_vec(&flat)
 }
 
-fn build_lines(lines: &[Vec<(f64, f64)>]) -> Result<Geometry, gdal::errors::GdalError> {
-    let mut multi = Geometry::empty(OGRwkbGeometryType::wkbMultiLineString)?;
-    for l in lines.iter().filter(|l| l.len() >= 2) {
-        let mut line = Geometry::empty(OGRwkbGeometryType::wkbLineString)?;
-        for &p in l {
-            line.add_point_2d(p);
-        }
-        multi.add_geometry(line)?;
-    }
-    Ok(multi)
+fn build_lines(lines: &[Vec<(f64, f64)>]) -> geos::GResult<geos::Geometry> {
+    let parts = lines
+        .iter()
+        .filter(|l| l.len() >= 2)
+        .map(|l| geos::Geometry::create_line_string(coords(l)?))
+        .collect::<geos::GResult<Vec<_>>>()?;
+    geos::Geometry::create_multiline_string(parts)
 }
 
 /// A multipolygon of closed rings (rings of fewer than three points are
 /// left out; a polygon whose exterior is, too).
-fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> Result<Geometry, gdal::errors::GdalError> {
-    let mut multi = Geometry::empty(OGRwkbGeometryType::wkbMultiPolygon)?;
+fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> geos::GResult<geos::Geometry> {
+    let mut parts = Vec::with_capacity(polygons.len());
     for rings in polygons {
-        let mut polygon = Geometry::empty(OGRwkbGeometryType::wkbPolygon)?;
+        let mut closed = Vec::with_capacity(rings.len());
         for (i, r) in rings.iter().enumerate() {
             let open = if r.len() > 1 && r.first() == r.last() {
                 &r[..r.len() - 1]
@@ -481,31 +490,35 @@ fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> Result<Geometry, gdal::e
                 }
                 continue;
             }
-            let mut ring = Geometry::empty(OGRwkbGeometryType::wkbLinearRing)?;
-            for &p in open {
-                ring.add_point_2d(p);
-            }
-            ring.add_point_2d(open[0]);
-            polygon.add_geometry(ring)?;
+            let mut ring = open.to_vec();
+            ring.push(open[0]);
+            closed.push(geos::Geometry::create_linear_ring(coords(&ring)?)?);
         }
-        if polygon.geometry_count() > 0 {
-            multi.add_geometry(polygon)?;
+        if closed.is_empty() {
+            continue;
         }
+        let exterior = closed.remove(0);
+        parts.push(geos::Geometry::create_polygon(exterior, closed)?);
     }
-    Ok(multi)
+    geos::Geometry::create_multipolygon(parts)
 }
 
-fn collect_lines(g: &Geometry, out: &mut Vec<Vec<(f64, f64)>>) {
-    use OGRwkbGeometryType as T;
-    match geometry_type_flatten(g.geometry_type()) {
-        T::wkbLineString | T::wkbLinearRing => {
-            let mut pts = Vec::new();
-            g.get_points(&mut pts);
-            out.push(pts.into_iter().map(|p| (p.0, p.1)).collect());
-        }
-        T::wkbMultiLineString | T::wkbGeometryCollection => {
-            for i in 0..g.geometry_count() {
-                collect_lines(&g.get_geometry(i), out);
+fn points_of(g: &impl Geom) -> Vec<(f64, f64)> {
+    g.get_coord_seq()
+        .and_then(|s| s.as_buffer(Some(geos::CoordType::XY)))
+        .map(|flat| flat.chunks_exact(2).map(|c| (c[0], c[1])).collect())
+        .unwrap_or_default()
+}
+
+fn collect_lines(g: &impl Geom, out: &mut Vec<Vec<(f64, f64)>>) {
+    use geos::GeometryTypes as T;
+    match g.geometry_type() {
+        Ok(T::LineString | T::LinearRing) => out.push(points_of(g)),
+        Ok(T::MultiLineString | T::GeometryCollection) => {
+            for i in 0..g.get_num_geometries().unwrap_or(0) {
+                if let Ok(part) = g.get_geometry_n(i) {
+                    collect_lines(&part, out);
+                }
             }
         }
         _ => {}
@@ -515,47 +528,55 @@ fn collect_lines(g: &Geometry, out: &mut Vec<Vec<(f64, f64)>>) {
 /// The polygons of `g` (other parts left out), quantized: repeated points
 /// dropped, rings of no area dropped, exteriors clockwise on screen
 /// (positive area with y down) and holes the other way.
-fn quantized_polygons(g: &Geometry) -> Vec<Vec<Vec<(i32, i32)>>> {
+fn quantized_polygons(g: &impl Geom) -> Vec<Vec<Vec<(i32, i32)>>> {
     let mut out = Vec::new();
-    let mut stack = vec![g.clone()];
-    while let Some(g) = stack.pop() {
-        use OGRwkbGeometryType as T;
-        match geometry_type_flatten(g.geometry_type()) {
-            T::wkbPolygon => {
-                let mut rings = Vec::new();
-                for i in 0..g.geometry_count() {
-                    let mut pts = Vec::new();
-                    g.get_geometry(i).get_points(&mut pts);
-                    let mut ring = dedup(pts.into_iter().map(|p| quantize((p.0, p.1))));
-                    if ring.len() > 1 && ring.first() == ring.last() {
-                        ring.pop();
-                    }
-                    let area = signed_area(&ring);
-                    if ring.len() < 3 || area == 0 {
-                        if i == 0 {
-                            break;
-                        }
-                        continue;
-                    }
-                    let exterior = i == 0;
-                    if (area > 0) != exterior {
-                        ring.reverse();
-                    }
-                    rings.push(ring);
-                }
-                if !rings.is_empty() {
-                    out.push(rings);
-                }
-            }
-            T::wkbMultiPolygon | T::wkbGeometryCollection => {
-                for i in (0..g.geometry_count()).rev() {
-                    stack.push(g.get_geometry(i).clone());
-                }
-            }
-            _ => {}
-        }
-    }
+    add_polygons(g, &mut out);
     out
+}
+
+fn add_polygons(g: &impl Geom, out: &mut Vec<Vec<Vec<(i32, i32)>>>) {
+    use geos::GeometryTypes as T;
+    match g.geometry_type() {
+        Ok(T::Polygon) => {
+            let Ok(exterior) = g.get_exterior_ring() else {
+                return;
+            };
+            let mut rings = Vec::new();
+            let holes = g.get_num_interior_rings().unwrap_or(0);
+            let mut all = vec![points_of(&exterior)];
+            for i in 0..holes {
+                if let Ok(h) = g.get_interior_ring_n(i) {
+                    all.push(points_of(&h));
+                }
+            }
+            for (i, pts) in all.into_iter().enumerate() {
+                let mut ring = dedup(pts.into_iter().map(quantize));
+                if ring.len() > 1 && ring.first() == ring.last() {
+                    ring.pop();
+                }
+                let area = signed_area(&ring);
+                if ring.len() < 3 || area == 0 {
+                    if i == 0 {
+                        return;
+                    }
+                    continue;
+                }
+                if (area > 0) != (i == 0) {
+                    ring.reverse();
+                }
+                rings.push(ring);
+            }
+            out.push(rings);
+        }
+        Ok(T::MultiPolygon | T::GeometryCollection) => {
+            for i in 0..g.get_num_geometries().unwrap_or(0) {
+                if let Ok(part) = g.get_geometry_n(i) {
+                    add_polygons(&part, out);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Twice the ring's signed area by the surveyor's formula (positive for
@@ -681,6 +702,7 @@ mod tests {
         let hole = vec![(3.0, 3.0), (6.0, 3.0), (6.0, 6.0), (3.0, 6.0), (3.0, 3.0)];
         let g = build_polygons(&[vec![outer, hole]]).unwrap();
         let p = quantized_polygons(&g);
+        assert_eq!(p[0].len(), 2);
         assert_eq!(p.len(), 1);
         assert!(signed_area(&p[0][0]) > 0);
         assert!(signed_area(&p[0][1]) < 0);
@@ -696,6 +718,21 @@ mod tests {
         assert!(clipped(outside, &clip).is_none());
         let across = build_lines(&[vec![(-1000.0, 10.0), (1000.0, 10.0)]]).unwrap();
         let cut = clipped(across, &clip).unwrap();
-        assert!((cut.envelope().MinX + 64.0).abs() < 1e-9);
+        assert!((cut.get_x_min().unwrap() + 64.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn snap_rounding_leaves_no_invalid_polygon() {
+        // Two parts a fraction apart: rounded one by one they would
+        // overlap; snap-rounded together they stay valid.
+        let a = vec![(0.0, 0.0), (10.2, 0.0), (10.2, 10.0), (0.0, 10.0)];
+        let b = vec![(10.4, 0.0), (20.0, 0.0), (20.0, 10.0), (10.4, 10.0)];
+        let g = snapped(&build_polygons(&[vec![a], vec![b]]).unwrap()).unwrap();
+        assert!(g.is_valid().unwrap());
+        // A bow-tie (invalid) is repaired, not dropped.
+        let bow = vec![(0.0, 0.0), (10.0, 10.0), (10.0, 0.0), (0.0, 10.0)];
+        let g = snapped(&build_polygons(&[vec![bow]]).unwrap()).unwrap();
+        assert!(g.is_valid().unwrap());
+        assert!(!quantized_polygons(&g).is_empty());
     }
 }

@@ -221,7 +221,7 @@ fn query_layer(
             features: features
                 .into_iter()
                 .map(|f| {
-                    let mut props = vec![("layer".to_string(), Value::String(f.layer))];
+                    let mut props = vec![("source_layer".to_string(), Value::String(f.layer))];
                     props.extend(f.attributes);
                     props
                 })
