@@ -152,3 +152,23 @@ def s3_bucket(s3, name):
     if name not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
         c.create_bucket(Bucket=name)
     return c
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A headless Chromium (Debian's, through chromedriver) with WebGL in
+    software (SwiftShader), for MapLibre GL JS."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    chromium = require_tool("chromium")
+    driver_path = require_tool("chromedriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader",
+                 "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=800,600"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()

@@ -1,30 +1,11 @@
 """A headless Chromium (driven through Debian's chromedriver) loads the
 preview page and shows map tiles."""
 import numpy as np
-import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import require_tool
 from imaging import decode
 
 BACKGROUND = np.array([0x20, 0x20, 0x24])  # the viewer's background
-
-
-@pytest.fixture
-def browser(tmp_path):
-    chromium = require_tool("chromium")
-    driver_path = require_tool("chromedriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=800,600"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    yield driver
-    driver.quit()
 
 
 def map_area(browser, url):

@@ -14,10 +14,9 @@ from osgeo import gdal
 
 from conftest import ROOT, fetch, serving
 from imaging import decode
+from vectors import HALF, SHAPEFILE, env, tile_bounds, vector_config
 
 gdal.UseExceptions()
-HALF = 20037508.342789244
-SHAPEFILE = ROOT / "var" / "demo" / "countries" / "ne_50m_admin_0_countries.shp"
 
 
 def rgba(body):
@@ -28,14 +27,6 @@ def rgba(body):
     return bands.transpose(1, 2, 0)
 
 
-def env(name):
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is not set: start PostGIS with scripts/postgis start (scripts/test does)",
-                    pytrace=False)
-    return value
-
-
 STYLE = '[{ fill: "#336699", stroke: "#000000", stroke_width: 0.01, stroke_opacity: 0 }]'
 RULES = ('[{ fill: "#00ff00" },'
          ' { filter: { field: CONTINENT, eq: Europe }, fill: "#ff0000" },'
@@ -43,26 +34,7 @@ RULES = ('[{ fill: "#00ff00" },'
 
 
 def config(tmp_path, source, extra=""):
-    path = tmp_path / "tessera.yaml"
-    path.write_text(f"""
-stores: {{ mem: {{ type: memory }}, disk: {{ type: file, path: {tmp_path / 'tiles'} }} }}
-layers:
-  - name: countries
-    source: {source}
-    grids: [WebMercatorQuad]
-    cache: {{ store: disk, metatile: [2, 2] }}
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
-    grids: [WebMercatorQuad]
-    cache: {{ store: mem }}
-{extra}
-""")
-    return path
-
-
-def tile_bounds(z, x, y):
-    size = 2 * HALF / 2 ** z
-    return -HALF + x * size, HALF - (y + 1) * size, -HALF + (x + 1) * size, HALF - y * size
+    return vector_config(tmp_path, "countries", source, extra)
 
 
 MERCATOR_COUNTRIES = "/vsimem/countries-3857.gpkg"

@@ -6,6 +6,7 @@ package and compared with an OGR query of the same area; MapLibre GL JS in
 headless Chromium draws them; GetFeatureInfo finds the country under a
 point; GetLegendGraphic draws one symbol per rule."""
 import gzip
+import os
 import json
 import subprocess
 import threading
@@ -17,27 +18,16 @@ import pytest
 from osgeo import gdal, ogr, osr
 from shapely.geometry import shape
 
-from conftest import ROOT, fetch, require_tool, serving
+from conftest import ROOT, fetch, serving
 from imaging import decode
+from vectors import HALF, PLACES, SHAPEFILE, env, tile_bounds, vector_config
 
 gdal.UseExceptions()
 ogr.UseExceptions()
-HALF = 20037508.342789244
 EXTENT, BUFFER = 4096, 64
-SHAPEFILE = ROOT / "var" / "demo" / "countries" / "ne_50m_admin_0_countries.shp"
-PLACES = ROOT / "var" / "demo" / "places" / "naturalearth_cities.shp"
 RULES = ('[{ name: land, fill: "#00ff00" },'
          ' { name: europe, filter: { field: CONTINENT, eq: Europe }, fill: "#ff0000", stroke: "#000000" },'
          ' { name: populous, filter: { field: POP_EST, min: 100000000 }, fill: "#0000ff", min_zoom: 3 }]')
-
-
-def env(name):
-    import os
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is not set: start PostGIS with scripts/postgis start (scripts/test does)",
-                    pytrace=False)
-    return value
 
 
 def sources():
@@ -55,27 +45,7 @@ def sources():
 
 
 def config(tmp_path, source, extra=""):
-    path = tmp_path / "tessera.yaml"
-    path.write_text(f"""
-stores: {{ disk: {{ type: file, path: {tmp_path / 'tiles'} }}, mem: {{ type: memory }} }}
-layers:
-  - name: world
-    source: {source}
-    formats: [mvt, png]
-    grids: [WebMercatorQuad]
-    cache: {{ store: disk, metatile: [4, 4] }}
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
-    grids: [WebMercatorQuad]
-    cache: {{ store: mem }}
-{extra}
-""")
-    return path
-
-
-def tile_bounds(z, x, y):
-    size = 2 * HALF / 2 ** z
-    return -HALF + x * size, HALF - (y + 1) * size, -HALF + (x + 1) * size, HALF - y * size
+    return vector_config(tmp_path, "world", source, extra, formats="[mvt, png]", metatile=(4, 4))
 
 
 def reference(path, layer, z, x, y):
@@ -224,7 +194,7 @@ def test_concurrent_requests_for_one_vector_tile_make_it_once(tmp_path, tmp_path
 
 def test_a_seed_stores_vector_tiles_that_are_then_hits(tmp_path, tmp_path_factory):
     path = config(tmp_path, sources()["gpkg"])
-    binary = __import__("os").environ["TESSERA_BIN"]
+    binary = os.environ["TESSERA_BIN"]
     done = subprocess.run([binary, "seed", "--config", str(path), "--layer", "world", "--format", "mvt",
                            "--zoom", "0..2"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -245,7 +215,7 @@ layers:
     source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
     formats: [png, mvt]
 """)
-    binary = __import__("os").environ["TESSERA_BIN"]
+    binary = os.environ["TESSERA_BIN"]
     done = subprocess.run([binary, "check", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "mvt (vector tiles) needs a vector source" in done.stderr
@@ -326,24 +296,6 @@ def test_legend_graphic_draws_one_symbol_per_rule(tmp_path, tmp_path_factory):
         assert caps.count(b'queryable="1"') == 3
         assert b"REQUEST=GetLegendGraphic&amp;FORMAT=image%2Fpng&amp;LAYER=world" in caps
         assert caps.count(b"<LegendURL") == 2
-
-
-@pytest.fixture
-def browser(tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    chromium = require_tool("chromium")
-    driver_path = require_tool("chromedriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader",
-                 "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=800,600"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    yield driver
-    driver.quit()
 
 
 def test_maplibre_draws_the_vector_tiles(tmp_path, tmp_path_factory, browser):

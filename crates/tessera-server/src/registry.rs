@@ -293,7 +293,8 @@ impl Registry {
                 let grid = grids.get(g).ok_or_else(|| {
                     in_layer(&format!("unknown grid {g:?} (define it under `grids:`)"))
                 })?;
-                if lc.formats.contains(&TileFormat::Mvt) && grid.tms.tile_width != grid.tms.tile_height
+                if lc.formats.contains(&TileFormat::Mvt)
+                    && grid.tms.tile_width != grid.tms.tile_height
                 {
                     return Err(in_layer(&format!(
                         "vector tiles (format mvt) need square tiles; grid {g:?} has {}x{}",

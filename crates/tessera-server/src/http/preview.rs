@@ -16,9 +16,9 @@ use serde_json::json;
 use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 
 use super::AppState;
-use crate::registry::Layer;
 use super::error::ApiError;
 use super::xml::escape;
+use crate::registry::Layer;
 
 const VIEWER_JS: &str = include_str!("viewer.js");
 const MAPLIBRE_JS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.js");
@@ -136,26 +136,36 @@ fn vector_page(layer: &Layer) -> Html<String> {
     let data_layers = layer
         .source
         .as_vector()
-        .map(|v| v.vector_layers())
+        .map(tessera_source::VectorSource::vector_layers)
         .unwrap_or_default();
-    let palette = ["#3a6ea5", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#16a085"];
+    let palette = [
+        "#3a6ea5", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#16a085",
+    ];
     let mut layers = Vec::new();
     for (i, l) in data_layers.iter().enumerate() {
         let color = palette[i % palette.len()];
         let id = &l.name;
         let geometry = l.geometry.to_ascii_lowercase();
         if geometry.contains("polygon") || geometry.contains("surface") {
-            layers.push(json!({"id": format!("{id}-fill"), "type": "fill", "source": "tessera",
-                "source-layer": id, "paint": {"fill-color": color, "fill-opacity": 0.6}}));
-            layers.push(json!({"id": format!("{id}-outline"), "type": "line", "source": "tessera",
-                "source-layer": id, "paint": {"line-color": "#ffffff", "line-width": 0.5}}));
+            layers.push(
+                json!({"id": format!("{id}-fill"), "type": "fill", "source": "tessera",
+                "source-layer": id, "paint": {"fill-color": color, "fill-opacity": 0.6}}),
+            );
+            layers.push(
+                json!({"id": format!("{id}-outline"), "type": "line", "source": "tessera",
+                "source-layer": id, "paint": {"line-color": "#ffffff", "line-width": 0.5}}),
+            );
         } else if geometry.contains("line") || geometry.contains("curve") {
-            layers.push(json!({"id": format!("{id}-line"), "type": "line", "source": "tessera",
-                "source-layer": id, "paint": {"line-color": color, "line-width": 1.5}}));
+            layers.push(
+                json!({"id": format!("{id}-line"), "type": "line", "source": "tessera",
+                "source-layer": id, "paint": {"line-color": color, "line-width": 1.5}}),
+            );
         } else {
-            layers.push(json!({"id": format!("{id}-point"), "type": "circle", "source": "tessera",
+            layers.push(
+                json!({"id": format!("{id}-point"), "type": "circle", "source": "tessera",
                 "source-layer": id, "paint": {"circle-color": color, "circle-radius": 4,
-                "circle-stroke-color": "#ffffff", "circle-stroke-width": 1}}));
+                "circle-stroke-color": "#ffffff", "circle-stroke-width": 1}}),
+            );
         }
     }
     let b = layer.source.info().lonlat_bounds;

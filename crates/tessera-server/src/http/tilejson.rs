@@ -106,7 +106,7 @@ pub async fn tilejson(
         let layers: Vec<Value> = layer
             .source
             .as_vector()
-            .map(|v| v.vector_layers())
+            .map(tessera_source::VectorSource::vector_layers)
             .unwrap_or_default()
             .into_iter()
             .map(|l| {

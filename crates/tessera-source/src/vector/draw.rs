@@ -149,14 +149,21 @@ impl Canvas {
 /// A legend symbol of `size` x `size` pixels: what `rule` draws for a
 /// feature of `geometry` type (a square for polygons, a zigzag line for
 /// lines, a marker for points; a square when the type is unknown).
-pub fn symbol(rule: &Rule, geometry: gdal::vector::OGRwkbGeometryType::Type, size: u32) -> Option<Raster> {
+pub fn symbol(
+    rule: &Rule,
+    geometry: gdal::vector::OGRwkbGeometryType::Type,
+    size: u32,
+) -> Option<Raster> {
     use gdal::vector::OGRwkbGeometryType as T;
     let mut canvas = Canvas::new(size, size)?;
     let s = size as f32;
     let inset = (rule.stroke_width / 2.0).max(1.0).min(s / 4.0);
     let shapes = match gdal::vector::geometry_type_flatten(geometry) {
         T::wkbPoint | T::wkbMultiPoint => Shapes::Points(vec![(s / 2.0, s / 2.0)]),
-        T::wkbLineString | T::wkbMultiLineString | T::wkbCircularString | T::wkbCompoundCurve
+        T::wkbLineString
+        | T::wkbMultiLineString
+        | T::wkbCircularString
+        | T::wkbCompoundCurve
         | T::wkbMultiCurve => Shapes::Lines(vec![vec![
             (inset, s - inset),
             (s * 0.4, s * 0.3),
@@ -234,9 +241,18 @@ mod tests {
         let marker = symbol(&fill, T::wkbPoint, 16).unwrap();
         assert_eq!(marker.valid[8 * 16 + 8], 255);
         assert_eq!(marker.valid[16 + 1], 0, "a marker leaves the corners empty");
-        let line = symbol(&rule(r##"{"stroke": "#0000ff", "stroke_width": 2}"##), T::wkbLineString, 16).unwrap();
+        let line = symbol(
+            &rule(r##"{"stroke": "#0000ff", "stroke_width": 2}"##),
+            T::wkbLineString,
+            16,
+        )
+        .unwrap();
         assert!(line.valid.iter().any(|&a| a > 0));
-        assert_eq!(line.valid[15 * 16 + 15], 0, "a line leaves the corners it does not reach");
+        assert_eq!(
+            line.valid[15 * 16 + 15],
+            0,
+            "a line leaves the corners it does not reach"
+        );
     }
 
     #[test]

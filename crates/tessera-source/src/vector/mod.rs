@@ -503,8 +503,13 @@ impl VectorSource {
         };
         for (values, geometry) in features {
             let attributes: Vec<Attribute> = values.into_iter().map(attribute).collect();
-            let (mut points, mut lines, mut polygons) = (Vec::new(), Vec::new(), Vec::new());
-            projector.add(&geometry, &mut points, &mut lines, &mut polygons)?;
+            let mut parts = Parts::new();
+            split(&geometry, &|g, ring| projector.ring(g, ring), &mut parts)?;
+            let Parts {
+                points,
+                lines,
+                polygons,
+            } = parts;
             for rule in &rules {
                 let passes = rule.filter.as_ref().is_none_or(|f| {
                     let at = dl.style_fields.iter().position(|n| *n == f.field);
@@ -629,53 +634,70 @@ impl Projector<'_> {
         }
         Ok(out)
     }
+}
 
-    /// Adds `g`'s parts to `points`, `lines` and `polygons`.
-    fn add(
-        &self,
-        g: &Geometry,
-        points: &mut Vec<(f32, f32)>,
-        lines: &mut Vec<Vec<(f32, f32)>>,
-        polygons: &mut Vec<Vec<Vec<(f32, f32)>>>,
-    ) -> Result<(), SourceError> {
-        use OGRwkbGeometryType as T;
-        match geometry_type_flatten(g.geometry_type()) {
-            T::wkbPoint => points.extend(self.ring(g, false)?),
-            T::wkbLineString => {
-                let l = self.ring(g, false)?;
-                if !l.is_empty() {
-                    lines.push(l);
-                }
-            }
-            T::wkbPolygon => {
-                let mut rings = Vec::with_capacity(g.geometry_count());
-                for i in 0..g.geometry_count() {
-                    let r = self.ring(&g.get_geometry(i), true)?;
-                    if !r.is_empty() {
-                        rings.push(r);
-                    }
-                }
-                if !rings.is_empty() {
-                    polygons.push(rings);
-                }
-            }
-            T::wkbMultiPoint
-            | T::wkbMultiLineString
-            | T::wkbMultiPolygon
-            | T::wkbGeometryCollection => {
-                for i in 0..g.geometry_count() {
-                    self.add(&g.get_geometry(i), points, lines, polygons)?;
-                }
-            }
-            // Curves and surfaces: drawn as GDAL linearises them.
-            _ => {
-                if let Some(linear) = linearised(g) {
-                    self.add(&linear, points, lines, polygons)?;
-                }
+/// A geometry's parts by kind: points, lines, and polygons as lists of
+/// rings (exterior first).
+struct Parts<P> {
+    points: Vec<P>,
+    lines: Vec<Vec<P>>,
+    polygons: Vec<Vec<Vec<P>>>,
+}
+
+impl<P> Parts<P> {
+    fn new() -> Parts<P> {
+        Parts {
+            points: Vec::new(),
+            lines: Vec::new(),
+            polygons: Vec::new(),
+        }
+    }
+}
+
+/// Adds `g`'s parts to `parts`, each point list as `coords` maps it (told
+/// whether it is a polygon ring); empty lists are dropped. Collections are
+/// walked into their members, and curves go as GDAL linearises them.
+fn split<P>(
+    g: &Geometry,
+    coords: &impl Fn(&Geometry, bool) -> Result<Vec<P>, SourceError>,
+    parts: &mut Parts<P>,
+) -> Result<(), SourceError> {
+    use OGRwkbGeometryType as T;
+    match geometry_type_flatten(g.geometry_type()) {
+        T::wkbPoint => parts.points.extend(coords(g, false)?),
+        T::wkbLineString => {
+            let l = coords(g, false)?;
+            if !l.is_empty() {
+                parts.lines.push(l);
             }
         }
-        Ok(())
+        T::wkbPolygon => {
+            let mut rings = Vec::with_capacity(g.geometry_count());
+            for i in 0..g.geometry_count() {
+                let r = coords(&g.get_geometry(i), true)?;
+                if !r.is_empty() {
+                    rings.push(r);
+                }
+            }
+            if !rings.is_empty() {
+                parts.polygons.push(rings);
+            }
+        }
+        T::wkbMultiPoint
+        | T::wkbMultiLineString
+        | T::wkbMultiPolygon
+        | T::wkbGeometryCollection => {
+            for i in 0..g.geometry_count() {
+                split(&g.get_geometry(i), coords, parts)?;
+            }
+        }
+        _ => {
+            if let Some(linear) = linearised(g) {
+                split(&linear, coords, parts)?;
+            }
+        }
     }
+    Ok(())
 }
 
 /// A curved geometry (circular strings, compound curves, curve polygons)

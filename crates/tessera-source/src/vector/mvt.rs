@@ -8,9 +8,7 @@
 
 use gdal::Dataset;
 use gdal::vector::sql::Dialect;
-use gdal::vector::{
-    FieldValue, Geometry, LayerAccess, OGRwkbGeometryType, geometry_type_flatten,
-};
+use gdal::vector::{FieldValue, Geometry, LayerAccess};
 use geos::Geom;
 use geozero::mvt::tile::{Feature, GeomType, Layer};
 use geozero::mvt::{Message, TagsBuilder, Tile, TileValue};
@@ -150,11 +148,11 @@ pub(super) fn tile_sql(tables: &[(&DataLayer, &PgTable)], frame: &Frame<'_>, sri
                     format!("ST_Transform({buffered}, {})", t.srid),
                 )
             };
-            let columns: String = dl
-                .fields
-                .iter()
-                .map(|(f, _)| format!(", t.{}", quote_ident(f)))
-                .collect();
+            let mut columns = String::new();
+            for (f, _) in &dl.fields {
+                columns.push_str(", t.");
+                columns.push_str(&quote_ident(f));
+            }
             let filter = dl
                 .filter
                 .as_ref()
@@ -226,7 +224,7 @@ pub(super) fn gzip(raw: &[u8]) -> bytes::Bytes {
 }
 
 /// A feature's geometry in tile coordinates, before quantization.
-enum Parts {
+enum TileGeometry {
     Points(Vec<(f64, f64)>),
     Lines(Vec<Vec<(f64, f64)>>),
     Polygons(Vec<Vec<Vec<(f64, f64)>>>),
@@ -309,7 +307,11 @@ fn clip_box(frame: &Frame<'_>) -> (f64, f64, f64, f64) {
 
 /// `g`'s parts in tile coordinates (y down), or `None` for a geometry with
 /// no parts this format holds.
-fn tile_parts(g: &Geometry, from: &Crs, frame: &Frame<'_>) -> Result<Option<Parts>, SourceError> {
+fn tile_parts(
+    g: &Geometry,
+    from: &Crs,
+    frame: &Frame<'_>,
+) -> Result<Option<TileGeometry>, SourceError> {
     let (sx, sy) = frame.scale();
     let (x0, y1) = (frame.bbox.min_x, frame.bbox.max_y);
     let ring = |g: &Geometry| -> Result<Vec<(f64, f64)>, SourceError> {
@@ -324,44 +326,20 @@ fn tile_parts(g: &Geometry, from: &Crs, frame: &Frame<'_>) -> Result<Option<Part
             .filter(|p| p.0.is_finite() && p.1.is_finite())
             .collect())
     };
-    let mut points = Vec::new();
-    let mut lines = Vec::new();
-    let mut polygons = Vec::new();
-    let mut stack = vec![g.clone()];
-    while let Some(g) = stack.pop() {
-        use OGRwkbGeometryType as T;
-        match geometry_type_flatten(g.geometry_type()) {
-            T::wkbPoint => points.extend(ring(&g)?),
-            T::wkbLineString => lines.push(ring(&g)?),
-            T::wkbPolygon => {
-                let mut rings = Vec::new();
-                for i in 0..g.geometry_count() {
-                    rings.push(ring(&g.get_geometry(i))?);
-                }
-                polygons.push(rings);
-            }
-            T::wkbMultiPoint
-            | T::wkbMultiLineString
-            | T::wkbMultiPolygon
-            | T::wkbGeometryCollection => {
-                for i in 0..g.geometry_count() {
-                    stack.push(g.get_geometry(i).clone());
-                }
-            }
-            _ => {
-                if let Some(linear) = super::linearised(&g) {
-                    stack.push(linear);
-                }
-            }
-        }
-    }
+    let mut parts = super::Parts::new();
+    super::split(g, &|g, _| ring(g), &mut parts)?;
+    let super::Parts {
+        points,
+        lines,
+        polygons,
+    } = parts;
     // A feature is one type in this format: polygons first, then lines.
     Ok(if !polygons.is_empty() {
-        Some(Parts::Polygons(polygons))
+        Some(TileGeometry::Polygons(polygons))
     } else if !lines.is_empty() {
-        Some(Parts::Lines(lines))
+        Some(TileGeometry::Lines(lines))
     } else if !points.is_empty() {
-        Some(Parts::Points(points))
+        Some(TileGeometry::Points(points))
     } else {
         None
     })
@@ -372,14 +350,14 @@ fn tile_parts(g: &Geometry, from: &Crs, frame: &Frame<'_>) -> Result<Option<Part
 /// simplification (polygons keep their topology), a rectangle clip, and
 /// snap-rounding to the integer grid, whose output is valid.
 fn cut(
-    parts: Parts,
+    parts: TileGeometry,
     clip: &(f64, f64, f64, f64),
     frame: &Frame<'_>,
 ) -> Option<(GeomType, Vec<u32>)> {
     // Half a pixel of the grid's tiles, in tile coordinates.
     let tolerance = f64::from(frame.settings.extent) / f64::from(frame.tile_px) / 2.0;
     match parts {
-        Parts::Points(points) => {
+        TileGeometry::Points(points) => {
             let kept: Vec<(i32, i32)> = points
                 .into_iter()
                 .filter(|p| p.0 >= clip.0 && p.0 <= clip.2 && p.1 >= clip.1 && p.1 <= clip.3)
@@ -387,7 +365,7 @@ fn cut(
                 .collect();
             (!kept.is_empty()).then(|| (GeomType::Point, encode_points(&kept)))
         }
-        Parts::Lines(lines) => {
+        TileGeometry::Lines(lines) => {
             let g = build_lines(&lines).ok()?;
             let g = g.simplify(tolerance).ok()?;
             let g = snapped(&clipped(g, clip)?)?;
@@ -400,7 +378,7 @@ fn cut(
                 .collect();
             (!lines.is_empty()).then(|| (GeomType::Linestring, encode_lines(&lines)))
         }
-        Parts::Polygons(polygons) => {
+        TileGeometry::Polygons(polygons) => {
             let g = build_polygons(&polygons).ok()?;
             let g = g.topology_preserve_simplify(tolerance).ok()?;
             let g = snapped(&clipped(g, clip)?)?;
@@ -698,7 +676,13 @@ mod tests {
     #[test]
     fn rings_are_wound_exterior_clockwise_and_holes_the_other_way() {
         // An exterior given anticlockwise on screen, a hole clockwise.
-        let outer = vec![(0.0, 0.0), (0.0, 10.0), (10.0, 10.0), (10.0, 0.0), (0.0, 0.0)];
+        let outer = vec![
+            (0.0, 0.0),
+            (0.0, 10.0),
+            (10.0, 10.0),
+            (10.0, 0.0),
+            (0.0, 0.0),
+        ];
         let hole = vec![(3.0, 3.0), (6.0, 3.0), (6.0, 6.0), (3.0, 6.0), (3.0, 3.0)];
         let g = build_polygons(&[vec![outer, hole]]).unwrap();
         let p = quantized_polygons(&g);

@@ -249,7 +249,6 @@ pub(super) fn redact(text: &str) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,7 +300,10 @@ mod tests {
     fn one_layer_or_a_list_but_not_both() {
         let mut s = spec("a.gpkg");
         s.layer = Some("countries".into());
-        assert_eq!(s.data_layers().unwrap()[0].layer.as_deref(), Some("countries"));
+        assert_eq!(
+            s.data_layers().unwrap()[0].layer.as_deref(),
+            Some("countries")
+        );
         s.layers = vec![VectorLayerSpec::default(), VectorLayerSpec::default()];
         assert!(s.data_layers().unwrap_err().contains("not both"));
         s.layer = None;

@@ -18,7 +18,7 @@ use crate::config::Limits;
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
 use crate::registry::{Layer, Registry};
-use crate::render::{Renderer, RenderError};
+use crate::render::{RenderError, Renderer};
 
 /// Pixels around the point a vector feature may lie within (GeoServer's
 /// `BUFFER` vendor parameter changes it, up to [`MAX_BUFFER`]).
@@ -191,7 +191,11 @@ fn point(kvp: &Kvp, version: Version, width: u32, height: u32) -> Result<(u32, u
             .ok_or_else(|| {
                 ApiError::bad_request(
                     code,
-                    format!("{} {text:?} must be a pixel of the map, 0 to {}", names[0], max - 1),
+                    format!(
+                        "{} {text:?} must be a pixel of the map, 0 to {}",
+                        names[0],
+                        max - 1
+                    ),
                 )
                 .at(names[0])
             })
@@ -393,7 +397,10 @@ mod tests {
             InfoFormat::parse(Some("application/json; subtype=geojson")).unwrap(),
             InfoFormat::Json
         );
-        assert_eq!(InfoFormat::parse(Some("text/html")).unwrap(), InfoFormat::Html);
+        assert_eq!(
+            InfoFormat::parse(Some("text/html")).unwrap(),
+            InfoFormat::Html
+        );
         let e = InfoFormat::parse(Some("application/vnd.ogc.gml")).unwrap_err();
         assert!(e.message.contains("text/plain"));
     }

@@ -55,7 +55,11 @@ impl GetMap {
 }
 
 /// LAYERS: known layers, at most `wms_max_layers`.
-pub(super) fn layers(kvp: &Kvp, registry: &Registry, limits: &Limits) -> Result<Vec<Arc<Layer>>, ApiError> {
+pub(super) fn layers(
+    kvp: &Kvp,
+    registry: &Registry,
+    limits: &Limits,
+) -> Result<Vec<Arc<Layer>>, ApiError> {
     let names: Vec<&str> = kvp.required("LAYERS")?.split(',').collect();
     if names.len() > limits.wms_max_layers {
         return Err(ApiError::bad_request(
@@ -180,13 +184,17 @@ fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError>
 /// FORMAT: a media type of a format tessera encodes.
 fn format(kvp: &Kvp) -> Result<TileFormat, ApiError> {
     let text = kvp.required("FORMAT")?;
-    TileFormat::from_mime(text).filter(|f| !f.is_vector()).ok_or_else(|| {
-        ApiError::bad_request(
-            "InvalidFormat",
-            format!("FORMAT {text:?} is not supported; use image/png, image/jpeg or image/webp"),
-        )
-        .at("FORMAT")
-    })
+    TileFormat::from_mime(text)
+        .filter(|f| !f.is_vector())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "InvalidFormat",
+                format!(
+                    "FORMAT {text:?} is not supported; use image/png, image/jpeg or image/webp"
+                ),
+            )
+            .at("FORMAT")
+        })
 }
 
 /// TRANSPARENT: `TRUE` or `FALSE` in any case (default false).

@@ -13,7 +13,6 @@ use crate::http::error::ApiError;
 use crate::http::params::Kvp;
 use crate::registry::{Layer, Registry};
 
-
 /// Default symbol size in pixels (WIDTH and HEIGHT).
 const DEFAULT_SIZE: u32 = 20;
 /// The largest WIDTH or HEIGHT.
@@ -24,12 +23,18 @@ const GAP: u32 = 4;
 /// The default legend's size in pixels, when the layer has one (a styled
 /// vector layer, or a ramp).
 pub(super) fn legend_size(layer: &Layer) -> Option<(u32, u32)> {
-    let rules = layer.source.as_vector().map_or(0, |v| v.rule_count());
+    let rules = layer
+        .source
+        .as_vector()
+        .map_or(0, tessera_source::VectorSource::rule_count);
     if rules > 0 {
         let n = u32::try_from(rules).unwrap_or(u32::MAX / 64);
         return Some((DEFAULT_SIZE, n * DEFAULT_SIZE + (n - 1) * GAP));
     }
-    layer.ramp.as_ref().map(|_| (DEFAULT_SIZE, DEFAULT_SIZE * 5))
+    layer
+        .ramp
+        .as_ref()
+        .map(|_| (DEFAULT_SIZE, DEFAULT_SIZE * 5))
 }
 
 /// Answers a GetLegendGraphic.
@@ -45,7 +50,9 @@ pub(super) fn respond(kvp: &Kvp, registry: &Registry) -> Result<Response, ApiErr
         Some(f) => {
             return Err(ApiError::bad_request(
                 "InvalidFormat",
-                format!("FORMAT {f:?} is not supported for legends; use image/png or application/json"),
+                format!(
+                    "FORMAT {f:?} is not supported for legends; use image/png or application/json"
+                ),
             )
             .at("FORMAT"));
         }
@@ -162,8 +169,13 @@ fn stack(symbols: &[&Raster]) -> RgbaImage {
 }
 
 fn png_response(img: &RgbaImage) -> Result<Response, ApiError> {
-    let bytes = encode(img.view(), TileFormat::Png, &EncodeOptions::default(), Color([0; 4]))
-        .map_err(|e| ApiError::internal(&e))?;
+    let bytes = encode(
+        img.view(),
+        TileFormat::Png,
+        &EncodeOptions::default(),
+        Color([0; 4]),
+    )
+    .map_err(|e| ApiError::internal(&e))?;
     let mut r = bytes.into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
@@ -172,8 +184,10 @@ fn png_response(img: &RgbaImage) -> Result<Response, ApiError> {
 
 fn json_response(doc: &Value) -> Response {
     let mut r = doc.to_string().into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 

@@ -1,0 +1,48 @@
+"""What the vector tests share: the demo data, the PostGIS test server's
+settings, Web Mercator tile bounds and a configuration with a vector layer
+next to the relief raster."""
+import os
+
+import pytest
+
+from conftest import ROOT
+
+HALF = 20037508.342789244
+SHAPEFILE = ROOT / "var" / "demo" / "countries" / "ne_50m_admin_0_countries.shp"
+PLACES = ROOT / "var" / "demo" / "places" / "naturalearth_cities.shp"
+
+
+def env(name):
+    """A setting of scripts/postgis; a failure (never a skip) when unset."""
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is not set: start PostGIS with scripts/postgis start (scripts/test does)",
+                    pytrace=False)
+    return value
+
+
+def tile_bounds(z, x, y):
+    """A WebMercatorQuad tile's (west, south, east, north) in metres."""
+    size = 2 * HALF / 2 ** z
+    return -HALF + x * size, HALF - (y + 1) * size, -HALF + (x + 1) * size, HALF - y * size
+
+
+def vector_config(tmp_path, name, source, extra="", formats="", metatile=(2, 2)):
+    """A config with the vector layer `name` (cached in a file store with
+    `metatile`) and `relief` (in memory), plus `extra` layers; its path."""
+    path = tmp_path / "tessera.yaml"
+    formats_line = f"\n    formats: {formats}" if formats else ""
+    path.write_text(f"""
+stores: {{ mem: {{ type: memory }}, disk: {{ type: file, path: {tmp_path / 'tiles'} }} }}
+layers:
+  - name: {name}
+    source: {source}{formats_line}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk, metatile: [{metatile[0]}, {metatile[1]}] }}
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+{extra}
+""")
+    return path
