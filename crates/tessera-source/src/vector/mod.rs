@@ -773,3 +773,32 @@ impl Source for VectorSource {
         Some(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curves_are_split_as_their_linear_approximations() {
+        let coords = |g: &Geometry, _ring: bool| -> Result<Vec<(f64, f64)>, SourceError> {
+            let mut pts = Vec::new();
+            g.get_points(&mut pts);
+            Ok(pts.into_iter().map(|p| (p.0, p.1)).collect())
+        };
+        let mut parts = Parts::new();
+        let arc = Geometry::from_wkt("CIRCULARSTRING (0 0, 1 1, 2 0)").unwrap();
+        split(&arc, &coords, &mut parts).unwrap();
+        assert_eq!(parts.lines.len(), 1);
+        assert!(
+            parts.lines[0].len() > 3,
+            "the arc is approximated by segments"
+        );
+        let disc = Geometry::from_wkt("CURVEPOLYGON (CIRCULARSTRING (0 0, 2 0, 0 0))").unwrap();
+        split(&disc, &coords, &mut parts).unwrap();
+        assert_eq!(parts.polygons.len(), 1);
+        let collection =
+            Geometry::from_wkt("GEOMETRYCOLLECTION (POINT (1 2), LINESTRING (0 0, 1 1))").unwrap();
+        split(&collection, &coords, &mut parts).unwrap();
+        assert_eq!((parts.points.len(), parts.lines.len()), (1, 2));
+    }
+}
