@@ -6,6 +6,7 @@ import http.client
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -114,3 +115,35 @@ def machine():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     return (f"Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}; "
             f"{datetime.date.today().isoformat()}; release build.")
+
+
+def ensure_tools():
+    """nginx and wrk from Debian, installed when missing."""
+    missing = [t for t in ("nginx", "wrk") if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if missing:
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *missing], check=True)
+
+
+def wrk(url_base, paths_file, connections, seconds, headers=None):
+    """wrk with `connections` connections for `seconds`, cycling through
+    the paths of `paths_file` (one per line), each request with `headers`:
+    (requests/s, p50, p99); any non-2xx answer stops the benchmark."""
+    script = Path(paths_file).with_suffix(".lua")
+    header_lines = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in (headers or {}).items())
+    script.write_text(f"""
+{header_lines}local paths = {{}}
+for line in io.lines("{paths_file}") do paths[#paths + 1] = line end
+local i = 0
+request = function()
+  i = i % #paths + 1
+  return wrk.format("GET", paths[i])
+end
+""")
+    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--latency",
+                          "-s", str(script), url_base], capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise SystemExit(f"wrk saw {errors.group(1)} non-2xx responses from {url_base}:\n{out}")
+    return rate, lat.get("50", "?"), lat.get("99", "?")

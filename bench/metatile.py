@@ -16,15 +16,13 @@ installs nginx and wrk from Debian when missing).
 """
 import argparse
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, machine, metric, percentile, run_load, tessera, wait_http, free_port
+from common import ROOT, ensure_tools, free_port, machine, metric, percentile, run_load, tessera, wait_http, wrk
 
 LAYER = "relief"
 ZOOM = 8  # 256 x 256 tiles, 64 x 64 metatiles
@@ -95,33 +93,6 @@ def run_scenarios(binary, clients, requests, runs, pool_threads):
             print(f"{name:36} pool={row[1]:3} {row[3]:8.1f} tiles/s  p50 {row[4]:6.1f} ms  p99 {row[5]:7.1f} ms"
                   f"  hits {row[6]:.0%}  duplicates {row[7]}", flush=True)
     return rows
-
-
-def ensure_tools():
-    missing = [t for t in ("nginx", "wrk") if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
-    if missing:
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *missing], check=True)
-
-
-def wrk(url_base, paths_file, connections, seconds):
-    script = Path(paths_file).with_suffix(".lua")
-    script.write_text(f"""
-local paths = {{}}
-for line in io.lines("{paths_file}") do paths[#paths + 1] = line end
-local i = 0
-request = function()
-  i = i % #paths + 1
-  return wrk.format("GET", paths[i])
-end
-""")
-    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--latency",
-                          "-s", str(script), url_base], capture_output=True, text=True, check=True).stdout
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if errors:
-        raise SystemExit(f"wrk saw {errors.group(1)} non-2xx responses from {url_base}:\n{out}")
-    return rate, lat.get("50", "?"), lat.get("99", "?")
 
 
 def run_hits(binary, connections, seconds, runs):
