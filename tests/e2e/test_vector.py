@@ -14,7 +14,7 @@ from osgeo import gdal
 
 from conftest import ROOT, fetch, serving
 from imaging import decode
-from vectors import HALF, SHAPEFILE, env, tile_bounds, vector_config
+from vectors import HALF, SHAPEFILE, env, pg_ctl, tile_bounds, vector_config
 
 gdal.UseExceptions()
 
@@ -157,14 +157,6 @@ def test_check_reports_the_features(sources, tmp_path):
     r = check(config(tmp_path, sources["postgis"]))
     assert r.returncode == 0, r.stderr
     assert "countries" in r.stdout and "features" in r.stdout and "EPSG:4326" in r.stdout, r.stdout
-
-
-def pg_ctl(action):
-    runner = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
-    # A started server writes to its log file, not to our pipes.
-    extra = ["-m", "immediate"] if action == "stop" else ["-l", f"{env('TESSERA_TEST_PG_DATA')}/server.log"]
-    subprocess.run([*runner, f"{env('TESSERA_TEST_PG_BIN')}/pg_ctl", "-D", env("TESSERA_TEST_PG_DATA"), "-w",
-                    *extra, action], check=True, capture_output=True, timeout=120)
 
 
 def test_a_database_that_goes_away_gives_errors_and_nothing_cached_then_recovers(sources, tmp_path,

@@ -10,6 +10,7 @@ import os
 import json
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 
 import mapbox_vector_tile
@@ -20,7 +21,7 @@ from shapely.geometry import shape
 
 from conftest import ROOT, fetch, serving
 from imaging import decode
-from vectors import HALF, PLACES, SHAPEFILE, env, tile_bounds, vector_config
+from vectors import HALF, PLACES, SHAPEFILE, env, pg_ctl, tile_bounds, vector_config
 
 gdal.UseExceptions()
 ogr.UseExceptions()
@@ -205,6 +206,28 @@ def test_a_seed_stores_vector_tiles_that_are_then_hits(tmp_path, tmp_path_factor
             assert r.headers["X-Cache"] == "HIT"
             assert mapbox_vector_tile.decode(r.read())["places"]["features"]
         assert renders(server) == 0
+
+
+def test_a_database_restart_costs_no_request_and_a_down_database_is_a_503(tmp_path, tmp_path_factory):
+    with serving(tmp_path_factory, "--config", str(config(tmp_path, sources()["postgis"]))) as server:
+        assert fetch(server, "/tiles/world/WebMercatorQuad/2/2/1.mvt")[0] == 200
+        # The pooled connection dies with the restart: the next tile is
+        # read again on a new connection, not failed.
+        pg_ctl("stop")
+        pg_ctl("start")
+        status, body = fetch(server, "/tiles/world/WebMercatorQuad/2/1/1.mvt")
+        assert status == 200, body[:300]
+        pg_ctl("stop")
+        try:
+            with pytest.raises(urllib.error.HTTPError) as down:
+                urllib.request.urlopen(server.url + "/tiles/world/WebMercatorQuad/3/4/2.mvt", timeout=60)
+            assert down.value.code == 503, down.value.read()[:300]
+            assert down.value.headers["Retry-After"]
+        finally:
+            pg_ctl("start")
+        # Nothing was cached for it: it is made now.
+        status, body = fetch(server, "/tiles/world/WebMercatorQuad/3/4/2.mvt")
+        assert status == 200 and mapbox_vector_tile.decode(body)["countries"]["features"]
 
 
 def test_mvt_is_refused_for_a_raster_layer(tmp_path):

@@ -2,6 +2,7 @@
 settings, Web Mercator tile bounds and a configuration with a vector layer
 next to the relief raster."""
 import os
+import subprocess
 
 import pytest
 
@@ -46,3 +47,12 @@ layers:
 {extra}
 """)
     return path
+
+
+def pg_ctl(action):
+    """Stops (immediately) or starts the PostGIS test cluster."""
+    runner = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+    # A started server writes to its log file, not to our pipes.
+    extra = ["-m", "immediate"] if action == "stop" else ["-l", f"{env('TESSERA_TEST_PG_DATA')}/server.log"]
+    subprocess.run([*runner, f"{env('TESSERA_TEST_PG_BIN')}/pg_ctl", "-D", env("TESSERA_TEST_PG_DATA"), "-w",
+                    *extra, action], check=True, capture_output=True, timeout=120)
