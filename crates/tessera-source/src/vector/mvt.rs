@@ -319,12 +319,20 @@ fn tile_parts(
         g.get_points(&mut pts);
         let (mut xs, mut ys): (Vec<f64>, Vec<f64>) = pts.iter().map(|p| (p.0, p.1)).unzip();
         from.transform_points(frame.crs, &mut xs, &mut ys)?;
-        Ok(xs
-            .into_iter()
-            .zip(ys)
-            .map(|(x, y)| ((x - x0) * sx, (y1 - y) * sy))
-            .filter(|p| p.0.is_finite() && p.1.is_finite())
-            .collect())
+        // Points within half a unit of the last kept one are one point
+        // once quantized: dropped before GEOS sees them.
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(xs.len());
+        for (x, y) in xs.into_iter().zip(ys) {
+            let p = ((x - x0) * sx, (y1 - y) * sy);
+            if !(p.0.is_finite() && p.1.is_finite()) {
+                continue;
+            }
+            match out.last() {
+                Some(q) if (p.0 - q.0).abs() < 0.5 && (p.1 - q.1).abs() < 0.5 => {}
+                _ => out.push(p),
+            }
+        }
+        Ok(out)
     };
     let mut parts = super::Parts::new();
     super::split(g, &|g, _| ring(g), &mut parts)?;
@@ -347,8 +355,8 @@ fn tile_parts(
 
 /// Simplifies, clips, quantizes and encodes one feature's parts; `None`
 /// when nothing is left in the tile. Lines and polygons go through GEOS:
-/// simplification (polygons keep their topology), a rectangle clip, and
-/// snap-rounding to the integer grid, whose output is valid.
+/// simplification, a rectangle clip, and snap-rounding to the integer
+/// grid, whose output is valid.
 fn cut(
     parts: TileGeometry,
     clip: &(f64, f64, f64, f64),
@@ -379,8 +387,7 @@ fn cut(
             (!lines.is_empty()).then(|| (GeomType::Linestring, encode_lines(&lines)))
         }
         TileGeometry::Polygons(polygons) => {
-            let g = build_polygons(&polygons).ok()?;
-            let g = g.topology_preserve_simplify(tolerance).ok()?;
+            let g = build_polygons(&polygons, tolerance).ok()?;
             let g = snapped(&clipped(g, clip)?)?;
             let polygons = quantized_polygons(&g);
             (!polygons.is_empty()).then(|| (GeomType::Polygon, encode_polygons(&polygons)))
@@ -451,8 +458,15 @@ fn build_lines(lines: &[Vec<(f64, f64)>]) -> geos::GResult<geos::Geometry> {
 }
 
 /// A multipolygon of closed rings (rings of fewer than three points are
-/// left out; a polygon whose exterior is, too).
-fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> geos::GResult<geos::Geometry> {
+/// left out; a polygon whose exterior is, too), each polygon larger than a
+/// few `tolerance`s simplified by Douglas-Peucker (a fraction of the cost
+/// of the topology-preserving kind: what it breaks, snap-rounding
+/// repairs); smaller ones are kept as they are, so that a small island
+/// stays in the tile as PostGIS keeps it.
+fn build_polygons(
+    polygons: &[Vec<Vec<(f64, f64)>>],
+    tolerance: f64,
+) -> geos::GResult<geos::Geometry> {
     let mut parts = Vec::with_capacity(polygons.len());
     for rings in polygons {
         let mut closed = Vec::with_capacity(rings.len());
@@ -476,9 +490,32 @@ fn build_polygons(polygons: &[Vec<Vec<(f64, f64)>>]) -> geos::GResult<geos::Geom
             continue;
         }
         let exterior = closed.remove(0);
-        parts.push(geos::Geometry::create_polygon(exterior, closed)?);
+        let polygon = geos::Geometry::create_polygon(exterior, closed)?;
+        let (w, h) = extent_of(&rings[0]);
+        if tolerance > 0.0 && w.max(h) > 4.0 * tolerance {
+            let simple = polygon.simplify(tolerance)?;
+            if !simple.is_empty()? {
+                for i in 0..simple.get_num_geometries()? {
+                    parts.push(geos::Geom::clone(&simple.get_geometry_n(i)?)?);
+                }
+                continue;
+            }
+        }
+        parts.push(polygon);
     }
     geos::Geometry::create_multipolygon(parts)
+}
+
+/// Width and height of the points' bounding box.
+fn extent_of(points: &[(f64, f64)]) -> (f64, f64) {
+    let (mut x0, mut y0, mut x1, mut y1) = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
+    for &(x, y) in points {
+        x0 = x0.min(x);
+        y0 = y0.min(y);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    ((x1 - x0).max(0.0), (y1 - y0).max(0.0))
 }
 
 fn points_of(g: &impl Geom) -> Vec<(f64, f64)> {
@@ -684,7 +721,7 @@ mod tests {
             (0.0, 0.0),
         ];
         let hole = vec![(3.0, 3.0), (6.0, 3.0), (6.0, 6.0), (3.0, 6.0), (3.0, 3.0)];
-        let g = build_polygons(&[vec![outer, hole]]).unwrap();
+        let g = build_polygons(&[vec![outer, hole]], 0.0).unwrap();
         let p = quantized_polygons(&g);
         assert_eq!(p[0].len(), 2);
         assert_eq!(p.len(), 1);
@@ -711,11 +748,11 @@ mod tests {
         // overlap; snap-rounded together they stay valid.
         let a = vec![(0.0, 0.0), (10.2, 0.0), (10.2, 10.0), (0.0, 10.0)];
         let b = vec![(10.4, 0.0), (20.0, 0.0), (20.0, 10.0), (10.4, 10.0)];
-        let g = snapped(&build_polygons(&[vec![a], vec![b]]).unwrap()).unwrap();
+        let g = snapped(&build_polygons(&[vec![a], vec![b]], 0.0).unwrap()).unwrap();
         assert!(g.is_valid().unwrap());
         // A bow-tie (invalid) is repaired, not dropped.
         let bow = vec![(0.0, 0.0), (10.0, 10.0), (10.0, 0.0), (0.0, 10.0)];
-        let g = snapped(&build_polygons(&[vec![bow]]).unwrap()).unwrap();
+        let g = snapped(&build_polygons(&[vec![bow]], 0.0).unwrap()).unwrap();
         assert!(g.is_valid().unwrap());
         assert!(!quantized_polygons(&g).is_empty());
     }
