@@ -161,8 +161,8 @@ def bare_queries(env, work, all_tiles, processes):
 
 
 def png_config(store):
-    return f"""stores: {{ disk: {{ type: file, path: {store} }} }}
-layers:
+    stores = f"stores: {{ disk: {{ type: file, path: {store} }} }}\n" if store else ""
+    return f"""{stores}layers:
   - name: countries
     source:
       type: vector

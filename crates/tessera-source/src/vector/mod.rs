@@ -10,6 +10,7 @@
 
 pub mod draw;
 mod mvt;
+mod pg;
 mod pool;
 mod spec;
 pub mod style;
@@ -73,7 +74,10 @@ pub struct VectorSource {
     shown: String,
     layers: Vec<DataLayer>,
     info: SourceInfo,
-    pool: Pool,
+    pool: Pool<Dataset>,
+    /// Native connections for tiles PostGIS cuts, when the connection
+    /// settings allow them (else `pool` runs the tile queries).
+    tiles: Option<Pool<pg::Connection>>,
     report: Vec<String>,
 }
 
@@ -246,20 +250,34 @@ impl VectorSource {
             native_resolution: native_bounds.width().max(native_bounds.height())
                 / f64::from(1u32 << 24),
         };
+        let (opened_path, opened_shown) = (gdal_path, shown.clone());
         let pool = Pool::new(
-            ds,
-            gdal_path,
+            Some(ds),
+            Box::new(move || open_vector(&opened_path, &opened_shown)),
             shown.clone(),
             spec.max_connections,
             spec.statement_timeout_ms,
             spec.is_postgres(),
         );
+        let native = layers.iter().any(|l| l.table.is_some());
+        let tiles = pg::config(spec).filter(|_| native).map(|config| {
+            let shown_here = shown.clone();
+            Pool::new(
+                None,
+                Box::new(move || pg::connect(&config, &shown_here)),
+                shown.clone(),
+                spec.max_connections,
+                spec.statement_timeout_ms,
+                true,
+            )
+        });
         Ok(VectorSource {
             spec: spec.clone(),
             shown,
             layers,
             info,
             pool,
+            tiles,
             report,
         })
     }
@@ -349,10 +367,16 @@ impl VectorSource {
             .map(|l| l.table.as_ref().map(|t| (*l, t)))
             .collect();
         if let (Some(tables), Some(srid)) = (in_database, frame.srid()) {
-            let sql = mvt::tile_sql(&tables, &frame, srid);
-            let raw = self
-                .pool
-                .with_handle(|ds| mvt::run_tile_sql(ds, &sql, &self.pool))?;
+            let raw = if let Some(native) = &self.tiles {
+                let sql = mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Parameters);
+                let params = frame.params();
+                native.with_handle(|c| pg::tile(c, &sql, &params, &self.shown))?
+            } else {
+                let sql =
+                    mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Literal(&frame));
+                self.pool
+                    .with_handle(|ds| mvt::run_tile_sql(ds, &sql, &self.pool))?
+            };
             return Ok(mvt::gzip(&raw));
         }
         let mut out = Vec::new();

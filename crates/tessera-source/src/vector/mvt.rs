@@ -123,19 +123,50 @@ fn quote_text(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
+/// How a tile query names the tile's bounds.
+pub(super) enum Bounds<'a> {
+    /// As numbers in the text (GDAL's connection).
+    Literal(&'a Frame<'a>),
+    /// As parameters `$1..$4` (the tile) and `$5..$8` (buffered), in the
+    /// order of [`Frame::params`].
+    Parameters,
+}
+
+impl Frame<'_> {
+    /// The tile's and the buffered tile's bounds, for [`Bounds::Parameters`].
+    pub(super) fn params(&self) -> [f64; 8] {
+        let (t, b) = (&self.bbox, self.buffered_bbox());
+        [
+            t.min_x, t.min_y, t.max_x, t.max_y, b.min_x, b.min_y, b.max_x, b.max_y,
+        ]
+    }
+}
+
 /// One query whose single value is the tile: each layer's `ST_AsMVT`,
 /// concatenated. Rows are found by `&&` on the table's geometry index with
 /// the buffered tile in the table's SRID, plus the layer's `where`.
-pub(super) fn tile_sql(tables: &[(&DataLayer, &PgTable)], frame: &Frame<'_>, srid: i32) -> String {
-    let MvtSettings { extent, buffer, .. } = frame.settings;
-    let envelope = |b: &BBox| {
-        format!(
-            "ST_MakeEnvelope({:?}, {:?}, {:?}, {:?}, {srid})",
-            b.min_x, b.min_y, b.max_x, b.max_y
-        )
+pub(super) fn tile_sql(
+    tables: &[(&DataLayer, &PgTable)],
+    settings: MvtSettings,
+    srid: i32,
+    bounds: &Bounds<'_>,
+) -> String {
+    let MvtSettings { extent, buffer, .. } = settings;
+    let (tile, buffered) = match bounds {
+        Bounds::Literal(frame) => {
+            let envelope = |b: &BBox| {
+                format!(
+                    "ST_MakeEnvelope({:?}, {:?}, {:?}, {:?}, {srid})",
+                    b.min_x, b.min_y, b.max_x, b.max_y
+                )
+            };
+            (envelope(&frame.bbox), envelope(&frame.buffered_bbox()))
+        }
+        Bounds::Parameters => (
+            format!("ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, {srid})"),
+            format!("ST_MakeEnvelope($5::float8, $6::float8, $7::float8, $8::float8, {srid})"),
+        ),
     };
-    let tile = envelope(&frame.bbox);
-    let buffered = envelope(&frame.buffered_bbox());
     let parts: Vec<String> = tables
         .iter()
         .map(|(dl, t)| {
@@ -161,8 +192,7 @@ pub(super) fn tile_sql(tables: &[(&DataLayer, &PgTable)], frame: &Frame<'_>, sri
             format!(
                 "(SELECT COALESCE(ST_AsMVT(q, {name}, {extent}, 'mvt_geom'), ''::bytea) FROM \
                  (SELECT ST_AsMVTGeom({in_grid}, {tile}, {extent}, {buffer}, true) AS mvt_geom\
-                 {columns} FROM {relation} t WHERE {geom} && {search}{filter}) q \
-                 WHERE q.mvt_geom IS NOT NULL)",
+                 {columns} FROM {relation} t WHERE {geom} && {search}{filter}) q)",
                 name = quote_text(&dl.name),
                 relation = t.relation,
             )
@@ -175,7 +205,7 @@ pub(super) fn tile_sql(tables: &[(&DataLayer, &PgTable)], frame: &Frame<'_>, sri
 pub(super) fn run_tile_sql(
     ds: &Dataset,
     sql: &str,
-    pool: &Pool,
+    pool: &Pool<Dataset>,
 ) -> Result<bytes::Bytes, SourceError> {
     reset_gdal_error();
     let result = ds.execute_sql(sql, None, Dialect::DEFAULT);

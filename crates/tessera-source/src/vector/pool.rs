@@ -1,28 +1,39 @@
-//! The bounded pool of dataset handles (database connections) a vector
-//! source reads with.
+//! The bounded pools of handles a vector source reads with: GDAL datasets
+//! (for PostGIS, each a connection), and native PostgreSQL connections
+//! for vector tiles cut by the database.
 
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use gdal::Dataset;
-
-use super::{open_vector, spec::redact};
+use super::spec::redact;
 use crate::SourceError;
 
 /// Seconds a client is told to wait when the database cannot be reached
 /// or every connection is busy.
 const RETRY_AFTER_SECS: u64 = 5;
 
-/// Dataset handles: idle ones to reuse, and how many are out.
-#[derive(Debug)]
-pub(super) struct Pool {
-    idle: Mutex<(Vec<Dataset>, usize)>,
+/// Opens a new handle.
+type Opener<H> = Box<dyn Fn() -> Result<H, SourceError> + Send + Sync>;
+
+/// Handles: idle ones to reuse, and how many are out.
+pub(super) struct Pool<H> {
+    idle: Mutex<(Vec<H>, usize)>,
     freed: Condvar,
     max: usize,
     wait: Duration,
-    gdal_path: String,
+    open: Opener<H>,
     shown: String,
     postgres: bool,
+}
+
+impl<H> std::fmt::Debug for Pool<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("max", &self.max)
+            .field("wait", &self.wait)
+            .field("source", &self.shown)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a handle came from: a reused one may be a connection the
@@ -32,23 +43,25 @@ enum Origin {
     Fresh,
 }
 
-impl Pool {
-    /// A pool holding `first` (idle), opening more from `gdal_path` while
-    /// fewer than `max` are out; a caller waits up to `wait_ms` for one.
+impl<H> Pool<H> {
+    /// A pool holding `first` (idle, if any), opening more with `open`
+    /// while fewer than `max` are out; a caller waits up to `wait_ms` for
+    /// one. `shown` names the source in messages; `postgres` says whether
+    /// a failed open means the database is unavailable (503).
     pub(super) fn new(
-        first: Dataset,
-        gdal_path: String,
+        first: Option<H>,
+        open: Opener<H>,
         shown: String,
         max: usize,
         wait_ms: u64,
         postgres: bool,
-    ) -> Pool {
+    ) -> Pool<H> {
         Pool {
-            idle: Mutex::new((vec![first], 0)),
+            idle: Mutex::new((first.into_iter().collect(), 0)),
             freed: Condvar::new(),
             max,
             wait: Duration::from_millis(wait_ms),
-            gdal_path,
+            open,
             shown,
             postgres,
         }
@@ -61,26 +74,26 @@ impl Pool {
     /// restarted database costs no request.
     pub(super) fn with_handle<T>(
         &self,
-        read: impl Fn(&Dataset) -> Result<T, SourceError>,
+        read: impl Fn(&mut H) -> Result<T, SourceError>,
     ) -> Result<T, SourceError> {
-        let (ds, origin) = self.acquire(false)?;
-        let result = read(&ds);
+        let (mut handle, origin) = self.acquire(false)?;
+        let result = read(&mut handle);
         let retry = matches!(origin, Origin::Reused)
             && self.postgres
             && matches!(result, Err(SourceError::Upstream { .. }));
-        self.give_back(result.is_ok().then_some(ds));
+        self.give_back(result.is_ok().then_some(handle));
         if !retry {
             return result;
         }
-        let (ds, _) = self.acquire(true)?;
-        let result = read(&ds);
-        self.give_back(result.is_ok().then_some(ds));
+        let (mut handle, _) = self.acquire(true)?;
+        let result = read(&mut handle);
+        self.give_back(result.is_ok().then_some(handle));
         result
     }
 
     /// A database that cannot be reached is unavailable (503 with
     /// Retry-After), like a down upstream; a file keeps its open error.
-    fn unavailable(&self, e: SourceError) -> SourceError {
+    pub(super) fn unavailable(&self, e: SourceError) -> SourceError {
         if !self.postgres {
             return e;
         }
@@ -98,7 +111,7 @@ impl Pool {
     /// A handle from the pool (unless `fresh`), or a new one while fewer
     /// than `max` are out; waits up to the statement timeout for one to
     /// come back, then answers that the source is busy (503).
-    fn acquire(&self, fresh: bool) -> Result<(Dataset, Origin), SourceError> {
+    fn acquire(&self, fresh: bool) -> Result<(H, Origin), SourceError> {
         let deadline = Instant::now() + self.wait;
         let mut guard = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
@@ -106,15 +119,15 @@ impl Pool {
                 // Idle handles are as old as the one that failed.
                 guard.0.clear();
             }
-            if let Some(ds) = guard.0.pop() {
+            if let Some(handle) = guard.0.pop() {
                 guard.1 += 1;
-                return Ok((ds, Origin::Reused));
+                return Ok((handle, Origin::Reused));
             }
             if guard.1 < self.max {
                 guard.1 += 1;
                 drop(guard);
-                return open_vector(&self.gdal_path, &self.shown)
-                    .map(|ds| (ds, Origin::Fresh))
+                return (self.open)()
+                    .map(|handle| (handle, Origin::Fresh))
                     .map_err(|e| self.unavailable(e))
                     .inspect_err(|_| self.give_back(None));
             }
@@ -140,11 +153,11 @@ impl Pool {
     }
 
     /// Returns a handle (or only its place, after a failed read).
-    fn give_back(&self, ds: Option<Dataset>) {
+    fn give_back(&self, handle: Option<H>) {
         let mut guard = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         guard.1 = guard.1.saturating_sub(1);
-        if let Some(ds) = ds {
-            guard.0.push(ds);
+        if let Some(handle) = handle {
+            guard.0.push(handle);
         }
         drop(guard);
         self.freed.notify_one();
