@@ -6,6 +6,7 @@ package and compared with an OGR query of the same area; MapLibre GL JS in
 headless Chromium draws them; GetFeatureInfo finds the country under a
 point; GetLegendGraphic draws one symbol per rule."""
 import gzip
+import math
 import os
 import json
 import subprocess
@@ -115,8 +116,26 @@ def test_vector_tiles_hold_what_an_ogr_query_of_the_tile_holds(kind, tmp_path, t
             if z >= 2:
                 places = sorted(f["properties"]["name"] for f in tile.get("places", {"features": []})["features"])
                 assert places == sorted(reference(PLACES, None, z, x, y)), (kind, z, x, y)
+                # Each point within one unit of where the extent puts it.
+                status, body = fetch(server, f"/tiles/world/WebMercatorQuad/{z}/{x}/{y}.mvt")
+                raw = mapbox_vector_tile.decode(body, default_options={"y_coord_down": True})
+                expected = place_coordinates()
+                west, south, east, north = tile_bounds(z, x, y)
+                for f in raw["places"]["features"]:
+                    lon, lat = expected[f["properties"]["name"]]
+                    mx = lon / 180 * HALF
+                    my = math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) / math.pi * HALF
+                    ex, ey = (mx - west) / (east - west) * EXTENT, (north - my) / (north - south) * EXTENT
+                    gx, gy = f["geometry"]["coordinates"]
+                    assert abs(gx - ex) <= 1 and abs(gy - ey) <= 1, (f["properties"]["name"], gx, gy, ex, ey)
             else:
                 assert "places" not in tile, "places start at zoom 2"
+
+
+def place_coordinates():
+    """Every populated place's (lon, lat), by name."""
+    ds = ogr.Open(str(PLACES))
+    return {f.GetField("name"): (f.GetGeometryRef().GetX(), f.GetGeometryRef().GetY()) for f in ds.GetLayer(0)}
 
 
 def _polygons(geometry):
