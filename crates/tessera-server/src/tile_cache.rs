@@ -391,19 +391,18 @@ impl TileCache {
         {
             return Ok(Some(hit(held)));
         }
+        if req.format.is_vector() {
+            let bytes = self.vector_tile(req).await?;
+            self.save_passed(cache, key, bytes.clone()).await?;
+            drop(guard);
+            return Ok(Some(miss(bytes)));
+        }
         let (source, tms, coord, format) = (
             req.layer.source.clone(),
             req.grid.tms.clone(),
             req.coord,
             req.format,
         );
-        if req.format.is_vector() {
-            drop((source, tms));
-            let bytes = self.vector_tile(req).await?;
-            self.save_passed(cache, key, bytes.clone()).await?;
-            drop(guard);
-            return Ok(Some(miss(bytes)));
-        }
         let fetched = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
         let bytes = match fetched {
             None => return Ok(None),

@@ -93,22 +93,7 @@ pub(super) fn tile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vector::spec::MvtSettings;
-
-    fn spec(path: &str) -> VectorSpec {
-        VectorSpec {
-            path: path.into(),
-            layer: None,
-            filter: None,
-            fields: vec![],
-            style: vec![],
-            layers: vec![],
-            mvt: MvtSettings::default(),
-            max_features: 1,
-            max_connections: 1,
-            statement_timeout_ms: 2500,
-        }
-    }
+    use crate::vector::spec::spec_for_tests as spec;
 
     #[test]
     fn connection_strings_and_urls_are_taken_with_their_timeouts() {

@@ -249,9 +249,28 @@ pub(super) fn redact(text: &str) -> String {
     out
 }
 
+/// A spec of `path` with one connection and a 2.5 s statement timeout,
+/// for unit tests.
+#[cfg(test)]
+pub(super) fn spec_for_tests(path: &str) -> VectorSpec {
+    VectorSpec {
+        path: path.into(),
+        layer: None,
+        filter: None,
+        fields: vec![],
+        style: vec![],
+        layers: vec![],
+        mvt: MvtSettings::default(),
+        max_features: 1,
+        max_connections: 1,
+        statement_timeout_ms: 2500,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spec_for_tests as spec;
 
     #[test]
     fn passwords_are_hidden_in_connection_strings_and_urls() {
@@ -264,21 +283,6 @@ mod tests {
             "postgres://u:***@db:5432/x"
         );
         assert_eq!(redact("data/countries.gpkg"), "data/countries.gpkg");
-    }
-
-    fn spec(path: &str) -> VectorSpec {
-        VectorSpec {
-            path: path.into(),
-            layer: None,
-            filter: None,
-            fields: vec![],
-            style: vec![],
-            layers: vec![],
-            mvt: MvtSettings::default(),
-            max_features: 1,
-            max_connections: 1,
-            statement_timeout_ms: 2500,
-        }
     }
 
     #[test]
