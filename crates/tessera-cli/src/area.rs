@@ -24,10 +24,10 @@ pub struct AreaArgs {
     #[arg(long)]
     pub grid: Option<String>,
     /// Zoom levels: `A..B` (inclusive) or a single `Z`.
-    #[arg(long, value_parser = parse_zooms)]
+    #[arg(long, value_parser = tessera_server::plan::parse_zooms)]
     pub zoom: RangeInclusive<u8>,
     /// Limit to `minx,miny,maxx,maxy` (in --bbox-crs); always limited to the layer's extent.
-    #[arg(long, value_parser = parse_bbox, allow_hyphen_values = true)]
+    #[arg(long, value_parser = tessera_server::plan::parse_bbox, allow_hyphen_values = true)]
     pub bbox: Option<BBox>,
     /// CRS of --bbox.
     #[arg(long, default_value = "EPSG:4326")]
@@ -79,38 +79,3 @@ impl AreaArgs {
     }
 }
 
-fn parse_zooms(text: &str) -> Result<RangeInclusive<u8>, String> {
-    let parse = |t: &str| {
-        t.trim()
-            .parse::<u8>()
-            .map_err(|_| format!("{t:?} is not a zoom level (0..=255)"))
-    };
-    let (a, b) = match text.split_once("..") {
-        Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
-        None => {
-            let z = parse(text)?;
-            (z, z)
-        }
-    };
-    if a > b {
-        return Err(format!(
-            "zoom range {text:?} is empty: write A..B with A <= B"
-        ));
-    }
-    Ok(a..=b)
-}
-
-fn parse_bbox(text: &str) -> Result<BBox, String> {
-    let v: Vec<f64> = text
-        .split(',')
-        .map(|p| {
-            p.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("{p:?} is not a number"))
-        })
-        .collect::<Result<_, _>>()?;
-    let [a, b, c, d] = v[..] else {
-        return Err(format!("--bbox needs 4 numbers, got {}", v.len()));
-    };
-    BBox::new(a, b, c, d).map_err(|e| e.to_string())
-}

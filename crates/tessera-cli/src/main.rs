@@ -207,7 +207,15 @@ async fn serve(
         state.registry.layers().len()
     );
     println!("preview: http://{addr}/preview/{first}");
+    let every = std::time::Duration::from_secs_f64(state.config.cluster.generation_check_secs);
     drop(state);
+    if !every.is_zero() {
+        let watched = live.clone();
+        tokio::spawn(tessera_server::cluster::watch_generations(
+            move || watched.current(),
+            every,
+        ));
+    }
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())

@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::Args;
 
 use crate::area::AreaArgs;
-use crate::runtime::CliResult;
+use crate::runtime::{CliResult, runtime};
 
 /// Arguments of `tessera truncate`.
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct TruncateArgs {
 
 /// Runs a truncation; returns the process exit status.
 pub fn truncate(args: &TruncateArgs) -> CliResult {
-    let (_service, plan) = args.area.plan(args.format.as_deref())?;
+    let (service, plan) = args.area.plan(args.format.as_deref())?;
     let cache = plan
         .layer
         .cache
@@ -39,12 +39,21 @@ pub fn truncate(args: &TruncateArgs) -> CliResult {
         cache.store_name,
     );
     let start = Instant::now();
-    let report = cache.store.truncate(&area)?;
+    let node = service.config.cluster.node();
+    let done = runtime()?.block_on(tessera_server::truncate::truncate(&plan, &node))?;
     println!(
         "truncate complete: {} objects deleted, {} rewritten without the area's tiles, in {:.1} s",
-        report.objects_deleted,
-        report.objects_rewritten,
+        done.report.objects_deleted,
+        done.report.objects_rewritten,
         start.elapsed().as_secs_f64()
     );
+    match done.announced {
+        Ok(true) => println!("serving nodes sharing the store drop their copies within cluster.generation_check_secs"),
+        Ok(false) => {}
+        Err(e) => {
+            eprintln!("warning: the tiles are deleted, but serving nodes could not be told (they may serve copies from memory until restarted): {e}");
+            return Ok(1);
+        }
+    }
     Ok(0)
 }

@@ -3,6 +3,7 @@
 //! [`plan::TilePlan`] (seed, export), and the HTTP edges (XYZ/TMS, WMTS,
 //! WMS, TileJSON, preview, admin, health) that wrap the service.
 
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod encode_pool;
@@ -21,6 +22,7 @@ pub mod service;
 pub mod sources;
 pub mod throttle;
 pub mod tile_cache;
+pub mod truncate;
 
 pub use config::{Config, ConfigError};
 pub use service::{LayerSelection, Mode, Service};

@@ -10,7 +10,11 @@
 //! `tessera_http_request_seconds{kind,status}` (kind: tile, tilejson, wmts,
 //! wms, admin, other; status: 2xx .. 5xx; its `_count` counts requests),
 //! `tessera_render_seconds{layer}` (one layer's read and style, per
-//! metatile, tile or WMS map) and `tessera_build_info{version}`.
+//! metatile, tile or WMS map), `tessera_lease_requests_total{outcome}` (won,
+//! lost, taken_over, error), `tessera_lease_wait_seconds` (a node that lost
+//! a lease, until the holder's tiles were there),
+//! `tessera_generation_checks_total{result}` (unchanged, changed, error)
+//! and `tessera_build_info{version}`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,6 +101,30 @@ impl EndpointKind {
     }
 }
 
+/// How a lease request ended.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// Created: this node renders.
+    Won,
+    /// Held by another node: this one waits for its tiles.
+    Lost,
+    /// Expired and taken over: this node renders.
+    TakenOver,
+    /// The store failed.
+    Error,
+}
+
+/// What a generation check found.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum GenerationResult {
+    /// Nothing new.
+    Unchanged,
+    /// A new generation: the layer's held tiles were dropped.
+    Changed,
+    /// The store failed.
+    Error,
+}
+
 /// Which lock a wait was for.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum LockKind {
@@ -164,8 +192,21 @@ pub struct Metrics {
     store_degraded: Family<DegradedLabels, Gauge>,
     http_request_seconds: HistogramFamily<HttpLabels>,
     render_seconds: HistogramFamily<LayerLabels>,
+    lease_requests: Family<OutcomeLabels, Counter>,
+    lease_wait_seconds: Histogram,
+    generation_checks: Family<ResultLabels, Counter>,
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
 }
 
 /// Labels of `tessera_store_degraded`.
@@ -248,6 +289,24 @@ impl Metrics {
             "Duration of one layer's read and style, per metatile, tile or WMS map",
             render_seconds.clone(),
         );
+        let lease_requests = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "tessera_lease_requests",
+            "Lease requests before rendering a metatile, by outcome (won, lost, taken_over, error)",
+            lease_requests.clone(),
+        );
+        let lease_wait_seconds = latency_histogram();
+        registry.register(
+            "tessera_lease_wait_seconds",
+            "Time a node that lost a lease waited for the holder's tiles",
+            lease_wait_seconds.clone(),
+        );
+        let generation_checks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tessera_generation_checks",
+            "Checks of layers' generation objects, by result (unchanged, changed, error)",
+            generation_checks.clone(),
+        );
         registry.register(
             "tessera_build",
             "The running build",
@@ -260,6 +319,9 @@ impl Metrics {
             registry,
             http_request_seconds,
             render_seconds,
+            lease_requests,
+            lease_wait_seconds,
+            generation_checks,
             tile_requests,
             metatile_renders,
             tile_encodes,
@@ -349,6 +411,37 @@ impl Metrics {
         self.lock_wait_seconds
             .get_or_create(&KindLabels { kind: kind.label() })
             .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// Counts a lease request.
+    pub fn lease_requested(&self, outcome: LeaseOutcome) {
+        let outcome = match outcome {
+            LeaseOutcome::Won => "won",
+            LeaseOutcome::Lost => "lost",
+            LeaseOutcome::TakenOver => "taken_over",
+            LeaseOutcome::Error => "error",
+        };
+        self.lease_requests
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Records how long a node that lost a lease waited.
+    pub fn lease_waited(&self, since: Instant) {
+        self.lease_wait_seconds
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// Counts a generation check.
+    pub fn generation_checked(&self, result: GenerationResult) {
+        let result = match result {
+            GenerationResult::Unchanged => "unchanged",
+            GenerationResult::Changed => "changed",
+            GenerationResult::Error => "error",
+        };
+        self.generation_checks
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// The encode queue depth gauge.
@@ -461,6 +554,14 @@ impl TileStore for TimedStore {
         self.metrics.store_op(self.name(), "claim", || {
             self.inner.claim_fingerprint(layer, fingerprint)
         })
+    }
+
+    fn forget(&self, key: &TileKey) {
+        self.inner.forget(key);
+    }
+
+    fn forget_layer(&self, layer: &str) {
+        self.inner.forget_layer(layer);
     }
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {

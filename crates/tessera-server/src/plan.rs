@@ -136,6 +136,44 @@ pub enum PlanError {
     },
 }
 
+/// Parses zoom levels: `A..B` (inclusive, also `A..=B`) or a single `Z`.
+pub fn parse_zooms(text: &str) -> Result<RangeInclusive<u8>, String> {
+    let parse = |t: &str| {
+        t.trim()
+            .parse::<u8>()
+            .map_err(|_| format!("{t:?} is not a zoom level (0..=255)"))
+    };
+    let (a, b) = match text.split_once("..") {
+        Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
+        None => {
+            let z = parse(text)?;
+            (z, z)
+        }
+    };
+    if a > b {
+        return Err(format!(
+            "zoom range {text:?} is empty: write A..B with A <= B"
+        ));
+    }
+    Ok(a..=b)
+}
+
+/// Parses a box: `minx,miny,maxx,maxy`.
+pub fn parse_bbox(text: &str) -> Result<BBox, String> {
+    let v: Vec<f64> = text
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{p:?} is not a number"))
+        })
+        .collect::<Result<_, _>>()?;
+    let [a, b, c, d] = v[..] else {
+        return Err(format!("a bbox needs 4 numbers, got {}", v.len()));
+    };
+    BBox::new(a, b, c, d).map_err(|e| e.to_string())
+}
+
 impl TilePlan {
     /// Plans the tiles of `layer` in `grid` for `zooms` in `format` (the
     /// layer's first when `None`), limited to `area` and always to the

@@ -11,7 +11,10 @@ use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{ColorRamp, Style, build_style};
 use tessera_source::{Crs, Source, SourceError, open_source};
 
+use tessera_store::cluster::Coordinator;
 use tessera_store::{Durability, MemoryStore, TileStore};
+
+use crate::cluster::Leases;
 
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::fingerprint;
@@ -96,6 +99,11 @@ pub struct LayerCache {
     pub durability: Durability,
     /// Which stored tiles are too old to serve.
     pub freshness: Freshness,
+    /// Where nodes sharing the store meet (its bucket or directory), for
+    /// the layer's generation; `None` when no other process can share it.
+    pub coordinator: Option<Arc<Coordinator>>,
+    /// Leases before rendering (`cluster.leases`), `None` when off.
+    pub leases: Option<Arc<Leases>>,
 }
 
 /// Which stored tiles are too old to serve (`cache.max_stored_age`,
@@ -161,6 +169,9 @@ pub struct Registry {
     pub grids: HashMap<String, Arc<Grid>>,
     /// Tile stores by name.
     pub stores: HashMap<String, Arc<dyn TileStore>>,
+    /// The coordinators of the stores other processes can share, by store
+    /// name.
+    pub coordinators: HashMap<String, Arc<Coordinator>>,
     crs_cache: Mutex<HashMap<String, Arc<Crs>>>,
 }
 
@@ -202,6 +213,16 @@ impl Registry {
                 .collect(),
         };
         let stores = open_stores(config, &wanted_stores, metrics, kept)?;
+        let mut coordinators = HashMap::new();
+        for name in stores.keys() {
+            let failed = |source| ConfigError::Store {
+                store: name.clone(),
+                source,
+            };
+            if let Some(c) = Coordinator::for_store(name, &config.stores[name]).map_err(failed)? {
+                coordinators.insert(name.clone(), Arc::new(c));
+            }
+        }
         let mut grids = HashMap::new();
         for tms in [
             TileMatrixSet::web_mercator_quad(),
@@ -255,6 +276,7 @@ impl Registry {
             layers: std::sync::RwLock::new(Vec::new()),
             grids,
             stores,
+            coordinators,
             crs_cache: Mutex::new(HashMap::new()),
         };
         for lc in layers {
@@ -315,7 +337,30 @@ impl Registry {
             if lc.cache.store != NO_STORE && !stores.contains_key(&lc.cache.store) {
                 return Err(in_layer(&format!("unknown store {:?}", lc.cache.store)));
             }
+            let coordinator = self.coordinators.get(&lc.cache.store).cloned();
+            let leases = match (&coordinator, config.cluster.leases) {
+                (Some(c), true) if c.supports_leases() => Some(Arc::new(Leases {
+                    coordinator: c.clone(),
+                    node: config.cluster.node(),
+                    ttl: Duration::from_secs_f64(config.cluster.lease_ttl_secs),
+                    wait: Duration::from_secs_f64(
+                        config
+                            .cluster
+                            .lease_wait_secs
+                            .unwrap_or(config.cache.lock_timeout_secs),
+                    ),
+                })),
+                (_, true) if lc.cache.store != NO_STORE => {
+                    return Err(in_layer(&format!(
+                        "cluster.leases needs an object store that honours conditional writes, and store {:?} does not",
+                        lc.cache.store
+                    )));
+                }
+                _ => None,
+            };
             let cache = (lc.cache.store != NO_STORE).then(|| LayerCache {
+                coordinator,
+                leases,
                 store_name: lc.cache.store.clone(),
                 store: stores[&lc.cache.store].clone(),
                 metatile: MetatileSpec {

@@ -30,10 +30,13 @@ use tessera_store::{
     Durability, HeldTile, MemoryStore, StoreError, TileKey, TileStore, content_hash,
 };
 
+use tessera_store::cluster::Acquired;
+
+use crate::cluster::{LeaseHolder, jittered};
 use crate::encode_pool::{EncodePool, Job};
 use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
 use crate::metatile::Metatile;
-use crate::metrics::{LockKind, Metrics, RequestResult};
+use crate::metrics::{LeaseOutcome, LockKind, Metrics, RequestResult};
 use crate::registry::{Freshness, Grid, Layer, LayerCache};
 use crate::render::{Demand, ImageRequest, RenderError, Renderer};
 use crate::throttle::Throttle;
@@ -107,6 +110,19 @@ pub enum TileError {
     /// A seeding task panicked or was cancelled.
     #[error("a seeding task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// Another node holds the metatile's lease and its tiles did not
+    /// appear within `cluster.lease_wait_secs`.
+    #[error("another node ({holder}) is rendering this metatile and its tiles did not appear within {after:?}")]
+    LeaseWait {
+        /// The node holding the lease.
+        holder: String,
+        /// The configured wait.
+        after: Duration,
+    },
+    /// The lease could not be asked for (the store failed or did not
+    /// answer in time); nothing was rendered.
+    #[error("cannot ask for the metatile's lease")]
+    Lease(#[source] StoreError),
     /// The layer has no cache to seed into.
     #[error("layer {0:?} has no cache store (its `cache.store` is `none`)")]
     NotCached(String),
@@ -155,11 +171,21 @@ pub struct TileCache {
     settings: TileCacheSettings,
 }
 
-/// A sibling tile whose lock is held until it is saved.
+/// A sibling tile whose lock is held until it is saved (and, with leases,
+/// the metatile's lease, deleted when the last of its tiles is saved).
 struct Owned {
     coord: TileCoord,
     key: TileKey,
     guard: KeyGuard<TileKey>,
+    lease: Option<Arc<LeaseHolder>>,
+}
+
+/// What asking for a metatile's lease led to.
+enum Leased {
+    /// This node holds the lease: render.
+    Render(Option<Arc<LeaseHolder>>),
+    /// Another node stored the tile meanwhile.
+    Stored(HeldTile),
 }
 
 /// Everything a pool job needs to cut, encode and save tiles.
@@ -289,13 +315,22 @@ impl TileCache {
         {
             return Ok(hit(held));
         }
+        let lease = match self.lease(req, cache, &meta, Some(&key)).await? {
+            Leased::Render(lease) => lease,
+            Leased::Stored(held) => return Ok(hit(held)),
+        };
         let cutter = self.render_metatile(req, meta).await?;
         let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
         for coord in meta.tiles(&req.grid.tms) {
             if coord != req.coord {
                 let key = tile_key(req, coord);
                 let guard = self.lock_tile(key.clone()).await?;
-                siblings.push(Owned { coord, key, guard });
+                siblings.push(Owned {
+                    coord,
+                    key,
+                    guard,
+                    lease: lease.clone(),
+                });
             }
         }
         drop(meta_guard);
@@ -303,6 +338,7 @@ impl TileCache {
             coord: req.coord,
             key,
             guard: own_guard,
+            lease,
         });
 
         if self.pool.threads() == 0 {
@@ -454,7 +490,12 @@ impl TileCache {
         let layer = req.layer.name.clone();
         let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
         Box::new(move || {
-            let Owned { coord, key, guard } = tile;
+            let Owned {
+                coord,
+                key,
+                guard,
+                lease,
+            } = tile;
             let bytes = match bytes {
                 Some(b) => b,
                 None => match cutter.encode(coord) {
@@ -479,6 +520,7 @@ impl TileCache {
                 }
             }
             drop(guard);
+            drop(lease);
         })
     }
 
@@ -510,7 +552,12 @@ impl TileCache {
         for coord in meta.tiles(tms) {
             let key = tile_key(&req, coord);
             let guard = self.lock_tile(key.clone()).await?;
-            tiles.push(Owned { coord, key, guard });
+            tiles.push(Owned {
+                coord,
+                key,
+                guard,
+                lease: None,
+            });
         }
         if !force {
             let store = cache.store.clone();
@@ -521,6 +568,20 @@ impl TileCache {
                     .await??;
             if all_stored {
                 return Ok(SeedOutcome::Skipped);
+            }
+        }
+        if cache.leases.is_some() {
+            // The last tile of the metatile is the one waited for when
+            // another node holds the lease (its tiles are stored together).
+            let last = tiles.last().expect("a metatile has tiles").key.clone();
+            let wanted = (!force).then_some(&last);
+            match self.lease(&req, cache, &meta, wanted).await? {
+                Leased::Stored(_) => return Ok(SeedOutcome::Skipped),
+                Leased::Render(lease) => {
+                    for t in &mut tiles {
+                        t.lease.clone_from(&lease);
+                    }
+                }
             }
         }
         if format.is_vector() {
@@ -573,11 +634,17 @@ impl TileCache {
             let mut batch = Vec::with_capacity(tiles.len());
             let mut encoded = Vec::with_capacity(tiles.len());
             let mut guards = Vec::with_capacity(tiles.len());
-            for Owned { coord, key, guard } in tiles {
+            for Owned {
+                coord,
+                key,
+                guard,
+                lease,
+            } in tiles
+            {
                 let bytes = cutter.encode(coord)?;
                 batch.push((key, bytes.clone()));
                 encoded.push((coord, bytes));
-                guards.push(guard);
+                guards.push((guard, lease));
             }
             metrics.tiles_encoded(&layer, batch.len() as u64);
             let stored = store.put_many(batch.clone(), durability);
@@ -589,6 +656,117 @@ impl TileCache {
             Ok::<_, TileError>((encoded, stored))
         })
         .await?
+    }
+
+    /// With leases on (`cluster.leases`), asks for the metatile's lease
+    /// (the caller holds the local metatile lock, so a node asks once per
+    /// metatile at a time). Won or taken over: re-reads the tile from the
+    /// store itself (another node may have stored it since the last read)
+    /// and renders unless it is there. Held by another node: waits, with
+    /// back-off and jitter, for `key` to appear in the store, asking again
+    /// now and then (the holder may have died or given up), at most
+    /// `cluster.lease_wait_secs`. With `key` `None` (a forced seed, which
+    /// renders whatever is stored) the store is not read: it waits for the
+    /// lease itself.
+    async fn lease(
+        &self,
+        req: &TileRequest,
+        cache: &LayerCache,
+        meta: &Metatile,
+        key: Option<&TileKey>,
+    ) -> Result<Leased, TileError> {
+        let Some(leases) = &cache.leases else {
+            return Ok(Leased::Render(None));
+        };
+        let path = leases.coordinator.lease_path(
+            &req.layer.cache_key,
+            &req.grid.tms.id,
+            req.format,
+            &meta.range,
+        );
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(20);
+        let mut lost = false;
+        loop {
+            let left = leases.wait.saturating_sub(start.elapsed());
+            let asked = tokio::time::timeout(
+                left.max(Duration::from_millis(1)),
+                leases.coordinator.acquire(&path, &leases.node, leases.ttl),
+            )
+            .await;
+            let held = match asked {
+                Err(_) => {
+                    self.metrics.lease_requested(LeaseOutcome::Error);
+                    return Err(TileError::Lease(StoreError::Io {
+                        store: cache.store_name.clone(),
+                        op: "lease",
+                        key: path,
+                        source: format!("no answer within {:?}", leases.wait).into(),
+                    }));
+                }
+                Ok(Err(e)) => {
+                    self.metrics.lease_requested(LeaseOutcome::Error);
+                    return Err(TileError::Lease(e));
+                }
+                Ok(Ok(Acquired::Won(h))) => {
+                    self.metrics.lease_requested(LeaseOutcome::Won);
+                    h
+                }
+                Ok(Ok(Acquired::TakenOver(h))) => {
+                    self.metrics.lease_requested(LeaseOutcome::TakenOver);
+                    tracing::info!(lease = %h.key(), "took over an expired lease");
+                    h
+                }
+                Ok(Ok(Acquired::Held(info))) => {
+                    if !lost {
+                        self.metrics.lease_requested(LeaseOutcome::Lost);
+                        lost = true;
+                    }
+                    let mut polls = 0u32;
+                    loop {
+                        if start.elapsed() >= leases.wait {
+                            return Err(TileError::LeaseWait {
+                                holder: info.node,
+                                after: leases.wait,
+                            });
+                        }
+                        let left = leases.wait.saturating_sub(start.elapsed());
+                        tokio::time::sleep(jittered(delay).min(left)).await;
+                        delay = (delay * 2).min(Duration::from_millis(500));
+                        if let Some(key) = key
+                            && let Some(held) = self.read_through(cache, key).await
+                        {
+                            self.metrics.lease_waited(start);
+                            return Ok(Leased::Stored(held));
+                        }
+                        polls += 1;
+                        if key.is_none() || polls % 4 == 0 || info.expired(SystemTime::now()) {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            };
+            let holder = LeaseHolder::start(leases, held);
+            if lost {
+                self.metrics.lease_waited(start);
+            }
+            if let Some(key) = key
+                && let Some(held) = self.read_through(cache, key).await
+            {
+                return Ok(Leased::Stored(held));
+            }
+            return Ok(Leased::Render(Some(holder)));
+        }
+    }
+
+    /// Reads a fresh `key` from the store itself, past this process's copies.
+    async fn read_through(&self, cache: &LayerCache, key: &TileKey) -> Option<HeldTile> {
+        let (store, k) = (cache.store.clone(), key.clone());
+        run_blocking(move || store.forget(&k)).await.ok()?;
+        self.lookup(&cache.store, key)
+            .await
+            .filter(|held| cache.freshness.is_fresh(held.stored_at, SystemTime::now()))
     }
 
     async fn render_metatile(

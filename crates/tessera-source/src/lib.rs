@@ -210,3 +210,16 @@ pub enum SourceError {
         height: u32,
     },
 }
+
+/// `e` and its causes, `: `-separated (for messages that must carry the
+/// whole story in one line: API answers, lists of bad files).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -174,7 +174,7 @@ impl MosaicSource {
                     s
                 }
                 Err(e) => {
-                    bad.push((path, error_chain(&e)));
+                    bad.push((path, crate::error_chain(&e)));
                     continue;
                 }
             };
@@ -293,16 +293,6 @@ fn kind(is_byte: bool) -> &'static str {
     if is_byte { "8-bit" } else { "non-8-bit" }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
 
 impl Source for MosaicSource {
     fn info(&self) -> &SourceInfo {

@@ -158,6 +158,16 @@ impl DiskCache {
         let _ = fs::remove_file(self.dir.join(&name));
     }
 
+    /// Forgets every object.
+    pub fn clear(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        let mut state = lock(&self.state);
+        while let Some((name, size)) = state.files.pop_lru() {
+            state.bytes -= size;
+            let _ = fs::remove_file(self.dir.join(name));
+        }
+    }
+
     /// Keeps `bytes` as the object under `key` (after this process wrote
     /// them to the store behind), replacing what was held.
     pub fn replace(&self, key: &str, bytes: &[u8]) {

@@ -7,6 +7,7 @@
 //! (feature `conformance`) that every backend's tests call.
 
 pub mod archive;
+pub mod cluster;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod disk_cache;
@@ -200,6 +201,21 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
         let _ = key;
         None
+    }
+
+    /// Drops every copy of the tile of `key` held in this process (in
+    /// memory, or the whole group it belongs to in a local cache of a
+    /// shared store), so the next read asks the store itself: another
+    /// process may have written it. The default holds nothing.
+    fn forget(&self, key: &TileKey) {
+        let _ = key;
+    }
+
+    /// Drops every copy of the tiles of layer key `layer` held in this
+    /// process, after another process truncated them. The default holds
+    /// nothing.
+    fn forget_layer(&self, layer: &str) {
+        let _ = layer;
     }
 
     /// Writes a tile.

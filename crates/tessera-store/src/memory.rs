@@ -218,6 +218,42 @@ impl TileStore for MemoryStore {
         Ok(())
     }
 
+    /// Drops the held copy when there is a store behind (alone, memory is
+    /// the only copy and is kept).
+    fn forget(&self, key: &TileKey) {
+        if let Some(inner) = &self.inner {
+            let mut lru = self.lock();
+            lru.generation += 1;
+            if let Some(old) = lru.tiles.pop(key) {
+                lru.bytes -= old.bytes.len();
+            }
+            drop(lru);
+            inner.forget(key);
+        }
+    }
+
+    /// Drops the layer's held tiles when there is a store behind (a scan
+    /// of what is held).
+    fn forget_layer(&self, layer: &str) {
+        if let Some(inner) = &self.inner {
+            let mut lru = self.lock();
+            lru.generation += 1;
+            let gone: Vec<TileKey> = lru
+                .tiles
+                .iter()
+                .filter(|(k, _)| k.layer == layer)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                if let Some(old) = lru.tiles.pop(&k) {
+                    lru.bytes -= old.bytes.len();
+                }
+            }
+            drop(lru);
+            inner.forget_layer(layer);
+        }
+    }
+
     fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
         let missing: Vec<TileKey> = {
             let lru = self.lock();

@@ -490,6 +490,21 @@ impl TileStore for PackStore {
         ))
     }
 
+    /// Drops the local cache's copy of the tile's pack.
+    fn forget(&self, key: &TileKey) {
+        if let Some(c) = &self.cache {
+            c.invalidate(self.locate(key).path.as_ref());
+        }
+    }
+
+    /// Empties the local cache (its files are named by hashes of their
+    /// keys, so one layer's packs cannot be told apart).
+    fn forget_layer(&self, _layer: &str) {
+        if let Some(c) = &self.cache {
+            c.clear();
+        }
+    }
+
     /// One read per pack, however many of its tiles are asked.
     fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
         let mut by_pack: BTreeMap<String, (Path, Vec<&TileKey>)> = BTreeMap::new();

@@ -41,6 +41,9 @@ pub struct Config {
     /// Settings of the cached tile path (locks, encode pool).
     #[serde(default)]
     pub cache: CacheSettings,
+    /// Several nodes sharing stores: leases and shared invalidation.
+    #[serde(default)]
+    pub cluster: ClusterSettings,
     /// Named tile stores that layers cache into (default: one in-memory
     /// store named `default`).
     #[serde(default = "default_stores")]
@@ -317,6 +320,58 @@ impl Default for CacheSettings {
     }
 }
 
+/// The `cluster:` section: how nodes sharing a store coordinate through it
+/// (see `tessera_store::cluster`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSettings {
+    /// Render a metatile on one node only: a lease object is created in the
+    /// layer's object store before rendering (default off). Every cached
+    /// layer's store must then be an object store that honours conditional
+    /// writes (S3, GCS, Azure, MinIO).
+    pub leases: bool,
+    /// How long a lease lasts unless renewed, in seconds (default 30). A
+    /// node that died holding one delays its metatile this long.
+    #[serde(deserialize_with = "seconds")]
+    pub lease_ttl_secs: f64,
+    /// Longest wait of a node that lost a lease for the holder's tiles, in
+    /// seconds (default: `cache.lock_timeout_secs`); past it, a 503 with
+    /// Retry-After.
+    #[serde(default, deserialize_with = "optional_seconds")]
+    pub lease_wait_secs: Option<f64>,
+    /// This node's name in leases (default: host name and process id).
+    pub node_id: Option<String>,
+    /// How often each layer's generation object is checked, in seconds
+    /// (default 5; 0 = never). A truncate on another node or by
+    /// `tessera truncate` is seen within this time.
+    #[serde(deserialize_with = "seconds")]
+    pub generation_check_secs: f64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            leases: false,
+            lease_ttl_secs: 30.0,
+            lease_wait_secs: None,
+            node_id: None,
+            generation_check_secs: 5.0,
+        }
+    }
+}
+
+impl ClusterSettings {
+    /// The node's name: `node_id`, else `host-pid`.
+    pub fn node(&self) -> String {
+        self.node_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "node".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
 fn default_stores() -> BTreeMap<String, StoreSpec> {
     BTreeMap::from([(
         DEFAULT_STORE.to_string(),
@@ -580,6 +635,17 @@ impl Config {
                 ));
             }
             let c = &layer.cache;
+            if self.cluster.leases
+                && let Some(spec) = self.stores.get(&c.store)
+                && !matches!(spec, StoreSpec::Object(o) if !o.url.starts_with("file:"))
+            {
+                return invalid(format!(
+                    "layer {:?}: cluster.leases needs an object store that honours conditional writes (s3://, gs://, az://), and store {:?} is a {} store; use such a store for the layer or set cluster.leases: false",
+                    layer.name,
+                    c.store,
+                    if let StoreSpec::Object(o) = spec { format!("local ({})", o.url) } else { spec.kind().to_string() },
+                ));
+            }
             if c.store != NO_STORE && !self.stores.contains_key(&c.store) {
                 return invalid(format!(
                     "layer {:?}: cache.store {:?} is not defined under `stores:` (defined: {}; or use `none`)",
@@ -626,7 +692,26 @@ impl Config {
     /// arithmetic on it can overflow.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
-        let ranges: [(&str, f64, f64, f64); 20] = [
+        let k = &self.cluster;
+        let ranges: [(&str, f64, f64, f64); 23] = [
+            (
+                "cluster.lease_ttl_secs",
+                k.lease_ttl_secs,
+                1.0,
+                MAX_TIMEOUT_SECS,
+            ),
+            (
+                "cluster.lease_wait_secs",
+                k.lease_wait_secs.unwrap_or(1.0),
+                0.001,
+                MAX_TIMEOUT_SECS,
+            ),
+            (
+                "cluster.generation_check_secs",
+                k.generation_check_secs,
+                0.0,
+                MAX_TIMEOUT_SECS,
+            ),
             (
                 "server.header_timeout_secs",
                 s.header_timeout_secs,

@@ -88,7 +88,7 @@ pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Respon
         )
             .into_response(),
         Ok(Err(e)) => {
-            let message = error_chain(&e);
+            let message = tessera_source::error_chain(&e);
             tracing::error!(
                 error = &e as &dyn std::error::Error,
                 "the new configuration was refused; the old one keeps serving"
@@ -105,16 +105,96 @@ pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Respon
     }
 }
 
-/// `e` and its causes, `: `-separated.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
+/// Handles `POST /admin/truncate?layer=L&zoom=A..B[&grid=G][&format=F]
+/// [&bbox=minx,miny,maxx,maxy[&bbox_crs=EPSG:4326]]`: removes the tiles as
+/// `tessera truncate` does and tells the nodes sharing the store (a new
+/// generation of the layer). 200 with what was removed; 400 for a bad
+/// argument; 502 when the store fails.
+pub async fn truncate(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let Some(admin) = &state.config.admin else {
+        return ApiError::not_found(
+            "NotFound",
+            "the admin API is not enabled (no `admin:` section)",
+        )
+        .into_response();
+    };
+    if !authorized(&headers, &admin.token) {
+        return error_response(unauthorized());
     }
-    text
+    let plan = match truncate_plan(&state, query.as_deref().unwrap_or("")) {
+        Ok(plan) => plan,
+        Err(message) => {
+            return ApiError::bad_request("InvalidParameterValue", message).into_response();
+        }
+    };
+    let node = state.config.cluster.node();
+    match crate::truncate::truncate(&plan, &node).await {
+        Ok(done) => {
+            let announced = match &done.announced {
+                Ok(true) => "other nodes told".to_string(),
+                Ok(false) => "the store is not shared".to_string(),
+                Err(e) => format!("other nodes could NOT be told: {e}"),
+            };
+            (
+                StatusCode::OK,
+                format!(
+                    "truncated {}: {} objects deleted, {} rewritten; {announced}\n",
+                    plan.layer.name, done.report.objects_deleted, done.report.objects_rewritten
+                ),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = &e as &dyn std::error::Error, "truncate failed");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "StoreFailed",
+                format!("the truncation failed: {}", tessera_source::error_chain(&e)),
+            )
+            .into_response()
+        }
+    }
+}
+
+fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan, String> {
+    use crate::plan::{PlanArea, TilePlan, parse_bbox, parse_zooms};
+    let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        args.insert(k.to_ascii_lowercase(), v.into_owned());
+    }
+    let layer_name = args.get("layer").ok_or("missing `layer`")?;
+    let layer = state
+        .registry
+        .layer(layer_name)
+        .ok_or_else(|| format!("unknown layer {layer_name:?}"))?
+        .clone();
+    let zooms = parse_zooms(args.get("zoom").ok_or("missing `zoom` (A..B or Z)")?)?;
+    let grid = match args.get("grid") {
+        Some(g) => g.clone(),
+        None => layer.grids.first().cloned().ok_or("the layer has no grid")?,
+    };
+    let format = match args.get("format") {
+        Some(f) => Some(
+            tessera_grid::TileFormat::from_extension(f)
+                .ok_or_else(|| format!("unknown format {f:?}"))?,
+        ),
+        None => None,
+    };
+    let area = match args.get("bbox") {
+        Some(b) => PlanArea::BBox(
+            parse_bbox(b)?,
+            args.get("bbox_crs")
+                .cloned()
+                .unwrap_or_else(|| "EPSG:4326".into()),
+        ),
+        None => PlanArea::Extent,
+    };
+    TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
+        .map_err(|e| tessera_source::error_chain(&e))
 }
 
 fn authorized(headers: &HeaderMap, token: &str) -> bool {

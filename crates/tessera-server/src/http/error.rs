@@ -122,6 +122,29 @@ impl From<TileError> for ApiError {
                 err.retry_after = Some(5);
                 err
             }
+            TileError::LeaseWait { holder, after } => {
+                tracing::warn!(%holder, timeout = ?after, "waited for another node's metatile too long");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    format!(
+                        "this tile is being rendered by another node and it did not finish within {}s; try again later",
+                        after.as_secs_f64()
+                    ),
+                );
+                err.retry_after = Some(5);
+                err
+            }
+            TileError::Lease(e) => {
+                tracing::warn!(error = &e as &dyn std::error::Error, "cannot ask for a metatile's lease");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NoApplicableCode",
+                    "the cache's store cannot coordinate renders right now; try again later",
+                );
+                err.retry_after = Some(5);
+                err
+            }
             other => ApiError::internal(&other),
         }
     }

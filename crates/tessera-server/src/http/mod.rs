@@ -112,7 +112,8 @@ pub fn router(state: AppState) -> Router {
             "/admin/sources/{name}",
             axum::routing::put(admin::put_source),
         )
-        .route("/admin/reload", axum::routing::post(admin::reload));
+        .route("/admin/reload", axum::routing::post(admin::reload))
+        .route("/admin/truncate", axum::routing::post(admin::truncate));
     if let Some(layer) = cors::admin_layer(&server.cors) {
         admin = admin
             .layer(layer)
