@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 use tessera_server::Service;
-use tessera_server::plan::TilePlan;
+use tessera_server::plan::{Shard, TilePlan};
 use tessera_server::seed::{SeedEnd, SeedStats, run};
 
 use crate::area::AreaArgs;
@@ -30,11 +30,21 @@ pub struct SeedArgs {
     /// Render metatiles whose tiles are all stored already.
     #[arg(long)]
     force: bool,
+    /// Seed part I of N (`I/N`, I from 0): a contiguous run of the plan's
+    /// metatiles along the Hilbert curve; `auto/N` reads I from
+    /// JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID.
+    #[arg(long)]
+    shard: Option<String>,
 }
 
 /// Runs a seed; returns the process exit status.
 pub fn seed(args: &SeedArgs) -> CliResult {
-    let (service, plan) = args.area.plan(args.format.as_deref())?;
+    let (service, mut plan) = args.area.plan(args.format.as_deref())?;
+    if let Some(text) = &args.shard {
+        let shard = Shard::parse(text, |v| std::env::var(v).ok())?;
+        eprintln!("shard {} of {} (from 0)", shard.index, shard.count);
+        plan = plan.sharded(shard);
+    }
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
     seed_plan(&runtime, &service, &plan, threads, args.force)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tessera_grid::TileFormat;
 use tessera_grid::mercator;
-use tessera_grid::{BBox, Polygon, TileRange};
+use tessera_grid::{BBox, Curve, Polygon, TileRange, order_for};
 use tessera_source::{Crs, SourceError};
 use tessera_store::{AreaRange, TileArea};
 
@@ -27,6 +27,59 @@ pub struct TilePlan {
     /// Tile ranges, zoom by zoom, already clipped to the layer's extent: one
     /// per zoom for a bbox, one per row span for a polygon.
     pub ranges: Vec<TileRange>,
+    /// The part of the plan this process works on (`--shard I/N`); `None`:
+    /// all of it.
+    pub shard: Option<Shard>,
+}
+
+/// One of `count` parts of a plan: the metatiles, zoom by zoom and along
+/// the Hilbert curve within a zoom, cut into `count` contiguous runs of
+/// (nearly) equal numbers of metatiles; part `index` is the run this
+/// process renders. The parts never overlap and together are the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This part, from 0.
+    pub index: u64,
+    /// How many parts.
+    pub count: u64,
+}
+
+impl Shard {
+    /// Parses `I/N` (0 <= I < N); `auto/N` takes `I` from `env("JOB_COMPLETION_INDEX")`
+    /// (a Kubernetes Indexed Job) or else `env("SLURM_ARRAY_TASK_ID")` (a
+    /// Slurm job array, whose ids must run from 0).
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Shard, String> {
+        let (i, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("--shard {text:?}: write I/N (for example 0/4) or auto/N"))?;
+        let count: u64 = n
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("--shard {text:?}: N must be a whole number of at least 1"))?;
+        let (index_text, from) = if i.trim() == "auto" {
+            ["JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID"]
+                .iter()
+                .find_map(|v| env(v).map(|value| (value, format!(" (from {v})"))))
+                .ok_or_else(|| {
+                    format!("--shard {text:?}: neither JOB_COMPLETION_INDEX nor SLURM_ARRAY_TASK_ID is set")
+                })?
+        } else {
+            (i.trim().to_string(), String::new())
+        };
+        let index: u64 = index_text
+            .trim()
+            .parse()
+            .map_err(|_| format!("--shard {text:?}: {index_text:?}{from} is not a whole number"))?;
+        if index >= count {
+            return Err(format!(
+                "--shard {text:?}: part {index}{from} does not exist: parts run from 0 to {}",
+                count - 1
+            ));
+        }
+        Ok(Shard { index, count })
+    }
 }
 
 /// Which part of the layer's extent.
@@ -283,13 +336,58 @@ impl TilePlan {
             grid,
             format,
             ranges,
+            shard: None,
         })
     }
 
-    /// Every metatile to render, zoom by zoom, row by row, each once.
-    pub fn metatiles(&self) -> impl Iterator<Item = Metatile> + '_ {
+    /// The same plan restricted to `shard`.
+    #[must_use]
+    pub fn sharded(self, shard: Shard) -> TilePlan {
+        TilePlan {
+            shard: Some(shard),
+            ..self
+        }
+    }
+
+    /// Every metatile to render, each once: zoom by zoom, row by row; with
+    /// a shard, its run of the plan in curve order.
+    pub fn metatiles(&self) -> Box<dyn Iterator<Item = Metatile> + '_> {
         let mut seen = std::collections::HashSet::new();
-        self.metatiles_of_ranges().filter(move |m| seen.insert(*m))
+        let all = self.metatiles_of_ranges().filter(move |m| seen.insert(*m));
+        let Some(Shard { index, count }) = self.shard else {
+            return Box::new(all);
+        };
+        let spec = self
+            .layer
+            .cache
+            .as_ref()
+            .map(|c| c.metatile)
+            .expect("a plan is only made for a cached layer");
+        let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
+        let tms = &self.grid.tms;
+        let mut ordered: Vec<(u8, u64, Metatile)> = all
+            .map(|m| {
+                let z = m.range.z;
+                let matrix = tms.matrix(z).expect("planned zooms are in the grid");
+                let order = order_for(
+                    matrix.matrix_width.div_ceil(cols),
+                    matrix.matrix_height.div_ceil(rows),
+                );
+                let index =
+                    Curve::Hilbert.index(order, m.range.min_x / cols, m.range.min_y / rows);
+                (z, index, m)
+            })
+            .collect();
+        ordered.sort_unstable_by_key(|(z, i, _)| (*z, *i));
+        let n = ordered.len() as u64;
+        let (start, end) = (n * index / count, n * (index + 1) / count);
+        Box::new(
+            ordered
+                .into_iter()
+                .skip(usize::try_from(start).unwrap_or(usize::MAX))
+                .take(usize::try_from(end - start).unwrap_or(usize::MAX))
+                .map(|(_, _, m)| m),
+        )
     }
 
     fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {

@@ -92,3 +92,81 @@ fn a_plan_refuses_a_store_that_forgets_its_tiles() {
     let err = relief_plan(&service).unwrap_err();
     assert!(err.to_string().contains("in-memory store"), "{err}");
 }
+
+#[test]
+fn shards_of_a_plan_are_disjoint_contiguous_runs_whose_union_is_the_plan() {
+    use std::collections::HashSet;
+    use tessera_server::plan::Shard;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::batch(config_with_a_broken_layer(dir.path()), "relief").unwrap();
+    let plan = TilePlan::new(
+        &service.registry,
+        "relief",
+        "WebMercatorQuad",
+        None,
+        0..=6,
+        &PlanArea::Extent,
+    )
+    .unwrap();
+    let whole: HashSet<_> = plan.metatiles().map(|m| m.range).collect();
+    for count in [1, 2, 3, 4, 7] {
+        let mut union = HashSet::new();
+        let mut sizes = Vec::new();
+        for index in 0..count {
+            let part: Vec<_> = plan
+                .clone()
+                .sharded(Shard { index, count })
+                .metatiles()
+                .map(|m| m.range)
+                .collect();
+            sizes.push(part.len());
+            for r in part {
+                assert!(union.insert(r), "{r:?} is in two of {count} shards");
+            }
+        }
+        assert_eq!(union, whole, "{count} shards");
+        let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(max - min <= 1, "balanced: {sizes:?}");
+    }
+    // A shard is a run along the curve: at the deepest zoom its metatiles
+    // touch each other (each one shares an edge with another of the run).
+    let part: Vec<_> = plan
+        .clone()
+        .sharded(Shard { index: 3, count: 4 })
+        .metatiles()
+        .filter(|m| m.range.z == 6)
+        .map(|m| m.range)
+        .collect();
+    for pair in part.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let dx = i64::from(a.min_x).abs_diff(i64::from(b.min_x));
+        let dy = i64::from(a.min_y).abs_diff(i64::from(b.min_y));
+        assert!(
+            (dx == 0) != (dy == 0) && dx.max(dy) <= 4,
+            "consecutive metatiles are neighbours: {a:?} {b:?}"
+        );
+    }
+}
+
+#[test]
+fn shard_arguments_are_checked_and_auto_reads_the_schedulers_index() {
+    use tessera_server::plan::Shard;
+    let none = |_: &str| None;
+    assert_eq!(Shard::parse("2/4", none).unwrap(), Shard { index: 2, count: 4 });
+    let k8s = |v: &str| (v == "JOB_COMPLETION_INDEX").then(|| "3".to_string());
+    assert_eq!(Shard::parse("auto/4", k8s).unwrap(), Shard { index: 3, count: 4 });
+    let slurm = |v: &str| (v == "SLURM_ARRAY_TASK_ID").then(|| "1".to_string());
+    assert_eq!(Shard::parse("auto/2", slurm).unwrap(), Shard { index: 1, count: 2 });
+    for (bad, needle) in [
+        ("4/4", "from 0 to 3"),
+        ("1", "I/N"),
+        ("0/0", "at least 1"),
+        ("x/2", "not a whole number"),
+        ("auto/2", "JOB_COMPLETION_INDEX"),
+    ] {
+        let e = Shard::parse(bad, none).unwrap_err();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+    let e = Shard::parse("auto/2", |_| Some("5".into())).unwrap_err();
+    assert!(e.contains("JOB_COMPLETION_INDEX"), "{e}");
+}
