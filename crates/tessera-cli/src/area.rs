@@ -78,4 +78,3 @@ impl AreaArgs {
         Ok((service, plan))
     }
 }
-

@@ -48,10 +48,14 @@ pub fn truncate(args: &TruncateArgs) -> CliResult {
         start.elapsed().as_secs_f64()
     );
     match done.announced {
-        Ok(true) => println!("serving nodes sharing the store drop their copies within cluster.generation_check_secs"),
+        Ok(true) => println!(
+            "serving nodes sharing the store drop their copies within cluster.generation_check_secs"
+        ),
         Ok(false) => {}
         Err(e) => {
-            eprintln!("warning: the tiles are deleted, but serving nodes could not be told (they may serve copies from memory until restarted): {e}");
+            eprintln!(
+                "warning: the tiles are deleted, but serving nodes could not be told (they may serve copies from memory until restarted): {e}"
+            );
             return Ok(1);
         }
     }

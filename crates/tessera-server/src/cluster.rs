@@ -101,7 +101,10 @@ impl Drop for LeaseHolder {
         // delete runs on the runtime the lease was taken on.
         self.runtime.spawn(async move {
             if let Err(e) = coordinator.release(lease).await {
-                tracing::warn!(error = &e as &dyn std::error::Error, "deleting a lease failed; it expires by itself");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "deleting a lease failed; it expires by itself"
+                );
             }
         });
     }
@@ -145,8 +148,7 @@ pub async fn watch_generations(current: impl Fn() -> Arc<Service>, interval: Dur
                     // The first sight of a layer only learns its generation:
                     // nothing was held under an older one.
                     if known.is_some() || !first {
-                        let _ = tokio::task::spawn_blocking(move || store.forget_layer(&key))
-                            .await;
+                        let _ = tokio::task::spawn_blocking(move || store.forget_layer(&key)).await;
                         tracing::info!(layer = %id.1, store = %id.0, "the layer's tiles were truncated by another process: dropped the copies held here");
                     }
                     seen.insert(id, etag);
@@ -154,7 +156,10 @@ pub async fn watch_generations(current: impl Fn() -> Arc<Service>, interval: Dur
                 }
                 Err(e) => {
                     metrics.generation_checked(GenerationResult::Error);
-                    tracing::warn!(error = &e as &dyn std::error::Error, "checking a layer's generation failed");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "checking a layer's generation failed"
+                    );
                 }
             }
         }
@@ -174,7 +179,10 @@ pub async fn bump_generation(
     match tokio::time::timeout(timeout, coordinator.bump_generation(layer, node)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(tessera_source::error_chain(&e)),
-        Err(_) => Err(format!("no answer from store {:?} within {timeout:?}", coordinator.name())),
+        Err(_) => Err(format!(
+            "no answer from store {:?} within {timeout:?}",
+            coordinator.name()
+        )),
     }
 }
 

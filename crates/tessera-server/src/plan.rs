@@ -52,12 +52,10 @@ impl Shard {
         let (i, n) = text
             .split_once('/')
             .ok_or_else(|| format!("--shard {text:?}: write I/N (for example 0/4) or auto/N"))?;
-        let count: u64 = n
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| format!("--shard {text:?}: N must be a whole number of at least 1"))?;
+        let count: u64 =
+            n.trim().parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                format!("--shard {text:?}: N must be a whole number of at least 1")
+            })?;
         let (index_text, from) = if i.trim() == "auto" {
             ["JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID"]
                 .iter()
@@ -373,8 +371,7 @@ impl TilePlan {
                     matrix.matrix_width.div_ceil(cols),
                     matrix.matrix_height.div_ceil(rows),
                 );
-                let index =
-                    Curve::Hilbert.index(order, m.range.min_x / cols, m.range.min_y / rows);
+                let index = Curve::Hilbert.index(order, m.range.min_x / cols, m.range.min_y / rows);
                 (z, index, m)
             })
             .collect();

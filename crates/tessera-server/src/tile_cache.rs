@@ -112,7 +112,9 @@ pub enum TileError {
     Task(#[source] tokio::task::JoinError),
     /// Another node holds the metatile's lease and its tiles did not
     /// appear within `cluster.lease_wait_secs`.
-    #[error("another node ({holder}) is rendering this metatile and its tiles did not appear within {after:?}")]
+    #[error(
+        "another node ({holder}) is rendering this metatile and its tiles did not appear within {after:?}"
+    )]
     LeaseWait {
         /// The node holding the lease.
         holder: String,
@@ -740,7 +742,10 @@ impl TileCache {
                             return Ok(Leased::Stored(held));
                         }
                         polls += 1;
-                        if key.is_none() || polls % 4 == 0 || info.expired(SystemTime::now()) {
+                        if key.is_none()
+                            || polls.is_multiple_of(4)
+                            || info.expired(SystemTime::now())
+                        {
                             break;
                         }
                     }

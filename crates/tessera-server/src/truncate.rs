@@ -49,14 +49,11 @@ pub async fn truncate(plan: &TilePlan, node: &str) -> Result<Truncated, Truncate
         .await
         .map_err(TruncateError::Task)??;
     let announced = match &cache.coordinator {
-        Some(c) => crate::cluster::bump_generation(
-            c,
-            &plan.layer.cache_key,
-            node,
-            GENERATION_TIMEOUT,
-        )
-        .await
-        .map(|()| true),
+        Some(c) => {
+            crate::cluster::bump_generation(c, &plan.layer.cache_key, node, GENERATION_TIMEOUT)
+                .await
+                .map(|()| true)
+        }
         None => Ok(false),
     };
     Ok(Truncated { report, announced })

@@ -152,11 +152,20 @@ fn shards_of_a_plan_are_disjoint_contiguous_runs_whose_union_is_the_plan() {
 fn shard_arguments_are_checked_and_auto_reads_the_schedulers_index() {
     use tessera_server::plan::Shard;
     let none = |_: &str| None;
-    assert_eq!(Shard::parse("2/4", none).unwrap(), Shard { index: 2, count: 4 });
+    assert_eq!(
+        Shard::parse("2/4", none).unwrap(),
+        Shard { index: 2, count: 4 }
+    );
     let k8s = |v: &str| (v == "JOB_COMPLETION_INDEX").then(|| "3".to_string());
-    assert_eq!(Shard::parse("auto/4", k8s).unwrap(), Shard { index: 3, count: 4 });
+    assert_eq!(
+        Shard::parse("auto/4", k8s).unwrap(),
+        Shard { index: 3, count: 4 }
+    );
     let slurm = |v: &str| (v == "SLURM_ARRAY_TASK_ID").then(|| "1".to_string());
-    assert_eq!(Shard::parse("auto/2", slurm).unwrap(), Shard { index: 1, count: 2 });
+    assert_eq!(
+        Shard::parse("auto/2", slurm).unwrap(),
+        Shard { index: 1, count: 2 }
+    );
     for (bad, needle) in [
         ("4/4", "from 0 to 3"),
         ("1", "I/N"),

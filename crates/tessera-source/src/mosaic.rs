@@ -293,7 +293,6 @@ fn kind(is_byte: bool) -> &'static str {
     if is_byte { "8-bit" } else { "non-8-bit" }
 }
 
-
 impl Source for MosaicSource {
     fn info(&self) -> &SourceInfo {
         &self.info

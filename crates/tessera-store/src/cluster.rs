@@ -187,7 +187,13 @@ impl Coordinator {
 
     /// The key of the lease of a metatile (`range`) of `layer` in `grid`
     /// and `format`.
-    pub fn lease_path(&self, layer: &str, grid: &str, format: TileFormat, range: &TileRange) -> String {
+    pub fn lease_path(
+        &self,
+        layer: &str,
+        grid: &str,
+        format: TileFormat,
+        range: &TileRange,
+    ) -> String {
         self.prefix
             .clone()
             .join(layer)
@@ -209,7 +215,12 @@ impl Coordinator {
     }
 
     /// Asks for the lease at `key` for `node`, valid for `ttl`.
-    pub async fn acquire(&self, key: &str, node: &str, ttl: Duration) -> Result<Acquired, StoreError> {
+    pub async fn acquire(
+        &self,
+        key: &str,
+        node: &str,
+        ttl: Duration,
+    ) -> Result<Acquired, StoreError> {
         if !self.conditional_put {
             return Err(self.err(
                 "lease",
@@ -221,9 +232,8 @@ impl Coordinator {
         // A lease deleted between our create and our read is asked for
         // again; a few rounds settle any race.
         for _ in 0..4 {
-            match self.write_lease(&path, node, ttl, PutMode::Create).await? {
-                Some(held) => return Ok(Acquired::Won(held)),
-                None => {}
+            if let Some(held) = self.write_lease(&path, node, ttl, PutMode::Create).await? {
+                return Ok(Acquired::Won(held));
             }
             let Some((info, version)) = self.read_lease(&path).await? else {
                 continue;
@@ -245,7 +255,11 @@ impl Coordinator {
                 },
             );
         }
-        Err(self.err("lease", key, "the lease kept changing under concurrent requests"))
+        Err(self.err(
+            "lease",
+            key,
+            "the lease kept changing under concurrent requests",
+        ))
     }
 
     /// The lease at `key`, `None` when no one holds it.
@@ -310,7 +324,10 @@ impl Coordinator {
         }
     }
 
-    async fn read_lease(&self, path: &Path) -> Result<Option<(LeaseInfo, UpdateVersion)>, StoreError> {
+    async fn read_lease(
+        &self,
+        path: &Path,
+    ) -> Result<Option<(LeaseInfo, UpdateVersion)>, StoreError> {
         let got = match self.store.get(path).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -362,7 +379,11 @@ impl Coordinator {
 
     /// Whether `layer`'s generation changed since the ETag `seen` (`None`:
     /// never seen, or absent then).
-    pub async fn check_generation(&self, layer: &str, seen: Option<&str>) -> Result<Generation, StoreError> {
+    pub async fn check_generation(
+        &self,
+        layer: &str,
+        seen: Option<&str>,
+    ) -> Result<Generation, StoreError> {
         let path = self.generation_path(layer);
         let opts = GetOptions {
             if_none_match: seen.map(str::to_string),
@@ -390,7 +411,11 @@ impl Coordinator {
 pub fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.write_u32(std::process::id());
     h.finish()
 }
@@ -436,23 +461,29 @@ mod tests {
         }
         c.release(held).await.unwrap();
         assert!(c.lease(&key).await.unwrap().is_none());
-        assert!(matches!(c.acquire(&key, "b", ttl).await.unwrap(), Acquired::Won(_)));
+        assert!(matches!(
+            c.acquire(&key, "b", ttl).await.unwrap(),
+            Acquired::Won(_)
+        ));
     }
 
     #[tokio::test]
     async fn an_expired_lease_is_taken_over_by_exactly_one_node() {
         let c = coordinator();
         let key = c.lease_path("relief", "g", TileFormat::Png, &range());
-        let Acquired::Won(mut stale) = c.acquire(&key, "dead", Duration::ZERO).await.unwrap() else {
+        let Acquired::Won(mut stale) = c.acquire(&key, "dead", Duration::ZERO).await.unwrap()
+        else {
             panic!();
         };
-        let outcomes = futures::future::join_all(
-            (0..8).map(|i| {
-                let c = c.clone();
-                let key = key.clone();
-                async move { c.acquire(&key, &format!("n{i}"), Duration::from_secs(30)).await.unwrap() }
-            }),
-        )
+        let outcomes = futures::future::join_all((0..8).map(|i| {
+            let c = c.clone();
+            let key = key.clone();
+            async move {
+                c.acquire(&key, &format!("n{i}"), Duration::from_secs(30))
+                    .await
+                    .unwrap()
+            }
+        }))
         .await;
         let taken = outcomes
             .iter()
@@ -467,14 +498,21 @@ mod tests {
     async fn renewing_extends_the_lease() {
         let c = coordinator();
         let key = c.lease_path("l", "g", TileFormat::Png, &range());
-        let Acquired::Won(mut held) = c.acquire(&key, "a", Duration::from_millis(1)).await.unwrap() else {
+        let Acquired::Won(mut held) = c
+            .acquire(&key, "a", Duration::from_millis(1))
+            .await
+            .unwrap()
+        else {
             panic!();
         };
-        assert!(c.renew(&mut held, Duration::from_secs(60)).await.unwrap());
-        assert!(c.renew(&mut held, Duration::from_secs(60)).await.unwrap());
+        assert!(c.renew(&mut held, Duration::from_mins(1)).await.unwrap());
+        assert!(c.renew(&mut held, Duration::from_mins(1)).await.unwrap());
         let info = c.lease(&key).await.unwrap().unwrap();
         assert!(info.remaining(SystemTime::now()) > Duration::from_secs(50));
-        assert!(matches!(c.acquire(&key, "b", Duration::from_secs(1)).await.unwrap(), Acquired::Held(_)));
+        assert!(matches!(
+            c.acquire(&key, "b", Duration::from_secs(1)).await.unwrap(),
+            Acquired::Held(_)
+        ));
     }
 
     #[tokio::test]
@@ -485,15 +523,28 @@ mod tests {
             std::mem::forget(dir);
             c
         }] {
-            assert_eq!(c.check_generation("l", None).await.unwrap(), Generation::Unchanged);
+            assert_eq!(
+                c.check_generation("l", None).await.unwrap(),
+                Generation::Unchanged
+            );
             c.bump_generation("l", "a").await.unwrap();
-            let Generation::Changed(Some(etag)) = c.check_generation("l", None).await.unwrap() else {
+            let Generation::Changed(Some(etag)) = c.check_generation("l", None).await.unwrap()
+            else {
                 panic!("a new generation is seen");
             };
-            assert_eq!(c.check_generation("l", Some(&etag)).await.unwrap(), Generation::Unchanged);
-            assert_eq!(c.check_generation("other", None).await.unwrap(), Generation::Unchanged);
+            assert_eq!(
+                c.check_generation("l", Some(&etag)).await.unwrap(),
+                Generation::Unchanged
+            );
+            assert_eq!(
+                c.check_generation("other", None).await.unwrap(),
+                Generation::Unchanged
+            );
             c.bump_generation("l", "b").await.unwrap();
-            assert!(matches!(c.check_generation("l", Some(&etag)).await.unwrap(), Generation::Changed(Some(_))));
+            assert!(matches!(
+                c.check_generation("l", Some(&etag)).await.unwrap(),
+                Generation::Changed(Some(_))
+            ));
         }
     }
 
@@ -502,7 +553,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = Coordinator::in_directory("files", dir.path()).unwrap();
         assert!(!c.supports_leases());
-        let e = c.acquire("x", "a", Duration::from_secs(1)).await.unwrap_err();
+        let e = c
+            .acquire("x", "a", Duration::from_secs(1))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("lease"), "{e}");
     }
 }

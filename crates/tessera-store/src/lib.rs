@@ -17,6 +17,8 @@ mod journal;
 mod mbtiles;
 mod memory;
 pub mod object;
+mod object_io;
+mod object_tiles;
 pub mod pack;
 mod packs;
 mod spec;
@@ -28,10 +30,11 @@ pub use file::{FileLayout, FileStore};
 pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
+pub use object_tiles::{DEFAULT_CACHE_CONTROL, TileObjectStore};
 pub use packs::{PackOptions, PackStore};
 pub use spec::{
-    FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectSpec, OptionValue, Size, StoreSpec,
-    option_strings,
+    FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectLayout, ObjectSpec, OptionValue, Size,
+    StoreSpec, option_strings,
 };
 pub use tessera_journal::JournalOptions;
 

@@ -16,18 +16,17 @@
 //! Reads go through an optional [`DiskCache`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{Attributes, PutMode, PutPayload, UpdateVersion};
 use tessera_grid::{Curve, TileRange, order_for};
 
-use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
+use crate::object::{ObjectLocation, RequestSnapshot};
+use crate::object_io::ObjectIo;
 use crate::pack::{PackedTile, merge, read_pack, write_pack};
 use crate::{
     AreaRange, DiskCache, Durability, StoreError, StoredTile, TileArea, TileKey, TileStore,
@@ -73,10 +72,7 @@ const STRIPES: usize = 64;
 /// Tiles in curve-indexed packs on an object store.
 #[derive(Debug)]
 pub struct PackStore {
-    store: Arc<dyn ObjectStore>,
-    counts: Arc<RequestCounts>,
-    prefix: Path,
-    conditional_put: bool,
+    io: ObjectIo,
     /// log4 of the tiles per pack.
     level: u8,
     curve: Curve,
@@ -87,7 +83,6 @@ pub struct PackStore {
     merge_attempts: u32,
     delete_batch: usize,
     max_ranges: usize,
-    runtime: Option<tokio::runtime::Runtime>,
 }
 
 /// One pack: its key and the block of tiles it covers.
@@ -124,18 +119,8 @@ impl PackStore {
             ),
             None => None,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.io_threads.max(1))
-            .thread_name("tessera-object-io")
-            .enable_all()
-            .build()
-            .map_err(|e| invalid(format!("cannot start the I/O runtime: {e}")))?;
-        let counting = CountingStore::new(location.store);
         Ok(PackStore {
-            counts: counting.counts(),
-            store: Arc::new(counting),
-            prefix: location.prefix,
-            conditional_put: location.conditional_put,
+            io: ObjectIo::new(location, options.io_threads)?,
             level: (tiles.trailing_zeros() / 2) as u8,
             curve: options.curve,
             cache,
@@ -143,35 +128,17 @@ impl PackStore {
             merge_attempts: options.merge_attempts.max(1),
             delete_batch: options.delete_batch.max(1),
             max_ranges: options.max_ranges,
-            runtime: Some(runtime),
         })
     }
 
     /// Requests sent so far, by kind.
     pub fn requests(&self) -> RequestSnapshot {
-        self.counts.snapshot()
+        self.io.requests()
     }
 
     /// The object key of the pack holding `key`.
     pub fn pack_key(&self, key: &TileKey) -> String {
         self.locate(key).path.to_string()
-    }
-
-    /// Runs `f` on the store's runtime and waits for it (callers are
-    /// blocking threads, as the [`TileStore`] contract says).
-    fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> T {
-        let rt = self.runtime.as_ref().expect("the runtime lives until drop");
-        futures::executor::block_on(rt.spawn(f))
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    }
-
-    fn io(op: &'static str, key: &str, e: impl Into<crate::Cause>) -> StoreError {
-        StoreError::Io {
-            store: "object".into(),
-            op,
-            key: key.to_string(),
-            source: e.into(),
-        }
     }
 
     /// The order of the pack curve (bits per axis) for a matrix, and `k`,
@@ -193,7 +160,8 @@ impl PackStore {
     ) -> Path {
         let max = (1u64 << (2 * u32::from(coarse_order))) - 1;
         let width = max.to_string().len();
-        self.prefix
+        self.io
+            .prefix
             .clone()
             .join(layer)
             .join(grid)
@@ -253,22 +221,7 @@ impl PackStore {
 
     /// The pack's bytes and version, `None` when it does not exist.
     fn fetch(&self, path: &Path) -> Result<Option<(Bytes, UpdateVersion)>, StoreError> {
-        let store = self.store.clone();
-        let p = path.clone();
-        let got = self.run(async move {
-            match store.get(&p).await {
-                Ok(r) => {
-                    let version = UpdateVersion {
-                        e_tag: r.meta.e_tag.clone(),
-                        version: r.meta.version.clone(),
-                    };
-                    r.bytes().await.map(|b| Some((b, version)))
-                }
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        });
-        got.map_err(|e| Self::io("get", path.as_ref(), e))
+        Ok(self.io.fetch(path)?.map(|f| (f.bytes, f.version)))
     }
 
     /// The pack's bytes for reading, through the local cache.
@@ -289,41 +242,24 @@ impl PackStore {
             if let Some(c) = &self.cache {
                 c.invalidate(path.as_ref());
             }
-            Self::io("read", path.as_ref(), e)
+            ObjectIo::io("read", path.as_ref(), e)
         })
     }
 
     /// Writes `body` under `path` with `mode`; `Ok(false)` when the
     /// condition failed (someone else wrote first).
     fn put_object(&self, path: &Path, body: Vec<u8>, mode: PutMode) -> Result<bool, StoreError> {
-        let store = self.store.clone();
-        let p = path.clone();
         let cached = self.cache.is_some().then(|| body.clone());
-        let result = self.run(async move {
-            let opts = PutOptions {
-                mode,
-                ..PutOptions::default()
-            };
-            store.put_opts(&p, PutPayload::from(body), opts).await
-        });
-        match result {
-            Ok(_) => {
-                if let (Some(c), Some(body)) = (&self.cache, cached) {
-                    c.replace(path.as_ref(), &body);
-                }
-                Ok(true)
+        let written = self
+            .io
+            .put(path, PutPayload::from(body), mode, Attributes::new())?;
+        if let Some(c) = &self.cache {
+            match cached {
+                Some(body) if written => c.replace(path.as_ref(), &body),
+                _ => c.invalidate(path.as_ref()),
             }
-            Err(
-                object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => {
-                if let Some(c) = &self.cache {
-                    c.invalidate(path.as_ref());
-                }
-                Ok(false)
-            }
-            Err(e) => Err(Self::io("put", path.as_ref(), e)),
         }
+        Ok(written)
     }
 
     /// Reads the pack, applies `change` to its tiles and writes it back on
@@ -349,12 +285,13 @@ impl PackStore {
             let Some(tiles) = change(tiles) else {
                 return Ok(());
             };
-            let mode = if self.conditional_put {
+            let mode = if self.io.conditional_put {
                 mode
             } else {
                 PutMode::Overwrite
             };
-            let body = write_pack(&tiles).map_err(|e| Self::io("encode", pack.path.as_ref(), e))?;
+            let body =
+                write_pack(&tiles).map_err(|e| ObjectIo::io("encode", pack.path.as_ref(), e))?;
             if self.put_object(&pack.path, body, mode)? {
                 return Ok(());
             }
@@ -364,7 +301,7 @@ impl PackStore {
             let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(2_654_435_761)) % 10;
             std::thread::sleep(Duration::from_millis((5 << attempt.min(6)) + jitter));
         }
-        Err(Self::io(
+        Err(ObjectIo::io(
             "put",
             pack.path.as_ref(),
             format!(
@@ -379,7 +316,8 @@ impl PackStore {
         if self.level == 0 || new.len() as u64 == pack.cells() {
             // The whole block is written: nothing to merge with.
             let _turn = self.stripe(&pack.path);
-            let body = write_pack(&new).map_err(|e| Self::io("encode", pack.path.as_ref(), e))?;
+            let body =
+                write_pack(&new).map_err(|e| ObjectIo::io("encode", pack.path.as_ref(), e))?;
             self.put_object(&pack.path, body, PutMode::Overwrite)?;
             return Ok(());
         }
@@ -388,41 +326,12 @@ impl PackStore {
 
     /// Deletes pack objects in batches; missing ones count as deleted.
     fn delete_objects(&self, paths: &[Path]) -> Result<u64, StoreError> {
-        let mut deleted = 0;
-        for batch in paths.chunks(self.delete_batch) {
-            let store = self.store.clone();
-            let batch = batch.to_vec();
-            let n = batch.len() as u64;
-            if let Some(c) = &self.cache {
-                for p in &batch {
-                    c.invalidate(p.as_ref());
-                }
+        if let Some(c) = &self.cache {
+            for p in paths {
+                c.invalidate(p.as_ref());
             }
-            let first = batch.first().map(ToString::to_string).unwrap_or_default();
-            self.run(async move {
-                let stream = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
-                store
-                    .delete_stream(stream)
-                    .map(|r| match r {
-                        Err(object_store::Error::NotFound { .. }) => Ok(()),
-                        other => other.map(|_| ()),
-                    })
-                    .try_collect::<Vec<()>>()
-                    .await
-            })
-            .map_err(|e| Self::io("delete", &first, e))?;
-            deleted += n;
         }
-        Ok(deleted)
-    }
-}
-
-impl Drop for PackStore {
-    fn drop(&mut self) {
-        // Dropping a runtime blocks, which is refused inside async code.
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
+        self.io.delete(paths, self.delete_batch)
     }
 }
 
@@ -468,26 +377,10 @@ impl TileStore for PackStore {
     }
 
     /// Kept in the object `<prefix>/<layer>/fingerprint`, created with a
-    /// create-only PUT (which every backend honours, the local file system
-    /// too), so that nodes sharing the bucket agree on the first claim.
+    /// create-only PUT, so that nodes sharing the bucket agree on the first
+    /// claim.
     fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
-        let path = self.prefix.clone().join(layer).join("fingerprint");
-        for _ in 0..3 {
-            if let Some((bytes, _)) = self.fetch(&path)? {
-                let recorded = String::from_utf8_lossy(&bytes).trim().to_string();
-                if !recorded.is_empty() {
-                    return Ok(recorded);
-                }
-            }
-            if self.put_object(&path, fingerprint.as_bytes().to_vec(), PutMode::Create)? {
-                return Ok(fingerprint.to_string());
-            }
-        }
-        Err(Self::io(
-            "claim",
-            path.as_ref(),
-            "the fingerprint object was created by another writer but cannot be read",
-        ))
+        self.io.claim_fingerprint(layer, fingerprint)
     }
 
     /// Drops the local cache's copy of the tile's pack.

@@ -17,8 +17,9 @@ use tessera_grid::Curve;
 
 use crate::object::open_url;
 use crate::{
-    FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore, MemoryStore,
-    PackOptions, PackStore, StoreError, Synchronous, TileStore,
+    DEFAULT_CACHE_CONTROL, FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions,
+    MbtilesStore, MemoryStore, PackOptions, PackStore, StoreError, Synchronous, TileObjectStore,
+    TileStore,
 };
 
 /// One store under `stores:`, tagged by `type`.
@@ -101,6 +102,15 @@ pub struct ObjectSpec {
     /// `AZURE_*` environment variables.
     #[serde(default)]
     pub options: BTreeMap<String, OptionValue>,
+    /// How tiles are laid out: `packs` (default: curve-indexed packs) or
+    /// `xyz` (one object per tile at `prefix/layer/grid/z/x/y.ext` with
+    /// Content-Type and Cache-Control, for a bucket or CDN to serve).
+    #[serde(default)]
+    pub layout: ObjectLayout,
+    /// Cache-Control written on each tile object with `layout: xyz`
+    /// (default `public, max-age=86400`).
+    #[serde(default)]
+    pub cache_control: Option<String>,
     /// Tiles per pack: 1, 4, 16 (default), 64, ...
     #[serde(default = "default_pack_tiles")]
     pub pack_tiles: u32,
@@ -116,6 +126,17 @@ pub struct ObjectSpec {
     /// In-memory LRU of tiles in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+}
+
+/// How an object store lays out its tiles.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectLayout {
+    /// Curve-indexed packs (docs/pack-format.md).
+    #[default]
+    Packs,
+    /// One object per tile, `z/x/y.ext`.
+    Xyz,
 }
 
 /// `type: memory`.
@@ -239,6 +260,14 @@ impl StoreSpec {
                 Ok(())
             }
             StoreSpec::Object(o) => {
+                if o.layout == ObjectLayout::Xyz && o.cache_path.is_some() {
+                    return Err("cache_path (a local cache of packs) does not apply to layout: xyz; remove it".into());
+                }
+                if let Some(cc) = &o.cache_control
+                    && (cc.is_empty() || cc.chars().any(char::is_control))
+                {
+                    return Err(format!("cache_control {cc:?} is not a header value"));
+                }
                 let tiles = o.pack_tiles;
                 if tiles == 0
                     || !tiles.is_power_of_two()
@@ -319,6 +348,10 @@ impl StoreSpec {
                         source: Box::new(e),
                     }
                 })?;
+                if s.layout == ObjectLayout::Xyz {
+                    let cc = s.cache_control.as_deref().unwrap_or(DEFAULT_CACHE_CONTROL);
+                    return Ok(Arc::new(TileObjectStore::new(location, cc, 2)?));
+                }
                 let cache_bytes = Size::or(s.cache, DEFAULT_PACK_CACHE);
                 let packs = PackOptions {
                     pack_tiles: s.pack_tiles,

@@ -409,3 +409,194 @@ fn multipart_uploads_are_exact_on_azurite_and_files() {
         assert_eq!(stored, (data.len() as u64, done.crc32c), "{kind}");
     }
 }
+
+fn tile_store(kind: &str, label: &str) -> tessera_store::TileObjectStore {
+    let (url, opts) = backend(kind, label);
+    tessera_store::TileObjectStore::new(open_url(&url, &opts).unwrap(), "public, max-age=600", 2)
+        .unwrap()
+}
+
+#[test]
+fn xyz_layout_conformance_on_every_server() {
+    for kind in ["s3", "azure", "gcs", "file"] {
+        let store: Arc<dyn TileStore> = Arc::new(tile_store(kind, "xyz"));
+        run_all(&store);
+    }
+}
+
+#[test]
+fn xyz_tiles_are_plain_objects_with_their_http_headers_on_minio() {
+    use object_store::{GetOptions, ObjectStore};
+    let (url, opts) = backend("s3", "xyz-headers");
+    let store = tessera_store::TileObjectStore::new(
+        open_url(&url, &opts).unwrap(),
+        "public, max-age=600",
+        2,
+    )
+    .unwrap();
+    let png = key("xyz", 3, 5, 2, TileFormat::Png);
+    let mut mvt = key("xyz", 3, 5, 2, TileFormat::Png);
+    mvt.format = TileFormat::Mvt;
+    store
+        .put_many(
+            vec![
+                (png.clone(), payload(1, 300)),
+                (mvt.clone(), payload(2, 300)),
+            ],
+            Durability::Buffered,
+        )
+        .unwrap();
+    let path = store.tile_key(&png);
+    assert!(
+        path.ends_with(&format!("/{}/{}/3/5/2.png", png.layer, png.grid)),
+        "{path}"
+    );
+    let raw = open_url(&url, &opts).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let head = |p: String| {
+        let store = raw.store.clone();
+        rt.block_on(async move {
+            store
+                .get_opts(
+                    &object_store::path::Path::from(p),
+                    GetOptions {
+                        head: true,
+                        ..GetOptions::default()
+                    },
+                )
+                .await
+                .unwrap()
+                .attributes
+        })
+    };
+    let attrs = head(path);
+    let get = |a: &object_store::Attributes, k: object_store::Attribute| {
+        a.get(&k).map(|v| v.as_ref().to_string())
+    };
+    assert_eq!(
+        get(&attrs, object_store::Attribute::ContentType).as_deref(),
+        Some("image/png")
+    );
+    assert_eq!(
+        get(&attrs, object_store::Attribute::CacheControl).as_deref(),
+        Some("public, max-age=600")
+    );
+    let attrs = head(store.tile_key(&mvt));
+    assert_eq!(
+        get(&attrs, object_store::Attribute::ContentEncoding).as_deref(),
+        Some("gzip")
+    );
+    assert_eq!(
+        get(&attrs, object_store::Attribute::ContentType).as_deref(),
+        Some("application/vnd.mapbox-vector-tile")
+    );
+    // Stored time: the object's Last-Modified.
+    let stored = store.get_stored(&png).unwrap().unwrap();
+    let age = std::time::SystemTime::now()
+        .duration_since(stored.stored_at.unwrap())
+        .unwrap_or_default();
+    assert!(age < std::time::Duration::from_mins(5), "{age:?}");
+}
+
+/// Leases and generations on one server: of 8 nodes asking at once exactly
+/// one wins; an expired lease is taken over by exactly one of 8; the dead
+/// holder cannot renew it; a released lease is free; a bumped generation is
+/// seen once.
+fn leases(kind: &str) {
+    use std::time::Duration;
+    use tessera_store::cluster::{Acquired, Coordinator, Generation};
+    let (url, opts) = backend(kind, "leases");
+    let c = Arc::new(Coordinator::on_bucket(kind, open_url(&url, &opts).unwrap()));
+    assert!(c.supports_leases());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let range = TileRange {
+            z: 5,
+            min_x: 8,
+            min_y: 4,
+            max_x: 11,
+            max_y: 7,
+        };
+        let key = c.lease_path("relief", "WebMercatorQuad", TileFormat::Png, &range);
+        let ask = |node: String, ttl: Duration| {
+            let (c, key) = (c.clone(), key.clone());
+            async move { c.acquire(&key, &node, ttl).await.unwrap() }
+        };
+        let first =
+            futures::future::join_all((0..8).map(|i| ask(format!("n{i}"), Duration::from_mins(1))))
+                .await;
+        let winners: Vec<_> = first
+            .iter()
+            .filter_map(|o| match o {
+                Acquired::Won(h) => Some(h.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "{kind}: {first:?}");
+        c.release(winners[0].clone()).await.unwrap();
+        assert!(c.lease(&key).await.unwrap().is_none(), "{kind}: released");
+
+        let Acquired::Won(mut dead) = ask("dead".into(), Duration::ZERO).await else {
+            panic!("{kind}: a free lease is won");
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second =
+            futures::future::join_all((0..8).map(|i| ask(format!("m{i}"), Duration::from_mins(1))))
+                .await;
+        let taken = second
+            .iter()
+            .filter(|o| matches!(o, Acquired::TakenOver(_)))
+            .count();
+        assert_eq!(taken, 1, "{kind}: {second:?}");
+        assert!(
+            !c.renew(&mut dead, Duration::from_mins(1)).await.unwrap(),
+            "{kind}: the dead holder cannot renew"
+        );
+
+        let layer = unique("layer");
+        assert_eq!(
+            c.check_generation(&layer, None).await.unwrap(),
+            Generation::Unchanged
+        );
+        c.bump_generation(&layer, "a").await.unwrap();
+        let Generation::Changed(Some(etag)) = c.check_generation(&layer, None).await.unwrap()
+        else {
+            panic!("{kind}: a bumped generation is seen");
+        };
+        assert_eq!(
+            c.check_generation(&layer, Some(&etag)).await.unwrap(),
+            Generation::Unchanged,
+            "{kind}"
+        );
+        c.bump_generation(&layer, "b").await.unwrap();
+        assert!(
+            matches!(
+                c.check_generation(&layer, Some(&etag)).await.unwrap(),
+                Generation::Changed(Some(_))
+            ),
+            "{kind}"
+        );
+    });
+}
+
+#[test]
+fn leases_on_minio() {
+    leases("s3");
+}
+
+#[test]
+fn leases_on_azurite() {
+    leases("azure");
+}
+
+#[test]
+fn leases_on_fake_gcs() {
+    leases("gcs");
+}
+
+#[test]
+fn a_local_directory_cannot_hold_leases() {
+    let (url, opts) = backend("file", "no-leases");
+    let c = tessera_store::cluster::Coordinator::on_bucket("file", open_url(&url, &opts).unwrap());
+    assert!(!c.supports_leases());
+}

@@ -365,8 +365,7 @@ impl ClusterSettings {
     pub fn node(&self) -> String {
         self.node_id.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "node".into());
+                .map_or_else(|_| "node".into(), |h| h.trim().to_string());
             format!("{host}-{}", std::process::id())
         })
     }
@@ -643,7 +642,11 @@ impl Config {
                     "layer {:?}: cluster.leases needs an object store that honours conditional writes (s3://, gs://, az://), and store {:?} is a {} store; use such a store for the layer or set cluster.leases: false",
                     layer.name,
                     c.store,
-                    if let StoreSpec::Object(o) = spec { format!("local ({})", o.url) } else { spec.kind().to_string() },
+                    if let StoreSpec::Object(o) = spec {
+                        format!("local ({})", o.url)
+                    } else {
+                        spec.kind().to_string()
+                    },
                 ));
             }
             if c.store != NO_STORE && !self.stores.contains_key(&c.store) {

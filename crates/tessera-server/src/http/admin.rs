@@ -175,7 +175,11 @@ fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan,
     let zooms = parse_zooms(args.get("zoom").ok_or("missing `zoom` (A..B or Z)")?)?;
     let grid = match args.get("grid") {
         Some(g) => g.clone(),
-        None => layer.grids.first().cloned().ok_or("the layer has no grid")?,
+        None => layer
+            .grids
+            .first()
+            .cloned()
+            .ok_or("the layer has no grid")?,
     };
     let format = match args.get("format") {
         Some(f) => Some(

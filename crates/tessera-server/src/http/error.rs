@@ -136,7 +136,10 @@ impl From<TileError> for ApiError {
                 err
             }
             TileError::Lease(e) => {
-                tracing::warn!(error = &e as &dyn std::error::Error, "cannot ask for a metatile's lease");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot ask for a metatile's lease"
+                );
                 let mut err = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "NoApplicableCode",

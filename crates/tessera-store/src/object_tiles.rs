@@ -1,0 +1,168 @@
+//! [`TileObjectStore`]: one object per tile on an object store, at the
+//! plain address web maps use, `<prefix>/<layer>/<grid>/<z>/<x>/<y>.<ext>`
+//! (rows from the top), each with its Content-Type, Content-Encoding
+//! (gzip-packed vector tiles) and Cache-Control, so that the bucket or a CDN
+//! in front of it can serve the tiles directly.
+//!
+//! Costs one request per tile where packs cost one per pack; take it when
+//! the bucket itself is to be served.
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{Attribute, Attributes, PutPayload};
+use tessera_grid::{TileCoord, TileFormat};
+
+use crate::object::{ObjectLocation, RequestSnapshot};
+use crate::object_io::ObjectIo;
+use crate::{
+    AreaRange, Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
+    check_not_empty,
+};
+
+/// Cache-Control written on every tile unless configured.
+pub const DEFAULT_CACHE_CONTROL: &str = "public, max-age=86400";
+
+/// PUTs of one metatile's tiles in flight at once.
+const PUTS_IN_FLIGHT: usize = 16;
+
+/// Tiles as single objects at `z/x/y.ext` on an object store.
+#[derive(Debug)]
+pub struct TileObjectStore {
+    io: ObjectIo,
+    cache_control: String,
+    delete_batch: usize,
+}
+
+impl TileObjectStore {
+    /// A store over `location` (see [`crate::object::open_url`]) writing
+    /// `cache_control` on each tile, with `io_threads` I/O threads.
+    pub fn new(
+        location: ObjectLocation,
+        cache_control: &str,
+        io_threads: usize,
+    ) -> Result<TileObjectStore, StoreError> {
+        Ok(TileObjectStore {
+            io: ObjectIo::new(location, io_threads)?,
+            cache_control: cache_control.to_string(),
+            delete_batch: 1000,
+        })
+    }
+
+    /// Requests sent so far, by kind.
+    pub fn requests(&self) -> RequestSnapshot {
+        self.io.requests()
+    }
+
+    fn path(&self, layer: &str, grid: &str, z: u8, x: u32, y: u32, format: TileFormat) -> Path {
+        self.io
+            .prefix
+            .clone()
+            .join(layer)
+            .join(grid)
+            .join(z.to_string().as_str())
+            .join(x.to_string().as_str())
+            .join(format!("{y}.{}", format.extension()).as_str())
+    }
+
+    /// The object key of a tile.
+    pub fn tile_key(&self, key: &TileKey) -> String {
+        self.key_path(key).to_string()
+    }
+
+    fn key_path(&self, key: &TileKey) -> Path {
+        let c = key.coord;
+        self.path(&key.layer, &key.grid, c.z(), c.x(), c.y(), key.format)
+    }
+
+    /// The HTTP attributes of a tile of `format` (none on the local file
+    /// system, which cannot keep them).
+    fn attributes(&self, format: TileFormat) -> Attributes {
+        let mut a = Attributes::new();
+        if !self.io.conditional_put {
+            return a;
+        }
+        a.insert(Attribute::ContentType, format.content_type().into());
+        a.insert(Attribute::CacheControl, self.cache_control.clone().into());
+        if format.is_vector() {
+            a.insert(Attribute::ContentEncoding, "gzip".into());
+        }
+        a
+    }
+}
+
+impl TileStore for TileObjectStore {
+    fn name(&self) -> &'static str {
+        "object"
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.get_stored(key)?.map(|t| t.bytes))
+    }
+
+    /// The time is the object's Last-Modified.
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        Ok(self.io.fetch(&self.key_path(key))?.map(|f| StoredTile {
+            bytes: f.bytes,
+            stored_at: Some(f.modified),
+        }))
+    }
+
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        self.io.claim_fingerprint(layer, fingerprint)
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        self.put_many(vec![(key.clone(), data)], durability)
+    }
+
+    /// The tiles are written concurrently; every object store acknowledges
+    /// a PUT once it is durable, so both durabilities are the same here.
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        _durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut writes = Vec::with_capacity(tiles.len());
+        for (key, data) in tiles {
+            check_not_empty("object", &key, &data)?;
+            writes.push((
+                self.key_path(&key),
+                PutPayload::from(data),
+                self.attributes(key.format),
+            ));
+        }
+        self.io.put_all(writes, PUTS_IN_FLIGHT)
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        self.io.delete(&[self.key_path(key)], 1).map(|_| ())
+    }
+
+    /// Deletes the area's tiles by computed key, in batches (nothing is
+    /// listed).
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let mut report = TruncateReport::default();
+        let mut batch = Vec::with_capacity(self.delete_batch);
+        for AreaRange { range, .. } in &area.ranges {
+            for y in range.min_y..=range.max_y {
+                for x in range.min_x..=range.max_x {
+                    let c = TileCoord::restored(range.z, x, y);
+                    batch.push(self.path(
+                        &area.layer,
+                        &area.grid,
+                        c.z(),
+                        c.x(),
+                        c.y(),
+                        area.format,
+                    ));
+                    if batch.len() == self.delete_batch {
+                        report.objects_deleted += self.io.delete(&batch, self.delete_batch)?;
+                        batch.clear();
+                    }
+                }
+            }
+        }
+        report.objects_deleted += self.io.delete(&batch, self.delete_batch)?;
+        Ok(report)
+    }
+}
