@@ -2,12 +2,15 @@
 """A faulty loopback proxy in front of a real S3 server (MinIO), for tests of
 what a real server cannot be made to do on demand. Requests are forwarded
 unchanged (Host header included, so signatures stay valid) except multipart
-part uploads (`PUT ...?partNumber=...`), which follow the fault plan:
+part uploads (`PUT ...?partNumber=...`) -- or, with --conditional, PUTs with
+If-None-Match or If-Match (lease objects, pack merges) -- which follow the
+fault plan:
 
   --fail N     every Nth part upload is answered 500 or 503 (alternately)
   --reset N    every Nth part upload: the connection is reset, no answer
   --stall N    every Nth part upload: no answer for --stall-secs seconds
   --fail-all   every part upload is answered 503
+  --conditional  the plan applies to conditional PUTs instead of part uploads
 
 usage: faulty-proxy.py LISTEN_PORT UPSTREAM_PORT [plan...]
 Prints "ready" once listening; logs each fault on stderr.
@@ -30,6 +33,7 @@ p.add_argument("--reset", type=int, default=0)
 p.add_argument("--stall", type=int, default=0)
 p.add_argument("--stall-secs", type=float, default=10.0)
 p.add_argument("--fail-all", action="store_true")
+p.add_argument("--conditional", action="store_true")
 plan = p.parse_args()
 
 parts = itertools.count(1)
@@ -49,7 +53,12 @@ class Proxy(BaseHTTPRequestHandler):
 
     def fault(self):
         """The fault for this request, if any."""
-        if self.command != "PUT" or "partNumber=" not in self.path:
+        if self.command != "PUT":
+            return None
+        if plan.conditional:
+            if not (self.headers.get("If-None-Match") or self.headers.get("If-Match")):
+                return None
+        elif "partNumber=" not in self.path:
             return None
         with lock:
             n = next(parts)

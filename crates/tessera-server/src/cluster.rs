@@ -85,6 +85,28 @@ impl LeaseHolder {
     }
 }
 
+impl LeaseHolder {
+    /// Deletes the lease now and waits for it (a batch command that may
+    /// exit next); with other clones still alive, the last one deletes it
+    /// when dropped.
+    pub async fn release(self: Arc<Self>) {
+        let Ok(holder) = Arc::try_unwrap(self) else {
+            return;
+        };
+        holder.renewal.abort();
+        let lease = holder
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(lease) = lease
+            && let Err(e) = holder.coordinator.release(lease).await
+        {
+            tracing::warn!(error = &e as &dyn std::error::Error, "deleting a lease failed; it expires by itself");
+        }
+    }
+}
+
 impl Drop for LeaseHolder {
     fn drop(&mut self) {
         self.renewal.abort();

@@ -572,6 +572,10 @@ impl TileCache {
                 return Ok(SeedOutcome::Skipped);
             }
         }
+        // With leases, the seed holds its metatile's lease until every tile
+        // is stored, and deletes it before returning (the command may exit
+        // right after).
+        let mut lease = None;
         if cache.leases.is_some() {
             // The last tile of the metatile is the one waited for when
             // another node holds the lease (its tiles are stored together).
@@ -579,13 +583,28 @@ impl TileCache {
             let wanted = (!force).then_some(&last);
             match self.lease(&req, cache, &meta, wanted).await? {
                 Leased::Stored(_) => return Ok(SeedOutcome::Skipped),
-                Leased::Render(lease) => {
-                    for t in &mut tiles {
-                        t.lease.clone_from(&lease);
-                    }
-                }
+                Leased::Render(held) => lease = held,
             }
         }
+        let outcome = self
+            .seed_leased(&req, cache, meta, meta_guard, tiles)
+            .await;
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        outcome
+    }
+
+    /// The rendering part of [`TileCache::seed_metatile`], under its locks.
+    async fn seed_leased(
+        &self,
+        req: &TileRequest,
+        cache: &LayerCache,
+        meta: Metatile,
+        meta_guard: KeyGuard<MetaKey>,
+        tiles: Vec<Owned>,
+    ) -> Result<SeedOutcome, TileError> {
+        let format = req.format;
         if format.is_vector() {
             // Vector tiles are cut one by one (no metatile to share).
             let mut made = Vec::with_capacity(tiles.len());
@@ -603,11 +622,11 @@ impl TileCache {
             drop(tiles);
             return Ok(SeedOutcome::Rendered(count));
         }
-        let cutter = self.render_metatile(&req, meta).await?;
+        let cutter = self.render_metatile(req, meta).await?;
         drop(meta_guard);
         let (encoded, stored) = self
             .encode_and_store(
-                &layer.name,
+                &req.layer.name,
                 cutter,
                 tiles,
                 cache.store.clone(),

@@ -1,0 +1,333 @@
+"""Several `tessera serve` nodes and `tessera seed` shards sharing one
+bucket on MinIO: a metatile is rendered once across all of them (leases
+with conditional PUTs), a dead holder's lease is taken over after its time
+to live, faults on conditional PUTs become clear 503s with nothing left
+behind, a truncate on one node is seen by the others within the check
+interval on every store they can share, and seed shards split a plan
+without overlap."""
+import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+from cogserver import start_cog_server
+from conftest import ROOT, free_port, s3_bucket, serving
+
+BUCKET = "tessera-e2e-cluster"
+LAYER = "relief"
+# The 16 tiles of one 4 x 4 metatile at zoom 4.
+META_TILES = [(4, x, y) for x in range(8, 12) for y in range(4, 8)]
+
+
+S3 = []
+
+
+@pytest.fixture(autouse=True)
+def minio(s3):
+    """MinIO's endpoint and credentials, for every config of this module."""
+    S3[:] = [s3]
+
+
+def s3_options(s3, endpoint=None):
+    return (f"{{ endpoint: '{endpoint or s3['endpoint']}', access_key_id: {s3['key']}, "
+            f"secret_access_key: {s3['secret']}, region: us-east-1, allow_http: true, "
+            f"max_retries: 1, timeout: 10s }}")
+
+
+def object_store(s3, prefix, layout="packs", endpoint=None, memory="16MiB"):
+    return (f"{{ type: object, url: 's3://{BUCKET}/{prefix}', layout: {layout}, "
+            f"memory: {memory}, options: {s3_options(s3, endpoint)} }}")
+
+
+def node_config(tmp_path, name, store, leases=True, ttl=30, wait=60, source=None, extra=""):
+    s3 = S3[0]
+    """A node's config: layer relief cached in `store` with 4 x 4 metatiles."""
+    path = tmp_path / f"{name}.yaml"
+    source = source or f"{ROOT}/data/shadedrelief-5400.tif"
+    path.write_text(f"""
+gdal: {{ allow_private_network: true }}
+cluster:
+  leases: {str(leases).lower()}
+  lease_ttl_secs: {ttl}
+  lease_wait_secs: {wait}
+  node_id: {name}
+  generation_check_secs: 1
+admin:
+  token: secret-token-0123456789
+  sources_url: s3://{BUCKET}/sources-{uuid.uuid4().hex[:8]}
+  options: {s3_options(s3)}
+  sources_file: {tmp_path}/sources-{name}.yaml
+stores:
+  shared: {store}
+layers:
+  - name: {LAYER}
+    source: {{ path: "{source}" }}
+    grids: [WebMercatorQuad]
+    max_zoom: 8
+    cache: {{ store: shared, metatile: [4, 4] }}
+{extra}""")
+    return path
+
+
+def get(server, path, timeout=120):
+    """(status, headers, body), error statuses included."""
+    try:
+        with urllib.request.urlopen(server.url + path, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def metric(server, name, **labels):
+    """The sum of a counter's samples whose labels include `labels`."""
+    _, _, body = get(server, "/metrics")
+    total = 0.0
+    for line in body.decode().splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def renders(server):
+    return metric(server, "tessera_metatile_renders_total", layer=LAYER)
+
+
+def keys(c, prefix):
+    pages = c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def leases_left(c, prefix):
+    return [k for k in keys(c, prefix) if "/leases/" in k]
+
+
+def wait_until(check, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{what} did not happen within {timeout} s", pytrace=False)
+
+
+def quietly(f, *args):
+    """Calls f, ignoring its failure (a request to a node about to be killed)."""
+    try:
+        f(*args)
+    except OSError:
+        pass
+
+
+def tile_path(z, x, y):
+    return f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
+
+
+def test_600_requests_over_three_nodes_render_the_metatile_once(s3, tmp_path, tmp_path_factory):
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"single-{uuid.uuid4().hex[:8]}"
+    store = object_store(s3, prefix)
+    configs = [node_config(tmp_path, f"node{i}", store) for i in range(3)]
+    with serving(tmp_path_factory, "--config", str(configs[0])) as a, \
+            serving(tmp_path_factory, "--config", str(configs[1])) as b, \
+            serving(tmp_path_factory, "--config", str(configs[2])) as n3:
+        nodes = [a, b, n3]
+        jobs = [(nodes[i % 3], META_TILES[i % 16]) for i in range(600)]
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(lambda j: (j[1], get(j[0], tile_path(*j[1]))), jobs))
+        statuses = [a[1][0] for a in answers]
+        assert statuses == [200] * 600, {s: statuses.count(s) for s in set(statuses)}
+        by_tile = {}
+        for t, (_, _, body) in answers:
+            by_tile.setdefault(t, set()).add(body)
+        assert all(len(v) == 1 for v in by_tile.values()), "every tile is byte-identical on every node"
+        assert sum(renders(n) for n in nodes) == 1, [renders(n) for n in nodes]
+        won = sum(metric(n, "tessera_lease_requests_total", outcome="won") for n in nodes)
+        assert won == 1, won
+        # The holder deletes its lease once the 16 tiles are stored.
+        wait_until(lambda: not leases_left(c, prefix), 10, "the lease's deletion")
+
+
+def test_a_holder_killed_mid_render_is_taken_over_after_the_ttl(s3, tmp_path, tmp_path_factory):
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"takeover-{uuid.uuid4().hex[:8]}"
+    cog = start_cog_server()
+    try:
+        store = object_store(s3, prefix)
+        source = f"{cog.url}/shadedrelief-5400.tif"
+        ttl = 3
+        holder_cfg = node_config(tmp_path, "holder", store, ttl=ttl, wait=60, source=source)
+        taker_cfg = node_config(tmp_path, "taker", store, ttl=ttl, wait=60, source=source)
+        with serving(tmp_path_factory, "--config", str(holder_cfg)) as holder, \
+                serving(tmp_path_factory, "--config", str(taker_cfg)) as taker:
+            cog.delay = 0.5  # each range read of the source: a slow source
+            threading.Thread(target=quietly, args=(get, holder, tile_path(*META_TILES[0]), 30),
+                             daemon=True).start()
+            wait_until(lambda: leases_left(c, prefix), 30, "the holder's lease")
+            start = time.monotonic()
+            result = {}
+            t = threading.Thread(target=lambda: result.update(r=get(taker, tile_path(*META_TILES[5]))))
+            t.start()
+            time.sleep(0.5)
+            holder.proc.send_signal(signal.SIGKILL)
+            t.join(timeout=90)
+            assert not t.is_alive(), "the taker's client hung"
+            status, headers, body = result["r"]
+            elapsed = time.monotonic() - start
+            assert status == 200 or (status == 503 and headers.get("Retry-After")), (status, body)
+            assert status == 200, (status, body)
+            assert body[:8] == b"\x89PNG\r\n\x1a\n"
+            # Not before the dead holder's lease expired, and well within the wait bound.
+            assert elapsed >= 0.5, elapsed
+            assert elapsed < 60, elapsed
+            assert metric(taker, "tessera_lease_requests_total", outcome="taken_over") == 1
+            assert renders(taker) == 1
+            cog.delay = 0
+            wait_until(lambda: not leases_left(c, prefix), 10, "the taker's lease deletion")
+    finally:
+        cog.shutdown()
+
+
+def start_proxy(upstream_port, *plan):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts/lib/faulty-proxy.py"), str(port), str(upstream_port), *plan],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return port, proc
+
+
+@pytest.mark.parametrize("plan", [["--conditional", "--fail-all"],
+                                  ["--conditional", "--stall", "1", "--stall-secs", "8"]])
+def test_failing_or_stalled_conditional_puts_give_503_and_leave_nothing(plan, s3, tmp_path, tmp_path_factory):
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"faulty-{uuid.uuid4().hex[:8]}"
+    upstream = int(s3["endpoint"].rsplit(":", 1)[1])
+    port, proxy = start_proxy(upstream, *plan)
+    try:
+        store = object_store(s3, prefix, endpoint=f"http://127.0.0.1:{port}")
+        cfg = node_config(tmp_path, "faulty", store, ttl=2, wait=3)
+        with serving(tmp_path_factory, "--config", str(cfg)) as node:
+            for z, x, y in META_TILES[:3]:
+                start = time.monotonic()
+                status, headers, body = get(node, tile_path(z, x, y), timeout=60)
+                assert status == 503, (status, body)
+                assert headers.get("Retry-After"), headers
+                assert b"try again later" in body, body
+                assert time.monotonic() - start < 30, "bounded by the lease wait and the client timeout"
+            assert renders(node) == 0, "nothing is rendered without the lease"
+            assert metric(node, "tessera_lease_requests_total", outcome="error") >= 3
+        time.sleep(2.5)  # past the TTL
+        stored = [k for k in keys(c, prefix) if not k.endswith("/fingerprint")]
+        assert stored == [], f"no tile and no lease left behind: {stored}"
+    finally:
+        proxy.kill()
+
+
+def admin_truncate(server, query):
+    req = urllib.request.Request(server.url + "/admin/truncate?" + query, method="POST",
+                                 headers={"Authorization": "Bearer secret-token-0123456789"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.mark.parametrize("kind", ["packs", "xyz", "file", "mbtiles"])
+def test_a_truncate_on_one_node_is_seen_by_the_others_within_the_interval(kind, s3, tmp_path, tmp_path_factory):
+    prefix = f"gen-{kind}-{uuid.uuid4().hex[:8]}"
+    store = {
+        "packs": lambda: object_store(s3, prefix),
+        "xyz": lambda: object_store(s3, prefix, layout="xyz"),
+        "file": lambda: f"{{ type: file, path: {tmp_path / 'tiles'}, memory: 16MiB }}",
+        "mbtiles": lambda: f"{{ type: mbtiles, path: {tmp_path / 'mbtiles'}, memory: 16MiB }}",
+    }[kind]()
+    # Every tile of a rendered metatile is stored before the answer, so the
+    # truncate cannot race with the saves of the first render.
+    inline = "cache: { metatile_threads: 0 }\n"
+    configs = [node_config(tmp_path, f"n{i}", store, leases=kind in ("packs", "xyz"), extra=inline)
+               for i in range(3)]
+    # One tile for each of B and C, in different metatiles (a render of one
+    # does not store the other).
+    paths = {1: tile_path(4, 8, 4), 2: tile_path(4, 12, 4)}
+    path = paths[1]
+    with serving(tmp_path_factory, "--config", str(configs[0])) as a, \
+            serving(tmp_path_factory, "--config", str(configs[1])) as b, \
+            serving(tmp_path_factory, "--config", str(configs[2])) as n3:
+        for p in paths.values():
+            assert get(a, p)[1]["X-Cache"] == "MISS"
+            for n in (b, n3):
+                assert get(n, p)[1]["X-Cache"] == "HIT"
+                assert get(n, p)[1]["X-Cache"] == "HIT"  # now from its memory
+        status, text = admin_truncate(a, f"layer={LAYER}&zoom=4")
+        assert status == 200 and "other nodes told" in text, text
+        truncated = time.monotonic()
+        for n, p in ((b, paths[1]), (n3, paths[2])):
+            wait_until(lambda n=n, p=p: get(n, p)[1]["X-Cache"] == "MISS", 5,
+                       f"a MISS on {n.url} after the truncate")
+        assert time.monotonic() - truncated < 5
+        for n in (b, n3):
+            assert metric(n, "tessera_generation_checks_total", result="changed") >= 1
+        # The same through the CLI on another process.
+        assert get(a, path)[1]["X-Cache"] == "HIT"
+        r = subprocess.run([os.environ["TESSERA_BIN"], "truncate", "--config", str(configs[0]),
+                            "--layer", LAYER, "--zoom", "4"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "serving nodes sharing the store drop their copies" in r.stdout, r.stdout
+        wait_until(lambda: get(a, path)[1]["X-Cache"] == "MISS", 5, "a MISS on the node after the CLI truncate")
+
+
+def seed(cfg, *args, env=None):
+    return subprocess.Popen([os.environ["TESSERA_BIN"], "seed", "--config", str(cfg), "--layer", LAYER,
+                             "--zoom", "0..5", "--threads", "2", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def test_four_seed_shards_and_a_serving_node_render_each_metatile_once(s3, tmp_path, tmp_path_factory):
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"shards-{uuid.uuid4().hex[:8]}"
+    store = object_store(s3, prefix)
+    cfg = node_config(tmp_path, "seeder", store)
+    plan_metatiles = 1 + 1 + 1 + 4 + 16 + 64  # zoom 0..5 in 4 x 4 metatiles
+    with serving(tmp_path_factory, "--config", str(node_config(tmp_path, "server", store))) as node:
+        stop = threading.Event()
+        served = []
+
+        def load():
+            i = 0
+            while not stop.is_set():
+                z = 5
+                x, y = (i * 7) % 32, (i * 13) % 32
+                served.append(get(node, tile_path(z, x, y))[0])
+                i += 1
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        shards = [seed(cfg, "--shard", f"{i}/4") for i in range(3)]
+        shards.append(seed(cfg, "--shard", "auto/4", env={"JOB_COMPLETION_INDEX": "3"}))
+        outputs = [p.communicate(timeout=600) for p in shards]
+        stop.set()
+        loader.join()
+        for p, (out, err) in zip(shards, outputs):
+            assert p.returncode == 0, err
+        assert "shard 3 of 4" in outputs[3][1]
+        planned = [int(re.search(r"in (\d+) metatiles", err).group(1)) for _, err in outputs]
+        assert sum(planned) == plan_metatiles and max(planned) - min(planned) <= 1, planned
+        rendered = [int(re.search(r"\((\d+) rendered", out).group(1)) for out, _ in outputs]
+        assert set(served) == {200}, set(served)
+        total = sum(rendered) + renders(node)
+        assert total == plan_metatiles, (rendered, renders(node))
+        # Every tile is there: a full seed renders nothing.
+        out, err = seed(cfg).communicate(timeout=600)
+        assert "(0 rendered" in out, out + err
+        assert "1365/1365 tiles" in out, out
+        wait_until(lambda: not leases_left(c, prefix), 10, "every lease's deletion")
