@@ -13,11 +13,15 @@ fault plan:
   --conditional  the plan applies to conditional PUTs instead of part uploads
 
 usage: faulty-proxy.py LISTEN_PORT UPSTREAM_PORT [plan...]
-Prints "ready" once listening; logs each fault on stderr.
+Prints "ready" once listening; logs each fault on stderr. `GET /__proxy_counts`
+answers the requests forwarded so far by method, as JSON (benchmarks count
+object-store requests with it).
 """
 import argparse
+import collections
 import http.client
 import itertools
+import json
 import socket
 import struct
 import sys
@@ -37,6 +41,7 @@ p.add_argument("--conditional", action="store_true")
 plan = p.parse_args()
 
 parts = itertools.count(1)
+counts = collections.Counter()
 lock = threading.Lock()
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
@@ -73,6 +78,17 @@ class Proxy(BaseHTTPRequestHandler):
         return None
 
     def handle_any(self):
+        if self.path == "/__proxy_counts":
+            with lock:
+                data = json.dumps(counts).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        with lock:
+            counts[self.command] += 1
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         fault = self.fault()
