@@ -102,7 +102,10 @@ impl LeaseHolder {
         if let Some(lease) = lease
             && let Err(e) = holder.coordinator.release(lease).await
         {
-            tracing::warn!(error = &e as &dyn std::error::Error, "deleting a lease failed; it expires by itself");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "deleting a lease failed; it expires by itself"
+            );
         }
     }
 }

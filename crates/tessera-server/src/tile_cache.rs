@@ -586,9 +586,7 @@ impl TileCache {
                 Leased::Render(held) => lease = held,
             }
         }
-        let outcome = self
-            .seed_leased(&req, cache, meta, meta_guard, tiles)
-            .await;
+        let outcome = self.seed_leased(&req, cache, meta, meta_guard, tiles).await;
         if let Some(lease) = lease {
             lease.release().await;
         }
