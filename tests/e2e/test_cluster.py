@@ -259,11 +259,14 @@ def test_failing_or_stalled_conditional_puts_give_503_and_leave_nothing(plan, s3
         proxy.kill()
 
 
-def admin_truncate(server, query):
+def admin_truncate(server, query, token="secret-token-0123456789"):
     req = urllib.request.Request(server.url + "/admin/truncate?" + query, method="POST",
-                                 headers={"Authorization": "Bearer secret-token-0123456789"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return r.status, r.read().decode()
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 @pytest.mark.parametrize("kind", ["packs", "xyz", "file", "mbtiles"])
@@ -292,6 +295,15 @@ def test_a_truncate_on_one_node_is_seen_by_the_others_within_the_interval(kind, 
             for n in (b, n3):
                 assert get(n, p)[1]["X-Cache"] == "HIT"
                 assert get(n, p)[1]["X-Cache"] == "HIT"  # now from its memory
+        for query, token, status, needle in [
+            (f"layer={LAYER}&zoom=4", "wrong-token-0123456789", 401, "Bearer"),
+            (f"layer={LAYER}", None, 400, "zoom"),
+            ("layer=nope&zoom=4", None, 400, "unknown layer"),
+            (f"layer={LAYER}&zoom=4&bbox=1,2,3", None, 400, "4 numbers"),
+        ]:
+            answer = admin_truncate(a, query, *([token] if token else []))
+            assert answer[0] == status and needle in answer[1], (query, answer)
+        assert get(a, paths[1])[1]["X-Cache"] == "HIT", "a refused truncate removes nothing"
         status, text = admin_truncate(a, f"layer={LAYER}&zoom=4")
         assert status == 200 and "other nodes told" in text, text
         truncated = time.monotonic()

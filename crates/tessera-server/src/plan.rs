@@ -355,12 +355,7 @@ impl TilePlan {
         let Some(Shard { index, count }) = self.shard else {
             return Box::new(all);
         };
-        let spec = self
-            .layer
-            .cache
-            .as_ref()
-            .map(|c| c.metatile)
-            .expect("a plan is only made for a cached layer");
+        let spec = self.metatile_spec();
         let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
         let tms = &self.grid.tms;
         let mut ordered: Vec<(u8, u64, Metatile)> = all
@@ -387,13 +382,16 @@ impl TilePlan {
         )
     }
 
-    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {
-        let spec = self
-            .layer
+    fn metatile_spec(&self) -> crate::metatile::MetatileSpec {
+        self.layer
             .cache
             .as_ref()
             .map(|c| c.metatile)
-            .expect("a plan is only made for a cached layer");
+            .expect("a plan is only made for a cached layer")
+    }
+
+    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {
+        let spec = self.metatile_spec();
         let tms = &self.grid.tms;
         self.ranges.iter().flat_map(move |r| {
             let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));

@@ -15,7 +15,6 @@ use tessera_store::cluster::Coordinator;
 use tessera_store::{Durability, MemoryStore, TileStore};
 
 use crate::cluster::Leases;
-
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::fingerprint;
 use crate::metatile::MetatileSpec;

@@ -26,11 +26,10 @@ use bytes::Bytes;
 use tessera_grid::TileFormat;
 use tessera_grid::{TileCoord, TileRange};
 use tessera_image::{Color, EncodeOptions, ImageView, RgbaImage, encode};
+use tessera_store::cluster::Acquired;
 use tessera_store::{
     Durability, HeldTile, MemoryStore, StoreError, TileKey, TileStore, content_hash,
 };
-
-use tessera_store::cluster::Acquired;
 
 use crate::cluster::{LeaseHolder, jittered};
 use crate::encode_pool::{EncodePool, Job};

@@ -31,8 +31,8 @@ use object_store::{
 use serde::{Deserialize, Serialize};
 use tessera_grid::{TileFormat, TileRange};
 
-use crate::object::{ObjectLocation, open_url};
-use crate::{StoreError, StoreSpec, option_strings};
+use crate::object::ObjectLocation;
+use crate::{StoreError, StoreSpec};
 
 /// The shared place where nodes coordinate: the bucket (and prefix) or the
 /// directory of a store.
@@ -115,16 +115,7 @@ impl Coordinator {
     /// process can share (memory, journal).
     pub fn for_store(name: &str, spec: &StoreSpec) -> Result<Option<Coordinator>, StoreError> {
         match spec {
-            StoreSpec::Object(s) => {
-                let location = open_url(&s.url, &option_strings(&s.options)).map_err(|e| {
-                    StoreError::Client {
-                        store: name.to_string(),
-                        url: s.url.clone(),
-                        source: Box::new(e),
-                    }
-                })?;
-                Ok(Some(Coordinator::on_bucket(name, location)))
-            }
+            StoreSpec::Object(s) => Ok(Some(Coordinator::on_bucket(name, s.location(name)?))),
             StoreSpec::File(s) => Coordinator::in_directory(name, &s.path).map(Some),
             StoreSpec::Mbtiles(s) => Coordinator::in_directory(name, &s.path).map(Some),
             StoreSpec::Journal(_) | StoreSpec::Memory(_) => Ok(None),

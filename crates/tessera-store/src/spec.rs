@@ -15,7 +15,7 @@ use bytesize::ByteSize;
 use serde::{Deserialize, Deserializer};
 use tessera_grid::Curve;
 
-use crate::object::open_url;
+use crate::object::{ObjectLocation, open_url};
 use crate::{
     DEFAULT_CACHE_CONTROL, FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions,
     MbtilesStore, MemoryStore, PackOptions, PackStore, StoreError, Synchronous, TileObjectStore,
@@ -126,6 +126,18 @@ pub struct ObjectSpec {
     /// In-memory LRU of tiles in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+}
+
+impl ObjectSpec {
+    /// Opens a client for the store's URL; `name` is the store's name in
+    /// the configuration, for the error.
+    pub fn location(&self, name: &str) -> Result<ObjectLocation, StoreError> {
+        open_url(&self.url, &option_strings(&self.options)).map_err(|e| StoreError::Client {
+            store: name.to_string(),
+            url: self.url.clone(),
+            source: Box::new(e),
+        })
+    }
 }
 
 /// How an object store lays out its tiles.
@@ -341,13 +353,7 @@ impl StoreSpec {
                 Arc::new(MbtilesStore::open(&s.path, options)?)
             }
             StoreSpec::Object(s) => {
-                let location = open_url(&s.url, &option_strings(&s.options)).map_err(|e| {
-                    StoreError::Client {
-                        store: name.to_string(),
-                        url: s.url.clone(),
-                        source: Box::new(e),
-                    }
-                })?;
+                let location = s.location(name)?;
                 if s.layout == ObjectLayout::Xyz {
                     let cc = s.cache_control.as_deref().unwrap_or(DEFAULT_CACHE_CONTROL);
                     return Ok(Arc::new(TileObjectStore::new(location, cc, 2)?));

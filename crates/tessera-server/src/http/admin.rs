@@ -63,15 +63,8 @@ fn unauthorized() -> ApiError {
 /// it (see [`super::live`]); 200 with the layer count, or 400 with why the
 /// config was refused (the old one keeps serving).
 pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(admin) = &state.config.admin else {
-        return ApiError::not_found(
-            "NotFound",
-            "the admin API is not enabled (no `admin:` section)",
-        )
-        .into_response();
-    };
-    if !authorized(&headers, &admin.token) {
-        return error_response(unauthorized());
+    if let Err(refused) = admit(&state, &headers) {
+        return refused;
     }
     let Some(live) = state.live.as_ref().and_then(std::sync::Weak::upgrade) else {
         return ApiError::new(
@@ -115,15 +108,8 @@ pub async fn truncate(
     headers: HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
-    let Some(admin) = &state.config.admin else {
-        return ApiError::not_found(
-            "NotFound",
-            "the admin API is not enabled (no `admin:` section)",
-        )
-        .into_response();
-    };
-    if !authorized(&headers, &admin.token) {
-        return error_response(unauthorized());
+    if let Err(refused) = admit(&state, &headers) {
+        return refused;
     }
     let plan = match truncate_plan(&state, query.as_deref().unwrap_or("")) {
         Ok(plan) => plan,
@@ -199,6 +185,22 @@ fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan,
     };
     TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
         .map_err(|e| tessera_source::error_chain(&e))
+}
+
+/// Lets a request through to an admin endpoint: 404 when the admin API is
+/// off, 401 without the token.
+fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(admin) = &state.config.admin else {
+        return Err(ApiError::not_found(
+            "NotFound",
+            "the admin API is not enabled (no `admin:` section)",
+        )
+        .into_response());
+    };
+    if !authorized(headers, &admin.token) {
+        return Err(error_response(unauthorized()));
+    }
+    Ok(())
 }
 
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
