@@ -63,7 +63,7 @@ fn unauthorized() -> ApiError {
 /// it (see [`super::live`]); 200 with the layer count, or 400 with why the
 /// config was refused (the old one keeps serving).
 pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(refused) = admit(&state, &headers) {
+    if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
     let Some(live) = state.live.as_ref().and_then(std::sync::Weak::upgrade) else {
@@ -108,7 +108,7 @@ pub async fn truncate(
     headers: HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
-    if let Err(refused) = admit(&state, &headers) {
+    if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
     let plan = match truncate_plan(&state, query.as_deref().unwrap_or("")) {
@@ -187,20 +187,19 @@ fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan,
         .map_err(|e| tessera_source::error_chain(&e))
 }
 
-/// Lets a request through to an admin endpoint: 404 when the admin API is
-/// off, 401 without the token.
-fn admit(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+/// The answer refusing a request to an admin endpoint: 404 when the admin
+/// API is off, 401 without the token; `None` lets it through.
+fn refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
     let Some(admin) = &state.config.admin else {
-        return Err(ApiError::not_found(
-            "NotFound",
-            "the admin API is not enabled (no `admin:` section)",
-        )
-        .into_response());
+        return Some(
+            ApiError::not_found(
+                "NotFound",
+                "the admin API is not enabled (no `admin:` section)",
+            )
+            .into_response(),
+        );
     };
-    if !authorized(headers, &admin.token) {
-        return Err(error_response(unauthorized()));
-    }
-    Ok(())
+    (!authorized(headers, &admin.token)).then(|| error_response(unauthorized()))
 }
 
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
