@@ -560,6 +560,10 @@ impl TileStore for TimedStore {
         self.inner.forget(key);
     }
 
+    fn prefers_batches(&self) -> bool {
+        self.inner.prefers_batches()
+    }
+
     fn forget_layer(&self, layer: &str) {
         self.inner.forget_layer(layer);
     }

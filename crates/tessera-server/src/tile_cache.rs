@@ -189,6 +189,63 @@ enum Leased {
     Stored(HeldTile),
 }
 
+/// A metatile's encoded tiles, and the store's verdict on saving them (a
+/// seed fails on it, a request still answers with its tile).
+type Saved = (Vec<(TileCoord, Bytes)>, Result<(), StoreError>);
+
+/// Encodes a metatile's tiles and stores them in one `put_many`, then
+/// releases their locks (and lease): the seeding path, and the serving path
+/// for stores that prefer batches.
+struct BatchSaver {
+    metrics: Arc<Metrics>,
+    layer: String,
+    unsaved: Arc<MemoryStore>,
+    store: Arc<dyn TileStore>,
+    durability: Durability,
+}
+
+impl BatchSaver {
+    /// Encodes `tiles` (`known`: one tile already encoded) and stores them;
+    /// returns the encoded tiles and the store's verdict. A failed write
+    /// keeps the tiles in memory before their locks go (see `save_job`).
+    fn save(
+        &self,
+        cutter: &Cutter,
+        tiles: Vec<Owned>,
+        known: Option<&(TileCoord, Bytes)>,
+    ) -> Result<Saved, TileError> {
+        let mut batch = Vec::with_capacity(tiles.len());
+        let mut encoded = Vec::with_capacity(tiles.len());
+        let mut guards = Vec::with_capacity(tiles.len());
+        let mut made = 0;
+        for Owned {
+            coord,
+            key,
+            guard,
+            lease,
+        } in tiles
+        {
+            let bytes = match known {
+                Some((c, b)) if *c == coord => b.clone(),
+                _ => {
+                    made += 1;
+                    cutter.encode(coord)?
+                }
+            };
+            batch.push((key, bytes.clone()));
+            encoded.push((coord, bytes));
+            guards.push((guard, lease));
+        }
+        self.metrics.tiles_encoded(&self.layer, made);
+        let stored = self.store.put_many(batch.clone(), self.durability);
+        if stored.is_err() {
+            let _ = self.unsaved.put_many(batch, Durability::Buffered);
+        }
+        drop(guards);
+        Ok((encoded, stored))
+    }
+}
+
 /// Everything a pool job needs to cut, encode and save tiles.
 #[derive(Clone)]
 struct Cutter {
@@ -378,9 +435,41 @@ impl TileCache {
                 leftovers.push(job);
             }
         };
-        submit(self.save_job(cache, own, Some(own_bytes.clone()), &cutter, req));
-        for sibling in siblings {
-            submit(self.save_job(cache, sibling, None, &cutter, req));
+        if cache.store.prefers_batches() {
+            // One write for the metatile (tiles grouped in objects: one PUT
+            // instead of a conditional merge per tile).
+            let saver = BatchSaver {
+                metrics: self.metrics.clone(),
+                layer: req.layer.name.clone(),
+                unsaved: self.unsaved.clone(),
+                store: cache.store.clone(),
+                durability: cache.durability,
+            };
+            let (warnings, first) = (self.warnings.clone(), tile_key(req, req.coord));
+            let known = Some((own.coord, own_bytes.clone()));
+            let cutter = cutter.clone();
+            let mut tiles = siblings;
+            tiles.push(own);
+            submit(Box::new(move || {
+                match saver.save(&cutter, tiles, known.as_ref()) {
+                    Ok((_, Ok(()))) => {}
+                    Ok((_, Err(e))) => {
+                        if let Some(held_back) = warnings.allow() {
+                            tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(held_back) = warnings.allow() {
+                            tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "encoding a metatile's tiles failed");
+                        }
+                    }
+                }
+            }));
+        } else {
+            submit(self.save_job(cache, own, Some(own_bytes.clone()), &cutter, req));
+            for sibling in siblings {
+                submit(self.save_job(cache, sibling, None, &cutter, req));
+            }
         }
         if !leftovers.is_empty() {
             // The pool is saturated: this request does the work itself.
@@ -644,36 +733,15 @@ impl TileCache {
         tiles: Vec<Owned>,
         store: Arc<dyn TileStore>,
         durability: Durability,
-    ) -> Result<(Vec<(TileCoord, Bytes)>, Result<(), StoreError>), TileError> {
-        let metrics = self.metrics.clone();
-        let layer = layer.to_string();
-        let unsaved = self.unsaved.clone();
-        run_blocking(move || {
-            let mut batch = Vec::with_capacity(tiles.len());
-            let mut encoded = Vec::with_capacity(tiles.len());
-            let mut guards = Vec::with_capacity(tiles.len());
-            for Owned {
-                coord,
-                key,
-                guard,
-                lease,
-            } in tiles
-            {
-                let bytes = cutter.encode(coord)?;
-                batch.push((key, bytes.clone()));
-                encoded.push((coord, bytes));
-                guards.push((guard, lease));
-            }
-            metrics.tiles_encoded(&layer, batch.len() as u64);
-            let stored = store.put_many(batch.clone(), durability);
-            if stored.is_err() {
-                // Kept in memory before the locks go (see save_job).
-                let _ = unsaved.put_many(batch, Durability::Buffered);
-            }
-            drop(guards);
-            Ok::<_, TileError>((encoded, stored))
-        })
-        .await?
+    ) -> Result<Saved, TileError> {
+        let saver = BatchSaver {
+            metrics: self.metrics.clone(),
+            layer: layer.to_string(),
+            unsaved: self.unsaved.clone(),
+            store,
+            durability,
+        };
+        run_blocking(move || saver.save(&cutter, tiles, None)).await?
     }
 
     /// With leases on (`cluster.leases`), asks for the metatile's lease

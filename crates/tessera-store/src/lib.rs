@@ -206,6 +206,14 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether writing a metatile's tiles with one `put_many` costs much
+    /// less than writing them one by one (tiles grouped into objects on an
+    /// object store); the tile cache then saves a rendered metatile's tiles
+    /// in one batch. The default is `false`.
+    fn prefers_batches(&self) -> bool {
+        false
+    }
+
     /// Drops every copy of the tile of `key` held in this process (in
     /// memory, or the whole group it belongs to in a local cache of a
     /// shared store), so the next read asks the store itself: another

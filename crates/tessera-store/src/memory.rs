@@ -218,6 +218,10 @@ impl TileStore for MemoryStore {
         Ok(())
     }
 
+    fn prefers_batches(&self) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.prefers_batches())
+    }
+
     /// Drops the held copy when there is a store behind (alone, memory is
     /// the only copy and is kept).
     fn forget(&self, key: &TileKey) {

@@ -383,6 +383,12 @@ impl TileStore for PackStore {
         self.io.claim_fingerprint(layer, fingerprint)
     }
 
+    /// Packs of more than one tile: a metatile's tiles in one write are one
+    /// PUT per pack instead of a conditional merge per tile.
+    fn prefers_batches(&self) -> bool {
+        self.level > 0
+    }
+
     /// Drops the local cache's copy of the tile's pack.
     fn forget(&self, key: &TileKey) {
         if let Some(c) = &self.cache {
