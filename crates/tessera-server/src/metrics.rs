@@ -550,6 +550,11 @@ impl TileStore for TimedStore {
             .store_op(self.name(), "get", || self.inner.get_stored(key))
     }
 
+    fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
+        self.metrics
+            .store_op(self.name(), "get_many", || self.inner.get_many(keys))
+    }
+
     fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
         self.metrics.store_op(self.name(), "claim", || {
             self.inner.claim_fingerprint(layer, fingerprint)

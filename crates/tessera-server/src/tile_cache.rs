@@ -375,7 +375,19 @@ impl TileCache {
         }
         let lease = match self.lease(req, cache, &meta, Some(&key)).await? {
             Leased::Render(lease) => lease,
-            Leased::Stored(held) => return Ok(hit(held)),
+            Leased::Stored(held) => {
+                // Another node stored the metatile: its other tiles are
+                // read once (one GET per pack) into this node's memory, so
+                // the requests that follow for them are hits.
+                let keys: Vec<TileKey> = meta
+                    .tiles(&req.grid.tms)
+                    .filter(|c| *c != req.coord)
+                    .map(|c| tile_key(req, c))
+                    .collect();
+                let store = cache.store.clone();
+                let _ = run_blocking(move || store.get_many(&keys)).await;
+                return Ok(hit(held));
+            }
         };
         let cutter = self.render_metatile(req, meta).await?;
         let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());

@@ -24,6 +24,7 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
     delete_removes(store.as_ref());
     truncate_removes_the_area_only(store.as_ref());
     all_exist_agrees_with_exists(store.as_ref());
+    get_many_agrees_with_get(store.as_ref());
     empty_tile_refused(store.as_ref());
     large_tile(store.as_ref());
     concurrent_writers(store);
@@ -261,6 +262,31 @@ fn all_exist_agrees_with_exists(store: &dyn TileStore) {
         !store.all_exist(&keys).expect("all_exist"),
         "one deleted: not all exist"
     );
+}
+
+fn get_many_agrees_with_get(store: &dyn TileStore) {
+    // Two blocks of tiles (several groups on stores that group them), a
+    // missing one in between, and a key asked twice.
+    let mut keys: Vec<TileKey> = (0..8)
+        .map(|i| key("c-get-many", 7, 16 + i % 4, 8 + i / 4 * 9, TileFormat::Png))
+        .collect();
+    let tiles = keys
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 5)
+        .map(|(i, k)| (k.clone(), payload(40 + i as u8, 30)))
+        .collect();
+    store
+        .put_many(tiles, Durability::Buffered)
+        .expect("put_many");
+    keys.push(keys[2].clone());
+    let many = store.get_many(&keys).expect("get_many");
+    assert_eq!(many.len(), keys.len());
+    for (k, got) in keys.iter().zip(many) {
+        let one = store.get(k).expect("get");
+        assert_eq!(got.map(|t| t.bytes), one, "get_many and get differ for {k}");
+    }
+    assert!(store.get_many(&[]).expect("get_many").is_empty());
 }
 
 fn empty_tile_refused(store: &dyn TileStore) {

@@ -187,6 +187,14 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         }))
     }
 
+    /// Reads several tiles (the tiles of one metatile), in the order of
+    /// `keys`. Stores that group tiles read each group once; a store with
+    /// memory in front keeps what it read. The default reads them one by
+    /// one.
+    fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
+        keys.iter().map(|k| self.get_stored(k)).collect()
+    }
+
     /// Records that the tiles kept under the layer key `layer` are made
     /// from what `fingerprint` names, unless a fingerprint is recorded for
     /// that key already, and returns the recorded one (the given one when

@@ -144,6 +144,43 @@ impl TileStore for MemoryStore {
         Ok(found)
     }
 
+    /// What is held is answered from memory; the rest is read from the
+    /// inner store in one call and kept.
+    fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
+        let (mut found, generation) = {
+            let mut lru = self.lock();
+            let found: Vec<Option<StoredTile>> = keys
+                .iter()
+                .map(|k| {
+                    lru.tiles.get(k).map(|held| StoredTile {
+                        bytes: held.bytes.clone(),
+                        stored_at: held.stored_at,
+                    })
+                })
+                .collect();
+            (found, lru.generation)
+        };
+        let Some(inner) = &self.inner else {
+            return Ok(found);
+        };
+        let missing: Vec<usize> = (0..keys.len()).filter(|i| found[*i].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let wanted: Vec<TileKey> = missing.iter().map(|i| keys[*i].clone()).collect();
+        let read = inner.get_many(&wanted)?;
+        let mut lru = self.lock();
+        for (i, tile) in missing.into_iter().zip(read) {
+            if let Some(t) = &tile
+                && lru.generation == generation
+            {
+                self.remember(&mut lru, &keys[i], t.bytes.clone(), t.stored_at);
+            }
+            found[i] = tile;
+        }
+        Ok(found)
+    }
+
     /// Kept by the inner store; without one, in memory for as long as the
     /// store lives (its tiles live no longer).
     fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {

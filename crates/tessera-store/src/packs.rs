@@ -335,6 +335,17 @@ impl PackStore {
     }
 }
 
+/// A packed tile as a [`StoredTile`] (its time is the record's `created`).
+fn stored_tile(t: &PackedTile) -> StoredTile {
+    StoredTile {
+        stored_at: u64::try_from(t.created_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+        bytes: t.data.clone(),
+    }
+}
+
 fn in_ranges(ranges: &[&TileRange], x: u32, y: u32) -> bool {
     ranges
         .iter()
@@ -365,15 +376,9 @@ impl TileStore for PackStore {
         let (x, y, z) = (key.coord.x(), key.coord.y(), key.coord.z());
         Ok(self
             .read_tiles(&pack.path)?
-            .into_iter()
+            .iter()
             .find(|t| t.z == z && t.x == x && t.y == y)
-            .map(|t| StoredTile {
-                stored_at: u64::try_from(t.created_ms)
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-                bytes: t.data,
-            }))
+            .map(stored_tile))
     }
 
     /// Kept in the object `<prefix>/<layer>/fingerprint`, created with a
@@ -402,6 +407,27 @@ impl TileStore for PackStore {
         if let Some(c) = &self.cache {
             c.clear();
         }
+    }
+
+    /// One read per pack, however many of its tiles are asked.
+    fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
+        let mut packs: BTreeMap<String, Vec<PackedTile>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let path = self.locate(k).path;
+            let tiles = match packs.entry(path.to_string()) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(self.read_tiles(&path)?),
+            };
+            let (x, y, z) = (k.coord.x(), k.coord.y(), k.coord.z());
+            out.push(
+                tiles
+                    .iter()
+                    .find(|t| t.z == z && t.x == x && t.y == y)
+                    .map(stored_tile),
+            );
+        }
+        Ok(out)
     }
 
     /// One read per pack, however many of its tiles are asked.
