@@ -37,6 +37,13 @@ def wait_http(url, seconds=60):
 @contextlib.contextmanager
 def tessera(binary, config_text, workdir):
     """Runs `tessera serve` on `config_text`; yields the port."""
+    with tessera_process(binary, config_text, workdir) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def tessera_process(binary, config_text, workdir):
+    """Runs `tessera serve` on `config_text`; yields (port, process)."""
     config = Path(workdir) / "tessera.yaml"
     config.write_text(config_text)
     port = free_port()
@@ -45,10 +52,63 @@ def tessera(binary, config_text, workdir):
                             env={**os.environ, "TESSERA_LOG": "warn"})
     try:
         wait_http(f"http://127.0.0.1:{port}/health")
-        yield port
+        yield port, proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def nginx_static(work, root, prefix="/tiles/"):
+    """nginx serving directory `root` at `prefix` (sendfile, no access log,
+    one worker per core); yields (port, process)."""
+    work = Path(work)
+    port = free_port()
+    (work / "nginx").mkdir(exist_ok=True)
+    conf = work / f"nginx-{port}.conf"
+    # As root, nginx workers would run as nobody and could not read a
+    # private temporary directory.
+    user = "user root;" if os.geteuid() == 0 else ""
+    conf.write_text(f"""
+{user}
+daemon off;
+worker_processes auto;
+pid {work}/nginx-{port}.pid;
+error_log {work}/nginx/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  client_body_temp_path {work}/nginx;
+  proxy_temp_path {work}/nginx;
+  fastcgi_temp_path {work}/nginx;
+  uwsgi_temp_path {work}/nginx;
+  scgi_temp_path {work}/nginx;
+  types {{ image/png png; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location {prefix} {{ alias {root}/; }}
+  }}
+}}
+""")
+    proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(work)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("nginx did not start")
+                time.sleep(0.1)
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def demo_config_uncached(binary):

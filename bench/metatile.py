@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, ensure_tools, free_port, machine, metric, percentile, run_load, tessera, wait_http, wrk
+from common import ROOT, ensure_tools, machine, metric, nginx_static, percentile, run_load, tessera, wrk
 
 LAYER = "relief"
 ZOOM = 8  # 256 x 256 tiles, 64 x 64 metatiles
@@ -110,40 +110,7 @@ def run_hits(binary, connections, seconds, runs):
         paths_file = work / "paths.txt"
         paths_file.write_text("\n".join(paths) + "\n")
 
-        nginx_port = free_port()
-        (work / "nginx").mkdir()
-        nginx_conf = work / "nginx.conf"
-        # As root, nginx workers would run as nobody and could not read the
-        # private temporary directory.
-        user = "user root;" if os.geteuid() == 0 else ""
-        nginx_conf.write_text(f"""
-{user}
-daemon off;
-worker_processes auto;
-pid {work}/nginx.pid;
-error_log {work}/nginx/error.log;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_requests 1000000;
-  client_body_temp_path {work}/nginx;
-  proxy_temp_path {work}/nginx;
-  fastcgi_temp_path {work}/nginx;
-  uwsgi_temp_path {work}/nginx;
-  scgi_temp_path {work}/nginx;
-  types {{ image/png png; }}
-  server {{
-    listen 127.0.0.1:{nginx_port};
-    location /tiles/ {{ alias {store}/; }}
-  }}
-}}
-""")
-        nginx = subprocess.Popen(["nginx", "-c", str(nginx_conf), "-p", str(work)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_http(f"http://127.0.0.1:{nginx_port}{paths[0]}")
+        with nginx_static(work, store) as (nginx_port, _):
             servers = [("nginx (static files)", None)] + [
                 ("tessera, file store + 1 GiB memory LRU (holds every tile)", 1024),
                 ("tessera, file store only", 0),
@@ -161,9 +128,6 @@ http {{
                 mid = sorted(results, key=lambda r: r[0])[len(results) // 2]
                 rows.append((name, len(paths), connections, rate, mid[1], mid[2]))
                 print(f"{name:42} {rate:10.0f} req/s  p50 {mid[1]}  p99 {mid[2]}", flush=True)
-        finally:
-            nginx.terminate()
-            nginx.wait(timeout=20)
     return rows
 
 

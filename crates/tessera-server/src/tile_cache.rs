@@ -324,6 +324,20 @@ impl TileCache {
         result
     }
 
+    /// The tile when its layer's store holds it fresh and answers without
+    /// blocking (memory, or a file in the page cache), counted as a hit;
+    /// `None` when [`TileCache::get`] must be asked.
+    pub fn peek_hit(&self, req: &TileRequest) -> Option<Tile> {
+        let cache = req.layer.cache.as_ref()?;
+        let held = cache.store.peek(&tile_key(req, req.coord))?;
+        if !cache.freshness.is_fresh(held.stored_at, SystemTime::now()) {
+            return None;
+        }
+        self.metrics
+            .tile_request(&req.layer.name, RequestResult::Hit);
+        Some(hit(held))
+    }
+
     async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
         if req.format.is_vector() {
             let bytes = self.vector_tile(req).await?;

@@ -593,3 +593,114 @@ async fn wms_maps_hold_only_their_share_of_render_slots_and_tiles_still_render()
     }
     assert_eq!(s.probe.reads.load(Ordering::SeqCst), 4);
 }
+
+/// The sample's value in /metrics text (0 when absent).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A hit taken the short way (`App::try_fast`) answers what the router
+/// answers: status, every header, body, a 304 for its ETag, and the same
+/// request metrics; misses, HEAD, escaped paths, vector tiles and CORS by
+/// origin list are left to the router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tile_hits_the_short_way_answer_as_the_router_does() {
+    let s = setup(Duration::ZERO, true, |_| {});
+    let app = http::App::new(s.state.clone());
+    let uri = "/tiles/relief/WebMercatorQuad/3/4/2.png";
+    let get = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+    assert!(
+        app.try_fast(&get(uri)).is_none(),
+        "a miss goes to the router"
+    );
+    let miss = fetch(&s.app, uri, None).await;
+    assert_eq!(header_of(&miss, "x-cache"), "MISS");
+    locks_drain(&s.state).await;
+
+    let routed = fetch(&s.app, uri, None).await;
+    let before = s.state.metrics.render();
+    let fast = app
+        .try_fast(&get(uri))
+        .expect("a hit in the page cache is taken the short way");
+    let after = s.state.metrics.render();
+    assert_eq!(fast.status(), routed.status);
+    let sorted = |h: &axum::http::HeaderMap| {
+        let mut all: Vec<(String, String)> = h
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(
+        sorted(fast.headers()),
+        sorted(&routed.headers),
+        "the same headers"
+    );
+    assert_eq!(header_of(&routed, "x-cache"), "HIT");
+    assert_eq!(header_of(&routed, "access-control-allow-origin"), "*");
+    let body = to_bytes(fast.into_body(), 16 << 20).await.unwrap();
+    assert_eq!(body.as_ref(), routed.body.as_slice());
+    for name in [
+        r#"tessera_http_request_seconds_count{kind="tile",status="2xx"}"#,
+        r#"tessera_tile_requests_total{layer="relief",result="hit"}"#,
+    ] {
+        assert!(
+            (sample(&after, name) - sample(&before, name) - 1.0).abs() < 1e-9,
+            "{name}"
+        );
+    }
+
+    let etag = header_of(&routed, "etag").to_string();
+    let conditional = Request::get(uri)
+        .header(header::IF_NONE_MATCH, &etag)
+        .body(Body::empty())
+        .unwrap();
+    let not_modified = app.try_fast(&conditional).unwrap();
+    assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(not_modified.headers()[header::ETAG], etag.as_str());
+
+    let head = Request::head(uri).body(Body::empty()).unwrap();
+    assert!(app.try_fast(&head).is_none());
+    assert!(
+        app.try_fast(&get("/tiles/relief/WebMercatorQuad/3/4/%32.png"))
+            .is_none()
+    );
+    assert!(
+        app.try_fast(&get("/tiles/relief/WebMercatorQuad/3/4/2.png/x"))
+            .is_none()
+    );
+    assert!(
+        app.try_fast(&get("/tiles/nope/WebMercatorQuad/3/4/2.png"))
+            .is_none()
+    );
+    // Through App::call, everything still answers.
+    let answered = app
+        .call(get("/tiles/relief/WebMercatorQuad/3/4/%32.png"))
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert_eq!(answered.headers()["x-cache"], "HIT");
+
+    // CORS by a list of origins depends on the request: the router answers.
+    let listed = setup(Duration::ZERO, true, |c| {
+        c.server.cors.origins = vec!["https://maps.example".into()];
+    });
+    let listed_app = http::App::new(listed.state.clone());
+    fetch(&listed.app, uri, None).await;
+    locks_drain(&listed.state).await;
+    let from_origin = Request::get(uri)
+        .header(header::ORIGIN, "https://maps.example")
+        .body(Body::empty())
+        .unwrap();
+    assert!(listed_app.try_fast(&from_origin).is_none());
+    let answered = listed_app.call(from_origin).await.unwrap();
+    assert_eq!(answered.headers()["x-cache"], "HIT");
+    assert_eq!(
+        answered.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+        "https://maps.example"
+    );
+    drop(s.dir);
+}

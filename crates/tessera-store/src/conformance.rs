@@ -88,6 +88,20 @@ fn put_then_get(store: &dyn TileStore) {
             "get returns the put bytes"
         );
         assert!(store.exists(&k).expect("exists"), "put tile exists");
+        // What a store answers without blocking is what it stores.
+        if let Some(held) = store.peek(&k) {
+            let stored = store.get_stored(&k).expect("get_stored").expect("stored");
+            assert_eq!(held.bytes, stored.bytes, "peek returns the put bytes");
+            assert_eq!(
+                held.hash,
+                crate::content_hash(&stored.bytes),
+                "peek's hash is the bytes'"
+            );
+            assert_eq!(
+                held.stored_at, stored.stored_at,
+                "peek's time is get_stored's"
+            );
+        }
     }
 }
 

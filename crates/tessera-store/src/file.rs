@@ -18,7 +18,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
-use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
+use crate::{
+    Durability, HeldTile, StoreError, StoredTile, TileKey, TileStore, check_not_empty, content_hash,
+};
 
 const STAGING_DIR: &str = ".staging";
 
@@ -203,6 +205,22 @@ impl TileStore for FileStore {
         }
     }
 
+    /// Reads the tile only if the kernel holds all of it in the page cache
+    /// (`preadv2` with `RWF_NOWAIT`, Linux): a hit on a warm file is then
+    /// served on the caller's thread instead of a blocking thread. Any
+    /// read that would wait for the disk, a missing or empty file, or
+    /// another system answers `None` and the caller reads with `get`.
+    fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        let mut f = File::open(self.path_of(key)).ok()?;
+        let meta = f.metadata().ok()?;
+        let data = page_cached::read(&mut f, meta.len())?;
+        Some(HeldTile {
+            hash: content_hash(&data),
+            bytes: Bytes::from(data),
+            stored_at: meta.modified().ok(),
+        })
+    }
+
     /// The file's modification time is when the tile was stored (a tile is
     /// renamed into place whole, never written in place).
     fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
@@ -327,5 +345,50 @@ impl Drop for FileStore {
         // Leftovers of failed writes are removed; the lock file goes last.
         let _ = fs::remove_dir_all(&self.staging);
         let _ = fs::remove_file(self.staging.with_extension("lock"));
+    }
+}
+
+/// Reads that never wait for the disk.
+mod page_cached {
+    use std::fs::File;
+
+    /// Largest file read this way; bigger ones go through a blocking read.
+    const MAX_BYTES: u64 = 4 << 20;
+
+    /// The whole of `f` (`len` bytes by its metadata) when every page of it
+    /// is in the page cache, else `None`. Empty files are `None` (not a
+    /// tile); a file that grew or shrank since `len` was read is `None`.
+    #[cfg(target_os = "linux")]
+    pub fn read(f: &mut File, len: u64) -> Option<Vec<u8>> {
+        use std::os::fd::AsRawFd;
+        if len == 0 || len > MAX_BYTES {
+            return None;
+        }
+        let len = usize::try_from(len).ok()?;
+        // One byte more than the file, to see its end in the same call;
+        // not zeroed first, the kernel writes it.
+        let mut data = Vec::<u8>::with_capacity(len + 1);
+        let iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: len + 1,
+        };
+        // SAFETY: `iov` points at `data`'s allocation, which is live and at
+        // least `len + 1` bytes long for the whole call; the descriptor is
+        // `f`'s, open and owned.
+        let n = unsafe { libc::preadv2(f.as_raw_fd(), &raw const iov, 1, 0, libc::RWF_NOWAIT) };
+        // Fewer bytes than the file (part of it not cached), more (it
+        // grew), or an error such as EAGAIN: let the blocking read decide.
+        if usize::try_from(n).ok()? != len {
+            return None;
+        }
+        // SAFETY: the kernel wrote exactly `len` bytes from the start.
+        unsafe { data.set_len(len) };
+        Some(data)
+    }
+
+    /// Other systems have no non-blocking file read: always `None`.
+    #[cfg(not(target_os = "linux"))]
+    pub fn read(_f: &mut File, _len: u64) -> Option<Vec<u8>> {
+        None
     }
 }

@@ -77,18 +77,22 @@ impl MemoryStore {
     }
 
     fn remember(&self, lru: &mut Lru, key: &TileKey, data: Bytes, stored_at: Option<SystemTime>) {
-        if data.len() > self.capacity_bytes {
-            if let Some(old) = lru.tiles.pop(key) {
-                lru.bytes -= old.bytes.len();
-            }
-            return;
-        }
-        lru.bytes += data.len();
         let held = HeldTile {
             hash: content_hash(&data),
             bytes: data,
             stored_at,
         };
+        self.remember_held(lru, key, held);
+    }
+
+    fn remember_held(&self, lru: &mut Lru, key: &TileKey, held: HeldTile) {
+        if held.bytes.len() > self.capacity_bytes {
+            if let Some(old) = lru.tiles.pop(key) {
+                lru.bytes -= old.bytes.len();
+            }
+            return;
+        }
+        lru.bytes += held.bytes.len();
         if let Some(old) = lru.tiles.put(key.clone(), held) {
             lru.bytes -= old.bytes.len();
         }
@@ -110,8 +114,22 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().is_none_or(|inner| inner.is_volatile())
     }
 
+    /// What memory holds, else what the inner store can answer without
+    /// blocking (kept in memory from then on).
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
-        self.lock().tiles.get(key).cloned()
+        let generation = {
+            let mut lru = self.lock();
+            if let Some(held) = lru.tiles.get(key) {
+                return Some(held.clone());
+            }
+            lru.generation
+        };
+        let held = self.inner.as_ref()?.peek(key)?;
+        let mut lru = self.lock();
+        if lru.generation == generation {
+            self.remember_held(&mut lru, key, held.clone());
+        }
+        Some(held)
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {

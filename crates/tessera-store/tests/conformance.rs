@@ -429,3 +429,44 @@ fn memory_store_reads_through_and_forgets_deleted_tiles() {
     assert_eq!(mem.get(&k).unwrap(), None);
     assert_eq!(file.get(&k).unwrap(), None);
 }
+
+#[test]
+fn a_file_in_the_page_cache_is_read_without_blocking_and_a_missing_or_empty_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path(), FileLayout::Xyz).unwrap();
+    let k = key("relief", 2, 1, 1, TileFormat::Png);
+    assert_eq!(store.peek(&k), None, "missing");
+    // Just written, so every page of it is cached.
+    store
+        .put(&k, payload(3, 70_000), Durability::Buffered)
+        .unwrap();
+    let held = store.peek(&k).expect("a cached file is answered");
+    assert_eq!(held.bytes, payload(3, 70_000));
+    assert_eq!(held.hash, tessera_store::content_hash(&held.bytes));
+    assert_eq!(
+        held.stored_at,
+        store.get_stored(&k).unwrap().unwrap().stored_at
+    );
+    std::fs::write(store.path_of(&k), b"").unwrap();
+    assert_eq!(store.peek(&k), None, "an empty file is not a tile");
+}
+
+#[test]
+fn memory_store_answers_peek_from_its_inner_store_and_keeps_the_tile() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Arc::new(FileStore::open(dir.path(), FileLayout::Xyz).unwrap());
+    let k = key("m", 5, 3, 3, TileFormat::Png);
+    file.put(&k, payload(7, 5000), Durability::Buffered)
+        .unwrap();
+    let path = file.path_of(&k);
+    let mem = MemoryStore::new(1 << 20, Some(file as Arc<dyn TileStore>));
+    assert_eq!(mem.resident_tiles(), 0);
+    assert_eq!(mem.peek(&k).unwrap().bytes, payload(7, 5000));
+    assert_eq!(mem.resident_tiles(), 1, "kept in memory");
+    std::fs::remove_file(path).unwrap();
+    assert_eq!(
+        mem.peek(&k).unwrap().bytes,
+        payload(7, 5000),
+        "now from memory"
+    );
+}

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use axum::body::HttpBody;
 use axum::extract::{Request, State};
+use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -42,16 +43,42 @@ const MAX_LOGGED_TARGET: usize = 2048;
 
 /// Records the request in the metrics and, when enabled, the access log.
 pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let kind = EndpointKind::of(request.uri().path());
-    let log = state.config.server.access_log
-        && tracing::enabled!(target: "tessera::access", tracing::Level::INFO);
-    let logged = log.then(|| (request.method().clone(), request.uri().clone()));
+    let record = Record::begin(&state, request.method(), request.uri());
     let response = next.run(request).await;
-    let elapsed = start.elapsed();
-    let status = response.status();
-    state.metrics.http_request(kind, status.as_u16(), elapsed);
-    if let Some((method, uri)) = logged {
+    record.finish(&state, &response);
+    response
+}
+
+/// One request being timed, from its arrival until its response headers.
+pub struct Record {
+    start: Instant,
+    kind: EndpointKind,
+    logged: Option<(Method, Uri)>,
+}
+
+impl Record {
+    /// Starts timing a request (its method and target are kept only when
+    /// the access log is on).
+    pub fn begin(state: &AppState, method: &Method, uri: &Uri) -> Record {
+        let log = state.config.server.access_log
+            && tracing::enabled!(target: "tessera::access", tracing::Level::INFO);
+        Record {
+            start: Instant::now(),
+            kind: EndpointKind::of(uri.path()),
+            logged: log.then(|| (method.clone(), uri.clone())),
+        }
+    }
+
+    /// Counts the request in the metrics and writes its access-log line.
+    pub fn finish(self, state: &AppState, response: &Response) {
+        let elapsed = self.start.elapsed();
+        let status = response.status();
+        state
+            .metrics
+            .http_request(self.kind, status.as_u16(), elapsed);
+        let Some((method, uri)) = self.logged else {
+            return;
+        };
         let target = uri
             .path_and_query()
             .map_or_else(|| uri.path(), |pq| pq.as_str());
@@ -78,7 +105,6 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
             "request"
         );
     }
-    response
 }
 
 /// `s` cut to at most `max` bytes, on a character boundary.

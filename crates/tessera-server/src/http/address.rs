@@ -113,6 +113,43 @@ impl<S: Send + Sync> FromRequestParts<S> for TileAddress {
         let Path(p) = Path::<RoutePath>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::bad_request("InvalidParameterValue", e.body_text()))?;
+        TileAddress::from_route(p)
+    }
+}
+
+impl TileAddress {
+    /// The address of an XYZ (`/tiles/...`) or TMS (`/tms/1.0.0/...`) tile
+    /// path, and which way it counts rows, when `path` is one written
+    /// without percent-escapes; `None` for anything else (the router then
+    /// decodes escapes and names what is wrong).
+    pub fn from_tile_path(path: &str) -> Option<(TileAddress, Rows)> {
+        let (rest, rows) = if let Some(rest) = path.strip_prefix("/tiles/") {
+            (rest, Rows::FromTop)
+        } else {
+            (path.strip_prefix("/tms/1.0.0/")?, Rows::FromBottom)
+        };
+        if rest.contains('%') {
+            return None;
+        }
+        let mut parts = rest.split('/');
+        let [layer, grid, z, x, file] = [(); 5].map(|()| parts.next().unwrap_or_default());
+        if parts.next().is_some() || [layer, grid, z, x, file].iter().any(|p| p.is_empty()) {
+            return None;
+        }
+        let route = RoutePath {
+            layer: layer.into(),
+            grid: Some(grid.into()),
+            style: None,
+            tms: None,
+            z: z.into(),
+            x: Some(x.into()),
+            row: None,
+            file: file.into(),
+        };
+        TileAddress::from_route(route).ok().map(|a| (a, rows))
+    }
+
+    fn from_route(p: RoutePath) -> Result<TileAddress, ApiError> {
         let (last, extension) = p.file.rsplit_once('.').unwrap_or((&p.file, ""));
         let (grid, level, col, row) = match (p.tms, p.row, p.grid, p.x) {
             // WMTS RESTful: .../{TileMatrix}/{TileRow}/{TileCol}.{ext}
@@ -146,9 +183,7 @@ impl<S: Send + Sync> FromRequestParts<S> for TileAddress {
             format_text: extension.to_string(),
         })
     }
-}
 
-impl TileAddress {
     /// The address of a WMTS KVP GetTile (`LAYER`, `STYLE`, `TILEMATRIXSET`,
     /// `TILEMATRIX`, `TILEROW`, `TILECOL`, `FORMAT` as a media type).
     pub fn from_wmts_kvp(kvp: &Kvp) -> Result<TileAddress, ApiError> {

@@ -24,12 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::Router;
+use super::App;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
-use tower::ServiceExt;
 
 use crate::throttle::Throttle;
 
@@ -149,7 +148,7 @@ pub fn default_max_connections(open_files: u64) -> usize {
 /// requests in flight finish for at most the grace period.
 pub async fn serve(
     listener: TcpListener,
-    routers: watch::Receiver<Router>,
+    routers: watch::Receiver<Arc<App>>,
     settings: ListenerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -211,7 +210,7 @@ pub async fn serve(
 /// long, or the table asks it to close.
 async fn connection(
     stream: TcpStream,
-    routers: watch::Receiver<Router>,
+    routers: watch::Receiver<Arc<App>>,
     table: Arc<Connections>,
     settings: ListenerSettings,
 ) {
@@ -242,8 +241,8 @@ async fn connection(
             let (in_flight, last_active, table) =
                 (in_flight.clone(), last_active.clone(), table.clone());
             // The router current now serves this request to its end.
-            let router = routers.borrow().clone();
-            let response = router.oneshot(request);
+            let app = routers.borrow().clone();
+            let response = app.call(request);
             async move {
                 let response = response.await;
                 last_active.store(table.now_ms(), Ordering::Release);

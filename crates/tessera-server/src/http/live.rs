@@ -13,10 +13,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use axum::Router;
 use tokio::sync::watch;
 
-use super::{AppState, router};
+use super::{App, AppState};
 use crate::config::{Config, ConfigError};
 use crate::service::Service;
 
@@ -45,7 +44,7 @@ impl ConfigSource {
 /// The service being served and how to build the next one.
 #[derive(Debug)]
 pub struct Live {
-    routers: watch::Sender<Router>,
+    routers: watch::Sender<Arc<App>>,
     /// The current service; the lock also makes reloads take turns.
     current: Mutex<Arc<Service>>,
     source: ConfigSource,
@@ -72,11 +71,11 @@ impl Live {
         service: Service,
         source: ConfigSource,
         listen_override: Option<String>,
-    ) -> (Arc<Live>, watch::Receiver<Router>) {
+    ) -> (Arc<Live>, watch::Receiver<Arc<App>>) {
         let listen = service.config.server.listen.clone();
         let service = Arc::new(service);
         let live = Arc::new_cyclic(|me: &Weak<Live>| {
-            let first = router(AppState::live(service.clone(), me.clone()));
+            let first = Arc::new(App::new(AppState::live(service.clone(), me.clone())));
             Live {
                 routers: watch::Sender::new(first),
                 current: Mutex::new(service),
@@ -145,10 +144,10 @@ impl Live {
         };
         let layers = next.registry.layers().len();
         // The old router is dropped once the requests it routed are done.
-        drop(
-            self.routers
-                .send_replace(router(AppState::live(next.clone(), self.me.clone()))),
-        );
+        drop(self.routers.send_replace(Arc::new(App::new(AppState::live(
+            next.clone(),
+            self.me.clone(),
+        )))));
         *current = next;
         tracing::info!(layers, "configuration reloaded");
         Ok(Reloaded { layers })

@@ -8,6 +8,7 @@ mod admin;
 pub mod body;
 mod cors;
 pub mod error;
+mod fast;
 pub mod listener;
 pub mod live;
 pub mod params;
@@ -34,7 +35,7 @@ use tower_http::compression::CompressionLayer;
 
 use crate::config::Config;
 use crate::service::Service;
-use crate::tile_cache::{CacheStatus, TileRequest};
+use crate::tile_cache::{CacheStatus, Tile, TileRequest};
 use error::ApiError;
 
 /// State shared by all handlers: the tile service (dereferences to it),
@@ -68,6 +69,60 @@ impl std::ops::Deref for AppState {
 
     fn deref(&self) -> &Service {
         &self.service
+    }
+}
+
+/// What the listener answers each request with: the router, and the short
+/// way for tile hits ([`fast`]), built from the same state. The listener
+/// holds the current one; a reload replaces it whole.
+#[derive(Debug)]
+pub struct App {
+    router: Router,
+    state: AppState,
+    fast: fast::FastTiles,
+}
+
+impl App {
+    /// The router and the short way for `state`.
+    pub fn new(state: AppState) -> App {
+        App {
+            router: router(state.clone()),
+            fast: fast::FastTiles::new(&state),
+            state,
+        }
+    }
+
+    /// The short way's answer to `request` when it is a tile hit the short
+    /// way takes (counted and logged as the router would), else `None`.
+    pub fn try_fast<B>(&self, request: &axum::http::Request<B>) -> Option<Response> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.fast.serve(&self.state, request)
+        }))
+        .ok()
+        .flatten()
+    }
+
+    /// Answers `request`: a tile hit the short way can take at once,
+    /// everything else through the router. A panic on the short way sends
+    /// the request to the router, which turns its own panics into 500s.
+    pub fn call<B>(
+        &self,
+        request: axum::http::Request<B>,
+    ) -> impl Future<Output = Result<Response, std::convert::Infallible>> + use<B>
+    where
+        B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        use futures::future::{Either, ready};
+        use tower::ServiceExt;
+        match self.try_fast(&request) {
+            Some(response) => Either::Left(ready(Ok(response))),
+            None => Either::Right(
+                self.router
+                    .clone()
+                    .oneshot(request.map(axum::body::Body::new)),
+            ),
+        }
     }
 }
 
@@ -303,6 +358,16 @@ pub async fn serve_tile(
     request_headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let result = state.tiles.get(&tile).await?;
+    tile_response(tile, result, request_headers)
+}
+
+/// The response for `tile`, found as `result`, with the headers
+/// [`serve_tile`] promises.
+fn tile_response(
+    tile: TileRequest,
+    result: Tile,
+    request_headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     // Vector tiles are kept gzip-compressed: sent so to clients that accept
     // gzip, unpacked for the others (each variant with its own ETag).
     let vector = tile.format.is_vector();

@@ -1,0 +1,62 @@
+//! The short way for the request a tile cache answers most: a `GET` of an
+//! XYZ or TMS raster tile that the layer's store holds and can answer
+//! without blocking (its memory LRU, or a file in the page cache).
+//!
+//! It skips the router's matching, path captures and middleware stack but
+//! answers exactly what the router would: the headers of
+//! [`super::serve_tile`], the read endpoints' CORS headers (when they do
+//! not depend on the request's `Origin`), the request metrics and the
+//! access-log line (conditional requests get their 304 here too).
+//! Everything else (a miss, a vector tile, `HEAD`, a path with
+//! percent-escapes, CORS by a list of origins) goes to the router.
+
+use axum::http::{HeaderName, HeaderValue, Method, Request, header};
+use axum::response::Response;
+
+use super::access::Record;
+use super::address::TileAddress;
+use super::{AppState, cors, tile_response};
+
+/// What the short way needs besides the state, computed once per router.
+#[derive(Debug, Clone)]
+pub struct FastTiles {
+    /// The CORS headers of every read, or `None` when they depend on the
+    /// request (the short way is then off).
+    cors: Option<Vec<(HeaderName, HeaderValue)>>,
+}
+
+impl FastTiles {
+    /// The short way for `state`'s configuration.
+    pub fn new(state: &AppState) -> FastTiles {
+        FastTiles {
+            cors: cors::fixed_read_headers(&state.config.server.cors),
+        }
+    }
+
+    /// The response when `request` is a tile hit the short way can answer,
+    /// else `None` (nothing was counted; the router serves it).
+    pub fn serve<B>(&self, state: &AppState, request: &Request<B>) -> Option<Response> {
+        let cors = self.cors.as_ref()?;
+        if request.method() != Method::GET {
+            return None;
+        }
+        let (address, rows) = TileAddress::from_tile_path(request.uri().path())?;
+        let record = Record::begin(state, request.method(), request.uri());
+        let tile = address.resolve(&state.registry, rows).ok()?;
+        if tile.format.is_vector() {
+            return None;
+        }
+        let found = state.tiles.peek_hit(&tile)?;
+        let mut response = tile_response(tile, found, request.headers()).ok()?;
+        let length = axum::body::HttpBody::size_hint(response.body()).exact();
+        let headers = response.headers_mut();
+        if let Some(length) = length {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        for (name, value) in cors {
+            headers.insert(name.clone(), value.clone());
+        }
+        record.finish(state, &response);
+        Some(response)
+    }
+}
