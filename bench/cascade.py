@@ -158,11 +158,9 @@ def load_mapproxy(gunicorn, url, work, max_zoom, clients):
                             stderr=subprocess.DEVNULL)
     try:
         wait_http(f"http://127.0.0.1:{port}/tms/1.0.0/")
-        # MapProxy's TMS counts rows from the bottom: ask the same tiles.
-        paths = []
-        for p in tile_paths("", max_zoom, ""):
-            z, x, y = (int(v) for v in p.strip("/").split("/"))
-            paths.append(f"/tms/1.0.0/cascade/GLOBAL_WEBMERCATOR/{z}/{x}/{2 ** z - 1 - y}.png")
+        # MapProxy's tile service with rows from the top, as tessera's XYZ
+        # (its TMS service numbers GLOBAL_WEBMERCATOR's levels from 1).
+        paths = tile_paths("/tiles/1.0.0/cascade/GLOBAL_WEBMERCATOR", max_zoom, ".png?origin=nw")
         return run_load(port, paths, clients)
     finally:
         proc.terminate()

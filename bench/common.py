@@ -44,6 +44,7 @@ def tessera(binary, config_text, workdir):
 @contextlib.contextmanager
 def tessera_process(binary, config_text, workdir):
     """Runs `tessera serve` on `config_text`; yields (port, process)."""
+    Path(workdir).mkdir(parents=True, exist_ok=True)
     config = Path(workdir) / "tessera.yaml"
     config.write_text(config_text)
     port = free_port()

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage};
 
+use crate::aligned::AlignedGrid;
 use crate::{
     Cause, Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location,
 };
@@ -92,6 +93,9 @@ pub struct GdalSource {
     /// set up for the same CRSs and area, where it would otherwise set one
     /// up (a database search) for every warp of a window of its own.
     area_of_interest: String,
+    /// The source's pixel grid when windows in its own CRS can be read
+    /// with `RasterIO` instead of the warper.
+    aligned: Option<AlignedGrid>,
 }
 
 impl GdalSource {
@@ -148,6 +152,7 @@ impl GdalSource {
         let (has_alpha, info) = read_info(&path, &ds, lonlat_of)?;
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
+        let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha);
         let info_lonlat = info.lonlat_bounds;
         let source = Self {
             path,
@@ -161,6 +166,7 @@ impl GdalSource {
             pixels: w as f64 * h as f64,
             overview_factors,
             area_of_interest: String::new(),
+            aligned,
         }
         .with_area_of_interest(&info_lonlat);
         source.release(ds);
@@ -293,6 +299,26 @@ impl GdalSource {
     }
 
     fn warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let err = |source: Cause| SourceError::Read {
+            path: self.path.clone(),
+            source,
+        };
+        // The warper wraps longitudes past the antimeridian; RasterIO
+        // would leave them empty.
+        let wraps = req.crs.geographic && (req.bbox.min_x < -180.0 || req.bbox.max_x > 180.0);
+        if let Some(grid) = &self.aligned
+            && crate::aligned::same_axes(req.crs, &self.info.native_crs)
+            && !wraps
+        {
+            return grid
+                .read(src, req, &self.info, self.resampling)
+                .map_err(|m| err(m.into()));
+        }
+        self.gdal_warp(src, req)
+    }
+
+    /// Reads `req` through GDAL's warper (any CRS, nodata, masks, alpha).
+    fn gdal_warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
         let (w, h) = (req.width as usize, req.height as usize);
         let err = |source: Cause| SourceError::Read {
             path: self.path.clone(),
@@ -677,7 +703,7 @@ fn covered_pixels(req: &WindowRequest<'_>, footprint: &BBox) -> Option<PixelWind
     (window.x1 > window.x0 && window.y1 > window.y0).then_some(window)
 }
 
-fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
+pub(crate) fn empty_raster(info: &SourceInfo, width: u32, height: u32) -> Raster {
     let n = width as usize * height as usize;
     Raster {
         width,
@@ -893,6 +919,88 @@ mod tests {
             &GdalSettings::default(),
         )
         .unwrap()
+    }
+
+    /// Mean absolute difference of two rasters' byte bands (0-255), and
+    /// whether their valid masks agree.
+    fn compare(a: &Raster, b: &Raster) -> (f64, bool) {
+        let mut sum = 0.0;
+        let mut n = 0.0_f64;
+        for (x, y) in a.bands.iter().zip(&b.bands) {
+            let (BandData::U8(x), BandData::U8(y)) = (x, y) else {
+                panic!("byte bands expected");
+            };
+            for ((p, q), (va, vb)) in x.iter().zip(y).zip(a.valid.iter().zip(&b.valid)) {
+                if *va == 255 && *vb == 255 {
+                    sum += f64::from(p.abs_diff(*q));
+                    n += 1.0;
+                }
+            }
+        }
+        let masks = a
+            .valid
+            .iter()
+            .zip(&b.valid)
+            .filter(|(x, y)| (**x == 255) != (**y == 255))
+            .count();
+        // Edge pixels may differ by the half pixel the two round by.
+        (sum / n.max(1.0), masks <= (a.width + a.height) as usize * 2)
+    }
+
+    #[test]
+    fn windows_in_the_sources_own_crs_read_with_rasterio_match_the_warper() {
+        let s = open("shadedrelief-5400.tif");
+        assert!(
+            s.aligned.is_some(),
+            "a north-up COG without nodata is read with RasterIO"
+        );
+        let ds = s.acquire().unwrap();
+        let crs = s.info().native_crs.clone();
+        let windows = [
+            // Downsampled whole world (an overview), a native-resolution
+            // window, an upsampled one, and windows hanging over the edges.
+            (BBox::new(-180.0, -90.0, 180.0, 90.0).unwrap(), 512, 256),
+            (BBox::new(0.0, 0.0, 10.0, 10.0).unwrap(), 150, 150),
+            (BBox::new(5.0, 45.0, 6.0, 46.0).unwrap(), 256, 256),
+            (BBox::new(100.0, 80.0, 120.0, 100.0).unwrap(), 256, 256),
+            (BBox::new(-180.0, -100.0, -150.0, -50.0).unwrap(), 300, 300),
+            // Past the antimeridian the warper wraps longitudes: it reads.
+            (BBox::new(170.0, 80.0, 190.0, 100.0).unwrap(), 256, 256),
+        ];
+        for (bbox, w, h) in windows {
+            let req = WindowRequest {
+                bbox,
+                crs: &crs,
+                width: w,
+                height: h,
+                cancel: None,
+                max_source_pixels: None,
+            };
+            let fast = s.warp(&ds, &req).unwrap();
+            let warped = s.gdal_warp(&ds, &req).unwrap();
+            let (diff, masks) = compare(&fast, &warped);
+            assert!(diff < 4.0, "{bbox:?}: mean difference {diff}");
+            assert!(
+                masks,
+                "{bbox:?}: the valid masks differ beyond the edge pixels"
+            );
+            let valid = fast.valid.iter().filter(|v| **v == 255).count();
+            assert!(valid > 0, "{bbox:?}: nothing read");
+        }
+        // Another CRS goes through the warper.
+        let mercator = Crs::parse("EPSG:3857").unwrap();
+        let req = WindowRequest {
+            bbox: BBox::new(0.0, 0.0, 1_000_000.0, 1_000_000.0).unwrap(),
+            crs: &mercator,
+            width: 64,
+            height: 64,
+            cancel: None,
+            max_source_pixels: None,
+        };
+        assert_eq!(s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
+        s.release(ds);
+        // A source with a nodata value keeps the warper, which honours it.
+        assert!(open("elev.tif").aligned.is_none());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! with a pool of dataset handles so that no handle is used by two threads at
 //! once.
 
+mod aligned;
 mod crs;
 mod egress;
 mod gdal_source;

