@@ -245,6 +245,18 @@ impl Style for RgbStyle {
             band(raster, self.bands[2])?,
         ];
         let mut out = RgbaImage::transparent(raster.width, raster.height);
+        if self.rescale.is_none()
+            && let [BandData::U8(r), BandData::U8(g), BandData::U8(b)] = channels
+        {
+            // Bytes as they are: one pass without a branch per pixel
+            // (invalid pixels stay transparent black).
+            let pixels = out.as_raw_mut().chunks_exact_mut(4);
+            for ((((px, r), g), b), a) in pixels.zip(r).zip(g).zip(b).zip(&raster.valid) {
+                let keep = if *a == 0 { 0 } else { 0xff };
+                px.copy_from_slice(&[r & keep, g & keep, b & keep, *a]);
+            }
+            return Ok(out);
+        }
         let (offset, factor) = match self.rescale {
             Some([lo, hi]) => (lo as f32, 255.0 / (hi - lo) as f32),
             None => (0.0, 1.0),
@@ -520,6 +532,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.apply(&r, UNIT).unwrap().as_raw(), &[0, 128, 255, 255]);
+    }
+
+    #[test]
+    fn rgb_bytes_keep_partial_alpha_and_leave_invalid_pixels_transparent_black() {
+        let r = Raster {
+            width: 3,
+            height: 1,
+            bands: vec![
+                BandData::U8(vec![10, 11, 12]),
+                BandData::U8(vec![20, 21, 22]),
+                BandData::U8(vec![30, 31, 32]),
+            ],
+            valid: vec![255, 0, 128],
+        };
+        let s = build_style(&StyleSpec::Rgb(RgbSpec::default()), 3).unwrap();
+        assert_eq!(
+            s.apply(&r, UNIT).unwrap().as_raw(),
+            &[10, 20, 30, 255, 0, 0, 0, 0, 12, 22, 32, 128]
+        );
     }
 
     #[test]

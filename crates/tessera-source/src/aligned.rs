@@ -98,10 +98,21 @@ impl AlignedGrid {
         }
         let (bx, by) = ((ix1 - ix0) as usize, (iy1 - iy0) as usize);
         // The source window of those pixels, kept on the raster.
-        let fx0 = (sx0 + ix0 * kx).clamp(0.0, self.width);
-        let fx1 = (sx0 + ix1 * kx).clamp(0.0, self.width);
-        let fy0 = (sy0 + iy0 * ky).clamp(0.0, self.height);
-        let fy1 = (sy0 + iy1 * ky).clamp(0.0, self.height);
+        // Tile grids often fall on the source's pixels (a pyramid cut from
+        // it, or its overviews): a window on whole pixels then needs no
+        // resampling, and GDAL copies blocks instead.
+        let snap = |v: f64| {
+            if (v - v.round()).abs() < 1e-6 {
+                v.round()
+            } else {
+                v
+            }
+        };
+        let fx0 = snap(sx0 + ix0 * kx).clamp(0.0, self.width);
+        let fx1 = snap(sx0 + ix1 * kx).clamp(0.0, self.width);
+        let fy0 = snap(sy0 + iy0 * ky).clamp(0.0, self.height);
+        let fy1 = snap(sy0 + iy1 * ky).clamp(0.0, self.height);
+        let whole = [fx0, fx1, fy0, fy1].iter().all(|v| v.fract() == 0.0);
         let (nx0, ny0) = (fx0.floor(), fy0.floor());
         let (nx1, ny1) = (fx1.ceil().max(nx0 + 1.0), fy1.ceil().max(ny0 + 1.0));
         let mut extra = gdal_sys::GDALRasterIOExtraArg {
@@ -109,7 +120,7 @@ impl AlignedGrid {
             eResampleAlg: rio_resampling(resampling),
             pfnProgress: None,
             pProgressData: std::ptr::null_mut(),
-            bFloatingPointWindowValidity: 1,
+            bFloatingPointWindowValidity: c_int::from(!whole),
             dfXOff: fx0,
             dfYOff: fy0,
             dfXSize: (fx1 - fx0).max(f64::MIN_POSITIVE),
