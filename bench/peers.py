@@ -893,7 +893,7 @@ tables) while wrk or a seed ran, folded per function; shares are of the server's
 - **go-pmtiles.** nginx itself serves 4.6x the requests go-pmtiles serves here (a
   PMTiles lookup is a directory read and a range read per tile, over Go's HTTP stack).
   8x go-pmtiles would be 1.7x nginx's static-file rate, which no server on these two
-  cores reaches; tessera's file store serves about 3.3x and its memory LRU about 5x.
+  cores reaches; tessera's file store serves about 3.5x and its memory LRU about 5x.
 - **Cold renders, seeding and WMS.** The warper was 78 % of a seed: GDAL's general warp
   kernel computes a transformation and a resampling kernel per pixel even when the
   request is in the source's own CRS. Such windows are now read with `RasterIO` and a
