@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, free_port, machine, percentile, run_load, tessera, wait_http
+from common import ROOT, free_port, machine, mapproxy_config, percentile, run_load, tessera, wait_http
 
 WEB_MERCATOR_TILES = {z: 4 ** z for z in range(0, 12)}
 
@@ -106,30 +106,9 @@ layers:
 """
 
 
-def mapproxy_config(url, work):
-    return f"""
-services:
-  tms:
-    use_grid_names: true
-layers:
-  - name: cascade
-    title: cascade
-    sources: [cascade_cache]
-caches:
-  cascade_cache:
-    grids: [GLOBAL_WEBMERCATOR]
-    sources: [mapserver]
-    meta_size: [4, 4]
-    meta_buffer: 8
-    format: image/png
-    cache: {{ type: file, directory: {work}/mapproxy-tiles }}
-sources:
-  mapserver:
-    type: wms
-    req: {{ url: "{url}", layers: relief, transparent: true }}
-    supported_srs: ["EPSG:3857", "EPSG:4326"]
-    wms_opts: {{ version: "1.3.0" }}
-"""
+def cascade_mapproxy_config(url, work):
+    return mapproxy_config("cascade", "cascade_cache", url, "relief", f"{work}/mapproxy-tiles",
+                           '["EPSG:3857", "EPSG:4326"]', transparent=True)
 
 
 def tile_paths(prefix, max_zoom, suffix):
@@ -148,7 +127,7 @@ def load_tessera(binary, url, work, max_zoom, clients):
 
 def load_mapproxy(gunicorn, url, work, max_zoom, clients):
     conf = Path(work) / "mapproxy.yaml"
-    conf.write_text(mapproxy_config(url, work))
+    conf.write_text(cascade_mapproxy_config(url, work))
     app = Path(work) / "app.py"
     app.write_text(f"from mapproxy.wsgiapp import make_wsgi_app\napplication = make_wsgi_app({str(conf)!r})\n")
     port = free_port()
@@ -169,7 +148,7 @@ def load_mapproxy(gunicorn, url, work, max_zoom, clients):
 
 def seed_mapproxy(mapproxy_seed, url, work, max_zoom):
     conf = Path(work) / "mapproxy.yaml"
-    conf.write_text(mapproxy_config(url, work))
+    conf.write_text(cascade_mapproxy_config(url, work))
     seed = Path(work) / "seed.yaml"
     seed.write_text(f"""
 seeds:

@@ -59,6 +59,35 @@ def tessera_process(binary, config_text, workdir):
         proc.wait(timeout=30)
 
 
+def mapproxy_config(layer, cache, url, upstream_layers, tiles_dir, supported_srs, transparent=False):
+    """MapProxy's YAML: one layer over one file cache of 4x4 metatiles (an
+    8-pixel buffer, PNG) on GLOBAL_WEBMERCATOR, filled from the WMS at `url`."""
+    req = f'url: "{url}", layers: {upstream_layers}' + (", transparent: true" if transparent else "")
+    return f"""
+services:
+  tms:
+    use_grid_names: true
+layers:
+  - name: {layer}
+    title: {layer}
+    sources: [{cache}]
+caches:
+  {cache}:
+    grids: [GLOBAL_WEBMERCATOR]
+    sources: [mapserver]
+    meta_size: [4, 4]
+    meta_buffer: 8
+    format: image/png
+    cache: {{ type: file, directory: {tiles_dir} }}
+sources:
+  mapserver:
+    type: wms
+    req: {{ {req} }}
+    supported_srs: {supported_srs}
+    wms_opts: {{ version: "1.3.0" }}
+"""
+
+
 @contextlib.contextmanager
 def nginx_static(work, root, prefix="/tiles/"):
     """nginx serving directory `root` at `prefix` (sendfile, no access log,

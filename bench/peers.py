@@ -44,8 +44,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import (ROOT, free_port, machine, nginx_static, percentile, run_load, tessera_process, wait_http,
-                    wrk)
+from common import (ROOT, free_port, machine, mapproxy_config, nginx_static, percentile, run_load, tessera_process,
+                    wait_http, wrk)
 
 WORLD = 20037508.342789244
 LAYER = "relief"
@@ -337,29 +337,7 @@ fastcgi.server = ("/mapserv" => ((
 
 def mapproxy_yaml(work, url):
     path = Path(work) / "mapproxy.yaml"
-    path.write_text(f"""
-services:
-  tms:
-    use_grid_names: true
-layers:
-  - name: {LAYER}
-    title: {LAYER}
-    sources: [relief_cache]
-caches:
-  relief_cache:
-    grids: [GLOBAL_WEBMERCATOR]
-    sources: [mapserver]
-    meta_size: [4, 4]
-    meta_buffer: 8
-    format: image/png
-    cache: {{ type: file, directory: {work}/mapproxy-tiles }}
-sources:
-  mapserver:
-    type: wms
-    req: {{ url: "{url}", layers: {LAYER} }}
-    supported_srs: ["EPSG:3857"]
-    wms_opts: {{ version: "1.3.0" }}
-""")
+    path.write_text(mapproxy_config(LAYER, "relief_cache", url, LAYER, work / "mapproxy-tiles", '["EPSG:3857"]'))
     return path
 
 

@@ -77,7 +77,6 @@ impl AlignedGrid {
         resampling: Resampling,
     ) -> Result<Raster, String> {
         let (w, h) = (req.width as usize, req.height as usize);
-        let is_byte = info.is_byte;
         let gt = &self.gt;
         // The request in source pixels (fractional), and source pixels per
         // output pixel.
@@ -127,7 +126,6 @@ impl AlignedGrid {
             dfYSize: (fy1 - fy0).max(f64::MIN_POSITIVE),
         };
         let mut band_map: Vec<c_int> = (1..=self.bands as c_int).collect();
-        let count = bx * by * self.bands;
         let window = Window {
             x: nx0 as c_int,
             y: ny0 as c_int,
@@ -136,36 +134,17 @@ impl AlignedGrid {
             buf_width: bx as c_int,
             buf_height: by as c_int,
         };
-        if is_byte {
-            let mut buf = vec![0u8; count];
-            raster_io(
-                ds,
-                &window,
-                &mut buf,
-                gdal_sys::GDALDataType::GDT_Byte,
-                &mut band_map,
-                &mut extra,
-            )?;
-            for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(bx * by)) {
-                if let BandData::U8(out) = band {
-                    copy_rows(data, out, bx, w, ix0 as usize, iy0 as usize);
-                }
-            }
+        let place = Place {
+            bx,
+            by,
+            w,
+            x0: ix0 as usize,
+            y0: iy0 as usize,
+        };
+        if info.is_byte {
+            read_into::<u8>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
         } else {
-            let mut buf = vec![0f32; count];
-            raster_io(
-                ds,
-                &window,
-                &mut buf,
-                gdal_sys::GDALDataType::GDT_Float32,
-                &mut band_map,
-                &mut extra,
-            )?;
-            for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(bx * by)) {
-                if let BandData::F32(out) = band {
-                    copy_rows(data, out, bx, w, ix0 as usize, iy0 as usize);
-                }
-            }
+            read_into::<f32>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
         }
         for row in 0..by {
             let start = (iy0 as usize + row) * w + ix0 as usize;
@@ -185,16 +164,71 @@ struct Window {
     buf_height: c_int,
 }
 
-/// Element types `RasterIO` fills here.
-trait Sample: Copy {}
-impl Sample for u8 {}
-impl Sample for f32 {}
+/// Element types `RasterIO` fills here, and the band data holding them.
+trait Sample: Copy + Default {
+    /// GDAL's name of the type.
+    const GDAL: gdal_sys::GDALDataType::Type;
+    /// The samples of `band` when it holds this type.
+    fn samples(band: &mut BandData) -> Option<&mut Vec<Self>>;
+}
+
+impl Sample for u8 {
+    const GDAL: gdal_sys::GDALDataType::Type = gdal_sys::GDALDataType::GDT_Byte;
+    fn samples(band: &mut BandData) -> Option<&mut Vec<u8>> {
+        match band {
+            BandData::U8(v) => Some(v),
+            BandData::F32(_) => None,
+        }
+    }
+}
+
+impl Sample for f32 {
+    const GDAL: gdal_sys::GDALDataType::Type = gdal_sys::GDALDataType::GDT_Float32;
+    fn samples(band: &mut BandData) -> Option<&mut Vec<f32>> {
+        match band {
+            BandData::F32(v) => Some(v),
+            BandData::U8(_) => None,
+        }
+    }
+}
+
+/// Where a read block goes in the output: `bx` x `by` pixels at column
+/// `x0`, row `y0` of rows `w` wide.
+struct Place {
+    bx: usize,
+    by: usize,
+    w: usize,
+    x0: usize,
+    y0: usize,
+}
+
+/// Reads every band of `window` as `T` and copies it into `raster` at `place`.
+fn read_into<T: Sample>(
+    ds: &Dataset,
+    window: &Window,
+    band_map: &mut [c_int],
+    extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    raster: &mut Raster,
+    place: &Place,
+) -> Result<(), String> {
+    let block = place.bx * place.by;
+    let mut buf = vec![T::default(); block * band_map.len()];
+    raster_io(ds, window, &mut buf, band_map, extra)?;
+    for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(block)) {
+        if let Some(out) = T::samples(band) {
+            for (row, src) in data.chunks_exact(place.bx).enumerate() {
+                let start = (place.y0 + row) * place.w + place.x0;
+                out[start..start + place.bx].copy_from_slice(src);
+            }
+        }
+    }
+    Ok(())
+}
 
 fn raster_io<T: Sample>(
     ds: &Dataset,
     window: &Window,
     buf: &mut [T],
-    buf_type: gdal_sys::GDALDataType::Type,
     band_map: &mut [c_int],
     extra: &mut gdal_sys::GDALRasterIOExtraArg,
 ) -> Result<(), String> {
@@ -203,7 +237,7 @@ fn raster_io<T: Sample>(
     let band_space = line * i64::from(window.buf_height);
     assert!(buf.len() as i64 * size >= band_space * band_map.len() as i64);
     // SAFETY: `buf` holds `buf_width * buf_height * bands` elements of the
-    // type named by `buf_type`, laid out band after band with the spacings
+    // type named by `T::GDAL`, laid out band after band with the spacings
     // given; the window lies on the raster (checked by the caller's
     // clamping, and by GDAL, which fails the call otherwise); the dataset
     // handle is used by this thread only.
@@ -219,7 +253,7 @@ fn raster_io<T: Sample>(
             buf.as_mut_ptr().cast(),
             window.buf_width,
             window.buf_height,
-            buf_type,
+            T::GDAL,
             band_map.len() as c_int,
             band_map.as_mut_ptr(),
             size,
@@ -234,14 +268,6 @@ fn raster_io<T: Sample>(
         // SAFETY: CPLGetLastErrorMsg returns a valid thread-local C string.
         let msg = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) };
         Err(format!("read failed: {}", msg.to_string_lossy()))
-    }
-}
-
-/// Copies a `bx`-wide block into `out` (rows of `w`) at column `x0`, row `y0`.
-fn copy_rows<T: Copy>(block: &[T], out: &mut [T], bx: usize, w: usize, x0: usize, y0: usize) {
-    for (row, src) in block.chunks_exact(bx).enumerate() {
-        let start = (y0 + row) * w + x0;
-        out[start..start + bx].copy_from_slice(src);
     }
 }
 

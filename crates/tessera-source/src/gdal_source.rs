@@ -1242,6 +1242,78 @@ mod tests {
     }
 
     #[test]
+    fn float_bands_in_the_sources_crs_are_read_with_rasterio_as_the_warper_reads_them() {
+        use gdal::raster::Buffer;
+        // A 64x64 Float32 ramp in Web Mercator, no nodata.
+        let path = format!("/vsimem/ramp-{}.tif", std::process::id());
+        {
+            let driver = DriverManager::get_driver_by_name("MEM").unwrap();
+            let mut mem = driver
+                .create_with_band_type::<f32, _>("", 64, 64, 1)
+                .unwrap();
+            mem.set_geo_transform(&[0.0, 100.0, 0.0, 6400.0, 0.0, -100.0])
+                .unwrap();
+            mem.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
+                .unwrap();
+            let ramp: Vec<f32> = (0..64 * 64)
+                .map(|i| (i % 64 + i / 64) as f32 * 0.5)
+                .collect();
+            mem.rasterband(1)
+                .unwrap()
+                .write((0, 0), (64, 64), &mut Buffer::new((64, 64), ramp))
+                .unwrap();
+            let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
+            mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
+                .unwrap();
+        }
+        let s = GdalSource::open(
+            &GdalSourceSpec {
+                path: path.clone(),
+                resampling: Resampling::Bilinear,
+            },
+            &GdalSettings::default(),
+        )
+        .unwrap();
+        assert!(s.aligned.is_some());
+        let ds = s.acquire().unwrap();
+        let crs = Crs::parse("EPSG:3857").unwrap();
+        // On whole pixels (a block copy), and a window across the edge at
+        // another scale (resampled).
+        for (bbox, size) in [
+            ((1600.0, 1600.0, 4800.0, 4800.0), 32),
+            ((-1000.0, 3000.0, 3000.0, 7000.0), 50),
+        ] {
+            let req = WindowRequest {
+                bbox: BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap(),
+                crs: &crs,
+                width: size,
+                height: size,
+                cancel: None,
+                max_source_pixels: None,
+            };
+            let (fast, warped) = (s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
+            let (BandData::F32(a), BandData::F32(b)) = (&fast.bands[0], &warped.bands[0]) else {
+                panic!("float bands expected");
+            };
+            let both: Vec<(f32, f32)> = a
+                .iter()
+                .zip(b)
+                .zip(fast.valid.iter().zip(&warped.valid))
+                .filter(|(_, (x, y))| **x == 255 && **y == 255)
+                .map(|((p, q), _)| (*p, *q))
+                .collect();
+            assert!(
+                both.len() > (size * size / 4) as usize,
+                "{bbox:?}: too few pixels read"
+            );
+            let worst = both.iter().map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+            assert!(worst <= 1.0, "{bbox:?}: differs from the warper by {worst}");
+        }
+        s.release(ds);
+        gdal::vsi::unlink_mem_file(&path).unwrap();
+    }
+
+    #[test]
     fn vrt_sources_are_refused_by_default() {
         let dir = std::env::temp_dir().join(format!("tessera-vrt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
