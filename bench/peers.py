@@ -499,14 +499,13 @@ def bench_cold(args, binary, venv, cog, work):
 
 # ---------------------------------------------------------------- 3. seeding
 
-def compare_pixels(a_dir, a_fmt, b_dir, b_fmt, sample):
-    """(share of sampled tiles with identical pixels, mean absolute difference per channel)."""
+def compare_pixels(a_path, b_path, sample):
+    """(share of sampled tiles with identical pixels, mean absolute difference
+    per channel) between the tiles at `a_path(z, x, y)` and `b_path(z, x, y)`."""
     import numpy as np
     same, diffs = 0, []
     for z, x, y in sample:
-        a = decode((a_dir / a_fmt.format(z=z, x=x, y=y)).read_bytes())
-        b = decode((b_dir / b_fmt.format(z=z, x=x, y=y)).read_bytes())
-        d = np.abs(a - b)
+        d = np.abs(decode(a_path(z, x, y).read_bytes()) - decode(b_path(z, x, y).read_bytes()))
         same += int(d.max() == 0)
         diffs.append(float(d.mean()))
     return same / len(sample), statistics.mean(diffs)
@@ -542,30 +541,26 @@ def bench_seed(args, binary, venv, cog, work):
             log(f"  {name:40} {len(tiles) / r[-1][0]:7.1f} tiles/s  RSS {r[-1][1]:.0f} MiB")
         if run == 0:
             tdir = d / "tessera" / LAYER / "WebMercatorQuad"
-            compare["gdal2tiles.py"] = compare_pixels(tdir, "{z}/{x}/{y}.png", d / "g2t", "{z}/{x}/{y}.png", sample)
-            compare["mapproxy-seed"] = mapproxy_compare(tdir, d / "mapproxy-tiles", sample)
+            def tessera_tile(z, x, y):
+                return tdir / f"{z}/{x}/{y}.png"
+
+            def g2t_tile(z, x, y):
+                return d / f"g2t/{z}/{x}/{y}.png"
+            compare["gdal2tiles.py"] = compare_pixels(tessera_tile, g2t_tile, sample)
+            compare["mapproxy-seed"] = compare_pixels(tessera_tile, mapproxy_tile(d / "mapproxy-tiles"), sample)
             log(f"  pixels vs tessera: {compare}")
         shutil.rmtree(d)
     table = {name: (len(tiles) / med([s for s, _ in r]), med([m for _, m in r])) for name, r in runs.items()}
     return table, compare
 
 
-def mapproxy_compare(tdir, mp_root, sample):
-    """Pixels of MapProxy's tiles (its `tc` file layout) against tessera's."""
-    import numpy as np
-    # `directory:` set: levels straight under it (tc layout).
-    root = mp_root
-    same, diffs = 0, []
-    for z, x, y in sample:
-        row = y  # GLOBAL_WEBMERCATOR's origin is the north-west corner
-        path = root / f"{z:02d}" / f"{x // 1000000:03d}" / f"{x // 1000 % 1000:03d}" / f"{x % 1000:03d}" \
-            / f"{row // 1000000:03d}" / f"{row // 1000 % 1000:03d}" / f"{row % 1000:03d}.png"
-        a = decode((tdir / f"{z}/{x}/{y}.png").read_bytes())
-        b = decode(path.read_bytes())
-        d = np.abs(a - b)
-        same += int(d.max() == 0)
-        diffs.append(float(d.mean()))
-    return same / len(sample), statistics.mean(diffs)
+def mapproxy_tile(root):
+    """Where MapProxy's file cache (`tc` layout, `directory:` set, rows from
+    the top on GLOBAL_WEBMERCATOR) keeps tile (z, x, y)."""
+    def path(z, x, y):
+        return (root / f"{z:02d}" / f"{x // 1000000:03d}" / f"{x // 1000 % 1000:03d}" / f"{x % 1000:03d}"
+                / f"{y // 1000000:03d}" / f"{y // 1000 % 1000:03d}" / f"{y % 1000:03d}.png")
+    return path
 
 
 # ---------------------------------------------------------------- 4. WMS

@@ -911,10 +911,14 @@ mod tests {
     }
 
     fn open(name: &str) -> GdalSource {
+        open_path(&data(name), Resampling::Bilinear)
+    }
+
+    fn open_path(path: &str, resampling: Resampling) -> GdalSource {
         GdalSource::open(
             &GdalSourceSpec {
-                path: data(name),
-                resampling: Resampling::Bilinear,
+                path: path.to_string(),
+                resampling,
             },
             &GdalSettings::default(),
         )
@@ -1212,14 +1216,7 @@ mod tests {
             mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
                 .unwrap();
         }
-        let s = GdalSource::open(
-            &GdalSourceSpec {
-                path: path.clone(),
-                resampling: Resampling::Nearest,
-            },
-            &GdalSettings::default(),
-        )
-        .unwrap();
+        let s = open_path(&path, Resampling::Nearest);
         assert_eq!(s.info().band_count, 3);
         let crs = Crs::parse("EPSG:4326").unwrap();
         let r = s
@@ -1266,14 +1263,7 @@ mod tests {
             mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
                 .unwrap();
         }
-        let s = GdalSource::open(
-            &GdalSourceSpec {
-                path: path.clone(),
-                resampling: Resampling::Bilinear,
-            },
-            &GdalSettings::default(),
-        )
-        .unwrap();
+        let s = open_path(&path, Resampling::Bilinear);
         assert!(s.aligned.is_some());
         let ds = s.acquire().unwrap();
         let crs = Crs::parse("EPSG:3857").unwrap();
