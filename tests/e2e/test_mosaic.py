@@ -1,7 +1,7 @@
 """A mosaic of 1,000 COG pieces cut from the demo relief, half of them
 warped to Web Mercator: its tiles equal the single file's, seams included;
-a render opens only the pieces it touches; `max_open` bounds the open files
-under a seed; bad pieces are named and left out; a `gdaltindex` index is
+a render opens only the pieces it touches; coarse tiles are read from the
+overview; `max_open` bounds the open files under a seed; bad pieces are named and left out; a `gdaltindex` index is
 the same mosaic as the directory."""
 import math
 import os
@@ -119,6 +119,45 @@ def test_a_render_opens_only_the_pieces_it_touches(pieces, tmp_path, tmp_path_fa
     assert opened < 20
 
 
+def test_coarse_tiles_are_read_from_the_overview_and_equal_the_single_files(pieces, tmp_path, tmp_path_factory,
+                                                                            monkeypatch):
+    directory, _ = pieces
+    monkeypatch.setenv("TESSERA_LOG", "info,tessera_source=debug")
+    one_by_one = "{ store: mem, metatile: [1, 1], gutter: 0 }"
+    config = write_config(tmp_path / "tessera.yaml",
+                          mosaic_layer("mosaic", f"{{ type: mosaic, dir: {directory}, overview: 1024 }}", one_by_one)
+                          + mosaic_layer("without", f"{{ type: mosaic, dir: {directory}, overview: 0 }}", one_by_one))
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        log = server.log_text
+        # The first tile as coarse as the overview reads every piece once ...
+        assert fetch(server, "/tiles/mosaic/WebMercatorQuad/1/0/0.png")[0] == 200
+        assert log().count("mosaic overview read") == 1, log()[-3000:]
+        assert log().count("mosaic piece opened") >= 1000
+        # ... then coarse tiles open no piece, and look like the single
+        # file's and like the pieces read one by one.
+        tiles = [(0, 0, 0), (1, 1, 0), (2, 1, 1), (2, 3, 2)]
+        before = log().count("mosaic piece opened")
+        ours = {}
+        for z, x, y in tiles:
+            status, ours[(z, x, y)] = fetch(server, f"/tiles/mosaic/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert status == 200, ours[(z, x, y)]
+        assert log().count("mosaic piece opened") == before
+        assert log().count("mosaic overview read") == 1
+        # The same pieces read one by one differ by the second resampling
+        # only; the single file is read from its own overviews, which
+        # differ from the pieces by up to 3 levels on average at zoom 1.
+        for z, x, y in tiles:
+            for layer, most_mean, most_p99 in (("without", 1.5, 20), ("single", 4.0, 40)):
+                status, other = fetch(server, f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.png")
+                assert status == 200, other
+                mean, p99 = rgb_difference(decode(ours[(z, x, y)]), decode(other))
+                assert mean < most_mean and p99 < most_p99, (layer, z, x, y, mean, p99)
+        # Finer tiles read the pieces they touch.
+        before = log().count("mosaic piece opened")
+        assert fetch(server, "/tiles/mosaic/WebMercatorQuad/6/35/22.png")[0] == 200
+        assert 0 < log().count("mosaic piece opened") - before < 20
+
+
 def test_max_open_bounds_the_open_pieces_under_a_seed(pieces, tmp_path):
     directory, _ = pieces
     config = write_config(tmp_path / "tessera.yaml", mosaic_layer(
@@ -152,8 +191,9 @@ def test_max_open_bounds_the_open_pieces_under_a_seed(pieces, tmp_path):
     assert proc.returncode == 0, err
     assert "seed complete" in out, out
     # 8 pieces in the LRU, plus at most one being opened or still read by
-    # each of the two render threads after its eviction.
-    assert 0 < most <= 8 + 2, most
+    # each thread reading pieces after its eviction: the two render
+    # threads, and one more while the overview is read in two strips.
+    assert 0 < most <= 8 + 3, most
 
 
 def test_bad_pieces_are_named_and_left_out_and_the_rest_renders(pieces, tmp_path, tmp_path_factory):

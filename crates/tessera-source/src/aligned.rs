@@ -9,10 +9,14 @@
 //! per pixel. This is how MapServer and rio-tiler read rasters that need no
 //! reprojection.
 //!
-//! Only sources whose data bands have no nodata value, an all-valid mask
-//! and no alpha band are read this way; the rest keep the warper, which
-//! honours them. Output pixels whose centres fall outside the raster are
-//! left invalid (alpha 0), as the warper leaves them.
+//! Only sources whose data bands have no nodata value and either an
+//! all-valid mask or an alpha band are read this way; the rest keep the
+//! warper, which honours them. An alpha band is read with the same
+//! resampling into the validity; GDAL's resampled `RasterIO` weighs the
+//! data bands by it (their mask), as the warper's `-srcalpha` does, so
+//! transparent pixels do not darken the edges. Output pixels whose centres
+//! fall outside the raster are left invalid (alpha 0), as the warper
+//! leaves them.
 
 use std::ffi::c_int;
 
@@ -38,32 +42,39 @@ pub(crate) struct AlignedGrid {
     width: f64,
     height: f64,
     bands: usize,
+    /// The alpha band's number, read into the validity.
+    alpha: Option<c_int>,
 }
 
 impl AlignedGrid {
     /// The grid of `ds` when it can be read this way: a north-up
-    /// geotransform, and data bands `1..=bands` without nodata, with an
-    /// all-valid mask, and no alpha band.
+    /// geotransform, and data bands `1..=bands` without nodata whose mask
+    /// is all valid, or (with `has_alpha`) the alpha band `bands + 1`.
     pub(crate) fn of(ds: &Dataset, bands: usize, has_alpha: bool) -> Option<AlignedGrid> {
-        if has_alpha {
-            return None;
-        }
         let gt = ds.geo_transform().ok()?;
         if !(gt[1] > 0.0 && gt[5] < 0.0 && gt[2] == 0.0 && gt[4] == 0.0) {
             return None;
         }
         for b in 1..=bands {
             let band = ds.rasterband(b).ok()?;
-            if band.no_data_value().is_some() || !band.mask_flags().ok()?.is_all_valid() {
+            let flags = band.mask_flags().ok()?;
+            let masked_by_alpha = has_alpha && flags.is_alpha() && flags.is_per_dataset();
+            if band.no_data_value().is_some() || !(flags.is_all_valid() || masked_by_alpha) {
                 return None;
             }
         }
+        let alpha = if has_alpha {
+            Some(c_int::try_from(bands + 1).ok()?)
+        } else {
+            None
+        };
         let (w, h) = ds.raster_size();
         Some(AlignedGrid {
             gt,
             width: w as f64,
             height: h as f64,
             bands,
+            alpha,
         })
     }
 
@@ -146,9 +157,21 @@ impl AlignedGrid {
         } else {
             read_into::<f32>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
         }
-        for row in 0..by {
-            let start = (iy0 as usize + row) * w + ix0 as usize;
-            raster.valid[start..start + bx].fill(255);
+        match self.alpha {
+            Some(alpha) => {
+                let mut buf = vec![0u8; bx * by];
+                raster_io(ds, &window, &mut buf, &mut [alpha], &mut extra)?;
+                for (row, src) in buf.chunks_exact(bx).enumerate() {
+                    let start = (iy0 as usize + row) * w + ix0 as usize;
+                    raster.valid[start..start + bx].copy_from_slice(src);
+                }
+            }
+            None => {
+                for row in 0..by {
+                    let start = (iy0 as usize + row) * w + ix0 as usize;
+                    raster.valid[start..start + bx].fill(255);
+                }
+            }
         }
         Ok(raster)
     }

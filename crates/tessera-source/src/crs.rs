@@ -217,11 +217,17 @@ impl Crs {
             })??;
             return BBox::new(a, b, c, d).map_err(|e| err(&e));
         }
+        if to.geographic {
+            unwrap_longitudes(&mut xs);
+        }
         let fold = |v: &[f64], f: fn(f64, f64) -> f64, start: f64| v.iter().copied().fold(start, f);
         let (mut min_x, mut max_x) = (
             fold(&xs, f64::min, f64::INFINITY),
             fold(&xs, f64::max, f64::NEG_INFINITY),
         );
+        if to.geographic && max_x - min_x >= 360.0 {
+            (min_x, max_x) = (-180.0, 180.0);
+        }
         let (mut min_y, mut max_y) = (
             fold(&ys, f64::min, f64::INFINITY),
             fold(&ys, f64::max, f64::NEG_INFINITY),
@@ -242,6 +248,53 @@ impl Crs {
             }
         }
         BBox::new(min_x, min_y, max_x, max_y).map_err(|e| err(&e))
+    }
+}
+
+/// Makes the longitudes of a box's densified edges continuous, so a box
+/// past the antimeridian (a Web Mercator window with its gutter at the
+/// world's edge) spans a few degrees past ±180 instead of every longitude
+/// between. `lons` holds, for each step along the edges, the bottom, top,
+/// left and right points, as [`Crs::transform_bbox`] lays them out: each
+/// horizontal edge is followed from its left end, and each vertical edge
+/// from the bottom edge's end it starts at. The result is shifted by whole
+/// turns so its middle lies within ±180.
+fn unwrap_longitudes(lons: &mut [f64]) {
+    let near = |v: f64, to: f64| v + 360.0 * ((to - v) / 360.0).round();
+    let steps = lons.len() / 4;
+    if steps == 0 {
+        return;
+    }
+    let bottom_left = lons[0];
+    for edge in [0, 1] {
+        let mut previous = if edge == 0 {
+            bottom_left
+        } else {
+            near(lons[1], bottom_left)
+        };
+        for i in 0..steps {
+            let v = near(lons[4 * i + edge], previous);
+            lons[4 * i + edge] = v;
+            previous = v;
+        }
+    }
+    let bottom_right = lons[4 * (steps - 1)];
+    for (edge, start) in [(2, bottom_left), (3, bottom_right)] {
+        let mut previous = start;
+        for i in 0..steps {
+            let v = near(lons[4 * i + edge], previous);
+            lons[4 * i + edge] = v;
+            previous = v;
+        }
+    }
+    let (lo, hi) = lons
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        });
+    let shift = 360.0 * (f64::midpoint(lo, hi) / 360.0).round();
+    for v in lons.iter_mut() {
+        *v -= shift;
     }
 }
 
@@ -334,6 +387,31 @@ mod tests {
             (xs[1] - 1_113_194.9).abs() < 1.0 && ys[0].abs() < 1e-6,
             "{xs:?} {ys:?}"
         );
+    }
+
+    #[test]
+    fn boxes_past_the_antimeridian_stay_a_few_degrees_past_it() {
+        let ll = Crs::parse("OGC:CRS84").unwrap();
+        let merc = Crs::parse("EPSG:3857").unwrap();
+        const EDGE: f64 = 20_037_508.342_789_244;
+        // A metatile at the world's west edge with a gutter past it, its
+        // mirror at the east edge, and the whole world with a margin.
+        for (bbox, west, east) in [
+            ((-EDGE - 40_000.0, 0.0, -EDGE + 5e6, 5e6), -180.36, -135.08),
+            ((EDGE - 5e6, -5e6, EDGE + 40_000.0, 0.0), 135.08, 180.36),
+            (
+                (-EDGE - 40_000.0, -1e6, EDGE + 40_000.0, 1e6),
+                -180.0,
+                180.0,
+            ),
+        ] {
+            let b = BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap();
+            let got = merc.transform_bbox(&b, &ll).unwrap();
+            assert!(
+                (got.min_x - west).abs() < 0.01 && (got.max_x - east).abs() < 0.01,
+                "{bbox:?} -> {got:?}"
+            );
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gdal::raster::{ColorInterpretation, GdalDataType};
+use gdal::raster::{Buffer, ColorInterpretation, GdalDataType};
 use gdal::{Dataset, DatasetOptions, DriverManager, GdalOpenFlags};
 use serde::Deserialize;
 use tessera_grid::BBox;
@@ -399,8 +399,7 @@ fn geo_transform(bbox: &BBox, width: usize, height: usize) -> [f64; 6] {
 }
 
 /// Warps an RGBA image covering `bbox` in `crs` into the window `req`
-/// asks for (alpha is carried as the validity), with `resampling`. The
-/// image is wrapped as an in-memory dataset; nothing touches the disk.
+/// asks for (alpha is carried as the validity), with `resampling`.
 pub(crate) fn warp_rgba(
     image: &RgbaImage,
     bbox: &BBox,
@@ -408,26 +407,75 @@ pub(crate) fn warp_rgba(
     req: &WindowRequest<'_>,
     resampling: Resampling,
 ) -> Result<Raster, Cause> {
-    let mem = DriverManager::get_driver_by_name("MEM")?;
-    let (sw, sh) = (image.width() as usize, image.height() as usize);
-    let mut src = mem.create_with_band_type::<u8, _>("", sw, sh, 4)?;
-    src.set_geo_transform(&geo_transform(bbox, sw, sh))?;
-    src.set_projection(&crs.wkt)?;
-    let mut plane = vec![0u8; sw * sh];
-    for c in 0..4 {
-        for (i, px) in image.as_raw().chunks_exact(4).enumerate() {
-            plane[i] = px[c];
-        }
-        let mut band = src.rasterband(c + 1)?;
-        let mut buffer = gdal::raster::Buffer::new((sw, sh), std::mem::take(&mut plane));
-        band.write((0, 0), (sw, sh), &mut buffer)?;
-        plane = buffer.into_shape_and_vec().1;
-        if c == 3 {
-            band.set_color_interpretation(ColorInterpretation::AlphaBand)?;
+    let n = image.width() as usize * image.height() as usize;
+    let mut planes = [vec![0u8; n], vec![0u8; n], vec![0u8; n], vec![0u8; n]];
+    for (i, px) in image.as_raw().chunks_exact(4).enumerate() {
+        for (plane, v) in planes.iter_mut().zip(px) {
+            plane[i] = *v;
         }
     }
+    let [r, g, b, a] = planes;
+    let raster = Raster {
+        width: image.width(),
+        height: image.height(),
+        bands: vec![BandData::U8(r), BandData::U8(g), BandData::U8(b)],
+        valid: a,
+    };
+    warp_raster(&raster, bbox, crs, req, resampling)
+}
+
+/// Warps a raster covering `bbox` in `crs` into the window `req` asks for,
+/// with `resampling`; its validity is carried as an alpha band (0-255, for
+/// float bands too). The raster is copied into an in-memory dataset;
+/// nothing touches the disk.
+pub(crate) fn warp_raster(
+    raster: &Raster,
+    bbox: &BBox,
+    crs: &Crs,
+    req: &WindowRequest<'_>,
+    resampling: Resampling,
+) -> Result<Raster, Cause> {
+    let is_byte = raster.bands.iter().all(|b| matches!(b, BandData::U8(_)));
+    let count = raster.bands.len();
+    let mem = DriverManager::get_driver_by_name("MEM")?;
+    let (sw, sh) = (raster.width as usize, raster.height as usize);
+    let mut src = if is_byte {
+        mem.create_with_band_type::<u8, _>("", sw, sh, count + 1)?
+    } else {
+        mem.create_with_band_type::<f32, _>("", sw, sh, count + 1)?
+    };
+    src.set_geo_transform(&geo_transform(bbox, sw, sh))?;
+    src.set_projection(&crs.wkt)?;
+    for (i, data) in raster.bands.iter().enumerate() {
+        let mut band = src.rasterband(i + 1)?;
+        match data {
+            BandData::U8(v) if is_byte => {
+                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v.clone()))?;
+            }
+            other => {
+                let v: Vec<f32> = (0..sw * sh).map(|j| other.get(j)).collect();
+                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?;
+            }
+        }
+    }
+    let mut alpha = src.rasterband(count + 1)?;
+    if is_byte {
+        alpha.write(
+            (0, 0),
+            (sw, sh),
+            &mut Buffer::new((sw, sh), raster.valid.clone()),
+        )?;
+    } else {
+        let v: Vec<f32> = raster.valid.iter().map(|a| f32::from(*a)).collect();
+        alpha.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?;
+    }
+    alpha.set_color_interpretation(ColorInterpretation::AlphaBand)?;
     let (w, h) = (req.width as usize, req.height as usize);
-    let mut dst = mem.create_with_band_type::<u8, _>("", w, h, 4)?;
+    let mut dst = if is_byte {
+        mem.create_with_band_type::<u8, _>("", w, h, count + 1)?
+    } else {
+        mem.create_with_band_type::<f32, _>("", w, h, count + 1)?
+    };
     dst.set_geo_transform(&geo_transform(&req.bbox, w, h))?;
     dst.set_projection(&req.crs.wkt)?;
     let args = [
@@ -444,16 +492,30 @@ pub(crate) fn warp_rgba(
         WarpError::Cancelled => Cause::from("cancelled"),
         WarpError::Failed(m) => Cause::from(m),
     })?;
-    let mut bands = Vec::with_capacity(3);
-    for i in 1..=3 {
-        let mut v = vec![0u8; w * h];
-        dst.rasterband(i)?
-            .read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
-        bands.push(BandData::U8(v));
+    let mut bands = Vec::with_capacity(count);
+    for i in 1..=count {
+        let band = dst.rasterband(i)?;
+        bands.push(if is_byte {
+            let mut v = vec![0u8; w * h];
+            band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
+            BandData::U8(v)
+        } else {
+            let mut v = vec![0f32; w * h];
+            band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
+            BandData::F32(v)
+        });
     }
     let mut valid = vec![0u8; w * h];
-    dst.rasterband(4)?
-        .read_into_slice((0, 0), (w, h), (w, h), &mut valid, None)?;
+    let alpha = dst.rasterband(count + 1)?;
+    if is_byte {
+        alpha.read_into_slice((0, 0), (w, h), (w, h), &mut valid, None)?;
+    } else {
+        let mut v = vec![0f32; w * h];
+        alpha.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
+        for (dst, a) in valid.iter_mut().zip(v) {
+            *dst = a.round().clamp(0.0, 255.0) as u8;
+        }
+    }
     Ok(Raster {
         width: req.width,
         height: req.height,
@@ -1235,6 +1297,86 @@ mod tests {
             panic!("expected bytes")
         };
         assert!(blue.iter().zip(&r.valid).all(|(b, v)| *v == 0 || *b == 207));
+        gdal::vsi::unlink_mem_file(&path).unwrap();
+    }
+
+    #[test]
+    fn alpha_sources_in_their_own_crs_are_read_with_rasterio_without_dark_edges() {
+        use gdal::raster::Buffer;
+        // A 64x64 RGBA raster in Web Mercator (as `gdalwarp -dstalpha`
+        // writes one): a disc of colour (200, 150, 100), black and
+        // transparent around it.
+        let path = format!("/vsimem/disc-{}.tif", std::process::id());
+        {
+            let driver = DriverManager::get_driver_by_name("MEM").unwrap();
+            let mut mem = driver
+                .create_with_band_type::<u8, _>("", 64, 64, 4)
+                .unwrap();
+            mem.set_geo_transform(&[0.0, 100.0, 0.0, 6400.0, 0.0, -100.0])
+                .unwrap();
+            mem.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
+                .unwrap();
+            let inside: Vec<bool> = (0..64 * 64)
+                .map(|i| {
+                    let (x, y) = (f64::from(i % 64) - 31.5, f64::from(i / 64) - 31.5);
+                    x.hypot(y) < 24.0
+                })
+                .collect();
+            for (b, colour) in [(1, 200u8), (2, 150), (3, 100), (4, 255)] {
+                let mut band = mem.rasterband(b).unwrap();
+                let plane = inside.iter().map(|&i| if i { colour } else { 0 }).collect();
+                band.write((0, 0), (64, 64), &mut Buffer::new((64, 64), plane))
+                    .unwrap();
+                if b == 4 {
+                    band.set_color_interpretation(ColorInterpretation::AlphaBand)
+                        .unwrap();
+                }
+            }
+            let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
+            mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
+                .unwrap();
+        }
+        let s = open_path(&path, Resampling::Bilinear);
+        assert!(s.aligned.is_some(), "an alpha band keeps the RasterIO path");
+        let ds = s.acquire().unwrap();
+        let crs = Crs::parse("EPSG:3857").unwrap();
+        // Downsampled and upsampled, off the pixel grid.
+        for (bbox, size) in [
+            ((-130.0, 70.0, 6530.0, 6730.0), 37),
+            ((1230.0, 1230.0, 3330.0, 3330.0), 61),
+        ] {
+            let req = WindowRequest {
+                bbox: BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap(),
+                crs: &crs,
+                width: size,
+                height: size,
+                cancel: None,
+                max_source_pixels: None,
+            };
+            let (fast, warped) = (s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
+            let partial = fast.valid.iter().filter(|v| **v > 0 && **v < 255).count();
+            assert!(partial > 0, "{bbox:?}: the disc's edge is blended");
+            for (b, colour) in [200u8, 150, 100].into_iter().enumerate() {
+                let BandData::U8(band) = &fast.bands[b] else {
+                    panic!("byte bands expected");
+                };
+                for (v, a) in band.iter().zip(&fast.valid) {
+                    if *a > 0 {
+                        assert!(
+                            v.abs_diff(colour) <= 2,
+                            "{bbox:?}: band {b} is {v} at alpha {a}"
+                        );
+                    }
+                }
+            }
+            let opaque = |r: &Raster| r.valid.iter().filter(|v| **v >= 128).count();
+            let (a, b) = (opaque(&fast), opaque(&warped));
+            assert!(
+                a.abs_diff(b) * 20 <= b,
+                "{bbox:?}: {a} opaque pixels against {b}"
+            );
+        }
+        s.release(ds);
         gdal::vsi::unlink_mem_file(&path).unwrap();
     }
 

@@ -14,6 +14,7 @@ mod egress;
 mod gdal_source;
 mod location;
 mod mosaic;
+mod mosaic_overview;
 mod settings;
 mod spec;
 pub mod upstream;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rstar::{AABB, RTree, RTreeObject};
@@ -14,7 +15,8 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
-use crate::gdal_source::Whole;
+use crate::gdal_source::{Whole, empty_raster};
+use crate::mosaic_overview::Overviews;
 use crate::{
     Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling, Source, SourceError, SourceInfo,
     WindowRequest,
@@ -52,6 +54,16 @@ pub struct MosaicSpec {
     /// Pieces held open at once (default 64).
     #[serde(default = "default_max_open")]
     pub max_open: usize,
+    /// Longest side, in pixels, of an overview of the whole mosaic
+    /// (default 2048; 0: none). A window whose pixels are at least as
+    /// coarse as the overview's is read from it, as GDAL reads a single
+    /// file's overviews, instead of from every piece it touches. It is
+    /// read from all the pieces, in the window's CRS, at the first such
+    /// window, and kept in memory: (bands + 1) x side² bytes at most for
+    /// 8-bit data (16 MiB for RGB at 2048 x 2048), 4 bytes per band
+    /// sample otherwise; one per CRS, for at most four CRSs.
+    #[serde(default = "default_overview")]
+    pub overview: u32,
     /// Resampling when warping each piece.
     #[serde(default)]
     pub resampling: Resampling,
@@ -67,6 +79,10 @@ fn default_location_field() -> String {
 
 fn default_max_open() -> usize {
     64
+}
+
+fn default_overview() -> u32 {
+    2048
 }
 
 /// One piece: its path and its footprint in longitude/latitude.
@@ -113,6 +129,10 @@ pub struct MosaicSource {
     open: Mutex<lru::LruCache<usize, Arc<GdalSource>>>,
     info: SourceInfo,
     report: MosaicReport,
+    /// Coarse reads of the whole mosaic, per request CRS (none when
+    /// `overview` is 0).
+    overviews: Option<Overviews>,
+    resampling: Resampling,
 }
 
 impl MosaicSource {
@@ -158,15 +178,8 @@ impl MosaicSource {
         let mut bad = Vec::new();
         let mut crs_count: HashMap<String, usize> = HashMap::new();
         let mut first: Option<SourceInfo> = None;
-        for (order, (path, footprint)) in listed.into_iter().enumerate() {
-            let opened = GdalSource::open_here(
-                &GdalSourceSpec {
-                    path: path.clone(),
-                    resampling: spec.resampling,
-                },
-                settings,
-                &|crs, bounds| crs.transform_bbox(bounds, &wgs84),
-            );
+        let opened = open_all(&listed, spec.resampling, settings, &wgs84);
+        for (order, ((path, footprint), opened)) in listed.into_iter().zip(opened).enumerate() {
             let source = match opened {
                 Ok(s) => {
                     // Not in the LRU yet: no handle stays open.
@@ -253,8 +266,10 @@ impl MosaicSource {
             name,
             tree: RTree::bulk_load(pieces),
             open: Mutex::new(lru::LruCache::new(capacity)),
+            overviews: Overviews::new(spec.overview, lonlat),
             info,
             report,
+            resampling: spec.resampling,
         })
     }
 
@@ -287,6 +302,59 @@ impl MosaicSource {
             piece.source.close_idle();
         }
     }
+}
+
+/// Opens every listed piece (reading its CRS, bounds and bands, with no
+/// handle left open), on as many threads as there are cores: GDAL spends
+/// most of a scan building each file's CRS, and pieces open independently.
+fn open_all(
+    listed: &[(String, Option<BBox>)],
+    resampling: Resampling,
+    settings: &GdalSettings,
+    wgs84: &Crs,
+) -> Vec<Result<GdalSource, SourceError>> {
+    let open_one = |path: &str| {
+        let opened = GdalSource::open_here(
+            &GdalSourceSpec {
+                path: path.to_string(),
+                resampling,
+            },
+            settings,
+            &|crs, bounds| crs.transform_bbox(bounds, wgs84),
+        );
+        if let Ok(s) = &opened {
+            // Not in the LRU yet: no handle stays open.
+            s.close_idle();
+        }
+        opened
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, NonZeroUsize::get)
+        .min(listed.len().div_ceil(16))
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<GdalSource, SourceError>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, AtomicOrdering::Relaxed);
+                        let Some((path, _)) = listed.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, open_one(path)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 fn kind(is_byte: bool) -> &'static str {
@@ -323,24 +391,30 @@ impl Source for MosaicSource {
 
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
         let wgs84 = &self.info.native_crs;
-        let n = request.width as usize * request.height as usize;
-        let mut out = Raster {
-            width: request.width,
-            height: request.height,
-            bands: (0..self.info.band_count)
-                .map(|_| {
-                    if self.info.is_byte {
-                        BandData::U8(vec![0; n])
-                    } else {
-                        BandData::F32(vec![0.0; n])
-                    }
-                })
-                .collect(),
-            valid: vec![0; n],
-        };
         let Ok(window) = request.crs.transform_bbox(&request.bbox, wgs84) else {
-            return Ok(out);
+            return Ok(empty_raster(&self.info, request.width, request.height));
         };
+        if let Some(overviews) = &self.overviews
+            && let Some(read) = overviews.read(request, &self.info, self.resampling, |whole| {
+                let lonlat = whole.crs.transform_bbox(&whole.bbox, wgs84)?;
+                self.read_pieces(whole, &lonlat)
+            })?
+        {
+            return Ok(read);
+        }
+        self.read_pieces(request, &window)
+    }
+}
+
+impl MosaicSource {
+    /// Draws every piece touching `window` (the request's extent in
+    /// longitude/latitude) into the request's pixels, in order.
+    fn read_pieces(
+        &self,
+        request: &WindowRequest<'_>,
+        window: &BBox,
+    ) -> Result<Raster, SourceError> {
+        let mut out = empty_raster(&self.info, request.width, request.height);
         let envelope =
             AABB::from_corners([window.min_x, window.min_y], [window.max_x, window.max_y]);
         let mut hits: Vec<&Piece> = self
