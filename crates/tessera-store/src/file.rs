@@ -153,11 +153,23 @@ impl FileStore {
         let mut dirty = BTreeSet::new();
         let mut staged = Vec::with_capacity(tiles.len());
         let mut failure = None;
+        // Where the file system can be synced whole, one `syncfs` after the
+        // renames makes the batch durable: files, renames and new
+        // directories at once, instead of a sync per file and directory.
+        // Until it returns nothing is acknowledged, and what a power
+        // failure leaves of an unsynced tile is the tile, nothing, or an
+        // empty file, which reads as no tile.
+        let whole_fs = durability == Durability::Synced && SYNCFS;
+        let per_file = if whole_fs {
+            Durability::Buffered
+        } else {
+            durability
+        };
         for (key, data) in tiles {
             let target = self.path_of(key);
             match self
                 .ensure_parent(&target, &mut dirty)
-                .and_then(|()| self.stage(data, durability))
+                .and_then(|()| self.stage(data, per_file))
             {
                 Ok(tmp) => staged.push((key, tmp, target)),
                 Err(e) => {
@@ -179,7 +191,10 @@ impl FileStore {
         if let Some(e) = failure {
             return Err(e);
         }
-        if durability == Durability::Synced {
+        if whole_fs {
+            sync_file_system(&self.root)
+                .map_err(|e| self.err("sync", &self.root.display(), e))?;
+        } else if durability == Durability::Synced {
             for dir in dirty {
                 sync_dir(&dir).map_err(|e| self.err("sync", &dir.display(), e))?;
             }
@@ -276,6 +291,28 @@ impl TileStore for FileStore {
             Err(e) => Err(self.err("exists", key, e)),
         }
     }
+}
+
+/// Whether [`sync_file_system`] syncs the whole file system (Linux).
+const SYNCFS: bool = cfg!(target_os = "linux");
+
+/// Writes every dirty file and directory of the file system holding `dir`
+/// to stable storage (`syncfs`).
+#[cfg(target_os = "linux")]
+fn sync_file_system(dir: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(dir)?;
+    // SAFETY: the descriptor is open for the duration of the call.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sync_file_system(_dir: &Path) -> io::Result<()> {
+    unreachable!("SYNCFS is false here")
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
