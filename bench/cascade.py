@@ -3,9 +3,10 @@
 
 Cascade: tessera and MapProxy (pip MapProxy, 4x4 metatiles with an 8-pixel
 buffer, like tessera's metatiles and gutter) in front of the same MapServer
-(scripts/mapserver), each seeding zoom 0..Z of the relief layer into an
+(scripts/mapserver, behind lighttpd FastCGI with 2 processes, as MapServer
+is deployed), each seeding zoom 0..Z of the relief layer into an
 empty file cache with 2 workers (tiles/s, upstream GetMaps from lighttpd's
-access log, peak RSS of the seeding process), and each serving every tile
+access log, peak RSS and CPU time of the seeding process tree), and each serving every tile
 of zoom 0..Z once from an empty cache to 1 and 8 clients (tiles/s, p50/p99,
 GetMaps). Mosaic: `tessera seed` of the
 relief as one COG and as 1,000 COG pieces in two CRSs: tiles/s and the most
@@ -37,7 +38,8 @@ def tiles_through(max_zoom):
 
 def timed(cmd, env=None, watch_prefix=None):
     """Runs `cmd` under /usr/bin/time -v: (seconds, peak RSS MiB, most open
-    files under `watch_prefix`, stdout)."""
+    files under `watch_prefix`, stdout, CPU seconds of the process and its
+    children)."""
     start = time.monotonic()
     proc = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -66,7 +68,8 @@ def timed(cmd, env=None, watch_prefix=None):
     if proc.returncode != 0:
         sys.exit(f"{cmd[0]} failed:\n{out}\n{err}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1)) / 1024
-    return secs, rss, most, out
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", err).group(1)) for kind in ("User", "System"))
+    return secs, rss, most, out, cpu
 
 
 def getmaps(log):
@@ -76,7 +79,7 @@ def getmaps(log):
 def restart_mapserver():
     """A fresh lighttpd (its access log is flushed when it stops)."""
     subprocess.run([str(ROOT / "scripts/mapserver"), "stop"], check=True, capture_output=True)
-    subprocess.run([str(ROOT / "scripts/mapserver"), "start"], check=True, capture_output=True)
+    subprocess.run([str(ROOT / "scripts/mapserver"), "start", "--fastcgi", "2"], check=True, capture_output=True)
     env = dict(line.removeprefix("export ").split("=", 1)
                for line in (ROOT / "var/mapserver/env").read_text().splitlines() if line.strip())
     return env["TESSERA_TEST_WMS_URL"], env["TESSERA_TEST_WMS_ACCESS_LOG"]
@@ -210,11 +213,11 @@ def main():
         for _ in range(args.runs):
             url, log = restart_mapserver()
             with tempfile.TemporaryDirectory() as work:
-                secs, rss, _, _ = seed(args.binary if name == "tessera" else args.mapproxy_seed, url, work,
-                                       args.max_zoom)
+                secs, rss, _, _, cpu = seed(args.binary if name == "tessera" else args.mapproxy_seed, url, work,
+                                            args.max_zoom)
             flush_mapserver_log()
-            runs.append((secs, rss, getmaps(log)))
-            print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps", flush=True)
+            runs.append((secs, rss, getmaps(log), cpu))
+            print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps, {cpu:.2f} s CPU", flush=True)
         results[name] = runs
     gunicorn = str(Path(args.mapproxy_seed).parent / "gunicorn")
     loads = {}
@@ -258,13 +261,18 @@ def main():
         "Command: `scripts/bench-cascade` "
         f"(`--runs {args.runs} --max-zoom {args.max_zoom}`); medians of {args.runs} runs.",
         "",
-        f"## Seeding zoom 0..{args.max_zoom} ({tiles} tiles) from MapServer, 2 workers, 4x4 metatiles, 8-pixel buffer",
+        f"## Seeding zoom 0..{args.max_zoom} ({tiles} tiles) from MapServer FastCGI, 2 workers, 4x4 metatiles, "
+        "8-pixel buffer",
         "",
-        "| | tiles/s | upstream GetMaps | peak RSS (MiB) |",
-        "|---|---:|---:|---:|",
-        f"| tessera | {tiles / med(t, 0):.1f} | {med(t, 2):.0f} | {med(t, 1):.0f} |",
-        f"| MapProxy {mapproxy_version(args.mapproxy_seed)} | {tiles / med(m, 0):.1f} | {med(m, 2):.0f} | {med(m, 1):.0f} |",
-        f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | |",
+        "CPU: user + system time of the seeding command and its children (MapServer's not included): "
+        "what the cache itself spends per tile.",
+        "",
+        "| | tiles/s | upstream GetMaps | peak RSS (MiB) | cache CPU (ms/tile) |",
+        "|---|---:|---:|---:|---:|",
+        f"| tessera | {tiles / med(t, 0):.1f} | {med(t, 2):.0f} | {med(t, 1):.0f} | {1000 * med(t, 3) / tiles:.2f} |",
+        f"| MapProxy {mapproxy_version(args.mapproxy_seed)} | {tiles / med(m, 0):.1f} | {med(m, 2):.0f} "
+        f"| {med(m, 1):.0f} | {1000 * med(m, 3) / tiles:.2f} |",
+        f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | | {med(m, 3) / med(t, 3):.2f} (less CPU) |",
         "",
         f"## Cache-miss requests: every tile of zoom 0..{args.max_zoom} once, empty cache "
         "(tessera serve; MapProxy under gunicorn, 2 workers x 8 threads)",
@@ -277,7 +285,8 @@ def main():
         *[f"| ratio tessera / MapProxy | {c} | "
           f"{med(loads[('MapProxy', c)], 0) / med(loads[('tessera', c)], 0):.2f} | | | |" for c in (1, 8)],
         "",
-        f"## Seeding zoom 0..{args.max_zoom}: one COG against 1,000 COG pieces in two CRSs",
+        f"## Seeding zoom 0..{args.max_zoom}: one COG against 1,000 COG pieces in two CRSs "
+        "(mosaic overview: the default 2048)",
         "",
         "| source | tiles/s | most piece files open | peak RSS (MiB) |",
         "|---|---:|---:|---:|",

@@ -47,6 +47,31 @@ pub struct Raster {
     pub valid: Vec<u8>,
 }
 
+impl Raster {
+    /// The three colour channels of `image` as byte bands, and its alpha as
+    /// the validity.
+    pub fn from_rgba(image: &RgbaImage) -> Raster {
+        let n = image.width as usize * image.height as usize;
+        let (mut r, mut g, mut b, mut a) = (vec![0; n], vec![0; n], vec![0; n], vec![0; n]);
+        for ((((px, r), g), b), a) in image
+            .data
+            .chunks_exact(4)
+            .zip(&mut r)
+            .zip(&mut g)
+            .zip(&mut b)
+            .zip(&mut a)
+        {
+            (*r, *g, *b, *a) = (px[0], px[1], px[2], px[3]);
+        }
+        Raster {
+            width: image.width,
+            height: image.height,
+            bands: vec![BandData::U8(r), BandData::U8(g), BandData::U8(b)],
+            valid: a,
+        }
+    }
+}
+
 /// An owned 8-bit RGBA image, rows packed (`stride = width * 4`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RgbaImage {

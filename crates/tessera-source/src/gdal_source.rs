@@ -407,20 +407,7 @@ pub(crate) fn warp_rgba(
     req: &WindowRequest<'_>,
     resampling: Resampling,
 ) -> Result<Raster, Cause> {
-    let n = image.width() as usize * image.height() as usize;
-    let mut planes = [vec![0u8; n], vec![0u8; n], vec![0u8; n], vec![0u8; n]];
-    for (i, px) in image.as_raw().chunks_exact(4).enumerate() {
-        for (plane, v) in planes.iter_mut().zip(px) {
-            plane[i] = *v;
-        }
-    }
-    let [r, g, b, a] = planes;
-    let raster = Raster {
-        width: image.width(),
-        height: image.height(),
-        bands: vec![BandData::U8(r), BandData::U8(g), BandData::U8(b)],
-        valid: a,
-    };
+    let raster = Raster::from_rgba(image);
     warp_raster(&raster, bbox, crs, req, resampling)
 }
 

@@ -15,7 +15,7 @@ use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrix
 use tessera_image::{Raster, RgbaImage, decode};
 
 use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
-use super::wms::{BasicAuth, empty, fetch_error, raster_of, refuse_non_image, same_coordinates};
+use super::wms::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -489,7 +489,7 @@ impl Source for TileSource {
                 self.grid.matrix(z).map(|m| m.resolution),
             )
         {
-            return Ok(raster_of(&crop));
+            return Ok(Raster::from_rgba(&crop));
         }
         warp_rgba(&image, &covered, &self.crs, request, self.resampling).map_err(|source| {
             SourceError::Read {

@@ -301,7 +301,7 @@ impl Source for WmsSource {
                 request.height,
                 request.cancel,
             )?;
-            return Ok(raster_of(&image));
+            return Ok(Raster::from_rgba(&image));
         }
         // Ask in the preferred CRS for the part of the window over the
         // source's extent, at about the same resolution, and warp.
@@ -378,29 +378,6 @@ pub(crate) fn empty(width: u32, height: u32) -> Raster {
 pub(crate) fn same_coordinates(a: &Crs, b: &Crs) -> bool {
     let wgs84 = |c: &Crs| matches!(c.id.as_str(), "EPSG:4326" | "OGC:CRS84");
     a.id == b.id || (wgs84(a) && wgs84(b))
-}
-
-/// Bands and validity of an RGBA image: its alpha is the validity.
-pub(crate) fn raster_of(image: &RgbaImage) -> Raster {
-    let n = image.width() as usize * image.height() as usize;
-    let mut bands = [
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    ];
-    let mut valid = Vec::with_capacity(n);
-    for px in image.as_raw().chunks_exact(4) {
-        for (c, band) in bands.iter_mut().enumerate() {
-            band.push(px[c]);
-        }
-        valid.push(px[3]);
-    }
-    Raster {
-        width: image.width(),
-        height: image.height(),
-        bands: bands.into_iter().map(BandData::U8).collect(),
-        valid,
-    }
 }
 
 /// `url` with `params` added to its query (replacing any of the same name,
