@@ -36,10 +36,19 @@ pub(crate) struct Overviews {
     side: u32,
     /// The mosaic's extent in longitude/latitude.
     lonlat: BBox,
-    /// Overviews read so far, by CRS (WKT), each as levels of halving
-    /// resolution; the lock is held while one is read, so each is read
-    /// once.
-    by_crs: Mutex<HashMap<String, Arc<Vec<Level>>>>,
+    /// Overviews by CRS (WKT): being read, or read as levels of halving
+    /// resolution.
+    by_crs: Mutex<HashMap<String, Slot>>,
+}
+
+/// An overview in one CRS.
+#[derive(Debug)]
+enum Slot {
+    /// One window is reading it from the pieces; the others read the
+    /// pieces meanwhile rather than wait.
+    Reading,
+    /// Its levels, finest first.
+    Read(Arc<Vec<Level>>),
 }
 
 /// One level of an overview: its pixels and their grid.
@@ -148,10 +157,13 @@ impl Overviews {
     }
 
     /// `request` read from the overview in its CRS when its pixels are at
-    /// least as coarse as the overview's; `None` when they are finer (or
-    /// the CRS has none and [`MAX_CRSS`] already have one): read the
-    /// pieces. The overview is read with `read_pieces` at its first use; a
-    /// failed or cancelled read is not kept.
+    /// least as coarse as the overview's; `None` when they are finer, or
+    /// when there is no overview to read yet: read the pieces. The first
+    /// such request reads the overview with `read_pieces` (without the
+    /// request's cancel flag: it is read whole, once, even if that request
+    /// gives up) while concurrent ones read the pieces; a failed read is
+    /// not kept, and its error is the request's. At most [`MAX_CRSS`] CRSs
+    /// get an overview.
     pub(crate) fn read(
         &self,
         request: &WindowRequest<'_>,
@@ -162,25 +174,46 @@ impl Overviews {
         let Some(grid) = self.grid(request.crs).filter(|g| g.serves(request)) else {
             return Ok(None);
         };
-        let levels = {
+        let key = &request.crs.wkt;
+        let ready = {
             let mut by_crs = self.by_crs.lock().unwrap_or_else(PoisonError::into_inner);
-            match by_crs.get(&request.crs.wkt) {
-                Some(o) => o.clone(),
+            match by_crs.get(key) {
+                Some(Slot::Read(levels)) => Some(levels.clone()),
+                Some(Slot::Reading) => return Ok(None),
                 None if by_crs.len() >= MAX_CRSS => return Ok(None),
                 None => {
-                    let started = std::time::Instant::now();
-                    let raster = read_strips(&grid, request, read_pieces)?;
-                    tracing::info!(
-                        crs = %request.crs.id,
-                        width = grid.width,
-                        height = grid.height,
-                        seconds = started.elapsed().as_secs_f64(),
-                        "mosaic overview read"
-                    );
-                    let levels = Arc::new(pyramid(raster, grid));
-                    by_crs.insert(request.crs.wkt.clone(), levels.clone());
-                    levels
+                    by_crs.insert(key.clone(), Slot::Reading);
+                    None
                 }
+            }
+        };
+        let levels = match ready {
+            Some(levels) => levels,
+            None => {
+                let started = std::time::Instant::now();
+                let whole = WindowRequest {
+                    cancel: None,
+                    ..*request
+                };
+                let read = read_strips(&grid, &whole, read_pieces);
+                let mut by_crs = self.by_crs.lock().unwrap_or_else(PoisonError::into_inner);
+                let raster = match read {
+                    Ok(raster) => raster,
+                    Err(e) => {
+                        by_crs.remove(key);
+                        return Err(e);
+                    }
+                };
+                tracing::info!(
+                    crs = %request.crs.id,
+                    width = grid.width,
+                    height = grid.height,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "mosaic overview read"
+                );
+                let levels = Arc::new(pyramid(raster, grid));
+                by_crs.insert(key.clone(), Slot::Read(levels.clone()));
+                levels
             }
         };
         // The coarsest level still at least as fine as the request, as GDAL

@@ -153,12 +153,12 @@ impl FileStore {
         let mut dirty = BTreeSet::new();
         let mut staged = Vec::with_capacity(tiles.len());
         let mut failure = None;
-        // Where the file system can be synced whole, one `syncfs` after the
-        // renames makes the batch durable: files, renames and new
-        // directories at once, instead of a sync per file and directory.
-        // Until it returns nothing is acknowledged, and what a power
-        // failure leaves of an unsynced tile is the tile, nothing, or an
-        // empty file, which reads as no tile.
+        // Where the file system can be synced whole, a batch is made durable
+        // with two `syncfs` calls instead of a sync per file and directory:
+        // one before the renames (every staged file's data is on disk before
+        // its name is, so a power failure never leaves a tile whose name is
+        // there and whose data is not), one after (the renames and new
+        // directories).
         let whole_fs = durability == Durability::Synced && SYNCFS;
         let per_file = if whole_fs {
             Durability::Buffered
@@ -178,6 +178,12 @@ impl FileStore {
                 }
             }
         }
+        if whole_fs
+            && failure.is_none()
+            && let Err(e) = sync_file_system(&self.root)
+        {
+            failure = Some(self.err("sync", &self.root.display(), e));
+        }
         for (key, tmp, target) in staged {
             if failure.is_some() {
                 let _ = fs::remove_file(&tmp);
@@ -192,8 +198,7 @@ impl FileStore {
             return Err(e);
         }
         if whole_fs {
-            sync_file_system(&self.root)
-                .map_err(|e| self.err("sync", &self.root.display(), e))?;
+            sync_file_system(&self.root).map_err(|e| self.err("sync", &self.root.display(), e))?;
         } else if durability == Durability::Synced {
             for dir in dirty {
                 sync_dir(&dir).map_err(|e| self.err("sync", &dir.display(), e))?;
