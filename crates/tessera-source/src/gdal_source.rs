@@ -319,23 +319,19 @@ impl GdalSource {
 
     /// Reads `req` through GDAL's warper (any CRS, nodata, masks, alpha).
     fn gdal_warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
-        let (w, h) = (req.width as usize, req.height as usize);
         let err = |source: Cause| SourceError::Read {
             path: self.path.clone(),
             source,
         };
-        let mem = DriverManager::get_driver_by_name("MEM").map_err(|e| err(e.into()))?;
-        let bands = self.info.band_count + 1;
-        let mut dst = if self.info.is_byte {
-            mem.create_with_band_type::<u8, _>("", w, h, bands)
-        } else {
-            mem.create_with_band_type::<f32, _>("", w, h, bands)
-        }
+        let (w, h) = (req.width as usize, req.height as usize);
+        let dst = mem_dataset(
+            self.info.is_byte,
+            (w, h),
+            self.info.band_count + 1,
+            &req.bbox,
+            req.crs,
+        )
         .map_err(|e| err(e.into()))?;
-        dst.set_geo_transform(&geo_transform(&req.bbox, w, h))
-            .map_err(|e| err(e.into()))?;
-        dst.set_projection(&req.crs.wkt)
-            .map_err(|e| err(e.into()))?;
 
         let mut args = vec![
             "-to",
@@ -358,31 +354,7 @@ impl GdalSource {
             WarpError::Failed(m) => err(m.into()),
         })?;
 
-        let mut out_bands = Vec::with_capacity(self.info.band_count);
-        for i in 1..=self.info.band_count {
-            let band = dst.rasterband(i).map_err(|e| err(e.into()))?;
-            out_bands.push(if self.info.is_byte {
-                let mut v = vec![0u8; w * h];
-                band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
-                    .map_err(|e| err(e.into()))?;
-                BandData::U8(v)
-            } else {
-                let mut v = vec![0f32; w * h];
-                band.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)
-                    .map_err(|e| err(e.into()))?;
-                BandData::F32(v)
-            });
-        }
-        let mut valid = vec![0u8; w * h];
-        dst.rasterband(bands)
-            .and_then(|a| a.read_into_slice((0, 0), (w, h), (w, h), &mut valid, None))
-            .map_err(|e| err(e.into()))?;
-        Ok(Raster {
-            width: req.width,
-            height: req.height,
-            bands: out_bands,
-            valid,
-        })
+        read_mem(&dst, self.info.band_count, self.info.is_byte).map_err(|e| err(e.into()))
     }
 }
 
@@ -424,47 +396,27 @@ pub(crate) fn warp_raster(
 ) -> Result<Raster, Cause> {
     let is_byte = raster.bands.iter().all(|b| matches!(b, BandData::U8(_)));
     let count = raster.bands.len();
-    let mem = DriverManager::get_driver_by_name("MEM")?;
     let (sw, sh) = (raster.width as usize, raster.height as usize);
-    let mut src = if is_byte {
-        mem.create_with_band_type::<u8, _>("", sw, sh, count + 1)?
-    } else {
-        mem.create_with_band_type::<f32, _>("", sw, sh, count + 1)?
-    };
-    src.set_geo_transform(&geo_transform(bbox, sw, sh))?;
-    src.set_projection(&crs.wkt)?;
+    let src = mem_dataset(is_byte, (sw, sh), count + 1, bbox, crs)?;
+    // GDAL converts the samples to the dataset's type as it writes them.
     for (i, data) in raster.bands.iter().enumerate() {
         let mut band = src.rasterband(i + 1)?;
         match data {
-            BandData::U8(v) if is_byte => {
+            BandData::U8(v) => {
                 band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v.clone()))?;
             }
-            other => {
-                let v: Vec<f32> = (0..sw * sh).map(|j| other.get(j)).collect();
-                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?;
+            BandData::F32(v) => {
+                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v.clone()))?;
             }
         }
     }
-    let mut alpha = src.rasterband(count + 1)?;
-    if is_byte {
-        alpha.write(
-            (0, 0),
-            (sw, sh),
-            &mut Buffer::new((sw, sh), raster.valid.clone()),
-        )?;
-    } else {
-        let v: Vec<f32> = raster.valid.iter().map(|a| f32::from(*a)).collect();
-        alpha.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?;
-    }
-    alpha.set_color_interpretation(ColorInterpretation::AlphaBand)?;
-    let (w, h) = (req.width as usize, req.height as usize);
-    let mut dst = if is_byte {
-        mem.create_with_band_type::<u8, _>("", w, h, count + 1)?
-    } else {
-        mem.create_with_band_type::<f32, _>("", w, h, count + 1)?
-    };
-    dst.set_geo_transform(&geo_transform(&req.bbox, w, h))?;
-    dst.set_projection(&req.crs.wkt)?;
+    src.rasterband(count + 1)?.write(
+        (0, 0),
+        (sw, sh),
+        &mut Buffer::new((sw, sh), raster.valid.clone()),
+    )?;
+    let size = (req.width as usize, req.height as usize);
+    let dst = mem_dataset(is_byte, size, count + 1, &req.bbox, req.crs)?;
     let args = [
         "-r",
         resampling.gdal_name(),
@@ -479,6 +431,36 @@ pub(crate) fn warp_raster(
         WarpError::Cancelled => Cause::from("cancelled"),
         WarpError::Failed(m) => Cause::from(m),
     })?;
+    Ok(read_mem(&dst, count, is_byte)?)
+}
+
+/// An in-memory dataset of `bands` bands (bytes, or `f32`) of `size`
+/// pixels covering `bbox` in `crs`, its last band the alpha band.
+fn mem_dataset(
+    is_byte: bool,
+    size: (usize, usize),
+    bands: usize,
+    bbox: &BBox,
+    crs: &Crs,
+) -> Result<Dataset, gdal::errors::GdalError> {
+    let mem = DriverManager::get_driver_by_name("MEM")?;
+    let (w, h) = size;
+    let mut ds = if is_byte {
+        mem.create_with_band_type::<u8, _>("", w, h, bands)?
+    } else {
+        mem.create_with_band_type::<f32, _>("", w, h, bands)?
+    };
+    ds.set_geo_transform(&geo_transform(bbox, w, h))?;
+    ds.set_projection(&crs.wkt)?;
+    ds.rasterband(bands)?
+        .set_color_interpretation(ColorInterpretation::AlphaBand)?;
+    Ok(ds)
+}
+
+/// The `count` data bands of a warp's in-memory output (as bytes, or as
+/// `f32`) and its alpha band after them as the validity.
+fn read_mem(dst: &Dataset, count: usize, is_byte: bool) -> Result<Raster, gdal::errors::GdalError> {
+    let (w, h) = dst.raster_size();
     let mut bands = Vec::with_capacity(count);
     for i in 1..=count {
         let band = dst.rasterband(i)?;
@@ -492,20 +474,13 @@ pub(crate) fn warp_raster(
             BandData::F32(v)
         });
     }
+    // Read as bytes whatever the band's type: GDAL converts.
     let mut valid = vec![0u8; w * h];
-    let alpha = dst.rasterband(count + 1)?;
-    if is_byte {
-        alpha.read_into_slice((0, 0), (w, h), (w, h), &mut valid, None)?;
-    } else {
-        let mut v = vec![0f32; w * h];
-        alpha.read_into_slice((0, 0), (w, h), (w, h), &mut v, None)?;
-        for (dst, a) in valid.iter_mut().zip(v) {
-            *dst = a.round().clamp(0.0, 255.0) as u8;
-        }
-    }
+    dst.rasterband(count + 1)?
+        .read_into_slice((0, 0), (w, h), (w, h), &mut valid, None)?;
     Ok(Raster {
-        width: req.width,
-        height: req.height,
+        width: w as u32,
+        height: h as u32,
         bands,
         valid,
     })

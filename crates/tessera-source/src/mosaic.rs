@@ -302,6 +302,39 @@ impl MosaicSource {
             piece.source.close_idle();
         }
     }
+
+    /// Draws every piece touching `window` (the request's extent in
+    /// longitude/latitude) into the request's pixels, in order.
+    fn read_pieces(
+        &self,
+        request: &WindowRequest<'_>,
+        window: &BBox,
+    ) -> Result<Raster, SourceError> {
+        let mut out = empty_raster(&self.info, request.width, request.height);
+        let envelope =
+            AABB::from_corners([window.min_x, window.min_y], [window.max_x, window.max_y]);
+        let mut hits: Vec<&Piece> = self
+            .tree
+            .locate_in_envelope_intersecting(&envelope)
+            .collect();
+        hits.sort_by_key(|p| p.order);
+        for piece in hits {
+            self.touch(piece);
+            let part = piece.source.read_part(request, Whole::Never);
+            self.settle(piece);
+            let part = part.map_err(|e| match e {
+                SourceError::Cancelled => SourceError::Cancelled,
+                other => SourceError::Read {
+                    path: piece.path.clone(),
+                    source: Box::new(other),
+                },
+            })?;
+            if let Some((raster, x0, y0)) = part {
+                over(&mut out, &raster, x0, y0);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Opens every listed piece (reading its CRS, bounds and bands, with no
@@ -403,41 +436,6 @@ impl Source for MosaicSource {
             return Ok(read);
         }
         self.read_pieces(request, &window)
-    }
-}
-
-impl MosaicSource {
-    /// Draws every piece touching `window` (the request's extent in
-    /// longitude/latitude) into the request's pixels, in order.
-    fn read_pieces(
-        &self,
-        request: &WindowRequest<'_>,
-        window: &BBox,
-    ) -> Result<Raster, SourceError> {
-        let mut out = empty_raster(&self.info, request.width, request.height);
-        let envelope =
-            AABB::from_corners([window.min_x, window.min_y], [window.max_x, window.max_y]);
-        let mut hits: Vec<&Piece> = self
-            .tree
-            .locate_in_envelope_intersecting(&envelope)
-            .collect();
-        hits.sort_by_key(|p| p.order);
-        for piece in hits {
-            self.touch(piece);
-            let part = piece.source.read_part(request, Whole::Never);
-            self.settle(piece);
-            let part = part.map_err(|e| match e {
-                SourceError::Cancelled => SourceError::Cancelled,
-                other => SourceError::Read {
-                    path: piece.path.clone(),
-                    source: Box::new(other),
-                },
-            })?;
-            if let Some((raster, x0, y0)) = part {
-                over(&mut out, &raster, x0, y0);
-            }
-        }
-        Ok(out)
     }
 }
 
