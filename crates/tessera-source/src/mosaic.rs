@@ -445,6 +445,10 @@ impl Source for MosaicSource {
 fn over(out: &mut Raster, top: &Raster, x0: u32, y0: u32) {
     let (ow, tw) = (out.width as usize, top.width as usize);
     for row in 0..top.height as usize {
+        let (t0, o0) = (row * tw, (y0 as usize + row) * ow + x0 as usize);
+        if top.valid[t0..t0 + tw].iter().all(|v| *v == 255) && copy_row(out, top, t0, o0, tw) {
+            continue;
+        }
         for col in 0..tw {
             let t = row * tw + col;
             let a_top = f32::from(top.valid[t]) / 255.0;
@@ -475,6 +479,34 @@ fn over(out: &mut Raster, top: &Raster, x0: u32, y0: u32) {
             out.valid[o] = (a * 255.0).round() as u8;
         }
     }
+}
+
+/// Copies `len` pixels of `top` from `t0` over `out` at `o0`, all opaque,
+/// when every band pair has one type (a slice copy); `false` (nothing
+/// written) otherwise.
+fn copy_row(out: &mut Raster, top: &Raster, t0: usize, o0: usize, len: usize) -> bool {
+    let same = out.bands.iter().zip(&top.bands).all(|pair| {
+        matches!(
+            pair,
+            (BandData::U8(_), BandData::U8(_)) | (BandData::F32(_), BandData::F32(_))
+        )
+    });
+    if !same {
+        return false;
+    }
+    for (dst, src) in out.bands.iter_mut().zip(&top.bands) {
+        match (dst, src) {
+            (BandData::U8(d), BandData::U8(s)) => {
+                d[o0..o0 + len].copy_from_slice(&s[t0..t0 + len]);
+            }
+            (BandData::F32(d), BandData::F32(s)) => {
+                d[o0..o0 + len].copy_from_slice(&s[t0..t0 + len]);
+            }
+            _ => unreachable!("checked above"),
+        }
+    }
+    out.valid[o0..o0 + len].fill(255);
+    true
 }
 
 /// Files under `dir` whose path relative to it matches `pattern` (`*`
@@ -641,5 +673,35 @@ mod tests {
             "{}",
             out.bands[0].get(0)
         );
+    }
+
+    #[test]
+    fn opaque_rows_are_copied_where_they_go_and_others_drawn_pixel_by_pixel() {
+        let mut out = Raster {
+            width: 5,
+            height: 4,
+            bands: vec![BandData::U8(vec![9; 20])],
+            valid: vec![255; 20],
+        };
+        // Its first row opaque, its second with a transparent pixel.
+        let top = Raster {
+            width: 3,
+            height: 2,
+            bands: vec![BandData::U8(vec![1, 2, 3, 4, 5, 6])],
+            valid: vec![255, 255, 255, 255, 0, 255],
+        };
+        over(&mut out, &top, 1, 1);
+        let BandData::U8(v) = &out.bands[0] else {
+            panic!("bytes expected")
+        };
+        #[rustfmt::skip]
+        let want = [
+            9, 9, 9, 9, 9,
+            9, 1, 2, 3, 9,
+            9, 4, 9, 6, 9,
+            9, 9, 9, 9, 9,
+        ];
+        assert_eq!(v.as_slice(), &want);
+        assert!(out.valid.iter().all(|a| *a == 255));
     }
 }
