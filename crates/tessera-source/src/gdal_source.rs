@@ -1262,42 +1262,69 @@ mod tests {
         gdal::vsi::unlink_mem_file(&path).unwrap();
     }
 
+    /// A request of `size` x `size` pixels over `bbox` (min x, min y, max
+    /// x, max y) in `crs`.
+    fn square(crs: &Crs, bbox: (f64, f64, f64, f64), size: u32) -> WindowRequest<'_> {
+        WindowRequest {
+            bbox: BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap(),
+            crs,
+            width: size,
+            height: size,
+            cancel: None,
+            max_source_pixels: None,
+        }
+    }
+
+    /// Writes a 64x64 GeoTIFF at `path` in Web Mercator (100 m pixels, top
+    /// left at (0, 6400)) with `bands` as its bands, the last one an alpha
+    /// band when `alpha` is set.
+    fn write_mercator_64<T: gdal::raster::GdalType + Copy>(
+        path: &str,
+        bands: Vec<Vec<T>>,
+        alpha: bool,
+    ) {
+        let driver = DriverManager::get_driver_by_name("MEM").unwrap();
+        let count = bands.len();
+        let mut mem = driver
+            .create_with_band_type::<T, _>("", 64, 64, count)
+            .unwrap();
+        mem.set_geo_transform(&[0.0, 100.0, 0.0, 6400.0, 0.0, -100.0])
+            .unwrap();
+        mem.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
+            .unwrap();
+        for (i, data) in bands.into_iter().enumerate() {
+            let mut band = mem.rasterband(i + 1).unwrap();
+            band.write((0, 0), (64, 64), &mut Buffer::new((64, 64), data))
+                .unwrap();
+            if alpha && i + 1 == count {
+                band.set_color_interpretation(ColorInterpretation::AlphaBand)
+                    .unwrap();
+            }
+        }
+        let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
+        mem.create_copy(&gtiff, path, &gdal::cpl::CslStringList::new())
+            .unwrap();
+    }
+
     #[test]
     fn alpha_sources_in_their_own_crs_are_read_with_rasterio_without_dark_edges() {
-        use gdal::raster::Buffer;
         // A 64x64 RGBA raster in Web Mercator (as `gdalwarp -dstalpha`
         // writes one): a disc of colour (200, 150, 100), black and
         // transparent around it.
         let path = format!("/vsimem/disc-{}.tif", std::process::id());
-        {
-            let driver = DriverManager::get_driver_by_name("MEM").unwrap();
-            let mut mem = driver
-                .create_with_band_type::<u8, _>("", 64, 64, 4)
-                .unwrap();
-            mem.set_geo_transform(&[0.0, 100.0, 0.0, 6400.0, 0.0, -100.0])
-                .unwrap();
-            mem.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
-                .unwrap();
-            let inside: Vec<bool> = (0..64 * 64)
-                .map(|i| {
-                    let (x, y) = (f64::from(i % 64) - 31.5, f64::from(i / 64) - 31.5);
-                    x.hypot(y) < 24.0
-                })
-                .collect();
-            for (b, colour) in [(1, 200u8), (2, 150), (3, 100), (4, 255)] {
-                let mut band = mem.rasterband(b).unwrap();
-                let plane = inside.iter().map(|&i| if i { colour } else { 0 }).collect();
-                band.write((0, 0), (64, 64), &mut Buffer::new((64, 64), plane))
-                    .unwrap();
-                if b == 4 {
-                    band.set_color_interpretation(ColorInterpretation::AlphaBand)
-                        .unwrap();
-                }
-            }
-            let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
-            mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
-                .unwrap();
-        }
+        let inside: Vec<bool> = (0..64 * 64)
+            .map(|i| {
+                let (x, y) = (f64::from(i % 64) - 31.5, f64::from(i / 64) - 31.5);
+                x.hypot(y) < 24.0
+            })
+            .collect();
+        let planes = [200u8, 150, 100, 255].map(|colour| {
+            inside
+                .iter()
+                .map(|&i| if i { colour } else { 0 })
+                .collect::<Vec<u8>>()
+        });
+        write_mercator_64(&path, Vec::from(planes), true);
         let s = open_path(&path, Resampling::Bilinear);
         assert!(s.aligned.is_some(), "an alpha band keeps the RasterIO path");
         let ds = s.acquire().unwrap();
@@ -1307,14 +1334,7 @@ mod tests {
             ((-130.0, 70.0, 6530.0, 6730.0), 37),
             ((1230.0, 1230.0, 3330.0, 3330.0), 61),
         ] {
-            let req = WindowRequest {
-                bbox: BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap(),
-                crs: &crs,
-                width: size,
-                height: size,
-                cancel: None,
-                max_source_pixels: None,
-            };
+            let req = square(&crs, bbox, size);
             let (fast, warped) = (s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
             let partial = fast.valid.iter().filter(|v| **v > 0 && **v < 255).count();
             assert!(partial > 0, "{bbox:?}: the disc's edge is blended");
@@ -1344,29 +1364,12 @@ mod tests {
 
     #[test]
     fn float_bands_in_the_sources_crs_are_read_with_rasterio_as_the_warper_reads_them() {
-        use gdal::raster::Buffer;
         // A 64x64 Float32 ramp in Web Mercator, no nodata.
         let path = format!("/vsimem/ramp-{}.tif", std::process::id());
-        {
-            let driver = DriverManager::get_driver_by_name("MEM").unwrap();
-            let mut mem = driver
-                .create_with_band_type::<f32, _>("", 64, 64, 1)
-                .unwrap();
-            mem.set_geo_transform(&[0.0, 100.0, 0.0, 6400.0, 0.0, -100.0])
-                .unwrap();
-            mem.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
-                .unwrap();
-            let ramp: Vec<f32> = (0..64 * 64)
-                .map(|i| (i % 64 + i / 64) as f32 * 0.5)
-                .collect();
-            mem.rasterband(1)
-                .unwrap()
-                .write((0, 0), (64, 64), &mut Buffer::new((64, 64), ramp))
-                .unwrap();
-            let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
-            mem.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::new())
-                .unwrap();
-        }
+        let ramp: Vec<f32> = (0..64 * 64)
+            .map(|i| (i % 64 + i / 64) as f32 * 0.5)
+            .collect();
+        write_mercator_64(&path, vec![ramp], false);
         let s = open_path(&path, Resampling::Bilinear);
         assert!(s.aligned.is_some());
         let ds = s.acquire().unwrap();
@@ -1377,14 +1380,7 @@ mod tests {
             ((1600.0, 1600.0, 4800.0, 4800.0), 32),
             ((-1000.0, 3000.0, 3000.0, 7000.0), 50),
         ] {
-            let req = WindowRequest {
-                bbox: BBox::new(bbox.0, bbox.1, bbox.2, bbox.3).unwrap(),
-                crs: &crs,
-                width: size,
-                height: size,
-                cancel: None,
-                max_source_pixels: None,
-            };
+            let req = square(&crs, bbox, size);
             let (fast, warped) = (s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
             let (BandData::F32(a), BandData::F32(b)) = (&fast.bands[0], &warped.bands[0]) else {
                 panic!("float bands expected");
