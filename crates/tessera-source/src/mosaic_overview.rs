@@ -51,6 +51,25 @@ enum Slot {
     Read(Arc<Vec<Level>>),
 }
 
+/// The `Reading` slot of an overview being read: removed when dropped
+/// before the read is done, so a later window reads it again.
+struct Reading<'a> {
+    by_crs: &'a Mutex<HashMap<String, Slot>>,
+    key: &'a str,
+    done: bool,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.by_crs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(self.key);
+        }
+    }
+}
+
 /// One level of an overview: its pixels and their grid.
 #[derive(Debug)]
 struct Level {
@@ -190,20 +209,19 @@ impl Overviews {
         let levels = match ready {
             Some(levels) => levels,
             None => {
+                // Until the overview is in, the slot is taken back on any
+                // way out (an error, or a panic in a piece's read).
+                let mut reading = Reading {
+                    by_crs: &self.by_crs,
+                    key,
+                    done: false,
+                };
                 let started = std::time::Instant::now();
                 let whole = WindowRequest {
                     cancel: None,
                     ..*request
                 };
-                let read = read_strips(&grid, &whole, read_pieces);
-                let mut by_crs = self.by_crs.lock().unwrap_or_else(PoisonError::into_inner);
-                let raster = match read {
-                    Ok(raster) => raster,
-                    Err(e) => {
-                        by_crs.remove(key);
-                        return Err(e);
-                    }
-                };
+                let levels = Arc::new(pyramid(read_strips(&grid, &whole, read_pieces)?, grid));
                 tracing::info!(
                     crs = %request.crs.id,
                     width = grid.width,
@@ -211,8 +229,11 @@ impl Overviews {
                     seconds = started.elapsed().as_secs_f64(),
                     "mosaic overview read"
                 );
-                let levels = Arc::new(pyramid(raster, grid));
-                by_crs.insert(key.clone(), Slot::Read(levels.clone()));
+                self.by_crs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.clone(), Slot::Read(levels.clone()));
+                reading.done = true;
                 levels
             }
         };
@@ -228,7 +249,7 @@ impl Overviews {
 }
 
 /// Reads the whole of `grid` with `read_pieces`, in horizontal strips, one
-/// per core, at once: the other renders of a seed wait for the overview.
+/// per core, at once (the caller's thread reads the first).
 fn read_strips(
     grid: &Grid,
     request: &WindowRequest<'_>,
