@@ -379,16 +379,15 @@ pub(crate) fn warp_rgba(
     req: &WindowRequest<'_>,
     resampling: Resampling,
 ) -> Result<Raster, Cause> {
-    let raster = Raster::from_rgba(image);
-    warp_raster(&raster, bbox, crs, req, resampling)
+    warp_raster(Raster::from_rgba(image), bbox, crs, req, resampling)
 }
 
 /// Warps a raster covering `bbox` in `crs` into the window `req` asks for,
 /// with `resampling`; its validity is carried as an alpha band (0-255, for
-/// float bands too). The raster is copied into an in-memory dataset;
+/// float bands too). The raster is moved into an in-memory dataset;
 /// nothing touches the disk.
 pub(crate) fn warp_raster(
-    raster: &Raster,
+    raster: Raster,
     bbox: &BBox,
     crs: &Crs,
     req: &WindowRequest<'_>,
@@ -399,22 +398,15 @@ pub(crate) fn warp_raster(
     let (sw, sh) = (raster.width as usize, raster.height as usize);
     let src = mem_dataset(is_byte, (sw, sh), count + 1, bbox, crs)?;
     // GDAL converts the samples to the dataset's type as it writes them.
-    for (i, data) in raster.bands.iter().enumerate() {
+    for (i, data) in raster.bands.into_iter().enumerate() {
         let mut band = src.rasterband(i + 1)?;
         match data {
-            BandData::U8(v) => {
-                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v.clone()))?;
-            }
-            BandData::F32(v) => {
-                band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v.clone()))?;
-            }
+            BandData::U8(v) => band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?,
+            BandData::F32(v) => band.write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), v))?,
         }
     }
-    src.rasterband(count + 1)?.write(
-        (0, 0),
-        (sw, sh),
-        &mut Buffer::new((sw, sh), raster.valid.clone()),
-    )?;
+    src.rasterband(count + 1)?
+        .write((0, 0), (sw, sh), &mut Buffer::new((sw, sh), raster.valid))?;
     let size = (req.width as usize, req.height as usize);
     let dst = mem_dataset(is_byte, size, count + 1, &req.bbox, req.crs)?;
     let args = [

@@ -39,6 +39,10 @@ pub(crate) struct Overviews {
     /// Overviews by CRS (WKT): being read, or read as levels of halving
     /// resolution.
     by_crs: Mutex<HashMap<String, Slot>>,
+    /// The overview's grid in each CRS asked for so far (`None`: the
+    /// extent does not transform there), so reads do not transform the
+    /// extent again.
+    grids: Mutex<HashMap<String, Option<Grid>>>,
 }
 
 /// An overview in one CRS.
@@ -149,6 +153,7 @@ impl Overviews {
             side,
             lonlat,
             by_crs: Mutex::new(HashMap::new()),
+            grids: Mutex::new(HashMap::new()),
         })
     }
 
@@ -156,6 +161,20 @@ impl Overviews {
     /// to Web Mercator's latitudes for a projected `crs`, which cannot hold
     /// the poles).
     fn grid(&self, crs: &Crs) -> Option<Grid> {
+        const MOST_KEPT: usize = 64;
+        let mut grids = self.grids.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(grid) = grids.get(&crs.wkt) {
+            return *grid;
+        }
+        let grid = self.fit(crs);
+        if grids.len() < MOST_KEPT {
+            grids.insert(crs.wkt.clone(), grid);
+        }
+        grid
+    }
+
+    /// [`Overviews::grid`], computed.
+    fn fit(&self, crs: &Crs) -> Option<Grid> {
         let wgs84 = Crs::parse("OGC:CRS84").ok()?;
         let extent = if crs.geographic {
             self.lonlat
@@ -414,7 +433,7 @@ fn read_window(
         max_y: g.max_y - y0 * grid.res_y,
         min_y: g.max_y - y1 * grid.res_y,
     };
-    warp_raster(&part, &bbox, request.crs, request, resampling).map_err(|source| {
+    warp_raster(part, &bbox, request.crs, request, resampling).map_err(|source| {
         match request.cancel {
             Some(c) if c.load(std::sync::atomic::Ordering::Acquire) => SourceError::Cancelled,
             _ => SourceError::Read {
