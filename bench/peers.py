@@ -400,7 +400,9 @@ def bench_hits(args, binary, cog, pyramid, pmtiles, pmtiles_bin, work):
     paths = {k: write_paths(work / f"paths-{k}.txt", [f.format(z=z, x=x, y=y) for z, x, y in tiles])
              for k, f in fmts.items()}
     with contextlib.ExitStack() as stack:
-        nginx_port, nginx_proc = stack.enter_context(nginx_static(work, pyramid))
+        # nginx serves the tree through the same path as tessera's store
+        # (its root, then the symlink to the pyramid): the same walk per file.
+        nginx_port, nginx_proc = stack.enter_context(nginx_static(work, store / LAYER / "WebMercatorQuad"))
         mem_port, mem_proc = stack.enter_context(
             tessera_process(binary, tessera_config(cog, store, memory_mb=1024), work / "t-mem"))
         file_port, file_proc = stack.enter_context(

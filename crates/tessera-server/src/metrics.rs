@@ -185,6 +185,7 @@ pub struct Metrics {
     tile_requests: Family<RequestLabels, Counter>,
     metatile_renders: Family<LayerLabels, Counter>,
     tile_encodes: Family<LayerLabels, Counter>,
+    files_sent: Counter,
     store_op_seconds: HistogramFamily<StoreLabels>,
     store_errors: Family<StoreLabels, Counter>,
     lock_wait_seconds: HistogramFamily<KindLabels>,
@@ -236,6 +237,12 @@ impl Metrics {
             "tessera_metatile_renders",
             "Metatiles rendered",
             metatile_renders.clone(),
+        );
+        let files_sent = Counter::default();
+        registry.register(
+            "tessera_tile_files_sent",
+            "Tile hits sent from their file by sendfile, without being read",
+            files_sent.clone(),
         );
         let tile_encodes = Family::<LayerLabels, Counter>::default();
         registry.register(
@@ -317,6 +324,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            files_sent,
             http_request_seconds,
             render_seconds,
             lease_requests,
@@ -404,6 +412,11 @@ impl Metrics {
                 layer: layer.into(),
             })
             .inc_by(n);
+    }
+
+    /// Counts a tile hit sent from its file (see `http::sendfile`).
+    pub fn file_sent(&self) {
+        self.files_sent.inc();
     }
 
     /// Records a lock wait.
@@ -538,6 +551,10 @@ impl TileStore for TimedStore {
 
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
         self.inner.peek(key)
+    }
+
+    fn peek_file(&self, key: &TileKey) -> Option<tessera_store::Peeked> {
+        self.inner.peek_file(key)
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {

@@ -28,7 +28,7 @@ use tessera_grid::{TileCoord, TileRange};
 use tessera_image::{Color, EncodeOptions, ImageView, RgbaImage, encode};
 use tessera_store::cluster::Acquired;
 use tessera_store::{
-    Durability, HeldTile, MemoryStore, StoreError, TileKey, TileStore, content_hash,
+    Durability, HeldTile, MemoryStore, Peeked, StoreError, TileKey, TileStore, content_hash,
 };
 
 use crate::cluster::{LeaseHolder, jittered};
@@ -77,6 +77,18 @@ pub struct Tile {
     /// When the tile was stored (a miss: now; `None`: the store does not
     /// know). Sent as `Last-Modified`.
     pub stored_at: Option<SystemTime>,
+}
+
+impl Tile {
+    /// A hit on the tile `held`.
+    pub fn hit(held: HeldTile) -> Tile {
+        Tile {
+            bytes: held.bytes,
+            hash: held.hash,
+            status: CacheStatus::Hit,
+            stored_at: held.stored_at,
+        }
+    }
 }
 
 /// What a seed step did with one metatile.
@@ -328,14 +340,37 @@ impl TileCache {
     /// blocking (memory, or a file in the page cache), counted as a hit;
     /// `None` when [`TileCache::get`] must be asked.
     pub fn peek_hit(&self, req: &TileRequest) -> Option<Tile> {
+        match self.peek_hit_as(req, false)? {
+            Peeked::Held(held) => Some(Tile::hit(held)),
+            Peeked::File(_) => None,
+        }
+    }
+
+    /// Like [`TileCache::peek_hit`], but the tile may come as its open
+    /// file (see [`TileStore::peek_file`]); a [`Peeked::Held`] becomes a
+    /// [`Tile`] with [`Tile::hit`].
+    pub fn peek_hit_file(&self, req: &TileRequest) -> Option<Peeked> {
+        self.peek_hit_as(req, true)
+    }
+
+    fn peek_hit_as(&self, req: &TileRequest, file: bool) -> Option<Peeked> {
         let cache = req.layer.cache.as_ref()?;
-        let held = cache.store.peek(&tile_key(req, req.coord))?;
-        if !cache.freshness.is_fresh(held.stored_at, SystemTime::now()) {
+        let key = tile_key(req, req.coord);
+        let peeked = if file {
+            cache.store.peek_file(&key)?
+        } else {
+            Peeked::Held(cache.store.peek(&key)?)
+        };
+        let stored_at = match &peeked {
+            Peeked::Held(held) => held.stored_at,
+            Peeked::File(file) => file.stored_at,
+        };
+        if !cache.freshness.is_fresh(stored_at, SystemTime::now()) {
             return None;
         }
         self.metrics
             .tile_request(&req.layer.name, RequestResult::Hit);
-        Some(hit(held))
+        Some(peeked)
     }
 
     async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
@@ -371,7 +406,7 @@ impl TileCache {
         if let Some(held) = self.lookup(&cache.store, &key).await
             && fresh(&held)
         {
-            return Ok(hit(held));
+            return Ok(Tile::hit(held));
         }
         if req.layer.passthrough
             && let Some(tile) = self.pass_through(req, cache, &key).await?
@@ -385,7 +420,7 @@ impl TileCache {
         if let Some(held) = self.lookup(&cache.store, &key).await
             && fresh(&held)
         {
-            return Ok(hit(held));
+            return Ok(Tile::hit(held));
         }
         let lease = match self.lease(req, cache, &meta, Some(&key)).await? {
             Leased::Render(lease) => lease,
@@ -400,7 +435,7 @@ impl TileCache {
                     .collect();
                 let store = cache.store.clone();
                 let _ = run_blocking(move || store.get_many(&keys)).await;
-                return Ok(hit(held));
+                return Ok(Tile::hit(held));
             }
         };
         let cutter = self.render_metatile(req, meta).await?;
@@ -541,7 +576,7 @@ impl TileCache {
         if let Some(held) = self.lookup(&cache.store, key).await
             && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
         {
-            return Ok(Some(hit(held)));
+            return Ok(Some(Tile::hit(held)));
         }
         if req.format.is_vector() {
             let bytes = self.vector_tile(req).await?;
@@ -974,15 +1009,6 @@ impl TileCache {
             kind: "tile",
             after,
         })
-    }
-}
-
-fn hit(held: HeldTile) -> Tile {
-    Tile {
-        bytes: held.bytes,
-        hash: held.hash,
-        status: CacheStatus::Hit,
-        stored_at: held.stored_at,
     }
 }
 

@@ -13,16 +13,21 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
 use crate::{
-    Durability, HeldTile, StoreError, StoredTile, TileKey, TileStore, check_not_empty, content_hash,
+    Durability, HeldFile, HeldTile, Peeked, StoreError, StoredTile, TileKey, TileStore,
+    check_not_empty, content_hash,
 };
 
 const STAGING_DIR: &str = ".staging";
+
+/// Content hashes of files kept by default (80 bytes each: 5 MiB).
+pub const DEFAULT_HASH_CACHE: usize = 65_536;
 
 /// Row order of the directory tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -39,12 +44,86 @@ pub enum FileLayout {
 #[derive(Debug)]
 pub struct FileStore {
     root: PathBuf,
+    /// `root`, open: hits open their tile relative to it (a shorter path
+    /// walk than from `/`).
+    root_dir: File,
     layout: FileLayout,
     staging: PathBuf,
     next_staging: AtomicU64,
     /// Held (locked) for as long as the store is open, so that no other
     /// process sweeps our staging directory.
     _staging_lock: File,
+    /// Content hashes of files read lately; `None`: every hit is read.
+    hashes: Option<KnownHashes>,
+}
+
+/// What changes whenever a file's content does: a tile replaced by a
+/// rename is another inode; one written in place (by another tool) has a
+/// new change time (on kernels before 6.13, a rewrite of the same length
+/// within one clock tick of the last change can keep it). Hard links of one
+/// file share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+/// A file's identity and content hash, or nothing.
+type Slot = Option<(FileId, u128)>;
+
+/// Content hashes by [`FileId`] in a table where each id has one slot (a
+/// newer id in the same slot replaces the older): a lookup is one memory
+/// access and a hit changes nothing.
+#[derive(Debug)]
+struct KnownHashes {
+    slots: Mutex<Box<[Slot]>>,
+    mask: usize,
+}
+
+impl KnownHashes {
+    /// A table of `entries` slots, rounded up to a power of two.
+    fn new(entries: usize) -> KnownHashes {
+        let len = entries.max(1).next_power_of_two();
+        KnownHashes {
+            slots: Mutex::new(vec![None; len].into_boxed_slice()),
+            mask: len - 1,
+        }
+    }
+
+    fn slot(&self, id: &FileId) -> usize {
+        let mixed = (id.ino ^ id.dev.rotate_left(32) ^ id.ctime.1 as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed >> 32) as usize & self.mask
+    }
+
+    fn get(&self, id: &FileId) -> Option<u128> {
+        let slot = self.slot(id);
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        match &slots[slot] {
+            Some((held, hash)) if held == id => Some(*hash),
+            _ => None,
+        }
+    }
+
+    fn put(&self, id: FileId, hash: u128) {
+        let slot = self.slot(&id);
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)[slot] = Some((id, hash));
+    }
+}
+
+impl FileId {
+    fn of(meta: &fs::Metadata) -> FileId {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
 }
 
 impl FileStore {
@@ -63,13 +142,36 @@ impl FileStore {
         sweep_staging(&staging_root).map_err(|e| io_err("sweep", &staging_root, e))?;
         let (staging, lock) =
             claim_staging_dir(&staging_root).map_err(|e| io_err("create", &staging_root, e))?;
+        let root_dir = File::open(&root).map_err(|e| io_err("open", &root, e))?;
         Ok(FileStore {
             root,
+            root_dir,
             layout,
             staging,
             next_staging: AtomicU64::new(0),
             _staging_lock: lock,
+            hashes: Some(KnownHashes::new(DEFAULT_HASH_CACHE)),
         })
+    }
+
+    /// Keeps the content hashes of at most `entries` files read lately (the
+    /// default is [`DEFAULT_HASH_CACHE`]), so that [`TileStore::peek_file`]
+    /// can answer with the open file when it is unchanged; 0 keeps none and
+    /// `peek_file` then always reads.
+    #[must_use]
+    pub fn with_hash_cache(mut self, entries: usize) -> FileStore {
+        self.hashes = (entries > 0).then(|| KnownHashes::new(entries));
+        self
+    }
+
+    fn known_hash(&self, id: &FileId) -> Option<u128> {
+        self.hashes.as_ref()?.get(id)
+    }
+
+    fn remember_hash(&self, id: FileId, hash: u128) {
+        if let Some(hashes) = &self.hashes {
+            hashes.put(id, hash);
+        }
     }
 
     /// The root directory.
@@ -89,6 +191,72 @@ impl FileStore {
         p.push(key.coord.x().to_string());
         p.push(format!("{row}.{}", key.format.extension()));
         p
+    }
+
+    /// Opens the tile of `key` for reading: relative to the root directory
+    /// (`openat`) where the system has it, else by its whole path.
+    fn open_tile(&self, key: &TileKey) -> io::Result<File> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::{AsRawFd, FromRawFd};
+            let row = match self.layout {
+                FileLayout::Xyz => key.coord.y(),
+                FileLayout::Tms => key.tms_row(),
+            };
+            let mut buf = [0u8; 512];
+            let mut cursor = io::Cursor::new(&mut buf[..]);
+            let (z, x, ext) = (key.coord.z(), key.coord.x(), key.format.extension());
+            // A name too long for the buffer or with a NUL in it takes the
+            // whole path.
+            if write!(cursor, "{}/{}/{z}/{x}/{row}.{ext}\0", key.layer, key.grid).is_ok() {
+                let len = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
+                if let Ok(relative) = std::ffi::CStr::from_bytes_with_nul(&buf[..len]) {
+                    // SAFETY: `relative` is a NUL-terminated string and the
+                    // directory descriptor is open for the call.
+                    let fd = unsafe {
+                        libc::openat(
+                            self.root_dir.as_raw_fd(),
+                            relative.as_ptr(),
+                            libc::O_RDONLY | libc::O_CLOEXEC,
+                        )
+                    };
+                    if fd < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // SAFETY: `fd` was just opened and is owned by nothing else.
+                    return Ok(unsafe { File::from_raw_fd(fd) });
+                }
+            }
+        }
+        File::open(self.path_of(key))
+    }
+
+    /// [`TileStore::peek_file`], or [`TileStore::peek`] when `file` is
+    /// false (bytes only).
+    fn peek_open(&self, key: &TileKey, file: bool) -> Option<Peeked> {
+        let mut f = self.open_tile(key).ok()?;
+        let meta = f.metadata().ok()?;
+        let id = FileId::of(&meta);
+        let stored_at = meta.modified().ok();
+        if file
+            && let Some(hash) = self.known_hash(&id)
+            && page_cached::resident(&f, id.len)
+        {
+            return Some(Peeked::File(HeldFile {
+                file: f,
+                len: id.len,
+                hash,
+                stored_at,
+            }));
+        }
+        let data = page_cached::read(&mut f, id.len)?;
+        let hash = content_hash(&data);
+        self.remember_hash(id, hash);
+        Some(Peeked::Held(HeldTile {
+            hash,
+            bytes: Bytes::from(data),
+            stored_at,
+        }))
     }
 
     fn err(&self, op: &'static str, key: &dyn std::fmt::Display, e: io::Error) -> StoreError {
@@ -231,14 +399,17 @@ impl TileStore for FileStore {
     /// read that would wait for the disk, a missing or empty file, or
     /// another system answers `None` and the caller reads with `get`.
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
-        let mut f = File::open(self.path_of(key)).ok()?;
-        let meta = f.metadata().ok()?;
-        let data = page_cached::read(&mut f, meta.len())?;
-        Some(HeldTile {
-            hash: content_hash(&data),
-            bytes: Bytes::from(data),
-            stored_at: meta.modified().ok(),
-        })
+        match self.peek_open(key, false)? {
+            Peeked::Held(held) => Some(held),
+            Peeked::File(_) => None,
+        }
+    }
+
+    /// The open file when its content hash is known (it was read lately
+    /// and has not changed since) and all of it is in the page cache; else
+    /// its bytes as [`TileStore::peek`] reads them.
+    fn peek_file(&self, key: &TileKey) -> Option<Peeked> {
+        self.peek_open(key, true)
     }
 
     /// The file's modification time is when the tile was stored (a tile is
@@ -393,6 +564,7 @@ impl Drop for FileStore {
 /// Reads that never wait for the disk.
 mod page_cached {
     use std::fs::File;
+    use std::io;
 
     /// Largest file read this way; bigger ones go through a blocking read.
     const MAX_BYTES: u64 = 4 << 20;
@@ -426,6 +598,79 @@ mod page_cached {
         // SAFETY: the kernel wrote exactly `len` bytes from the start.
         unsafe { data.set_len(len) };
         Some(data)
+    }
+
+    /// Whether every page of `f`'s first `len` bytes is in the page cache
+    /// (`cachestat`, Linux 6.5 and later; `false` where it is missing).
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    pub fn resident(f: &File, len: u64) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// The system call's number (the same on every architecture since 6.5).
+        const SYS_CACHESTAT: libc::c_long = 451;
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        /// The kernel's `struct cachestat`.
+        #[repr(C)]
+        #[derive(Default)]
+        #[allow(clippy::struct_field_names)] // the kernel's names
+        struct Stat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        static MISSING: AtomicBool = AtomicBool::new(false);
+        if len == 0 || len > MAX_BYTES || MISSING.load(Ordering::Relaxed) {
+            return false;
+        }
+        let range = Range { off: 0, len };
+        let mut stat = Stat::default();
+        // SAFETY: both pointers are to live values of the layouts the call
+        // takes; the descriptor is `f`'s, open and owned.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                f.as_raw_fd(),
+                &raw const range,
+                &raw mut stat,
+                0,
+            )
+        };
+        if r != 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                MISSING.store(true, Ordering::Relaxed);
+            }
+            return false;
+        }
+        let page = page_size();
+        stat.nr_cache >= len.div_ceil(page)
+    }
+
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    fn page_size() -> u64 {
+        // SAFETY: sysconf has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(size).unwrap_or(4096)
+    }
+
+    /// Elsewhere residency is not known: always `false` (the bytes are read).
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    pub fn resident(_f: &File, _len: u64) -> bool {
+        false
     }
 
     /// Other systems have no non-blocking file read: always `None`.

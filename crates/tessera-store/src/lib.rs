@@ -26,7 +26,7 @@ pub mod upload;
 
 pub use bytesize::ByteSize;
 pub use disk_cache::DiskCache;
-pub use file::{FileLayout, FileStore};
+pub use file::{DEFAULT_HASH_CACHE, FileLayout, FileStore};
 pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
@@ -214,6 +214,16 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Like [`TileStore::peek`], but a store that keeps each tile as a
+    /// whole file may answer with the open file instead of its bytes
+    /// ([`Peeked::File`]), so that a server can hand it to the socket
+    /// without reading it. It does so only when every page of the file is
+    /// in the page cache and its content hash is known without reading it.
+    /// The default answers what `peek` does.
+    fn peek_file(&self, key: &TileKey) -> Option<Peeked> {
+        self.peek(key).map(Peeked::Held)
+    }
+
     /// Whether writing a metatile's tiles with one `put_many` costs much
     /// less than writing them one by one (tiles grouped into objects on an
     /// object store); the tile cache then saves a rendered metatile's tiles
@@ -368,6 +378,29 @@ pub struct HeldTile {
     pub hash: u128,
     /// When it was written to the store (`None`: not known).
     pub stored_at: Option<SystemTime>,
+}
+
+/// A tile kept whole in a file the page cache holds, opened (see
+/// [`TileStore::peek_file`]).
+#[derive(Debug)]
+pub struct HeldFile {
+    /// The tile's file, open for reading from offset 0.
+    pub file: std::fs::File,
+    /// Its length in bytes when it was opened (never 0).
+    pub len: u64,
+    /// [`content_hash`] of its bytes.
+    pub hash: u128,
+    /// When it was written to the store (`None`: not known).
+    pub stored_at: Option<SystemTime>,
+}
+
+/// What [`TileStore::peek_file`] found.
+#[derive(Debug)]
+pub enum Peeked {
+    /// The tile's bytes.
+    Held(HeldTile),
+    /// The tile's open file.
+    File(HeldFile),
 }
 
 /// A 128-bit hash of a tile's bytes (XXH3-128): equal bytes, equal hash.

@@ -54,6 +54,11 @@ pub struct FileSpec {
     /// In-memory LRU in front of the files (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+    /// Content hashes of files kept so that a hit on an unchanged file is
+    /// sent without reading it (default [`crate::DEFAULT_HASH_CACHE`]
+    /// entries, 80 bytes each; 0 = every hit is read).
+    #[serde(default)]
+    pub hash_cache: Option<usize>,
 }
 
 /// `type: journal`.
@@ -335,7 +340,13 @@ impl StoreSpec {
         };
         self.validate().map_err(invalid)?;
         Ok(match self {
-            StoreSpec::File(s) => Arc::new(FileStore::open(&s.path, s.layout)?),
+            StoreSpec::File(s) => {
+                let store = FileStore::open(&s.path, s.layout)?;
+                Arc::new(match s.hash_cache {
+                    Some(entries) => store.with_hash_cache(entries),
+                    None => store,
+                })
+            }
             StoreSpec::Journal(s) => {
                 let options = JournalOptions {
                     segment_size: Size::or(s.segment, DEFAULT_SEGMENT),

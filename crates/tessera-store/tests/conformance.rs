@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tessera_grid::TileFormat;
 use tessera_store::conformance::{key, payload, run_all};
 use tessera_store::{
-    Durability, FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions, MbtilesStore,
-    MemoryStore, TileStore,
+    Durability, FileLayout, FileStore, HeldFile, HeldTile, JournalOptions, JournalStore,
+    MbtilesOptions, MbtilesStore, MemoryStore, Peeked, TileStore,
 };
 
 #[test]
@@ -449,6 +449,82 @@ fn a_file_in_the_page_cache_is_read_without_blocking_and_a_missing_or_empty_one_
     );
     std::fs::write(store.path_of(&k), b"").unwrap();
     assert_eq!(store.peek(&k), None, "an empty file is not a tile");
+}
+
+/// The hash the file answer carries, or a panic when the answer is bytes.
+fn peeked_file(peeked: Option<Peeked>) -> HeldFile {
+    match peeked {
+        Some(Peeked::File(f)) => f,
+        other => panic!("expected the open file, got {other:?}"),
+    }
+}
+
+fn peeked_bytes(peeked: Option<Peeked>) -> HeldTile {
+    match peeked {
+        Some(Peeked::Held(held)) => held,
+        other => panic!("expected the bytes, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_file_read_once_is_answered_as_the_open_file_until_it_changes() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    for layout in [FileLayout::Xyz, FileLayout::Tms] {
+        let store = FileStore::open(dir.path().join(format!("{layout:?}")), layout).unwrap();
+        let k = key("relief", 3, 5, 2, TileFormat::Png);
+        assert!(store.peek_file(&k).is_none(), "missing");
+        store
+            .put(&k, payload(3, 70_000), Durability::Buffered)
+            .unwrap();
+        // First sight: read and hashed.
+        let first = peeked_bytes(store.peek_file(&k));
+        assert_eq!(first.bytes, payload(3, 70_000));
+        // Then the file itself, with the same hash and time.
+        let mut held = peeked_file(store.peek_file(&k));
+        assert_eq!((held.hash, held.len), (first.hash, 70_000));
+        assert_eq!(held.stored_at, first.stored_at);
+        let mut sent = Vec::new();
+        held.file.read_to_end(&mut sent).unwrap();
+        assert_eq!(
+            sent,
+            payload(3, 70_000),
+            "{layout:?}: the file opened is the tile's"
+        );
+
+        // Replaced by a rename (a new tile): read again, new hash.
+        store
+            .put(&k, payload(4, 70_000), Durability::Buffered)
+            .unwrap();
+        let replaced = peeked_bytes(store.peek_file(&k));
+        assert_eq!(replaced.bytes, payload(4, 70_000));
+        assert_eq!(peeked_file(store.peek_file(&k)).hash, replaced.hash);
+
+        // Rewritten in place by another tool, same length: read again (a
+        // clock tick later; kernels before 6.13 stamp changes within one
+        // tick alike).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(store.path_of(&k), payload(5, 70_000)).unwrap();
+        let rewritten = peeked_bytes(store.peek_file(&k));
+        assert_eq!(rewritten.bytes, payload(5, 70_000));
+        assert_ne!(rewritten.hash, replaced.hash);
+        assert_eq!(peeked_file(store.peek_file(&k)).hash, rewritten.hash);
+    }
+}
+
+#[test]
+fn without_a_hash_cache_every_file_hit_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path(), FileLayout::Xyz)
+        .unwrap()
+        .with_hash_cache(0);
+    let k = key("relief", 2, 1, 1, TileFormat::Png);
+    store
+        .put(&k, payload(3, 5000), Durability::Buffered)
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(peeked_bytes(store.peek_file(&k)).bytes, payload(3, 5000));
+    }
 }
 
 #[test]

@@ -39,7 +39,9 @@ fn backend(kind: &str, label: &str) -> (String, BTreeMap<String, String>) {
             )]),
         ),
         "file" => {
-            let dir = std::env::temp_dir().join(prefix);
+            // Cargo's scratch directory for integration tests, not /tmp:
+            // these directories outlive the test run.
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(prefix);
             (format!("file://{}", dir.display()), BTreeMap::new())
         }
         other => panic!("unknown backend {other}"),

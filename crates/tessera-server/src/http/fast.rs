@@ -10,12 +10,16 @@
 //! Everything else (a miss, a vector tile, `HEAD`, a path with
 //! percent-escapes, CORS by a list of origins) goes to the router.
 
-use axum::http::{HeaderName, HeaderValue, Method, Request, header};
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::Response;
+use tessera_grid::TileFormat;
+use tessera_store::Peeked;
 
 use super::access::Record;
 use super::address::TileAddress;
+use super::sendfile::FileBodies;
 use super::{AppState, cors, tile_response};
+use crate::tile_cache::{CacheStatus, Tile};
 
 /// What the short way needs besides the state, computed once per router.
 #[derive(Debug, Clone)]
@@ -35,7 +39,16 @@ impl FastTiles {
 
     /// The response when `request` is a tile hit the short way can answer,
     /// else `None` (nothing was counted; the router serves it).
-    pub fn serve<B>(&self, state: &AppState, request: &Request<B>) -> Option<Response> {
+    ///
+    /// With `files`, the connection's queue of file bodies, a tile kept as
+    /// a file the page cache holds is answered with the file itself (sent
+    /// by `sendfile`, see [`super::sendfile`]) instead of its bytes.
+    pub fn serve<B>(
+        &self,
+        state: &AppState,
+        request: &Request<B>,
+        files: Option<&FileBodies>,
+    ) -> Option<Response> {
         let cors = self.cors.as_ref()?;
         if request.method() != Method::GET {
             return None;
@@ -46,7 +59,27 @@ impl FastTiles {
         if tile.format.is_vector() {
             return None;
         }
-        let found = state.tiles.peek_hit(&tile)?;
+        // A mixed-format tile's media type is read from its bytes.
+        let (found, file) = match files {
+            Some(_) if tile.format != TileFormat::Mixed => {
+                match state.tiles.peek_hit_file(&tile)? {
+                    Peeked::Held(held) => (Tile::hit(held), None),
+                    Peeked::File(held) => match FileBodies::stand_in(held.len) {
+                        Some(bytes) => (
+                            Tile {
+                                bytes,
+                                hash: held.hash,
+                                status: CacheStatus::Hit,
+                                stored_at: held.stored_at,
+                            },
+                            Some(held),
+                        ),
+                        None => return None,
+                    },
+                }
+            }
+            _ => (state.tiles.peek_hit(&tile)?, None),
+        };
         let mut response = tile_response(tile, found, request.headers()).ok()?;
         let length = axum::body::HttpBody::size_hint(response.body()).exact();
         let headers = response.headers_mut();
@@ -57,6 +90,14 @@ impl FastTiles {
             headers.insert(name.clone(), value.clone());
         }
         record.finish(state, &response);
+        // Last, when nothing can fail any more: the file waits for the
+        // stand-in body that only a 200 carries (a 304 has none).
+        if let (Some(files), Some(held)) = (files, file)
+            && response.status() == StatusCode::OK
+        {
+            files.queue(held.file, held.len);
+            state.metrics.file_sent();
+        }
         Some(response)
     }
 }

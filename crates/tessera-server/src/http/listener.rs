@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::App;
+use super::sendfile::{FileBodies, SendfileIo};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
@@ -232,9 +233,14 @@ async fn connection(
                 closing: AtomicBool::new(false),
             },
         );
+    let files = Arc::new(FileBodies::default());
     let service = {
-        let (in_flight, last_active, table) =
-            (in_flight.clone(), last_active.clone(), table.clone());
+        let (in_flight, last_active, table, files) = (
+            in_flight.clone(),
+            last_active.clone(),
+            table.clone(),
+            files.clone(),
+        );
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             in_flight.fetch_add(1, Ordering::AcqRel);
             last_active.store(table.now_ms(), Ordering::Release);
@@ -242,7 +248,7 @@ async fn connection(
                 (in_flight.clone(), last_active.clone(), table.clone());
             // The router current now serves this request to its end.
             let app = routers.borrow().clone();
-            let response = app.call(request);
+            let response = app.call_with(request, Some(&files));
             async move {
                 let response = response.await;
                 last_active.store(table.now_ms(), Ordering::Release);
@@ -254,8 +260,11 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_timeout);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+        .header_read_timeout(settings.header_timeout)
+        // Body buffers reach the IO as they are, never copied into hyper's
+        // own: file bodies are recognised there (see `sendfile`).
+        .writev(true);
+    let conn = builder.serve_connection(SendfileIo::new(stream, files), service);
     tokio::pin!(conn);
     let idle_ms = settings.idle_timeout.as_millis() as u64;
     let closing = loop {

@@ -13,6 +13,7 @@ pub mod listener;
 pub mod live;
 pub mod params;
 mod preview;
+pub mod sendfile;
 mod templates;
 mod tilejson;
 mod tiles;
@@ -95,8 +96,18 @@ impl App {
     /// The short way's answer to `request` when it is a tile hit the short
     /// way takes (counted and logged as the router would), else `None`.
     pub fn try_fast<B>(&self, request: &axum::http::Request<B>) -> Option<Response> {
+        self.try_fast_with(request, None)
+    }
+
+    /// [`App::try_fast`], answering tiles kept as files with the file
+    /// itself through `files` (the connection's queue) when given.
+    fn try_fast_with<B>(
+        &self,
+        request: &axum::http::Request<B>,
+        files: Option<&sendfile::FileBodies>,
+    ) -> Option<Response> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.fast.serve(&self.state, request)
+            self.fast.serve(&self.state, request, files)
         }))
         .ok()
         .flatten()
@@ -113,9 +124,23 @@ impl App {
         B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
+        self.call_with(request, None)
+    }
+
+    /// [`App::call`] for a connection whose file bodies wait in `files`
+    /// (see [`sendfile`]).
+    pub fn call_with<B>(
+        &self,
+        request: axum::http::Request<B>,
+        files: Option<&sendfile::FileBodies>,
+    ) -> impl Future<Output = Result<Response, std::convert::Infallible>> + use<B>
+    where
+        B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         use futures::future::{Either, ready};
         use tower::ServiceExt;
-        match self.try_fast(&request) {
+        match self.try_fast_with(&request, files) {
             Some(response) => Either::Left(ready(Ok(response))),
             None => Either::Right(
                 self.router
@@ -347,6 +372,18 @@ pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
     r
 }
 
+/// A header value written without a `String` on the way (the value is
+/// copied once, into the header); `None` when it is longer than 64 bytes or
+/// not a valid header value.
+fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue> {
+    use std::io::Write;
+    let mut buf = [0u8; 64];
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    cursor.write_fmt(args).ok()?;
+    let len = usize::try_from(cursor.position()).ok()?;
+    HeaderValue::from_bytes(&buf[..len]).ok()
+}
+
 /// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
 /// (a hash of the bytes), `Last-Modified` (when the tile was stored, if the
 /// store knows), `Cache-Control` from the layer, and 304 when the client's
@@ -373,9 +410,9 @@ fn tile_response(
     let vector = tile.format.is_vector();
     let packed = vector && accepts_gzip(request_headers);
     let etag = if vector && !packed {
-        format!("\"{:032x}-identity\"", result.hash)
+        header_value(format_args!("\"{:032x}-identity\"", result.hash))
     } else {
-        format!("\"{:032x}\"", result.hash)
+        header_value(format_args!("\"{:032x}\"", result.hash))
     };
     let last_modified = result.stored_at.map(httpdate::HttpDate::from);
     let not_modified = if request_headers.contains_key(header::IF_NONE_MATCH) {
@@ -385,7 +422,12 @@ fn tile_response(
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
-            .any(|candidate| candidate == etag || candidate == "*")
+            .any(|candidate| {
+                candidate == "*"
+                    || etag
+                        .as_ref()
+                        .is_some_and(|e| candidate.as_bytes() == e.as_bytes())
+            })
     } else {
         let since = request_headers
             .get(header::IF_MODIFIED_SINCE)
@@ -414,15 +456,14 @@ fn tile_response(
             .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     }
     let headers = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&etag) {
+    headers.reserve(12);
+    if let Some(v) = etag {
         headers.insert(header::ETAG, v);
     }
-    if let Some(m) = last_modified
-        && let Ok(v) = HeaderValue::from_str(&m.to_string())
-    {
+    if let Some(v) = last_modified.and_then(|m| header_value(format_args!("{m}"))) {
         headers.insert(header::LAST_MODIFIED, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={}", tile.layer.max_age_secs)) {
+    if let Some(v) = header_value(format_args!("public, max-age={}", tile.layer.max_age_secs)) {
         headers.insert(header::CACHE_CONTROL, v);
     }
     headers.insert(
