@@ -856,22 +856,37 @@ tables) while wrk or a seed ran, folded per function; shares are of the server's
   carries the same headers, metrics and access-log line (a test compares it with the
   router's, header by header). What remains is hyper and the kernel.
 - **Hits from the file store.** Every hit used to take a blocking-thread hop for a read
-  of a file the page cache held (0.27-0.38 of nginx). The file store's `peek` now reads
-  with `preadv2(RWF_NOWAIT)` on the request's thread, falling back to a blocking read
-  only when a page is not cached. The remaining gap to nginx is the copies: per hit,
-  `open` + `statx` + `preadv2` + `close` take about 20 % of the samples (the copy out of
-  the page cache alone about 10 %), the xxh3 ETag about 3 %, and `writev` copies the
-  body again into the socket; nginx hands the file to the socket with `sendfile` (no copy
-  to user space) and derives its ETag from the mtime and size. hyper's body abstraction
-  has no `sendfile`: the gap is structural for a server built on it, and the memory LRU
-  (1.09x nginx) is the answer for a hot set. The figure moves with the machine's state
-  more than the others: 0.76 on the previous run of the same code path, 0.58 on this
-  one; alternating the previous release and this one on this machine gave 15-32k
-  requests/s for both against nginx's 39-55k (the code path is unchanged).
-- **go-pmtiles.** nginx itself serves 4.6x the requests go-pmtiles serves here (a
+  of a file the page cache held (0.27-0.38 of nginx); then a `preadv2(RWF_NOWAIT)` read
+  on the request's thread, and an xxh3 hash per hit (0.58-0.76, varying with the
+  machine). Measured per request on this machine (`open` + `fstat` + `preadv2` + `close`
+  of the 5461 files by a C loop: 4.5-5 us without the read, 9-10 us with it; server CPU
+  per request under wrk: nginx 19-20 us, tessera's memory LRU 16-19 us, its file store
+  27-29 us), the difference was the file work: the copies out of the page cache and into
+  the socket, and the hash. The store now keeps each file's content hash by its identity
+  (device, inode, length, change and modification times; a fixed table of `hash_cache`
+  slots) and answers a hit on a known, unchanged file whose every page `cachestat` finds
+  cached with the open file; the connection's IO sends it with `sendfile`, the head
+  before it with `MSG_MORE` (hyper's body is a stand-in pointing into a static zeroed
+  region, which the IO recognises by address; `http::sendfile`). That alone saved about
+  5 % of the CPU per request (on loopback the splice into the socket costs nearly what
+  the copy did). Opening tiles with `openat` from the store root's descriptor, a table
+  with one slot per identity instead of an LRU (whose list updates were 2 % of the
+  samples), and ETag, Last-Modified and Cache-Control values written without `String`s
+  brought it to 22-23 us. Per request the server now makes the system calls nginx makes
+  (`openat`, `statx`, `sendfile`, `close`, one send for the head) plus `cachestat` (so a
+  file not cached never blocks the runtime: it is read on a blocking thread). nginx now
+  serves the store's own tree, through the same symlink to the pyramid, so both walk the
+  same path per file (its path used to be shorter). Over five alternating runs: 0.85
+  (median) of nginx's requests/s; 0.82 in the table above, 0.90 in another run.
+- **go-pmtiles.** nginx itself serves 4-5x the requests go-pmtiles serves here (a
   PMTiles lookup is a directory read and a range read per tile, over Go's HTTP stack).
-  8x go-pmtiles would be 1.7x nginx's static-file rate, which no server on these two
-  cores reaches; tessera's file store serves about 3.5x and its memory LRU about 5x.
+  8x go-pmtiles would be 1.6-1.9x nginx's static-file rate. nginx's profile under this
+  load is 85 % kernel (its own code 12 %, libc 3 %): the system calls of a static-file
+  hit (`openat`, `fstat`, `sendfile`, `close`, loopback TCP both ways, `epoll`), which
+  every server answering from files makes too. Serving 1.6x nginx's rate would need a
+  hit with less than 60 % of that kernel work, which no file-serving design on these
+  two cores reaches; tessera's file store serves about 3.5x go-pmtiles and its memory
+  LRU, which skips the file system calls, 4-5x.
 - **Cold renders, seeding and WMS.** The warper was 78 % of a seed: GDAL's general warp
   kernel computes a transformation and a resampling kernel per pixel even when the
   request is in the source's own CRS. Such windows are now read with `RasterIO` and a
@@ -899,7 +914,9 @@ tables) while wrk or a seed ran, folded per function; shares are of the server's
 COMMANDS = """## How each server runs (bench/peers.py has the exact configuration files)
 
 - nginx: `nginx -c CONF` with `worker_processes auto; sendfile on; tcp_nopush on;
-  access_log off; keepalive_requests 1000000`, `location /tiles/ { alias PYRAMID/; }`.
+  access_log off; keepalive_requests 1000000`, `location /tiles/ { alias
+  STORE/relief/WebMercatorQuad/; }` for hits (the same paths tessera opens, through the
+  same symlink to the pyramid).
 - tessera: `tessera serve --config tessera.yaml --listen 127.0.0.1:PORT`, a file store
   (`memory_mb: 1024` or `0`) whose `relief/WebMercatorQuad` is the pyramid directory,
   `access_log: false`, `gdal.cache_max_mb: 64`, 4x4 metatiles with an 8-pixel gutter;

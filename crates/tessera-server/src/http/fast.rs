@@ -13,7 +13,7 @@
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::Response;
 use tessera_grid::TileFormat;
-use tessera_store::Peeked;
+use tessera_store::{HeldFile, Peeked};
 
 use super::access::Record;
 use super::address::TileAddress;
@@ -64,17 +64,14 @@ impl FastTiles {
             Some(_) if tile.format != TileFormat::Mixed => {
                 match state.tiles.peek_hit_file(&tile)? {
                     Peeked::Held(held) => (Tile::hit(held), None),
-                    Peeked::File(held) => match FileBodies::stand_in(held.len) {
-                        Some(bytes) => (
-                            Tile {
-                                bytes,
-                                hash: held.hash,
-                                status: CacheStatus::Hit,
-                                stored_at: held.stored_at,
-                            },
-                            Some(held),
-                        ),
-                        None => return None,
+                    Peeked::File(mut held) => match FileBodies::stand_in(held.len) {
+                        Some(stand_in) => (file_hit(&held, stand_in), Some(held)),
+                        // Too large for a stand-in: its cached pages are read
+                        // here (the hit is counted already).
+                        None => {
+                            let bytes = read_whole(&mut held.file).ok()?;
+                            (file_hit(&held, bytes), None)
+                        }
                     },
                 }
             }
@@ -100,4 +97,21 @@ impl FastTiles {
         }
         Some(response)
     }
+}
+
+/// The hit on the tile in `held`, answered with `bytes`.
+fn file_hit(held: &HeldFile, bytes: bytes::Bytes) -> Tile {
+    Tile {
+        bytes,
+        hash: held.hash,
+        status: CacheStatus::Hit,
+        stored_at: held.stored_at,
+    }
+}
+
+/// The whole of `file` from its start.
+fn read_whole(file: &mut std::fs::File) -> std::io::Result<bytes::Bytes> {
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(file, &mut data)?;
+    Ok(data.into())
 }
