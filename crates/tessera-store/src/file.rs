@@ -45,7 +45,10 @@ pub enum FileLayout {
 pub struct FileStore {
     root: PathBuf,
     /// `root`, open: hits open their tile relative to it (a shorter path
-    /// walk than from `/`).
+    /// walk than from `/`). A root directory removed while the store is
+    /// open leaves hits to the path-based reads; one renamed away would
+    /// still be read by hits until a restart (a reload keeps a store whose
+    /// settings did not change).
     root_dir: File,
     layout: FileLayout,
     staging: PathBuf,
@@ -601,7 +604,8 @@ mod page_cached {
     }
 
     /// Whether every page of `f`'s first `len` bytes is in the page cache
-    /// (`cachestat`, Linux 6.5 and later; `false` where it is missing).
+    /// (`cachestat`, Linux 6.5 and later; `false` where it is missing or
+    /// refused).
     #[cfg(all(
         target_os = "linux",
         any(target_arch = "x86_64", target_arch = "aarch64")
@@ -645,7 +649,12 @@ mod page_cached {
             )
         };
         if r != 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            // Missing (before 6.5), or refused by a container's seccomp
+            // filter: not asked again.
+            if matches!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::ENOSYS | libc::EPERM)
+            ) {
                 MISSING.store(true, Ordering::Relaxed);
             }
             return false;
