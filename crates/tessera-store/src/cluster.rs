@@ -508,12 +508,11 @@ mod tests {
 
     #[tokio::test]
     async fn generations_change_when_bumped() {
-        for c in [coordinator(), {
-            let dir = tempfile::tempdir().unwrap();
-            let c = Coordinator::in_directory("files", dir.path()).unwrap();
-            std::mem::forget(dir);
-            c
-        }] {
+        let dir = tempfile::tempdir().unwrap();
+        for c in [
+            coordinator(),
+            Coordinator::in_directory("files", dir.path()).unwrap(),
+        ] {
             assert_eq!(
                 c.check_generation("l", None).await.unwrap(),
                 Generation::Unchanged
