@@ -13,7 +13,8 @@
 //! metatile, tile or WMS map), `tessera_lease_requests_total{outcome}` (won,
 //! lost, taken_over, error), `tessera_lease_wait_seconds` (a node that lost
 //! a lease, until the holder's tiles were there),
-//! `tessera_generation_checks_total{result}` (unchanged, changed, error)
+//! `tessera_generation_checks_total{result}` (unchanged, changed, error),
+//! `tessera_tile_files_sent_total` (file-store hits sent by `sendfile`)
 //! and `tessera_build_info{version}`.
 
 use std::sync::Arc;
