@@ -877,7 +877,10 @@ tables) while wrk or a seed ran, folded per function; shares are of the server's
   file not cached never blocks the runtime: it is read on a blocking thread). nginx now
   serves the store's own tree, through the same symlink to the pyramid, so both walk the
   same path per file (its path used to be shorter). Over five alternating runs: 0.85
-  (median) of nginx's requests/s; 0.82 in the table above, 0.90 in another run.
+  (median) of nginx's requests/s; 0.82 in the table above, 0.78 and 0.90 in two other
+  runs of the hit test the same evening (nginx itself moved between 48k and 59k). What
+  is left is hyper and tokio (about 24 % of the samples in user space against nginx's
+  15 %) and `cachestat` (about 3 %, the price of never blocking the runtime).
 - **go-pmtiles.** nginx itself serves 4-5x the requests go-pmtiles serves here (a
   PMTiles lookup is a directory read and a range read per tile, over Go's HTTP stack).
   8x go-pmtiles would be 1.6-1.9x nginx's static-file rate. nginx's profile under this
