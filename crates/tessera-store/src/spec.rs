@@ -61,6 +61,9 @@ pub struct FileSpec {
     pub hash_cache: Option<usize>,
 }
 
+/// Most content hashes a file store keeps (1.25 GiB of table).
+const MAX_HASH_CACHE: usize = 1 << 24;
+
 /// `type: journal`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -268,7 +271,13 @@ impl StoreSpec {
     /// message says what to change.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            StoreSpec::File(_) | StoreSpec::Mbtiles(_) | StoreSpec::Memory(_) => Ok(()),
+            StoreSpec::File(f) => match f.hash_cache {
+                Some(n) if n > MAX_HASH_CACHE => Err(format!(
+                    "hash_cache must be at most {MAX_HASH_CACHE} entries (80 bytes each), not {n}"
+                )),
+                _ => Ok(()),
+            },
+            StoreSpec::Mbtiles(_) | StoreSpec::Memory(_) => Ok(()),
             StoreSpec::Journal(j) => {
                 let segment = Size::or(j.segment, DEFAULT_SEGMENT);
                 if !(64 * 1024..=u64::from(u32::MAX)).contains(&segment) {
@@ -434,6 +443,36 @@ mod tests {
         assert!(odd.validate().unwrap_err().contains("power of four"));
         let small = spec(serde_json::json!({"type": "journal", "path": "/j", "segment": "4KiB"}));
         assert!(small.validate().unwrap_err().contains("64KiB"));
+        let huge =
+            spec(serde_json::json!({"type": "file", "path": "/c", "hash_cache": 1u64 << 40}));
+        assert!(huge.validate().unwrap_err().contains("hash_cache"));
+        let negative = serde_json::from_value::<StoreSpec>(
+            serde_json::json!({"type": "file", "path": "/c", "hash_cache": -1}),
+        )
+        .unwrap_err();
+        assert!(negative.to_string().contains("-1"), "{negative}");
+    }
+
+    #[test]
+    fn a_file_store_without_a_hash_cache_always_reads_its_hits() {
+        let dir = tempfile::tempdir().unwrap();
+        let off = spec(serde_json::json!({"type": "file", "path": dir.path(), "hash_cache": 0}));
+        let store = off.open("disk").unwrap();
+        let k = crate::conformance::key("relief", 2, 1, 1, tessera_grid::TileFormat::Png);
+        store
+            .put(
+                &k,
+                bytes::Bytes::from_static(b"tile"),
+                crate::Durability::Buffered,
+            )
+            .unwrap();
+        for _ in 0..3 {
+            assert!(matches!(store.peek_file(&k), Some(crate::Peeked::Held(_))));
+        }
+        let on = spec(serde_json::json!({"type": "file", "path": dir.path(), "hash_cache": 16}));
+        let store = on.open("disk").unwrap();
+        assert!(matches!(store.peek_file(&k), Some(crate::Peeked::Held(_))));
+        assert!(matches!(store.peek_file(&k), Some(crate::Peeked::File(_))));
     }
 
     #[test]
