@@ -30,6 +30,31 @@ impl BandData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether `self` and `other` hold samples of one type.
+    pub fn same_type(&self, other: &BandData) -> bool {
+        matches!(
+            (self, other),
+            (BandData::U8(_), BandData::U8(_)) | (BandData::F32(_), BandData::F32(_))
+        )
+    }
+
+    /// Copies `len` samples of `src` from index `from` over `self` at
+    /// index `at`; `false` (nothing written) when the two hold different
+    /// sample types.
+    pub fn copy_span(&mut self, at: usize, src: &BandData, from: usize, len: usize) -> bool {
+        match (self, src) {
+            (BandData::U8(d), BandData::U8(s)) => {
+                d[at..at + len].copy_from_slice(&s[from..from + len]);
+                true
+            }
+            (BandData::F32(d), BandData::F32(s)) => {
+                d[at..at + len].copy_from_slice(&s[from..from + len]);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Pixels read from a source for one window: the data bands plus a validity

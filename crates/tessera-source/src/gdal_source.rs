@@ -679,15 +679,7 @@ impl PixelWindow {
             let to = (self.y0 as usize + row) * ww + self.x0 as usize;
             whole.valid[to..to + pw].copy_from_slice(&part.valid[from..from + pw]);
             for (dst, src) in whole.bands.iter_mut().zip(&part.bands) {
-                match (dst, src) {
-                    (BandData::U8(d), BandData::U8(s)) => {
-                        d[to..to + pw].copy_from_slice(&s[from..from + pw]);
-                    }
-                    (BandData::F32(d), BandData::F32(s)) => {
-                        d[to..to + pw].copy_from_slice(&s[from..from + pw]);
-                    }
-                    _ => {}
-                }
+                dst.copy_span(to, src, from, pw);
             }
         }
     }

@@ -485,25 +485,16 @@ fn over(out: &mut Raster, top: &Raster, x0: u32, y0: u32) {
 /// when every band pair has one type (a slice copy); `false` (nothing
 /// written) otherwise.
 fn copy_row(out: &mut Raster, top: &Raster, t0: usize, o0: usize, len: usize) -> bool {
-    let same = out.bands.iter().zip(&top.bands).all(|pair| {
-        matches!(
-            pair,
-            (BandData::U8(_), BandData::U8(_)) | (BandData::F32(_), BandData::F32(_))
-        )
-    });
-    if !same {
+    if !out
+        .bands
+        .iter()
+        .zip(&top.bands)
+        .all(|(o, t)| o.same_type(t))
+    {
         return false;
     }
     for (dst, src) in out.bands.iter_mut().zip(&top.bands) {
-        match (dst, src) {
-            (BandData::U8(d), BandData::U8(s)) => {
-                d[o0..o0 + len].copy_from_slice(&s[t0..t0 + len]);
-            }
-            (BandData::F32(d), BandData::F32(s)) => {
-                d[o0..o0 + len].copy_from_slice(&s[t0..t0 + len]);
-            }
-            _ => unreachable!("checked above"),
-        }
+        dst.copy_span(o0, src, t0, len);
     }
     out.valid[o0..o0 + len].fill(255);
     true

@@ -182,12 +182,17 @@ impl FileStore {
         &self.root
     }
 
-    /// Where `key` lives (the file may not exist).
-    pub fn path_of(&self, key: &TileKey) -> PathBuf {
-        let row = match self.layout {
+    /// The file name's row of `key` in this store's layout.
+    fn row_of(&self, key: &TileKey) -> u32 {
+        match self.layout {
             FileLayout::Xyz => key.coord.y(),
             FileLayout::Tms => key.tms_row(),
-        };
+        }
+    }
+
+    /// Where `key` lives (the file may not exist).
+    pub fn path_of(&self, key: &TileKey) -> PathBuf {
+        let row = self.row_of(key);
         let mut p = self.root.join(&key.layer);
         p.push(&key.grid);
         p.push(key.coord.z().to_string());
@@ -202,10 +207,7 @@ impl FileStore {
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::{AsRawFd, FromRawFd};
-            let row = match self.layout {
-                FileLayout::Xyz => key.coord.y(),
-                FileLayout::Tms => key.tms_row(),
-            };
+            let row = self.row_of(key);
             let mut buf = [0u8; 512];
             let mut cursor = io::Cursor::new(&mut buf[..]);
             let (z, x, ext) = (key.coord.z(), key.coord.x(), key.format.extension());
