@@ -10,7 +10,9 @@ access log, peak RSS and CPU time of the seeding process tree), and each serving
 of zoom 0..Z once from an empty cache to 1 and 8 clients (tiles/s, p50/p99,
 GetMaps). Mosaic: `tessera seed` of the
 relief as one COG and as 1,000 COG pieces in two CRSs: tiles/s and the most
-files the seed held open. Each cell is the median of --runs; the table goes
+files the seed held open. The seeding is run again with MapServer's
+answers replayed from a recording (bench/replay.py), as if MapServer had
+cores of its own. Each cell is the median of --runs; the table goes
 to docs/benchmarks/cascade.md.
 
 Run it with scripts/bench-cascade (it builds the release binary, starts
@@ -27,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from replay import Replay
 from common import ROOT, free_port, machine, mapproxy_config, percentile, run_load, tessera, wait_http
 
 WEB_MERCATOR_TILES = {z: 4 ** z for z in range(0, 12)}
@@ -162,6 +165,36 @@ seeds:
     return timed([mapproxy_seed, "-f", str(conf), "-s", str(seed), "-c", "2", "--quiet"])
 
 
+def seed_replayed(binary, mapproxy_seed, runs, max_zoom):
+    """Seeding as above, with MapServer's answers replayed from a recording
+    (bench/replay.py): each tool seeds once through the recorder, then
+    `runs` times from the recording. Returns {tool: [(seconds, peak RSS,
+    GetMaps, CPU seconds)]}."""
+    url, _ = restart_mapserver()
+    results = {}
+    try:
+        with Replay(url) as replay:
+            for name, seed, program in (("tessera", seed_tessera, binary),
+                                        ("MapProxy", seed_mapproxy, mapproxy_seed)):
+                replay.recording = True
+                with tempfile.TemporaryDirectory() as work:
+                    seed(program, replay.url_for(url), work, max_zoom)
+                replay.recording = False
+                results[name] = []
+                for _ in range(runs):
+                    replay.reset_counts()
+                    with tempfile.TemporaryDirectory() as work:
+                        secs, rss, _, _, cpu = seed(program, replay.url_for(url), work, max_zoom)
+                    if replay.unknown:
+                        sys.exit(f"{name} sent {replay.unknown} requests the recording does not hold")
+                    results[name].append((secs, rss, replay.served, cpu))
+                    print(f"{name} (replayed upstream): {secs:.1f} s, {rss:.0f} MiB, {replay.served} GetMaps, "
+                          f"{cpu:.2f} s CPU", flush=True)
+    finally:
+        flush_mapserver_log()
+    return results
+
+
 def seed_single_and_mosaic(binary, work, pieces, max_zoom, kind):
     source = (f"{{ path: {ROOT}/data/shadedrelief-5400.tif }}" if kind == "single"
               else f"{{ type: mosaic, dir: {pieces}, max_open: 64 }}")
@@ -219,6 +252,7 @@ def main():
             runs.append((secs, rss, getmaps(log), cpu))
             print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps, {cpu:.2f} s CPU", flush=True)
         results[name] = runs
+    replayed = seed_replayed(args.binary, args.mapproxy_seed, args.runs, args.max_zoom)
     gunicorn = str(Path(args.mapproxy_seed).parent / "gunicorn")
     loads = {}
     for name, load in (("tessera", load_tessera), ("MapProxy", load_mapproxy)):
@@ -273,6 +307,20 @@ def main():
         f"| MapProxy {mapproxy_version(args.mapproxy_seed)} | {tiles / med(m, 0):.1f} | {med(m, 2):.0f} "
         f"| {med(m, 1):.0f} | {1000 * med(m, 3) / tiles:.2f} |",
         f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | | {med(m, 3) / med(t, 3):.2f} (less CPU) |",
+        "",
+        f"## Seeding zoom 0..{args.max_zoom} with MapServer's answers replayed (the upstream on its own cores)",
+        "",
+        "Each tool seeds once through a recorder in front of MapServer (bench/replay.py), then seeds "
+        "from the recording: the same GetMaps, answered byte for byte with MapServer's own images, "
+        "without MapServer's CPU on these 2 cores. Only the unknown requests would fail the run.",
+        "",
+        "| | tiles/s | upstream GetMaps | peak RSS (MiB) | cache CPU (ms/tile) |",
+        "|---|---:|---:|---:|---:|",
+        *[f"| {name} | {tiles / med(replayed[name], 0):.1f} | {med(replayed[name], 2):.0f} "
+          f"| {med(replayed[name], 1):.0f} | {1000 * med(replayed[name], 3) / tiles:.2f} |"
+          for name in ("tessera", "MapProxy")],
+        f"| ratio tessera / MapProxy | {med(replayed['MapProxy'], 0) / med(replayed['tessera'], 0):.2f} | | "
+        f"| {med(replayed['MapProxy'], 3) / med(replayed['tessera'], 3):.2f} (less CPU) |",
         "",
         f"## Cache-miss requests: every tile of zoom 0..{args.max_zoom} once, empty cache "
         "(tessera serve; MapProxy under gunicorn, 2 workers x 8 threads)",

@@ -1,11 +1,15 @@
 //! Tiles as files in a `layer/grid/z/x/y.ext` tree that other tools (nginx,
 //! GDAL, mbutil, QGIS) read directly.
 //!
-//! Every write goes to a staging file in this process's own staging
-//! directory and is renamed into place, so a reader sees the old tile, the
-//! new tile or nothing, never part of one. Staging directories of processes
-//! that died are swept when a store opens: each live process holds a lock on
-//! its directory's lock file.
+//! A tile is written whole before it has its name, so a reader sees the old
+//! tile, the new tile or nothing, never part of one. Where the file system
+//! allows (Linux `O_TMPFILE`: ext4, XFS, btrfs, tmpfs), a new tile is an
+//! unnamed file in its own directory, linked to its name when written: the
+//! writers share no directory, and a crash leaves nothing behind. Otherwise,
+//! and to replace a tile, the file is staged in this process's own staging
+//! directory and renamed into place. Staging directories of processes that
+//! died are swept when a store opens: each live process holds a lock on its
+//! directory's lock file.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
@@ -25,6 +29,28 @@ use crate::{
 };
 
 const STAGING_DIR: &str = ".staging";
+
+/// The most tiles of one batch written as unnamed files (each holds a
+/// descriptor until the batch is published); the rest are staged by name.
+const MAX_UNNAMED_IN_BATCH: usize = 256;
+
+/// A tile written whole, not yet under its name.
+#[derive(Debug)]
+enum Staged {
+    /// An unnamed file in the tile's directory.
+    Unnamed(File),
+    /// A file in the staging directory.
+    Named(PathBuf),
+}
+
+impl Staged {
+    /// Drops the file unpublished.
+    fn discard(self) {
+        if let Staged::Named(path) = self {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
 
 /// Content hashes of files kept by default (80 bytes each: 5 MiB).
 pub const DEFAULT_HASH_CACHE: usize = 65_536;
@@ -53,6 +79,9 @@ pub struct FileStore {
     layout: FileLayout,
     staging: PathBuf,
     next_staging: AtomicU64,
+    /// New tiles are written as unnamed files in their own directory
+    /// (probed when the store opens).
+    unnamed: bool,
     /// Held (locked) for as long as the store is open, so that no other
     /// process sweeps our staging directory.
     _staging_lock: File,
@@ -146,12 +175,14 @@ impl FileStore {
         let (staging, lock) =
             claim_staging_dir(&staging_root).map_err(|e| io_err("create", &staging_root, e))?;
         let root_dir = File::open(&root).map_err(|e| io_err("open", &root, e))?;
+        let unnamed = unnamed::supported(&staging);
         Ok(FileStore {
             root,
             root_dir,
             layout,
             staging,
             next_staging: AtomicU64::new(0),
+            unnamed,
             _staging_lock: lock,
             hashes: Some(KnownHashes::new(DEFAULT_HASH_CACHE)),
         })
@@ -165,6 +196,22 @@ impl FileStore {
     pub fn with_hash_cache(mut self, entries: usize) -> FileStore {
         self.hashes = (entries > 0).then(|| KnownHashes::new(entries));
         self
+    }
+
+    /// Writes every tile through the staging directory and a rename, as on
+    /// a file system without unnamed files (the comparison case of the
+    /// tests and benchmarks).
+    #[must_use]
+    pub fn staged_by_name(mut self) -> FileStore {
+        self.unnamed = false;
+        self
+    }
+
+    /// Whether new tiles are written as unnamed files in their directory
+    /// (the kernel and file system allow `O_TMPFILE`, and it was not turned
+    /// off with [`FileStore::staged_by_name`]).
+    pub fn writes_unnamed(&self) -> bool {
+        self.unnamed
     }
 
     fn known_hash(&self, id: &FileId) -> Option<u128> {
@@ -273,25 +320,59 @@ impl FileStore {
         }
     }
 
-    /// Writes `data` to a new staging file, synced when asked; returns its path.
-    fn stage(&self, data: &[u8], durability: Durability) -> io::Result<PathBuf> {
-        let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
-        let path = self.staging.join(format!("{n}.tmp"));
-        let result = (|| {
-            let mut f = File::create(&path)?;
+    /// Writes `data` whole into a file without its name, synced when asked:
+    /// an unnamed file in `dir` (the tile's directory) when `unnamed`, else
+    /// a new file in the staging directory.
+    fn stage(
+        &self,
+        data: &[u8],
+        durability: Durability,
+        dir: &Path,
+        unnamed: bool,
+    ) -> io::Result<Staged> {
+        let write = |mut f: File| {
             f.write_all(data)?;
             if durability == Durability::Synced {
                 f.sync_data()?;
             }
-            Ok(())
-        })();
-        match result {
-            Ok(()) => Ok(path),
+            Ok::<_, io::Error>(f)
+        };
+        if unnamed {
+            return write(unnamed::create(dir)?).map(Staged::Unnamed);
+        }
+        let path = self.staging_path();
+        match File::create(&path).and_then(write) {
+            Ok(_) => Ok(Staged::Named(path)),
             Err(e) => {
                 let _ = fs::remove_file(&path);
                 Err(e)
             }
         }
+    }
+
+    /// A new name in the staging directory.
+    fn staging_path(&self) -> PathBuf {
+        let n = self.next_staging.fetch_add(1, Ordering::Relaxed);
+        self.staging.join(format!("{n}.tmp"))
+    }
+
+    /// Gives a staged file the name `target`, replacing any file there.
+    fn publish(&self, staged: Staged, target: &Path) -> io::Result<()> {
+        let tmp = match staged {
+            Staged::Named(tmp) => tmp,
+            Staged::Unnamed(file) => match unnamed::link(&file, target) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // A link never replaces a name: a staging name, renamed.
+                    let tmp = self.staging_path();
+                    unnamed::link(&file, &tmp)?;
+                    tmp
+                }
+                linked => return linked,
+            },
+        };
+        fs::rename(&tmp, target).inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
     }
 
     /// Creates the tile's directory; returns the directories whose entries
@@ -338,11 +419,14 @@ impl FileStore {
         } else {
             durability
         };
-        for (key, data) in tiles {
+        for (i, (key, data)) in tiles.iter().enumerate() {
             let target = self.path_of(key);
+            let dir = target.parent().unwrap_or(&self.root);
+            // An unnamed file holds a descriptor until it is published.
+            let unnamed = self.unnamed && i < MAX_UNNAMED_IN_BATCH;
             match self
                 .ensure_parent(&target, &mut dirty)
-                .and_then(|()| self.stage(data, per_file))
+                .and_then(|()| self.stage(data, per_file, dir, unnamed))
             {
                 Ok(tmp) => staged.push((key, tmp, target)),
                 Err(e) => {
@@ -359,11 +443,10 @@ impl FileStore {
         }
         for (key, tmp, target) in staged {
             if failure.is_some() {
-                let _ = fs::remove_file(&tmp);
+                tmp.discard();
                 continue;
             }
-            if let Err(e) = fs::rename(&tmp, &target) {
-                let _ = fs::remove_file(&tmp);
+            if let Err(e) = self.publish(tmp, &target) {
                 failure = Some(self.err("put", key, e));
             }
         }
@@ -563,6 +646,76 @@ impl Drop for FileStore {
         // Leftovers of failed writes are removed; the lock file goes last.
         let _ = fs::remove_dir_all(&self.staging);
         let _ = fs::remove_file(self.staging.with_extension("lock"));
+    }
+}
+
+/// Files created without a name (`O_TMPFILE`) and linked to one when
+/// written whole (Linux).
+mod unnamed {
+    use std::fs::File;
+    use std::io;
+    use std::path::Path;
+
+    /// Whether unnamed files can be created in `dir` and linked to a name
+    /// there (the kernel and the file system both allow it; `/proc` is
+    /// mounted). Leaves nothing in `dir`.
+    pub fn supported(dir: &Path) -> bool {
+        let Ok(file) = create(dir) else {
+            return false;
+        };
+        let probe = dir.join("unnamed.probe");
+        let linked = link(&file, &probe).is_ok();
+        let _ = std::fs::remove_file(&probe);
+        linked
+    }
+
+    /// A new file without a name in directory `dir`, open for writing; it
+    /// vanishes when closed unless [`link`]ed first.
+    #[cfg(target_os = "linux")]
+    pub fn create(dir: &Path) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .mode(0o666)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn create(_dir: &Path) -> io::Result<File> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Names `file` `path` (in the directory it was created in); fails
+    /// with `AlreadyExists` when the name is taken.
+    #[cfg(target_os = "linux")]
+    pub fn link(file: &File, path: &Path) -> io::Result<()> {
+        use std::ffi::CString;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        let to = CString::new(path.as_os_str().as_bytes())?;
+        // SAFETY: both strings are NUL-terminated and outlive the call; the
+        // descriptor named by `from` is open for its duration.
+        let done = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn link(_file: &File, _path: &Path) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
     }
 }
 

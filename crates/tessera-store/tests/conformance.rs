@@ -25,6 +25,77 @@ fn file_store_tms() {
 }
 
 #[test]
+fn file_store_staged_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path(), FileLayout::Xyz)
+        .unwrap()
+        .staged_by_name();
+    assert!(!store.writes_unnamed());
+    let store: Arc<dyn TileStore> = Arc::new(store);
+    run_all(&store);
+}
+
+/// The entries of the store's staging directories (leftovers of writes).
+fn staged_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root.join(".staging")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    found
+}
+
+#[test]
+fn new_tiles_are_linked_from_unnamed_files_and_replacements_renamed_into_place() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path(), FileLayout::Xyz).unwrap();
+    // Every Linux file system tessera is deployed on (ext4, XFS, btrfs,
+    // tmpfs) has O_TMPFILE; the tests' temporary directory is one of them.
+    assert!(
+        store.writes_unnamed(),
+        "unnamed files are not supported under {}",
+        dir.path().display()
+    );
+    let k = key("t", 3, 1, 2, TileFormat::Png);
+    store.put(&k, payload(1, 100), Durability::Synced).unwrap();
+    let path = store.path_of(&k);
+    assert_eq!(std::fs::read(&path).unwrap(), payload(1, 100).to_vec());
+    let first = std::fs::metadata(&path).unwrap().ino();
+    assert!(staged_files(dir.path()).is_empty());
+
+    // The name is taken: the new file replaces it whole, by rename.
+    let replacement = bytes::Bytes::from_static(b"a replacement tile");
+    store
+        .put(&k, replacement.clone(), Durability::Buffered)
+        .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), replacement.to_vec());
+    assert_ne!(std::fs::metadata(&path).unwrap().ino(), first);
+    assert!(staged_files(dir.path()).is_empty());
+
+    // A batch larger than the unnamed files one batch may hold open: the
+    // rest go through the staging directory; all of it lands.
+    let tiles: Vec<_> = (0..300u64)
+        .map(|i| (key("t", 9, i, i % 7, TileFormat::Png), payload(i as u8, 64)))
+        .collect();
+    store.put_many(tiles.clone(), Durability::Synced).unwrap();
+    for (k, data) in &tiles {
+        assert_eq!(store.get(k).unwrap().unwrap(), *data, "{k}");
+    }
+    assert!(staged_files(dir.path()).is_empty());
+    // Nothing but the tile in its directory.
+    let one = store.path_of(&tiles[5].0);
+    let mut names: Vec<String> = std::fs::read_dir(one.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["5.png"]);
+}
+
+#[test]
 fn journal_store() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn TileStore> =
