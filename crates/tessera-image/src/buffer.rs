@@ -115,6 +115,16 @@ impl RgbaImage {
         }
     }
 
+    /// Clears the colour of every fully transparent pixel (`[0, 0, 0, 0]`),
+    /// as every style leaves them.
+    pub fn clear_transparent(&mut self) {
+        for px in self.data.chunks_exact_mut(4) {
+            if px[3] == 0 {
+                px.fill(0);
+            }
+        }
+    }
+
     /// Wraps packed RGBA bytes; `None` if the length does not match.
     pub fn from_raw(width: u32, height: u32, data: Vec<u8>) -> Option<Self> {
         (data.len() == width as usize * height as usize * 4).then_some(Self {

@@ -53,6 +53,15 @@ pub trait Style: Send + Sync + std::fmt::Debug {
     /// Styles `raster` (output size plus the margin on each side). `scale`
     /// is the ground size of the raster's pixels.
     fn apply(&self, raster: &Raster, scale: PixelScale) -> Result<RgbaImage, StyleError>;
+
+    /// Whether the style's image of a source's RGBA pixels (bands 1-3 as
+    /// colour, the validity as alpha) is those pixels, with the colour of
+    /// fully transparent ones cleared ([`RgbaImage::clear_transparent`]):
+    /// a renderer may then take an upstream's image without
+    /// [`Style::apply`]. False by default.
+    fn keeps_rgba(&self) -> bool {
+        false
+    }
 }
 
 /// Style configuration, tagged by `type`.
@@ -236,6 +245,10 @@ struct RgbStyle {
 impl Style for RgbStyle {
     fn bands(&self) -> Vec<usize> {
         self.bands.to_vec()
+    }
+
+    fn keeps_rgba(&self) -> bool {
+        self.bands == [1, 2, 3] && self.rescale.is_none()
     }
 
     fn apply(&self, raster: &Raster, _scale: PixelScale) -> Result<RgbaImage, StyleError> {

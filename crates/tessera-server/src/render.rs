@@ -344,14 +344,26 @@ pub fn render_layer(
     let res_x = bbox.width() / f64::from(width);
     let res_y = bbox.height() / f64::from(height);
     let read_box = bbox.buffered(f64::from(margin) * res_x, f64::from(margin) * res_y);
-    let raster = layer.source.read(&WindowRequest {
+    let window = WindowRequest {
         bbox: read_box,
         crs,
         width: width + 2 * margin,
         height: height + 2 * margin,
         cancel: Some(cancel),
         max_source_pixels: Some(budget.max_source_pixels),
-    })?;
+    };
+    // An upstream's image under a style that keeps it: no split into bands
+    // and back.
+    if layer.style.keeps_rgba()
+        && let Some(image) = layer.source.read_image(&window)
+    {
+        let mut image = image?;
+        check(cancel)?;
+        image.clear_transparent();
+        budget.metrics.layer_rendered(&layer.name, start.elapsed());
+        return Ok(image);
+    }
+    let raster = layer.source.read(&window)?;
     check(cancel)?;
     let scale = pixel_scale(crs, bbox, res_x, res_y);
     let image = layer.style.apply(&raster, scale)?;

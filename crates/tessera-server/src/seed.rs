@@ -1,6 +1,6 @@
 //! Seeding: render every metatile of a [`TilePlan`] into its layer's
 //! store, on the same locks as serving, each metatile stored durably before
-//! it counts as done.
+//! it counts as done; storing one overlaps rendering the next.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::task::JoinSet;
 
 use crate::plan::TilePlan;
-use crate::tile_cache::{SeedOutcome, TileCache, TileError};
+use crate::tile_cache::{SeedStep, TileCache, TileError};
 
 /// Counts after a seed (or so far).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,9 +34,11 @@ pub enum SeedEnd {
     Failed(SeedStats, TileError),
 }
 
-/// Runs `plan` with up to `concurrency` metatiles in flight. `cancel` stops
-/// the dispatch of new metatiles; those in flight finish. `progress` is
-/// called after every metatile.
+/// Runs `plan` with up to `concurrency` metatiles rendering and encoding,
+/// and as many more being stored: a metatile's durable write (with its
+/// syncs) overlaps the next one's render, and a metatile counts as done
+/// only once stored. `cancel` stops the dispatch of new metatiles; those in
+/// flight finish. `progress` is called after every metatile.
 pub async fn run(
     tiles: &Arc<TileCache>,
     plan: &TilePlan,
@@ -45,12 +47,15 @@ pub async fn run(
     cancel: &AtomicBool,
     mut progress: impl FnMut(&SeedStats),
 ) -> SeedEnd {
+    let concurrency = concurrency.max(1);
     let mut stats = SeedStats::default();
-    let mut running = JoinSet::new();
+    let mut rendering = JoinSet::new();
+    let mut storing = JoinSet::new();
     let mut failure = None;
     let mut pending = plan.metatiles();
     loop {
-        while running.len() < concurrency.max(1)
+        while rendering.len() < concurrency
+            && storing.len() < concurrency
             && failure.is_none()
             && !cancel.load(Ordering::SeqCst)
         {
@@ -62,7 +67,7 @@ pub async fn run(
                 plan.format,
             );
             let n = u64::from(meta.cols() * meta.rows());
-            running.spawn(async move {
+            rendering.spawn(async move {
                 (
                     n,
                     tiles
@@ -71,25 +76,42 @@ pub async fn run(
                 )
             });
         }
-        let Some(joined) = running.join_next().await else {
+        if rendering.is_empty() && storing.is_empty() {
             break;
-        };
-        match joined {
-            Ok((n, Ok(outcome))) => {
-                stats.metatiles_done += 1;
-                stats.tiles_done += n;
-                if let SeedOutcome::Rendered(written) = outcome {
-                    stats.metatiles_rendered += 1;
-                    stats.tiles_written += written as u64;
+        }
+        tokio::select! {
+            Some(joined) = rendering.join_next() => match joined {
+                Ok((n, Ok(SeedStep::Skipped))) => {
+                    stats.metatiles_done += 1;
+                    stats.tiles_done += n;
+                    progress(&stats);
                 }
-                progress(&stats);
-            }
-            Ok((_, Err(e))) => {
-                failure.get_or_insert(e);
-            }
-            Err(join) => {
-                failure.get_or_insert(TileError::Task(join));
-            }
+                Ok((n, Ok(SeedStep::Rendered(unstored)))) => {
+                    storing.spawn(async move { (n, unstored.store().await) });
+                }
+                Ok((_, Err(e))) => {
+                    failure.get_or_insert(e);
+                }
+                Err(join) => {
+                    failure.get_or_insert(TileError::Task(join));
+                }
+            },
+            Some(joined) = storing.join_next() => match joined {
+                Ok((n, Ok(written))) => {
+                    stats.metatiles_done += 1;
+                    stats.metatiles_rendered += 1;
+                    stats.tiles_done += n;
+                    stats.tiles_written += written as u64;
+                    progress(&stats);
+                }
+                Ok((_, Err(e))) => {
+                    failure.get_or_insert(e);
+                }
+                Err(join) => {
+                    failure.get_or_insert(TileError::Task(join));
+                }
+            },
+            else => break,
         }
     }
     match failure {

@@ -92,12 +92,65 @@ impl Tile {
 }
 
 /// What a seed step did with one metatile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeedOutcome {
+#[derive(Debug)]
+pub enum SeedStep {
     /// Every tile was already stored.
     Skipped,
-    /// Rendered and stored this many tiles, durably.
-    Rendered(usize),
+    /// Rendered and encoded; still to be stored.
+    Rendered(Unstored),
+}
+
+/// A seeded metatile's tiles, encoded and not yet stored. The tiles' locks
+/// (and the metatile's lease) are held until [`Unstored::store`] has made
+/// them durable, so the next metatile can render while this one is
+/// written and synced. Dropped unstored, the locks and the lease go and
+/// nothing is written (another request or seed renders it again).
+pub struct Unstored {
+    batch: Vec<(TileKey, Bytes)>,
+    guards: Vec<KeyGuard<TileKey>>,
+    lease: Option<Arc<LeaseHolder>>,
+    store: Arc<dyn TileStore>,
+    unsaved: Arc<MemoryStore>,
+}
+
+impl std::fmt::Debug for Unstored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unstored")
+            .field("tiles", &self.batch.len())
+            .field("leased", &self.lease.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Unstored {
+    /// Stores every tile with [`Durability::Synced`] in one `put_many`,
+    /// then releases the locks and the lease; returns the count. A failed
+    /// write keeps the tiles in memory before their locks go (as a
+    /// request's failed save does) and is the seed's error.
+    pub async fn store(self) -> Result<usize, TileError> {
+        let Unstored {
+            batch,
+            guards,
+            lease,
+            store,
+            unsaved,
+        } = self;
+        let count = batch.len();
+        let stored = run_blocking(move || {
+            let stored = store.put_many(batch.clone(), Durability::Synced);
+            if stored.is_err() {
+                let _ = unsaved.put_many(batch, Durability::Buffered);
+            }
+            stored
+        })
+        .await;
+        drop(guards);
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        stored??;
+        Ok(count)
+    }
 }
 
 /// Why a tile could not be produced.
@@ -226,6 +279,32 @@ impl BatchSaver {
         tiles: Vec<Owned>,
         known: Option<&(TileCoord, Bytes)>,
     ) -> Result<Saved, TileError> {
+        let (batch, encoded, guards) = self.encode(cutter, tiles, known)?;
+        let stored = self.store.put_many(batch.clone(), self.durability);
+        if stored.is_err() {
+            let _ = self.unsaved.put_many(batch, Durability::Buffered);
+        }
+        drop(guards);
+        Ok((encoded, stored))
+    }
+
+    /// Encodes `tiles` (`known`: one tile already encoded): the batch to
+    /// store, the tiles by coordinate, and the locks (and leases) to
+    /// release once they are stored.
+    #[allow(clippy::type_complexity)] // three plain parts of one step
+    fn encode(
+        &self,
+        cutter: &Cutter,
+        tiles: Vec<Owned>,
+        known: Option<&(TileCoord, Bytes)>,
+    ) -> Result<
+        (
+            Vec<(TileKey, Bytes)>,
+            Vec<(TileCoord, Bytes)>,
+            Vec<(KeyGuard<TileKey>, Option<Arc<LeaseHolder>>)>,
+        ),
+        TileError,
+    > {
         let mut batch = Vec::with_capacity(tiles.len());
         let mut encoded = Vec::with_capacity(tiles.len());
         let mut guards = Vec::with_capacity(tiles.len());
@@ -249,12 +328,7 @@ impl BatchSaver {
             guards.push((guard, lease));
         }
         self.metrics.tiles_encoded(&self.layer, made);
-        let stored = self.store.put_many(batch.clone(), self.durability);
-        if stored.is_err() {
-            let _ = self.unsaved.put_many(batch, Durability::Buffered);
-        }
-        drop(guards);
-        Ok((encoded, stored))
+        Ok((batch, encoded, guards))
     }
 }
 
@@ -676,8 +750,8 @@ impl TileCache {
     }
 
     /// Seeds one metatile: takes its locks, skips it when every tile is
-    /// stored (unless `force`), otherwise renders it, encodes every tile and
-    /// stores them with [`Durability::Synced`] before returning.
+    /// stored (unless `force`), otherwise renders it and encodes every
+    /// tile, and returns them for [`Unstored::store`] (under their locks).
     pub async fn seed_metatile(
         &self,
         layer: &Arc<Layer>,
@@ -685,7 +759,7 @@ impl TileCache {
         format: TileFormat,
         meta: Metatile,
         force: bool,
-    ) -> Result<SeedOutcome, TileError> {
+    ) -> Result<SeedStep, TileError> {
         let cache = layer
             .cache
             .as_ref()
@@ -718,7 +792,7 @@ impl TileCache {
                 run_blocking(move || all_stored_and_fresh(store.as_ref(), &keys, freshness))
                     .await??;
             if all_stored {
-                return Ok(SeedOutcome::Skipped);
+                return Ok(SeedStep::Skipped);
             }
         }
         // With leases, the seed holds its metatile's lease until every tile
@@ -731,15 +805,22 @@ impl TileCache {
             let last = tiles.last().expect("a metatile has tiles").key.clone();
             let wanted = (!force).then_some(&last);
             match self.lease(&req, cache, &meta, wanted).await? {
-                Leased::Stored(_) => return Ok(SeedOutcome::Skipped),
+                Leased::Stored(_) => return Ok(SeedStep::Skipped),
                 Leased::Render(held) => lease = held,
             }
         }
-        let outcome = self.seed_leased(&req, cache, meta, meta_guard, tiles).await;
-        if let Some(lease) = lease {
-            lease.release().await;
+        match self.seed_leased(&req, cache, meta, meta_guard, tiles).await {
+            Ok(mut unstored) => {
+                unstored.lease = lease;
+                Ok(SeedStep::Rendered(unstored))
+            }
+            Err(e) => {
+                if let Some(lease) = lease {
+                    lease.release().await;
+                }
+                Err(e)
+            }
         }
-        outcome
     }
 
     /// The rendering part of [`TileCache::seed_metatile`], under its locks.
@@ -750,9 +831,15 @@ impl TileCache {
         meta: Metatile,
         meta_guard: KeyGuard<MetaKey>,
         tiles: Vec<Owned>,
-    ) -> Result<SeedOutcome, TileError> {
-        let format = req.format;
-        if format.is_vector() {
+    ) -> Result<Unstored, TileError> {
+        let unstored = |batch, guards| Unstored {
+            batch,
+            guards,
+            lease: None,
+            store: cache.store.clone(),
+            unsaved: self.unsaved.clone(),
+        };
+        if req.format.is_vector() {
             // Vector tiles are cut one by one (no metatile to share).
             let mut made = Vec::with_capacity(tiles.len());
             for t in &tiles {
@@ -763,25 +850,22 @@ impl TileCache {
                 made.push((t.key.clone(), self.vector_tile(&one).await?));
             }
             drop(meta_guard);
-            let count = made.len();
-            let store = cache.store.clone();
-            run_blocking(move || store.put_many(made, Durability::Synced)).await??;
-            drop(tiles);
-            return Ok(SeedOutcome::Rendered(count));
+            let guards = tiles.into_iter().map(|t| t.guard).collect();
+            return Ok(unstored(made, guards));
         }
         let cutter = self.render_metatile(req, meta).await?;
         drop(meta_guard);
-        let (encoded, stored) = self
-            .encode_and_store(
-                &req.layer.name,
-                cutter,
-                tiles,
-                cache.store.clone(),
-                Durability::Synced,
-            )
-            .await?;
-        stored?;
-        Ok(SeedOutcome::Rendered(encoded.len()))
+        let saver = BatchSaver {
+            metrics: self.metrics.clone(),
+            layer: req.layer.name.clone(),
+            unsaved: self.unsaved.clone(),
+            store: cache.store.clone(),
+            durability: Durability::Synced,
+        };
+        let (batch, _, guards) = run_blocking(move || saver.encode(&cutter, tiles, None)).await??;
+        // Seeds own no tile leases (the metatile's lease is the seed's).
+        let guards = guards.into_iter().map(|(guard, _)| guard).collect();
+        Ok(unstored(batch, guards))
     }
 
     /// Encodes every tile and stores them in one batch, then releases their

@@ -716,3 +716,80 @@ async fn tile_hits_the_short_way_answer_as_the_router_does() {
     );
     drop(s);
 }
+
+/// The tile files under `root` (the store's staging directory aside).
+fn stored_tiles(root: &std::path::Path) -> u64 {
+    let mut count = 0;
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == ".staging") {
+                continue;
+            }
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "png") {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// Seeding stores one metatile while it renders the next: every metatile
+/// is still rendered once, counted only once its tiles are in the store,
+/// and no lock outlives the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
+    use std::sync::atomic::AtomicBool;
+    use tessera_server::plan::{PlanArea, TilePlan};
+    use tessera_server::seed::{self, SeedEnd};
+
+    let s = setup(Duration::from_millis(5), true, |_| {});
+    let plan = TilePlan::new(
+        &s.state.registry,
+        "relief",
+        "WebMercatorQuad",
+        None,
+        0..=4,
+        &PlanArea::Extent,
+    )
+    .unwrap();
+    let metatiles = plan.metatiles().count() as u64;
+    let root = s.dir.path().to_path_buf();
+    let cancel = AtomicBool::new(false);
+    let mut reports = 0;
+    let end = seed::run(&s.state.tiles, &plan, 2, false, &cancel, |stats| {
+        reports += 1;
+        let on_disk = stored_tiles(&root);
+        assert!(
+            on_disk >= stats.tiles_written,
+            "{} tiles counted written, {on_disk} in the store",
+            stats.tiles_written
+        );
+    })
+    .await;
+    let SeedEnd::Complete(stats) = end else {
+        panic!("the seed did not complete: {end:?}");
+    };
+    assert_eq!(reports, metatiles);
+    assert_eq!(stats.metatiles_done, metatiles);
+    assert_eq!(stats.metatiles_rendered, metatiles);
+    assert_eq!(s.probe.reads.load(Ordering::SeqCst) as u64, metatiles);
+    assert_eq!(stored_tiles(&root), stats.tiles_written);
+    assert_eq!(stats.tiles_written, stats.tiles_done);
+    assert_eq!(s.state.tiles.locks_in_use(), (0, 0));
+
+    // Run again: every metatile is stored, none is rendered.
+    let again = seed::run(&s.state.tiles, &plan, 2, false, &cancel, |_| {}).await;
+    let SeedEnd::Complete(again) = again else {
+        panic!("the second seed did not complete: {again:?}");
+    };
+    assert_eq!(
+        (again.metatiles_done, again.metatiles_rendered),
+        (metatiles, 0)
+    );
+    assert_eq!(s.probe.reads.load(Ordering::SeqCst) as u64, metatiles);
+}

@@ -89,6 +89,19 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// Reads and warps one window.
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
 
+    /// The window as the upstream's own RGBA image, when this source's
+    /// pixels are colours already (an upstream image service) and it can
+    /// answer this window without warping: the same pixels as
+    /// [`Source::read`]'s bands 1-3 and validity, interleaved. `None` when
+    /// the caller must [`Source::read`] (the default).
+    fn read_image(
+        &self,
+        request: &WindowRequest<'_>,
+    ) -> Option<Result<tessera_image::RgbaImage, SourceError>> {
+        let _ = request;
+        None
+    }
+
     /// The encoded tile `coord` of `grid` in `format`, as the upstream has
     /// it, when this source can pass tiles through (an upstream tile
     /// service whose grid cuts the same tiles and whose tiles are in that

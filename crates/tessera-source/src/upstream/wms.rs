@@ -288,20 +288,23 @@ impl Source for WmsSource {
         &self.info
     }
 
-    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
-        if let Some((name, same)) = self
+    fn read_image(&self, request: &WindowRequest<'_>) -> Option<Result<RgbaImage, SourceError>> {
+        let (name, same) = self
             .offered
             .iter()
-            .find(|(_, c)| same_coordinates(c, request.crs))
-        {
-            let image = self.fetch_image(
-                &request.bbox,
-                (name, same),
-                request.width,
-                request.height,
-                request.cancel,
-            )?;
-            return Ok(Raster::from_rgba(&image));
+            .find(|(_, c)| same_coordinates(c, request.crs))?;
+        Some(self.fetch_image(
+            &request.bbox,
+            (name, same),
+            request.width,
+            request.height,
+            request.cancel,
+        ))
+    }
+
+    fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        if let Some(image) = self.read_image(request) {
+            return Ok(Raster::from_rgba(&image?));
         }
         // Ask in the preferred CRS for the part of the window over the
         // source's extent, at about the same resolution, and warp.
