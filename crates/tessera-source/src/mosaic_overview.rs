@@ -9,7 +9,8 @@
 //! `RasterIO` and the overview's reads need no reprojection.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
@@ -39,6 +40,8 @@ pub(crate) struct Overviews {
     /// Overviews by CRS (WKT): being read, or read as levels of halving
     /// resolution.
     by_crs: Mutex<HashMap<String, Slot>>,
+    /// Signalled when a slot of `by_crs` is read or given up.
+    changed: Condvar,
     /// The overview's grid in each CRS asked for so far (`None`: the
     /// extent does not transform there), so reads do not transform the
     /// extent again.
@@ -48,8 +51,9 @@ pub(crate) struct Overviews {
 /// An overview in one CRS.
 #[derive(Debug)]
 enum Slot {
-    /// One window is reading it from the pieces; the others read the
-    /// pieces meanwhile rather than wait.
+    /// One window is reading it from the pieces; the others wait for it
+    /// (reading the pieces too would do the same work again on the same
+    /// cores, and slow the overview's read).
     Reading,
     /// Its levels, finest first.
     Read(Arc<Vec<Level>>),
@@ -58,7 +62,7 @@ enum Slot {
 /// The `Reading` slot of an overview being read: removed when dropped
 /// before the read is done, so a later window reads it again.
 struct Reading<'a> {
-    by_crs: &'a Mutex<HashMap<String, Slot>>,
+    overviews: &'a Overviews,
     key: &'a str,
     done: bool,
 }
@@ -66,13 +70,18 @@ struct Reading<'a> {
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.by_crs
+            self.overviews
+                .by_crs
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(self.key);
+            self.overviews.changed.notify_all();
         }
     }
 }
+
+/// How often a window waiting for an overview looks at its cancel flag.
+const WAIT_TICK: Duration = Duration::from_millis(50);
 
 /// One level of an overview: its pixels and their grid.
 #[derive(Debug)]
@@ -153,6 +162,7 @@ impl Overviews {
             side,
             lonlat,
             by_crs: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
             grids: Mutex::new(HashMap::new()),
         })
     }
@@ -195,13 +205,14 @@ impl Overviews {
     }
 
     /// `request` read from the overview in its CRS when its pixels are at
-    /// least as coarse as the overview's; `None` when they are finer, or
-    /// when there is no overview to read yet: read the pieces. The first
-    /// such request reads the overview with `read_pieces` (without the
-    /// request's cancel flag: it is read whole, once, even if that request
-    /// gives up) while concurrent ones read the pieces; a failed read is
-    /// not kept, and its error is the request's. At most [`MAX_CRSS`] CRSs
-    /// get an overview.
+    /// least as coarse as the overview's; `None` when they are finer: read
+    /// the pieces. The first such request reads the overview with
+    /// `read_pieces` (without the request's cancel flag: it is read whole,
+    /// once, even if that request gives up) while concurrent ones wait for
+    /// it, each until its own cancel flag is set
+    /// ([`SourceError::Cancelled`]); a failed read is not kept, its error
+    /// is the reader's, and a waiter then reads it again. At most
+    /// [`MAX_CRSS`] CRSs get an overview (`None` for the others).
     pub(crate) fn read(
         &self,
         request: &WindowRequest<'_>,
@@ -215,13 +226,27 @@ impl Overviews {
         let key = &request.crs.wkt;
         let ready = {
             let mut by_crs = self.by_crs.lock().unwrap_or_else(PoisonError::into_inner);
-            match by_crs.get(key) {
-                Some(Slot::Read(levels)) => Some(levels.clone()),
-                Some(Slot::Reading) => return Ok(None),
-                None if by_crs.len() >= MAX_CRSS => return Ok(None),
-                None => {
-                    by_crs.insert(key.clone(), Slot::Reading);
-                    None
+            loop {
+                match by_crs.get(key) {
+                    Some(Slot::Read(levels)) => break Some(levels.clone()),
+                    Some(Slot::Reading) => {
+                        if request
+                            .cancel
+                            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
+                        {
+                            return Err(SourceError::Cancelled);
+                        }
+                        by_crs = self
+                            .changed
+                            .wait_timeout(by_crs, WAIT_TICK)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
+                    }
+                    None if by_crs.len() >= MAX_CRSS => return Ok(None),
+                    None => {
+                        by_crs.insert(key.clone(), Slot::Reading);
+                        break None;
+                    }
                 }
             }
         };
@@ -231,7 +256,7 @@ impl Overviews {
                 // Until the overview is in, the slot is taken back on any
                 // way out (an error, or a panic in a piece's read).
                 let mut reading = Reading {
-                    by_crs: &self.by_crs,
+                    overviews: self,
                     key,
                     done: false,
                 };
@@ -253,6 +278,7 @@ impl Overviews {
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(key.clone(), Slot::Read(levels.clone()));
                 reading.done = true;
+                self.changed.notify_all();
                 levels
             }
         };
@@ -544,6 +570,106 @@ mod tests {
             levels.iter().map(|l| l.grid.width).collect::<Vec<_>>(),
             vec![1000, 500, 250]
         );
+    }
+
+    /// A lon/lat source over the world, for windows read from overviews.
+    fn world_info() -> SourceInfo {
+        let world = BBox::new(-180.0, -90.0, 180.0, 90.0).unwrap();
+        SourceInfo {
+            band_count: 1,
+            is_byte: true,
+            native_crs: Crs::parse("OGC:CRS84").unwrap(),
+            native_bounds: world,
+            lonlat_bounds: world,
+            native_resolution: 1.0,
+        }
+    }
+
+    /// Every pixel 200 and valid, after `pause`.
+    fn slow_pieces(
+        calls: &std::sync::atomic::AtomicUsize,
+        pause: Duration,
+        fail_first: bool,
+    ) -> impl Fn(&WindowRequest<'_>) -> Result<Raster, SourceError> + Sync + '_ {
+        move |w| {
+            let call = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(pause);
+            if fail_first && call == 0 {
+                return Err(SourceError::Cancelled);
+            }
+            let n = w.width as usize * w.height as usize;
+            Ok(Raster {
+                width: w.width,
+                height: w.height,
+                bands: vec![BandData::U8(vec![200; n])],
+                valid: vec![255; n],
+            })
+        }
+    }
+
+    #[test]
+    fn windows_wait_for_the_overview_being_read_instead_of_reading_the_pieces() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let info = world_info();
+        let crs = Crs::parse("OGC:CRS84").unwrap();
+        let o = Overviews::new(64, info.lonlat_bounds).unwrap();
+        let window = |cancel| WindowRequest {
+            bbox: BBox::new(-180.0, -90.0, 0.0, 90.0).unwrap(),
+            crs: &crs,
+            width: 16,
+            height: 16,
+            cancel,
+            max_source_pixels: None,
+        };
+        let strips = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+
+        // Three windows at once: one reads the overview (in strips), the
+        // others wait for it; the pieces are read once.
+        let calls = AtomicUsize::new(0);
+        let pieces = slow_pieces(&calls, Duration::from_millis(300), false);
+        let read = || {
+            o.read(&window(None), &info, Resampling::Nearest, &pieces)
+                .unwrap()
+                .expect("read from the overview")
+        };
+        let rasters: Vec<Raster> = std::thread::scope(|scope| {
+            let all: Vec<_> = (0..3).map(|_| scope.spawn(read)).collect();
+            all.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(calls.load(Ordering::SeqCst), strips.min(32));
+        for r in &rasters {
+            assert!(matches!(&r.bands[0], BandData::U8(v) if v.iter().all(|&p| p == 200)));
+            assert_eq!(r, &rasters[0]);
+        }
+
+        // A waiting window whose cancel flag is raised gives up.
+        let o = Overviews::new(64, info.lonlat_bounds).unwrap();
+        let calls = AtomicUsize::new(0);
+        let pieces = slow_pieces(&calls, Duration::from_millis(500), false);
+        let cancel = AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| o.read(&window(None), &info, Resampling::Nearest, &pieces));
+            while calls.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let waited = o.read(&window(Some(&cancel)), &info, Resampling::Nearest, &pieces);
+            assert!(matches!(waited, Err(SourceError::Cancelled)), "{waited:?}");
+            assert!(reader.join().unwrap().unwrap().is_some());
+        });
+
+        // A failed read is the reader's error; a waiter then reads it.
+        let o = Overviews::new(64, info.lonlat_bounds).unwrap();
+        let calls = AtomicUsize::new(0);
+        let pieces = slow_pieces(&calls, Duration::from_millis(300), true);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| o.read(&window(None), &info, Resampling::Nearest, &pieces));
+            while calls.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let waited = o.read(&window(None), &info, Resampling::Nearest, &pieces);
+            assert!(reader.join().unwrap().is_err());
+            assert!(waited.unwrap().is_some());
+        });
     }
 
     #[test]
