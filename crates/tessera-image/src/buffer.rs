@@ -240,14 +240,13 @@ impl<'a> ImageView<'a> {
 
     /// Whether every pixel is fully opaque.
     pub fn is_opaque(&self) -> bool {
-        self.rows()
-            .all(|row| row.chunks_exact(4).all(|p| p[3] == 255))
+        // A whole row folded as words, without a branch per pixel.
+        self.rows().all(|row| fold_pixels(row, u32::MAX, |a, b| a & b) >> 24 == 0xff)
     }
 
     /// Whether every pixel is fully transparent.
     pub fn is_transparent(&self) -> bool {
-        self.rows()
-            .all(|row| row.chunks_exact(4).all(|p| p[3] == 0))
+        self.rows().all(|row| fold_pixels(row, 0, |a, b| a | b) >> 24 == 0)
     }
 
     /// Copies the view into a packed image (for encoders that need one
@@ -263,6 +262,14 @@ impl<'a> ImageView<'a> {
             data,
         }
     }
+}
+
+/// `row`'s RGBA pixels as little-endian words (alpha in the top byte),
+/// folded with `f` from `init`.
+fn fold_pixels(row: &[u8], init: u32, f: impl Fn(u32, u32) -> u32) -> u32 {
+    row.chunks_exact(4)
+        .map(|p| u32::from_le_bytes([p[0], p[1], p[2], p[3]]))
+        .fold(init, f)
 }
 
 #[cfg(test)]

@@ -112,9 +112,7 @@ fn encode_png(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8
     if opaque {
         let mut rgb = vec![0u8; row_bytes];
         for row in view.rows() {
-            for (d, s) in rgb.chunks_exact_mut(3).zip(row.chunks_exact(4)) {
-                d.copy_from_slice(&s[..3]);
-            }
+            rgba_to_rgb(row, &mut rgb);
             stream.write_all(&rgb).map_err(png::EncodingError::from)?;
         }
     } else {
@@ -125,6 +123,27 @@ fn encode_png(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8
     stream.finish()?;
     writer.finish()?;
     Ok(out)
+}
+
+/// Drops the alpha of `rgba` pixels into `rgb` (three bytes a pixel), four
+/// pixels (as little-endian words) into three words at a time.
+fn rgba_to_rgb(rgba: &[u8], rgb: &mut [u8]) {
+    let word = |s: &[u8], i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+    let mut dst = rgb.chunks_exact_mut(12);
+    let mut src = rgba.chunks_exact(16);
+    for (d, s) in (&mut dst).zip(&mut src) {
+        let (p0, p1, p2, p3) = (word(s, 0), word(s, 4), word(s, 8), word(s, 12));
+        d[0..4].copy_from_slice(&((p0 & 0x00ff_ffff) | (p1 << 24)).to_le_bytes());
+        d[4..8].copy_from_slice(&(((p1 >> 8) & 0xffff) | (p2 << 16)).to_le_bytes());
+        d[8..12].copy_from_slice(&(((p2 >> 16) & 0xff) | (p3 << 8)).to_le_bytes());
+    }
+    for (d, s) in dst
+        .into_remainder()
+        .chunks_exact_mut(3)
+        .zip(src.remainder().chunks_exact(4))
+    {
+        d.copy_from_slice(&s[..3]);
+    }
 }
 
 /// Colours in a paletted PNG.
@@ -260,6 +279,20 @@ fn encode_webp(view: ImageView<'_>, quality: f32) -> Result<Vec<u8>, EncodeError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alpha_is_dropped_from_every_pixel_whole_blocks_and_the_rest() {
+        for pixels in [0usize, 1, 3, 4, 5, 8, 11, 256] {
+            let rgba: Vec<u8> = (0..pixels * 4).map(|i| (i * 7 % 251) as u8).collect();
+            let mut rgb = vec![0; pixels * 3];
+            rgba_to_rgb(&rgba, &mut rgb);
+            let want: Vec<u8> = rgba
+                .chunks_exact(4)
+                .flat_map(|p| [p[0], p[1], p[2]])
+                .collect();
+            assert_eq!(rgb, want, "{pixels} pixels");
+        }
+    }
     use crate::RgbaImage;
 
     fn gradient(w: u32, h: u32, alpha: u8) -> RgbaImage {
