@@ -165,14 +165,19 @@ seeds:
     return timed([mapproxy_seed, "-f", str(conf), "-s", str(seed), "-c", "2", "--quiet"])
 
 
-def seed_replayed(binary, mapproxy_seed, runs, max_zoom):
-    """Seeding as above, with MapServer's answers replayed from a recording
-    (bench/replay.py): each tool seeds once through the recorder, then the
-    two take turns seeding from the recording, `runs` times each. Returns
-    {tool: [(seconds, peak RSS, GetMaps, CPU seconds)]}."""
+def replayed(binary, mapproxy_seed, runs, max_zoom):
+    """Seeding and cache-miss requests as above, with MapServer's answers
+    replayed from a recording (bench/replay.py): each tool seeds once
+    through the recorder, then the two take turns, `runs` times each,
+    seeding and then serving every tile once to 1 and 8 clients from the
+    recording. Returns ({tool: [(seconds, peak RSS, GetMaps, CPU
+    seconds)]}, {(tool, clients): [(seconds, p50, p99, GetMaps)]})."""
     url, _ = restart_mapserver()
-    tools = (("tessera", seed_tessera, binary), ("MapProxy", seed_mapproxy, mapproxy_seed))
-    results = {name: [] for name, _, _ in tools}
+    gunicorn = str(Path(mapproxy_seed).parent / "gunicorn")
+    tools = (("tessera", seed_tessera, binary, load_tessera, binary),
+             ("MapProxy", seed_mapproxy, mapproxy_seed, load_mapproxy, gunicorn))
+    seeds = {name: [] for name, *_ in tools}
+    loads = {(name, c): [] for name, *_ in tools for c in (1, 8)}
     # Every run's tiles stay until the section ends, and the tools take
     # turns: on a file system without a journal (this machine's ext4)
     # creating a file scans past the inodes deleted in the last half
@@ -180,22 +185,36 @@ def seed_replayed(binary, mapproxy_seed, runs, max_zoom):
     # recording passes take whatever the sections before left.
     try:
         with Replay(url) as replay, tempfile.TemporaryDirectory() as section:
-            for _, seed, program in tools:
-                seed(program, replay.url_for(url), tempfile.mkdtemp(dir=section), max_zoom)
+            upstream = replay.url_for(url)
+
+            def checked(name):
+                if replay.unknown:
+                    sys.exit(f"{name} sent {replay.unknown} requests the recording does not hold")
+                return replay.served
+
+            for _, seed, program, _, _ in tools:
+                seed(program, upstream, tempfile.mkdtemp(dir=section), max_zoom)
             replay.recording = False
             for _ in range(runs):
-                for name, seed, program in tools:
+                for name, seed, program, load, server in tools:
                     replay.reset_counts()
-                    work = tempfile.mkdtemp(dir=section)
-                    secs, rss, _, _, cpu = seed(program, replay.url_for(url), work, max_zoom)
-                    if replay.unknown:
-                        sys.exit(f"{name} sent {replay.unknown} requests the recording does not hold")
-                    results[name].append((secs, rss, replay.served, cpu))
-                    print(f"{name} (replayed upstream): {secs:.1f} s, {rss:.0f} MiB, {replay.served} GetMaps, "
+                    secs, rss, _, _, cpu = seed(program, upstream, tempfile.mkdtemp(dir=section), max_zoom)
+                    seeds[name].append((secs, rss, checked(name), cpu))
+                    print(f"{name} (replayed upstream): {secs:.1f} s, {rss:.0f} MiB, {seeds[name][-1][2]} GetMaps, "
                           f"{cpu:.2f} s CPU", flush=True)
+                    for clients in (1, 8):
+                        replay.reset_counts()
+                        secs, lat, errors, _ = load(server, upstream, tempfile.mkdtemp(dir=section), max_zoom,
+                                                    clients)
+                        if errors:
+                            sys.exit(f"{name}: {len(errors)} failed requests, e.g. {errors[:3]}")
+                        loads[(name, clients)].append(
+                            (secs, percentile(lat, 50), percentile(lat, 99), checked(name)))
+                        print(f"{name} {clients} clients (replayed upstream): {secs:.1f} s, "
+                              f"p99 {percentile(lat, 99):.0f} ms", flush=True)
     finally:
         flush_mapserver_log()
-    return results
+    return seeds, loads
 
 
 def seed_single_and_mosaic(binary, work, pieces, max_zoom, kind):
@@ -255,7 +274,7 @@ def main():
             runs.append((secs, rss, getmaps(log), cpu))
             print(f"{name}: {secs:.1f} s, {rss:.0f} MiB, {runs[-1][2]} GetMaps, {cpu:.2f} s CPU", flush=True)
         results[name] = runs
-    replayed = seed_replayed(args.binary, args.mapproxy_seed, args.runs, args.max_zoom)
+    replayed_seeds, replayed_loads = replayed(args.binary, args.mapproxy_seed, args.runs, args.max_zoom)
     gunicorn = str(Path(args.mapproxy_seed).parent / "gunicorn")
     loads = {}
     for name, load in (("tessera", load_tessera), ("MapProxy", load_mapproxy)):
@@ -311,21 +330,32 @@ def main():
         f"| {med(m, 1):.0f} | {1000 * med(m, 3) / tiles:.2f} |",
         f"| ratio tessera / MapProxy | {med(m, 0) / med(t, 0):.2f} | | | {med(m, 3) / med(t, 3):.2f} (less CPU) |",
         "",
-        f"## Seeding zoom 0..{args.max_zoom} with MapServer's answers replayed (the upstream on its own cores)",
+        f"## Seeding and cache misses, zoom 0..{args.max_zoom}, with MapServer's answers replayed "
+        "(the upstream on its own cores)",
         "",
-        "Each tool seeds once through a recorder in front of MapServer (bench/replay.py), then the two "
-        "take turns seeding from the recording: the same GetMaps, answered byte for byte with MapServer's "
-        "own images, without MapServer's CPU on these 2 cores (a request the recording lacks fails the run). "
-        "Every run's tiles are kept until the section ends: this machine's ext4 has no journal, and "
-        "creating a file there scans past the inodes deleted in the last half minute.",
+        "Each tool seeds once through a recorder in front of MapServer (bench/replay.py); then the two "
+        "take turns seeding, and serving every tile once from an empty cache, from the recording: the same "
+        "GetMaps, answered byte for byte with MapServer's own images, without MapServer's CPU on these 2 "
+        "cores (a request the recording lacks fails the run). Every run's tiles are kept until the section "
+        "ends: this machine's ext4 has no journal, and creating a file there scans past the inodes deleted "
+        "in the last half minute.",
         "",
-        "| | tiles/s | upstream GetMaps | peak RSS (MiB) | cache CPU (ms/tile) |",
+        "| seeding | tiles/s | upstream GetMaps | peak RSS (MiB) | cache CPU (ms/tile) |",
         "|---|---:|---:|---:|---:|",
-        *[f"| {name} | {tiles / med(replayed[name], 0):.1f} | {med(replayed[name], 2):.0f} "
-          f"| {med(replayed[name], 1):.0f} | {1000 * med(replayed[name], 3) / tiles:.2f} |"
+        *[f"| {name} | {tiles / med(replayed_seeds[name], 0):.1f} | {med(replayed_seeds[name], 2):.0f} "
+          f"| {med(replayed_seeds[name], 1):.0f} | {1000 * med(replayed_seeds[name], 3) / tiles:.2f} |"
           for name in ("tessera", "MapProxy")],
-        f"| ratio tessera / MapProxy | {med(replayed['MapProxy'], 0) / med(replayed['tessera'], 0):.2f} | | "
-        f"| {med(replayed['MapProxy'], 3) / med(replayed['tessera'], 3):.2f} (less CPU) |",
+        f"| ratio tessera / MapProxy | {med(replayed_seeds['MapProxy'], 0) / med(replayed_seeds['tessera'], 0):.2f} "
+        f"| | | {med(replayed_seeds['MapProxy'], 3) / med(replayed_seeds['tessera'], 3):.2f} (less CPU) |",
+        "",
+        "| cache misses | clients | tiles/s | p50 (ms) | p99 (ms) | upstream GetMaps |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[f"| {name} | {c} | {tiles / med(replayed_loads[(name, c)], 0):.1f} | "
+          f"{med(replayed_loads[(name, c)], 1):.0f} | {med(replayed_loads[(name, c)], 2):.0f} "
+          f"| {med(replayed_loads[(name, c)], 3):.0f} |" for c in (1, 8) for name in ("tessera", "MapProxy")],
+        *[f"| ratio tessera / MapProxy | {c} | "
+          f"{med(replayed_loads[('MapProxy', c)], 0) / med(replayed_loads[('tessera', c)], 0):.2f} | | | |"
+          for c in (1, 8)],
         "",
         f"## Cache-miss requests: every tile of zoom 0..{args.max_zoom} once, empty cache "
         "(tessera serve; MapProxy under gunicorn, 2 workers x 8 threads)",
