@@ -378,9 +378,48 @@ def main():
         f"| {med(mosaic['mosaic'], 1):.0f} |",
         f"| ratio mosaic / single | {med(mosaic['single'], 0) / med(mosaic['mosaic'], 0):.2f} | | |",
         "",
+        READING,
     ]
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+READING = """## Reading
+
+- MapServer runs behind lighttpd FastCGI with 2 processes, as it is
+  deployed (`scripts/mapserver start --fastcgi 2`), on the same 2 cores
+  as the cache in front of it. Both caches send it the same 87 GetMaps
+  (one per 4x4 metatile with its buffer). A 1040x1040 PNG GetMap costs
+  MapServer about 125 ms of CPU here (48 ms as JPEG: most of it is its
+  PNG encoding), so the 87 GetMaps are about 10.9 s of its CPU: against
+  this upstream on these cores no cache seeds faster than about 250
+  tiles/s, and twice MapProxy's rate is out of reach at the same request
+  count. The first table is bounded by MapServer; the cache CPU column is
+  what each tool adds per tile.
+- The replayed section takes MapServer's CPU off these cores, as when the
+  upstream has cores of its own (the usual deployment): the caches get
+  MapServer's own bytes from a recording, as fast as loopback serves them,
+  and the tiles/s are the caches' own. tessera renders one metatile while
+  the one before is written and synced (`seed::run`), decodes the GetMap
+  straight into the metatile's RGBA image under the default style, and
+  writes new tiles as unnamed files linked into place (no shared staging
+  directory); what is left of its CPU is decoding the upstream PNG (about
+  a quarter) and encoding the tiles' PNGs (about two fifths).
+- Runs on this machine vary by 10-30 % between invocations (shared cores,
+  and an ext4 without a journal whose file creation slows after many
+  deletions); the tools take turns in the replayed section so that both
+  see the same conditions.
+- The mosaic reads windows at least as coarse as its overview (zooms 0-3
+  here) from the overview, read once from all 1,000 pieces in two strips;
+  windows that arrive meanwhile wait for it instead of reading the pieces
+  again. Pieces in the grid's CRS (with their alpha band) are read with
+  `RasterIO`, the EPSG:4326 pieces and the single EPSG:4326 COG are
+  warped. The remaining gap is the scan of the 1,000 pieces at start, the
+  overview's read, and zooms 4-5, where a metatile reads 20-60 pieces: a
+  warp set-up and a composite per piece, where the single file has one
+  warp. Peak RSS is mostly GDAL's block cache (the default 5 % of RAM),
+  filled by the pieces' blocks.
+"""
 
 
 def mapproxy_version(seed_bin):
