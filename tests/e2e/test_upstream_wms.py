@@ -8,6 +8,7 @@ import http.client
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -268,6 +269,36 @@ def test_no_more_getmaps_than_max_concurrent_are_in_flight(faulty, tmp_path, tmp
             statuses = [s for s, _ in pool.map(lambda p: fetch(server, p), paths)]
         assert statuses == [200] * 8
         assert faulty.most_in_flight == 1, faulty.most_in_flight
+
+
+def test_a_seed_fetches_the_next_metatile_ahead_and_asks_for_each_once(faulty, tmp_path):
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{host_port(faulty.url)}"] }}
+stores: {{ disk: {{ type: file, path: {tmp_path / "tiles"} }} }}
+layers:
+  - name: cascade
+    source: {{ type: wms, url: "{faulty.url}", layers: [relief] }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+""")
+    seed = [os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "cascade",
+            "--grid", "WebMercatorQuad", "--zoom", "0..3", "--threads", "1"]
+    faulty.mode = "delay"
+    faulty.getmaps = 0
+    faulty.most_in_flight = 0
+    r = subprocess.run(seed, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "7/7 metatiles (7 rendered" in r.stdout, r.stdout
+    # One worker renders while the next metatile's GetMap is already out:
+    # two in flight, never more, and each metatile asked for once.
+    assert faulty.getmaps == 7, faulty.getmaps
+    assert faulty.most_in_flight == 2, faulty.most_in_flight
+    # Stored metatiles are skipped before anything is fetched for them.
+    r = subprocess.run(seed, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "0 rendered, 7 already stored" in r.stdout, r.stdout
+    assert faulty.getmaps == 7, faulty.getmaps
 
 
 FAST_FAIL = (", http: { timeout_secs: 2, connect_timeout_secs: 2, retries: 1, retry_backoff_ms: 50, "

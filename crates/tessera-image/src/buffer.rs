@@ -241,12 +241,14 @@ impl<'a> ImageView<'a> {
     /// Whether every pixel is fully opaque.
     pub fn is_opaque(&self) -> bool {
         // A whole row folded as words, without a branch per pixel.
-        self.rows().all(|row| fold_pixels(row, u32::MAX, |a, b| a & b) >> 24 == 0xff)
+        self.rows()
+            .all(|row| fold_pixels(row, u32::MAX, |a, b| a & b) >> 24 == 0xff)
     }
 
     /// Whether every pixel is fully transparent.
     pub fn is_transparent(&self) -> bool {
-        self.rows().all(|row| fold_pixels(row, 0, |a, b| a | b) >> 24 == 0)
+        self.rows()
+            .all(|row| fold_pixels(row, 0, |a, b| a | b) >> 24 == 0)
     }
 
     /// Copies the view into a packed image (for encoders that need one

@@ -178,6 +178,8 @@ impl Renderer {
         width: u32,
         height: u32,
     ) -> Result<RgbaImage, RenderError> {
+        // The source may start fetching while this waits for a slot.
+        prefetch_layer(&layer, &bbox, &crs, width, height);
         self.run(Demand::Tiles, move |budget| {
             render_layer(&layer, &bbox, &crs, width, height, budget)
         })
@@ -340,18 +342,14 @@ pub fn render_layer(
     let cancel = budget.cancel;
     check(cancel)?;
     let start = std::time::Instant::now();
-    let margin = layer.style.margin();
-    let res_x = bbox.width() / f64::from(width);
-    let res_y = bbox.height() / f64::from(height);
-    let read_box = bbox.buffered(f64::from(margin) * res_x, f64::from(margin) * res_y);
     let window = WindowRequest {
-        bbox: read_box,
-        crs,
-        width: width + 2 * margin,
-        height: height + 2 * margin,
-        cancel: Some(cancel),
         max_source_pixels: Some(budget.max_source_pixels),
+        ..source_window(layer, bbox, crs, width, height, Some(cancel))
     };
+    let (res_x, res_y) = (
+        bbox.width() / f64::from(width),
+        bbox.height() / f64::from(height),
+    );
     // An upstream's image under a style that keeps it: no split into bands
     // and back.
     if layer.style.keeps_rgba()
@@ -369,6 +367,37 @@ pub fn render_layer(
     let image = layer.style.apply(&raster, scale)?;
     budget.metrics.layer_rendered(&layer.name, start.elapsed());
     Ok(image)
+}
+
+/// Tells `layer`'s source that the window [`render_layer`] reads for
+/// these arguments will be read soon ([`tessera_source::Source::prefetch`]).
+pub fn prefetch_layer(layer: &Layer, bbox: &BBox, crs: &Crs, width: u32, height: u32) {
+    layer
+        .source
+        .prefetch(&source_window(layer, bbox, crs, width, height, None));
+}
+
+/// What `layer`'s source is asked for to render `bbox` at `width` x
+/// `height`: the window grown by the style's margin.
+fn source_window<'a>(
+    layer: &Layer,
+    bbox: &BBox,
+    crs: &'a Crs,
+    width: u32,
+    height: u32,
+    cancel: Option<&'a AtomicBool>,
+) -> WindowRequest<'a> {
+    let margin = layer.style.margin();
+    let res_x = bbox.width() / f64::from(width);
+    let res_y = bbox.height() / f64::from(height);
+    WindowRequest {
+        bbox: bbox.buffered(f64::from(margin) * res_x, f64::from(margin) * res_y),
+        crs,
+        width: width + 2 * margin,
+        height: height + 2 * margin,
+        cancel,
+        max_source_pixels: None,
+    }
 }
 
 /// The ground size of a pixel at the centre of `bbox`.

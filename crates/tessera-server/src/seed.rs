@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::plan::TilePlan;
@@ -35,10 +36,12 @@ pub enum SeedEnd {
 }
 
 /// Runs `plan` with up to `concurrency` metatiles rendering and encoding,
-/// and as many more being stored: a metatile's durable write (with its
-/// syncs) overlaps the next one's render, and a metatile counts as done
-/// only once stored. `cancel` stops the dispatch of new metatiles; those in
-/// flight finish. `progress` is called after every metatile.
+/// one more taken ahead (locked, checked against the store, its upstream
+/// fetch started: it waits for a worker), and up to `concurrency` more
+/// being stored: a metatile's upstream fetch and its durable write (with
+/// its syncs) overlap other metatiles' renders, and a metatile counts as
+/// done only once stored. `cancel` stops the dispatch of new metatiles;
+/// those in flight finish. `progress` is called after every metatile.
 pub async fn run(
     tiles: &Arc<TileCache>,
     plan: &TilePlan,
@@ -48,13 +51,14 @@ pub async fn run(
     mut progress: impl FnMut(&SeedStats),
 ) -> SeedEnd {
     let concurrency = concurrency.max(1);
+    let workers = Arc::new(Semaphore::new(concurrency));
     let mut stats = SeedStats::default();
     let mut rendering = JoinSet::new();
     let mut storing = JoinSet::new();
     let mut failure = None;
     let mut pending = plan.metatiles();
     loop {
-        while rendering.len() < concurrency
+        while rendering.len() < concurrency + 1
             && storing.len() < concurrency
             && failure.is_none()
             && !cancel.load(Ordering::SeqCst)
@@ -67,11 +71,12 @@ pub async fn run(
                 plan.format,
             );
             let n = u64::from(meta.cols() * meta.rows());
+            let workers = workers.clone();
             rendering.spawn(async move {
                 (
                     n,
                     tiles
-                        .seed_metatile(&layer, &grid, format, meta, force)
+                        .seed_metatile(&layer, &grid, format, meta, force, &workers)
                         .await,
                 )
             });

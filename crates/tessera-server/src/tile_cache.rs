@@ -37,8 +37,9 @@ use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
 use crate::metatile::Metatile;
 use crate::metrics::{LeaseOutcome, LockKind, Metrics, RequestResult};
 use crate::registry::{Freshness, Grid, Layer, LayerCache};
-use crate::render::{Demand, ImageRequest, RenderError, Renderer};
+use crate::render::{self, Demand, ImageRequest, RenderError, Renderer};
 use crate::throttle::Throttle;
+use tokio::sync::Semaphore;
 
 /// Tiles are rendered with a transparent background; JPEG flattens over white.
 const BACKGROUND: Color = Color([255, 255, 255, 255]);
@@ -750,8 +751,10 @@ impl TileCache {
     }
 
     /// Seeds one metatile: takes its locks, skips it when every tile is
-    /// stored (unless `force`), otherwise renders it and encodes every
-    /// tile, and returns them for [`Unstored::store`] (under their locks).
+    /// stored (unless `force`), otherwise asks its source to fetch ahead
+    /// ([`render::prefetch_layer`]), renders it and encodes every tile
+    /// under one of `slots` (the seed's workers), and returns them for
+    /// [`Unstored::store`] (under their locks).
     pub async fn seed_metatile(
         &self,
         layer: &Arc<Layer>,
@@ -759,6 +762,7 @@ impl TileCache {
         format: TileFormat,
         meta: Metatile,
         force: bool,
+        slots: &Semaphore,
     ) -> Result<SeedStep, TileError> {
         let cache = layer
             .cache
@@ -809,7 +813,10 @@ impl TileCache {
                 Leased::Render(held) => lease = held,
             }
         }
-        match self.seed_leased(&req, cache, meta, meta_guard, tiles).await {
+        match self
+            .seed_leased(&req, cache, meta, meta_guard, tiles, slots)
+            .await
+        {
             Ok(mut unstored) => {
                 unstored.lease = lease;
                 Ok(SeedStep::Rendered(unstored))
@@ -831,6 +838,7 @@ impl TileCache {
         meta: Metatile,
         meta_guard: KeyGuard<MetaKey>,
         tiles: Vec<Owned>,
+        slots: &Semaphore,
     ) -> Result<Unstored, TileError> {
         let unstored = |batch, guards| Unstored {
             batch,
@@ -839,6 +847,18 @@ impl TileCache {
             store: cache.store.clone(),
             unsaved: self.unsaved.clone(),
         };
+        if !req.format.is_vector() {
+            let tms = &req.grid.tms;
+            let (width, height) = meta.render_size(tms);
+            render::prefetch_layer(
+                &req.layer,
+                &meta.render_bbox(tms),
+                &req.grid.crs,
+                width,
+                height,
+            );
+        }
+        let _slot = slots.acquire().await.map_err(|_| RenderError::Closed)?;
         if req.format.is_vector() {
             // Vector tiles are cut one by one (no metatile to share).
             let mut made = Vec::with_capacity(tiles.len());

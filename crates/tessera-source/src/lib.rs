@@ -89,6 +89,14 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// Reads and warps one window.
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
 
+    /// A hint that `request` will be read soon (cancel flag aside): a
+    /// source whose reads wait on the network may start fetching it now,
+    /// so that the read finds it answered. Never blocks, never fails; a
+    /// fetch nobody reads is dropped. Nothing by default.
+    fn prefetch(&self, request: &WindowRequest<'_>) {
+        let _ = request;
+    }
+
     /// The window as the upstream's own RGBA image, when this source's
     /// pixels are colours already (an upstream image service) and it can
     /// answer this window without warping: the same pixels as

@@ -127,6 +127,57 @@ struct Circuit {
     trial: bool,
 }
 
+/// A GET started ahead of its reader ([`UpstreamClient::prefetch`]).
+#[derive(Debug)]
+pub struct Prefetch {
+    rx: std::sync::mpsc::Receiver<Result<Fetched, FetchError>>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+}
+
+impl Prefetch {
+    /// Waits for the answer, as [`UpstreamClient::get`] does; raising
+    /// `cancel` stops retries and a request not yet sent.
+    pub fn wait(self, cancel: Option<&AtomicBool>) -> Result<Fetched, FetchError> {
+        wait_for(&self.rx, cancel, &self.stop).unwrap_or_else(|| Err(task_failed()))
+    }
+
+    /// How long ago it was started.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Waits for what the request task sends on `rx`, raising `stop` once
+/// `cancel` is raised; `None` when the task ended without sending.
+fn wait_for<T>(
+    rx: &std::sync::mpsc::Receiver<T>,
+    cancel: Option<&AtomicBool>,
+    stop: &AtomicBool,
+) -> Option<T> {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(answer) => return Some(answer),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+fn task_failed() -> FetchError {
+    FetchError::Failed("the upstream request task failed".into())
+}
+
 /// One upstream's client (shared by every read of one source).
 #[derive(Debug)]
 pub struct UpstreamClient {
@@ -288,24 +339,24 @@ impl UpstreamClient {
                 .map(|u| this.clone().get_with_retries(u, flag.clone()));
             let _ = tx.send(futures::future::join_all(asked).await);
         });
-        loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(results) => return results,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return (0..n)
-                        .map(|_| {
-                            Err(FetchError::Failed(
-                                "the upstream request task failed".into(),
-                            ))
-                        })
-                        .collect();
-                }
-            }
+        wait_for(&rx, cancel, &stop).unwrap_or_else(|| (0..n).map(|_| Err(task_failed())).collect())
+    }
+
+    /// Starts GETting `url` (as [`UpstreamClient::get`], under the same
+    /// permits and circuit) without waiting: [`Prefetch::wait`] takes the
+    /// answer. A prefetch dropped unread stops its retries and, if it has
+    /// not been sent yet, its request.
+    pub fn prefetch(self: &Arc<Self>, url: reqwest::Url) -> Prefetch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (this, flag) = (self.clone(), stop.clone());
+        runtime().spawn(async move {
+            let _ = tx.send(this.get_with_retries(url, flag).await);
+        });
+        Prefetch {
+            rx,
+            stop,
+            started: Instant::now(),
         }
     }
 

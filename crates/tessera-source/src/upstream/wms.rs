@@ -2,14 +2,17 @@
 //! its gutter), in the grid's CRS when the upstream offers it, else in one
 //! it offers and warped by GDAL.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage, decode};
 
-use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
+use super::client::{
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetch, UpstreamClient, redacted,
+};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -103,7 +106,14 @@ pub struct WmsSource {
     /// preference order.
     offered: Vec<(String, Crs)>,
     info: SourceInfo,
+    /// GetMaps started ahead of their reads ([`Source::prefetch`]), oldest
+    /// first, at most `2 * max_concurrent`.
+    prefetched: Mutex<VecDeque<(reqwest::Url, Prefetch)>>,
 }
+
+/// A prefetched GetMap older than this is dropped unread and asked again:
+/// its reader gave up, and the upstream may have changed since.
+const PREFETCH_MAX_AGE: Duration = Duration::from_secs(30);
 
 /// What the capabilities say about the asked layers.
 #[derive(Debug, Default)]
@@ -204,6 +214,7 @@ impl WmsSource {
             client,
             offered,
             info,
+            prefetched: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -271,10 +282,11 @@ impl WmsSource {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RgbaImage, SourceError> {
         let url = self.get_map_url(bbox, crs, width, height);
-        let fetched = self
-            .client
-            .get(&url, cancel)
-            .map_err(|e| fetch_error(&url, e))?;
+        let fetched = match self.take_prefetched(&url) {
+            Some(ahead) => ahead.wait(cancel),
+            None => self.client.get(&url, cancel),
+        }
+        .map_err(|e| fetch_error(&url, e))?;
         refuse_non_image(&url, &fetched, "an image")?;
         decode(&fetched.body, width, height).map_err(|e| SourceError::Upstream {
             url: redacted(&url),
@@ -283,9 +295,54 @@ impl WmsSource {
     }
 }
 
+impl WmsSource {
+    /// The GetMap for `request` when it is asked in the request's own CRS
+    /// (the reads that [`Source::read_image`] answers).
+    fn direct_url(&self, request: &WindowRequest<'_>) -> Option<reqwest::Url> {
+        let (name, same) = self
+            .offered
+            .iter()
+            .find(|(_, c)| same_coordinates(c, request.crs))?;
+        Some(self.get_map_url(&request.bbox, (name, same), request.width, request.height))
+    }
+
+    /// The prefetch of `url`, if one was started lately; stale ones are
+    /// dropped on the way.
+    fn take_prefetched(&self, url: &reqwest::Url) -> Option<Prefetch> {
+        let mut ahead = self
+            .prefetched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ahead.retain(|(_, p)| p.age() < PREFETCH_MAX_AGE);
+        let at = ahead.iter().position(|(u, _)| u == url)?;
+        ahead.remove(at).map(|(_, p)| p)
+    }
+}
+
 impl Source for WmsSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// Starts the GetMap of a window asked in the upstream's own CRS, so
+    /// that its read (after waiting for a render slot) finds it answered;
+    /// the same URL is asked once. Warped windows are not fetched ahead.
+    fn prefetch(&self, request: &WindowRequest<'_>) {
+        let Some(url) = self.direct_url(request) else {
+            return;
+        };
+        let mut ahead = self
+            .prefetched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if ahead.iter().any(|(u, _)| *u == url) {
+            return;
+        }
+        let started = self.client.prefetch(url.clone());
+        ahead.push_back((url, started));
+        while ahead.len() > 2 * self.client.settings().max_concurrent {
+            ahead.pop_front();
+        }
     }
 
     fn read_image(&self, request: &WindowRequest<'_>) -> Option<Result<RgbaImage, SourceError>> {
