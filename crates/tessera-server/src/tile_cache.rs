@@ -30,6 +30,7 @@ use tessera_store::cluster::Acquired;
 use tessera_store::{
     Durability, HeldTile, MemoryStore, Peeked, StoreError, TileKey, TileStore, content_hash,
 };
+use tokio::sync::Semaphore;
 
 use crate::cluster::{LeaseHolder, jittered};
 use crate::encode_pool::{EncodePool, Job};
@@ -39,7 +40,6 @@ use crate::metrics::{LeaseOutcome, LockKind, Metrics, RequestResult};
 use crate::registry::{Freshness, Grid, Layer, LayerCache};
 use crate::render::{self, Demand, ImageRequest, RenderError, Renderer};
 use crate::throttle::Throttle;
-use tokio::sync::Semaphore;
 
 /// Tiles are rendered with a transparent background; JPEG flattens over white.
 const BACKGROUND: Color = Color([255, 255, 255, 255]);
