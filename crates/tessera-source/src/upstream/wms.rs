@@ -293,9 +293,7 @@ impl WmsSource {
             message: e.to_string(),
         })
     }
-}
 
-impl WmsSource {
     /// The GetMap for `request` when it is asked in the request's own CRS
     /// (the reads that [`Source::read_image`] answers).
     fn direct_url(&self, request: &WindowRequest<'_>) -> Option<reqwest::Url> {
