@@ -174,8 +174,12 @@ def test_600_requests_over_three_nodes_render_the_metatile_once(kind, s3, tmp_pa
             by_tile.setdefault(t, set()).add(body)
         assert all(len(v) == 1 for v in by_tile.values()), "every tile is byte-identical on every node"
         assert sum(renders(n) for n in nodes) == 1, [renders(n) for n in nodes]
+        # One node won the lease and rendered. A waiter that asks again just
+        # after the holder deleted its lease (its tiles stored) wins too,
+        # then reads the tiles instead of rendering: renders, not wins, are
+        # the invariant.
         won = sum(metric(n, "tessera_lease_requests_total", outcome="won") for n in nodes)
-        assert won == 1, won
+        assert won >= 1, won
         lost = sum(metric(n, "tessera_lease_requests_total", outcome="lost") for n in nodes)
         assert lost >= 1, "the other nodes waited for the holder's tiles"
         if kind == "s3":
