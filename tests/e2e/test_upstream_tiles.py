@@ -110,3 +110,23 @@ def test_a_tile_the_upstream_does_not_have_is_transparent(cascade):
     status, body = fetch(cascade, "/tiles/xyz/WebMercatorQuad/10/540/360.png")
     assert status == 200, body
     assert decode(body).shape[0] == 4 and decode(body)[3].max() == 0
+
+
+def test_a_metatile_asks_for_each_covering_tile_once_and_keeps_its_pixels(upstream, cascade):
+    """A JPEG metatile from PNG tiles: the covering tiles are fetched ahead
+    of the render and taken by it, each asked once, and the pixels are
+    the upstream's (cropped, not warped: the grids are the same)."""
+    import re
+
+    def targets():
+        return re.findall(r'target="(/tiles/relief/WebMercatorQuad/6/[^"]+)"', upstream.log_text())
+
+    before = len(targets())
+    status, jpeg = fetch(cascade, "/tiles/xyz/WebMercatorQuad/6/41/22.jpg")
+    assert status == 200 and jpeg[:3] == b"\xff\xd8\xff"
+    asked = targets()[before:]
+    assert asked, "no upstream tile was asked for"
+    assert len(asked) == len(set(asked)), sorted(asked)
+    assert "/tiles/relief/WebMercatorQuad/6/41/22.png" in asked
+    _, png = fetch(upstream, "/tiles/relief/WebMercatorQuad/6/41/22.png")
+    assert rgb_difference(decode(jpeg), decode(png)) < 4

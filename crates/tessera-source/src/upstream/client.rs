@@ -154,6 +154,80 @@ impl Drop for Prefetch {
     }
 }
 
+/// A prefetched answer older than this is dropped unread and asked again:
+/// its reader gave up, and the upstream may have changed since.
+pub const PREFETCH_MAX_AGE: Duration = Duration::from_secs(30);
+
+/// Requests started ahead of their reads, by URL (what a source keeps for
+/// [`crate::Source::prefetch`]): at most `most`, oldest dropped first (a
+/// dropped one stops), none older than [`PREFETCH_MAX_AGE`].
+#[derive(Debug)]
+pub struct Prefetched {
+    ahead: Mutex<std::collections::VecDeque<(reqwest::Url, Prefetch)>>,
+    most: usize,
+}
+
+impl Prefetched {
+    /// An empty table of at most `most` requests.
+    pub fn new(most: usize) -> Prefetched {
+        Prefetched {
+            ahead: Mutex::new(std::collections::VecDeque::new()),
+            most: most.max(1),
+        }
+    }
+
+    /// Starts GETting `url` with `client` unless it is already started.
+    pub fn start(&self, client: &Arc<UpstreamClient>, url: reqwest::Url) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        if ahead.iter().any(|(u, _)| *u == url) {
+            return;
+        }
+        let started = client.prefetch(url.clone());
+        ahead.push_back((url, started));
+        while ahead.len() > self.most {
+            ahead.pop_front();
+        }
+    }
+
+    /// The request for `url`, if one was started lately.
+    pub fn take(&self, url: &reqwest::Url) -> Option<Prefetch> {
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        ahead.retain(|(_, p)| p.age() < PREFETCH_MAX_AGE);
+        let at = ahead.iter().position(|(u, _)| u == url)?;
+        ahead.remove(at).map(|(_, p)| p)
+    }
+
+    /// GETs every one of `urls` as [`UpstreamClient::get_all`] does,
+    /// taking those started ahead instead of asking again.
+    pub fn get_all(
+        &self,
+        client: &Arc<UpstreamClient>,
+        urls: &[reqwest::Url],
+        cancel: Option<&AtomicBool>,
+    ) -> Vec<Result<Fetched, FetchError>> {
+        let ahead: Vec<Option<Prefetch>> = urls.iter().map(|u| self.take(u)).collect();
+        let rest: Vec<reqwest::Url> = urls
+            .iter()
+            .zip(&ahead)
+            .filter(|(_, p)| p.is_none())
+            .map(|(u, _)| u.clone())
+            .collect();
+        let mut fetched = if rest.is_empty() {
+            Vec::new()
+        } else {
+            client.get_all(rest, cancel)
+        }
+        .into_iter();
+        ahead
+            .into_iter()
+            .map(|p| match p {
+                Some(p) => p.wait(cancel),
+                None => fetched.next().unwrap_or_else(|| Err(task_failed())),
+            })
+            .collect()
+    }
+}
+
 /// Waits for what the request task sends on `rx`, raising `stop` once
 /// `cancel` is raised; `None` when the task ended without sending.
 fn wait_for<T>(

@@ -14,7 +14,9 @@ use serde::Deserialize;
 use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrixSet, TileRange};
 use tessera_image::{Raster, RgbaImage, decode};
 
-use super::client::{FetchError, Fetched, HttpSettings, NetworkPolicy, UpstreamClient, redacted};
+use super::client::{
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted,
+};
 use super::wms::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
@@ -117,7 +119,13 @@ pub struct TileSource {
     resampling: Resampling,
     client: Arc<UpstreamClient>,
     info: SourceInfo,
+    /// Tiles started ahead of their reads ([`Source::prefetch`]).
+    prefetched: Prefetched,
 }
+
+/// Most tiles fetched ahead and kept for their reads: a few metatile
+/// windows (a 4x4 metatile with its gutter covers up to 36 tiles).
+const MOST_PREFETCHED: usize = 256;
 
 impl TileSource {
     /// An XYZ/TMS upstream.
@@ -289,6 +297,7 @@ impl TileSource {
             resampling,
             client,
             info,
+            prefetched: Prefetched::new(MOST_PREFETCHED),
         }
     }
 
@@ -308,6 +317,65 @@ impl TileSource {
 
     /// Fetches the tiles of `range` at once; each is its encoded bytes, or
     /// `None` where the upstream has no tile (404, 204).
+    /// The upstream tiles a read of `request` stitches; `None` when the
+    /// window is outside the upstream's extent (every pixel empty).
+    fn plan(&self, request: &WindowRequest<'_>) -> Result<Option<ReadPlan>, SourceError> {
+        let read_err = |e: SourceError| SourceError::Read {
+            path: self.name.clone(),
+            source: Box::new(e),
+        };
+        let same = same_coordinates(&self.crs, request.crs);
+        let window = if same {
+            request.bbox
+        } else {
+            let Some(part) = request.bbox.intersection(
+                &self
+                    .crs
+                    .transform_bbox(&self.info.native_bounds, request.crs)
+                    .map_err(read_err)?,
+            ) else {
+                return Ok(None);
+            };
+            request
+                .crs
+                .transform_bbox(&part, &self.crs)
+                .map_err(read_err)?
+        };
+        let Some(window) = window.intersection(&self.grid.extent) else {
+            return Ok(None);
+        };
+        let resolution = if same {
+            request.bbox.width() / f64::from(request.width)
+        } else {
+            // The window's pixels spread over its footprint upstream.
+            (window.width() * window.height()
+                / (f64::from(request.width) * f64::from(request.height)))
+            .sqrt()
+        };
+        let z = self
+            .grid
+            .zoom_for_resolution(resolution)
+            .clamp(self.min_zoom, self.max_zoom);
+        let Some(range) = self.grid.tiles_in_bbox(z, &window) else {
+            return Ok(None);
+        };
+        if range.count() > MAX_TILES_PER_READ {
+            return Err(SourceError::Upstream {
+                url: self.name.clone(),
+                message: format!(
+                    "the window needs {} upstream tiles at zoom {z}, more than {MAX_TILES_PER_READ}; the upstream has no coarser zoom for it (min_zoom)",
+                    range.count()
+                ),
+            });
+        }
+        Ok(Some(ReadPlan {
+            covered: self.grid.tile_range_bbox(&range),
+            resolution: self.grid.matrix(z).map(|m| m.resolution),
+            range,
+            same,
+        }))
+    }
+
     fn fetch_tiles(
         &self,
         coords: &[TileCoord],
@@ -317,7 +385,7 @@ impl TileSource {
             .iter()
             .map(|c| self.url_of(*c))
             .collect::<Result<Vec<_>, _>>()?;
-        let answers = self.client.get_all(urls.clone(), cancel);
+        let answers = self.prefetched.get_all(&self.client, &urls, cancel);
         urls.iter()
             .zip(answers)
             .map(|(url, answer)| judge(url, answer))
@@ -333,11 +401,7 @@ impl TileSource {
         let (tw, th) = (self.grid.tile_width, self.grid.tile_height);
         let cols = range.max_x - range.min_x + 1;
         let rows = range.max_y - range.min_y + 1;
-        let coords: Vec<TileCoord> = (range.min_y..=range.max_y)
-            .flat_map(|y| {
-                (range.min_x..=range.max_x).map(move |x| TileCoord::restored(range.z, x, y))
-            })
-            .collect();
+        let coords = range_coords(range);
         let tiles = self.fetch_tiles(&coords, cancel)?;
         let mut out = RgbaImage::transparent(cols * tw, rows * th);
         let stride = (cols * tw * 4) as usize;
@@ -430,68 +494,43 @@ impl Source for TileSource {
         &self.info
     }
 
+    /// Starts fetching the tiles covering `request`'s window.
+    fn prefetch(&self, request: &WindowRequest<'_>) {
+        if let Ok(Some(plan)) = self.plan(request) {
+            for coord in plan.coords() {
+                if let Ok(url) = self.url_of(coord) {
+                    self.prefetched.start(&self.client, url);
+                }
+            }
+        }
+    }
+
+    /// The covering tiles cropped, when the window is on the upstream's
+    /// pixel grid in its own CRS.
+    fn read_image(&self, request: &WindowRequest<'_>) -> Option<Result<RgbaImage, SourceError>> {
+        let plan = match self.plan(request) {
+            Ok(Some(plan)) if plan.same => plan,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let at = plan.aligned_at(self, request)?;
+        Some(
+            self.stitched(&plan.range, request.cancel)
+                .map(|image| crop_at(&image, at, request)),
+        )
+    }
+
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
-        let read_err = |e: SourceError| SourceError::Read {
-            path: self.name.clone(),
-            source: Box::new(e),
-        };
-        let same = same_coordinates(&self.crs, request.crs);
-        let window = if same {
-            request.bbox
-        } else {
-            let Some(part) = request.bbox.intersection(
-                &self
-                    .crs
-                    .transform_bbox(&self.info.native_bounds, request.crs)
-                    .map_err(read_err)?,
-            ) else {
-                return Ok(empty(request.width, request.height));
-            };
-            request
-                .crs
-                .transform_bbox(&part, &self.crs)
-                .map_err(read_err)?
-        };
-        let Some(window) = window.intersection(&self.grid.extent) else {
+        let Some(plan) = self.plan(request)? else {
             return Ok(empty(request.width, request.height));
         };
-        let resolution = if same {
-            request.bbox.width() / f64::from(request.width)
-        } else {
-            // The window's pixels spread over its footprint upstream.
-            (window.width() * window.height()
-                / (f64::from(request.width) * f64::from(request.height)))
-            .sqrt()
-        };
-        let z = self
-            .grid
-            .zoom_for_resolution(resolution)
-            .clamp(self.min_zoom, self.max_zoom);
-        let Some(range) = self.grid.tiles_in_bbox(z, &window) else {
-            return Ok(empty(request.width, request.height));
-        };
-        if range.count() > MAX_TILES_PER_READ {
-            return Err(SourceError::Upstream {
-                url: self.name.clone(),
-                message: format!(
-                    "the window needs {} upstream tiles at zoom {z}, more than {MAX_TILES_PER_READ}; the upstream has no coarser zoom for it (min_zoom)",
-                    range.count()
-                ),
-            });
-        }
-        let image = self.stitched(&range, request.cancel)?;
-        let covered = self.grid.tile_range_bbox(&range);
-        if same
-            && let Some(crop) = aligned_crop(
-                &image,
-                &covered,
-                request,
-                self.grid.matrix(z).map(|m| m.resolution),
-            )
+        let image = self.stitched(&plan.range, request.cancel)?;
+        if plan.same
+            && let Some(at) = plan.aligned_at(self, request)
         {
-            return Ok(Raster::from_rgba(&crop));
+            return Ok(Raster::from_rgba(&crop_at(&image, at, request)));
         }
-        warp_rgba(&image, &covered, &self.crs, request, self.resampling).map_err(|source| {
+        warp_rgba(&image, &plan.covered, &self.crs, request, self.resampling).map_err(|source| {
             SourceError::Read {
                 path: self.name.clone(),
                 source,
@@ -535,33 +574,59 @@ impl Source for TileSource {
     }
 }
 
-/// The window cut from `image` (covering `covered`) when the window is on
-/// the image's pixel grid at its resolution; `None` otherwise.
-fn aligned_crop(
-    image: &RgbaImage,
-    covered: &BBox,
-    request: &WindowRequest<'_>,
+/// The tiles of `range`, row by row.
+fn range_coords(range: &TileRange) -> Vec<TileCoord> {
+    (range.min_y..=range.max_y)
+        .flat_map(|y| (range.min_x..=range.max_x).map(move |x| TileCoord::restored(range.z, x, y)))
+        .collect()
+}
+
+/// What a read stitches: the covering tiles, their extent and resolution,
+/// and whether the window is in the upstream's own CRS.
+#[derive(Debug)]
+struct ReadPlan {
+    range: TileRange,
+    covered: BBox,
     resolution: Option<f64>,
-) -> Option<RgbaImage> {
-    let res = resolution?;
-    let want = request.bbox.width() / f64::from(request.width);
-    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * res;
-    if !close(want, res) || !close(request.bbox.height() / f64::from(request.height), res) {
-        return None;
+    same: bool,
+}
+
+impl ReadPlan {
+    fn coords(&self) -> Vec<TileCoord> {
+        range_coords(&self.range)
     }
-    let col = (request.bbox.min_x - covered.min_x) / res;
-    let row = (covered.max_y - request.bbox.max_y) / res;
-    if (col - col.round()).abs() > 1e-6
-        || (row - row.round()).abs() > 1e-6
-        || col < 0.0
-        || row < 0.0
-    {
-        return None;
+
+    /// Where the window starts (column, row) in the stitched image, when
+    /// it is on the image's pixel grid at its resolution and inside it;
+    /// `None` otherwise (the window is warped).
+    fn aligned_at(&self, source: &TileSource, request: &WindowRequest<'_>) -> Option<(u32, u32)> {
+        let res = self.resolution?;
+        let want = request.bbox.width() / f64::from(request.width);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * res;
+        if !close(want, res) || !close(request.bbox.height() / f64::from(request.height), res) {
+            return None;
+        }
+        let col = (request.bbox.min_x - self.covered.min_x) / res;
+        let row = (self.covered.max_y - request.bbox.max_y) / res;
+        if (col - col.round()).abs() > 1e-6
+            || (row - row.round()).abs() > 1e-6
+            || col < 0.0
+            || row < 0.0
+        {
+            return None;
+        }
+        let (col, row) = (col.round() as u32, row.round() as u32);
+        let width = (self.range.max_x - self.range.min_x + 1) * source.grid.tile_width;
+        let height = (self.range.max_y - self.range.min_y + 1) * source.grid.tile_height;
+        (u64::from(col) + u64::from(request.width) <= u64::from(width)
+            && u64::from(row) + u64::from(request.height) <= u64::from(height))
+        .then_some((col, row))
     }
-    let (col, row) = (col.round() as u32, row.round() as u32);
-    if col + request.width > image.width() || row + request.height > image.height() {
-        return None;
-    }
+}
+
+/// The window of `request`'s size cut from `image` at `(col, row)` (an
+/// [`ReadPlan::aligned_at`] position).
+fn crop_at(image: &RgbaImage, (col, row): (u32, u32), request: &WindowRequest<'_>) -> RgbaImage {
     let stride = (image.width() * 4) as usize;
     let mut data = Vec::with_capacity((request.width * request.height * 4) as usize);
     for r in row..row + request.height {
@@ -569,6 +634,7 @@ fn aligned_crop(
         data.extend_from_slice(&image.as_raw()[at..at + (request.width * 4) as usize]);
     }
     RgbaImage::from_raw(request.width, request.height, data)
+        .expect("a crop inside the image has its size")
 }
 
 #[cfg(test)]

@@ -2,16 +2,15 @@
 //! its gutter), in the grid's CRS when the upstream offers it, else in one
 //! it offers and warped by GDAL.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage, decode};
 
 use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetch, UpstreamClient, redacted,
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted,
 };
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
@@ -106,14 +105,10 @@ pub struct WmsSource {
     /// preference order.
     offered: Vec<(String, Crs)>,
     info: SourceInfo,
-    /// GetMaps started ahead of their reads ([`Source::prefetch`]), oldest
-    /// first, at most `2 * max_concurrent`.
-    prefetched: Mutex<VecDeque<(reqwest::Url, Prefetch)>>,
+    /// GetMaps started ahead of their reads ([`Source::prefetch`]), at
+    /// most `2 * max_concurrent`.
+    prefetched: Prefetched,
 }
-
-/// A prefetched GetMap older than this is dropped unread and asked again:
-/// its reader gave up, and the upstream may have changed since.
-const PREFETCH_MAX_AGE: Duration = Duration::from_secs(30);
 
 /// What the capabilities say about the asked layers.
 #[derive(Debug, Default)]
@@ -211,10 +206,10 @@ impl WmsSource {
         Ok(WmsSource {
             spec: spec.clone(),
             url,
+            prefetched: Prefetched::new(2 * client.settings().max_concurrent),
             client,
             offered,
             info,
-            prefetched: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -282,7 +277,7 @@ impl WmsSource {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RgbaImage, SourceError> {
         let url = self.get_map_url(bbox, crs, width, height);
-        let fetched = match self.take_prefetched(&url) {
+        let fetched = match self.prefetched.take(&url) {
             Some(ahead) => ahead.wait(cancel),
             None => self.client.get(&url, cancel),
         }
@@ -303,18 +298,6 @@ impl WmsSource {
             .find(|(_, c)| same_coordinates(c, request.crs))?;
         Some(self.get_map_url(&request.bbox, (name, same), request.width, request.height))
     }
-
-    /// The prefetch of `url`, if one was started lately; stale ones are
-    /// dropped on the way.
-    fn take_prefetched(&self, url: &reqwest::Url) -> Option<Prefetch> {
-        let mut ahead = self
-            .prefetched
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        ahead.retain(|(_, p)| p.age() < PREFETCH_MAX_AGE);
-        let at = ahead.iter().position(|(u, _)| u == url)?;
-        ahead.remove(at).map(|(_, p)| p)
-    }
 }
 
 impl Source for WmsSource {
@@ -326,20 +309,8 @@ impl Source for WmsSource {
     /// that its read (after waiting for a render slot) finds it answered;
     /// the same URL is asked once. Warped windows are not fetched ahead.
     fn prefetch(&self, request: &WindowRequest<'_>) {
-        let Some(url) = self.direct_url(request) else {
-            return;
-        };
-        let mut ahead = self
-            .prefetched
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if ahead.iter().any(|(u, _)| *u == url) {
-            return;
-        }
-        let started = self.client.prefetch(url.clone());
-        ahead.push_back((url, started));
-        while ahead.len() > 2 * self.client.settings().max_concurrent {
-            ahead.pop_front();
+        if let Some(url) = self.direct_url(request) {
+            self.prefetched.start(&self.client, url);
         }
     }
 
