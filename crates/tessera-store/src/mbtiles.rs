@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde::Deserialize;
 
 use tessera_grid::TileFormat;
@@ -322,17 +324,21 @@ fn open_writer(
     conn.busy_timeout(options.busy_timeout)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
-    conn.execute_batch(SCHEMA)?;
+    // One writer at a time sets the schema up: two processes opening a new
+    // file would otherwise both find the stamp column missing and both add
+    // it (the second failing on a duplicate column).
+    let setup = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
+    setup.execute_batch(SCHEMA)?;
     // When each tile was stored, for expiry and Last-Modified. MBTiles
     // readers ignore columns they do not know; a `tiles` view (a file made
     // by another tool) cannot take one and is left as it is.
-    let is_table = conn.query_row(
+    let is_table = setup.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tiles'",
         [],
         |row| row.get::<_, i64>(0),
     )? > 0;
-    if is_table && !has_stamps(&conn) {
-        conn.execute_batch("ALTER TABLE tiles ADD COLUMN tessera_stored_at INTEGER")?;
+    if is_table && !has_stamps(&setup) {
+        setup.execute_batch("ALTER TABLE tiles ADD COLUMN tessera_stored_at INTEGER")?;
     }
     for (name, value) in [
         ("name", key.layer.as_str()),
@@ -341,11 +347,12 @@ fn open_writer(
         ("version", "1.3"),
         ("description", key.grid.as_str()),
     ] {
-        conn.execute(
+        setup.execute(
             "INSERT OR IGNORE INTO metadata (name, value) VALUES (?1, ?2)",
             params![name, value],
         )?;
     }
+    setup.commit()?;
     Ok(conn)
 }
 

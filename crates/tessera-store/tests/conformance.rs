@@ -617,3 +617,37 @@ fn memory_store_answers_peek_from_its_inner_store_and_keeps_the_tile() {
         "now from memory"
     );
 }
+
+/// Writers that open one new MBTiles file at once (several seeds of one
+/// layer, each its own store) all set it up and write: the schema is set
+/// up by one at a time.
+#[test]
+fn stores_opening_one_new_mbtiles_file_at_once_all_write() {
+    let writers = 8u64;
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let start = std::sync::Barrier::new(writers as usize);
+        std::thread::scope(|scope| {
+            for i in 0..writers {
+                let (path, start) = (dir.path(), &start);
+                scope.spawn(move || {
+                    let store = MbtilesStore::open(path, MbtilesOptions::default()).unwrap();
+                    let k = key("race", 4, i, 3, TileFormat::Png);
+                    start.wait();
+                    store
+                        .put(&k, payload(i as u8, 300), Durability::Synced)
+                        .unwrap();
+                });
+            }
+        });
+        let store = MbtilesStore::open(dir.path(), MbtilesOptions::default()).unwrap();
+        for i in 0..writers {
+            let k = key("race", 4, i, 3, TileFormat::Png);
+            assert_eq!(
+                store.get(&k).unwrap().unwrap(),
+                payload(i as u8, 300),
+                "{k}"
+            );
+        }
+    }
+}
