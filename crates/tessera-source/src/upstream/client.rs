@@ -191,10 +191,20 @@ impl Prefetched {
 
     /// The request for `url`, if one was started lately.
     pub fn take(&self, url: &reqwest::Url) -> Option<Prefetch> {
+        self.take_all(std::slice::from_ref(url)).pop().flatten()
+    }
+
+    /// The requests for `urls` (in their order) started lately, under one
+    /// look at the table.
+    fn take_all(&self, urls: &[reqwest::Url]) -> Vec<Option<Prefetch>> {
         let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
         ahead.retain(|(_, p)| p.age() < PREFETCH_MAX_AGE);
-        let at = ahead.iter().position(|(u, _)| u == url)?;
-        ahead.remove(at).map(|(_, p)| p)
+        urls.iter()
+            .map(|url| {
+                let at = ahead.iter().position(|(u, _)| u == url)?;
+                ahead.remove(at).map(|(_, p)| p)
+            })
+            .collect()
     }
 
     /// GETs every one of `urls` as [`UpstreamClient::get_all`] does,
@@ -205,7 +215,7 @@ impl Prefetched {
         urls: &[reqwest::Url],
         cancel: Option<&AtomicBool>,
     ) -> Vec<Result<Fetched, FetchError>> {
-        let ahead: Vec<Option<Prefetch>> = urls.iter().map(|u| self.take(u)).collect();
+        let ahead = self.take_all(urls);
         let rest: Vec<reqwest::Url> = urls
             .iter()
             .zip(&ahead)

@@ -315,8 +315,6 @@ impl TileSource {
         })
     }
 
-    /// Fetches the tiles of `range` at once; each is its encoded bytes, or
-    /// `None` where the upstream has no tile (404, 204).
     /// The upstream tiles a read of `request` stitches; `None` when the
     /// window is outside the upstream's extent (every pixel empty).
     fn plan(&self, request: &WindowRequest<'_>) -> Result<Option<ReadPlan>, SourceError> {
@@ -376,6 +374,9 @@ impl TileSource {
         }))
     }
 
+    /// Fetches the tiles at `coords` at once (those fetched ahead taken);
+    /// each is its encoded bytes, or `None` where the upstream has no tile
+    /// (404, 204).
     fn fetch_tiles(
         &self,
         coords: &[TileCoord],

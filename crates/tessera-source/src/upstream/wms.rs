@@ -267,24 +267,23 @@ impl WmsSource {
         with_params(&self.url, &params)
     }
 
-    /// One GetMap, checked and decoded.
+    /// One GetMap (`url`, of `width` x `height` pixels), checked and
+    /// decoded; taken from the prefetched ones when it was started ahead.
     fn fetch_image(
         &self,
-        bbox: &BBox,
-        crs: (&str, &Crs),
+        url: &reqwest::Url,
         width: u32,
         height: u32,
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RgbaImage, SourceError> {
-        let url = self.get_map_url(bbox, crs, width, height);
-        let fetched = match self.prefetched.take(&url) {
+        let fetched = match self.prefetched.take(url) {
             Some(ahead) => ahead.wait(cancel),
-            None => self.client.get(&url, cancel),
+            None => self.client.get(url, cancel),
         }
-        .map_err(|e| fetch_error(&url, e))?;
-        refuse_non_image(&url, &fetched, "an image")?;
+        .map_err(|e| fetch_error(url, e))?;
+        refuse_non_image(url, &fetched, "an image")?;
         decode(&fetched.body, width, height).map_err(|e| SourceError::Upstream {
-            url: redacted(&url),
+            url: redacted(url),
             message: e.to_string(),
         })
     }
@@ -315,17 +314,8 @@ impl Source for WmsSource {
     }
 
     fn read_image(&self, request: &WindowRequest<'_>) -> Option<Result<RgbaImage, SourceError>> {
-        let (name, same) = self
-            .offered
-            .iter()
-            .find(|(_, c)| same_coordinates(c, request.crs))?;
-        Some(self.fetch_image(
-            &request.bbox,
-            (name, same),
-            request.width,
-            request.height,
-            request.cancel,
-        ))
+        let url = self.direct_url(request)?;
+        Some(self.fetch_image(&url, request.width, request.height, request.cancel))
     }
 
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError> {
@@ -356,13 +346,8 @@ impl Source for WmsSource {
         let scale = (part_pixels / (bbox.width() * bbox.height())).sqrt();
         let width = ((bbox.width() * scale).round() as u32).clamp(1, 8192);
         let height = ((bbox.height() * scale).round() as u32).clamp(1, 8192);
-        let image = self.fetch_image(
-            &bbox,
-            (upstream_name, upstream_crs),
-            width,
-            height,
-            request.cancel,
-        )?;
+        let url = self.get_map_url(&bbox, (upstream_name, upstream_crs), width, height);
+        let image = self.fetch_image(&url, width, height, request.cancel)?;
         warp_rgba(&image, &bbox, upstream_crs, request, self.spec.resampling).map_err(|source| {
             SourceError::Read {
                 path: self.spec.url.clone(),
