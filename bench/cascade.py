@@ -34,6 +34,13 @@ from common import ROOT, free_port, machine, mapproxy_config, percentile, run_lo
 
 WEB_MERCATOR_TILES = {z: 4 ** z for z in range(0, 12)}
 
+# On ext4 without a journal (this machine's), every file creation skips the
+# inodes freed in the last 30 seconds (35 while their inode block is dirty),
+# one by one. A run started right after another tool deleted files (MapProxy
+# deletes a lock file per metatile) pays for those deletions; each timed seed
+# in the replayed section starts once they have aged out.
+RECENT_DELETIONS_S = 36
+
 
 def tiles_through(max_zoom):
     return sum(WEB_MERCATOR_TILES[z] for z in range(0, max_zoom + 1))
@@ -178,11 +185,12 @@ def replayed(binary, mapproxy_seed, runs, max_zoom):
              ("MapProxy", seed_mapproxy, mapproxy_seed, load_mapproxy, gunicorn))
     seeds = {name: [] for name, *_ in tools}
     loads = {(name, c): [] for name, *_ in tools for c in (1, 8)}
-    # Every run's tiles stay until the section ends, and the tools take
-    # turns: on a file system without a journal (this machine's ext4)
-    # creating a file scans past the inodes deleted in the last half
-    # minute, so a run's time depends on what was deleted before it. The
-    # recording passes take whatever the sections before left.
+    # Every run's tiles stay until the section ends, the tools take turns,
+    # and each seed waits RECENT_DELETIONS_S first: on a file system without
+    # a journal (this machine's ext4) creating a file scans past the inodes
+    # deleted in the last half minute, so a run's time would depend on what
+    # was deleted before it. The recording passes take whatever the
+    # sections before left.
     try:
         with Replay(url) as replay, tempfile.TemporaryDirectory() as section:
             upstream = replay.url_for(url)
@@ -197,6 +205,7 @@ def replayed(binary, mapproxy_seed, runs, max_zoom):
             replay.recording = False
             for _ in range(runs):
                 for name, seed, program, load, server in tools:
+                    time.sleep(RECENT_DELETIONS_S)
                     replay.reset_counts()
                     secs, rss, _, _, cpu = seed(program, upstream, tempfile.mkdtemp(dir=section), max_zoom)
                     seeds[name].append((secs, rss, checked(name), cpu))

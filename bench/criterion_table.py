@@ -1,29 +1,63 @@
-"""Turns criterion's estimates for the sub-tile PNG bench into a markdown table.
+"""Turns criterion's estimates for one of tessera-image's benches into a
+markdown table: `criterion_table.py <criterion dir> subtile|decode`.
 
-Each variant is compared with `standalone_tile` of the same group, as a ratio
-of medians from the same run.
+Each variant is compared with the bench's baseline variant of the same
+group, as a ratio of medians from the same run.
 """
 import json
+import os
 import platform
 import sys
 from datetime import date
 from pathlib import Path
 
-root = Path(sys.argv[1])
-print("# Sub-tile PNG encoding: in place from the metatile vs a standalone tile\n")
-print("Command: `scripts/bench-subtile-png` (criterion, `crates/tessera-image/benches/subtile_png.rs`).")
-print(f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; {date.today()}.\n")
-print("A 256x256 tile is encoded (PNG, `fast` compression) from rows of a 1040x1040 metatile")
-print("buffer (stride 4160 bytes, offset of tile (1, 2) past an 8-pixel gutter), from a standalone")
-print("copy of the same pixels, and by copying the sub-image first. Both paths produce identical")
-print("bytes (asserted by the bench and by the unit test `png_of_a_sub_view_is_identical_to_png_of_a_copied_tile`).\n")
-print("| pixels | variant | median | vs standalone |")
+BENCHES = {
+    "subtile": {
+        "title": "Sub-tile PNG encoding: in place from the metatile vs a standalone tile",
+        "command": "`scripts/bench-subtile-png` (criterion, `crates/tessera-image/benches/subtile_png.rs`)",
+        "about": [
+            "A 256x256 tile is encoded (PNG, `fast` compression) from rows of a 1040x1040 metatile",
+            "buffer (stride 4160 bytes, offset of tile (1, 2) past an 8-pixel gutter), from a standalone",
+            "copy of the same pixels, and by copying the sub-image first. Both paths produce identical",
+            "bytes (asserted by the bench and by the unit test `png_of_a_sub_view_is_identical_to_png_of_a_copied_tile`).",
+        ],
+        "column": "pixels",
+        "groups": ("png_opaque", "png_alpha"),
+        "variants": ("standalone_tile", "metatile_sub_view", "copy_then_encode"),
+        "unit": ("µs", 1e3),
+    },
+    "decode": {
+        "title": "Decoding an upstream's 1040x1040 PNG: tessera against the png crate",
+        "command": "`scripts/bench-decode-png` (criterion, `crates/tessera-image/benches/decode_png.rs`)",
+        "about": [
+            "A 1040x1040 RGBA image (a 4x4 metatile with its gutter, relief-like shading with grain)",
+            "deflated at zlib's default level, once without row filters (as MapServer writes its PNGs)",
+            "and once with adaptive filters (as libpng and most other encoders do), decoded to RGBA by",
+            "tessera's `decode` (8-bit RGB/RGBA inflated whole with libdeflate and unfiltered in place)",
+            "and by the `png` crate's streaming decoder, which tessera used before. Both give the same",
+            "pixels (asserted by the bench and by the unit tests of `plain_png`).",
+        ],
+        "column": "row filters",
+        "groups": ("decode_unfiltered", "decode_adaptive"),
+        "variants": ("png_crate", "tessera"),
+        "unit": ("ms", 1e6),
+    },
+}
+
+root, spec = Path(sys.argv[1]), BENCHES[sys.argv[2]]
+print(f"# {spec['title']}\n")
+print(f"Command: {spec['command']}.")
+print(f"Machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores; {date.today()}.\n")
+print("\n".join(spec["about"]) + "\n")
+baseline = spec["variants"][0]
+print(f"| {spec['column']} | variant | median | vs {baseline} |")
 print("|---|---|---:|---:|")
-for group in ("png_opaque", "png_alpha"):
+unit, per = spec["unit"]
+for group in spec["groups"]:
     est = {}
-    for variant in ("standalone_tile", "metatile_sub_view", "copy_then_encode"):
+    for variant in spec["variants"]:
         data = json.loads((root / group / variant / "new" / "estimates.json").read_text())
-        est[variant] = data["median"]["point_estimate"] / 1e3  # ns -> µs
-    base = est["standalone_tile"]
-    for variant, us in est.items():
-        print(f"| {group.removeprefix('png_')} | {variant} | {us:.0f} µs | {us / base:.3f} |")
+        est[variant] = data["median"]["point_estimate"] / per
+    for variant, value in est.items():
+        label = group.split("_", 1)[1]
+        print(f"| {label} | {variant} | {value:.{0 if unit == 'µs' else 2}f} {unit} | {value / est[baseline]:.3f} |")

@@ -3,7 +3,7 @@
 
 use tessera_grid::TileFormat;
 
-use crate::RgbaImage;
+use crate::{RgbaImage, plain_png};
 
 /// Why an image could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,11 @@ pub enum DecodeError {
 /// (8 bits per channel) and checks that it is `width` x `height` pixels.
 pub fn decode(bytes: &[u8], width: u32, height: u32) -> Result<RgbaImage, DecodeError> {
     let image = match TileFormat::sniff(bytes) {
-        Some(TileFormat::Png) => decode_png(bytes),
+        Some(TileFormat::Png) => match plain_png::decode(bytes, (width, height)) {
+            Ok(Some(image)) => Ok(image),
+            Ok(None) => decode_png(bytes),
+            Err(e) => Err(damaged("PNG")(&e)),
+        },
         Some(TileFormat::Jpeg) => decode_jpeg(bytes),
         Some(TileFormat::Webp) => decode_webp(bytes),
         _ => Err(DecodeError::Unknown {
@@ -68,6 +72,7 @@ fn damaged(format: &'static str) -> impl Fn(&dyn std::fmt::Display) -> DecodeErr
     }
 }
 
+/// Any PNG, with the `png` crate (what [`plain_png`] leaves).
 fn decode_png(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
     let err = damaged("PNG");
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));

@@ -10,6 +10,7 @@ mod buffer;
 mod color;
 mod decode;
 mod encode;
+mod plain_png;
 mod style;
 
 pub use buffer::{BandData, ImageView, Raster, RgbaImage};
