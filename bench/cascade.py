@@ -302,17 +302,21 @@ def main():
                       f"p99 {runs[-1][2]:.0f} ms, {runs[-1][3]} GetMaps", flush=True)
             loads[(name, clients)] = runs
     mosaic = {}
+    # The two take turns (the machine's speed drifts over minutes), every
+    # run's tiles stay until the section ends, and the first run waits for
+    # the deletions of the section before to age out (see
+    # RECENT_DELETIONS_S).
     with tempfile.TemporaryDirectory() as data:
         pieces = Path(data) / "pieces"
         pieces.mkdir()
         make_pieces(pieces)
-        for kind in ("single", "mosaic"):
-            runs = []
-            for _ in range(args.runs):
-                with tempfile.TemporaryDirectory() as work:
-                    runs.append(seed_single_and_mosaic(args.binary, work, pieces, args.max_zoom, kind)[:3])
-                print(f"{kind}: {runs[-1][0]:.1f} s, {runs[-1][2]} files open at most", flush=True)
-            mosaic[kind] = runs
+        time.sleep(RECENT_DELETIONS_S)
+        for _ in range(args.runs):
+            for kind in ("single", "mosaic"):
+                work = tempfile.mkdtemp(dir=data)
+                mosaic.setdefault(kind, []).append(
+                    seed_single_and_mosaic(args.binary, work, pieces, args.max_zoom, kind)[:3])
+                print(f"{kind}: {mosaic[kind][-1][0]:.1f} s, {mosaic[kind][-1][2]} files open at most", flush=True)
 
     def med(runs, i):
         return statistics.median(r[i] for r in runs)
@@ -409,15 +413,21 @@ READING = """## Reading
   upstream has cores of its own (the usual deployment): the caches get
   MapServer's own bytes from a recording, as fast as loopback serves them,
   and the tiles/s are the caches' own. tessera renders one metatile while
-  the one before is written and synced (`seed::run`), decodes the GetMap
-  straight into the metatile's RGBA image under the default style, and
-  writes new tiles as unnamed files linked into place (no shared staging
-  directory); what is left of its CPU is decoding the upstream PNG (about
-  a quarter) and encoding the tiles' PNGs (about two fifths).
-- Runs on this machine vary by 10-30 % between invocations (shared cores,
-  and an ext4 without a journal whose file creation slows after many
-  deletions); the tools take turns in the replayed section so that both
-  see the same conditions.
+  the one before is written and synced (`seed::run`), inflates the GetMap
+  in one call (libdeflate) straight into the metatile's RGBA image under
+  the default style, and writes new tiles as unnamed files linked into
+  place (no shared staging directory); what is left of its CPU is
+  encoding the tiles' PNGs (about half), inflating the GetMaps (about a
+  fifth) and the kernel's file creation.
+- Runs on this machine vary by 10-30 % between invocations (shared cores
+  whose speed drifts over minutes, and an ext4 without a journal whose
+  file creation skips, one by one, every inode freed in the last half
+  minute: a profile of tessera seeding right after another run's tiles
+  were deleted showed a fifth of its CPU there). In the replayed and the
+  mosaic sections the tools take turns, keep their tiles until the
+  section ends, and the replayed seeds and the first mosaic run start
+  once earlier deletions have aged out, so that both see the same
+  conditions.
 - The mosaic reads windows at least as coarse as its overview (zooms 0-3
   here) from the overview, read once from all 1,000 pieces in two strips;
   windows that arrive meanwhile wait for it instead of reading the pieces
