@@ -73,7 +73,7 @@ fn damaged(format: &'static str) -> impl Fn(&dyn std::fmt::Display) -> DecodeErr
 }
 
 /// Any PNG, with the `png` crate (what [`plain_png`] leaves).
-fn decode_png(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
+pub(crate) fn decode_png(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
     let err = damaged("PNG");
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     // Palette, grey and 16-bit images come out as 8-bit RGB(A) or grey(A).

@@ -318,21 +318,10 @@ mod tests {
         out
     }
 
-    /// The png crate's RGBA decoding of `bytes`.
+    /// `bytes` decoded to RGBA by the png crate (the path for PNGs this
+    /// module leaves).
     fn reference(bytes: &[u8]) -> Vec<u8> {
-        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
-            .read_info()
-            .unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        buf.truncate(info.buffer_size());
-        if info.color_type == png::ColorType::Rgb {
-            buf.chunks_exact(3)
-                .flat_map(|p| [p[0], p[1], p[2], 255])
-                .collect()
-        } else {
-            buf
-        }
+        crate::decode::decode_png(bytes).unwrap().as_raw().to_vec()
     }
 
     #[test]
