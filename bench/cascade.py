@@ -350,8 +350,9 @@ def main():
         "take turns seeding, and serving every tile once from an empty cache, from the recording: the same "
         "GetMaps, answered byte for byte with MapServer's own images, without MapServer's CPU on these 2 "
         "cores (a request the recording lacks fails the run). Every run's tiles are kept until the section "
-        "ends: this machine's ext4 has no journal, and creating a file there scans past the inodes deleted "
-        "in the last half minute.",
+        "ends, and each seed starts 36 s after the step before: this machine's ext4 has no journal, and "
+        "creating a file there scans past the inodes deleted in the last half minute (MapProxy deletes a "
+        "lock file per metatile).",
         "",
         "| seeding | tiles/s | upstream GetMaps | peak RSS (MiB) | cache CPU (ms/tile) |",
         "|---|---:|---:|---:|---:|",
