@@ -350,7 +350,8 @@ def main():
         "take turns seeding, and serving every tile once from an empty cache, from the recording: the same "
         "GetMaps, answered byte for byte with MapServer's own images, without MapServer's CPU on these 2 "
         "cores (a request the recording lacks fails the run). Every run's tiles are kept until the section "
-        "ends, and each seed starts 36 s after the step before: this machine's ext4 has no journal, and "
+        f"ends, and each seed starts {RECENT_DELETIONS_S} s after the step before: this machine's ext4 has "
+        "no journal, and "
         "creating a file there scans past the inodes deleted in the last half minute (MapProxy deletes a "
         "lock file per metatile).",
         "",
