@@ -72,10 +72,6 @@ class Replay:
         parts = urllib.parse.urlsplit(upstream_url)
         return urllib.parse.urlunsplit(parts._replace(netloc=f"127.0.0.1:{self.port}"))
 
-    def getmaps(self):
-        """How many recorded answers are GetMaps."""
-        return sum(1 for path in self.answers if "request=getmap" in path.lower())
-
     def reset_counts(self):
         with self._lock:
             self.served = 0
