@@ -40,8 +40,25 @@ pub enum DecodeError {
 
 /// Decodes a PNG (any colour type and depth), JPEG or WebP image into RGBA
 /// (8 bits per channel) and checks that it is `width` x `height` pixels.
+///
+/// The size the image declares in its header is checked before anything
+/// is allocated for its pixels: a small file that claims to be 60000x60000
+/// is a [`DecodeError::WrongSize`] at once, so the pixels allocated never
+/// exceed the size asked for (which the caller bounds).
 pub fn decode(bytes: &[u8], width: u32, height: u32) -> Result<RgbaImage, DecodeError> {
-    let image = match TileFormat::sniff(bytes) {
+    let format = TileFormat::sniff(bytes);
+    if let Some(format @ (TileFormat::Png | TileFormat::Jpeg | TileFormat::Webp)) = format {
+        let (got_w, got_h) = declared_size(bytes, format)?;
+        if (got_w, got_h) != (width, height) {
+            return Err(DecodeError::WrongSize {
+                got_w,
+                got_h,
+                want_w: width,
+                want_h: height,
+            });
+        }
+    }
+    let image = match format {
         Some(TileFormat::Png) => match plain_png::decode(bytes, (width, height)) {
             Ok(Some(image)) => Ok(image),
             Ok(None) => decode_png(bytes),
@@ -51,7 +68,8 @@ pub fn decode(bytes: &[u8], width: u32, height: u32) -> Result<RgbaImage, Decode
         Some(TileFormat::Webp) => decode_webp(bytes),
         _ => Err(DecodeError::Unknown {
             len: bytes.len(),
-            start: String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned(),
+            start: String::from_utf8_lossy(&bytes[..bytes.len().min(UNKNOWN_EXCERPT)])
+                .into_owned(),
         }),
     }?;
     if (image.width(), image.height()) != (width, height) {
@@ -63,6 +81,46 @@ pub fn decode(bytes: &[u8], width: u32, height: u32) -> Result<RgbaImage, Decode
         });
     }
     Ok(image)
+}
+
+/// Bytes of an unrecognised body kept in [`DecodeError::Unknown`] (for the
+/// log; shown escaped by its `Debug` formatting).
+const UNKNOWN_EXCERPT: usize = 48;
+
+/// The width and height an image's header declares, read without decoding
+/// (and without allocating for) its pixels.
+pub fn declared_size(bytes: &[u8], format: TileFormat) -> Result<(u32, u32), DecodeError> {
+    match format {
+        TileFormat::Png => {
+            // Signature (8), IHDR length (4) and type (4), width, height.
+            let be = |at: usize| {
+                bytes
+                    .get(at..at + 4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            };
+            match (bytes.get(12..16), be(16), be(20)) {
+                (Some(b"IHDR"), Some(w), Some(h)) => Ok((w, h)),
+                _ => Err(damaged("PNG")(&"no IHDR chunk first")),
+            }
+        }
+        TileFormat::Jpeg => {
+            let mut decoder =
+                zune_jpeg::JpegDecoder::new(zune_jpeg::zune_core::bytestream::ZCursor::new(bytes));
+            decoder.decode_headers().map_err(|e| damaged("JPEG")(&e))?;
+            let (w, h) = decoder
+                .dimensions()
+                .ok_or_else(|| damaged("JPEG")(&"no image size in the header"))?;
+            let fit = |v: usize| u32::try_from(v).map_err(|e| damaged("JPEG")(&e));
+            Ok((fit(w)?, fit(h)?))
+        }
+        TileFormat::Webp => webp::BitstreamFeatures::new(bytes)
+            .map(|f| (f.width(), f.height()))
+            .ok_or_else(|| damaged("WebP")(&"no readable header")),
+        other => Err(DecodeError::Unknown {
+            len: bytes.len(),
+            start: format!("a {other} tile is not an image"),
+        }),
+    }
 }
 
 fn damaged(format: &'static str) -> impl Fn(&dyn std::fmt::Display) -> DecodeError {
@@ -196,5 +254,65 @@ mod tests {
         assert!(e.to_string().contains("ServiceExceptionReport"), "{e}");
         let e = decode(&png, 32, 16).unwrap_err();
         assert!(e.to_string().contains("16x16 pixels, not the 32x16"), "{e}");
+    }
+
+    /// `bytes` with the size its header declares changed to `w` x `h` (the
+    /// pixel data left as it is).
+    fn declaring(format: TileFormat, w: u32, h: u32) -> Vec<u8> {
+        let mut bytes = encode(
+            sample().view(),
+            format,
+            &EncodeOptions::default(),
+            Color([0; 4]),
+        )
+        .unwrap();
+        match format {
+            TileFormat::Png => {
+                bytes[16..20].copy_from_slice(&w.to_be_bytes());
+                bytes[20..24].copy_from_slice(&h.to_be_bytes());
+            }
+            TileFormat::Jpeg => {
+                let sof = bytes
+                    .windows(2)
+                    .position(|m| m[0] == 0xFF && (m[1] == 0xC0 || m[1] == 0xC2))
+                    .unwrap();
+                let (h, w) = (u16::try_from(h).unwrap(), u16::try_from(w).unwrap());
+                bytes[sof + 5..sof + 7].copy_from_slice(&h.to_be_bytes());
+                bytes[sof + 7..sof + 9].copy_from_slice(&w.to_be_bytes());
+            }
+            _ => unreachable!(),
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_small_file_declaring_a_huge_image_is_refused_from_its_header() {
+        // The pixels 60000x60000 would need (14.4 GB) are never asked for:
+        // the size is checked before the decoder allocates anything (the
+        // end-to-end test runs the server under `prlimit --as`).
+        for (format, w, h) in [
+            (TileFormat::Png, 60_000, 60_000),
+            (TileFormat::Jpeg, 16_000, 16_000),
+        ] {
+            let bytes = declaring(format, w, h);
+            assert_eq!(declared_size(&bytes, format).unwrap(), (w, h));
+            let e = decode(&bytes, 16, 16).unwrap_err();
+            assert!(
+                matches!(e, DecodeError::WrongSize { got_w, got_h, .. } if (got_w, got_h) == (w, h)),
+                "{format}: {e}"
+            );
+        }
+        let webp = encode(
+            sample().view(),
+            TileFormat::Webp,
+            &EncodeOptions::default(),
+            Color([0; 4]),
+        )
+        .unwrap();
+        assert_eq!(declared_size(&webp, TileFormat::Webp).unwrap(), (16, 16));
+        assert!(matches!(
+            decode(&webp, 256, 256),
+            Err(DecodeError::WrongSize { got_w: 16, .. })
+        ));
     }
 }

@@ -9,6 +9,7 @@
 //! once.
 
 mod aligned;
+pub mod complete;
 mod crs;
 mod egress;
 mod gdal_source;
@@ -223,6 +224,19 @@ pub enum SourceError {
         message: String,
         /// Seconds until it is asked again.
         retry_after_secs: u64,
+    },
+    /// A vector window holds more features than the source's
+    /// `max_features`: the request asks too much (a smaller area, a higher
+    /// zoom, a narrower `where`).
+    #[error(
+        "more than {limit} features of {layer} in the window (max_features); ask for a smaller \
+         area or a higher zoom"
+    )]
+    TooManyFeatures {
+        /// The data layer.
+        layer: String,
+        /// The limit.
+        limit: u64,
     },
     /// The request is too large to allocate.
     #[error("window of {width}x{height} pixels is too large")]

@@ -182,22 +182,34 @@ impl From<RenderError> for ApiError {
                 "InvalidParameterValue",
                 format!("an image of {width}x{height} pixels is too large"),
             ),
-            RenderError::Source(e @ SourceError::TooManySourcePixels { .. }) => {
-                ApiError::bad_request("InvalidParameterValue", e.to_string())
-            }
+            RenderError::Source(
+                e @ (SourceError::TooManySourcePixels { .. }
+                | SourceError::TooManyFeatures { .. }),
+            ) => ApiError::bad_request("InvalidParameterValue", e.to_string()),
+            // What an upstream said, and where it is (a URL, a database's
+            // host, user and name), stays in the log: a client learns only
+            // that the layer's upstream failed.
             RenderError::Source(e @ SourceError::Upstream { .. }) => {
                 tracing::warn!(error = %e, "upstream request failed");
-                ApiError::new(StatusCode::BAD_GATEWAY, "NoApplicableCode", e.to_string())
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "NoApplicableCode",
+                    "the layer's upstream service failed; the server log has the details",
+                )
             }
             RenderError::Source(
                 ref e @ SourceError::UpstreamUnavailable {
                     retry_after_secs, ..
                 },
             ) => {
+                tracing::warn!(error = %e, "upstream unavailable");
                 let mut err = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "NoApplicableCode",
-                    e.to_string(),
+                    format!(
+                        "the layer's upstream service is unavailable after repeated failures; \
+                         try again in {retry_after_secs} s"
+                    ),
                 );
                 err.retry_after = Some(u32::try_from(retry_after_secs).unwrap_or(u32::MAX));
                 err

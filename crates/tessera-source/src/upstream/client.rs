@@ -265,7 +265,12 @@ fn task_failed() -> FetchError {
 /// One upstream's client (shared by every read of one source).
 #[derive(Debug)]
 pub struct UpstreamClient {
-    client: reqwest::Client,
+    /// One HTTP client per destination port: the resolver that guards a
+    /// client's connections checks `gdal.allowed_private_hosts` entries
+    /// against the port the request is for, and reqwest tells a resolver
+    /// only the name.
+    clients: Mutex<std::collections::HashMap<u16, reqwest::Client>>,
+    policy: NetworkPolicy,
     settings: HttpSettings,
     permits: Arc<tokio::sync::Semaphore>,
     circuit: Mutex<Circuit>,
@@ -326,6 +331,59 @@ fn address_allowed(policy: &NetworkPolicy, host: &str, port: u16, ip: std::net::
         || host_is_allowed(host, port, &policy.allowed_private_hosts)
 }
 
+/// Distinct ports one upstream's URLs may use (each has its own client).
+const MOST_PORTS: usize = 8;
+
+/// Checks a URL before it is asked: http or https, a host, and a host
+/// written as an address literal that the policy allows at that port (names
+/// are checked by the resolver on every connection, against the same port).
+fn check_destination(url: &reqwest::Url, policy: &NetworkPolicy) -> Result<(), String> {
+    match url.scheme() {
+        "http" | "https" => {}
+        s => {
+            return Err(format!(
+                "{}: only http and https upstreams are supported, not {s}",
+                redacted(url)
+            ));
+        }
+    }
+    let host = url
+        .host_str()
+        .ok_or_else(|| format!("{} has no host", redacted(url)))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let literal = host.trim_matches(|c| c == '[' || c == ']');
+    if let Ok(ip) = literal.parse::<std::net::IpAddr>()
+        && !address_allowed(policy, literal, port, ip)
+    {
+        return Err(format!(
+            "{} is a private address; allow it with gdal.allowed_private_hosts (\"{host}:{port}\") or gdal.allow_private_network",
+            redacted(url)
+        ));
+    }
+    Ok(())
+}
+
+/// An HTTP client whose connections go only to addresses the policy allows
+/// for `port`; redirects are never followed.
+fn build_client(
+    settings: &HttpSettings,
+    policy: &NetworkPolicy,
+    port: u16,
+) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs_f64(settings.connect_timeout_secs))
+        .timeout(Duration::from_secs_f64(settings.timeout_secs))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent(concat!("tessera/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(Arc::new(GuardedResolver {
+            policy: policy.clone(),
+            port,
+        }))
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))
+}
+
 impl UpstreamClient {
     /// A client for `url`'s upstream. Refuses a URL whose host is a private
     /// address literal the policy does not allow (names are checked on
@@ -338,25 +396,7 @@ impl UpstreamClient {
         basic_auth: Option<(String, String)>,
     ) -> Result<UpstreamClient, String> {
         settings.validate()?;
-        match url.scheme() {
-            "http" | "https" => {}
-            s => {
-                return Err(format!(
-                    "{url}: only http and https upstreams are supported, not {s}"
-                ));
-            }
-        }
-        let host = url.host_str().ok_or_else(|| format!("{url} has no host"))?;
-        let port = url.port_or_known_default().unwrap_or(80);
-        let literal = host.trim_matches(|c| c == '[' || c == ']');
-        if let Ok(ip) = literal.parse::<std::net::IpAddr>()
-            && !address_allowed(&policy, literal, port, ip)
-        {
-            return Err(format!(
-                "{} is a private address; allow it with gdal.allowed_private_hosts (\"{host}:{port}\") or gdal.allow_private_network",
-                redacted(url)
-            ));
-        }
+        check_destination(url, &policy)?;
         let mut header_map = reqwest::header::HeaderMap::new();
         for (k, v) in headers {
             let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
@@ -365,17 +405,11 @@ impl UpstreamClient {
                 .map_err(|e| format!("header {k:?}: {e}"))?;
             header_map.insert(name, value);
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs_f64(settings.connect_timeout_secs))
-            .timeout(Duration::from_secs_f64(settings.timeout_secs))
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .user_agent(concat!("tessera/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(Arc::new(GuardedResolver { policy, port }))
-            .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let client = build_client(&settings, &policy, port)?;
         Ok(UpstreamClient {
-            client,
+            clients: Mutex::new(std::collections::HashMap::from([(port, client)])),
+            policy,
             permits: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent)),
             settings,
             circuit: Mutex::new(Circuit::default()),
@@ -483,13 +517,36 @@ impl UpstreamClient {
         }
     }
 
+    /// The client for `url`'s port, after checking `url` as the configured
+    /// URL was checked: every URL derived from an upstream's documents (a
+    /// WMTS `ResourceURL`, a KVP `href`) passes here before it is asked.
+    fn client_for(&self, url: &reqwest::Url) -> Result<reqwest::Client, FetchError> {
+        check_destination(url, &self.policy).map_err(FetchError::NotAllowed)?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = clients.get(&port) {
+            return Ok(client.clone());
+        }
+        if clients.len() >= MOST_PORTS {
+            return Err(FetchError::NotAllowed(format!(
+                "{}: the upstream's documents name more than {MOST_PORTS} ports",
+                redacted(url)
+            )));
+        }
+        let client =
+            build_client(&self.settings, &self.policy, port).map_err(FetchError::Failed)?;
+        clients.insert(port, client.clone());
+        Ok(client)
+    }
+
     async fn get_once(&self, url: reqwest::Url) -> Result<Fetched, FetchError> {
+        let client = self.client_for(&url)?;
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| FetchError::Failed("the client is closed".into()))?;
-        let mut request = self.client.get(url.clone()).headers(self.headers.clone());
+        let mut request = client.get(url.clone()).headers(self.headers.clone());
         if let Some((user, password)) = &self.basic_auth {
             request = request.basic_auth(user, Some(password));
         }
@@ -527,11 +584,10 @@ impl UpstreamClient {
             body.extend_from_slice(&chunk);
         }
         if status >= 500 {
-            let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
             return Err(FetchError::Failed(format!(
                 "{} answered {status}: {}",
                 redacted(&url),
-                text.trim()
+                excerpt(&body)
             )));
         }
         Ok(Fetched {
@@ -618,6 +674,19 @@ fn describe(url: &reqwest::Url, e: &reqwest::Error) -> FetchError {
         }
     ))
 }
+
+/// The start of an upstream's answer for the log: at most
+/// [`EXCERPT_CHARS`] characters, control characters and quotes escaped, so
+/// one line stays one line whatever the upstream sent. Never shown to
+/// clients.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_CHARS * 4)]);
+    let text: String = text.trim().chars().take(EXCERPT_CHARS).collect();
+    format!("{:?}", text)
+}
+
+/// Characters of an upstream answer kept in a log line.
+pub const EXCERPT_CHARS: usize = 120;
 
 fn random_below(n: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};

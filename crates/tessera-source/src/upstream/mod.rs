@@ -8,3 +8,4 @@ pub mod client;
 pub mod tiles;
 pub mod wms;
 mod wmts_caps;
+pub(crate) mod xml;

@@ -15,9 +15,11 @@ use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrix
 use tessera_image::{Raster, RgbaImage, decode};
 
 use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted,
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt,
+    redacted,
 };
 use super::wms::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
+use crate::complete::check_complete;
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -557,18 +559,15 @@ impl Source for TileSource {
             self.fetch_tiles(&[coord], cancel)
                 .map(|mut v| v.pop().flatten())
                 .and_then(|bytes| match bytes {
-                    // Bytes that are not the format asked for are rendered.
-                    Some(b) if TileFormat::sniff(&b) == Some(format) => Ok(Some(b)),
-                    Some(b) => Err(SourceError::Upstream {
-                        url: self.name.clone(),
-                        message: format!(
-                            "a tile is not {}: {}",
-                            format.content_type(),
-                            decode(&b, 1, 1)
-                                .err()
-                                .map_or_else(String::new, |e| e.to_string())
-                        ),
-                    }),
+                    // A tile is stored as it came only when it is whole:
+                    // the right signature, and its framing complete.
+                    Some(b) => match check_complete(&b, format) {
+                        Ok(()) => Ok(Some(b)),
+                        Err(e) => Err(SourceError::Upstream {
+                            url: self.name.clone(),
+                            message: format!("{e} ({} bytes, starting {})", b.len(), excerpt(&b[..b.len().min(16)])),
+                        }),
+                    },
                     None => Ok(None),
                 }),
         )

@@ -10,8 +10,10 @@ use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage, decode};
 
 use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted,
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt,
+    redacted,
 };
+use super::xml::{self, exception_text, is_xml};
 use crate::gdal_source::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
@@ -172,9 +174,16 @@ impl WmsSource {
             spec.crs.clone()
         };
         // Ask in projected/geographic EPSG codes GDAL knows; skip the rest.
+        // Only the first few and the common web CRSs are parsed: a list of
+        // 100,000 codes once took a minute of CPU here.
         let offered: Vec<(String, Crs)> = names
             .iter()
-            .filter_map(|c| Crs::parse(c).ok().map(|parsed| (c.clone(), parsed)))
+            .enumerate()
+            .filter(|(i, c)| {
+                *i < MOST_OFFERED_PARSED || COMMON_CRS.iter().any(|k| k.eq_ignore_ascii_case(c))
+            })
+            .take(MOST_OFFERED_PARSED + COMMON_CRS.len())
+            .filter_map(|(_, c)| Crs::parse(c).ok().map(|parsed| (c.clone(), parsed)))
             .collect();
         let Some((_, first)) = offered.first().cloned() else {
             return Err(open_err(format!(
@@ -183,7 +192,13 @@ impl WmsSource {
                 if names.is_empty() {
                     "none".into()
                 } else {
-                    names.join(", ")
+                    let listed: Vec<&str> = names.iter().take(20).map(String::as_str).collect();
+                    let more = names.len().saturating_sub(listed.len());
+                    if more > 0 {
+                        format!("{} and {more} more", listed.join(", "))
+                    } else {
+                        listed.join(", ")
+                    }
                 }
             )));
         };
@@ -450,11 +465,7 @@ pub(crate) fn refuse_non_image(
             exception_text(&fetched.body)
         )
     } else if fetched.status != 200 {
-        format!(
-            "it answered {}: {}",
-            fetched.status,
-            String::from_utf8_lossy(&fetched.body[..fetched.body.len().min(300)]).trim()
-        )
+        format!("it answered {}: {}", fetched.status, excerpt(&fetched.body))
     } else {
         return Ok(());
     };
@@ -464,47 +475,18 @@ pub(crate) fn refuse_non_image(
     })
 }
 
-pub(crate) fn is_xml(content_type: &str, body: &[u8]) -> bool {
-    content_type.contains("xml")
-        || body
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b'<')
-}
+/// Offered CRSs parsed at most, in the upstream's order (besides
+/// [`COMMON_CRS`] wherever they are listed).
+const MOST_OFFERED_PARSED: usize = 16;
 
-/// The text of a ServiceException report (or the start of the body).
-pub(crate) fn exception_text(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    if let Ok(doc) = parse_xml(&text) {
-        let messages: Vec<String> = doc
-            .descendants()
-            .filter(|n| {
-                n.has_tag_name("ServiceException") || n.tag_name().name() == "ExceptionText"
-            })
-            .map(|n| {
-                let code = n.attribute("code").or_else(|| n.attribute("exceptionCode"));
-                let t = n.text().unwrap_or_default().trim().to_string();
-                match code {
-                    Some(c) => format!("{c}: {t}"),
-                    None => t,
-                }
-            })
-            .collect();
-        if !messages.is_empty() {
-            return messages.join("; ");
-        }
-    }
-    text.chars()
-        .take(300)
-        .collect::<String>()
-        .trim()
-        .to_string()
-}
+/// The CRSs tiles are most often asked in, parsed wherever the upstream
+/// lists them.
+const COMMON_CRS: &[&str] = &["EPSG:3857", "EPSG:900913", "EPSG:4326", "CRS:84"];
 
 /// The CRSs offered for all of `layers` (inherited from parent layers, as
 /// WMS says) and the union of their geographic extents.
 fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, String> {
-    let doc = parse_xml(text).map_err(|e| format!("its capabilities are not XML: {e}"))?;
+    let doc = xml::parse(text).map_err(|e| format!("its capabilities are {e}"))?;
     let root = doc.root_element();
     if root.tag_name().name() == "ServiceExceptionReport" {
         return Err(format!(
@@ -533,13 +515,14 @@ fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, Str
             ));
         };
         let mut crs: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut extent: Option<BBox> = None;
         for node in layer.ancestors().filter(|n| n.tag_name().name() == "Layer") {
             for c in node.children() {
                 match c.tag_name().name() {
                     "CRS" | "SRS" => {
                         for t in c.text().unwrap_or_default().split_whitespace() {
-                            if !crs.iter().any(|x| x.eq_ignore_ascii_case(t)) {
+                            if seen.insert(t.to_ascii_uppercase()) {
                                 crs.push(t.to_string());
                             }
                         }
@@ -577,7 +560,7 @@ fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, Str
             first = false;
         } else {
             caps.crs
-                .retain(|c| crs.iter().any(|x| x.eq_ignore_ascii_case(c)));
+                .retain(|c| seen.contains(&c.to_ascii_uppercase()));
         }
         caps.lonlat = match (caps.lonlat, extent) {
             (Some(a), Some(b)) => Some(a.union(&b)),
@@ -585,18 +568,6 @@ fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, Str
         };
     }
     Ok(caps)
-}
-
-/// Parses XML with a DOCTYPE allowed (WMS 1.1.1 documents have one; it is
-/// never fetched).
-fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, roxmltree::Error> {
-    roxmltree::Document::parse_with_options(
-        text,
-        roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..roxmltree::ParsingOptions::default()
-        },
-    )
 }
 
 fn bbox(w: f64, s: f64, e: f64, n: f64) -> Option<BBox> {
@@ -666,7 +637,7 @@ mod tests {
             is_xml("image/png", body),
             "an XML body is not an image whatever it says"
         );
-        assert_eq!(exception_text(body), "LayerNotDefined: no such layer");
+        assert_eq!(exception_text(body), "\"LayerNotDefined: no such layer\"");
         assert!(!is_xml("image/png", b"\x89PNG"));
     }
 }

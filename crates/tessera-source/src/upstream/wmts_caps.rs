@@ -113,14 +113,7 @@ fn text<'a>(n: roxmltree::Node<'a, 'a>, name: &str) -> Option<&'a str> {
 
 /// Finds `spec.layer` in a WMTS capabilities document.
 pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String> {
-    let doc = roxmltree::Document::parse_with_options(
-        doc_text,
-        roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..roxmltree::ParsingOptions::default()
-        },
-    )
-    .map_err(|e| format!("its capabilities are not XML: {e}"))?;
+    let doc = super::xml::parse(doc_text).map_err(|e| format!("its capabilities are {e}"))?;
     let contents = doc
         .descendants()
         .find(|n| n.tag_name().name() == "Contents")

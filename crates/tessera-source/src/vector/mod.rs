@@ -316,11 +316,10 @@ impl VectorSource {
         let mut out = Vec::new();
         for feature in layer.features() {
             if out.len() as u64 >= self.spec.max_features {
-                return Err(self.read_err(format!(
-                    "more than {} features in the window (max_features): narrow `where` or draw \
-                     this layer only from a higher zoom",
-                    self.spec.max_features
-                )));
+                return Err(SourceError::TooManyFeatures {
+                    layer: dl.name.clone(),
+                    limit: self.spec.max_features,
+                });
             }
             if out.len() % 1024 == 0 && cancelled(cancel) {
                 return Err(SourceError::Cancelled);
@@ -367,16 +366,34 @@ impl VectorSource {
             .map(|l| l.table.as_ref().map(|t| (*l, t)))
             .collect();
         if let (Some(tables), Some(srid)) = (in_database, frame.srid()) {
+            let most = self.spec.max_features;
             let raw = if let Some(native) = &self.tiles {
-                let sql = mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Parameters);
+                let sql =
+                    mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Parameters, most);
                 let params = frame.params();
                 native.with_handle(|c| pg::tile(c, &sql, &params, &self.shown))?
             } else {
-                let sql =
-                    mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Literal(&frame));
+                let sql = mvt::tile_sql(
+                    &tables,
+                    self.spec.mvt,
+                    srid,
+                    &mvt::Bounds::Literal(&frame),
+                    most,
+                );
                 self.pool
                     .with_handle(|ds| mvt::run_tile_sql(ds, &sql, &self.pool))?
             };
+            // Each layer's rows are limited to one more than max_features
+            // by the query: a layer that reached it is over the limit.
+            let counts = crate::complete::mvt_layer_features(&raw).map_err(|e| {
+                SourceError::Upstream {
+                    url: String::new(),
+                    message: e.to_string(),
+                }
+            })?;
+            if let Some((layer, _)) = counts.into_iter().find(|(_, n)| *n as u64 > most) {
+                return Err(SourceError::TooManyFeatures { layer, limit: most });
+            }
             return Ok(mvt::gzip(&raw));
         }
         let mut out = Vec::new();

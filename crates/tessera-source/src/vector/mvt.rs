@@ -144,13 +144,17 @@ impl Frame<'_> {
 
 /// One query whose single value is the tile: each layer's `ST_AsMVT`,
 /// concatenated. Rows are found by `&&` on the table's geometry index with
-/// the buffered tile in the table's SRID, plus the layer's `where`.
+/// the buffered tile in the table's SRID, plus the layer's `where`; each
+/// layer takes at most `most + 1` rows (more than `most` features is an
+/// error the caller raises, and the database never builds a larger tile).
 pub(super) fn tile_sql(
     tables: &[(&DataLayer, &PgTable)],
     settings: MvtSettings,
     srid: i32,
     bounds: &Bounds<'_>,
+    most: u64,
 ) -> String {
+    let limit = most.saturating_add(1);
     let MvtSettings { extent, buffer, .. } = settings;
     let (tile, buffered) = match bounds {
         Bounds::Literal(frame) => {
@@ -192,7 +196,7 @@ pub(super) fn tile_sql(
             format!(
                 "(SELECT COALESCE(ST_AsMVT(q, {name}, {extent}, 'mvt_geom'), ''::bytea) FROM \
                  (SELECT ST_AsMVTGeom({in_grid}, {tile}, {extent}, {buffer}, true) AS mvt_geom\
-                 {columns} FROM {relation} t WHERE {geom} && {search}{filter}) q)",
+                 {columns} FROM {relation} t WHERE {geom} && {search}{filter} LIMIT {limit}) q)",
                 name = quote_text(&dl.name),
                 relation = t.relation,
             )
