@@ -346,7 +346,7 @@ impl Registry {
                         config
                             .cluster
                             .lease_wait_secs
-                            .unwrap_or(config.cache.lock_timeout_secs),
+                            .unwrap_or(2.0 * config.cluster.lease_ttl_secs),
                     ),
                 })),
                 (_, true) if lc.cache.store != NO_STORE => {

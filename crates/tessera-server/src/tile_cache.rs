@@ -993,7 +993,7 @@ impl TileCache {
                         polls += 1;
                         if key.is_none()
                             || polls.is_multiple_of(4)
-                            || info.expired(SystemTime::now())
+                            || info.expired_for(SystemTime::now(), leases.ttl)
                         {
                             break;
                         }

@@ -56,10 +56,27 @@ pub struct LeaseInfo {
     pub expires_ms: u64,
 }
 
+/// How far ahead a lease may claim to run, in lease TTLs: a holder writes
+/// `now + ttl` at every renewal, so a claim further ahead than this comes
+/// from a skewed clock or a bad writer and counts as expired.
+pub const MOST_TTLS_CLAIMED: u32 = 2;
+
+/// Largest lease object read; a bigger one is foreign and counts as expired.
+pub const MOST_LEASE_BYTES: u64 = 4096;
+
 impl LeaseInfo {
     /// Whether it has expired at `now`.
     pub fn expired(&self, now: SystemTime) -> bool {
         millis(now) >= self.expires_ms
+    }
+
+    /// Whether it has expired at `now`, or claims to run further ahead
+    /// than [`MOST_TTLS_CLAIMED`] times `ttl` (leases of this cluster are
+    /// written with `ttl`): such a lease would block its metatile for as
+    /// long as it claims.
+    pub fn expired_for(&self, now: SystemTime, ttl: Duration) -> bool {
+        let most = millis(now + ttl * MOST_TTLS_CLAIMED);
+        self.expired(now) || self.expires_ms > most
     }
 
     /// Time left before it expires (zero when it has).
@@ -229,7 +246,7 @@ impl Coordinator {
             let Some((info, version)) = self.read_lease(&path).await? else {
                 continue;
             };
-            if !info.expired(SystemTime::now()) {
+            if !info.expired_for(SystemTime::now(), ttl) {
                 return Ok(Acquired::Held(info));
             }
             return Ok(
@@ -328,6 +345,16 @@ impl Coordinator {
             e_tag: got.meta.e_tag.clone(),
             version: got.meta.version.clone(),
         };
+        if got.meta.size > MOST_LEASE_BYTES {
+            // Not one of ours: never read whole, taken over like a torn one.
+            return Ok(Some((
+                LeaseInfo {
+                    node: String::from("?"),
+                    expires_ms: 0,
+                },
+                version,
+            )));
+        }
         let bytes = got
             .bytes()
             .await
@@ -486,6 +513,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lease_claiming_the_far_future_or_too_big_to_be_ours_is_taken_over() {
+        let ttl = Duration::from_secs(30);
+        let year = 365 * 24 * 3600 * 1000;
+        for body in [
+            // A skewed clock or a bad writer: expiry a year ahead.
+            serde_json::to_vec(&LeaseInfo {
+                node: "skewed".into(),
+                expires_ms: millis(SystemTime::now()) + year,
+            })
+            .unwrap(),
+            // A foreign object far larger than any lease: never read whole.
+            vec![b' '; 1 << 20],
+        ] {
+            let c = coordinator();
+            let key = c.lease_path("relief", "g", TileFormat::Png, &range());
+            c.store
+                .put(&Path::from(key.as_str()), PutPayload::from(body))
+                .await
+                .unwrap();
+            assert!(
+                matches!(
+                    c.acquire(&key, "b", ttl).await.unwrap(),
+                    Acquired::TakenOver(_)
+                ),
+                "the lease was not taken over"
+            );
+        }
+        // Within two TTLs (a clock a little ahead) a lease is honoured.
+        let info = LeaseInfo {
+            node: "ahead".into(),
+            expires_ms: millis(SystemTime::now() + ttl + ttl / 2),
+        };
+        assert!(!info.expired_for(SystemTime::now(), ttl));
+    }
+
+    #[tokio::test]
     async fn renewing_extends_the_lease() {
         let c = coordinator();
         let key = c.lease_path("l", "g", TileFormat::Png, &range());
@@ -501,7 +564,7 @@ mod tests {
         let info = c.lease(&key).await.unwrap().unwrap();
         assert!(info.remaining(SystemTime::now()) > Duration::from_secs(50));
         assert!(matches!(
-            c.acquire(&key, "b", Duration::from_secs(1)).await.unwrap(),
+            c.acquire(&key, "b", Duration::from_mins(1)).await.unwrap(),
             Acquired::Held(_)
         ));
     }

@@ -331,12 +331,15 @@ pub struct ClusterSettings {
     /// writes (S3, GCS, Azure, MinIO).
     pub leases: bool,
     /// How long a lease lasts unless renewed, in seconds (default 30). A
-    /// node that died holding one delays its metatile this long.
+    /// node that died holding one delays its metatile this long. Every
+    /// node of a cluster must use the same value: a lease claiming more
+    /// than twice this node's TTL ahead is taken over.
     #[serde(deserialize_with = "seconds")]
     pub lease_ttl_secs: f64,
     /// Longest wait of a node that lost a lease for the holder's tiles, in
-    /// seconds (default: `cache.lock_timeout_secs`); past it, a 503 with
-    /// Retry-After.
+    /// seconds (default: twice `lease_ttl_secs`, time for a dead holder's
+    /// lease to expire and be taken over); past it, a 503 with Retry-After.
+    /// A lease claiming to run more than two TTLs ahead counts as expired.
     #[serde(default, deserialize_with = "optional_seconds")]
     pub lease_wait_secs: Option<f64>,
     /// This node's name in leases (default: host name and process id).
