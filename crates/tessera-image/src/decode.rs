@@ -68,8 +68,7 @@ pub fn decode(bytes: &[u8], width: u32, height: u32) -> Result<RgbaImage, Decode
         Some(TileFormat::Webp) => decode_webp(bytes),
         _ => Err(DecodeError::Unknown {
             len: bytes.len(),
-            start: String::from_utf8_lossy(&bytes[..bytes.len().min(UNKNOWN_EXCERPT)])
-                .into_owned(),
+            start: String::from_utf8_lossy(&bytes[..bytes.len().min(UNKNOWN_EXCERPT)]).into_owned(),
         }),
     }?;
     if (image.width(), image.height()) != (width, height) {

@@ -222,6 +222,7 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
         }
     };
     let area = TileArea {
+        progress: Default::default(),
         layer: layer.into(),
         grid: "WebMercatorQuad".into(),
         format: TileFormat::Png,

@@ -23,9 +23,11 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
+use tessera_grid::TileCoord;
+
 use crate::{
-    Durability, HeldFile, HeldTile, Peeked, StoreError, StoredTile, TileKey, TileStore,
-    check_not_empty, content_hash,
+    AreaRange, Durability, HeldFile, HeldTile, Peeked, StoreError, StoredTile, TileArea, TileKey,
+    TileStore, TruncateReport, check_not_empty, content_hash,
 };
 
 const STAGING_DIR: &str = ".staging";
@@ -548,6 +550,107 @@ impl TileStore for FileStore {
         }
     }
 
+    /// Removes the area's tiles that are on disk: the `x` directories of
+    /// each zoom that fall in a range are listed and their files in range
+    /// removed (what the store holds, however large the range); a range of
+    /// a few tiles is deleted by computed path instead. Empty `x`
+    /// directories are removed with their last tile.
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let mut report = TruncateReport::default();
+        let ext = format!(".{}", area.format.extension());
+        for AreaRange {
+            range,
+            matrix_width,
+            matrix_height,
+        } in &area.ranges
+        {
+            area.progress.check(self.name())?;
+            if range.count() <= COMPUTED_TRUNCATE_TILES {
+                for y in range.min_y..=range.max_y {
+                    for x in range.min_x..=range.max_x {
+                        let key = TileKey {
+                            layer: area.layer.clone(),
+                            grid: area.grid.clone(),
+                            coord: TileCoord::restored(range.z, x, y),
+                            matrix_height: *matrix_height,
+                            matrix_width: *matrix_width,
+                            format: area.format,
+                        };
+                        if self.exists(&key)? {
+                            self.delete(&key)?;
+                            report.objects_deleted += 1;
+                            area.progress.add(1);
+                        }
+                    }
+                }
+                continue;
+            }
+            let zoom_dir = self
+                .root
+                .join(&area.layer)
+                .join(&area.grid)
+                .join(range.z.to_string());
+            let io_err = |e: io::Error, at: &Path| self.err("truncate", &at.display(), e);
+            let columns = match fs::read_dir(&zoom_dir) {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(e, &zoom_dir)),
+            };
+            for column in columns {
+                let column = column.map_err(|e| io_err(e, &zoom_dir))?;
+                let Some(x) = column
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if !(range.min_x..=range.max_x).contains(&x) {
+                    continue;
+                }
+                area.progress.check(self.name())?;
+                let dir = column.path();
+                let files = match fs::read_dir(&dir) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_err(e, &dir)),
+                };
+                for file in files {
+                    let file = file.map_err(|e| io_err(e, &dir))?;
+                    let name = file.file_name();
+                    let Some(row) = name
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(ext.as_str()))
+                        .and_then(|r| r.parse::<u32>().ok())
+                    else {
+                        continue;
+                    };
+                    let y = match self.layout {
+                        FileLayout::Xyz => row,
+                        FileLayout::Tms => match matrix_height.checked_sub(row + 1) {
+                            Some(y) => y,
+                            None => continue,
+                        },
+                    };
+                    if !(range.min_y..=range.max_y).contains(&y) {
+                        continue;
+                    }
+                    match fs::remove_file(file.path()) {
+                        Ok(()) => {
+                            report.objects_deleted += 1;
+                            area.progress.add(1);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(io_err(e, &file.path())),
+                    }
+                }
+                // Only an empty directory goes (other formats' tiles stay).
+                let _ = fs::remove_dir(&dir);
+            }
+        }
+        Ok(report)
+    }
+
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         match fs::metadata(self.path_of(key)) {
             Ok(m) => Ok(m.len() > 0),
@@ -556,6 +659,10 @@ impl TileStore for FileStore {
         }
     }
 }
+
+/// A truncated range of at most this many tiles is deleted by computed
+/// path; a larger one by listing what is stored in its columns.
+const COMPUTED_TRUNCATE_TILES: u64 = 4096;
 
 /// Whether [`sync_file_system`] syncs the whole file system (Linux).
 const SYNCFS: bool = cfg!(target_os = "linux");

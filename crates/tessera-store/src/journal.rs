@@ -23,7 +23,10 @@ use tessera_grid::{TileCoord, TileFormat};
 use tessera_journal::{Journal, JournalError, JournalOptions, Persist, Position, RecordKind};
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
-use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
+use crate::{
+    Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
+    check_not_empty,
+};
 
 /// Writes between two automatic index checkpoints.
 const CHECKPOINT_EVERY: u64 = 100_000;
@@ -435,6 +438,25 @@ impl TileStore for JournalStore {
 
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
         Ok(read_lock(&self.index).live.contains_key(key))
+    }
+
+    /// Deletes the live records in the area: a scan of the index (what the
+    /// journal holds), never of the area's keys.
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let held: Vec<TileKey> = read_lock(&self.index)
+            .live
+            .keys()
+            .filter(|k| area.contains(k))
+            .cloned()
+            .collect();
+        let mut report = TruncateReport::default();
+        for key in held {
+            area.progress.check(self.name())?;
+            self.delete(&key)?;
+            report.objects_deleted += 1;
+            area.progress.add(1);
+        }
+        Ok(report)
     }
 
     /// Kept in `<journal dir>/.fingerprints/<layer>`.

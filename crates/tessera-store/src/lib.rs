@@ -128,6 +128,14 @@ pub enum StoreError {
         /// What was wrong.
         message: String,
     },
+    /// The work was cancelled ([`TruncateProgress::cancel`]).
+    #[error("store {store}: cancelled after {done} objects")]
+    Cancelled {
+        /// Store name.
+        store: String,
+        /// Objects removed before it stopped.
+        done: u64,
+    },
     /// No client could be built for an object store URL.
     #[error("store {store}: cannot open a client for {url}")]
     Client {
@@ -281,9 +289,13 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(true)
     }
 
-    /// Removes every tile of `area`, by computed keys (never by listing).
-    /// The default deletes tile by tile; stores that group tiles delete
-    /// whole groups.
+    /// Removes every tile of `area`. Object stores delete by computed keys
+    /// (never by listing); local stores cost what they hold in the area,
+    /// never what the area could hold (a whole zoom is a directory or one
+    /// statement). Progress is counted in `area.progress`, and raising its
+    /// `cancel` stops the work with [`StoreError::Cancelled`]. The default
+    /// deletes tile by tile (for stores whose areas are small: the memory
+    /// LRU, tests); stores that group tiles delete whole groups.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
         for AreaRange {
@@ -293,6 +305,7 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         } in &area.ranges
         {
             for y in range.min_y..=range.max_y {
+                area.progress.check(self.name())?;
                 for x in range.min_x..=range.max_x {
                     self.delete(&TileKey {
                         layer: area.layer.clone(),
@@ -303,10 +316,45 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
                         format: area.format,
                     })?;
                     report.objects_deleted += 1;
+                    area.progress.add(1);
                 }
             }
         }
         Ok(report)
+    }
+}
+
+/// Progress of a truncation, shared with whoever watches it: what has been
+/// removed so far, and a flag that stops it.
+#[derive(Debug, Default)]
+pub struct TruncateProgress {
+    /// Raised to stop the work at its next step.
+    pub cancel: std::sync::atomic::AtomicBool,
+    /// Objects (tiles, packs, rows) removed so far.
+    pub done: std::sync::atomic::AtomicU64,
+}
+
+impl TruncateProgress {
+    /// Counts `n` more objects removed.
+    pub fn add(&self, n: u64) {
+        self.done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Objects removed so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// [`StoreError::Cancelled`] once `cancel` is raised.
+    pub fn check(&self, store: &str) -> Result<(), StoreError> {
+        if self.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(StoreError::Cancelled {
+                store: store.to_string(),
+                done: self.done(),
+            })
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -321,6 +369,8 @@ pub struct TileArea {
     pub format: TileFormat,
     /// Disjoint tile ranges, each with the matrix size at its zoom.
     pub ranges: Vec<AreaRange>,
+    /// Counts what a truncation removed, and stops it.
+    pub progress: std::sync::Arc<TruncateProgress>,
 }
 
 /// One tile range of a [`TileArea`], with the size of the matrix at its
@@ -352,8 +402,8 @@ impl TileArea {
 /// What a truncation removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TruncateReport {
-    /// Objects (tiles, or whole packs) deleted by key; a key that held
-    /// nothing counts too.
+    /// Objects deleted: tiles or rows a local store held, or (object
+    /// stores, which never list) keys deleted, held or not.
     pub objects_deleted: u64,
     /// Packs on the area's border rewritten without the area's tiles.
     pub objects_rewritten: u64,

@@ -18,10 +18,13 @@ use rusqlite::{
 };
 use serde::Deserialize;
 
-use tessera_grid::TileFormat;
+use tessera_grid::{TileCoord, TileFormat};
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir, read_recorded};
-use crate::{Durability, StoreError, StoredTile, TileKey, TileStore, check_not_empty};
+use crate::{
+    Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
+    check_not_empty,
+};
 
 /// SQLite's `synchronous` setting for the writer connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -460,6 +463,54 @@ impl TileStore for MbtilesStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         self.write(&tiles, durability)
+    }
+
+    /// One `DELETE` per range (rows are flipped to TMS): what the file
+    /// holds is removed, whatever the range could hold.
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let mut report = TruncateReport::default();
+        for r in &area.ranges {
+            area.progress.check(self.name())?;
+            let range = r.range;
+            let key = TileKey {
+                layer: area.layer.clone(),
+                grid: area.grid.clone(),
+                coord: TileCoord::restored(range.z, range.min_x, range.min_y),
+                matrix_width: r.matrix_width,
+                matrix_height: r.matrix_height,
+                format: area.format,
+            };
+            if !self.path_of(&key).exists() {
+                continue;
+            }
+            let db = self.db(&key)?;
+            let Some(writer) = &db.writer else {
+                return Err(StoreError::Invalid {
+                    store: "mbtiles".into(),
+                    message: format!("{} is read-only: nothing can be deleted", db.path.display()),
+                });
+            };
+            // TMS rows count from the bottom: the range's last row is the
+            // lowest TMS row.
+            let tms = |y: u32| r.matrix_height.saturating_sub(y + 1);
+            let conn = writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let removed = conn
+                .execute(
+                    "DELETE FROM tiles WHERE zoom_level = ?1 AND tile_column BETWEEN ?2 AND ?3 \
+                     AND tile_row BETWEEN ?4 AND ?5",
+                    params![
+                        range.z,
+                        range.min_x,
+                        range.max_x,
+                        tms(range.max_y),
+                        tms(range.min_y)
+                    ],
+                )
+                .map_err(|e| sql_err("truncate", &key, &e))?;
+            report.objects_deleted += removed as u64;
+            area.progress.add(removed as u64);
+        }
+        Ok(report)
     }
 
     fn delete(&self, key: &TileKey) -> Result<(), StoreError> {

@@ -156,7 +156,10 @@ impl TileStore for TileObjectStore {
                         area.format,
                     ));
                     if batch.len() == self.delete_batch {
-                        report.objects_deleted += self.io.delete(&batch, self.delete_batch)?;
+                        area.progress.check(self.name())?;
+                        let n = self.io.delete(&batch, self.delete_batch)?;
+                        report.objects_deleted += n;
+                        area.progress.add(n);
                         batch.clear();
                     }
                 }

@@ -530,6 +530,9 @@ impl TileStore for PackStore {
                 };
                 for span in self.curve.ranges(coarse, &blocks, self.max_ranges) {
                     for index in span {
+                        if index % 4096 == 0 {
+                            area.progress.check(self.name())?;
+                        }
                         let (bx, by) = self.curve.coords(coarse, index);
                         if bx < blocks.min_x
                             || bx > blocks.max_x
@@ -575,7 +578,9 @@ impl TileStore for PackStore {
                     report.objects_rewritten += 1;
                 }
             }
-            report.objects_deleted += self.delete_objects(&whole)?;
+            let n = self.delete_objects(&whole)?;
+            report.objects_deleted += n;
+            area.progress.add(n);
         }
         Ok(report)
     }

@@ -101,8 +101,11 @@ pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Respon
 /// Handles `POST /admin/truncate?layer=L&zoom=A..B[&grid=G][&format=F]
 /// [&bbox=minx,miny,maxx,maxy[&bbox_crs=EPSG:4326]]`: removes the tiles as
 /// `tessera truncate` does and tells the nodes sharing the store (a new
-/// generation of the layer). 200 with what was removed; 400 for a bad
-/// argument; 502 when the store fails.
+/// generation of the layer). It runs as a job (`crate::truncate`): an
+/// identical request joins it, `GET /admin/truncate` shows its progress,
+/// `DELETE /admin/truncate?layer=L` stops it, and it stops when every
+/// request waiting for it has gone. 200 with what was removed; 400 for a
+/// bad argument; 409 when it was cancelled; 502 when the store fails.
 pub async fn truncate(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -117,8 +120,14 @@ pub async fn truncate(
             return ApiError::bad_request("InvalidParameterValue", message).into_response();
         }
     };
-    let node = state.config.cluster.node();
-    match crate::truncate::truncate(&plan, &node).await {
+    let layer = plan.layer.name.clone();
+    let waiting = crate::truncate::start_or_join(plan, state.config.cluster.node());
+    let joined = if waiting.joined() {
+        " (joined a running truncation of the same area)"
+    } else {
+        ""
+    };
+    match waiting.outcome().await {
         Ok(done) => {
             let announced = match &done.announced {
                 Ok(true) => "other nodes told".to_string(),
@@ -128,22 +137,66 @@ pub async fn truncate(
             (
                 StatusCode::OK,
                 format!(
-                    "truncated {}: {} objects deleted, {} rewritten; {announced}\n",
-                    plan.layer.name, done.report.objects_deleted, done.report.objects_rewritten
+                    "truncated {layer}{joined}: {} objects deleted, {} rewritten; {announced}\n",
+                    done.report.objects_deleted, done.report.objects_rewritten
                 ),
             )
                 .into_response()
         }
-        Err(e) => {
-            tracing::error!(error = &e as &dyn std::error::Error, "truncate failed");
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "StoreFailed",
-                format!("the truncation failed: {}", tessera_source::error_chain(&e)),
+        Err(e) => match &*e {
+            crate::truncate::TruncateError::Store(tessera_store::StoreError::Cancelled {
+                done,
+                ..
+            }) => ApiError::new(
+                StatusCode::CONFLICT,
+                "Cancelled",
+                format!("the truncation of {layer} was cancelled after {done} objects"),
             )
-            .into_response()
-        }
+            .into_response(),
+            _ => {
+                tracing::error!(error = &*e as &dyn std::error::Error, "truncate failed");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "StoreFailed",
+                    "the truncation failed; the server log has the details",
+                )
+                .into_response()
+            }
+        },
     }
+}
+
+/// Handles `GET /admin/truncate`: the truncations running, as JSON (layer,
+/// area, objects removed so far, seconds, requests waiting).
+pub async fn truncations(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
+    axum::Json(crate::truncate::running()).into_response()
+}
+
+/// Handles `DELETE /admin/truncate?layer=L`: stops the layer's running
+/// truncations (what was removed stays removed); 200 with how many.
+pub async fn cancel_truncate(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
+    let layer = url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+        .find(|(k, _)| k.eq_ignore_ascii_case("layer"))
+        .map(|(_, v)| v.into_owned());
+    let Some(layer) = layer else {
+        return ApiError::bad_request("MissingParameterValue", "missing `layer`").into_response();
+    };
+    let n = crate::truncate::cancel(&layer);
+    (
+        StatusCode::OK,
+        format!("{n} truncation(s) of {layer:?} asked to stop\n"),
+    )
+        .into_response()
 }
 
 fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan, String> {

@@ -193,7 +193,12 @@ pub fn router(state: AppState) -> Router {
             axum::routing::put(admin::put_source),
         )
         .route("/admin/reload", axum::routing::post(admin::reload))
-        .route("/admin/truncate", axum::routing::post(admin::truncate));
+        .route(
+            "/admin/truncate",
+            axum::routing::post(admin::truncate)
+                .get(admin::truncations)
+                .delete(admin::cancel_truncate),
+        );
     if let Some(layer) = cors::admin_layer(&server.cors) {
         admin = admin
             .layer(layer)

@@ -15,8 +15,7 @@ use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrix
 use tessera_image::{Raster, RgbaImage, decode};
 
 use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt,
-    redacted,
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt, redacted,
 };
 use super::wms::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
 use crate::complete::check_complete;
@@ -565,7 +564,11 @@ impl Source for TileSource {
                         Ok(()) => Ok(Some(b)),
                         Err(e) => Err(SourceError::Upstream {
                             url: self.name.clone(),
-                            message: format!("{e} ({} bytes, starting {})", b.len(), excerpt(&b[..b.len().min(16)])),
+                            message: format!(
+                                "{e} ({} bytes, starting {})",
+                                b.len(),
+                                excerpt(&b[..b.len().min(16)])
+                            ),
                         }),
                     },
                     None => Ok(None),

@@ -10,8 +10,7 @@ use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage, decode};
 
 use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt,
-    redacted,
+    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt, redacted,
 };
 use super::xml::{self, exception_text, is_xml};
 use crate::gdal_source::warp_rgba;
@@ -559,8 +558,7 @@ fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, Str
             caps.crs = crs;
             first = false;
         } else {
-            caps.crs
-                .retain(|c| seen.contains(&c.to_ascii_uppercase()));
+            caps.crs.retain(|c| seen.contains(&c.to_ascii_uppercase()));
         }
         caps.lonlat = match (caps.lonlat, extent) {
             (Some(a), Some(b)) => Some(a.union(&b)),

@@ -78,9 +78,8 @@ mod tests {
         // One 1 MB entity referenced a thousand times once expanded to 1 GB.
         let big = "x".repeat(1 << 20);
         let refs = "&e;".repeat(1000);
-        let doc = format!(
-            "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY e \"{big}\">]><r>{refs}</r>"
-        );
+        let doc =
+            format!("<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY e \"{big}\">]><r>{refs}</r>");
         let e = parse(&doc).unwrap_err();
         assert!(e.contains("declares XML entities"), "{e}");
         // A DOCTYPE without entities (WMS 1.1.1) is read.

@@ -385,12 +385,11 @@ impl VectorSource {
             };
             // Each layer's rows are limited to one more than max_features
             // by the query: a layer that reached it is over the limit.
-            let counts = crate::complete::mvt_layer_features(&raw).map_err(|e| {
-                SourceError::Upstream {
+            let counts =
+                crate::complete::mvt_layer_features(&raw).map_err(|e| SourceError::Upstream {
                     url: String::new(),
                     message: e.to_string(),
-                }
-            })?;
+                })?;
             if let Some((layer, _)) = counts.into_iter().find(|(_, n)| *n as u64 > most) {
                 return Err(SourceError::TooManyFeatures { layer, limit: most });
             }
