@@ -312,7 +312,8 @@ FAST_FAIL = (", http: { timeout_secs: 2, connect_timeout_secs: 2, retries: 1, re
     ("reset", "failed"),
     ("slow", "timed out"),
 ])
-def test_upstream_faults_are_502_with_its_message_and_never_cached(faulty, mode, says, tmp_path, tmp_path_factory):
+def test_upstream_faults_are_502_with_its_message_logged_and_never_cached(faulty, mode, says, tmp_path,
+                                                                       tmp_path_factory):
     config = write_config(tmp_path / "tessera.yaml", faulty.url, http=FAST_FAIL)
     with serving(tmp_path_factory, "--config", str(config)) as server:
         path = "/tiles/cascade/WebMercatorQuad/3/2/3.png"
@@ -321,7 +322,9 @@ def test_upstream_faults_are_502_with_its_message_and_never_cached(faulty, mode,
         status, _, body = get(server, path)
         elapsed = time.monotonic() - start
         assert status == 502, (status, body[:200])
-        assert says in body.decode(), body
+        # The upstream's words stay in the log; the client is not shown them.
+        assert says in server.log_text(), server.log_text()[-2000:]
+        assert says not in body.decode() and "server log" in body.decode(), body
         # Two attempts of at most 2 s each (and the backoff): no request
         # waits for the upstream past its timeouts.
         assert elapsed < 30, elapsed

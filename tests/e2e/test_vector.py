@@ -166,8 +166,10 @@ def test_a_database_that_goes_away_gives_errors_and_nothing_cached_then_recovers
         pg_ctl("stop")
         try:
             status, body = fetch(server, "/tiles/countries/WebMercatorQuad/2/1/1.png")
-            assert status in (500, 502, 503), (status, body[:300])
-            assert b"countries" in body or b"postgres" in body.lower() or b"source" in body.lower(), body[:300]
+            assert status in (502, 503), (status, body[:300])
+            # Where the database is and who tessera is there stays in the log.
+            assert b"127.0.0.1" not in body and b"postgres" not in body.lower(), body[:300]
+            assert b"server log" in body, body[:300]
         finally:
             pg_ctl("start")
         # Nothing was cached for the failed tile: it renders now.
@@ -188,6 +190,8 @@ def test_a_statement_timeout_is_an_error_not_a_hang(tmp_path, tmp_path_factory):
     with serving(tmp_path_factory, "--config", str(config(tmp_path, source))) as server:
         start = time.monotonic()
         status, body = fetch(server, "/tiles/countries/WebMercatorQuad/0/0/0.png")
-        assert status in (500, 502, 503), (status, body[:300])
+        assert status in (502, 503), (status, body[:300])
         assert time.monotonic() - start < 60
-        assert b"statement timeout" in body or b"canceling statement" in body, body[:500]
+        log = server.log_text()
+        assert "statement timeout" in log or "canceling statement" in log, log[-2000:]
+        assert b"statement" not in body, body[:500]

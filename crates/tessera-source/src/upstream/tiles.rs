@@ -560,7 +560,9 @@ impl Source for TileSource {
                 .and_then(|bytes| match bytes {
                     // A tile is stored as it came only when it is whole:
                     // the right signature, and its framing complete.
-                    Some(b) => match check_complete(&b, format) {
+                    Some(b) => match check_complete(&b, format).and_then(|()| {
+                        same_size(&b, format, (self.grid.tile_width, self.grid.tile_height))
+                    }) {
                         Ok(()) => Ok(Some(b)),
                         Err(e) => Err(SourceError::Upstream {
                             url: self.name.clone(),
@@ -574,6 +576,32 @@ impl Source for TileSource {
                     None => Ok(None),
                 }),
         )
+    }
+}
+
+/// Checks that an image tile declares the tile's size (an MVT has none).
+fn same_size(
+    bytes: &[u8],
+    format: TileFormat,
+    (width, height): (u32, u32),
+) -> Result<(), crate::complete::Incomplete> {
+    let image = match format {
+        TileFormat::Mvt => return Ok(()),
+        TileFormat::Mixed | TileFormat::Png8 => {
+            TileFormat::sniff(bytes).unwrap_or(TileFormat::Png)
+        }
+        other => other,
+    };
+    let wrong = |reason: String| crate::complete::Incomplete {
+        format: "image",
+        reason,
+    };
+    match tessera_image::declared_size(bytes, image) {
+        Ok(size) if size == (width, height) => Ok(()),
+        Ok((w, h)) => Err(wrong(format!(
+            "it declares {w}x{h} pixels, not the tile's {width}x{height}"
+        ))),
+        Err(e) => Err(wrong(e.to_string())),
     }
 }
 
