@@ -6,6 +6,7 @@ behind, a truncate on one node is seen by the others within the check
 interval on every store they can share, and seed shards split a plan
 without overlap."""
 import concurrent.futures
+import json
 import os
 import re
 import signal
@@ -372,3 +373,90 @@ def test_four_seed_shards_and_a_serving_node_render_each_metatile_once(s3, tmp_p
         assert "(0 rendered" in out, out + err
         assert "1365/1365 tiles" in out, out
         wait_until(lambda: not leases_left(c, prefix), 10, "every lease's deletion")
+
+
+def test_a_lease_claiming_the_far_future_or_too_big_to_be_ours_does_not_block_its_metatile(
+        s3, tmp_path, tmp_path_factory):
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"skew-{uuid.uuid4().hex[:8]}"
+    cfg = node_config(tmp_path, "a", object_store(s3, prefix), ttl=5, wait=20)
+    with serving(tmp_path_factory, "--config", str(cfg)) as node:
+        # A render elsewhere shows where the layer's objects live.
+        assert get(node, tile_path(4, 8, 8))[0] == 200
+        tile_key = next(k for k in keys(c, prefix) if "/WebMercatorQuad/" in k)
+        layer_root = tile_key.split("/WebMercatorQuad/")[0]
+        year = 365 * 24 * 3600 * 1000
+        evil = {
+            # A node whose clock is a year ahead, or a bad writer.
+            (4, 0, 0): json.dumps({"node": "skewed", "expires_ms": int(time.time() * 1000) + year}).encode(),
+            # A foreign object far larger than any lease.
+            (4, 4, 0): b" " * (8 << 20),
+        }
+        for (z, x, y), body in evil.items():
+            lease = f"{layer_root}/WebMercatorQuad/{z}/leases/{x}-{y}-{x + 3}-{y + 3}.png"
+            c.put_object(Bucket=BUCKET, Key=lease, Body=body)
+            status, headers, body = get(node, tile_path(z, x + 1, y + 1), timeout=60)
+            assert status == 200, (status, body[:300])
+        assert metric(node, "tessera_lease_requests_total", outcome="taken_over") >= 2
+        # Released once the siblings are saved (after the answers).
+        wait_until(lambda: leases_left(c, prefix) == [], 60, "the leases to be released")
+
+
+def admin(server, method, query, timeout=60, token="secret-token-0123456789"):
+    req = urllib.request.Request(server.url + "/admin/truncate?" + query, method=method,
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_a_truncate_of_the_whole_world_is_a_job_joined_watched_and_cancelled(s3, tmp_path, tmp_path_factory):
+    # An object store deletes computed keys, never lists: zooms 0..24 of the
+    # world are 3.7e14 keys, work that must be watchable and stoppable.
+    prefix = f"world-{uuid.uuid4().hex[:8]}"
+    cfg = node_config(tmp_path, "a", object_store(s3, prefix, layout="xyz"), leases=False,
+                      extra="").read_text().replace("max_zoom: 8", "max_zoom: 24")
+    (tmp_path / "world.yaml").write_text(cfg)
+    with serving(tmp_path_factory, "--config", str(tmp_path / "world.yaml")) as node:
+        query = f"layer={LAYER}&zoom=0..24"
+        answers = []
+        threads = [threading.Thread(target=lambda: answers.append(admin(node, "POST", query, timeout=120)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.5)
+
+        def one_job_with_two_waiting():
+            status, body = admin(node, "GET", "")
+            jobs = json.loads(body)
+            return status == 200 and len(jobs) == 1 and jobs[0]["waiting"] == 2 and jobs[0]["removed"] > 0
+
+        wait_until(one_job_with_two_waiting, 60, "one running truncation with both requests waiting")
+        status, body = admin(node, "DELETE", f"layer={LAYER}")
+        assert status == 200 and body.startswith("1 "), (status, body)
+        for t in threads:
+            t.join(timeout=60)
+        assert sorted(s for s, _ in answers) == [409, 409], answers
+        assert all("cancelled after" in b for _, b in answers), answers
+        wait_until(lambda: json.loads(admin(node, "GET", "")[1]) == [], 30, "the job to go")
+        # A client that leaves stops its job.
+        quietly(admin, node, "POST", query, 1)
+        wait_until(lambda: json.loads(admin(node, "GET", "")[1]) == [], 30, "the abandoned job to stop")
+
+
+def test_a_whole_world_truncate_of_a_file_store_costs_what_it_holds(tmp_path, tmp_path_factory):
+    cfg = node_config(tmp_path, "f", f"{{ type: file, path: {tmp_path / 'tiles'} }}", leases=False,
+                      extra="cache: { metatile_threads: 0 }\n").read_text().replace("max_zoom: 8", "max_zoom: 24")
+    (tmp_path / "file.yaml").write_text(cfg)
+    with serving(tmp_path_factory, "--config", str(tmp_path / "file.yaml")) as node:
+        for path in (tile_path(4, 8, 4), tile_path(6, 30, 20)):
+            assert get(node, path)[0] == 200
+        held = len(list((tmp_path / "tiles").rglob("*.png")))
+        assert held == 32, held
+        status, body = admin(node, "POST", f"layer={LAYER}&zoom=0..24", timeout=120)
+        assert status == 200, body
+        assert f"{held} objects deleted" in body, body
+        assert list((tmp_path / "tiles").rglob("*.png")) == []
+        assert get(node, tile_path(4, 8, 4))[1]["X-Cache"] == "MISS"

@@ -169,7 +169,7 @@ def test_a_database_that_goes_away_gives_errors_and_nothing_cached_then_recovers
             assert status in (502, 503), (status, body[:300])
             # Where the database is and who tessera is there stays in the log.
             assert b"127.0.0.1" not in body and b"postgres" not in body.lower(), body[:300]
-            assert b"server log" in body, body[:300]
+            assert b"upstream service" in body, body[:300]
         finally:
             pg_ctl("start")
         # Nothing was cached for the failed tile: it renders now.

@@ -359,3 +359,21 @@ def test_maplibre_draws_the_vector_tiles(tmp_path, tmp_path_factory, browser):
         background = np.array([0x20, 0x20, 0x24])[:, None, None]
         land = np.abs(pixels - background).sum(axis=0) > 30
         assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"
+
+
+@pytest.mark.parametrize("kind", ["postgis", "postgis-here", "gpkg"])
+def test_a_window_over_max_features_is_a_400_for_maps_and_database_cut_tiles_alike(kind, tmp_path,
+                                                                                  tmp_path_factory):
+    # 177 countries at zoom 0; the limit is 20. Once a 500 for drawn maps,
+    # and ignored by the database's ST_AsMVT (a tile of every feature).
+    source = sources()[kind].replace("type: vector,", "type: vector, max_features: 20,")
+    with serving(tmp_path_factory, "--config", str(config(tmp_path, source))) as server:
+        for path in ("/tiles/world/WebMercatorQuad/0/0/0.mvt", "/tiles/world/WebMercatorQuad/0/0/0.png",
+                     "/wms?SERVICE=WMS&REQUEST=GetMap&VERSION=1.3.0&LAYERS=world&STYLES=&CRS=EPSG:4326"
+                     "&BBOX=-90,-180,90,180&WIDTH=256&HEIGHT=128&FORMAT=image/png"):
+            status, body = fetch(server, path)
+            assert status == 400, (kind, path, status, body[:300])
+            assert b"max_features" in body, body[:300]
+        # A window under the limit is served.
+        status, _ = fetch(server, "/tiles/world/WebMercatorQuad/6/33/22.mvt")
+        assert status in (200, 204), status

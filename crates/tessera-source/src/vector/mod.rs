@@ -367,7 +367,7 @@ impl VectorSource {
             .collect();
         if let (Some(tables), Some(srid)) = (in_database, frame.srid()) {
             let most = self.spec.max_features;
-            let raw = if let Some(native) = &self.tiles {
+            let (raw, rows) = if let Some(native) = &self.tiles {
                 let sql =
                     mvt::tile_sql(&tables, self.spec.mvt, srid, &mvt::Bounds::Parameters, most);
                 let params = frame.params();
@@ -383,15 +383,12 @@ impl VectorSource {
                 self.pool
                     .with_handle(|ds| mvt::run_tile_sql(ds, &sql, &self.pool))?
             };
-            // Each layer's rows are limited to one more than max_features
-            // by the query: a layer that reached it is over the limit.
-            let counts =
-                crate::complete::mvt_layer_features(&raw).map_err(|e| SourceError::Upstream {
-                    url: String::new(),
-                    message: e.to_string(),
-                })?;
-            if let Some((layer, _)) = counts.into_iter().find(|(_, n)| *n as u64 > most) {
-                return Err(SourceError::TooManyFeatures { layer, limit: most });
+            if rows > most {
+                let names: Vec<&str> = tables.iter().map(|(dl, _)| dl.name.as_str()).collect();
+                return Err(SourceError::TooManyFeatures {
+                    layer: names.join(","),
+                    limit: most,
+                });
             }
             return Ok(mvt::gzip(&raw));
         }

@@ -142,11 +142,12 @@ impl Frame<'_> {
     }
 }
 
-/// One query whose single value is the tile: each layer's `ST_AsMVT`,
+/// One query whose first value is the tile: each layer's `ST_AsMVT`,
 /// concatenated. Rows are found by `&&` on the table's geometry index with
 /// the buffered tile in the table's SRID, plus the layer's `where`; each
-/// layer takes at most `most + 1` rows (more than `most` features is an
-/// error the caller raises, and the database never builds a larger tile).
+/// layer takes at most `most + 1` rows, and the second value is the most
+/// rows any layer found (above `most` is an error the caller raises; the
+/// database never builds a larger tile).
 pub(super) fn tile_sql(
     tables: &[(&DataLayer, &PgTable)],
     settings: MvtSettings,
@@ -171,6 +172,7 @@ pub(super) fn tile_sql(
             format!("ST_MakeEnvelope($5::float8, $6::float8, $7::float8, $8::float8, {srid})"),
         ),
     };
+    let mut counts = Vec::new();
     let parts: Vec<String> = tables
         .iter()
         .map(|(dl, t)| {
@@ -193,6 +195,11 @@ pub(super) fn tile_sql(
                 .as_ref()
                 .map(|w| format!(" AND ({w})"))
                 .unwrap_or_default();
+            counts.push(format!(
+                "(SELECT count(*) FROM (SELECT 1 FROM {relation} t WHERE {geom} && {search}{filter} \
+                 LIMIT {limit}) c)",
+                relation = t.relation,
+            ));
             format!(
                 "(SELECT COALESCE(ST_AsMVT(q, {name}, {extent}, 'mvt_geom'), ''::bytea) FROM \
                  (SELECT ST_AsMVTGeom({in_grid}, {tile}, {extent}, {buffer}, true) AS mvt_geom\
@@ -202,15 +209,20 @@ pub(super) fn tile_sql(
             )
         })
         .collect();
-    format!("SELECT {} AS tile", parts.join(" || "))
+    format!(
+        "SELECT {} AS tile, GREATEST({}) AS most_rows",
+        parts.join(" || "),
+        counts.join(", ")
+    )
 }
 
-/// Runs a query of [`tile_sql`] and returns its bytes.
+/// Runs a query of [`tile_sql`] and returns its bytes and the most rows
+/// a layer found.
 pub(super) fn run_tile_sql(
     ds: &Dataset,
     sql: &str,
     pool: &Pool<Dataset>,
-) -> Result<bytes::Bytes, SourceError> {
+) -> Result<(bytes::Bytes, u64), SourceError> {
     reset_gdal_error();
     let result = ds.execute_sql(sql, None, Dialect::DEFAULT);
     pool.check_gdal_error("the tile query failed")?;
@@ -226,8 +238,13 @@ pub(super) fn run_tile_sql(
     let feature = rows.features().next();
     pool.check_gdal_error("reading the tile failed")?;
     let Some(feature) = feature else {
-        return Ok(bytes::Bytes::new());
+        return Ok((bytes::Bytes::new(), 0));
     };
+    let rows = feature
+        .field_as_integer64(1)
+        .ok()
+        .flatten()
+        .map_or(0, |n| u64::try_from(n).unwrap_or(0));
     let mut len = 0i32;
     // SAFETY: a valid feature with one field; the returned buffer belongs
     // to the feature and is copied before the feature is dropped.
@@ -239,7 +256,7 @@ pub(super) fn run_tile_sql(
             std::slice::from_raw_parts(p, len as usize).to_vec()
         }
     };
-    Ok(bytes::Bytes::from(bytes))
+    Ok((bytes::Bytes::from(bytes), rows))
 }
 
 /// `raw` gzip-compressed; nothing is [`tessera_grid::EMPTY_MVT`].

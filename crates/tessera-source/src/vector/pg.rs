@@ -59,7 +59,7 @@ pub(super) fn tile(
     sql: &str,
     params: &[f64; 8],
     shown: &str,
-) -> Result<bytes::Bytes, SourceError> {
+) -> Result<(bytes::Bytes, u64), SourceError> {
     let upstream = |e: postgres::Error| SourceError::Upstream {
         url: shown.to_string(),
         message: format!(
@@ -87,7 +87,11 @@ pub(super) fn tile(
         .query_one(&statement, &values)
         .map_err(upstream)?;
     let bytes: Option<Vec<u8>> = row.try_get(0).map_err(upstream)?;
-    Ok(bytes::Bytes::from(bytes.unwrap_or_default()))
+    let rows: Option<i64> = row.try_get(1).map_err(upstream)?;
+    Ok((
+        bytes::Bytes::from(bytes.unwrap_or_default()),
+        rows.map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+    ))
 }
 
 #[cfg(test)]
