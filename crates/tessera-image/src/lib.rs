@@ -15,7 +15,7 @@ mod style;
 
 pub use buffer::{BandData, ImageView, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
-pub use decode::{DecodeError, decode, declared_size};
+pub use decode::{DecodeError, declared_size, decode};
 pub use encode::{EncodeError, EncodeOptions, PngCompression, encode};
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,

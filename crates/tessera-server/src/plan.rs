@@ -415,7 +415,7 @@ impl TilePlan {
     pub fn tile_area(&self) -> TileArea {
         let tms = &self.grid.tms;
         TileArea {
-            progress: Default::default(),
+            progress: std::sync::Arc::default(),
             layer: self.layer.cache_key.clone(),
             grid: tms.id.clone(),
             format: self.format,

@@ -222,7 +222,7 @@ fn truncate_removes_the_area_only(store: &dyn TileStore) {
         }
     };
     let area = TileArea {
-        progress: Default::default(),
+        progress: std::sync::Arc::default(),
         layer: layer.into(),
         grid: "WebMercatorQuad".into(),
         format: TileFormat::Png,

@@ -325,7 +325,7 @@ fn truncate_deletes_computed_keys_without_listing() {
     let before = store.requests();
     // Columns 66..=93, rows 34..=59: 6 x 6 whole packs, 20 on the border.
     let area = TileArea {
-        progress: Default::default(),
+        progress: std::sync::Arc::default(),
         layer: "t".into(),
         grid: "WebMercatorQuad".into(),
         format: TileFormat::Png,

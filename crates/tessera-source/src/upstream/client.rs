@@ -682,7 +682,7 @@ fn describe(url: &reqwest::Url, e: &reqwest::Error) -> FetchError {
 pub fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_CHARS * 4)]);
     let text: String = text.trim().chars().take(EXCERPT_CHARS).collect();
-    format!("{:?}", text)
+    format!("{text:?}")
 }
 
 /// Characters of an upstream answer kept in a log line.

@@ -587,9 +587,7 @@ fn same_size(
 ) -> Result<(), crate::complete::Incomplete> {
     let image = match format {
         TileFormat::Mvt => return Ok(()),
-        TileFormat::Mixed | TileFormat::Png8 => {
-            TileFormat::sniff(bytes).unwrap_or(TileFormat::Png)
-        }
+        TileFormat::Mixed | TileFormat::Png8 => TileFormat::sniff(bytes).unwrap_or(TileFormat::Png),
         other => other,
     };
     let wrong = |reason: String| crate::complete::Incomplete {
