@@ -160,3 +160,12 @@ def test_a_private_address_wrapped_in_a_connection_string_is_refused(tmp_path, p
     r = tessera("check", str(config))
     assert r.returncode == 1, r.stderr
     assert "not allowed" in r.stderr and "127.0.0.1" in r.stderr and "private" in r.stderr, r.stderr
+
+
+def test_check_refuses_a_listen_value_that_is_not_an_address(tmp_path):
+    config = tmp_path / "listen.yaml"
+    config.write_text(f"server: {{ listen: 'not an address' }}\n"
+                      f"layers:\n  - name: a\n    source: {{ path: {ROOT}/data/elev.tif }}\n")
+    r = tessera("check", str(config))
+    assert r.returncode != 0
+    assert "server.listen" in r.stderr and "not an address" in r.stderr, r.stderr

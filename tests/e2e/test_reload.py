@@ -51,10 +51,10 @@ def tile(server, layer):
     return r.status, r.getheader("X-Cache")
 
 
-def post_reload(server, token=TOKEN):
+def post_reload(server, token=TOKEN, query=""):
     url = urllib.parse.urlsplit(server.url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
-    conn.request("POST", "/admin/reload", headers={"Authorization": f"Bearer {token}"} if token else {})
+    conn.request("POST", "/admin/reload" + query, headers={"Authorization": f"Bearer {token}"} if token else {})
     r = conn.getresponse()
     return r.status, r.read().decode()
 
@@ -68,17 +68,17 @@ def wait_for(condition, what, timeout=60):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_sighup_swaps_layers_and_keeps_the_unchanged_journal_open(tmp_path_factory):
+def test_sighup_adds_layers_and_keeps_the_unchanged_journal_open(tmp_path_factory):
     config = tmp_path_factory.mktemp("reload") / "tessera.yaml"
     write_config(config, ["relief", "elevation"])
     with serving(tmp_path_factory, "--config", str(config)) as server:
         assert tile(server, "relief") == (200, "MISS")
         assert tile(server, "relief") == (200, "HIT")
         assert status(server, "/tiles/landsat/WebMercatorQuad/tilejson.json") == 404
-        write_config(config, ["relief", "landsat"])
+        write_config(config, ["relief", "elevation", "landsat"])
         server.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: status(server, "/tiles/landsat/WebMercatorQuad/tilejson.json") == 200, "landsat")
-        assert status(server, "/tiles/elevation/WebMercatorQuad/tilejson.json") == 404
+        assert status(server, "/tiles/elevation/WebMercatorQuad/tilejson.json") == 200
         # The journal was kept open (reopening it would fail: it is locked),
         # and what it holds is still served.
         assert tile(server, "relief") == (200, "HIT")
@@ -114,7 +114,7 @@ def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_path_fac
         waiting.start()
         wait_for(lambda: "renders: 1 of 2" in fetch(server, "/ready")[1].decode(), "the map to render")
         write_config(config, ["relief"], admin_yaml(s3))
-        assert post_reload(server) == (200, "reloaded: 1 layer(s)\n")
+        assert post_reload(server, query="?remove_layers=true") == (200, "reloaded: 1 layer(s)\n")
         # The layer is gone for new requests...
         code, body = fetch(server, BIG_HILLSHADE.replace("4096", "64"))
         assert code == 404 and b"LayerNotDefined" in body, body
@@ -156,3 +156,21 @@ layers:
             assert later and not any("X-Refused" in h for h in later), "an option only the refused config had"
     finally:
         cogs.shutdown()
+
+
+def test_a_reload_that_drops_layers_is_refused_unless_asked(tmp_path_factory, s3):
+    # A config file cut at a layer boundary once reloaded with the layers
+    # before the cut only.
+    config = tmp_path_factory.mktemp("reload") / "tessera.yaml"
+    write_config(config, ["relief", "elevation", "landsat"], admin_yaml(s3))
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        text = config.read_text()
+        config.write_text(text[:text.index("  - name: elevation")])
+        code, body = post_reload(server)
+        assert code == 400 and "elevation" in body and "landsat" in body and "remove_layers" in body, body
+        server.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "drops layers" in server.log_text(), "the refusal in the log")
+        assert status(server, "/tiles/landsat/WebMercatorQuad/tilejson.json") == 200
+        code, body = post_reload(server, query="?remove_layers=true")
+        assert (code, body) == (200, "reloaded: 1 layer(s)\n"), body
+        assert status(server, "/tiles/landsat/WebMercatorQuad/tilejson.json") == 404

@@ -195,3 +195,13 @@ def test_a_statement_timeout_is_an_error_not_a_hang(tmp_path, tmp_path_factory):
         log = server.log_text()
         assert "statement timeout" in log or "canceling statement" in log, log[-2000:]
         assert b"statement" not in body, body[:500]
+
+
+def test_a_statement_timeout_too_small_to_list_the_tables_says_so_at_start(tmp_path):
+    # Once "it has no layer "countries"; its layers: none".
+    source = (f'{{ type: vector, path: "{env("TESSERA_TEST_PG")}", layer: countries, '
+              f'statement_timeout_ms: 1, style: {STYLE} }}')
+    r = check(config(tmp_path, source))
+    assert r.returncode != 0
+    assert "its layers: none" not in r.stderr, r.stderr
+    assert "statement timeout" in r.stderr or "canceling statement" in r.stderr, r.stderr[-2000:]

@@ -271,3 +271,11 @@ def test_request_metrics_by_endpoint_kind_and_status_render_time_and_build_info(
     assert 'tessera_http_request_seconds_bucket{le="0.0001",kind="tile",status="2xx"}' in text
     assert 'tessera_render_seconds_count{layer="relief"}' in text
     assert 'tessera_build_info{version="' in text
+
+
+def test_pages_documents_errors_and_tiles_are_never_sniffed(tessera):
+    for path, status in (("/", 200), ("/preview/relief", 200), (CAPS, 200), (TILE, 200),
+                         (TILE, 200), ("/tiles/nope/WebMercatorQuad/0/0/0.png", 404)):
+        got, headers, _ = request(tessera, "GET", path)
+        assert got == status, (path, got)
+        assert headers.get("x-content-type-options") == "nosniff", (path, headers)

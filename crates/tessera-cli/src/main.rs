@@ -243,8 +243,9 @@ fn warn_if_memory_only(config: &tessera_server::Config) {
     }
 }
 
-/// Reloads the configuration on each SIGHUP; a config that fails is logged
-/// and the current one keeps serving.
+/// Reloads the configuration on each SIGHUP; a config that fails, or that
+/// drops layers served now (which only `POST /admin/reload?remove_layers=true`
+/// or a restart may do), is logged and the current one keeps serving.
 async fn reload_on_hangup(live: std::sync::Arc<http::live::Live>) {
     #[cfg(unix)]
     {
@@ -256,7 +257,7 @@ async fn reload_on_hangup(live: std::sync::Arc<http::live::Live>) {
         while hangups.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");
             let live = live.clone();
-            match tokio::task::spawn_blocking(move || live.reload()).await {
+            match tokio::task::spawn_blocking(move || live.reload(false)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::error!(

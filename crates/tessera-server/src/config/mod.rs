@@ -351,6 +351,21 @@ pub struct ClusterSettings {
     pub generation_check_secs: f64,
 }
 
+/// Whether `listen` is `IP:PORT`, `[IPv6]:PORT` or `NAME:PORT`.
+fn is_listen_address(listen: &str) -> bool {
+    if listen.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return false;
+    };
+    port.parse::<u16>().is_ok()
+        && !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+}
+
 impl Default for ClusterSettings {
     fn default() -> Self {
         Self {
@@ -595,6 +610,13 @@ impl Config {
         }
         if self.layers.is_empty() {
             return invalid("`layers` is empty: add at least one layer".into());
+        }
+        if !is_listen_address(&self.server.listen) {
+            return invalid(format!(
+                "server.listen {:?} is not an address to listen on: write HOST:PORT, for \
+                 example 127.0.0.1:8080, [::1]:8080 or localhost:8080",
+                self.server.listen
+            ));
         }
         self.server.cors.check().or_else(invalid)?;
         let mut names = std::collections::HashSet::new();
@@ -931,6 +953,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.layers[0].source.location(), "/def/x.tif");
+    }
+
+    #[test]
+    fn listen_must_be_an_address_with_a_port() {
+        let base = "layers:\n  - name: a\n    source: { path: /x }\n";
+        let parse = |listen: &str| {
+            Config::from_yaml(&format!("server: {{ listen: '{listen}' }}\n{base}"), |_| {
+                None
+            })
+        };
+        for good in ["127.0.0.1:8080", "[::1]:80", "localhost:8080", "0.0.0.0:0"] {
+            assert!(parse(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "not an address",
+            "127.0.0.1",
+            "localhost:http",
+            ":8080",
+            "a b:80",
+            "1.2.3.4:70000",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.to_string().contains("server.listen"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -59,10 +59,15 @@ fn unauthorized() -> ApiError {
     )
 }
 
-/// Handles `POST /admin/reload`: reads the config file again and serves
-/// it (see [`super::live`]); 200 with the layer count, or 400 with why the
-/// config was refused (the old one keeps serving).
-pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Response {
+/// Handles `POST /admin/reload[?remove_layers=true]`: reads the config file
+/// again and serves it (see [`super::live`]); 200 with the layer count, or
+/// 400 with why the config was refused (the old one keeps serving), among
+/// which layers dropped without `remove_layers=true`.
+pub async fn reload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
@@ -74,7 +79,9 @@ pub async fn reload(State(state): State<AppState>, headers: HeaderMap) -> Respon
         )
         .into_response();
     };
-    match tokio::task::spawn_blocking(move || live.reload()).await {
+    let remove_layers = url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+        .any(|(k, v)| k.eq_ignore_ascii_case("remove_layers") && v == "true");
+    match tokio::task::spawn_blocking(move || live.reload(remove_layers)).await {
         Ok(Ok(done)) => (
             StatusCode::OK,
             format!("reloaded: {} layer(s)\n", done.layers),

@@ -86,6 +86,7 @@ impl FastTiles {
         for (name, value) in cors {
             headers.insert(name.clone(), value.clone());
         }
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, super::NOSNIFF);
         record.finish(state, &response);
         // Last, when nothing can fail any more: the file waits for the
         // stand-in body that only a 200 carries (a 304 has none).

@@ -98,11 +98,32 @@ impl Live {
     }
 
     /// Reads the config again and, when it is valid and its layers and
-    /// stores open, serves it. Blocking (it opens sources): call it from a
-    /// blocking thread.
-    pub fn reload(&self) -> Result<Reloaded, ConfigError> {
+    /// stores open, serves it. A config without some of the layers served
+    /// now is refused unless `remove_layers` (a file cut short, or written
+    /// in place while it was read, must not drop layers): write a new
+    /// config to another name and rename it over the old one. Blocking (it
+    /// opens sources): call it from a blocking thread.
+    pub fn reload(&self, remove_layers: bool) -> Result<Reloaded, ConfigError> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let mut config = self.source.load()?;
+        if !remove_layers {
+            let dropped: Vec<&str> = current
+                .config
+                .layers
+                .iter()
+                .map(|l| l.name.as_str())
+                .filter(|name| !config.layers.iter().any(|l| l.name == *name))
+                .collect();
+            if !dropped.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "the new configuration drops layers {} that are served now; if that is meant, \
+                     reload with POST /admin/reload?remove_layers=true or restart (write a config \
+                     to another name and rename it over the old one, so that a reload never \
+                     reads a file half written)",
+                    dropped.join(", ")
+                )));
+            }
+        }
         if let Some(listen) = &self.listen_override {
             config.server.listen.clone_from(listen);
         }

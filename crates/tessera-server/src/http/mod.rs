@@ -33,6 +33,7 @@ use bytes::Bytes;
 use tessera_grid::TileFormat;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::Config;
 use crate::service::Service;
@@ -215,8 +216,18 @@ pub fn router(state: AppState) -> Router {
         access::record,
     ))
     .layer(CatchPanicLayer::custom(panic_response))
+    // Pages, documents and errors are read as the type they are sent as,
+    // never sniffed into HTML by a browser.
+    .layer(SetResponseHeaderLayer::if_not_present(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        NOSNIFF,
+    ))
     .with_state(state)
 }
+
+/// `X-Content-Type-Options` of every answer (the router's and the short
+/// way's alike).
+pub(crate) const NOSNIFF: axum::http::HeaderValue = axum::http::HeaderValue::from_static("nosniff");
 
 async fn health() -> &'static str {
     "ok\n"

@@ -126,7 +126,16 @@ impl VectorSource {
         }
         let gdal_path = spec.gdal_path();
         let ds = open_vector(&gdal_path, &shown)?;
+        pool::reset_gdal_error();
         let names: Vec<String> = ds.layers().map(|l| l.name()).collect();
+        // Listing a database's tables is a query: a statement timeout or a
+        // lost connection shows as no layers, and GDAL's error says why.
+        if let Some(failure) = pool::gdal_failure() {
+            return Err(open_err(format!(
+                "listing its layers failed: {failure} (is statement_timeout_ms too small for the \
+                 database's catalogue?)"
+            )));
+        }
         let lonlat = Crs::parse("OGC:CRS84")?;
         let mut layers = Vec::with_capacity(wanted.len());
         let mut report = Vec::new();

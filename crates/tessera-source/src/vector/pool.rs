@@ -167,17 +167,10 @@ impl<H> Pool<H> {
     /// [`reset_gdal_error`] failed: the database's own words (a statement
     /// timeout, a lost connection) are the upstream's message.
     pub(super) fn check_gdal_error(&self, what: &str) -> Result<(), SourceError> {
-        // SAFETY: reads this thread's GDAL error state; the message is
-        // copied before any other GDAL call.
-        let failed = unsafe { gdal_sys::CPLGetLastErrorType() } >= gdal_sys::CPLErr::CE_Failure;
-        if !failed {
+        let Some(message) = gdal_failure() else {
             return Ok(());
-        }
-        // SAFETY: as above.
-        let message = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) }
-            .to_string_lossy()
-            .into_owned();
-        let message = format!("{what}: {}", redact(&message));
+        };
+        let message = format!("{what}: {message}");
         Err(if self.postgres {
             SourceError::Upstream {
                 url: self.shown.clone(),
@@ -190,6 +183,22 @@ impl<H> Pool<H> {
             }
         })
     }
+}
+
+/// GDAL's last error on this thread (credentials redacted), if a call
+/// since [`reset_gdal_error`] failed.
+pub(super) fn gdal_failure() -> Option<String> {
+    // SAFETY: reads this thread's GDAL error state; the message is copied
+    // before any other GDAL call.
+    let failed = unsafe { gdal_sys::CPLGetLastErrorType() } >= gdal_sys::CPLErr::CE_Failure;
+    if !failed {
+        return None;
+    }
+    // SAFETY: as above.
+    let message = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) }
+        .to_string_lossy()
+        .into_owned();
+    Some(redact(&message))
 }
 
 /// Clears this thread's GDAL error state before calls whose failure only
