@@ -412,15 +412,16 @@ def admin(server, method, query, timeout=60, token="secret-token-0123456789"):
         return e.code, e.read().decode()
 
 
-def test_a_truncate_of_the_whole_world_is_a_job_joined_watched_and_cancelled(s3, tmp_path, tmp_path_factory):
-    # An object store deletes computed keys, never lists: zooms 0..24 of the
-    # world are 3.7e14 keys, work that must be watchable and stoppable.
+def test_a_long_truncate_is_a_job_joined_watched_and_cancelled(s3, tmp_path, tmp_path_factory):
+    # An object store deletes computed keys: 0.34 degrees square at zooms
+    # 0..20 are 1.3 million keys, work that must be watchable and stoppable.
+    c = s3_bucket(s3, BUCKET)
     prefix = f"world-{uuid.uuid4().hex[:8]}"
     cfg = node_config(tmp_path, "a", object_store(s3, prefix, layout="xyz"), leases=False,
                       extra="").read_text().replace("max_zoom: 8", "max_zoom: 24")
     (tmp_path / "world.yaml").write_text(cfg)
     with serving(tmp_path_factory, "--config", str(tmp_path / "world.yaml")) as node:
-        query = f"layer={LAYER}&zoom=0..24"
+        query = f"layer={LAYER}&zoom=0..20&bbox=0,0,0.34,0.34"
         answers = []
         threads = [threading.Thread(target=lambda: answers.append(admin(node, "POST", query, timeout=120)))
                    for _ in range(2)]
@@ -444,6 +445,12 @@ def test_a_truncate_of_the_whole_world_is_a_job_joined_watched_and_cancelled(s3,
         # A client that leaves stops its job.
         quietly(admin, node, "POST", query, 1)
         wait_until(lambda: json.loads(admin(node, "GET", "")[1]) == [], 30, "the abandoned job to stop")
+        # The whole world at zooms 0..24 (3.7e14 keys): the deep zooms are
+        # listed, not computed, and it ends.
+        assert get(node, tile_path(12, 2048, 1361))[0] == 200
+        status, body = admin(node, "POST", f"layer={LAYER}&zoom=0..24", timeout=300)
+        assert status == 200, body
+        wait_until(lambda: [k for k in keys(c, prefix) if k.endswith(".png")] == [], 60, "every tile gone")
 
 
 def test_a_whole_world_truncate_of_a_file_store_costs_what_it_holds(tmp_path, tmp_path_factory):

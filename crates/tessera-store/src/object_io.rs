@@ -169,6 +169,30 @@ impl ObjectIo {
         Ok(())
     }
 
+    /// Up to `most` keys under `prefix` that sort after `offset` (from the
+    /// first when `None`), in key order: one page of a listing.
+    pub fn list_after(
+        &self,
+        prefix: &Path,
+        offset: Option<&Path>,
+        most: usize,
+    ) -> Result<Vec<Path>, StoreError> {
+        let store = self.store.clone();
+        let (under, after) = (prefix.clone(), offset.cloned());
+        self.run(async move {
+            let listing = match &after {
+                Some(o) => store.list_with_offset(Some(&under), o),
+                None => store.list(Some(&under)),
+            };
+            listing
+                .take(most)
+                .map_ok(|meta| meta.location)
+                .try_collect::<Vec<Path>>()
+                .await
+        })
+        .map_err(|e| Self::io("list", prefix.as_ref(), e))
+    }
+
     /// Deletes objects in batches of `batch`; missing ones count as
     /// deleted.
     pub fn delete(&self, paths: &[Path], batch: usize) -> Result<u64, StoreError> {

@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{Attribute, Attributes, PutPayload};
-use tessera_grid::{TileCoord, TileFormat};
+use tessera_grid::{TileCoord, TileFormat, TileRange};
 
 use crate::object::{ObjectLocation, RequestSnapshot};
 use crate::object_io::ObjectIo;
@@ -18,6 +18,10 @@ use crate::{
     AreaRange, Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
     check_not_empty,
 };
+
+/// A truncated range of more keys than this is found by listing its zoom
+/// instead of by computed keys.
+pub const LIST_ABOVE_KEYS: u64 = 1 << 20;
 
 /// Cache-Control written on every tile unless configured.
 pub const DEFAULT_CACHE_CONTROL: &str = "public, max-age=86400";
@@ -62,6 +66,52 @@ impl TileObjectStore {
             .join(z.to_string().as_str())
             .join(x.to_string().as_str())
             .join(format!("{y}.{}", format.extension()).as_str())
+    }
+
+    /// Deletes the stored tiles of `range` found by listing the keys
+    /// under its zoom (`prefix/layer/grid/z/`), a page at a time; returns
+    /// how many were deleted.
+    fn truncate_listed(&self, area: &TileArea, range: &TileRange) -> Result<u64, StoreError> {
+        let zoom = self
+            .io
+            .prefix
+            .clone()
+            .join(area.layer.as_str())
+            .join(area.grid.as_str())
+            .join(range.z.to_string().as_str());
+        let ext = format!(".{}", area.format.extension());
+        let mut deleted = 0;
+        let mut offset: Option<Path> = None;
+        loop {
+            area.progress.check(self.name())?;
+            let page = self
+                .io
+                .list_after(&zoom, offset.as_ref(), self.delete_batch)?;
+            let Some(last) = page.last().cloned() else {
+                return Ok(deleted);
+            };
+            let doomed: Vec<Path> = page
+                .into_iter()
+                .filter(|key| {
+                    let parts: Vec<_> = key.parts().collect();
+                    let [.., x, y] = parts.as_slice() else {
+                        return false;
+                    };
+                    let x = x.as_ref().parse::<u32>().ok();
+                    let y = y
+                        .as_ref()
+                        .strip_suffix(ext.as_str())
+                        .and_then(|y| y.parse::<u32>().ok());
+                    matches!((x, y), (Some(x), Some(y))
+                        if (range.min_x..=range.max_x).contains(&x)
+                            && (range.min_y..=range.max_y).contains(&y))
+                })
+                .collect();
+            let n = self.io.delete(&doomed, self.delete_batch)?;
+            deleted += n;
+            area.progress.add(n);
+            offset = Some(last);
+        }
     }
 
     /// The object key of a tile.
@@ -138,12 +188,19 @@ impl TileStore for TileObjectStore {
         self.io.delete(&[self.key_path(key)], 1).map(|_| ())
     }
 
-    /// Deletes the area's tiles by computed key, in batches (nothing is
-    /// listed).
+    /// Deletes the area's tiles by computed key, in batches; a range of
+    /// more than [`LIST_ABOVE_KEYS`] keys (a whole zoom of a deep grid) is
+    /// instead found by listing its zoom's prefix, page by page, so that
+    /// it costs what is stored there, not what the range could hold.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
         let mut batch = Vec::with_capacity(self.delete_batch);
         for AreaRange { range, .. } in &area.ranges {
+            if range.count() > LIST_ABOVE_KEYS {
+                let n = self.truncate_listed(area, range)?;
+                report.objects_deleted += n;
+                continue;
+            }
             for y in range.min_y..=range.max_y {
                 for x in range.min_x..=range.max_x {
                     let c = TileCoord::restored(range.z, x, y);
