@@ -413,15 +413,15 @@ def admin(server, method, query, timeout=60, token="secret-token-0123456789"):
 
 
 def test_a_long_truncate_is_a_job_joined_watched_and_cancelled(s3, tmp_path, tmp_path_factory):
-    # An object store deletes computed keys: 0.34 degrees square at zooms
-    # 0..20 are 1.3 million keys, work that must be watchable and stoppable.
-    c = s3_bucket(s3, BUCKET)
+    # Zooms 0..24 of the world by computed keys (listing turned off) are
+    # 3.7e14 keys: work that never ends must be watchable and stoppable.
+    s3_bucket(s3, BUCKET)
     prefix = f"world-{uuid.uuid4().hex[:8]}"
-    cfg = node_config(tmp_path, "a", object_store(s3, prefix, layout="xyz"), leases=False,
-                      extra="").read_text().replace("max_zoom: 8", "max_zoom: 24")
+    store = object_store(s3, prefix, layout="xyz").replace("layout: xyz,", "layout: xyz, truncate_list_above: 1000000000000000000,")
+    cfg = node_config(tmp_path, "a", store, leases=False, extra="").read_text().replace("max_zoom: 8", "max_zoom: 24")
     (tmp_path / "world.yaml").write_text(cfg)
     with serving(tmp_path_factory, "--config", str(tmp_path / "world.yaml")) as node:
-        query = f"layer={LAYER}&zoom=0..20&bbox=0,0,0.34,0.34"
+        query = f"layer={LAYER}&zoom=0..24"
         answers = []
         threads = [threading.Thread(target=lambda: answers.append(admin(node, "POST", query, timeout=120)))
                    for _ in range(2)]
@@ -445,12 +445,28 @@ def test_a_long_truncate_is_a_job_joined_watched_and_cancelled(s3, tmp_path, tmp
         # A client that leaves stops its job.
         quietly(admin, node, "POST", query, 1)
         wait_until(lambda: json.loads(admin(node, "GET", "")[1]) == [], 30, "the abandoned job to stop")
-        # The whole world at zooms 0..24 (3.7e14 keys): the deep zooms are
-        # listed, not computed, and it ends.
-        assert get(node, tile_path(12, 2048, 1361))[0] == 200
+
+
+
+@pytest.mark.parametrize("layout", ["xyz", "packs"])
+def test_a_whole_world_truncate_of_an_object_store_lists_its_deep_zooms_and_ends(layout, s3, tmp_path,
+                                                                                 tmp_path_factory):
+    # Zooms 0..24 of the world are 3.7e14 keys (2.3e13 packs): the zooms of
+    # more than 65,536 keys or packs are listed, not computed.
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"world-{layout}-{uuid.uuid4().hex[:8]}"
+    cfg = node_config(tmp_path, "a", object_store(s3, prefix, layout=layout), leases=False,
+                      extra="cache: { metatile_threads: 0 }\n").read_text().replace("max_zoom: 8", "max_zoom: 24")
+    (tmp_path / "world.yaml").write_text(cfg)
+    with serving(tmp_path_factory, "--config", str(tmp_path / "world.yaml")) as node:
+        for path in (tile_path(4, 8, 4), tile_path(14, 8192, 5446)):
+            assert get(node, path)[0] == 200
+        stored = lambda: [k for k in keys(c, prefix) if k.endswith(".png") or k.endswith(".avro")]  # noqa: E731
+        assert stored(), "nothing was stored"
         status, body = admin(node, "POST", f"layer={LAYER}&zoom=0..24", timeout=300)
         assert status == 200, body
-        wait_until(lambda: [k for k in keys(c, prefix) if k.endswith(".png")] == [], 60, "every tile gone")
+        assert stored() == []
+        assert get(node, tile_path(14, 8192, 5446))[1]["X-Cache"] == "MISS"
 
 
 def test_a_whole_world_truncate_of_a_file_store_costs_what_it_holds(tmp_path, tmp_path_factory):

@@ -19,9 +19,9 @@ use crate::{
     check_not_empty,
 };
 
-/// A truncated range of more keys than this is found by listing its zoom
-/// instead of by computed keys.
-pub const LIST_ABOVE_KEYS: u64 = 1 << 20;
+/// By default, a truncated range of more keys than this is found by
+/// listing its zoom instead of by computed keys (`truncate_list_above`).
+pub const LIST_ABOVE_KEYS: u64 = 1 << 16;
 
 /// Cache-Control written on every tile unless configured.
 pub const DEFAULT_CACHE_CONTROL: &str = "public, max-age=86400";
@@ -35,6 +35,7 @@ pub struct TileObjectStore {
     io: ObjectIo,
     cache_control: String,
     delete_batch: usize,
+    list_above: u64,
 }
 
 impl TileObjectStore {
@@ -49,7 +50,16 @@ impl TileObjectStore {
             io: ObjectIo::new(location, io_threads)?,
             cache_control: cache_control.to_string(),
             delete_batch: 1000,
+            list_above: LIST_ABOVE_KEYS,
         })
+    }
+
+    /// Truncates ranges of more than `keys` keys by listing their zoom
+    /// (default [`LIST_ABOVE_KEYS`]).
+    #[must_use]
+    pub fn listing_truncates_above(mut self, keys: u64) -> TileObjectStore {
+        self.list_above = keys;
+        self
     }
 
     /// Requests sent so far, by kind.
@@ -189,14 +199,14 @@ impl TileStore for TileObjectStore {
     }
 
     /// Deletes the area's tiles by computed key, in batches; a range of
-    /// more than [`LIST_ABOVE_KEYS`] keys (a whole zoom of a deep grid) is
+    /// more keys than `truncate_list_above` (a whole zoom of a deep grid) is
     /// instead found by listing its zoom's prefix, page by page, so that
     /// it costs what is stored there, not what the range could hold.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
         let mut batch = Vec::with_capacity(self.delete_batch);
         for AreaRange { range, .. } in &area.ranges {
-            if range.count() > LIST_ABOVE_KEYS {
+            if range.count() > self.list_above {
                 let n = self.truncate_listed(area, range)?;
                 report.objects_deleted += n;
                 continue;

@@ -51,6 +51,9 @@ pub struct PackOptions {
     pub max_ranges: usize,
     /// Threads of the runtime that drives the object store client.
     pub io_threads: usize,
+    /// A truncated zoom touching more packs than this finds them by
+    /// listing its prefix instead of by computed keys.
+    pub list_above: u64,
 }
 
 impl Default for PackOptions {
@@ -63,6 +66,7 @@ impl Default for PackOptions {
             delete_batch: 1000,
             max_ranges: 256,
             io_threads: 2,
+            list_above: crate::object_tiles::LIST_ABOVE_KEYS,
         }
     }
 }
@@ -83,6 +87,7 @@ pub struct PackStore {
     merge_attempts: u32,
     delete_batch: usize,
     max_ranges: usize,
+    list_above: u64,
 }
 
 /// One pack: its key and the block of tiles it covers.
@@ -128,6 +133,7 @@ impl PackStore {
             merge_attempts: options.merge_attempts.max(1),
             delete_batch: options.delete_batch.max(1),
             max_ranges: options.max_ranges,
+            list_above: options.list_above,
         })
     }
 
@@ -516,6 +522,17 @@ impl TileStore for PackStore {
             let (width, height) = (ranges[0].matrix_width, ranges[0].matrix_height);
             let (coarse, k) = self.geometry(width, height);
             let tile_ranges: Vec<&TileRange> = ranges.iter().map(|r| &r.range).collect();
+            let blocks: u64 = tile_ranges
+                .iter()
+                .map(|r| {
+                    u64::from((r.max_x >> k) - (r.min_x >> k) + 1)
+                        * u64::from((r.max_y >> k) - (r.min_y >> k) + 1)
+                })
+                .sum();
+            if blocks > self.list_above {
+                self.truncate_listed(area, z, (width, height), &tile_ranges, &mut report)?;
+                continue;
+            }
             // Each pack the area touches, in key order, with the number of
             // the area's tiles it holds.
             let mut packs: Vec<(u64, PackRef)> = Vec::new();
@@ -565,23 +582,105 @@ impl TileStore for PackStore {
                 }
             }
             packs.sort_by_key(|(i, _)| *i);
-            let mut whole = Vec::new();
-            for (index, pack) in packs {
-                if covered[&index] >= pack.cells() {
-                    whole.push(pack.path);
-                } else {
-                    self.update(&pack, |mut tiles| {
-                        let before = tiles.len();
-                        tiles.retain(|t| !(t.z == z && in_ranges(&tile_ranges, t.x, t.y)));
-                        (tiles.len() != before).then_some(tiles)
-                    })?;
-                    report.objects_rewritten += 1;
-                }
-            }
-            let n = self.delete_objects(&whole)?;
-            report.objects_deleted += n;
-            area.progress.add(n);
+            self.remove_packs(area, z, packs, &covered, &tile_ranges, &mut report)?;
         }
         Ok(report)
+    }
+}
+
+impl PackStore {
+    /// Deletes the packs wholly covered by the area (`covered`: the area's
+    /// tiles each pack holds) and rewrites the others without them.
+    fn remove_packs(
+        &self,
+        area: &TileArea,
+        z: u8,
+        packs: Vec<(u64, PackRef)>,
+        covered: &HashMap<u64, u64>,
+        tile_ranges: &[&TileRange],
+        report: &mut TruncateReport,
+    ) -> Result<(), StoreError> {
+        let mut whole = Vec::new();
+        for (index, pack) in packs {
+            if covered[&index] >= pack.cells() {
+                whole.push(pack.path);
+            } else {
+                area.progress.check(self.name())?;
+                self.update(&pack, |mut tiles| {
+                    let before = tiles.len();
+                    tiles.retain(|t| !(t.z == z && in_ranges(tile_ranges, t.x, t.y)));
+                    (tiles.len() != before).then_some(tiles)
+                })?;
+                report.objects_rewritten += 1;
+            }
+        }
+        let n = self.delete_objects(&whole)?;
+        report.objects_deleted += n;
+        area.progress.add(n);
+        Ok(())
+    }
+
+    /// Truncates zoom `z` by listing the packs stored under its prefix, a
+    /// page at a time: what is stored, not what the ranges could hold.
+    fn truncate_listed(
+        &self,
+        area: &TileArea,
+        z: u8,
+        (width, height): (u32, u32),
+        tile_ranges: &[&TileRange],
+        report: &mut TruncateReport,
+    ) -> Result<(), StoreError> {
+        let (coarse, k) = self.geometry(width, height);
+        let zoom = self
+            .io
+            .prefix
+            .clone()
+            .join(area.layer.as_str())
+            .join(area.grid.as_str())
+            .join(z.to_string().as_str());
+        let suffix = format!(".{}.avro", area.format.extension());
+        let mut offset: Option<Path> = None;
+        loop {
+            area.progress.check(self.name())?;
+            let page = self.io.list_after(&zoom, offset.as_ref(), 1000)?;
+            let Some(last) = page.last().cloned() else {
+                return Ok(());
+            };
+            let mut packs = Vec::new();
+            let mut covered = HashMap::new();
+            for key in &page {
+                let Some(index) = key
+                    .filename()
+                    .and_then(|f| f.strip_suffix(suffix.as_str()))
+                    .and_then(|i| i.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                let (bx, by) = self.curve.coords(coarse, index);
+                let pack = self.pack_ref(
+                    &area.layer,
+                    &area.grid,
+                    z,
+                    area.format.extension(),
+                    (width, height),
+                    coarse,
+                    k,
+                    (bx, by),
+                    index,
+                );
+                // A key that is not where this index's pack would be (a
+                // foreign object) is left alone.
+                if pack.path != *key {
+                    continue;
+                }
+                let n: u64 = tile_ranges.iter().map(|r| overlap(&pack.block, r)).sum();
+                if n > 0 {
+                    covered.insert(index, n);
+                    packs.push((index, pack));
+                }
+            }
+            self.remove_packs(area, z, packs, &covered, tile_ranges, report)?;
+            offset = Some(last);
+        }
     }
 }

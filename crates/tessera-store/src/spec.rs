@@ -134,6 +134,17 @@ pub struct ObjectSpec {
     /// In-memory LRU of tiles in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+    /// A truncated range of more keys (`layout: xyz`) or packs than this
+    /// is found by listing its zoom's prefix instead of by computed keys
+    /// (default 65,536: a listing page and a batch delete both take 1,000
+    /// keys, so listing costs less once a range holds more keys than the
+    /// zoom holds objects).
+    #[serde(default = "default_truncate_list_above")]
+    pub truncate_list_above: u64,
+}
+
+fn default_truncate_list_above() -> u64 {
+    crate::object_tiles::LIST_ABOVE_KEYS
 }
 
 impl ObjectSpec {
@@ -376,13 +387,17 @@ impl StoreSpec {
                 let location = s.location(name)?;
                 if s.layout == ObjectLayout::Xyz {
                     let cc = s.cache_control.as_deref().unwrap_or(DEFAULT_CACHE_CONTROL);
-                    return Ok(Arc::new(TileObjectStore::new(location, cc, 2)?));
+                    return Ok(Arc::new(
+                        TileObjectStore::new(location, cc, 2)?
+                            .listing_truncates_above(s.truncate_list_above),
+                    ));
                 }
                 let cache_bytes = Size::or(s.cache, DEFAULT_PACK_CACHE);
                 let packs = PackOptions {
                     pack_tiles: s.pack_tiles,
                     curve: s.curve,
                     cache: s.cache_path.as_ref().map(|p| (p.clone(), cache_bytes)),
+                    list_above: s.truncate_list_above,
                     ..PackOptions::default()
                 };
                 Arc::new(PackStore::new(location, &packs)?)
