@@ -134,7 +134,8 @@ layers:
     outcome = "alive" if alive else f"died (exit {proc.returncode})"
     if alive:
         stop(proc)
-    return f"{len(body)}-byte PNG: answer {status} in {seconds:.1f} s; server {outcome}"
+    answer = f"answer {status}" if status else "connection closed, no answer"
+    return f"{len(body)}-byte PNG: {answer} after {seconds:.1f} s; server {outcome}"
 
 
 def cpu_seconds(pid):
@@ -143,8 +144,15 @@ def cpu_seconds(pid):
 
 
 def truncate(binary, work):
+    endpoint = os.environ["TESSERA_TEST_S3_ENDPOINT"]
+    key, secret = os.environ["TESSERA_TEST_S3_ACCESS_KEY"], os.environ["TESSERA_TEST_S3_SECRET_KEY"]
     port, proc = serve(binary, f"""
-admin: {{ token: {TOKEN} }}
+admin:
+  token: {TOKEN}
+  sources_url: s3://tessera-bench-hostile/sources
+  sources_file: {work / 'truncate' / 'sources.yaml'}
+  options: {{ endpoint: '{endpoint}', access_key_id: {key}, secret_access_key: {secret}, region: us-east-1,
+             allow_http: true }}
 stores: {{ disk: {{ type: file, path: {work / 'truncate' / 'tiles'} }} }}
 cache: {{ metatile_threads: 0 }}
 layers:
@@ -160,7 +168,9 @@ layers:
     status, body, seconds = get(port, "/admin/truncate?layer=relief&zoom=0..24", method="POST", timeout=60)
     cpu = cpu_seconds(proc.pid) - before
     stop(proc)
-    said = body.decode(errors="replace").strip()[:70] if status else "no answer within 60 s"
+    if status is None:
+        return f"{held} tiles held: no answer within 60 s, {cpu:.1f} CPU s spent"
+    said = body.decode(errors="replace").strip()[:70]
     return f"{held} tiles held: {status} after {seconds:.1f} s, {cpu:.1f} CPU s; {said}"
 
 
