@@ -192,10 +192,14 @@ layers:
             assert r.read() == tile
 
 
-def entity_bomb(root):
+def entity_bomb(root, inner=None):
+    """One 1 MB entity referenced a thousand times (in `inner`, an element
+    inside `root`, when given): 1 GB once expanded."""
     big = "x" * (1 << 20)
+    refs = "&e;" * 1000
+    body = f'<{inner} code="X">{refs}</{inner}>' if inner else refs
     return (f'<?xml version="1.0"?><!DOCTYPE {root} [<!ENTITY e "{big}">]>'
-            f'<{root}>{"&e;" * 1000}</{root}>').encode()
+            f'<{root}>{body}</{root}>').encode()
 
 
 def wms_capabilities(crs_list):
@@ -238,7 +242,7 @@ def test_an_exception_with_a_quadratic_entity_is_a_short_log_line_not_a_gigabyte
     hostile.routes["/wms"] = (200, "text/xml", wms_capabilities(["EPSG:3857"]))
     with serving(tmp_path_factory, "--config", str(wms_config(tmp_path, hostile))) as server:
         hostile.routes["REQUEST=GetMap"] = (
-            200, "application/vnd.ogc.se_xml", entity_bomb("ServiceExceptionReport"))
+            200, "application/vnd.ogc.se_xml", entity_bomb("ServiceExceptionReport", "ServiceException"))
         status, body = fetch(server, "/tiles/cascade/WebMercatorQuad/2/1/1.png")
         assert status == 502, (status, body[:300])
         assert len(body) < 1000

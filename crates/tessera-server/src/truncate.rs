@@ -134,6 +134,9 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        // Under the table's lock: a request joining now either comes first
+        // (and keeps the job alive) or finds it cancelled and starts anew.
+        let _table = jobs();
         if self.job.waiters.fetch_sub(1, Ordering::AcqRel) == 1
             && self.job.outcome.borrow().is_none()
         {
