@@ -558,6 +558,7 @@ impl TileStore for FileStore {
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         let mut report = TruncateReport::default();
         let ext = format!(".{}", area.format.extension());
+        let io_err = |e: io::Error, at: &Path| self.err("truncate", &at.display(), e);
         for AreaRange {
             range,
             matrix_width,
@@ -576,8 +577,8 @@ impl TileStore for FileStore {
                             matrix_width: *matrix_width,
                             format: area.format,
                         };
-                        if self.exists(&key)? {
-                            self.delete(&key)?;
+                        let path = self.path_of(&key);
+                        if removed(&path).map_err(|e| io_err(e, &path))? {
                             report.objects_deleted += 1;
                             area.progress.add(1);
                         }
@@ -590,7 +591,6 @@ impl TileStore for FileStore {
                 .join(&area.layer)
                 .join(&area.grid)
                 .join(range.z.to_string());
-            let io_err = |e: io::Error, at: &Path| self.err("truncate", &at.display(), e);
             let columns = match fs::read_dir(&zoom_dir) {
                 Ok(c) => c,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -635,13 +635,10 @@ impl TileStore for FileStore {
                     if !(range.min_y..=range.max_y).contains(&y) {
                         continue;
                     }
-                    match fs::remove_file(file.path()) {
-                        Ok(()) => {
-                            report.objects_deleted += 1;
-                            area.progress.add(1);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(io_err(e, &file.path())),
+                    let path = file.path();
+                    if removed(&path).map_err(|e| io_err(e, &path))? {
+                        report.objects_deleted += 1;
+                        area.progress.add(1);
                     }
                 }
                 // Only an empty directory goes (other formats' tiles stay).
@@ -657,6 +654,15 @@ impl TileStore for FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(self.err("exists", key, e)),
         }
+    }
+}
+
+/// Removes the file at `path`: `true` when there was one.
+fn removed(path: &Path) -> io::Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -15,8 +15,8 @@ use object_store::{
     Attributes, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
 
-use crate::StoreError;
 use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
+use crate::{StoreError, TruncateProgress};
 
 /// An object read whole: its bytes, version and modification time.
 #[derive(Debug, Clone)]
@@ -169,9 +169,41 @@ impl ObjectIo {
         Ok(())
     }
 
+    /// `prefix/layer/grid/z`: where a zoom's objects are, in both layouts.
+    pub fn zoom_prefix(&self, layer: &str, grid: &str, z: u8) -> Path {
+        self.prefix
+            .clone()
+            .join(layer)
+            .join(grid)
+            .join(z.to_string().as_str())
+    }
+
+    /// Lists the keys under `prefix` in key order, handing each page of at
+    /// most `page_len` keys to `each`; stops at the end, at an error, or
+    /// when `progress` is cancelled (as `store`).
+    pub fn for_each_page(
+        &self,
+        prefix: &Path,
+        page_len: usize,
+        progress: &TruncateProgress,
+        store: &str,
+        mut each: impl FnMut(Vec<Path>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut offset: Option<Path> = None;
+        loop {
+            progress.check(store)?;
+            let page = self.list_after(prefix, offset.as_ref(), page_len)?;
+            let Some(last) = page.last().cloned() else {
+                return Ok(());
+            };
+            each(page)?;
+            offset = Some(last);
+        }
+    }
+
     /// Up to `most` keys under `prefix` that sort after `offset` (from the
     /// first when `None`), in key order: one page of a listing.
-    pub fn list_after(
+    fn list_after(
         &self,
         prefix: &Path,
         offset: Option<&Path>,

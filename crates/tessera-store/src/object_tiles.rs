@@ -69,11 +69,7 @@ impl TileObjectStore {
 
     fn path(&self, layer: &str, grid: &str, z: u8, x: u32, y: u32, format: TileFormat) -> Path {
         self.io
-            .prefix
-            .clone()
-            .join(layer)
-            .join(grid)
-            .join(z.to_string().as_str())
+            .zoom_prefix(layer, grid, z)
             .join(x.to_string().as_str())
             .join(format!("{y}.{}", format.extension()).as_str())
     }
@@ -82,46 +78,39 @@ impl TileObjectStore {
     /// under its zoom (`prefix/layer/grid/z/`), a page at a time; returns
     /// how many were deleted.
     fn truncate_listed(&self, area: &TileArea, range: &TileRange) -> Result<u64, StoreError> {
-        let zoom = self
-            .io
-            .prefix
-            .clone()
-            .join(area.layer.as_str())
-            .join(area.grid.as_str())
-            .join(range.z.to_string().as_str());
+        let zoom = self.io.zoom_prefix(&area.layer, &area.grid, range.z);
         let ext = format!(".{}", area.format.extension());
         let mut deleted = 0;
-        let mut offset: Option<Path> = None;
-        loop {
-            area.progress.check(self.name())?;
-            let page = self
-                .io
-                .list_after(&zoom, offset.as_ref(), self.delete_batch)?;
-            let Some(last) = page.last().cloned() else {
-                return Ok(deleted);
-            };
-            let doomed: Vec<Path> = page
-                .into_iter()
-                .filter(|key| {
-                    let parts: Vec<_> = key.parts().collect();
-                    let [.., x, y] = parts.as_slice() else {
-                        return false;
-                    };
-                    let x = x.as_ref().parse::<u32>().ok();
-                    let y = y
-                        .as_ref()
-                        .strip_suffix(ext.as_str())
-                        .and_then(|y| y.parse::<u32>().ok());
-                    matches!((x, y), (Some(x), Some(y))
-                        if (range.min_x..=range.max_x).contains(&x)
-                            && (range.min_y..=range.max_y).contains(&y))
-                })
-                .collect();
-            let n = self.io.delete(&doomed, self.delete_batch)?;
-            deleted += n;
-            area.progress.add(n);
-            offset = Some(last);
-        }
+        self.io.for_each_page(
+            &zoom,
+            self.delete_batch,
+            &area.progress,
+            self.name(),
+            |page| {
+                let doomed: Vec<Path> = page
+                    .into_iter()
+                    .filter(|key| {
+                        let parts: Vec<_> = key.parts().collect();
+                        let [.., x, y] = parts.as_slice() else {
+                            return false;
+                        };
+                        let x = x.as_ref().parse::<u32>().ok();
+                        let y = y
+                            .as_ref()
+                            .strip_suffix(ext.as_str())
+                            .and_then(|y| y.parse::<u32>().ok());
+                        matches!((x, y), (Some(x), Some(y))
+                            if (range.min_x..=range.max_x).contains(&x)
+                                && (range.min_y..=range.max_y).contains(&y))
+                    })
+                    .collect();
+                let n = self.io.delete(&doomed, self.delete_batch)?;
+                deleted += n;
+                area.progress.add(n);
+                Ok(())
+            },
+        )?;
+        Ok(deleted)
     }
 
     /// The object key of a tile.

@@ -167,11 +167,7 @@ impl PackStore {
         let max = (1u64 << (2 * u32::from(coarse_order))) - 1;
         let width = max.to_string().len();
         self.io
-            .prefix
-            .clone()
-            .join(layer)
-            .join(grid)
-            .join(z.to_string().as_str())
+            .zoom_prefix(layer, grid, z)
             .join(format!("{index:0width$}.{ext}.avro").as_str())
     }
 
@@ -631,56 +627,44 @@ impl PackStore {
         report: &mut TruncateReport,
     ) -> Result<(), StoreError> {
         let (coarse, k) = self.geometry(width, height);
-        let zoom = self
-            .io
-            .prefix
-            .clone()
-            .join(area.layer.as_str())
-            .join(area.grid.as_str())
-            .join(z.to_string().as_str());
+        let zoom = self.io.zoom_prefix(&area.layer, &area.grid, z);
         let suffix = format!(".{}.avro", area.format.extension());
-        let mut offset: Option<Path> = None;
-        loop {
-            area.progress.check(self.name())?;
-            let page = self.io.list_after(&zoom, offset.as_ref(), 1000)?;
-            let Some(last) = page.last().cloned() else {
-                return Ok(());
-            };
-            let mut packs = Vec::new();
-            let mut covered = HashMap::new();
-            for key in &page {
-                let Some(index) = key
-                    .filename()
-                    .and_then(|f| f.strip_suffix(suffix.as_str()))
-                    .and_then(|i| i.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                let (bx, by) = self.curve.coords(coarse, index);
-                let pack = self.pack_ref(
-                    &area.layer,
-                    &area.grid,
-                    z,
-                    area.format.extension(),
-                    (width, height),
-                    coarse,
-                    k,
-                    (bx, by),
-                    index,
-                );
-                // A key that is not where this index's pack would be (a
-                // foreign object) is left alone.
-                if pack.path != *key {
-                    continue;
+        self.io
+            .for_each_page(&zoom, 1000, &area.progress, self.name(), |page| {
+                let mut packs = Vec::new();
+                let mut covered = HashMap::new();
+                for key in &page {
+                    let Some(index) = key
+                        .filename()
+                        .and_then(|f| f.strip_suffix(suffix.as_str()))
+                        .and_then(|i| i.parse::<u64>().ok())
+                    else {
+                        continue;
+                    };
+                    let (bx, by) = self.curve.coords(coarse, index);
+                    let pack = self.pack_ref(
+                        &area.layer,
+                        &area.grid,
+                        z,
+                        area.format.extension(),
+                        (width, height),
+                        coarse,
+                        k,
+                        (bx, by),
+                        index,
+                    );
+                    // A key that is not where this index's pack would be (a
+                    // foreign object) is left alone.
+                    if pack.path != *key {
+                        continue;
+                    }
+                    let n: u64 = tile_ranges.iter().map(|r| overlap(&pack.block, r)).sum();
+                    if n > 0 {
+                        covered.insert(index, n);
+                        packs.push((index, pack));
+                    }
                 }
-                let n: u64 = tile_ranges.iter().map(|r| overlap(&pack.block, r)).sum();
-                if n > 0 {
-                    covered.insert(index, n);
-                    packs.push((index, pack));
-                }
-            }
-            self.remove_packs(area, z, packs, &covered, tile_ranges, report)?;
-            offset = Some(last);
-        }
+                self.remove_packs(area, z, packs, &covered, tile_ranges, report)
+            })
     }
 }

@@ -79,8 +79,7 @@ pub async fn reload(
         )
         .into_response();
     };
-    let remove_layers = url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
-        .any(|(k, v)| k.eq_ignore_ascii_case("remove_layers") && v == "true");
+    let remove_layers = query_value(query.as_deref(), "remove_layers").as_deref() == Some("true");
     match tokio::task::spawn_blocking(move || live.reload(remove_layers)).await {
         Ok(Ok(done)) => (
             StatusCode::OK,
@@ -192,10 +191,7 @@ pub async fn cancel_truncate(
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
-    let layer = url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
-        .find(|(k, _)| k.eq_ignore_ascii_case("layer"))
-        .map(|(_, v)| v.into_owned());
-    let Some(layer) = layer else {
+    let Some(layer) = query_value(query.as_deref(), "layer") else {
         return ApiError::bad_request("MissingParameterValue", "missing `layer`").into_response();
     };
     let n = crate::truncate::cancel(&layer);
@@ -245,6 +241,13 @@ fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan,
     };
     TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
         .map_err(|e| tessera_source::error_chain(&e))
+}
+
+/// The value of the query parameter `name` (in any case), decoded.
+fn query_value(query: Option<&str>, name: &str) -> Option<String> {
+    url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.into_owned())
 }
 
 /// The answer refusing a request to an admin endpoint: 404 when the admin
