@@ -78,7 +78,13 @@ def test_installed_it_serves_tiles_as_its_own_user_and_purges_cleanly(deb, tmp_p
                     time.sleep(0.2)
             with urllib.request.urlopen(url + "/tiles/relief/WebMercatorQuad/1/0/0.png", timeout=60) as r:
                 assert r.status == 200 and r.read()[:4] == b"\x89PNG"
+            # Tiles are saved on the encode pool after the answer: waited
+            # for with a deadline.
+            deadline = time.monotonic() + 30
             stored = list(cache.rglob("*.png"))
+            while not stored and time.monotonic() < deadline:
+                time.sleep(0.1)
+                stored = list(cache.rglob("*.png"))
             assert stored and all(p.stat().st_uid == user.pw_uid for p in stored)
         finally:
             proc.terminate()
