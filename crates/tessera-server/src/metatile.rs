@@ -3,6 +3,7 @@
 //! sits in the rendered image.
 
 use tessera_grid::{BBox, TileCoord, TileMatrixSet, TileRange};
+use tessera_source::TileRows;
 
 /// How a layer groups tiles for rendering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,15 @@ impl Metatile {
             .resolution;
         let g = f64::from(self.gutter) * res;
         inner.buffered(g, g)
+    }
+
+    /// How the rendered image's rows fall into tiles: the top gutter and
+    /// the first row of tiles, then a row of tiles at a time.
+    pub fn tile_rows(&self, tms: &TileMatrixSet) -> TileRows {
+        TileRows {
+            first: self.gutter + tms.tile_height,
+            height: tms.tile_height,
+        }
     }
 
     /// Width and height of the rendered image, gutter included.

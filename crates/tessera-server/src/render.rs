@@ -20,7 +20,7 @@ use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, METERS_PER_DEGREE};
 use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, encode};
-use tessera_source::{Crs, SourceError, WindowRequest};
+use tessera_source::{Crs, SourceError, TileRows, WindowRequest};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
@@ -168,20 +168,21 @@ impl Renderer {
         .await
     }
 
-    /// Renders one layer's window (a metatile with its gutter) without
-    /// encoding it, under the same slots and timeout as [`Renderer::render`].
+    /// Renders one layer's window (a metatile with its gutter, its rows
+    /// falling into tiles as `rows` says) without encoding it, under the
+    /// same slots and timeout as [`Renderer::render`].
     pub async fn render_image(
         &self,
         layer: Arc<Layer>,
         bbox: BBox,
         crs: Arc<Crs>,
-        width: u32,
-        height: u32,
+        (width, height): (u32, u32),
+        rows: TileRows,
     ) -> Result<RgbaImage, RenderError> {
         // The source may start fetching while this waits for a slot.
         prefetch_layer(&layer, &bbox, &crs, width, height);
         self.run(Demand::Tiles, move |budget| {
-            render_layer(&layer, &bbox, &crs, width, height, budget)
+            render_layer(&layer, &bbox, &crs, (width, height), Some(rows), budget)
         })
         .await
     }
@@ -316,7 +317,8 @@ pub fn render_blocking(
         c
     });
     for layer in &req.layers {
-        let img = render_layer(layer, &req.bbox, &req.crs, req.width, req.height, budget)?;
+        let size = (req.width, req.height);
+        let img = render_layer(layer, &req.bbox, &req.crs, size, None, budget)?;
         match canvas.as_mut() {
             Some(c) => c.composite_over(&img),
             None => canvas = Some(img),
@@ -328,24 +330,31 @@ pub fn render_blocking(
     Ok(Bytes::from(bytes))
 }
 
-/// Reads and styles one layer for a window, including the margin its style
-/// needs, within `budget`; stops with [`RenderError::Cancelled`] once its
-/// cancel flag is raised.
+/// Reads and styles one layer for a window of `width` x `height` pixels
+/// (its rows falling into tiles as `rows` says, for a metatile), including
+/// the margin its style needs, within `budget`; stops with
+/// [`RenderError::Cancelled`] once its cancel flag is raised.
 pub fn render_layer(
     layer: &Layer,
     bbox: &BBox,
     crs: &Crs,
-    width: u32,
-    height: u32,
+    (width, height): (u32, u32),
+    rows: Option<TileRows>,
     budget: Budget<'_>,
 ) -> Result<RgbaImage, RenderError> {
     let cancel = budget.cancel;
     check(cancel)?;
     let start = std::time::Instant::now();
-    let window = WindowRequest {
+    let mut window = WindowRequest {
         max_source_pixels: Some(budget.max_source_pixels),
         ..source_window(layer, bbox, crs, width, height, Some(cancel))
     };
+    // The style's margin is more rows above the first tile.
+    let margin = window.height.saturating_sub(height) / 2;
+    window.tile_rows = rows.map(|r| TileRows {
+        first: r.first + margin,
+        ..r
+    });
     let (res_x, res_y) = (
         bbox.width() / f64::from(width),
         bbox.height() / f64::from(height),
@@ -397,6 +406,7 @@ fn source_window<'a>(
         height: height + 2 * margin,
         cancel,
         max_source_pixels: None,
+        tile_rows: None,
     }
 }
 

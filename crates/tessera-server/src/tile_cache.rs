@@ -1029,15 +1029,14 @@ impl TileCache {
         meta: Metatile,
     ) -> Result<Cutter, TileError> {
         let tms = &req.grid.tms;
-        let (width, height) = meta.render_size(tms);
         let image = self
             .renderer
             .render_image(
                 req.layer.clone(),
                 meta.render_bbox(tms),
                 req.grid.crs.clone(),
-                width,
-                height,
+                meta.render_size(tms),
+                meta.tile_rows(tms),
             )
             .await?;
         self.metrics.metatile_rendered(&req.layer.name);

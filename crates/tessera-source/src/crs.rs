@@ -339,6 +339,26 @@ impl Crs {
         })
     }
 
+    /// The x range of the world in this CRS when its meridians are
+    /// vertical lines (longitude -180..180 in a geographic CRS, -20037508..
+    /// 20037508 in Web Mercator): past it, x wraps around the antimeridian.
+    /// `None` for a CRS whose meridians converge (polar, conic, UTM).
+    pub fn world_x_range(&self) -> Option<(f64, f64)> {
+        if self.geographic {
+            return Some((-180.0, 180.0));
+        }
+        let lonlat = Crs::parse("OGC:CRS84").ok()?;
+        let mut xs = [-180.0, 180.0, -180.0, 180.0];
+        let mut ys = [0.0, 0.0, 60.0, 60.0];
+        lonlat.transform_points(self, &mut xs, &mut ys).ok()?;
+        let vertical = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(1.0);
+        (xs.iter().all(|x| x.is_finite())
+            && xs[0] < xs[1]
+            && vertical(xs[0], xs[2])
+            && vertical(xs[1], xs[3]))
+        .then_some((xs[0], xs[1]))
+    }
+
     /// Transforms points in place from this CRS to `to` (x/y order).
     pub fn transform_points(
         &self,

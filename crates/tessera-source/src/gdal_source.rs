@@ -13,6 +13,7 @@ use tessera_grid::BBox;
 use tessera_image::{BandData, Raster, RgbaImage};
 
 use crate::aligned::AlignedGrid;
+use crate::pieces::{self, Piece};
 use crate::{
     Cause, Crs, GdalSettings, Source, SourceError, SourceInfo, WindowRequest, check_location,
 };
@@ -88,6 +89,8 @@ pub struct GdalSource {
     /// How many times coarser each overview is than the full resolution,
     /// finest first.
     overview_factors: Vec<f64>,
+    /// Height of a full-resolution pixel in the native CRS's units.
+    row_height: f64,
     /// The warp's `AREA_OF_INTEREST` transformer option (lon/lat): PROJ
     /// picks the coordinate operation for it, and GDAL reuses an operation
     /// set up for the same CRSs and area, where it would otherwise set one
@@ -152,6 +155,7 @@ impl GdalSource {
         let (has_alpha, info) = read_info(&path, &ds, lonlat_of)?;
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
+        let row_height = ds.geo_transform().map_or(0.0, |gt| gt[4].hypot(gt[5]));
         let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha);
         let info_lonlat = info.lonlat_bounds;
         let source = Self {
@@ -165,6 +169,7 @@ impl GdalSource {
             footprints: Mutex::new(HashMap::new()),
             pixels: w as f64 * h as f64,
             overview_factors,
+            row_height,
             area_of_interest: String::new(),
             aligned,
         }
@@ -298,7 +303,46 @@ impl GdalSource {
         Ok(())
     }
 
+    /// Reads `req`: cut at the world's edges and into bands of tile rows
+    /// where GDAL would plan the whole window worse than its tiles
+    /// ([`pieces`]), each piece read with `RasterIO` when it is on the
+    /// source's own axes, else through the warper.
     fn warp(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        if let Some(columns) = pieces::columns_in_world(req) {
+            return self.warp_pieces(src, req, &columns, false);
+        }
+        self.warp_in_world(src, req)
+    }
+
+    /// Reads each piece of `req` (bands of tile rows when `bands`) and
+    /// puts them together.
+    fn warp_pieces(
+        &self,
+        src: &Dataset,
+        req: &WindowRequest<'_>,
+        pieces: &[Piece],
+        bands: bool,
+    ) -> Result<Raster, SourceError> {
+        let mut whole = empty_raster(&self.info, req.width, req.height);
+        for piece in pieces {
+            let part = piece.request(req, bands);
+            let raster = if bands {
+                self.gdal_warp(src, &part)?
+            } else {
+                self.warp_in_world(src, &part)?
+            };
+            PixelWindow {
+                x0: piece.x0,
+                y0: piece.y0,
+                x1: piece.x0 + piece.width,
+                y1: piece.y0 + piece.height,
+            }
+            .paste(&raster, &mut whole);
+        }
+        Ok(whole)
+    }
+
+    fn warp_in_world(&self, src: &Dataset, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
         let err = |source: Cause| SourceError::Read {
             path: self.path.clone(),
             source,
@@ -313,6 +357,9 @@ impl GdalSource {
             return grid
                 .read(src, req, &self.info, self.resampling)
                 .map_err(|m| err(m.into()));
+        }
+        if let Some(bands) = pieces::bands(req, &self.info.native_crs, self.row_height) {
+            return self.warp_pieces(src, req, &bands, true);
         }
         self.gdal_warp(src, req)
     }
@@ -667,6 +714,7 @@ impl PixelWindow {
             },
             width: self.x1 - self.x0,
             height: self.y1 - self.y0,
+            tile_rows: req.tile_rows.map(|r| r.from_row(self.y0)),
             ..*req
         }
     }
@@ -987,6 +1035,7 @@ mod tests {
                 height: h,
                 cancel: None,
                 max_source_pixels: None,
+                tile_rows: None,
             };
             let fast = s.warp(&ds, &req).unwrap();
             let warped = s.gdal_warp(&ds, &req).unwrap();
@@ -1008,6 +1057,7 @@ mod tests {
             height: 64,
             cancel: None,
             max_source_pixels: None,
+            tile_rows: None,
         };
         assert_eq!(s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
         s.release(ds);
@@ -1057,6 +1107,7 @@ mod tests {
             height: 100,
             cancel: None,
             max_source_pixels: None,
+            tile_rows: None,
         };
         let footprint = BBox::new(0.0, 0.0, 50.0, 50.0).unwrap();
         let inside = req(BBox::new(10.0, 10.0, 20.0, 20.0).unwrap());
@@ -1098,6 +1149,7 @@ mod tests {
             .read(&WindowRequest {
                 cancel: None,
                 max_source_pixels: None,
+                tile_rows: None,
                 bbox,
                 crs: &merc,
                 width: 64,
@@ -1137,6 +1189,7 @@ mod tests {
                 height: size,
                 cancel: None,
                 max_source_pixels: Some(limit),
+                tile_rows: None,
             })
         };
         // The whole dataset at full resolution reads all 122,848 pixels.
@@ -1164,6 +1217,7 @@ mod tests {
                 height: 10,
                 cancel: None,
                 max_source_pixels: Some(limit),
+                tile_rows: None,
             })
         };
         assert!(matches!(
@@ -1182,6 +1236,7 @@ mod tests {
             .read(&WindowRequest {
                 cancel: None,
                 max_source_pixels: None,
+                tile_rows: None,
                 bbox,
                 crs: &merc,
                 width: 16,
@@ -1231,6 +1286,7 @@ mod tests {
             .read(&WindowRequest {
                 cancel: None,
                 max_source_pixels: None,
+                tile_rows: None,
                 bbox: BBox::new(0.0, 0.0, 4.0, 4.0).unwrap(),
                 crs: &crs,
                 width: 4,
@@ -1256,6 +1312,7 @@ mod tests {
             height: size,
             cancel: None,
             max_source_pixels: None,
+            tile_rows: None,
         }
     }
 

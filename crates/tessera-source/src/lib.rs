@@ -16,6 +16,7 @@ mod gdal_source;
 mod location;
 mod mosaic;
 mod mosaic_overview;
+mod pieces;
 mod settings;
 mod spec;
 pub mod upstream;
@@ -74,6 +75,63 @@ pub struct WindowRequest<'a> {
     /// estimated above it fails with [`SourceError::TooManySourcePixels`]
     /// before any pixel is read. `None`: no limit.
     pub max_source_pixels: Option<u64>,
+    /// How the window's rows fall into tiles a client asks for one at a
+    /// time (a metatile's); `None` for one picture (a WMS map).
+    pub tile_rows: Option<TileRows>,
+}
+
+/// How a window's rows fall into tiles: a first band of `first` rows (a
+/// metatile's gutter and first row of tiles), then bands of `height` rows.
+///
+/// A source that plans each read as a whole (GDAL's warper chooses its
+/// overview and its filter's size for the whole window) reads a window
+/// whose scale varies from row to row (Web Mercator at low zooms) one
+/// band at a time, so that each tile is drawn as it would be alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileRows {
+    /// Rows of the first band (at least 1).
+    pub first: u32,
+    /// Rows of each band after the first (at least 1).
+    pub height: u32,
+}
+
+impl TileRows {
+    /// The bands of a window of `total` rows: (first row, rows), top first,
+    /// the last one cut at `total`; a last band shorter than a quarter of
+    /// `height` (a metatile's bottom gutter) joins the one before.
+    pub fn bands(self, total: u32) -> Vec<(u32, u32)> {
+        let mut bands: Vec<(u32, u32)> = Vec::new();
+        let mut start = 0;
+        let mut next = self.first.max(1);
+        while start < total {
+            let end = next.min(total);
+            bands.push((start, end - start));
+            start = end;
+            next = end + self.height.max(1);
+        }
+        if let [.., before, (_, rows)] = bands.as_slice()
+            && *rows < self.height / 4
+        {
+            let joined = (before.0, before.1 + rows);
+            bands.pop();
+            bands.pop();
+            bands.push(joined);
+        }
+        bands
+    }
+
+    /// The same bands seen from a window that starts at row `y0` of this
+    /// one.
+    #[must_use]
+    pub fn from_row(self, y0: u32) -> TileRows {
+        let height = self.height.max(1);
+        let first = if y0 < self.first {
+            self.first - y0
+        } else {
+            height - (y0 - self.first) % height
+        };
+        TileRows { first, height }
+    }
 }
 
 /// A source of raster pixels.

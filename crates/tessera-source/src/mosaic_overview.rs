@@ -318,6 +318,7 @@ fn read_strips(
             height: r1 - r0,
             cancel: request.cancel,
             max_source_pixels: request.max_source_pixels,
+            tile_rows: None,
         })
     };
     let starts: Vec<u32> = (0..grid.height).step_by(rows as usize).collect();
@@ -512,6 +513,7 @@ mod tests {
             height: px,
             cancel: None,
             max_source_pixels: None,
+            tile_rows: None,
         };
         assert!(g.serves(&window(360.0 / 4096.0 * 256.0, 256)));
         assert!(g.serves(&window(90.0, 256)));
@@ -620,6 +622,7 @@ mod tests {
             height: 16,
             cancel,
             max_source_pixels: None,
+            tile_rows: None,
         };
         let strips = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
 

@@ -252,6 +252,7 @@ fn query_layer(
         height: 1,
         cancel: None,
         max_source_pixels: Some(max_source_pixels),
+        tile_rows: None,
     })?;
     if raster.valid.first().copied().unwrap_or(0) == 0 {
         return Ok(None);
