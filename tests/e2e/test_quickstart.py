@@ -1,13 +1,17 @@
 """Starting the way users of martin or titiler start: `tessera serve
 FILE...`, with sensible styles; a warning when tiles live only in memory;
 links right behind a TLS proxy; TileJSON that says which grid it is."""
+import gzip
 import json
 import shutil
+import subprocess
 
+import mapbox_vector_tile
 import numpy as np
 
 from conftest import ROOT, fetch, serving
 from imaging import decode
+from vectors import PLACES, SHAPEFILE
 
 
 def tilejson(server, layer, grid="WebMercatorQuad", headers=None):
@@ -65,3 +69,32 @@ def test_tilejson_names_its_grid_and_keeps_polar_latitudes_outside_web_mercator(
     geo = tilejson(tessera, "relief", "WorldCRS84Quad")
     assert geo["tileMatrixSet"] == "WorldCRS84Quad" and geo["crs"] != "EPSG:3857"
     assert geo["bounds"][3] > 89.0 and geo["bounds"][1] < -89.0, geo["bounds"]
+
+
+def test_serve_vector_files_makes_a_layer_per_data_layer_drawn_and_cut_into_tiles(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vector-files")
+    gpkg = folder / "world.gpkg"
+    for source, name in [(SHAPEFILE, "countries"), (PLACES, "places")]:
+        subprocess.run(["ogr2ogr", "-f", "GPKG", *(["-update"] if gpkg.exists() else []), "-nln", name,
+                        "-nlt", "PROMOTE_TO_MULTI", str(gpkg), str(source)], check=True, timeout=120)
+    geojson = folder / "Some Places.geojson"
+    subprocess.run(["ogr2ogr", "-f", "GeoJSON", str(geojson), str(PLACES)], check=True, timeout=120)
+    with serving(tmp_path_factory, str(gpkg), str(geojson)) as server:
+        # A GeoPackage of two layers: one layer each; a GeoJSON: named after the file.
+        for layer in ["countries", "places", "Some_Places"]:
+            doc = tilejson(server, layer)
+            assert doc["vector_layers"], doc
+        status, body = fetch(server, "/tiles/countries/WebMercatorQuad/1/1/0.mvt")
+        assert status == 200
+        tile = mapbox_vector_tile.decode(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+        assert len(tile["countries"]["features"]) > 20
+        # Drawn with the default style: a blue outline over a translucent fill.
+        status, body = fetch(server, "/tiles/countries/WebMercatorQuad/1/1/0.png")
+        assert status == 200
+        rgba = decode(body).astype(int)
+        drawn = rgba[3] > 0
+        assert drawn.mean() > 0.2
+        blue = (rgba[2] > rgba[0] + 60) & drawn
+        assert blue.sum() / drawn.sum() > 0.9
+        status, body = fetch(server, "/tiles/Some_Places/WebMercatorQuad/2/2/1.png")
+        assert status == 200 and (decode(body)[3] > 0).sum() > 20, "cities drawn as markers"

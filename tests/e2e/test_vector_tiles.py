@@ -377,3 +377,39 @@ def test_a_window_over_max_features_is_a_400_for_maps_and_database_cut_tiles_ali
         # A window under the limit is served.
         status, _ = fetch(server, "/tiles/world/WebMercatorQuad/6/33/22.mvt")
         assert status in (200, 204), status
+
+
+def test_feature_info_shows_every_attribute_unless_fields_narrow_them(tmp_path, tmp_path_factory):
+    path = tmp_path / "things.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(path))
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(4326)
+    layer = ds.CreateLayer("things", srs, ogr.wkbPolygon)
+    for name, kind in [("name", ogr.OFTString), ("rank", ogr.OFTInteger), ("photo", ogr.OFTBinary)]:
+        layer.CreateField(ogr.FieldDefn(name, kind))
+    feature = ogr.Feature(layer.GetLayerDefn())
+    feature["name"] = "é" * 5000
+    feature["rank"] = 7
+    feature.SetFieldBinaryFromHexString("photo", "DEADBEEF")
+    feature.SetGeometry(ogr.CreateGeometryFromWkt("POLYGON ((0 0, 10 0, 10 10, 0 10, 0 0))"))
+    layer.CreateFeature(feature)
+    ds = None
+    style = '[{ fill: "#336699" }]'
+    narrow = f"""  - name: narrow
+    source: {{ type: vector, path: "{path}", fields: [rank], style: {style} }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+"""
+    source = f'{{ type: vector, path: "{path}", style: {style} }}'
+    with serving(tmp_path_factory, "--config", str(vector_config(tmp_path, "things", source, narrow))) as server:
+        common = dict(CRS="EPSG:4326", BBOX="-5,-5,15,15", WIDTH=100, HEIGHT=100, I=50, J=50,
+                      INFO_FORMAT="application/json")
+        status, body = wms(server, "GetFeatureInfo", LAYERS="things", QUERY_LAYERS="things", **common)
+        assert status == 200, body
+        props = json.loads(body)["features"][0]["properties"]
+        # Every attribute but the binary one; long text cut (in characters).
+        assert props["rank"] == 7 and "photo" not in props
+        assert props["name"] == "é" * 1024 + "…"
+        status, body = wms(server, "GetFeatureInfo", LAYERS="narrow", QUERY_LAYERS="narrow", **common)
+        props = json.loads(body)["features"][0]["properties"]
+        assert props["rank"] == 7 and "name" not in props

@@ -1,5 +1,7 @@
 //! `tessera serve FILE...`: a configuration with one layer per raster
-//! file, named after the file, styled from what its bands hold.
+//! file, named after the file, styled from what its bands hold, and one
+//! layer per data layer of a vector file (a GeoPackage, a shapefile, a
+//! GeoJSON), served as vector tiles and as maps drawn with a default style.
 //!
 //! Styles are chosen as a user would by hand: three or more 8-bit bands
 //! are shown as they are; one 8-bit band as grey; one band of another type
@@ -11,8 +13,9 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use gdal::Dataset;
 use gdal::raster::{ColorInterpretation, GdalDataType};
+use gdal::vector::LayerAccess;
+use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use serde_json::{Value, json};
 
 use crate::config::{Config, ConfigError, valid_name};
@@ -28,14 +31,46 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
             source,
         })?;
         let text = absolute.to_string_lossy().into_owned();
+        let invalid = |reason: String| ConfigError::Invalid(format!("{}: {reason}", path.display()));
+        let title = absolute
+            .file_name()
+            .map_or(String::new(), |f| f.to_string_lossy().into_owned());
+        // `${` in a path is not a variable.
+        let escaped = text.replace("${", "$${");
+        let ds = open_any(&text).map_err(invalid)?;
+        if ds.raster_count() == 0 {
+            let data_layers: Vec<String> = ds.layers().map(|l| l.name()).collect();
+            if data_layers.is_empty() {
+                return Err(invalid("it holds neither raster bands nor vector layers".into()));
+            }
+            for data_layer in &data_layers {
+                // A file of one layer is named after the file, as a raster.
+                let base = if data_layers.len() == 1 {
+                    layer_name(&absolute)
+                } else {
+                    clean_name(data_layer)
+                };
+                let name = unique_name(&base, &mut names);
+                layers.push(json!({
+                    "name": name,
+                    "title": if data_layers.len() == 1 { title.clone() } else { format!("{title}: {data_layer}") },
+                    "source": {
+                        "type": "vector",
+                        "path": escaped,
+                        "layer": data_layer,
+                        "style": [default_vector_rule()],
+                    },
+                    "formats": ["mvt", "png"],
+                }));
+            }
+            continue;
+        }
         let name = unique_name(&layer_name(&absolute), &mut names);
-        let style = style_for(&text)
-            .map_err(|reason| ConfigError::Invalid(format!("{}: {reason}", path.display())))?;
+        let style = style_for(&ds).map_err(invalid)?;
         let mut layer = json!({
             "name": name,
-            "title": absolute.file_name().map_or(name.clone(), |f| f.to_string_lossy().into_owned()),
-            // `${` in a path is not a variable.
-            "source": { "path": text.replace("${", "$${") },
+            "title": if title.is_empty() { name.clone() } else { title },
+            "source": { "path": escaped },
         });
         if let Some(style) = style {
             layer["style"] = style;
@@ -46,6 +81,29 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     Config::from_yaml(&doc.to_string(), |_| None)
 }
 
+/// Opens `path` as raster or vector data, read-only.
+fn open_any(path: &str) -> Result<Dataset, String> {
+    let options = DatasetOptions {
+        open_flags: GdalOpenFlags::GDAL_OF_RASTER
+            | GdalOpenFlags::GDAL_OF_VECTOR
+            | GdalOpenFlags::GDAL_OF_READONLY,
+        ..DatasetOptions::default()
+    };
+    Dataset::open_ex(path, options).map_err(|e| format!("GDAL cannot open it: {e}"))
+}
+
+/// The drawing of a vector layer served without a style: Leaflet's
+/// default path style (a blue outline over a translucent fill), which
+/// draws polygons, lines and points (as 6-pixel circles) alike.
+fn default_vector_rule() -> Value {
+    json!({
+        "fill": "#3388ff",
+        "fill_opacity": 0.2,
+        "stroke": "#3388ff",
+        "stroke_width": 2,
+    })
+}
+
 /// The file's stem with every character a layer name may not hold
 /// replaced by `_` (`layer` when nothing is left).
 fn layer_name(path: &Path) -> String {
@@ -53,7 +111,13 @@ fn layer_name(path: &Path) -> String {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let name: String = stem
+    clean_name(&stem)
+}
+
+/// `text` with every character a layer name may not hold replaced by `_`
+/// (`layer` when nothing is left).
+fn clean_name(text: &str) -> String {
+    let name: String = text
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
@@ -81,10 +145,9 @@ fn unique_name(name: &str, taken: &mut HashSet<String>) -> String {
     candidate
 }
 
-/// The style for the raster at `path`: `None` for the default (RGB as it
-/// is), or a style section.
-fn style_for(path: &str) -> Result<Option<Value>, String> {
-    let ds = Dataset::open(path).map_err(|e| format!("GDAL cannot open it: {e}"))?;
+/// The style for the raster `ds`: `None` for the default (RGB as it is),
+/// or a style section.
+fn style_for(ds: &Dataset) -> Result<Option<Value>, String> {
     let count = ds.raster_count();
     let last = ds.rasterband(count).map_err(|e| e.to_string())?;
     let data_bands = if count > 1 && last.color_interpretation() == ColorInterpretation::AlphaBand {

@@ -91,6 +91,9 @@ struct DataLayer {
     filter: Option<String>,
     /// Offered attributes, with their MVT/TileJSON types.
     fields: Vec<(String, &'static str)>,
+    /// The attributes feature info shows: `fields` when given, else every
+    /// one but binary ones, in the layer's order.
+    info_fields: Vec<String>,
     style: Vec<Rule>,
     /// The attributes the style reads.
     style_fields: Vec<String>,
@@ -174,6 +177,15 @@ impl VectorSource {
                     fields.push((f.clone(), field_kind(*kind)));
                 }
             }
+            let info_fields = if want.fields.is_empty() {
+                available
+                    .iter()
+                    .filter(|(_, kind)| *kind != OGRFieldType::OFTBinary)
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            } else {
+                want.fields.clone()
+            };
             let srs = layer.spatial_ref().ok_or_else(|| {
                 open_err(format!(
                     "layer {layer_name:?} has no coordinate reference system"
@@ -236,6 +248,7 @@ impl VectorSource {
                 layer: layer_name,
                 filter: want.filter.clone(),
                 fields,
+                info_fields,
                 style: want.style.clone(),
                 style_fields,
                 min_zoom: want.min_zoom.unwrap_or(0),
@@ -447,10 +460,10 @@ impl VectorSource {
             let Ok(window) = crs.transform_bbox(&probe, &dl.crs) else {
                 continue;
             };
-            let names: Vec<String> = dl.fields.iter().map(|(n, _)| n.clone()).collect();
+            let names = &dl.info_fields;
             let features = self
                 .pool
-                .with_handle(|ds| self.features(ds, dl, &window, &names, None))?;
+                .with_handle(|ds| self.features(ds, dl, &window, names, None))?;
             let mut area = Geometry::bbox(window.min_x, window.min_y, window.max_x, window.max_y)
                 .map_err(|e| self.read_err(e.to_string()))?;
             area.flatten_to_2d();
@@ -466,7 +479,11 @@ impl VectorSource {
                     attributes: names
                         .iter()
                         .cloned()
-                        .zip(values.into_iter().map(json_value))
+                        .zip(
+                            values
+                                .into_iter()
+                                .map(|v| json_value(v, self.spec.info_max_chars)),
+                        )
                         .collect(),
                 });
             }
@@ -617,16 +634,30 @@ fn attribute(v: Option<FieldValue>) -> Attribute {
     }
 }
 
-fn json_value(v: Option<FieldValue>) -> serde_json::Value {
+/// An attribute's value as feature info shows it: text cut after
+/// `max_chars` characters (with `…`), lists as arrays.
+fn json_value(v: Option<FieldValue>, max_chars: usize) -> serde_json::Value {
+    let number = |r: f64| {
+        serde_json::Number::from_f64(r).map_or(serde_json::Value::Null, serde_json::Value::Number)
+    };
+    let text = |s: String| -> serde_json::Value {
+        match s.char_indices().nth(max_chars) {
+            Some((at, _)) => format!("{}…", &s[..at]).into(),
+            None => s.into(),
+        }
+    };
     match v {
         Some(FieldValue::IntegerValue(i)) => i.into(),
         Some(FieldValue::Integer64Value(i)) => i.into(),
-        Some(FieldValue::RealValue(r)) => serde_json::Number::from_f64(r)
-            .map_or(serde_json::Value::Null, serde_json::Value::Number),
-        Some(FieldValue::StringValue(s)) => s.into(),
+        Some(FieldValue::RealValue(r)) => number(r),
+        Some(FieldValue::StringValue(s)) => text(s),
         Some(FieldValue::DateValue(d)) => d.to_string().into(),
         Some(FieldValue::DateTimeValue(d)) => d.to_string().into(),
-        _ => serde_json::Value::Null,
+        Some(FieldValue::IntegerListValue(l)) => l.into(),
+        Some(FieldValue::Integer64ListValue(l)) => l.into(),
+        Some(FieldValue::RealListValue(l)) => l.into_iter().map(number).collect(),
+        Some(FieldValue::StringListValue(l)) => l.into_iter().map(text).collect(),
+        None => serde_json::Value::Null,
     }
 }
 

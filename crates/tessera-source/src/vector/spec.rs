@@ -20,8 +20,10 @@ pub struct VectorSpec {
     /// An attribute filter in OGR SQL (pushed to the database by PostGIS).
     #[serde(default, rename = "where")]
     pub filter: Option<String>,
-    /// Attributes the layer offers (vector tiles, feature info); the style's
-    /// filter fields are read in any case. Each must exist.
+    /// Attributes the layer offers in vector tiles, and the only ones its
+    /// feature info shows (without it, feature info shows every attribute
+    /// but binary ones); the style's filter fields are read in any case.
+    /// Each must exist.
     #[serde(default)]
     pub fields: Vec<String>,
     /// How features are drawn into map images: rules in drawing order
@@ -39,6 +41,10 @@ pub struct VectorSpec {
     /// that says to narrow the window or the `where`.
     #[serde(default = "default_max_features")]
     pub max_features: u64,
+    /// Longest text value feature info shows, in characters (default
+    /// 1,024): a longer one is cut and ends with `…`.
+    #[serde(default = "default_info_max_chars")]
+    pub info_max_chars: usize,
     /// Most handles (database connections) reads use at once (default 4).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
@@ -62,7 +68,8 @@ pub struct VectorLayerSpec {
     /// An attribute filter in OGR SQL (SQL of the database for PostGIS).
     #[serde(default, rename = "where")]
     pub filter: Option<String>,
-    /// Attributes offered in vector tiles and feature info.
+    /// Attributes offered in vector tiles; feature info shows only these
+    /// when given, else every attribute but binary ones.
     #[serde(default)]
     pub fields: Vec<String>,
     /// Drawing rules, in order.
@@ -117,6 +124,10 @@ fn yes() -> bool {
 
 fn default_max_features() -> u64 {
     200_000
+}
+
+fn default_info_max_chars() -> usize {
+    1024
 }
 
 fn default_max_connections() -> usize {
