@@ -111,18 +111,26 @@ def test_wms_111_documents_follow_the_111_dtds(tessera, schemas):
     assert b'code="MissingParameterValue"' in body and b"locator=" not in body, body
 
 
-def test_every_kvp_endpoint_the_wmts_capabilities_advertise_answers_kvp(tessera):
+def test_every_url_the_wmts_capabilities_list_answers_kvp(tessera):
+    # Clients (and the official WMTS suite) send KVP to any ows:Get of an
+    # operation, the RESTful base URL included.
     _, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
     doc = etree.fromstring(body)
-    gets = doc.findall(f".//{OWS}Get")
-    kvp = [g.get("{http://www.w3.org/1999/xlink}href") for g in gets
-           if g.findtext(f".//{OWS}Value") == "KVP"]
-    assert kvp
-    for href in kvp:
-        path = href.removeprefix(tessera.url)
+    hrefs = {g.get("{http://www.w3.org/1999/xlink}href") for g in doc.findall(f".//{OWS}Get")}
+    assert len(hrefs) == 2, hrefs
+    paths = [h.removeprefix(tessera.url) for h in hrefs] + ["/wmts/1.0.0/WMTSCapabilities.xml?"]
+    tile = WMTS_TILE.format(layer="relief", z=2, row=1, col=1).removeprefix("/wmts?")
+    for path in paths:
         sep = "&" if "?" in path else "?"
         status, answer = fetch(tessera, f"{path}{sep}SERVICE=WMTS&REQUEST=GetCapabilities")
-        assert status == 200 and b"<Capabilities" in answer, href
+        assert status == 200 and b"<Capabilities" in answer, path
+        status, answer = fetch(tessera, f"{path}{sep}{tile}")
+        assert status == 200 and answer[:4] == b"\x89PNG", path
+        status, answer = fetch(tessera, f"{path}{sep}SERVICE=WMTS&REQUEST=GetTile&VERSION=1.0.0")
+        assert status == 400 and b'exceptionCode="MissingParameterValue"' in answer, path
+    # Without a REQUEST the capabilities file is the capabilities.
+    status, answer = fetch(tessera, "/wmts/1.0.0/WMTSCapabilities.xml")
+    assert status == 200 and b"<Capabilities" in answer
 
 
 def test_wmts_missing_parameters_unknown_requests_and_versions(tessera):
@@ -136,6 +144,8 @@ def test_wmts_missing_parameters_unknown_requests_and_versions(tessera):
     no_style = WMTS_TILE.format(layer="relief", z=2, row=1, col=1).replace("&STYLE=default", "")
     assert exception(no_style) == (400, "MissingParameterValue", "STYLE")
     assert exception("/wmts?SERVICE=WMTS&REQUEST=GetFeatureInfo")[:2] == (400, "OperationNotSupported")
+    # A name WMTS does not define is a bad value (what the official suite expects).
+    assert exception("/wmts?SERVICE=WMTS&REQUEST=GetBOGUS") == (400, "InvalidParameterValue", "REQUEST")
     assert exception("/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&AcceptVersions=2.0.0,1.1.0") == (
         400, "VersionNegotiationFailed", "AcceptVersions")
     status, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&AcceptVersions=2.0.0,1.0.0")
@@ -151,11 +161,17 @@ def test_wmts_sections_service_provider_and_the_google_maps_scale_set(tessera, s
     assert doc.find("{http://www.opengis.net/wmts/1.0}Contents") is not None
     status, _ = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&Sections=Everything")
     assert status == 400
+    # Section names in any case.
+    status, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&Sections=all")
+    assert status == 200 and etree.fromstring(body).find(f"{OWS}ServiceIdentification") is not None
+    status, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&Sections=contents")
+    assert status == 200 and etree.fromstring(body).find(f"{OWS}ServiceIdentification") is None
     _, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
     doc = etree.fromstring(body)
     wmts = "{http://www.opengis.net/wmts/1.0}"
     merc = [s for s in doc.iter(f"{wmts}TileMatrixSet") if s.findtext(f"{OWS}Identifier") == "WebMercatorQuad"][0]
-    assert merc.findtext(f"{OWS}SupportedCRS") == "urn:ogc:def:crs:EPSG::3857"
+    # The CRS exactly as annex E.4 of WMTS 1.0.0 writes it for this scale set.
+    assert merc.findtext(f"{OWS}SupportedCRS") == "urn:ogc:def:crs:EPSG:6.18:3:3857"
     assert merc.findtext(f"{wmts}WellKnownScaleSet") == "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible"
     # GoogleMapsCompatible (WMTS 1.0.0, annex E.4): 559082264.0287178 halved per level.
     for m in merc.iter(f"{wmts}TileMatrix"):
@@ -168,6 +184,11 @@ def test_wmts_tiles_outside_the_layers_limits_are_tile_out_of_range(tessera):
     # The Luxembourg DEM covers one tile at zoom 5; (0, 0) is far from it.
     status, body = fetch(tessera, WMTS_TILE.format(layer="elevation", z=5, row=0, col=0))
     assert status == 400 and b'exceptionCode="TileOutOfRange"' in body, body
+    # The locator names the parameter out of range.
+    status, body = fetch(tessera, WMTS_TILE.format(layer="elevation", z=5, row=10, col=0))
+    assert status == 400 and b'locator="TILECOL"' in body, body
+    status, body = fetch(tessera, WMTS_TILE.format(layer="elevation", z=5, row=0, col=16))
+    assert status == 400 and b'locator="TILEROW"' in body, body
     status, body = fetch(tessera, "/wmts/1.0.0/elevation/default/WebMercatorQuad/5/0/0.png")
     assert status == 400 and b"TileOutOfRange" in body
     # Luxembourg (6.1E, 49.6N) at zoom 5 is column 16, row 10.

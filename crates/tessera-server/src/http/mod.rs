@@ -173,6 +173,10 @@ pub fn router(state: AppState) -> Router {
         .route("/tiles/{layer}/{grid}/{z}/{x}/{file}", get(tiles::xyz))
         .route("/tms/1.0.0/{layer}/{grid}/{z}/{x}/{file}", get(tiles::tms))
         .route("/wmts", get(wmts::kvp))
+        // The RESTful base URL the capabilities list for every operation:
+        // clients send KVP to it too.
+        .route("/wmts/1.0.0", get(wmts::kvp))
+        .route("/wmts/1.0.0/", get(wmts::kvp))
         .route(
             "/wmts/1.0.0/WMTSCapabilities.xml",
             get(wmts::capabilities_rest),

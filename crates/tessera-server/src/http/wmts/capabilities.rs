@@ -107,15 +107,18 @@ impl Sections {
             contents: false,
         };
         for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match name {
-                "ServiceIdentification" => s.identification = true,
-                "ServiceProvider" => s.provider = true,
-                "OperationsMetadata" => s.operations = true,
-                "Contents" => s.contents = true,
+            // Section names are case-insensitive (OWS 1.1, 7.3.3 as the
+            // WMTS test suite reads it).
+            match name.to_ascii_lowercase().as_str() {
+                "serviceidentification" => s.identification = true,
+                "serviceprovider" => s.provider = true,
+                "operationsmetadata" => s.operations = true,
+                "contents" => s.contents = true,
                 // No Themes are offered: asking for them is not an error.
-                "Themes" => {}
-                "All" => s = Sections::ALL,
-                other => {
+                "themes" => {}
+                "all" => s = Sections::ALL,
+                _ => {
+                    let other = name;
                     return Err(ApiError::bad_request(
                         "InvalidParameterValue",
                         format!(
@@ -190,15 +193,21 @@ fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
     }
 }
 
-/// Whether `coord` lies inside the TileMatrixSetLimits the capabilities
-/// give the layer in `grid`.
-pub fn within_limits(layer: &Layer, grid: &Grid, coord: tessera_grid::TileCoord) -> bool {
-    let Some(extent) = layer.extents.get(&grid.tms.id).copied().flatten() else {
-        return true;
-    };
-    grid.tms.tiles_in_bbox(coord.z(), &extent).is_some_and(|r| {
-        (r.min_x..=r.max_x).contains(&coord.x()) && (r.min_y..=r.max_y).contains(&coord.y())
-    })
+/// The parameter that puts `coord` outside the TileMatrixSetLimits the
+/// capabilities give the layer in `grid` (`TILECOL` first, as the column
+/// is checked first), `None` when it lies inside them.
+pub fn outside_limits(
+    layer: &Layer,
+    grid: &Grid,
+    coord: tessera_grid::TileCoord,
+) -> Option<&'static str> {
+    let extent = layer.extents.get(&grid.tms.id).copied().flatten()?;
+    match grid.tms.tiles_in_bbox(coord.z(), &extent) {
+        None => Some("TILEMATRIX"),
+        Some(r) if !(r.min_x..=r.max_x).contains(&coord.x()) => Some("TILECOL"),
+        Some(r) if !(r.min_y..=r.max_y).contains(&coord.y()) => Some("TILEROW"),
+        Some(_) => None,
+    }
 }
 
 /// The tiles the layer's extent covers at each of its zooms in `grid` (the
@@ -224,6 +233,11 @@ fn limits(layer: &Layer, gid: &str, grid: &Grid) -> Vec<MatrixLimits> {
         .collect()
 }
 
+/// The well-known scale set of Web Mercator tiles.
+const GOOGLE_MAPS_COMPATIBLE: &str = "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible";
+/// Its CRS as WMTS 1.0.0's annex E.4 writes it.
+const GOOGLE_MAPS_CRS: &str = "urn:ogc:def:crs:EPSG:6.18:3:3857";
+
 fn matrix_set(grid: &Grid) -> MatrixSet {
     let tms = &grid.tms;
     // TopLeftCorner follows the CRS's axis order (latitude first for EPSG:4326).
@@ -235,7 +249,13 @@ fn matrix_set(grid: &Grid) -> MatrixSet {
     MatrixSet {
         title: tms.title.clone(),
         id: tms.id.clone(),
-        crs_urn: tms.crs_urn.clone(),
+        // The exact CRS the WMTS standard gives GoogleMapsCompatible
+        // (07-057r7, annex E.4), which its test suite compares as text.
+        crs_urn: if tms.well_known_scale_set.as_deref() == Some(GOOGLE_MAPS_COMPATIBLE) {
+            GOOGLE_MAPS_CRS.to_string()
+        } else {
+            tms.crs_urn.clone()
+        },
         well_known_scale_set: tms.well_known_scale_set.clone(),
         top_left_corner,
         tile_width: tms.tile_width,

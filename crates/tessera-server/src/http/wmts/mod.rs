@@ -60,20 +60,43 @@ pub async fn kvp(
             let address = TileAddress::from_wmts_kvp(&kvp).map_err(err)?;
             get_tile(&state, &headers, &address).await
         }
-        other => Err(err(ApiError::bad_request(
+        // An operation WMTS defines that this server does not offer.
+        "getfeatureinfo" => Err(err(ApiError::bad_request(
             "OperationNotSupported",
-            format!("REQUEST {other:?} is not supported; use GetCapabilities or GetTile"),
+            "GetFeatureInfo is not offered; use GetCapabilities or GetTile",
+        )
+        .at("REQUEST"))),
+        // A name WMTS does not define is a bad value of REQUEST, as the
+        // WMTS 1.0.0 test suite expects (07-057r7, table 28).
+        other => Err(err(ApiError::bad_request(
+            "InvalidParameterValue",
+            format!("REQUEST {other:?} is not a WMTS operation; use GetCapabilities or GetTile"),
         )
         .at("REQUEST"))),
     }
 }
 
-/// `GET /wmts/1.0.0/WMTSCapabilities.xml`.
+/// `GET /wmts/1.0.0/WMTSCapabilities.xml`; with a `REQUEST` in its query,
+/// a KVP request like one to `/wmts` (clients that append KVP to any URL
+/// the capabilities list).
 pub async fn capabilities_rest(
-    State(state): State<AppState>,
+    state: State<AppState>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    if query.as_deref().is_some_and(has_request) {
+        return kvp(state, RawQuery(query), headers).await;
+    }
     capabilities::response(&state, &headers, Sections::ALL).map_err(|e| e.speaking(Protocol::Wmts))
+}
+
+/// Whether a query string holds a `REQUEST` parameter (any case).
+fn has_request(query: &str) -> bool {
+    query.split('&').any(|pair| {
+        pair.split('=')
+            .next()
+            .is_some_and(|k| k.eq_ignore_ascii_case("request"))
+    })
 }
 
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
@@ -94,7 +117,7 @@ async fn get_tile(
         .resolve(&state.registry, Rows::FromTop)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
     // Outside the TileMatrixSetLimits the capabilities give the layer.
-    if !capabilities::within_limits(&tile.layer, &tile.grid, tile.coord) {
+    if let Some(locator) = capabilities::outside_limits(&tile.layer, &tile.grid, tile.coord) {
         return Err(ApiError::bad_request(
             "TileOutOfRange",
             format!(
@@ -105,7 +128,7 @@ async fn get_tile(
                 tile.layer.name
             ),
         )
-        .at("TILEROW")
+        .at(locator)
         .speaking(Protocol::Wmts));
     }
     serve_tile(state, tile, headers)
