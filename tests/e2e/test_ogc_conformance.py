@@ -249,3 +249,49 @@ layers:
         assert provider.findtext(f"{OWS}ProviderName") == "Tessera Maps"
         assert provider.findtext(f"{OWS}ServiceContact/{OWS}IndividualName") == "Ada Lovelace"
         assert provider.findtext(f".//{OWS}ElectronicMailAddress") == "maps@example.org"
+
+
+def test_wms_details_the_official_suites_check(tessera):
+    import http.client
+    import urllib.parse
+    wms = "{http://www.opengis.net/wms}"
+    _, body = fetch(tessera, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
+    doc = etree.fromstring(body)
+    # The mixed JPEG/PNG format is for tiles: a map is one media type.
+    formats = [f.text for f in doc.findall(f"{wms}Capability/{wms}Request/{wms}GetMap/{wms}Format")]
+    assert "image/png" in formats and "image/vnd.jpeg-png" not in formats
+    status, body = fetch(tessera, WMS_MAP.replace("image/png", "image/vnd.jpeg-png") + "&VERSION=1.3.0")
+    assert status == 400 and b'code="InvalidFormat"' in body, body
+    info = [f.text for f in doc.findall(f"{wms}Capability/{wms}Request/{wms}GetFeatureInfo/{wms}Format")]
+    assert "application/vnd.ogc.gml" in info
+    # Service keywords and contact; each demo layer with an abstract,
+    # keywords and a MetadataURL.
+    assert doc.findall(f"{wms}Service/{wms}KeywordList/{wms}Keyword")
+    assert doc.findtext(f"{wms}Service/{wms}ContactInformation/{wms}ContactElectronicMailAddress")
+    layers = doc.findall(f".//{wms}Layer[{wms}Name]")
+    assert {l.findtext(f"{wms}Name") for l in layers} >= {"relief", "elevation", "landsat"}
+    for layer in layers:
+        name = layer.findtext(f"{wms}Name")
+        assert layer.findtext(f"{wms}Abstract"), name
+        assert layer.findall(f"{wms}KeywordList/{wms}Keyword"), name
+        assert layer.find(f"{wms}MetadataURL/{wms}OnlineResource") is not None, name
+        # The legend's URL asks for VERSION and answers a PNG.
+        legend = layer.find(f"{wms}Style/{wms}LegendURL/{wms}OnlineResource")
+        if legend is not None:
+            href = legend.get("{http://www.w3.org/1999/xlink}href")
+            assert "&VERSION=1.3.0&" in href and "SION=1.3.0" not in href.replace("VERSION", ""), href
+            status, png = fetch(tessera, href.removeprefix(tessera.url))
+            assert status == 200 and png[:4] == b"\x89PNG", (name, png[:200])
+    # Header names in title case on the wire, the cached tile's short way
+    # included (the WMS 1.1.1 suite compares `Content-Type` as text).
+    host = urllib.parse.urlsplit(tessera.url)
+    for path in [WMS_MAP + "&VERSION=1.3.0", "/tiles/relief/WebMercatorQuad/1/0/0.png",
+                 "/tiles/relief/WebMercatorQuad/1/0/0.png"]:
+        conn = http.client.HTTPConnection(host.hostname, host.port, timeout=60)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        names = [name for name, _ in response.getheaders()]
+        response.read()
+        conn.close()
+        assert response.status == 200
+        assert "Content-Type" in names and "content-type" not in names, names

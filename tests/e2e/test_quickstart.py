@@ -39,6 +39,11 @@ def test_serve_files_makes_a_layer_per_file_and_stretches_a_dem(tmp_path_factory
         assert grey.size > 1000
         assert grey.min() < 60 and grey.max() > 190 and 60 < grey.mean() < 190, (grey.min(), grey.max(), grey.mean())
         assert (rgba[0] == rgba[1]).all() and (rgba[1] == rgba[2]).all(), "a grey ramp"
+        # Capabilities say what each file is.
+        status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
+        text = body.decode()
+        assert "Luxembourg DEM.tif (GTiff raster, 95 x 90 pixels, 1 bands)." in text, text[:500]
+        assert "<Keyword>raster</Keyword>" in text and "<Keyword>tessera</Keyword>" in text
     assert "cached in memory only" in server.log_text()
 
 
@@ -79,7 +84,13 @@ def test_serve_vector_files_makes_a_layer_per_data_layer_drawn_and_cut_into_tile
                         "-nlt", "PROMOTE_TO_MULTI", str(gpkg), str(source)], check=True, timeout=120)
     geojson = folder / "Some Places.geojson"
     subprocess.run(["ogr2ogr", "-f", "GeoJSON", str(geojson), str(PLACES)], check=True, timeout=120)
-    with serving(tmp_path_factory, str(gpkg), str(geojson)) as server:
+    # A table of one point: an extent of no width is a layer like any other.
+    one = folder / "one.geojson"
+    one.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"name": "Olinda"}, "geometry": {"type": "Point", "coordinates": [-34.85, -8.01]}}]}))
+    with serving(tmp_path_factory, str(gpkg), str(geojson), str(one)) as server:
+        status, body = fetch(server, "/tiles/one/WebMercatorQuad/0/0/0.png")
+        assert status == 200 and (decode(body)[3] > 0).sum() > 10, "the point drawn"
         # A GeoPackage of two layers: one layer each; a GeoJSON: named after the file.
         for layer in ["countries", "places", "Some_Places"]:
             doc = tilejson(server, layer)

@@ -17,6 +17,7 @@ import urllib.request
 import mapbox_vector_tile
 import numpy as np
 import pytest
+from lxml import etree
 from osgeo import gdal, ogr, osr
 from shapely.geometry import shape
 
@@ -300,11 +301,26 @@ def test_feature_info_finds_the_country_and_the_pixel_under_a_point(tmp_path, tm
         assert set(props) == {"band_1", "band_2", "band_3"}
         assert all(0 <= v <= 255 for v in props.values())
         # Errors name the parameter.
+        # A layer the service does not have is not defined; one it has
+        # that the map does not show is not queryable.
         status, body = wms(server, "GetFeatureInfo", **{**common, "QUERY_LAYERS": "nope"})
-        assert status == 400 and b"LayerNotQueryable" in body
+        assert status == 404 and b'code="LayerNotDefined"' in body, body
+        status, body = wms(server, "GetFeatureInfo", **{**common, "LAYERS": "relief"})
+        assert status == 400 and b'code="LayerNotQueryable"' in body, body
         status, body = wms(server, "GetFeatureInfo", **{**common, "I": 999})
         assert status == 400 and b"InvalidPoint" in body
-        status, body = wms(server, "GetFeatureInfo", INFO_FORMAT="application/vnd.ogc.gml", **common)
+        # GML, as WMS 1.1.1's queryable profile asks, answered as the
+        # format listed (Content-Type equal to it).
+        url = server.url + "/wms?SERVICE=WMS&VERSION=1.1.1&REQUEST=GetFeatureInfo&INFO_FORMAT=application/vnd.ogc.gml&" + \
+            "&".join(f"{k}={v}" for k, v in {**common, "SRS": "EPSG:4326", "BBOX": "-5,40,10,52",
+                                              "X": common["I"], "Y": common["J"]}.items() if k not in ("CRS", "I", "J"))
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert r.headers["Content-Type"] == "application/vnd.ogc.gml"
+            doc = etree.fromstring(r.read())
+        assert doc.tag == "msGMLOutput"
+        assert [e.text for e in doc.iter("name")] == ["France"]
+        assert doc.find("world_layer/world_feature/continent").text == "Europe"
+        status, body = wms(server, "GetFeatureInfo", INFO_FORMAT="application/x-bogus", **common)
         assert status == 400 and b"INFO_FORMAT" in body
 
 

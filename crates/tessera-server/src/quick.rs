@@ -31,17 +31,21 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
             source,
         })?;
         let text = absolute.to_string_lossy().into_owned();
-        let invalid = |reason: String| ConfigError::Invalid(format!("{}: {reason}", path.display()));
+        let invalid =
+            |reason: String| ConfigError::Invalid(format!("{}: {reason}", path.display()));
         let title = absolute
             .file_name()
             .map_or(String::new(), |f| f.to_string_lossy().into_owned());
         // `${` in a path is not a variable.
         let escaped = text.replace("${", "$${");
         let ds = open_any(&text).map_err(invalid)?;
+        let driver = ds.driver().short_name();
         if ds.raster_count() == 0 {
             let data_layers: Vec<String> = ds.layers().map(|l| l.name()).collect();
             if data_layers.is_empty() {
-                return Err(invalid("it holds neither raster bands nor vector layers".into()));
+                return Err(invalid(
+                    "it holds neither raster bands nor vector layers".into(),
+                ));
             }
             for data_layer in &data_layers {
                 // A file of one layer is named after the file, as a raster.
@@ -54,6 +58,8 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
                 layers.push(json!({
                     "name": name,
                     "title": if data_layers.len() == 1 { title.clone() } else { format!("{title}: {data_layer}") },
+                    "description": format!("Vector layer {data_layer:?} of {title} ({driver})."),
+                    "keywords": ["vector", driver],
                     "source": {
                         "type": "vector",
                         "path": escaped,
@@ -67,8 +73,14 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
         }
         let name = unique_name(&layer_name(&absolute), &mut names);
         let style = style_for(&ds).map_err(invalid)?;
+        let (width, height) = ds.raster_size();
         let mut layer = json!({
             "name": name,
+            "description": format!(
+                "{title} ({driver} raster, {width} x {height} pixels, {} bands).",
+                ds.raster_count()
+            ),
+            "keywords": ["raster", driver],
             "title": if title.is_empty() { name.clone() } else { title },
             "source": { "path": escaped },
         });
@@ -77,7 +89,13 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
         }
         layers.push(layer);
     }
-    let doc = json!({ "layers": layers });
+    let doc = json!({
+        "service": {
+            "abstract": format!("{} file(s) served by tessera as maps and tiles.", paths.len()),
+            "keywords": ["tessera"],
+        },
+        "layers": layers,
+    });
     Config::from_yaml(&doc.to_string(), |_| None)
 }
 

@@ -512,7 +512,11 @@ async fn wmts_errors_use_ows_exception_codes() {
     assert!(r.text().contains("locator=\"LAYER\""), "{}", r.text());
     let r = get("/wmts?SERVICE=WMTS&REQUEST=GetTile").await;
     assert!(r.text().contains("MissingParameterValue"), "{}", r.text());
+    // A name WMTS does not define is a bad value of REQUEST; one it
+    // defines that is not offered is not supported.
     let r = get("/wmts?SERVICE=WMTS&REQUEST=Explode").await;
+    assert!(r.text().contains("InvalidParameterValue"), "{}", r.text());
+    let r = get("/wmts?SERVICE=WMTS&REQUEST=GetFeatureInfo").await;
     assert!(r.text().contains("OperationNotSupported"), "{}", r.text());
 }
 

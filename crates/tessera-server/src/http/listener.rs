@@ -261,6 +261,10 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
+        // Header names in title case (`Content-Type`), as nginx and Apache
+        // send them: HTTP/1.1 names are case-insensitive, but some clients
+        // (the OGC test suites among them) compare them as text.
+        .title_case_headers(true)
         // Body buffers reach the IO as they are, never copied into hyper's
         // own: file bodies are recognised there (see `sendfile`).
         .writev(true);

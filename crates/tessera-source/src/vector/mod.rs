@@ -200,7 +200,7 @@ impl VectorSource {
                     "layer {layer_name:?} has no extent (is it empty?): {e}"
                 ))
             })?;
-            let bounds = BBox::new(extent.MinX, extent.MinY, extent.MaxX, extent.MaxY)
+            let bounds = extent_bbox(&extent, &crs)
                 .map_err(|e| open_err(format!("layer {layer_name:?} has a bad extent: {e}")))?;
             let ll = crs.transform_bbox(&bounds, &lonlat)?;
             lonlat_bounds = Some(lonlat_bounds.map_or(ll, |b| b.union(&ll)));
@@ -632,6 +632,30 @@ fn attribute(v: Option<FieldValue>) -> Attribute {
         Some(FieldValue::DateTimeValue(d)) => Attribute::Text(d.to_string()),
         _ => Attribute::Null,
     }
+}
+
+/// A layer's extent as a box; one of no width or height (a single point,
+/// a north-south line) grown to a millimetre (or its width in degrees) on
+/// each side, so a table of one point is a layer like any other.
+fn extent_bbox(
+    extent: &gdal::vector::Envelope,
+    crs: &Crs,
+) -> Result<BBox, tessera_grid::GridError> {
+    let pad = if crs.geographic {
+        1e-8
+    } else {
+        1e-3 / crs.meters_per_unit.max(1e-9)
+    };
+    let grow = |lo: f64, hi: f64| {
+        if hi > lo {
+            (lo, hi)
+        } else {
+            (lo - pad, hi + pad)
+        }
+    };
+    let (min_x, max_x) = grow(extent.MinX, extent.MaxX);
+    let (min_y, max_y) = grow(extent.MinY, extent.MaxY);
+    BBox::new(min_x, min_y, max_x, max_y)
 }
 
 /// An attribute's value as feature info shows it: text cut after

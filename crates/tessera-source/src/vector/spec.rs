@@ -273,6 +273,7 @@ pub(super) fn spec_for_tests(path: &str) -> VectorSpec {
         layers: vec![],
         mvt: MvtSettings::default(),
         max_features: 1,
+        info_max_chars: default_info_max_chars(),
         max_connections: 1,
         statement_timeout_ms: 2500,
     }

@@ -74,7 +74,11 @@ pub fn response(
         max_layers: limits.wms_max_layers,
         max_width: limits.wms_max_width,
         max_height: limits.wms_max_height,
-        formats: TileFormat::IMAGES.iter().map(|f| f.format_name()).collect(),
+        formats: TileFormat::IMAGES
+            .iter()
+            .filter(|f| **f != TileFormat::Mixed)
+            .map(|f| f.format_name())
+            .collect(),
         info_formats: super::feature_info::formats(),
         crs_list,
         world: Extent::from(&BBox {

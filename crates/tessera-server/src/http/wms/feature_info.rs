@@ -1,7 +1,8 @@
 //! WMS GetFeatureInfo: what lies under one pixel of a map. Vector layers
 //! answer the features within a few pixels of it (their offered fields),
 //! raster layers the value of each band there. As JSON (a GeoJSON feature
-//! collection without geometries), HTML tables or plain text.
+//! collection without geometries), GML (MapServer's `msGMLOutput`, which
+//! WMS 1.1.1's queryable profile asks for), HTML tables or plain text.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -32,12 +33,18 @@ const MAX_FEATURE_COUNT: usize = 100;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InfoFormat {
     Json,
+    Gml,
     Html,
     Text,
 }
 
 impl InfoFormat {
-    const NAMES: [&'static str; 3] = ["application/json", "text/html", "text/plain"];
+    const NAMES: [&'static str; 4] = [
+        "application/json",
+        "application/vnd.ogc.gml",
+        "text/html",
+        "text/plain",
+    ];
 
     fn parse(text: Option<&str>) -> Result<InfoFormat, ApiError> {
         let Some(text) = text else {
@@ -46,6 +53,7 @@ impl InfoFormat {
         let base = text.split(';').next().unwrap_or_default().trim();
         match base.to_ascii_lowercase().as_str() {
             "application/json" | "json" | "application/geo+json" => Ok(InfoFormat::Json),
+            "application/vnd.ogc.gml" | "application/gml+xml" | "text/xml" => Ok(InfoFormat::Gml),
             "text/html" => Ok(InfoFormat::Html),
             "text/plain" => Ok(InfoFormat::Text),
             _ => Err(ApiError::bad_request(
@@ -85,7 +93,7 @@ pub(super) async fn respond(
     let bbox = bbox(kvp, version, &crs)?;
     let (width, height) = size(kvp, limits)?;
     let format = InfoFormat::parse(kvp.get("info_format"))?;
-    let queried = query_layers(kvp, &map_layers)?;
+    let queried = query_layers(kvp, &map_layers, registry)?;
     let (i, j) = point(kvp, version, width, height)?;
     let count = match kvp.get("feature_count") {
         None => 1,
@@ -146,11 +154,24 @@ pub(super) async fn respond(
     Ok(write(format, &found))
 }
 
-/// QUERY_LAYERS: layers of LAYERS.
-fn query_layers(kvp: &Kvp, map_layers: &[Arc<Layer>]) -> Result<Vec<Arc<Layer>>, ApiError> {
+/// QUERY_LAYERS: layers of LAYERS. A name the service does not have is
+/// `LayerNotDefined`; one it has that the map does not show is
+/// `LayerNotQueryable`.
+fn query_layers(
+    kvp: &Kvp,
+    map_layers: &[Arc<Layer>],
+    registry: &Registry,
+) -> Result<Vec<Arc<Layer>>, ApiError> {
     kvp.required("QUERY_LAYERS")?
         .split(',')
         .map(|name| {
+            if registry.layer(name).is_none() {
+                return Err(ApiError::not_found(
+                    "LayerNotDefined",
+                    format!("QUERY_LAYERS names {name:?}, which is not a layer of this service"),
+                )
+                .at("QUERY_LAYERS"));
+            }
             map_layers
                 .iter()
                 .find(|l| l.name == name)
@@ -276,6 +297,7 @@ fn query_layer(
 fn write(format: InfoFormat, found: &[Found]) -> Response {
     let (content_type, body) = match format {
         InfoFormat::Json => ("application/json", json_body(found)),
+        InfoFormat::Gml => ("application/vnd.ogc.gml", gml_body(found)),
         InfoFormat::Html => ("text/html; charset=utf-8", html_body(found)),
         InfoFormat::Text => ("text/plain; charset=utf-8", text_body(found)),
     };
@@ -301,6 +323,62 @@ fn json_body(found: &[Found]) -> String {
         })
         .collect();
     json!({ "type": "FeatureCollection", "features": features }).to_string()
+}
+
+/// MapServer's GML answer: a `{layer}_layer` element per layer holding a
+/// `{layer}_feature` element per feature, one child per attribute; names
+/// made valid XML names, values escaped.
+fn gml_body(found: &[Found]) -> String {
+    let mut out = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<msGMLOutput \
+         xmlns:gml=\"http://www.opengis.net/gml\" \
+         xmlns:xlink=\"http://www.w3.org/1999/xlink\" \
+         xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\n",
+    );
+    for f in found {
+        let layer = xml_name(&f.layer);
+        let _ = writeln!(
+            out,
+            "  <{layer}_layer>\n    <gml:name>{}</gml:name>",
+            escape(&f.layer)
+        );
+        for props in &f.features {
+            let _ = writeln!(out, "    <{layer}_feature>");
+            for (k, v) in props {
+                let name = xml_name(k);
+                let _ = writeln!(out, "      <{name}>{}</{name}>", escape(&plain(v)));
+            }
+            let _ = writeln!(out, "    </{layer}_feature>");
+        }
+        let _ = writeln!(out, "  </{layer}_layer>");
+    }
+    out.push_str("</msGMLOutput>\n");
+    out
+}
+
+/// `text` as an XML element name: characters a name may not hold become
+/// `_`, and one that cannot start a name (a digit, `-`, `.`, or `xml`)
+/// gets `_` before it.
+fn xml_name(text: &str) -> String {
+    let mut name: String = text
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let bad_start = name
+        .chars()
+        .next()
+        .is_none_or(|c| !(c.is_alphabetic() || c == '_'))
+        || name.to_ascii_lowercase().starts_with("xml");
+    if bad_start {
+        name.insert(0, '_');
+    }
+    name
 }
 
 fn plain(v: &Value) -> String {
@@ -392,6 +470,21 @@ mod tests {
     }
 
     #[test]
+    fn attribute_names_become_xml_names_and_values_are_escaped() {
+        assert_eq!(xml_name("NAME"), "NAME");
+        assert_eq!(xml_name("pop est"), "pop_est");
+        assert_eq!(xml_name("2020"), "_2020");
+        assert_eq!(xml_name("xmlns"), "_xmlns");
+        assert_eq!(xml_name(""), "_");
+        let gml = gml_body(&[Found {
+            layer: "my layer".into(),
+            features: vec![vec![("a<b".into(), Value::String("x & <y>".into()))]],
+        }]);
+        assert!(gml.contains("<my_layer_layer>"), "{gml}");
+        assert!(gml.contains("<a_b>x &amp; &lt;y&gt;</a_b>"), "{gml}");
+    }
+
+    #[test]
     fn info_formats_parse_and_bad_ones_are_named() {
         assert_eq!(InfoFormat::parse(None).unwrap(), InfoFormat::Text);
         assert_eq!(
@@ -402,7 +495,11 @@ mod tests {
             InfoFormat::parse(Some("text/html")).unwrap(),
             InfoFormat::Html
         );
-        let e = InfoFormat::parse(Some("application/vnd.ogc.gml")).unwrap_err();
+        assert_eq!(
+            InfoFormat::parse(Some("application/vnd.ogc.gml")).unwrap(),
+            InfoFormat::Gml
+        );
+        let e = InfoFormat::parse(Some("application/x-shapefile")).unwrap_err();
         assert!(e.message.contains("text/plain"));
     }
 }

@@ -184,8 +184,10 @@ fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError>
 /// FORMAT: a media type of a format tessera encodes.
 fn format(kvp: &Kvp) -> Result<TileFormat, ApiError> {
     let text = kvp.required("FORMAT")?;
+    // The mixed JPEG/PNG format is a tile format: a map must be one
+    // media type, the one asked for.
     TileFormat::from_mime(text)
-        .filter(|f| !f.is_vector())
+        .filter(|f| !f.is_vector() && *f != TileFormat::Mixed)
         .ok_or_else(|| {
             ApiError::bad_request(
                 "InvalidFormat",
