@@ -57,7 +57,8 @@ impl Piece {
 }
 
 /// The window's columns cut at the edges of its CRS's world, each part
-/// shifted into the world; `None` when the window stays inside it, its
+/// shifted into the world (one part for a window wholly past an edge);
+/// `None` when the window stays inside it, its
 /// CRS has no world edges (meridians that converge), or it spans more
 /// than two worlds (left to GDAL's own wrapping).
 pub(crate) fn columns_in_world(req: &WindowRequest<'_>) -> Option<Vec<Piece>> {
@@ -102,7 +103,8 @@ pub(crate) fn columns_in_world(req: &WindowRequest<'_>) -> Option<Vec<Piece>> {
             })
         })
         .collect::<Option<_>>()?;
-    (pieces.len() > 1).then_some(pieces)
+    // One piece is a window wholly past an edge, shifted back.
+    (!pieces.is_empty()).then_some(pieces)
 }
 
 /// The window's bands of tile rows when its vertical scale in the source
