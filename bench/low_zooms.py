@@ -62,8 +62,12 @@ into an empty file store, every tile of the zooms given; median of
 parts inside the world, and one whose vertical scale varies in bands of
 tile rows (more, smaller warps at low zooms only).
 
+It costs nothing: it saves time, since a window crossing the antimeridian
+had GDAL read source columns across the whole world, and in lon/lat its
+parts now go through `RasterIO` instead of the warper.
+
 Command: `python3 bench/low_zooms.py BEFORE_BIN AFTER_BIN --runs {args.runs}`
-Machine: {machine()}
+{machine()}
 
 | grid | zooms | before (s) | after (s) | after / before |
 |---|---|---|---|---|
