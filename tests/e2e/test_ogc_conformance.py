@@ -169,7 +169,8 @@ def test_wmts_sections_service_provider_and_the_google_maps_scale_set(tessera, s
     _, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
     doc = etree.fromstring(body)
     wmts = "{http://www.opengis.net/wmts/1.0}"
-    merc = [s for s in doc.iter(f"{wmts}TileMatrixSet") if s.findtext(f"{OWS}Identifier") == "WebMercatorQuad"][0]
+    merc = [s for s in doc.iter(f"{wmts}TileMatrixSet")
+            if s.findtext(f"{OWS}Identifier", "").startswith("WebMercatorQuad")][0]
     # The CRS exactly as annex E.4 of WMTS 1.0.0 writes it for this scale set.
     assert merc.findtext(f"{OWS}SupportedCRS") == "urn:ogc:def:crs:EPSG:6.18:3:3857"
     assert merc.findtext(f"{wmts}WellKnownScaleSet") == "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible"
@@ -178,6 +179,33 @@ def test_wmts_sections_service_provider_and_the_google_maps_scale_set(tessera, s
         z = int(m.findtext(f"{OWS}Identifier"))
         expected = 559082264.0287178 / 2 ** z
         assert abs(float(m.findtext(f"{wmts}ScaleDenominator")) - expected) < expected * 1e-9, z
+
+
+def test_wmts_layers_link_only_the_tile_matrices_they_serve(tessera):
+    # One TileMatrixLimits per TileMatrix of the linked set (07-057r7,
+    # table 8): a layer serving fewer zooms than its grid links a set of
+    # those zooms, whose tiles are the grid's.
+    wmts = "{http://www.opengis.net/wmts/1.0}"
+    _, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
+    doc = etree.fromstring(body)
+    sets = {s.findtext(f"{OWS}Identifier"): [m.findtext(f"{OWS}Identifier") for m in s.iter(f"{wmts}TileMatrix")]
+            for s in doc.find(f"{wmts}Contents").findall(f"{wmts}TileMatrixSet")}
+    links = {}
+    for layer in doc.iter(f"{wmts}Layer"):
+        for link in layer.findall(f"{wmts}TileMatrixSetLink"):
+            set_id = link.findtext(f"{wmts}TileMatrixSet")
+            limited = [m.findtext(f"{wmts}TileMatrix") for m in link.iter(f"{wmts}TileMatrixLimits")]
+            assert limited == sets[set_id], (layer.findtext(f"{OWS}Identifier"), set_id)
+            links[(layer.findtext(f"{OWS}Identifier"), set_id.split(":")[0])] = set_id
+    assert links[("elevation", "WebMercatorQuad")] == "WebMercatorQuad:0-14"
+    assert sets["WebMercatorQuad:0-14"] == [str(z) for z in range(15)]
+    # Luxembourg at zoom 5, by the set's identifier and by the grid's.
+    for set_id in ["WebMercatorQuad:0-14", "WebMercatorQuad"]:
+        tile = WMTS_TILE.format(layer="elevation", z=5, row=10, col=16).replace("=WebMercatorQuad&", f"={set_id}&")
+        status, body = fetch(tessera, tile)
+        assert status == 200 and body[:4] == b"\x89PNG", (set_id, body[:200])
+        status, body = fetch(tessera, f"/wmts/1.0.0/elevation/default/{set_id}/5/10/16.png")
+        assert status == 200 and body[:4] == b"\x89PNG", (set_id, body[:200])
 
 
 def test_wmts_tiles_outside_the_layers_limits_are_tile_out_of_range(tessera):

@@ -35,9 +35,11 @@ def test_owslib_reads_wms_1_1_1_capabilities_and_gets_a_map(tessera):
 def test_owslib_reads_wmts_capabilities_and_gets_a_tile(tessera):
     wmts = WebMapTileService(f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml")
     assert LAYERS <= set(wmts.contents)
-    assert {"WebMercatorQuad", "WorldCRS84Quad"} <= set(wmts.tilematrixsets)
-    assert len(wmts.tilematrixsets["WebMercatorQuad"].tilematrix) == 25
-    tile = wmts.gettile(layer="relief", tilematrixset="WorldCRS84Quad", tilematrix="1",
+    # relief serves zooms 0-8: it links sets of those zooms only.
+    links = set(wmts.contents["relief"].tilematrixsetlinks)
+    assert links == {"WebMercatorQuad:0-8", "WorldCRS84Quad:0-8"}, links
+    assert len(wmts.tilematrixsets["WebMercatorQuad:0-8"].tilematrix) == 9
+    tile = wmts.gettile(layer="relief", tilematrixset="WorldCRS84Quad:0-8", tilematrix="1",
                         row=0, column=1, format="image/png")
     pixels = decode(tile.read())
     assert pixels.shape[1:] == (256, 256)

@@ -525,7 +525,10 @@ async fn wmts_capabilities_describe_grids_with_limits_and_templates() {
     let r = get("/wmts/1.0.0/WMTSCapabilities.xml").await;
     assert_eq!(r.status, StatusCode::OK);
     let t = r.text();
-    assert!(t.contains("<ows:Identifier>WorldCRS84Quad</ows:Identifier>"));
+    // The demo's layers serve fewer zooms than their grids: each links a
+    // set of its own zooms.
+    assert!(t.contains("<ows:Identifier>WorldCRS84Quad:0-8</ows:Identifier>"));
+    assert!(t.contains("<TileMatrixSet>WebMercatorQuad:0-14</TileMatrixSet>"));
     assert!(t.contains("urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible"));
     assert!(t.contains("<TopLeftCorner>-180 90</TopLeftCorner>"));
     assert!(t.contains("template=\"http://tiles.example:8080/wmts/1.0.0/relief/{Style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.png\""));

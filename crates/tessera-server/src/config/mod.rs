@@ -489,7 +489,9 @@ pub struct LayerConfig {
     /// Lowest zoom served as tiles (default 0).
     #[serde(default)]
     pub min_zoom: u8,
-    /// Highest zoom served as tiles (default 20, capped by each grid).
+    /// Highest zoom served as tiles (default: the deepest of each grid,
+    /// as GeoWebCache and MapProxy serve every level of a grid; a lower
+    /// one makes WMTS link a TileMatrixSet of the layer's zooms only).
     #[serde(default = "default_max_zoom")]
     pub max_zoom: u8,
     /// Tile formats offered (default png, jpeg, webp; png8 on request);
@@ -513,7 +515,7 @@ fn default_grids() -> Vec<String> {
 }
 
 fn default_max_zoom() -> u8 {
-    20
+    u8::MAX
 }
 
 fn default_formats() -> Vec<TileFormat> {

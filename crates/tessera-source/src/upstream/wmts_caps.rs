@@ -187,8 +187,19 @@ pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String>
         .filter(|n| n.tag_name().name() == "TileMatrixSetLink")
         .filter_map(|n| text(n, "TileMatrixSet"))
         .collect();
+    // A tessera upstream names a set of some of a grid's zooms
+    // `{grid}:{min}-{max}`: asked for the grid, take it.
+    let of_grid = |m: &str| {
+        links.iter().find(|l| {
+            l.strip_prefix(m)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .and_then(|range| range.split_once('-'))
+                .is_some_and(|(a, b)| a.parse::<u8>().is_ok() && b.parse::<u8>().is_ok())
+        })
+    };
     let matrix_set = match &spec.matrix_set {
         Some(m) if links.contains(&m.as_str()) => m.clone(),
+        Some(m) if of_grid(m).is_some() => of_grid(m).map(ToString::to_string).unwrap_or_default(),
         Some(m) => {
             return Err(format!(
                 "layer {} is not in tile matrix set {m:?} (it is in: {})",
@@ -312,4 +323,47 @@ fn kvp_template(
     Some(format!(
         "{url}&TILEMATRIX={{TileMatrix}}&TILEROW={{TileRow}}&TILECOL={{TileCol}}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPS: &str = r#"<Capabilities xmlns="http://www.opengis.net/wmts/1.0" xmlns:ows="http://www.opengis.net/ows/1.1">
+  <Contents>
+    <Layer>
+      <ows:Identifier>relief</ows:Identifier>
+      <Style isDefault="true"><ows:Identifier>default</ows:Identifier></Style>
+      <Format>image/png</Format>
+      <TileMatrixSetLink><TileMatrixSet>WebMercatorQuad:0-1</TileMatrixSet></TileMatrixSetLink>
+      <ResourceURL format="image/png" resourceType="tile" template="http://up/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.png"/>
+    </Layer>
+    <TileMatrixSet>
+      <ows:Identifier>WebMercatorQuad:0-1</ows:Identifier>
+      <ows:SupportedCRS>urn:ogc:def:crs:EPSG::3857</ows:SupportedCRS>
+      <TileMatrix><ows:Identifier>0</ows:Identifier><ScaleDenominator>559082264.0287178</ScaleDenominator><TopLeftCorner>-20037508.3427892 20037508.3427892</TopLeftCorner><TileWidth>256</TileWidth><TileHeight>256</TileHeight><MatrixWidth>1</MatrixWidth><MatrixHeight>1</MatrixHeight></TileMatrix>
+      <TileMatrix><ows:Identifier>1</ows:Identifier><ScaleDenominator>279541132.0143589</ScaleDenominator><TopLeftCorner>-20037508.3427892 20037508.3427892</TopLeftCorner><TileWidth>256</TileWidth><TileHeight>256</TileHeight><MatrixWidth>2</MatrixWidth><MatrixHeight>2</MatrixHeight></TileMatrix>
+    </TileMatrixSet>
+  </Contents>
+</Capabilities>"#;
+
+    fn spec(matrix_set: &str) -> WmtsSourceSpec {
+        serde_json::from_value(serde_json::json!({
+            "url": "http://up/wmts", "layer": "relief", "matrix_set": matrix_set,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_grid_asked_for_finds_a_tessera_set_of_some_of_its_zooms() {
+        let layer = parse(CAPS, &spec("WebMercatorQuad")).unwrap();
+        assert_eq!(layer.matrix_set, "WebMercatorQuad:0-1");
+        assert!(
+            layer.template.contains("{TileMatrix}"),
+            "{}",
+            layer.template
+        );
+        let err = parse(CAPS, &spec("WorldCRS84Quad")).unwrap_err();
+        assert!(err.contains("not in tile matrix set"), "{err}");
+    }
 }

@@ -1,6 +1,11 @@
 //! WMTS GetCapabilities, written from the template
 //! `templates/wmts_1_0_0.xml`: every layer with its formats, the limits of
 //! its extent in each grid, the RESTful template, and each grid used.
+//!
+//! WMTS gives a layer's link one TileMatrixLimits per TileMatrix of the
+//! set (07-057r7, table 8), so a layer whose zooms are fewer than its
+//! grid's links a set of its zooms only, named `{grid}:{min}-{max}`
+//! ([`set_id`]); tile requests naming it are tiles of the grid.
 
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -141,10 +146,17 @@ pub fn response(
     sections: Sections,
 ) -> Result<Response, ApiError> {
     let layers = state.registry.layers();
-    let mut used: Vec<&str> = Vec::new();
-    for gid in layers.iter().flat_map(|l| &l.grids) {
-        if state.registry.grid(gid).is_some() && !used.contains(&gid.as_str()) {
-            used.push(gid);
+    // Each (grid, zoom range) linked, in order of first use.
+    let mut used: Vec<(&Grid, u8, u8)> = Vec::new();
+    for layer in &layers {
+        for grid in layer.grids.iter().filter_map(|g| state.registry.grid(g)) {
+            let range = (layer.min_zoom, layer.max_zoom_in(grid));
+            if !used
+                .iter()
+                .any(|(g, lo, hi)| g.tms.id == grid.tms.id && (*lo, *hi) == range)
+            {
+                used.push((grid, range.0, range.1));
+            }
         }
     }
     let doc = Capabilities {
@@ -155,8 +167,7 @@ pub fn response(
         layers: layers.iter().map(|l| layer(state, l)).collect(),
         matrix_sets: used
             .iter()
-            .filter_map(|gid| state.registry.grid(gid))
-            .map(|g| matrix_set(g))
+            .map(|(grid, lo, hi)| matrix_set(grid, *lo, *hi))
             .collect(),
     };
     templates::xml_response(
@@ -186,7 +197,7 @@ fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
             .iter()
             .filter_map(|gid| Some((gid, state.registry.grid(gid)?)))
             .map(|(gid, grid)| MatrixSetLink {
-                grid: gid.clone(),
+                grid: set_id(grid, layer.min_zoom, layer.max_zoom_in(grid)),
                 limits: limits(layer, gid, grid),
             })
             .collect(),
@@ -238,7 +249,33 @@ const GOOGLE_MAPS_COMPATIBLE: &str = "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompati
 /// Its CRS as WMTS 1.0.0's annex E.4 writes it.
 const GOOGLE_MAPS_CRS: &str = "urn:ogc:def:crs:EPSG:6.18:3:3857";
 
-fn matrix_set(grid: &Grid) -> MatrixSet {
+/// The identifier of the TileMatrixSet of `grid`'s zooms `lo` to `hi`:
+/// the grid's own for all of them, else `{grid}:{lo}-{hi}`.
+fn set_id(grid: &Grid, lo: u8, hi: u8) -> String {
+    if lo == 0 && hi == grid.tms.max_zoom() {
+        grid.tms.id.clone()
+    } else {
+        format!("{}:{lo}-{hi}", grid.tms.id)
+    }
+}
+
+/// The grid a TileMatrixSet identifier names: a grid's own identifier, or
+/// one [`set_id`] made for some of its zooms (the zooms are checked as
+/// for any tile of the layer).
+pub fn grid_of_set(id: &str) -> &str {
+    match id.rsplit_once(':') {
+        Some((grid, range))
+            if range
+                .split_once('-')
+                .is_some_and(|(a, b)| a.parse::<u8>().is_ok() && b.parse::<u8>().is_ok()) =>
+        {
+            grid
+        }
+        _ => id,
+    }
+}
+
+fn matrix_set(grid: &Grid, lo: u8, hi: u8) -> MatrixSet {
     let tms = &grid.tms;
     // TopLeftCorner follows the CRS's axis order (latitude first for EPSG:4326).
     let top_left_corner = if grid.crs.authority_yx {
@@ -248,7 +285,7 @@ fn matrix_set(grid: &Grid) -> MatrixSet {
     };
     MatrixSet {
         title: tms.title.clone(),
-        id: tms.id.clone(),
+        id: set_id(grid, lo, hi),
         // The exact CRS the WMTS standard gives GoogleMapsCompatible
         // (07-057r7, annex E.4), which its test suite compares as text.
         crs_urn: if tms.well_known_scale_set.as_deref() == Some(GOOGLE_MAPS_COMPATIBLE) {
@@ -260,8 +297,7 @@ fn matrix_set(grid: &Grid) -> MatrixSet {
         top_left_corner,
         tile_width: tms.tile_width,
         tile_height: tms.tile_height,
-        matrices: tms
-            .matrices
+        matrices: tms.matrices[usize::from(lo)..=usize::from(hi)]
             .iter()
             .map(|m| Matrix {
                 id: m.id.clone(),

@@ -113,6 +113,11 @@ async fn get_tile(
     headers: &HeaderMap,
     address: &TileAddress,
 ) -> Result<Response, ApiError> {
+    // A TileMatrixSet of some of a grid's zooms names tiles of the grid.
+    let mut address = address.clone();
+    if state.registry.grid(&address.grid).is_none() {
+        address.grid = capabilities::grid_of_set(&address.grid).to_string();
+    }
     let tile = address
         .resolve(&state.registry, Rows::FromTop)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
