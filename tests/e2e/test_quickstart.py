@@ -42,7 +42,7 @@ def test_serve_files_makes_a_layer_per_file_and_stretches_a_dem(tmp_path_factory
         # Capabilities say what each file is.
         status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
         text = body.decode()
-        assert "Luxembourg DEM.tif (GTiff raster, 95 x 90 pixels, 1 bands)." in text, text[:500]
+        assert "Luxembourg DEM.tif (GTiff raster, 95 x 90 pixels, 1 band)." in text, text[:500]
         assert "<Keyword>raster</Keyword>" in text and "<Keyword>tessera</Keyword>" in text
     assert "cached in memory only" in server.log_text()
 

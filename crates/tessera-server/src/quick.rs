@@ -74,12 +74,13 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
         let name = unique_name(&layer_name(&absolute), &mut names);
         let style = style_for(&ds).map_err(invalid)?;
         let (width, height) = ds.raster_size();
+        let bands = match ds.raster_count() {
+            1 => "1 band".to_string(),
+            n => format!("{n} bands"),
+        };
         let mut layer = json!({
             "name": name,
-            "description": format!(
-                "{title} ({driver} raster, {width} x {height} pixels, {} bands).",
-                ds.raster_count()
-            ),
+            "description": format!("{title} ({driver} raster, {width} x {height} pixels, {bands})."),
             "keywords": ["raster", driver],
             "title": if title.is_empty() { name.clone() } else { title },
             "source": { "path": escaped },
@@ -91,7 +92,10 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     }
     let doc = json!({
         "service": {
-            "abstract": format!("{} file(s) served by tessera as maps and tiles.", paths.len()),
+            "abstract": match paths.len() {
+                1 => "A file served by tessera as maps and tiles.".to_string(),
+                n => format!("{n} files served by tessera as maps and tiles."),
+            },
             "keywords": ["tessera"],
         },
         "layers": layers,

@@ -540,6 +540,21 @@ async fn wmts_capabilities_describe_grids_with_limits_and_templates() {
 }
 
 #[tokio::test]
+async fn a_layer_whose_zooms_start_past_a_grids_deepest_does_not_break_capabilities() {
+    // WorldCRS84Quad ends at zoom 21; the layer starts at 23.
+    let app = app_with(|c| {
+        c.layers[0].min_zoom = 23;
+        c.layers[0].max_zoom = 24;
+    });
+    let r = get_with(app, "/wmts/1.0.0/WMTSCapabilities.xml").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        r.text()
+            .contains("<TileMatrixSet>WebMercatorQuad:23-24</TileMatrixSet>")
+    );
+}
+
+#[tokio::test]
 async fn tilejson_describes_the_layer() {
     let r = get("/tiles/elevation/WebMercatorQuad/tilejson.json").await;
     assert_eq!(r.status, StatusCode::OK);

@@ -635,8 +635,9 @@ fn attribute(v: Option<FieldValue>) -> Attribute {
 }
 
 /// A layer's extent as a box; one of no width or height (a single point,
-/// a north-south line) grown to a millimetre (or its width in degrees) on
-/// each side, so a table of one point is a layer like any other.
+/// a north-south line) grown by a millimetre (1e-8 degrees in a
+/// geographic CRS) on each side, so a table of one point is a layer like
+/// any other.
 fn extent_bbox(
     extent: &gdal::vector::Envelope,
     crs: &Crs,

@@ -297,7 +297,11 @@ fn matrix_set(grid: &Grid, lo: u8, hi: u8) -> MatrixSet {
         top_left_corner,
         tile_width: tms.tile_width,
         tile_height: tms.tile_height,
-        matrices: tms.matrices[usize::from(lo)..=usize::from(hi)]
+        // None when the layer's lowest zoom is past the grid's deepest.
+        matrices: tms
+            .matrices
+            .get(usize::from(lo)..=usize::from(hi))
+            .unwrap_or_default()
             .iter()
             .map(|m| Matrix {
                 id: m.id.clone(),
