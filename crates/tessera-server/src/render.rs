@@ -350,9 +350,8 @@ pub fn render_layer(
         ..source_window(layer, bbox, crs, width, height, Some(cancel))
     };
     // The style's margin is more rows above the first tile.
-    let margin = window.height.saturating_sub(height) / 2;
     window.tile_rows = rows.map(|r| TileRows {
-        first: r.first + margin,
+        first: r.first + layer.style.margin(),
         ..r
     });
     let (res_x, res_y) = (

@@ -189,24 +189,25 @@ pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String>
         .collect();
     // A tessera upstream names a set of some of a grid's zooms
     // `{grid}:{min}-{max}`: asked for the grid, take it.
-    let of_grid = |m: &str| {
-        links.iter().find(|l| {
-            l.strip_prefix(m)
-                .and_then(|rest| rest.strip_prefix(':'))
-                .and_then(|range| range.split_once('-'))
-                .is_some_and(|(a, b)| a.parse::<u8>().is_ok() && b.parse::<u8>().is_ok())
-        })
+    let of_grid = |m: &str, link: &str| {
+        link.strip_prefix(m)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .and_then(|range| range.split_once('-'))
+            .is_some_and(|(a, b)| a.parse::<u8>().is_ok() && b.parse::<u8>().is_ok())
     };
     let matrix_set = match &spec.matrix_set {
-        Some(m) if links.contains(&m.as_str()) => m.clone(),
-        Some(m) if of_grid(m).is_some() => of_grid(m).map(ToString::to_string).unwrap_or_default(),
-        Some(m) => {
-            return Err(format!(
-                "layer {} is not in tile matrix set {m:?} (it is in: {})",
-                spec.layer,
-                links.join(", ")
-            ));
-        }
+        Some(m) => links
+            .iter()
+            .find(|l| **l == m.as_str())
+            .or_else(|| links.iter().find(|l| of_grid(m, l)))
+            .map(ToString::to_string)
+            .ok_or_else(|| {
+                format!(
+                    "layer {} is not in tile matrix set {m:?} (it is in: {})",
+                    spec.layer,
+                    links.join(", ")
+                )
+            })?,
         None => links
             .first()
             .map(ToString::to_string)
