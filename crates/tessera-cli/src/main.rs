@@ -208,11 +208,15 @@ async fn serve(
     );
     println!("preview: http://{addr}/preview/{first}");
     let every = std::time::Duration::from_secs_f64(state.config.cluster.generation_check_secs);
+    // A reload keeps the metrics: the ones of the first service are the
+    // ones every later one counts into.
+    let metrics = state.metrics.clone();
     drop(state);
     if !every.is_zero() {
         let watched = live.clone();
         tokio::spawn(tessera_server::cluster::watch_generations(
-            move || watched.current(),
+            move || watched.current().registry.layers(),
+            metrics,
             every,
         ));
     }

@@ -14,21 +14,8 @@ use std::time::Duration;
 
 use tessera_store::cluster::{Coordinator, Generation, HeldLease};
 
-use crate::metrics::GenerationResult;
-use crate::service::Service;
-
-/// How a layer's metatiles are leased (`cluster.leases`).
-#[derive(Debug)]
-pub struct Leases {
-    /// Where the lease objects are kept (the layer's object store).
-    pub coordinator: Arc<Coordinator>,
-    /// This node's name, written into its leases.
-    pub node: String,
-    /// A lease's time to live unless renewed.
-    pub ttl: Duration,
-    /// Longest wait for another node's tiles.
-    pub wait: Duration,
-}
+use crate::metrics::{GenerationResult, Metrics};
+use crate::model::{Layer, Leases};
 
 /// A lease this node holds while it renders and stores a metatile.
 ///
@@ -137,16 +124,18 @@ impl Drop for LeaseHolder {
 
 /// Checks every cached layer's generation object every `interval`, and
 /// drops what this node holds of a layer whose generation changed. Runs
-/// until the task is dropped; `current` gives the service serving now (it
-/// changes on reload).
-pub async fn watch_generations(current: impl Fn() -> Arc<Service>, interval: Duration) {
+/// until the task is dropped; `layers` gives the layers served now (they
+/// change on reload).
+pub async fn watch_generations(
+    layers: impl Fn() -> Vec<Arc<Layer>>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+) {
     let mut seen: HashMap<(String, String), Option<String>> = HashMap::new();
     let mut first = true;
     loop {
-        let service = current();
-        let metrics = service.metrics.clone();
         let mut targets = Vec::new();
-        for layer in service.registry.layers() {
+        for layer in layers() {
             if let Some(cache) = &layer.cache
                 && let Some(coordinator) = &cache.coordinator
             {
@@ -157,7 +146,6 @@ pub async fn watch_generations(current: impl Fn() -> Arc<Service>, interval: Dur
                 ));
             }
         }
-        drop(service);
         for (coordinator, store, key) in targets {
             let id = (coordinator.name().to_string(), key.clone());
             let known = seen.get(&id).cloned();

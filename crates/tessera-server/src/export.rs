@@ -25,8 +25,8 @@ use tessera_store::upload::{Upload, UploadOptions, verify};
 use tessera_store::{StoreError, TileKey, TileStore};
 use tokio::io::AsyncReadExt;
 
+use crate::model::tile_key;
 use crate::plan::TilePlan;
-use crate::tile_cache::store_key;
 
 /// Tiles read per round (spread over the reading threads) before they are
 /// written to the archive: bounds the tiles held in memory.
@@ -360,7 +360,7 @@ fn write_archive(
     path: &Path,
     mut progress: impl FnMut(u64),
 ) -> Result<Written, ExportError> {
-    let key = |coord: TileCoord| store_key(&plan.layer, &plan.grid, plan.format, coord);
+    let key = |coord: TileCoord| tile_key(&plan.layer, &plan.grid, plan.format, coord);
     let mut writer = ArchiveWriter::create(format, path, info)?;
     let (mut handled, mut missing) = (0u64, 0u64);
     for block in archive_order(&plan.ranges) {

@@ -13,11 +13,11 @@
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
 
+use tessera_grid::TileMatrixSet;
 use tessera_image::EncodeOptions;
 use tessera_store::{StoreError, TileStore};
 
 use crate::config::LayerConfig;
-use crate::registry::Grid;
 
 /// Raised when tessera renders the same configuration into other pixels
 /// than before, so that tiles cached by older versions are rendered again.
@@ -25,8 +25,8 @@ pub const RENDER_EPOCH: u32 = 1;
 
 /// The fingerprint of `layer`'s pixels: 16 hex digits.
 ///
-/// `grids` are the definitions of the layer's grids (in its order).
-pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&Grid]) -> String {
+/// `grids` are the tile matrix sets of the layer's grids (in its order).
+pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&TileMatrixSet]) -> String {
     let mut parts = String::new();
     let _ = writeln!(parts, "epoch {RENDER_EPOCH}");
     let _ = writeln!(parts, "source {}", layer.source.identity());
@@ -45,16 +45,17 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&Grid]) 
     let _ = writeln!(parts, "style {:?}", layer.style);
     let _ = writeln!(parts, "encoding {encoding:?}");
     for grid in grids {
-        let _ = writeln!(parts, "grid {:?}", grid.tms);
+        let _ = writeln!(parts, "grid {grid:?}");
     }
     let hash = tessera_store::content_hash(parts.as_bytes());
     format!("{:016x}", (hash >> 64) as u64)
 }
 
-/// The key `layer`'s tiles are kept under in `store`: `base` when the
+/// The key `layer`'s tiles are kept under in `store` (its
+/// `Layer::cache_key`): `base` when the
 /// store records `fingerprint` for it (or recorded nothing yet, and now
 /// does), else `<base>@<fingerprint>`.
-pub fn store_key(
+pub fn cache_key(
     store: &dyn TileStore,
     base: &str,
     fingerprint: &str,
@@ -83,20 +84,20 @@ mod tests {
     fn a_layer_keeps_its_key_until_its_fingerprint_changes() {
         let store: Arc<dyn TileStore> = Arc::new(MemoryStore::new(1 << 20, None));
         assert_eq!(
-            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            cache_key(store.as_ref(), "relief", "aaaa").unwrap(),
             "relief"
         );
         assert_eq!(
-            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            cache_key(store.as_ref(), "relief", "aaaa").unwrap(),
             "relief"
         );
         assert_eq!(
-            store_key(store.as_ref(), "relief", "bbbb").unwrap(),
+            cache_key(store.as_ref(), "relief", "bbbb").unwrap(),
             "relief@bbbb"
         );
         // Changed back: the first tiles are right again.
         assert_eq!(
-            store_key(store.as_ref(), "relief", "aaaa").unwrap(),
+            cache_key(store.as_ref(), "relief", "aaaa").unwrap(),
             "relief"
         );
     }

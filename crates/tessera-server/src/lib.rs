@@ -3,6 +3,7 @@
 //! [`plan::TilePlan`] (seed, export), and the HTTP edges (XYZ/TMS, WMTS,
 //! WMS, TileJSON, preview, admin, health) that wrap the service.
 
+pub mod assemble;
 pub mod cluster;
 pub mod config;
 pub mod demo;
@@ -13,6 +14,7 @@ pub mod http;
 pub mod locks;
 pub mod metatile;
 pub mod metrics;
+pub mod model;
 pub mod plan;
 pub mod quick;
 pub mod registry;

@@ -13,7 +13,8 @@ use tessera_source::{Crs, SourceError};
 use tessera_store::{AreaRange, TileArea};
 
 use crate::metatile::Metatile;
-use crate::registry::{Grid, Layer, Registry};
+use crate::model::{Grid, Layer};
+use crate::registry::Registry;
 
 /// The tiles a batch command works on.
 #[derive(Debug, Clone)]

@@ -24,7 +24,7 @@ use tessera_source::{Crs, SourceError, TileRows, WindowRequest};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use crate::registry::Layer;
+use crate::model::Layer;
 
 /// Why a render did not produce an image.
 #[derive(Debug, thiserror::Error)]

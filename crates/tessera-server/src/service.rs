@@ -13,9 +13,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::assemble::{self, WrapSource};
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
-use crate::registry::{Registry, WrapSource};
+pub use crate::model::LayerSelection;
+use crate::registry::Registry;
 use crate::render::{RenderLimits, Renderer};
 use crate::sources::Uploads;
 use crate::tile_cache::{TileCache, TileCacheSettings};
@@ -28,16 +30,6 @@ pub enum Mode {
     /// A command over one layer's tiles: that layer only, no pool, no
     /// uploads.
     Batch,
-}
-
-/// Which configured layers a service opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayerSelection<'a> {
-    /// Every layer of the configuration (and, serving, every uploaded one).
-    All,
-    /// One layer by name: a configured one, or else an uploaded source
-    /// recorded by the admin API.
-    Only(&'a str),
 }
 
 /// Layers, renderer, tile cache and metrics: everything a request or a
@@ -118,7 +110,7 @@ impl Service {
                     .collect()
             })
             .unwrap_or_default();
-        let registry = Registry::load(&config, &metrics, wrap_source, layers, kept_stores)?;
+        let registry = assemble::registry(&config, &metrics, wrap_source, layers, kept_stores)?;
         let limits = RenderLimits {
             max_concurrent: config.server.max_concurrent_renders,
             map_share: config.server.wms_render_share,

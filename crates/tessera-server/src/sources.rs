@@ -13,8 +13,9 @@ use tessera_store::object::open_url;
 use tessera_store::option_strings;
 use tessera_store::upload::UploadOptions;
 
+use crate::assemble::{self, WrapSource};
 use crate::config::{AdminConfig, Config, ConfigError, LayerConfig};
-use crate::registry::{Registry, WrapSource};
+use crate::registry::Registry;
 
 /// The admin API's view of uploaded sources.
 #[derive(Debug)]
@@ -129,8 +130,7 @@ impl Uploads {
         let stores: Vec<&str> = registry.store_names().collect();
         let layer = self.layer_config(name, file, &stores)?;
         tessera_source::forget_network_cache(layer.source.location());
-        let layer = registry.build_layer(&layer, config, wrap_source)?;
-        registry.add_layer(layer, config)
+        assemble::add_layer(registry, &layer, config, wrap_source)
     }
 
     /// Sources recorded in the sources file, name → file (none when it

@@ -661,21 +661,6 @@ impl Config {
                 ));
             }
             let c = &layer.cache;
-            if self.cluster.leases
-                && let Some(spec) = self.stores.get(&c.store)
-                && !matches!(spec, StoreSpec::Object(o) if !o.url.starts_with("file:"))
-            {
-                return invalid(format!(
-                    "layer {:?}: cluster.leases needs an object store that honours conditional writes (s3://, gs://, az://), and store {:?} is {}; use such a store for the layer or set cluster.leases: false",
-                    layer.name,
-                    c.store,
-                    if let StoreSpec::Object(o) = spec {
-                        format!("local ({})", o.url)
-                    } else {
-                        format!("a {} store", spec.kind())
-                    },
-                ));
-            }
             if c.store != NO_STORE && !self.stores.contains_key(&c.store) {
                 return invalid(format!(
                     "layer {:?}: cache.store {:?} is not defined under `stores:` (defined: {}; or use `none`)",
@@ -946,6 +931,26 @@ mod tests {
     const MINIMAL: &str = "layers:\n  - name: a\n    source: { path: \"${DATA}/x.tif\" }\n";
 
     #[test]
+    fn lease_settings_are_read_and_checked() {
+        let layer = "layers:\n  - name: a\n    source: { path: /x.tif }\n    cache: { store: s }\n";
+        let ok = format!(
+            "cluster: {{ leases: true, lease_ttl_secs: 10s }}\nstores:\n  s: {{ type: object, url: 's3://b/p' }}\n{layer}"
+        );
+        let c = Config::from_yaml(&ok, |_| None).unwrap();
+        assert!(c.cluster.leases);
+        assert!((c.cluster.lease_ttl_secs - 10.0).abs() < 1e-9);
+        let err = Config::from_yaml(
+            &format!(
+                "cluster: {{ lease_ttl_secs: 0.5 }}\nstores:\n  s: {{ type: memory }}\n{layer}"
+            ),
+            |_| None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cluster.lease_ttl_secs"), "{err}");
+    }
+
+    #[test]
     fn substitutes_environment_variables_and_defaults() {
         let c = Config::from_yaml(MINIMAL, |n| (n == "DATA").then(|| "/d".to_string())).unwrap();
         assert_eq!(c.layers[0].source.location(), "/d/x.tif");
@@ -1005,41 +1010,6 @@ mod tests {
             let err = parse(&format!("{{ cors: {{ origins: [\"{bad}\"] }} }}")).unwrap_err();
             assert!(err.to_string().contains("is not an origin"), "{bad}: {err}");
         }
-    }
-
-    #[test]
-    fn leases_are_refused_on_stores_without_conditional_writes() {
-        let layer = "layers:\n  - name: a\n    source: { path: /x.tif }\n    cache: { store: s }\n";
-        for (store, kind) in [
-            ("{ type: file, path: /tmp/t }", "a file store"),
-            ("{ type: memory }", "a memory store"),
-            (
-                "{ type: object, url: 'file:///tmp/t' }",
-                "local (file:///tmp/t)",
-            ),
-        ] {
-            let text = format!("cluster: {{ leases: true }}\nstores:\n  s: {store}\n{layer}");
-            let err = Config::from_yaml(&text, |_| None).unwrap_err().to_string();
-            assert!(
-                err.contains("cluster.leases") && err.contains(kind) && err.contains("\"a\""),
-                "{store}: {err}"
-            );
-        }
-        let ok = format!(
-            "cluster: {{ leases: true, lease_ttl_secs: 10s }}\nstores:\n  s: {{ type: object, url: 's3://b/p' }}\n{layer}"
-        );
-        let c = Config::from_yaml(&ok, |_| None).unwrap();
-        assert!(c.cluster.leases);
-        assert!((c.cluster.lease_ttl_secs - 10.0).abs() < 1e-9);
-        let err = Config::from_yaml(
-            &format!(
-                "cluster: {{ lease_ttl_secs: 0.5 }}\nstores:\n  s: {{ type: memory }}\n{layer}"
-            ),
-            |_| None,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("cluster.lease_ttl_secs"), "{err}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use axum::response::Response;
 
 use super::AppState;
 use crate::metrics::EndpointKind;
-use crate::registry::Layer;
+use crate::model::Layer;
 
 /// The layer(s) a response served, for the access log.
 #[derive(Debug, Clone)]

@@ -16,7 +16,8 @@ use tessera_grid::{GridError, TileFormat};
 
 use super::error::ApiError;
 use super::params::Kvp;
-use crate::registry::{Grid, HIDPI_SUFFIX, Layer, Registry};
+use crate::model::{Grid, HIDPI_SUFFIX, Layer};
+use crate::registry::Registry;
 use crate::tile_cache::TileRequest;
 
 /// Which way a tile address counts rows.

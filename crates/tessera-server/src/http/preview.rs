@@ -18,7 +18,7 @@ use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 use super::AppState;
 use super::error::ApiError;
 use super::xml::escape;
-use crate::registry::Layer;
+use crate::model::Layer;
 
 const VIEWER_JS: &str = include_str!("viewer.js");
 const MAPLIBRE_JS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.js");

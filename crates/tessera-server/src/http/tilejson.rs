@@ -11,7 +11,7 @@ use super::address::resolve_layer_grid;
 use super::error::ApiError;
 use super::error::Protocol;
 use super::{AppState, base_url};
-use crate::registry::{HIDPI_FACTOR, HIDPI_SUFFIX};
+use crate::model::{HIDPI_FACTOR, HIDPI_SUFFIX};
 
 /// The query of a TileJSON request.
 #[derive(Debug, Deserialize)]

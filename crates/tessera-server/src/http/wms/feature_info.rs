@@ -18,7 +18,8 @@ use super::get_map::{bbox, crs, layers, size};
 use crate::config::Limits;
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
-use crate::registry::{Layer, Registry};
+use crate::model::Layer;
+use crate::registry::Registry;
 use crate::render::{RenderError, Renderer};
 
 /// Pixels around the point a vector feature may lie within (GeoServer's

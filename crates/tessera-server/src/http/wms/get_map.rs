@@ -15,7 +15,8 @@ use super::Version;
 use crate::config::Limits;
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
-use crate::registry::{Layer, Registry};
+use crate::model::Layer;
+use crate::registry::Registry;
 use crate::render::ImageRequest;
 
 /// A valid GetMap: the image to render.

@@ -11,7 +11,8 @@ use tessera_image::{Color, EncodeOptions, Raster, RgbaImage, encode};
 
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
-use crate::registry::{Layer, Registry};
+use crate::model::Layer;
+use crate::registry::Registry;
 
 /// Default symbol size in pixels (WIDTH and HEIGHT).
 const DEFAULT_SIZE: u32 = 20;

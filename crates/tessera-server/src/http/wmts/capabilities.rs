@@ -15,7 +15,7 @@ use crate::config::ServiceMetadata;
 use crate::http::error::ApiError;
 use crate::http::templates::{self, Extent};
 use crate::http::{AppState, base_url};
-use crate::registry::{Grid, Layer};
+use crate::model::{Grid, Layer};
 
 #[derive(Debug, Serialize)]
 struct Capabilities {

@@ -1,0 +1,426 @@
+//! The one place that turns the configuration into objects: grids, stores
+//! (timed, behind their memory LRU), coordinators, and layers with their
+//! sources, styles, extents, fingerprints and cache keys. Rules that span
+//! sections of the configuration (a layer's grids and stores exist, leases
+//! need a store that honours conditional writes) are checked here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tessera_grid::mercator;
+use tessera_grid::{BBox, TileFormat, TileMatrixSet};
+use tessera_image::{ColorRamp, build_style};
+use tessera_source::{Crs, Source, open_source};
+use tessera_store::cluster::Coordinator;
+use tessera_store::{MemoryStore, StoreSpec, TileStore};
+
+use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
+use crate::fingerprint;
+use crate::metatile::MetatileSpec;
+use crate::metrics::{Metrics, TimedStore};
+use crate::model::{
+    Freshness, Grid, HIDPI_FACTOR, HIDPI_SUFFIX, Layer, LayerCache, LayerSelection, Leases,
+};
+use crate::registry::Registry;
+
+/// A hook that may wrap a layer's opened source (given the layer name).
+pub type WrapSource = dyn Fn(&str, Arc<dyn Source>) -> Arc<dyn Source>;
+
+/// Builds every grid, then opens the stores and sources of the selected
+/// layers (with [`LayerSelection::All`], every store). Fails with an error
+/// that names the layer, grid or store at fault.
+///
+/// `wrap_source` sees each layer's opened source and may wrap it (tests use
+/// it to count, slow down or block reads); pass `|_, s| s` otherwise. Stores
+/// in `kept` (already open, with the same spec) are used as they are
+/// instead of being opened again.
+#[allow(clippy::implicit_hasher)] // the stores of the service it replaces
+pub fn registry(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    wrap_source: &WrapSource,
+    selection: LayerSelection<'_>,
+    kept: HashMap<String, Arc<dyn TileStore>>,
+) -> Result<Registry, ConfigError> {
+    let layers: Vec<&LayerConfig> = match selection {
+        LayerSelection::All => config.layers.iter().collect(),
+        LayerSelection::Only(name) => config.layers.iter().filter(|l| l.name == name).collect(),
+    };
+    let wanted_stores: Vec<&str> = match (selection, layers.as_slice()) {
+        (LayerSelection::All, _) => config.stores.keys().map(String::as_str).collect(),
+        (LayerSelection::Only(_), [layer]) => vec![layer.cache.store.as_str()],
+        // Not a configured layer: an uploaded source may have the name,
+        // caching into the admin API's store; without the admin API there
+        // is nothing to open.
+        (LayerSelection::Only(_), _) => config
+            .admin
+            .as_ref()
+            .map(|a| {
+                a.cache_store
+                    .as_deref()
+                    .unwrap_or(crate::config::DEFAULT_STORE)
+            })
+            .into_iter()
+            .collect(),
+    };
+    let stores = open_stores(config, &wanted_stores, metrics, kept)?;
+    let mut coordinators = HashMap::new();
+    for name in stores.keys() {
+        let failed = |source| ConfigError::Store {
+            store: name.clone(),
+            source,
+        };
+        if let Some(c) = Coordinator::for_store(name, &config.stores[name]).map_err(failed)? {
+            coordinators.insert(name.clone(), Arc::new(c));
+        }
+    }
+    let mut registry = Registry::new(grids(config)?, stores, coordinators);
+    for lc in layers {
+        let layer = layer(&registry, lc, config, wrap_source)?;
+        registry.push_layer(layer);
+    }
+    Ok(registry)
+}
+
+/// The built-in grids, the configured ones, and each of them at twice the
+/// pixels for HiDPI (`<id>@2x`), by identifier.
+pub fn grids(config: &Config) -> Result<HashMap<String, Arc<Grid>>, ConfigError> {
+    let mut grids = HashMap::new();
+    for tms in [
+        TileMatrixSet::web_mercator_quad(),
+        TileMatrixSet::world_crs84_quad(),
+    ] {
+        let crs = Arc::new(Crs::parse(&tms.crs).map_err(|source| ConfigError::GridCrs {
+            grid: tms.id.clone(),
+            source,
+        })?);
+        grids.insert(tms.id.clone(), Arc::new(Grid { tms, crs }));
+    }
+    for spec in &config.grids {
+        let crs = Crs::parse(&spec.crs).map_err(|source| ConfigError::GridCrs {
+            grid: spec.id.clone(),
+            source,
+        })?;
+        let tms = TileMatrixSet::from_spec(spec, crs.meters_per_unit).map_err(|source| {
+            ConfigError::Grid {
+                grid: spec.id.clone(),
+                source,
+            }
+        })?;
+        if grids.contains_key(&tms.id) {
+            return Err(ConfigError::Invalid(format!(
+                "grid {:?} is defined twice",
+                tms.id
+            )));
+        }
+        grids.insert(
+            tms.id.clone(),
+            Arc::new(Grid {
+                tms,
+                crs: Arc::new(crs),
+            }),
+        );
+    }
+    // Every grid also at twice the pixels, for HiDPI (`{y}@2x.png`).
+    let hidpi: Vec<Arc<Grid>> = grids
+        .values()
+        .map(|g| {
+            Arc::new(Grid {
+                tms: g.tms.scaled(HIDPI_FACTOR),
+                crs: g.crs.clone(),
+            })
+        })
+        .collect();
+    for g in hidpi {
+        grids.insert(g.tms.id.clone(), g);
+    }
+    Ok(grids)
+}
+
+/// Builds a layer from its configuration, with `registry`'s grids and
+/// stores.
+pub fn layer(
+    registry: &Registry,
+    lc: &LayerConfig,
+    config: &Config,
+    wrap_source: &WrapSource,
+) -> Result<Arc<Layer>, ConfigError> {
+    let (grids, stores) = (&registry.grids, &registry.stores);
+    let in_layer =
+        |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("layer {:?}: {e}", lc.name));
+    let opened = open_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
+        layer: lc.name.clone(),
+        source,
+    })?;
+    let source: Arc<dyn Source> = wrap_source(&lc.name, opened);
+    let style =
+        build_style(&lc.style, source.info().band_count).map_err(|source| ConfigError::Style {
+            layer: lc.name.clone(),
+            source,
+        })?;
+    let mut extents = HashMap::new();
+    for g in &lc.grids {
+        let grid = grids
+            .get(g)
+            .ok_or_else(|| in_layer(&format!("unknown grid {g:?} (define it under `grids:`)")))?;
+        if lc.formats.contains(&TileFormat::Mvt) && grid.tms.tile_width != grid.tms.tile_height {
+            return Err(in_layer(&format!(
+                "vector tiles (format mvt) need square tiles; grid {g:?} has {}x{}",
+                grid.tms.tile_width, grid.tms.tile_height
+            )));
+        }
+        let extent = layer_extent(source.as_ref(), grid);
+        extents.insert(format!("{g}{HIDPI_SUFFIX}"), extent);
+        extents.insert(g.clone(), extent);
+    }
+    for c in &lc.wms_crs {
+        Crs::parse(c).map_err(|source| ConfigError::LayerCrs {
+            layer: lc.name.clone(),
+            crs: c.clone(),
+            source,
+        })?;
+    }
+    if lc.cache.store != NO_STORE && !stores.contains_key(&lc.cache.store) {
+        return Err(in_layer(&format!("unknown store {:?}", lc.cache.store)));
+    }
+    let coordinator = registry.coordinators.get(&lc.cache.store).cloned();
+    let leases = leases(lc, config, coordinator.as_ref())?;
+    let cache = (lc.cache.store != NO_STORE).then(|| LayerCache {
+        coordinator,
+        leases,
+        store_name: lc.cache.store.clone(),
+        store: stores[&lc.cache.store].clone(),
+        metatile: MetatileSpec {
+            cols: lc.cache.metatile[0],
+            rows: lc.cache.metatile[1],
+            gutter: lc.cache.gutter,
+        },
+        durability: lc.cache.durability,
+        freshness: Freshness {
+            max_stored_age: lc.cache.max_stored_age.map(Duration::from_secs_f64),
+            refresh_before: lc.cache.refresh_before,
+        },
+    });
+    let layer_grids: Vec<&TileMatrixSet> = lc
+        .grids
+        .iter()
+        .filter_map(|g| grids.get(g).map(|g| &g.tms))
+        .collect();
+    let fingerprint = fingerprint::of_layer(lc, &config.encoding, &layer_grids);
+    let base_key = lc.cache.key.clone().unwrap_or_else(|| lc.name.clone());
+    let cache_key = match &cache {
+        None => base_key,
+        Some(c) => fingerprint::cache_key(c.store.as_ref(), &base_key, &fingerprint)
+            .unwrap_or_else(|e| {
+                // Tiles under the fingerprinted key are right whatever the
+                // store recorded.
+                tracing::warn!(
+                    layer = %lc.name,
+                    error = &e as &dyn std::error::Error,
+                    "cannot read or record the layer's fingerprint in its store; keeping its tiles under a key with the fingerprint"
+                );
+                format!("{base_key}@{fingerprint}")
+            }),
+    };
+    if cache_key != lc.cache.key.as_deref().unwrap_or(&lc.name) {
+        tracing::info!(
+            layer = %lc.name,
+            key = %cache_key,
+            "the layer's source, style, grids or encoding differ from what the tiles under its plain key were made from: its tiles are kept under this key"
+        );
+    }
+    Ok(Arc::new(Layer {
+        name: lc.name.clone(),
+        title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
+        description: lc.description.clone(),
+        keywords: lc.keywords.clone(),
+        attribution: lc.attribution.clone(),
+        source,
+        style,
+        ramp: match &lc.style {
+            tessera_image::StyleSpec::Ramp(r) => ColorRamp::new(r.stops.clone()).ok(),
+            tessera_image::StyleSpec::Hillshade(h) => {
+                h.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
+            }
+            tessera_image::StyleSpec::Rgb(_) => None,
+        },
+        grids: lc.grids.clone(),
+        min_zoom: lc.min_zoom,
+        max_zoom: lc.max_zoom,
+        formats: lc.formats.clone(),
+        wms_crs: lc.wms_crs.clone(),
+        extents,
+        cache,
+        cache_key,
+        fingerprint,
+        kind: lc.source.kind(),
+        passthrough: matches!(lc.source, tessera_source::SourceSpec::Vector(_))
+            || lc.style == tessera_image::StyleSpec::default()
+                && matches!(
+                    lc.source,
+                    tessera_source::SourceSpec::Xyz(_) | tessera_source::SourceSpec::Wmts(_)
+                ),
+        max_age_secs: lc.cache.max_age_secs,
+    }))
+}
+
+/// Builds the layer of an uploaded source and adds it to `registry` while
+/// serving (replacing the uploaded layer of that name). Fails when a
+/// configured layer has the name.
+pub fn add_layer(
+    registry: &Registry,
+    lc: &LayerConfig,
+    config: &Config,
+    wrap_source: &WrapSource,
+) -> Result<(), ConfigError> {
+    if config.layers.iter().any(|l| l.name == lc.name) {
+        return Err(ConfigError::Invalid(format!(
+            "layer {:?} is defined in the configuration",
+            lc.name
+        )));
+    }
+    registry.add_layer(layer(registry, lc, config, wrap_source)?);
+    Ok(())
+}
+
+/// How `lc`'s metatiles are leased: `None` when `cluster.leases` is off or
+/// the layer is not cached. Leases need an object store that honours
+/// conditional writes; any other store is refused, whether its kind says so
+/// (a file, memory or local store) or its coordinator does.
+fn leases(
+    lc: &LayerConfig,
+    config: &Config,
+    coordinator: Option<&Arc<Coordinator>>,
+) -> Result<Option<Arc<Leases>>, ConfigError> {
+    let store = &lc.cache.store;
+    if !config.cluster.leases || store == NO_STORE {
+        return Ok(None);
+    }
+    let Some(spec) = config.stores.get(store) else {
+        return Ok(None);
+    };
+    let refused = |what: String| {
+        ConfigError::Invalid(format!(
+            "layer {:?}: cluster.leases needs an object store that honours conditional writes (s3://, gs://, az://), and store {store:?} is {what}; use such a store for the layer or set cluster.leases: false",
+            lc.name
+        ))
+    };
+    match spec {
+        StoreSpec::Object(o) if o.url.starts_with("file:") => {
+            return Err(refused(format!("local ({})", o.url)));
+        }
+        StoreSpec::Object(_) => {}
+        other => return Err(refused(format!("a {} store", other.kind()))),
+    }
+    match coordinator {
+        Some(c) if c.supports_leases() => Ok(Some(Arc::new(Leases {
+            coordinator: c.clone(),
+            node: config.cluster.node(),
+            ttl: Duration::from_secs_f64(config.cluster.lease_ttl_secs),
+            wait: Duration::from_secs_f64(
+                config
+                    .cluster
+                    .lease_wait_secs
+                    .unwrap_or(2.0 * config.cluster.lease_ttl_secs),
+            ),
+        }))),
+        _ => Err(refused("one whose conditional writes are off".into())),
+    }
+}
+
+/// Opens the configured stores named in `wanted` (names not configured
+/// are skipped), each timed into the metrics and, where configured, behind
+/// an in-memory LRU; a store found in `kept` is taken from there.
+fn open_stores(
+    config: &Config,
+    wanted: &[&str],
+    metrics: &Arc<Metrics>,
+    mut kept: HashMap<String, Arc<dyn TileStore>>,
+) -> Result<HashMap<String, Arc<dyn TileStore>>, ConfigError> {
+    let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
+        Arc::new(TimedStore::new(s, metrics.clone()))
+    };
+    let mut stores = HashMap::new();
+    for (name, spec) in config
+        .stores
+        .iter()
+        .filter(|(n, _)| wanted.contains(&n.as_str()))
+    {
+        if let Some(store) = kept.remove(name) {
+            stores.insert(name.clone(), store);
+            continue;
+        }
+        let failed = |source| ConfigError::Store {
+            store: name.clone(),
+            source,
+        };
+        let backend = timed(spec.open(name).map_err(failed)?);
+        let front = spec.front_bytes();
+        let store = if front == 0 {
+            backend
+        } else {
+            let bytes = usize::try_from(front).unwrap_or(usize::MAX);
+            timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
+        };
+        stores.insert(name.clone(), store);
+    }
+    Ok(stores)
+}
+
+fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
+    let info = source.info();
+    let direct = info
+        .native_crs
+        .transform_bbox(&info.native_bounds, &grid.crs)
+        .ok();
+    // Sources reaching the poles cannot be transformed to Web Mercator as a
+    // whole: clip their lon/lat extent to the latitudes it can represent.
+    let b = direct.or_else(|| {
+        let ll = info.lonlat_bounds;
+        let clipped = BBox::new(
+            ll.min_x,
+            ll.min_y.max(-mercator::MAX_LATITUDE),
+            ll.max_x,
+            ll.max_y.min(mercator::MAX_LATITUDE),
+        )
+        .ok()?;
+        Crs::parse("OGC:CRS84")
+            .ok()?
+            .transform_bbox(&clipped, &grid.crs)
+            .ok()
+    })?;
+    b.intersection(&grid.tms.extent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_refused_on_stores_without_conditional_writes() {
+        let layer = "layers:\n  - name: a\n    source: { path: /x.tif }\n    cache: { store: s }\n";
+        for (store, kind) in [
+            ("{ type: file, path: /tmp/t }", "a file store"),
+            ("{ type: memory }", "a memory store"),
+            (
+                "{ type: object, url: 'file:///tmp/t' }",
+                "local (file:///tmp/t)",
+            ),
+        ] {
+            let text = format!("cluster: {{ leases: true }}\nstores:\n  s: {store}\n{layer}");
+            let config = Config::from_yaml(&text, |_| None).unwrap();
+            let err = leases(&config.layers[0], &config, None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("cluster.leases") && err.contains(kind) && err.contains("\"a\""),
+                "{store}: {err}"
+            );
+        }
+        // Leases off: no store is refused.
+        let text = format!("stores:\n  s: {{ type: memory }}\n{layer}");
+        let config = Config::from_yaml(&text, |_| None).unwrap();
+        assert!(leases(&config.layers[0], &config, None).unwrap().is_none());
+    }
+}

@@ -1,0 +1,221 @@
+//! The layer model: what a layer is (its source, style, grids and cache),
+//! the grids it is tiled in, and the key each of its tiles is stored and
+//! locked under.
+//!
+//! A leaf: it imports nothing of the server but [`crate::metatile`], so
+//! every part that works with layers (the tile cache, the renderer, the
+//! protocols, batch plans) can use it without the configuration or the
+//! building of layers from it ([`crate::assemble`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
+use tessera_image::{ColorRamp, Style};
+use tessera_source::{Crs, Source};
+use tessera_store::cluster::Coordinator;
+use tessera_store::{Durability, TileKey, TileStore};
+
+use crate::metatile::MetatileSpec;
+
+/// A grid with its parsed CRS.
+#[derive(Debug)]
+pub struct Grid {
+    /// The tile matrix set.
+    pub tms: TileMatrixSet,
+    /// Its CRS.
+    pub crs: Arc<Crs>,
+}
+
+/// A servable layer: a source, a style and where it may be tiled.
+#[derive(Debug)]
+pub struct Layer {
+    /// URL name.
+    pub name: String,
+    /// Title.
+    pub title: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Keywords (capabilities documents).
+    pub keywords: Vec<String>,
+    /// Attribution.
+    pub attribution: Option<String>,
+    /// Pixel source.
+    pub source: Arc<dyn Source>,
+    /// Style.
+    pub style: Box<dyn Style>,
+    /// The colour ramp of a ramp or hillshade style (its legend), if any.
+    pub ramp: Option<ColorRamp>,
+    /// Grids this layer is tiled in, in configuration order.
+    pub grids: Vec<String>,
+    /// Lowest tile zoom.
+    pub min_zoom: u8,
+    /// Highest tile zoom (per grid it is also capped by the grid).
+    pub max_zoom: u8,
+    /// Offered formats; the first is the default.
+    pub formats: Vec<TileFormat>,
+    /// Extra WMS CRSs to advertise.
+    pub wms_crs: Vec<String>,
+    /// The layer's extent in each grid's CRS (`None`: could not be transformed).
+    pub extents: HashMap<String, Option<BBox>>,
+    /// Where its tiles are cached (`None`: every tile request renders).
+    pub cache: Option<LayerCache>,
+    /// The name its tiles are stored and locked under: `cache.key` (or the
+    /// layer name), with `@<fingerprint>` appended when the store records
+    /// another fingerprint for that name (see `crate::fingerprint`).
+    pub cache_key: String,
+    /// What its pixels are made from (`crate::fingerprint::of_layer`).
+    pub fingerprint: String,
+    /// The kind of its source (`gdal`, `wms`, `xyz`, `wmts`, `mosaic`).
+    pub kind: &'static str,
+    /// Whether its tiles may be the source's own tiles, passed through
+    /// unchanged where the source can ([`Source::passthrough`]): an upstream
+    /// tile service whose style changes nothing (RGB as it is).
+    pub passthrough: bool,
+    /// `Cache-Control: max-age` for its tiles, in seconds.
+    pub max_age_secs: u64,
+}
+
+/// How a layer's tiles are cached.
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    /// Name of the store under `stores:`.
+    pub store_name: String,
+    /// The store.
+    pub store: Arc<dyn TileStore>,
+    /// Metatile size and gutter.
+    pub metatile: MetatileSpec,
+    /// Durability of tiles saved while serving.
+    pub durability: Durability,
+    /// Which stored tiles are too old to serve.
+    pub freshness: Freshness,
+    /// Where nodes sharing the store meet (its bucket or directory), for
+    /// the layer's generation; `None` when no other process can share it.
+    pub coordinator: Option<Arc<Coordinator>>,
+    /// Leases before rendering (`cluster.leases`), `None` when off.
+    pub leases: Option<Arc<Leases>>,
+}
+
+/// Which stored tiles are too old to serve (`cache.max_stored_age`,
+/// `cache.refresh_before`): they are rendered again when asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Freshness {
+    /// Tiles stored longer ago than this are stale.
+    pub max_stored_age: Option<Duration>,
+    /// Tiles stored before this time are stale.
+    pub refresh_before: Option<SystemTime>,
+}
+
+impl Freshness {
+    /// Whether any tile can be stale.
+    pub fn expires(&self) -> bool {
+        self.max_stored_age.is_some() || self.refresh_before.is_some()
+    }
+
+    /// Whether a tile stored at `stored_at` may be served at `now`. Tiles
+    /// whose store time is unknown (written by other tools) are served.
+    pub fn is_fresh(&self, stored_at: Option<SystemTime>, now: SystemTime) -> bool {
+        let Some(at) = stored_at else {
+            return true;
+        };
+        let too_old = self
+            .max_stored_age
+            .is_some_and(|age| now.duration_since(at).is_ok_and(|elapsed| elapsed > age));
+        let before = self.refresh_before.is_some_and(|t| at < t);
+        !(too_old || before)
+    }
+}
+
+impl Layer {
+    /// Highest zoom of this layer in `grid`.
+    pub fn max_zoom_in(&self, grid: &Grid) -> u8 {
+        self.max_zoom.min(grid.tms.max_zoom())
+    }
+
+    /// The zoom at which the layer's extent fills about four tiles across
+    /// in `grid` (the minimum zoom when the extent is unknown there).
+    pub fn center_zoom(&self, grid: &Grid) -> u8 {
+        let Some(Some(extent)) = self.extents.get(&grid.tms.id) else {
+            return self.min_zoom;
+        };
+        let wanted = extent.width().max(extent.height()) / (4.0 * f64::from(grid.tms.tile_width));
+        grid.tms.zoom_for_resolution(wanted)
+    }
+}
+
+/// How many times the pixels a HiDPI tile has (`@2x`).
+pub const HIDPI_FACTOR: u32 = 2;
+
+/// The suffix of a HiDPI grid's identifier and of a HiDPI tile's row.
+pub const HIDPI_SUFFIX: &str = "@2x";
+
+/// How a layer's metatiles are leased (`cluster.leases`): the data; the
+/// protocol is [`crate::cluster`]'s and the tile cache's.
+#[derive(Debug)]
+pub struct Leases {
+    /// Where the lease objects are kept (the layer's object store).
+    pub coordinator: Arc<Coordinator>,
+    /// This node's name, written into its leases.
+    pub node: String,
+    /// A lease's time to live unless renewed.
+    pub ttl: Duration,
+    /// Longest wait for another node's tiles.
+    pub wait: Duration,
+}
+
+/// Which configured layers a service opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerSelection<'a> {
+    /// Every layer of the configuration (and, serving, every uploaded one).
+    All,
+    /// One layer by name: a configured one, or else an uploaded source
+    /// recorded by the admin API.
+    Only(&'a str),
+}
+
+/// The key tile `coord` of `layer` in `grid` and `format` is stored and
+/// locked under (the layer's [`Layer::cache_key`], the grid, the tile and
+/// its matrix's size).
+pub fn tile_key(layer: &Layer, grid: &Grid, format: TileFormat, coord: TileCoord) -> TileKey {
+    let matrix = grid
+        .tms
+        .matrix(coord.z())
+        .expect("a TileCoord is inside its grid");
+    TileKey {
+        layer: layer.cache_key.clone(),
+        grid: grid.tms.id.clone(),
+        coord,
+        matrix_height: matrix.matrix_height,
+        matrix_width: matrix.matrix_width,
+        format,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freshness_by_age_and_by_date() {
+        let now = SystemTime::now();
+        let hour = Duration::from_hours(1);
+        let never = Freshness::default();
+        assert!(!never.expires());
+        assert!(never.is_fresh(Some(now - 100 * hour), now));
+        let by_age = Freshness {
+            max_stored_age: Some(hour),
+            refresh_before: None,
+        };
+        assert!(by_age.is_fresh(Some(now - hour / 2), now));
+        assert!(!by_age.is_fresh(Some(now - 2 * hour), now));
+        // A store that does not know when: served.
+        assert!(by_age.is_fresh(None, now));
+        let by_date = Freshness {
+            max_stored_age: None,
+            refresh_before: Some(now - hour),
+        };
+        assert!(!by_date.is_fresh(Some(now - 2 * hour), now));
+        assert!(by_date.is_fresh(Some(now - hour / 2), now));
+    }
+}

@@ -1,0 +1,94 @@
+//! Reading the store and taking the two levels of locks: the metatile
+//! lock, then the tile lock, each wait bounded by `cache.lock_timeout_secs`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tessera_grid::{TileFormat, TileRange};
+use tessera_store::{HeldTile, TileKey, TileStore, content_hash};
+
+use super::{TileCache, TileError, TileRequest, run_blocking};
+use crate::locks::{KeyGuard, LockTimeout};
+use crate::metatile::Metatile;
+use crate::metrics::LockKind;
+
+/// What a metatile lock is taken on: one metatile of one layer key, grid
+/// and format.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct MetaKey {
+    layer: String,
+    grid: String,
+    format: TileFormat,
+    range: TileRange,
+}
+
+impl TileCache {
+    /// Reads the store: from memory inline when it holds the tile, else on a
+    /// blocking thread. A failing store is logged and treated as a miss: the
+    /// tile is rendered rather than refused.
+    pub(super) async fn lookup(
+        &self,
+        store: &Arc<dyn TileStore>,
+        key: &TileKey,
+    ) -> Option<HeldTile> {
+        if let Some(held) = store.peek(key) {
+            return Some(held);
+        }
+        let (store, k) = (store.clone(), key.clone());
+        match run_blocking(move || {
+            store.get_stored(&k).map(|found| {
+                found.map(|t| HeldTile {
+                    hash: content_hash(&t.bytes),
+                    bytes: t.bytes,
+                    stored_at: t.stored_at,
+                })
+            })
+        })
+        .await
+        {
+            // Tiles the store refused are only looked for after it misses,
+            // so hits never touch the unsaved map.
+            Ok(Ok(found)) => found.or_else(|| self.unsaved.peek(key)),
+            Ok(Err(e)) => {
+                if let Some(held_back) = self.warnings.allow() {
+                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "cache read failed; rendering instead");
+                }
+                self.unsaved.peek(key)
+            }
+            Err(e) => {
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read task failed");
+                self.unsaved.peek(key)
+            }
+        }
+    }
+
+    pub(super) async fn lock_metatile(
+        &self,
+        req: &TileRequest,
+        meta: &Metatile,
+    ) -> Result<KeyGuard<MetaKey>, TileError> {
+        let key = MetaKey {
+            layer: req.layer.cache_key.clone(),
+            grid: req.grid.tms.id.clone(),
+            format: req.format,
+            range: meta.range,
+        };
+        let start = Instant::now();
+        let result = self.metatile_locks.lock(key, self.lock_timeout).await;
+        self.metrics.lock_waited(LockKind::Metatile, start);
+        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+            kind: "metatile",
+            after,
+        })
+    }
+
+    pub(super) async fn lock_tile(&self, key: TileKey) -> Result<KeyGuard<TileKey>, TileError> {
+        let start = Instant::now();
+        let result = self.tile_locks.lock(key, self.lock_timeout).await;
+        self.metrics.lock_waited(LockKind::Tile, start);
+        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+            kind: "tile",
+            after,
+        })
+    }
+}

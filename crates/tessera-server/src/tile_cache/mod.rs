@@ -1,0 +1,178 @@
+//! The cached tile path: look a tile up, and on a miss render its metatile
+//! once, answer with the requested tile and save the others on the encode
+//! pool.
+//!
+//! Lock protocol (see `docs/ARCHITECTURE.md`, "Metatiles and locks"):
+//! 1. read the store; a hit is answered without any lock;
+//! 2. take the metatile lock, then the tile lock (always in this order), and
+//!    read the store again: whoever held the locks may just have saved it;
+//! 3. render the metatile, then take every sibling's tile lock while still
+//!    holding the metatile lock, and release the metatile lock;
+//! 4. encode the requested tile on the request path and answer; each
+//!    sibling's guard moves into the pool job that encodes and saves that
+//!    sibling, and is dropped when the tile is stored.
+//!
+//! Only holders of a metatile lock ever wait for tile locks of that
+//! metatile, and pool jobs wait for nothing, so there is no cycle: no
+//! deadlock. A neighbour asking for a sibling waits on the metatile lock,
+//! then on the sibling's tile lock until the save is done, and then hits:
+//! a metatile is never rendered twice. Every wait is bounded by
+//! `cache.lock_timeout_secs`.
+
+mod lease;
+mod lookup;
+mod miss;
+mod passthrough;
+mod seed;
+#[cfg(test)]
+mod tests;
+mod types;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tessera_image::Color;
+use tessera_store::{MemoryStore, Peeked, TileKey};
+
+pub use seed::{SeedStep, Unstored};
+pub use types::{CacheStatus, Tile, TileError, TileRequest};
+
+use crate::encode_pool::EncodePool;
+use crate::locks::KeyedLocks;
+use crate::metrics::{Metrics, RequestResult};
+use crate::render::{RenderError, Renderer};
+use crate::throttle::Throttle;
+use lookup::MetaKey;
+
+/// Tiles are rendered with a transparent background; JPEG flattens over white.
+const BACKGROUND: Color = Color([255, 255, 255, 255]);
+
+/// Settings of the tile cache path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileCacheSettings {
+    /// Longest wait for any lock.
+    pub lock_timeout: Duration,
+    /// Encode pool threads (0: everything inline).
+    pub metatile_threads: usize,
+    /// Encode pool queue length.
+    pub encode_queue_len: usize,
+}
+
+/// Tiles rendered while their store refused writes, kept in memory (up to
+/// this many bytes) so that a full disk does not make every request render
+/// its metatile again.
+const UNSAVED_BYTES: usize = 64 << 20;
+
+/// Least time between two warnings about failed saves or reads.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The cached tile path, shared by every tile endpoint and by seeding.
+#[derive(Debug)]
+pub struct TileCache {
+    /// Tiles whose save failed, served from memory until evicted.
+    unsaved: Arc<MemoryStore>,
+    /// Warnings about failed saves and reads.
+    warnings: Arc<Throttle>,
+    renderer: Renderer,
+    metrics: Arc<Metrics>,
+    pool: EncodePool,
+    metatile_locks: KeyedLocks<MetaKey>,
+    tile_locks: KeyedLocks<TileKey>,
+    lock_timeout: Duration,
+    settings: TileCacheSettings,
+}
+
+impl TileCache {
+    /// A cache path rendering with `renderer`.
+    pub fn new(renderer: Renderer, metrics: Arc<Metrics>, settings: TileCacheSettings) -> Self {
+        let pool = EncodePool::new(
+            settings.metatile_threads,
+            settings.encode_queue_len,
+            metrics.encode_queue_depth().clone(),
+        );
+        TileCache {
+            unsaved: Arc::new(MemoryStore::new(UNSAVED_BYTES, None)),
+            warnings: Arc::new(Throttle::new(WARN_EVERY)),
+            renderer,
+            metrics,
+            pool,
+            metatile_locks: KeyedLocks::new(),
+            tile_locks: KeyedLocks::new(),
+            lock_timeout: settings.lock_timeout,
+            settings,
+        }
+    }
+
+    /// The settings the cache path was built with.
+    pub fn settings(&self) -> &TileCacheSettings {
+        &self.settings
+    }
+
+    /// Metatile and tile locks currently held or awaited.
+    pub fn locks_in_use(&self) -> (usize, usize) {
+        (self.metatile_locks.len(), self.tile_locks.len())
+    }
+
+    /// Returns the tile, from the store or rendered, and counts the request.
+    pub async fn get(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        let result = match &req.layer.cache {
+            Some(cache) => self.get_cached(req, cache).await,
+            None => self.render_uncached(req).await,
+        };
+        let outcome = match &result {
+            Ok(Tile {
+                status: CacheStatus::Hit,
+                ..
+            }) => RequestResult::Hit,
+            Ok(_) => RequestResult::Miss,
+            Err(_) => RequestResult::Error,
+        };
+        self.metrics.tile_request(&req.layer.name, outcome);
+        result
+    }
+
+    /// The tile when its layer's store holds it fresh and answers without
+    /// blocking (memory, or a file in the page cache), counted as a hit;
+    /// `None` when [`TileCache::get`] must be asked.
+    pub fn peek_hit(&self, req: &TileRequest) -> Option<Tile> {
+        match self.peek_hit_as(req, false)? {
+            Peeked::Held(held) => Some(Tile::hit(held)),
+            Peeked::File(_) => None,
+        }
+    }
+
+    /// Like [`TileCache::peek_hit`], but the tile may come as its open
+    /// file (see [`TileStore::peek_file`]); a [`Peeked::Held`] becomes a
+    /// [`Tile`] with [`Tile::hit`].
+    pub fn peek_hit_file(&self, req: &TileRequest) -> Option<Peeked> {
+        self.peek_hit_as(req, true)
+    }
+
+    fn peek_hit_as(&self, req: &TileRequest, file: bool) -> Option<Peeked> {
+        let cache = req.layer.cache.as_ref()?;
+        let key = req.key_of(req.coord);
+        let peeked = if file {
+            cache.store.peek_file(&key)?
+        } else {
+            Peeked::Held(cache.store.peek(&key)?)
+        };
+        let stored_at = match &peeked {
+            Peeked::Held(held) => held.stored_at,
+            Peeked::File(file) => file.stored_at,
+        };
+        if !cache.freshness.is_fresh(stored_at, SystemTime::now()) {
+            return None;
+        }
+        self.metrics
+            .tile_request(&req.layer.name, RequestResult::Hit);
+        Some(peeked)
+    }
+}
+
+pub(super) async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RenderError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(RenderError::Task)
+}

@@ -1,0 +1,127 @@
+//! Tiles not cut from a metatile: a layer without a cache (rendered alone),
+//! vector tiles (made one by one by the source), and tiles an upstream
+//! tile service passes through unchanged.
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tessera_store::{Durability, TileKey, TileStore};
+
+use super::types::miss;
+use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
+use crate::model::LayerCache;
+use crate::render::{Demand, ImageRequest, RenderError};
+
+impl TileCache {
+    pub(super) async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        if req.format.is_vector() {
+            let bytes = self.vector_tile(req).await?;
+            return Ok(miss(bytes));
+        }
+        let tms = &req.grid.tms;
+        let bytes = self
+            .renderer
+            .render(
+                ImageRequest {
+                    layers: vec![req.layer.clone()],
+                    bbox: tms.tile_bbox(req.coord),
+                    crs: req.grid.crs.clone(),
+                    width: tms.tile_width,
+                    height: tms.tile_height,
+                    format: req.format,
+                    transparent: true,
+                    background: BACKGROUND,
+                },
+                Demand::Tiles,
+            )
+            .await?;
+        self.metrics.metatile_rendered(&req.layer.name);
+        self.metrics.tiles_encoded(&req.layer.name, 1);
+        Ok(miss(bytes))
+    }
+
+    /// A vector tile made by the layer's source (on a blocking thread).
+    pub(super) async fn vector_tile(&self, req: &TileRequest) -> Result<Bytes, TileError> {
+        let (source, tms, coord, format) = (
+            req.layer.source.clone(),
+            req.grid.tms.clone(),
+            req.coord,
+            req.format,
+        );
+        let made = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let bytes = made
+            .ok_or_else(|| {
+                TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
+                    path: req.layer.name.clone(),
+                    source: "the layer's source does not make vector tiles".into(),
+                }))
+            })?
+            .map_err(|e| TileError::Render(RenderError::Source(e)))?;
+        self.metrics.metatile_rendered(&req.layer.name);
+        self.metrics.tiles_encoded(&req.layer.name, 1);
+        Ok(bytes.unwrap_or_else(|| Bytes::from_static(tessera_grid::EMPTY_MVT)))
+    }
+
+    /// Serves the source's own tile when it passes tiles through for this
+    /// grid and format (an upstream tile service with the same tiles): one
+    /// upstream tile, under the tile lock only, stored as it came. `None`
+    /// when the source cannot; a tile the upstream lacks is rendered alone
+    /// (transparent) and stored.
+    pub(super) async fn pass_through(
+        &self,
+        req: &TileRequest,
+        cache: &LayerCache,
+        key: &TileKey,
+    ) -> Result<Option<Tile>, TileError> {
+        let guard = self.lock_tile(key.clone()).await?;
+        if let Some(held) = self.lookup(&cache.store, key).await
+            && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
+        {
+            return Ok(Some(Tile::hit(held)));
+        }
+        if req.format.is_vector() {
+            let bytes = self.vector_tile(req).await?;
+            self.save_passed(cache, key, bytes.clone()).await?;
+            drop(guard);
+            return Ok(Some(miss(bytes)));
+        }
+        let (source, tms, coord, format) = (
+            req.layer.source.clone(),
+            req.grid.tms.clone(),
+            req.coord,
+            req.format,
+        );
+        let fetched = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let bytes = match fetched {
+            None => return Ok(None),
+            Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
+            Some(Ok(Some(bytes))) => bytes,
+            Some(Ok(None)) => self.render_uncached(req).await?.bytes,
+        };
+        self.save_passed(cache, key, bytes.clone()).await?;
+        drop(guard);
+        Ok(Some(miss(bytes)))
+    }
+
+    /// Stores a tile that was not cut from a metatile; a failed write
+    /// keeps it in memory and is logged (throttled), as for metatiles.
+    pub(super) async fn save_passed(
+        &self,
+        cache: &LayerCache,
+        key: &TileKey,
+        bytes: Bytes,
+    ) -> Result<(), TileError> {
+        let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
+        let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
+        run_blocking(move || {
+            if let Err(e) = store.put(&k, b.clone(), durability) {
+                let _ = unsaved.put(&k, b, Durability::Buffered);
+                if let Some(held_back) = warnings.allow() {
+                    tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+                }
+            }
+        })
+        .await?;
+        Ok(())
+    }
+}
