@@ -8,33 +8,43 @@
 //! with a pool of dataset handles so that no handle is used by two threads at
 //! once.
 
-mod aligned;
 pub mod complete;
 mod crs;
 mod egress;
-mod gdal_source;
+mod error;
+mod features;
+mod gdal;
 mod location;
 mod mosaic;
-mod mosaic_overview;
-mod pieces;
 mod settings;
 mod spec;
+#[cfg(feature = "upstream")]
 pub mod upstream;
+#[cfg(feature = "vector")]
 pub mod vector;
+mod warp;
 
 pub use crs::Crs;
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
-pub use gdal_source::{GdalSource, GdalSourceSpec, Resampling};
+pub use error::{Cause, SourceError};
+pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
+pub use gdal::GdalError;
+pub use gdal::{GdalSource, GdalSourceSpec};
 pub use location::{LocationPolicy, check_location};
 pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 pub use spec::{SourceSpec, open_source};
+#[cfg(feature = "upstream")]
 pub use upstream::client::HttpSettings;
+#[cfg(feature = "upstream")]
 pub use upstream::tiles::{TileSource, WmtsSourceSpec, XyzSourceSpec};
+#[cfg(feature = "upstream")]
 pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
-pub use vector::{
-    FoundFeature, LegendSymbol, VectorLayerInfo, VectorLayerSpec, VectorSource, VectorSpec,
-};
+#[cfg(feature = "vector")]
+pub use vector::VectorError;
+#[cfg(feature = "vector")]
+pub use vector::{VectorLayerSpec, VectorSource, VectorSpec};
+pub use warp::Resampling;
 
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
@@ -185,9 +195,9 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// The source as vector data (vector tiles, feature info, legends),
-    /// when it is one; `None` by default.
-    fn as_vector(&self) -> Option<&VectorSource> {
+    /// The source's vector features (data layers, feature info, legend
+    /// symbols), when it has them; `None` by default.
+    fn as_features(&self) -> Option<&dyn FeatureSource> {
         None
     }
 
@@ -196,114 +206,6 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     fn report(&self) -> Vec<String> {
         Vec::new()
     }
-}
-
-/// The error beneath a [`SourceError`].
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-/// Errors from opening or reading sources.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    /// The dataset could not be opened.
-    #[error("cannot open source {path}")]
-    Open {
-        /// Path or URL as configured.
-        path: String,
-        /// GDAL's error, or what the dataset lacks.
-        source: Cause,
-    },
-    /// The location or driver is refused by policy.
-    #[error("source {path} is not allowed: {reason}")]
-    NotAllowed {
-        /// Path or URL as configured.
-        path: String,
-        /// Why, and which setting would allow it.
-        reason: String,
-    },
-    /// A read or warp failed.
-    #[error("reading {path} failed")]
-    Read {
-        /// Path or URL as configured.
-        path: String,
-        /// GDAL's error, or what went wrong.
-        source: Cause,
-    },
-    /// The CRS is unknown to GDAL/PROJ, or not written as one.
-    #[error("unknown CRS {crs:?}")]
-    InvalidCrs {
-        /// The CRS as given.
-        crs: String,
-        /// Why it was refused (PROJ's error, or what is wrong with the text).
-        source: Cause,
-    },
-    /// Coordinates could not be transformed between two CRSs.
-    #[error("cannot transform coordinates from {from} to {to}")]
-    Transform {
-        /// Source CRS.
-        from: String,
-        /// Target CRS.
-        to: String,
-        /// PROJ's error, or what is wrong with the result.
-        source: Cause,
-    },
-    /// The read was cancelled through [`WindowRequest::cancel`].
-    #[error("the read was cancelled")]
-    Cancelled,
-    /// The read would touch more source pixels than allowed (a large area
-    /// at a fine scale of a source without overviews).
-    #[error(
-        "the request would read about {estimated} pixels of {path}, more than the limit of {limit} \
-         (limits.max_source_pixels); ask for a smaller area or a coarser scale, or add overviews \
-         to the source (gdaladdo)"
-    )]
-    TooManySourcePixels {
-        /// Path or URL as configured.
-        path: String,
-        /// Estimated source pixels the read would touch.
-        estimated: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// An upstream service failed, or answered with something that is not
-    /// the image asked for (an exception, a damaged or wrong-sized image).
-    #[error("the upstream {url} failed: {message}")]
-    Upstream {
-        /// The request, without its query.
-        url: String,
-        /// What went wrong, with the upstream's own message.
-        message: String,
-    },
-    /// An upstream failed too often lately and is not asked for a while.
-    #[error("the upstream {url} is unavailable: {message}")]
-    UpstreamUnavailable {
-        /// The request, without its query.
-        url: String,
-        /// Why.
-        message: String,
-        /// Seconds until it is asked again.
-        retry_after_secs: u64,
-    },
-    /// A vector window holds more features than the source's
-    /// `max_features`: the request asks too much (a smaller area, a higher
-    /// zoom, a narrower `where`).
-    #[error(
-        "more than {limit} features of {layer} in the window (max_features); ask for a smaller \
-         area or a higher zoom"
-    )]
-    TooManyFeatures {
-        /// The data layer.
-        layer: String,
-        /// The limit.
-        limit: u64,
-    },
-    /// The request is too large to allocate.
-    #[error("window of {width}x{height} pixels is too large")]
-    TooLarge {
-        /// Width asked for.
-        width: u32,
-        /// Height asked for.
-        height: u32,
-    },
 }
 
 /// `e` and its causes, `: `-separated (for messages that must carry the

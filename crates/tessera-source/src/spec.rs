@@ -4,11 +4,15 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+#[cfg(feature = "upstream")]
 use crate::upstream::client::NetworkPolicy;
 use crate::{
     GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
-    TileSource, VectorSource, VectorSpec, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec,
 };
+#[cfg(feature = "upstream")]
+use crate::{TileSource, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec};
+#[cfg(feature = "vector")]
+use crate::{VectorSource, VectorSpec};
 
 /// A layer's source, tagged by `type` (`gdal` when absent).
 #[derive(Debug, Clone, PartialEq)]
@@ -16,14 +20,18 @@ pub enum SourceSpec {
     /// A raster GDAL reads (`type: gdal`, the default).
     Gdal(GdalSourceSpec),
     /// An upstream WMS (`type: wms`).
+    #[cfg(feature = "upstream")]
     Wms(Box<WmsSourceSpec>),
     /// An upstream XYZ/TMS tile service (`type: xyz`).
+    #[cfg(feature = "upstream")]
     Xyz(Box<XyzSourceSpec>),
     /// A layer of an upstream WMTS (`type: wmts`).
+    #[cfg(feature = "upstream")]
     Wmts(Box<WmtsSourceSpec>),
     /// Many rasters as one (`type: mosaic`).
     Mosaic(Box<MosaicSpec>),
     /// Features drawn with a style (`type: vector`).
+    #[cfg(feature = "vector")]
     Vector(Box<VectorSpec>),
 }
 
@@ -32,19 +40,24 @@ impl SourceSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             SourceSpec::Gdal(_) => "gdal",
+            #[cfg(feature = "upstream")]
             SourceSpec::Wms(_) => "wms",
+            #[cfg(feature = "upstream")]
             SourceSpec::Xyz(_) => "xyz",
+            #[cfg(feature = "upstream")]
             SourceSpec::Wmts(_) => "wmts",
             SourceSpec::Mosaic(_) => "mosaic",
+            #[cfg(feature = "vector")]
             SourceSpec::Vector(_) => "vector",
         }
     }
 
     /// The GDAL source's settings, when it is one.
     pub fn as_gdal(&self) -> Option<&GdalSourceSpec> {
-        match self {
-            SourceSpec::Gdal(g) => Some(g),
-            _ => None,
+        if let SourceSpec::Gdal(g) = self {
+            Some(g)
+        } else {
+            None
         }
     }
 
@@ -54,6 +67,7 @@ impl SourceSpec {
     pub fn local_file(&self) -> Option<&str> {
         match self {
             SourceSpec::Gdal(g) => Some(&g.path),
+            #[cfg(feature = "vector")]
             SourceSpec::Vector(v) if !v.is_postgres() => Some(&v.path),
             _ => None,
         }
@@ -64,6 +78,7 @@ impl SourceSpec {
     pub fn local_file_mut(&mut self) -> Option<&mut String> {
         match self {
             SourceSpec::Gdal(g) => Some(&mut g.path),
+            #[cfg(feature = "vector")]
             SourceSpec::Vector(v) if !v.is_postgres() => Some(&mut v.path),
             _ => None,
         }
@@ -74,6 +89,7 @@ impl SourceSpec {
     pub fn identity(&self) -> String {
         match self {
             SourceSpec::Gdal(g) => format!("gdal {:?} {:?}", g.path, g.resampling),
+            #[cfg(feature = "upstream")]
             SourceSpec::Wms(w) => format!(
                 "wms {:?} {:?} {:?} {:?} {:?} {} {:?} {:?} {:?}",
                 w.url,
@@ -86,10 +102,12 @@ impl SourceSpec {
                 w.crs,
                 w.resampling
             ),
+            #[cfg(feature = "upstream")]
             SourceSpec::Xyz(x) => format!(
                 "xyz {:?} {:?} {} {} {:?} {:?}",
                 x.url, x.grid, x.min_zoom, x.max_zoom, x.format, x.resampling
             ),
+            #[cfg(feature = "upstream")]
             SourceSpec::Wmts(w) => format!(
                 "wmts {:?} {:?} {:?} {:?} {:?} {:?}",
                 w.url, w.layer, w.style, w.matrix_set, w.format, w.resampling
@@ -98,6 +116,7 @@ impl SourceSpec {
                 "mosaic {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
                 m.dir, m.glob, m.paths, m.index, m.location_field, m.sort, m.resampling
             ),
+            #[cfg(feature = "vector")]
             SourceSpec::Vector(v) => format!(
                 "vector {:?} {:?} {:?} {:?} {}",
                 v.path,
@@ -113,8 +132,11 @@ impl SourceSpec {
     pub fn location(&self) -> &str {
         match self {
             SourceSpec::Gdal(g) => &g.path,
+            #[cfg(feature = "upstream")]
             SourceSpec::Wms(w) => &w.url,
+            #[cfg(feature = "upstream")]
             SourceSpec::Xyz(x) => &x.url,
+            #[cfg(feature = "upstream")]
             SourceSpec::Wmts(w) => &w.url,
             SourceSpec::Mosaic(m) => m
                 .index
@@ -122,6 +144,7 @@ impl SourceSpec {
                 .or(m.dir.as_deref())
                 .or(m.paths.first().map(String::as_str))
                 .unwrap_or("mosaic"),
+            #[cfg(feature = "vector")]
             SourceSpec::Vector(v) => &v.path,
         }
     }
@@ -157,18 +180,30 @@ impl<'de> Deserialize<'de> for SourceSpec {
             "gdal" => serde_json::from_value(value)
                 .map(SourceSpec::Gdal)
                 .map_err(|e| D::Error::custom(format!("gdal source: {e}"))),
+            #[cfg(not(feature = "upstream"))]
+            "wms" | "xyz" | "wmts" => Err(D::Error::custom(format!(
+                "{kind} sources are not in this build of tessera (cargo feature `upstream`)"
+            ))),
+            #[cfg(not(feature = "vector"))]
+            "vector" => Err(D::Error::custom(
+                "vector sources are not in this build of tessera (cargo feature `vector`)",
+            )),
+            #[cfg(feature = "upstream")]
             "wms" => serde_json::from_value(value)
                 .map(|w| SourceSpec::Wms(Box::new(w)))
                 .map_err(|e| D::Error::custom(format!("wms source: {e}"))),
+            #[cfg(feature = "upstream")]
             "xyz" => serde_json::from_value(value)
                 .map(|x| SourceSpec::Xyz(Box::new(x)))
                 .map_err(|e| D::Error::custom(format!("xyz source: {e}"))),
+            #[cfg(feature = "upstream")]
             "wmts" => serde_json::from_value(value)
                 .map(|w| SourceSpec::Wmts(Box::new(w)))
                 .map_err(|e| D::Error::custom(format!("wmts source: {e}"))),
             "mosaic" => serde_json::from_value(value)
                 .map(|m| SourceSpec::Mosaic(Box::new(m)))
                 .map_err(|e| D::Error::custom(format!("mosaic source: {e}"))),
+            #[cfg(feature = "vector")]
             "vector" => serde_json::from_value(value)
                 .map(|v| SourceSpec::Vector(Box::new(v)))
                 .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
@@ -182,16 +217,21 @@ impl<'de> Deserialize<'de> for SourceSpec {
 /// Opens the source `spec` describes, with the process's GDAL settings
 /// (the private-network policy among them).
 pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Source>, SourceError> {
+    #[cfg(feature = "upstream")]
     let policy = || NetworkPolicy {
         allow_private_network: gdal.allow_private_network,
         allowed_private_hosts: gdal.allowed_private_hosts.clone(),
     };
     Ok(match spec {
         SourceSpec::Gdal(g) => Arc::new(GdalSource::open(g, gdal)?),
+        #[cfg(feature = "upstream")]
         SourceSpec::Wms(w) => Arc::new(WmsSource::open(w, policy())?),
+        #[cfg(feature = "upstream")]
         SourceSpec::Xyz(x) => Arc::new(TileSource::open_xyz(x, policy())?),
+        #[cfg(feature = "upstream")]
         SourceSpec::Wmts(w) => Arc::new(TileSource::open_wmts(w, policy())?),
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
+        #[cfg(feature = "vector")]
         SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),
     })
 }

@@ -182,9 +182,9 @@ impl From<RenderError> for ApiError {
                 "InvalidParameterValue",
                 format!("an image of {width}x{height} pixels is too large"),
             ),
-            RenderError::Source(
-                e @ (SourceError::TooManySourcePixels { .. } | SourceError::TooManyFeatures { .. }),
-            ) => ApiError::bad_request("InvalidParameterValue", e.to_string()),
+            RenderError::Source(ref e) if e.asks_too_much() => {
+                ApiError::bad_request("InvalidParameterValue", e.to_string())
+            }
             // What an upstream said, and where it is (a URL, a database's
             // host, user and name), stays in the log: a client learns only
             // that the layer's upstream failed.

@@ -135,8 +135,8 @@ pub async fn page(
 fn vector_page(layer: &Layer) -> Html<String> {
     let data_layers = layer
         .source
-        .as_vector()
-        .map(tessera_source::VectorSource::vector_layers)
+        .as_features()
+        .map(tessera_source::FeatureSource::vector_layers)
         .unwrap_or_default();
     let palette = [
         "#3a6ea5", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#16a085",

@@ -105,8 +105,8 @@ pub async fn tilejson(
         doc["format"] = Value::String(format.archive_name().into());
         let layers: Vec<Value> = layer
             .source
-            .as_vector()
-            .map(tessera_source::VectorSource::vector_layers)
+            .as_features()
+            .map(tessera_source::FeatureSource::vector_layers)
             .unwrap_or_default()
             .into_iter()
             .map(|l| {

@@ -4,8 +4,11 @@
 //! passed through). Every request goes through one bounded client per
 //! source ([`client::UpstreamClient`]).
 
+mod answer;
 pub mod client;
 pub mod tiles;
 pub mod wms;
 mod wmts_caps;
 pub(crate) mod xml;
+
+pub use answer::BasicAuth;

@@ -14,12 +14,12 @@ use serde::Deserialize;
 use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrix, TileMatrixSet, TileRange};
 use tessera_image::{Raster, RgbaImage, decode};
 
+use super::answer::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
 use super::client::{
     FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, excerpt, redacted,
 };
-use super::wms::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
 use crate::complete::check_complete;
-use crate::gdal_source::warp_rgba;
+use crate::warp::warp_rgba;
 use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
 /// Most upstream tiles one read may fetch.

@@ -9,6 +9,7 @@
 //! `where`, and reads only the features there.
 
 pub mod draw;
+mod error;
 mod mvt;
 mod pg;
 mod pool;
@@ -21,8 +22,12 @@ use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
 
-use crate::{Crs, Source, SourceError, SourceInfo, WindowRequest};
+use crate::{
+    Crs, FeatureSource, FoundFeature, LegendSymbol, Source, SourceError, SourceInfo,
+    VectorLayerInfo, WindowRequest,
+};
 use draw::{Canvas, Shapes};
+pub use error::VectorError;
 use pool::Pool;
 pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
 use style::{Attribute, Rule};
@@ -30,41 +35,6 @@ use style::{Attribute, Rule};
 /// Metres per pixel of Web Mercator's zoom 0 (256-pixel tiles): zoom
 /// levels of style rules are measured against it.
 const ZOOM0_METERS_PER_PIXEL: f64 = 156_543.033_928_040_97;
-
-/// A vector layer as vector tiles hold it (TileJSON's `vector_layers`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct VectorLayerInfo {
-    /// Its name in the tiles.
-    pub name: String,
-    /// Its attributes and their types (`Number`, `String`, `Boolean`).
-    pub fields: Vec<(String, &'static str)>,
-    /// The lowest zoom whose tiles hold it.
-    pub min_zoom: u8,
-    /// The highest zoom whose tiles hold it (`None`: every zoom).
-    pub max_zoom: Option<u8>,
-    /// The data's geometry type (`Polygon`, `Multi Polygon`, `Point`, ...).
-    pub geometry: String,
-}
-
-/// A feature found at a point (feature info).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FoundFeature {
-    /// The data layer's name (as in vector tiles).
-    pub layer: String,
-    /// The layer's offered fields, with their values (JSON null for none).
-    pub attributes: Vec<(String, serde_json::Value)>,
-}
-
-/// One legend entry: a rule's name and its symbol.
-#[derive(Debug)]
-pub struct LegendSymbol {
-    /// The data layer it belongs to.
-    pub layer: String,
-    /// The rule's name.
-    pub label: String,
-    /// The symbol, drawn as the rule draws the layer's geometry type.
-    pub symbol: Raster,
-}
 
 /// Features of one or more layers of a vector dataset, drawn with their
 /// styles, cut into vector tiles, or found at a point.
@@ -338,10 +308,11 @@ impl VectorSource {
         let mut out = Vec::new();
         for feature in layer.features() {
             if out.len() as u64 >= self.spec.max_features {
-                return Err(SourceError::TooManyFeatures {
+                return Err(VectorError::TooManyFeatures {
                     layer: dl.name.clone(),
                     limit: self.spec.max_features,
-                });
+                }
+                .into());
             }
             if out.len() % 1024 == 0 && cancelled(cancel) {
                 return Err(SourceError::Cancelled);
@@ -407,10 +378,11 @@ impl VectorSource {
             };
             if rows > most {
                 let names: Vec<&str> = tables.iter().map(|(dl, _)| dl.name.as_str()).collect();
-                return Err(SourceError::TooManyFeatures {
+                return Err(VectorError::TooManyFeatures {
                     layer: names.join(","),
                     limit: most,
-                });
+                }
+                .into());
             }
             return Ok(mvt::gzip(&raw));
         }
@@ -871,8 +843,33 @@ impl Source for VectorSource {
             .then(|| self.mvt_tile(grid, coord, cancel).map(Some))
     }
 
-    fn as_vector(&self) -> Option<&VectorSource> {
+    fn as_features(&self) -> Option<&dyn FeatureSource> {
         Some(self)
+    }
+}
+
+impl FeatureSource for VectorSource {
+    fn vector_layers(&self) -> Vec<VectorLayerInfo> {
+        VectorSource::vector_layers(self)
+    }
+
+    fn rule_count(&self) -> usize {
+        VectorSource::rule_count(self)
+    }
+
+    fn legend(&self, size: u32) -> Vec<LegendSymbol> {
+        VectorSource::legend(self, size)
+    }
+
+    fn features_at(
+        &self,
+        point: (f64, f64),
+        crs: &Crs,
+        resolution: f64,
+        tolerance: f64,
+        limit: usize,
+    ) -> Result<Vec<FoundFeature>, SourceError> {
+        VectorSource::features_at(self, point, crs, resolution, tolerance, limit)
     }
 }
 

@@ -236,7 +236,7 @@ fn query_layer(
     count: usize,
     max_source_pixels: u64,
 ) -> Result<Option<Found>, RenderError> {
-    if let Some(vector) = layer.source.as_vector() {
+    if let Some(vector) = layer.source.as_features() {
         let tolerance = f64::from(buffer.max(1)) * res_x.max(res_y);
         let features = vector.features_at(at, crs, res_x, tolerance, count)?;
         if features.is_empty() {

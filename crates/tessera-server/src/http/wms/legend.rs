@@ -26,8 +26,8 @@ const GAP: u32 = 4;
 pub(super) fn legend_size(layer: &Layer) -> Option<(u32, u32)> {
     let rules = layer
         .source
-        .as_vector()
-        .map_or(0, tessera_source::VectorSource::rule_count);
+        .as_features()
+        .map_or(0, tessera_source::FeatureSource::rule_count);
     if rules > 0 {
         let n = u32::try_from(rules).unwrap_or(u32::MAX / 64);
         return Some((DEFAULT_SIZE, n * DEFAULT_SIZE + (n - 1) * GAP));
@@ -61,7 +61,7 @@ pub(super) fn respond(kvp: &Kvp, registry: &Registry) -> Result<Response, ApiErr
     let width = dimension(kvp, "WIDTH")?;
     let height = dimension(kvp, "HEIGHT")?;
     let rule = kvp.get("rule");
-    if let Some(vector) = layer.source.as_vector() {
+    if let Some(vector) = layer.source.as_features() {
         let mut symbols = vector.legend(width.max(height));
         if let Some(r) = rule {
             symbols.retain(|s| s.label == r);

@@ -4,6 +4,8 @@
 //! bounded LRU of open pieces, and composites them in a fixed order (later
 //! pieces over earlier ones, nodata and alpha honoured).
 
+mod overview;
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -15,12 +17,13 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
-use crate::gdal_source::{Whole, empty_raster};
-use crate::mosaic_overview::Overviews;
+use crate::gdal::Whole;
+use crate::warp::empty_raster;
 use crate::{
     Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling, Source, SourceError, SourceInfo,
     WindowRequest,
 };
+use overview::Overviews;
 
 /// Metres per degree of longitude at the equator (WGS 84).
 const METERS_PER_DEGREE: f64 = 111_319.490_793_273_58;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
-use crate::gdal_source::{Resampling, empty_raster, warp_raster};
+use crate::warp::{Resampling, empty_raster, warp_raster};
 use crate::{Crs, SourceError, SourceInfo, WindowRequest};
 
 /// Most CRSs with an overview at once; windows in further CRSs read the

@@ -23,7 +23,7 @@ use std::ffi::c_int;
 use gdal::Dataset;
 use tessera_image::{BandData, Raster};
 
-use crate::gdal_source::{Resampling, empty_raster};
+use crate::warp::{Resampling, empty_raster};
 use crate::{Crs, SourceInfo, WindowRequest};
 
 /// Whether coordinates in `a` are coordinates in `b` (x/y order): the same

@@ -1,0 +1,82 @@
+//! What both upstream sources (WMS and tile services) share: their
+//! credentials, and how an upstream's answer becomes pixels or an error.
+
+use serde::Deserialize;
+use tessera_image::{BandData, Raster};
+
+use super::client::{FetchError, Fetched, excerpt, redacted};
+use super::xml::{exception_text, is_xml};
+use crate::{Crs, SourceError};
+
+/// User name and password sent with every request (HTTP basic auth).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// User name.
+    pub user: String,
+    /// Password (use `${ENV}`).
+    pub password: String,
+}
+
+/// A window with no valid pixel.
+pub(crate) fn empty(width: u32, height: u32) -> Raster {
+    let n = width as usize * height as usize;
+    Raster {
+        width,
+        height,
+        bands: (0..3).map(|_| BandData::U8(vec![0; n])).collect(),
+        valid: vec![0; n],
+    }
+}
+
+/// Whether a box in `b` is the same box in `a` (axis order aside, which
+/// the request takes care of): the same CRS, or WGS 84 as EPSG:4326 and as
+/// OGC:CRS84.
+pub(crate) fn same_coordinates(a: &Crs, b: &Crs) -> bool {
+    let wgs84 = |c: &Crs| matches!(c.id.as_str(), "EPSG:4326" | "OGC:CRS84");
+    a.id == b.id || (wgs84(a) && wgs84(b))
+}
+
+/// The source error an upstream request's failure means: 503 with
+/// Retry-After while the circuit is open, 502 otherwise.
+pub(crate) fn fetch_error(url: &reqwest::Url, e: FetchError) -> SourceError {
+    match e {
+        FetchError::Cancelled => SourceError::Cancelled,
+        FetchError::CircuitOpen {
+            retry_after_secs, ..
+        } => SourceError::UpstreamUnavailable {
+            url: redacted(url),
+            message: e.to_string(),
+            retry_after_secs,
+        },
+        other => SourceError::Upstream {
+            url: redacted(url),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Refuses an answer that is not the image asked for (`what`, for the
+/// message): an exception document whatever its status, or a status other
+/// than 200.
+pub(crate) fn refuse_non_image(
+    url: &reqwest::Url,
+    fetched: &Fetched,
+    what: &str,
+) -> Result<(), SourceError> {
+    let message = if is_xml(&fetched.content_type, &fetched.body) {
+        format!(
+            "it answered {} with an exception instead of {what}: {}",
+            fetched.status,
+            exception_text(&fetched.body)
+        )
+    } else if fetched.status != 200 {
+        format!("it answered {}: {}", fetched.status, excerpt(&fetched.body))
+    } else {
+        return Ok(());
+    };
+    Err(SourceError::Upstream {
+        url: redacted(url),
+        message,
+    })
+}
