@@ -78,7 +78,7 @@ impl Drop for Setup {
     /// written after the store's directory is removed.
     fn drop(&mut self) {
         let deadline = Instant::now() + Duration::from_mins(1);
-        while self.state.tiles.locks_in_use() != (0, 0) && Instant::now() < deadline {
+        while self.state.service().tiles.locks_in_use() != (0, 0) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -178,7 +178,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 async fn locks_drain(state: &AppState) -> (usize, usize) {
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
-        let held = state.tiles.locks_in_use();
+        let held = state.service().tiles.locks_in_use();
         if held == (0, 0) || Instant::now() > deadline {
             return held;
         }
@@ -207,7 +207,7 @@ async fn a_thousand_concurrent_requests_for_one_metatile_render_it_once() {
     }
 
     assert_eq!(
-        s.state.metrics.metatile_renders("relief"),
+        s.state.service().metrics.metatile_renders("relief"),
         1,
         "exactly one render"
     );
@@ -314,7 +314,7 @@ async fn random_load_on_a_saturated_pool_never_deadlocks_or_renders_twice() {
     );
     // Each metatile is rendered once; only a render that passed its timeout
     // (its client got 503, nothing was stored) may be done again.
-    let renders = s.state.metrics.metatile_renders("relief");
+    let renders = s.state.service().metrics.metatile_renders("relief");
     let unavailable = unavailable.load(Ordering::Relaxed) as u64;
     assert!(
         (touched..=touched + unavailable).contains(&renders),
@@ -353,8 +353,12 @@ async fn a_render_that_never_finishes_times_out_every_waiter_and_frees_the_locks
             "503 says when to retry"
         );
     }
-    assert_eq!(s.state.tiles.locks_in_use(), (0, 0), "lock table empty");
-    let text = s.state.metrics.render();
+    assert_eq!(
+        s.state.service().tiles.locks_in_use(),
+        (0, 0),
+        "lock table empty"
+    );
+    let text = s.state.service().metrics.render();
     assert!(
         text.contains("tessera_tile_requests_total{layer=\"relief\",result=\"error\"} 40"),
         "{text}"
@@ -425,8 +429,12 @@ async fn every_store_type_caches_metatiles_and_serves_hits() {
             "HIT",
             "{kind}: the sibling was stored"
         );
-        assert_eq!(s.state.metrics.metatile_renders("relief"), 1, "{kind}");
-        let text = s.state.metrics.render();
+        assert_eq!(
+            s.state.service().metrics.metatile_renders("relief"),
+            1,
+            "{kind}"
+        );
+        let text = s.state.service().metrics.render();
         let name = if kind == "memory" { "memory" } else { kind };
         assert!(
             text.contains(&format!("store=\"{name}\",op=\"get\"")),
@@ -467,7 +475,7 @@ async fn with_no_pool_every_tile_is_stored_before_the_response() {
     let r = fetch(&s.app, "/tiles/relief/WebMercatorQuad/3/5/2.png", None).await;
     assert_eq!(r.status, StatusCode::OK);
     // No wait: the response came after the whole metatile was stored.
-    assert_eq!(s.state.tiles.locks_in_use(), (0, 0));
+    assert_eq!(s.state.service().tiles.locks_in_use(), (0, 0));
     for y in 0..4 {
         for x in 4..8 {
             let p = s
@@ -632,11 +640,11 @@ async fn tile_hits_the_short_way_answer_as_the_router_does() {
     locks_drain(&s.state).await;
 
     let routed = fetch(&s.app, uri, None).await;
-    let before = s.state.metrics.render();
+    let before = s.state.service().metrics.render();
     let fast = app
         .try_fast(&get(uri))
         .expect("a hit in the page cache is taken the short way");
-    let after = s.state.metrics.render();
+    let after = s.state.service().metrics.render();
     assert_eq!(fast.status(), routed.status);
     let sorted = |h: &axum::http::HeaderMap| {
         let mut all: Vec<(String, String)> = h
@@ -749,7 +757,7 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
 
     let s = setup(Duration::from_millis(5), true, |_| {});
     let plan = TilePlan::new(
-        &s.state.registry,
+        &s.state.service().registry,
         "relief",
         "WebMercatorQuad",
         None,
@@ -761,15 +769,22 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     let root = s.dir.path().to_path_buf();
     let cancel = AtomicBool::new(false);
     let mut reports = 0;
-    let end = seed::run(&s.state.tiles, &plan, 2, false, &cancel, |stats| {
-        reports += 1;
-        let on_disk = stored_tiles(&root);
-        assert!(
-            on_disk >= stats.tiles_written,
-            "{} tiles counted written, {on_disk} in the store",
-            stats.tiles_written
-        );
-    })
+    let end = seed::run(
+        &s.state.service().tiles,
+        &plan,
+        2,
+        false,
+        &cancel,
+        |stats| {
+            reports += 1;
+            let on_disk = stored_tiles(&root);
+            assert!(
+                on_disk >= stats.tiles_written,
+                "{} tiles counted written, {on_disk} in the store",
+                stats.tiles_written
+            );
+        },
+    )
     .await;
     let SeedEnd::Complete(stats) = end else {
         panic!("the seed did not complete: {end:?}");
@@ -780,10 +795,10 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     assert_eq!(s.probe.reads.load(Ordering::SeqCst) as u64, metatiles);
     assert_eq!(stored_tiles(&root), stats.tiles_written);
     assert_eq!(stats.tiles_written, stats.tiles_done);
-    assert_eq!(s.state.tiles.locks_in_use(), (0, 0));
+    assert_eq!(s.state.service().tiles.locks_in_use(), (0, 0));
 
     // Run again: every metatile is stored, none is rendered.
-    let again = seed::run(&s.state.tiles, &plan, 2, false, &cancel, |_| {}).await;
+    let again = seed::run(&s.state.service().tiles, &plan, 2, false, &cancel, |_| {}).await;
     let SeedEnd::Complete(again) = again else {
         panic!("the second seed did not complete: {again:?}");
     };

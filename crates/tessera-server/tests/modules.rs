@@ -171,3 +171,28 @@ fn the_checker_finds_a_circle() {
         BTreeSet::from(["config".into(), "model".into(), "render".into()])
     );
 }
+
+#[test]
+fn handlers_take_the_parts_they_use_not_the_whole_service() {
+    let http = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let mut files = vec![http];
+    let mut read = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        read += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("State<AppState>")
+                && !text.contains("impl std::ops::Deref for AppState"),
+            "{} takes the whole service; take a substate of http::state",
+            path.display()
+        );
+    }
+    assert!(read > 10);
+}

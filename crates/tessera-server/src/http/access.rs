@@ -16,7 +16,7 @@ use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::AppState;
+use super::state::Requests;
 use crate::metrics::EndpointKind;
 use crate::model::Layer;
 
@@ -42,7 +42,7 @@ impl ServedLayers {
 const MAX_LOGGED_TARGET: usize = 2048;
 
 /// Records the request in the metrics and, when enabled, the access log.
-pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn record(State(state): State<Requests>, request: Request, next: Next) -> Response {
     let record = Record::begin(&state, request.method(), request.uri());
     let response = next.run(request).await;
     record.finish(&state, &response);
@@ -59,9 +59,9 @@ pub struct Record {
 impl Record {
     /// Starts timing a request (its method and target are kept only when
     /// the access log is on).
-    pub fn begin(state: &AppState, method: &Method, uri: &Uri) -> Record {
-        let log = state.config.server.access_log
-            && tracing::enabled!(target: "tessera::access", tracing::Level::INFO);
+    pub fn begin(state: &Requests, method: &Method, uri: &Uri) -> Record {
+        let log =
+            state.access_log && tracing::enabled!(target: "tessera::access", tracing::Level::INFO);
         Record {
             start: Instant::now(),
             kind: EndpointKind::of(uri.path()),
@@ -70,7 +70,7 @@ impl Record {
     }
 
     /// Counts the request in the metrics and writes its access-log line.
-    pub fn finish(self, state: &AppState, response: &Response) {
+    pub fn finish(self, state: &Requests, response: &Response) {
         let elapsed = self.start.elapsed();
         let status = response.status();
         state

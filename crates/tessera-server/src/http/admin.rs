@@ -20,15 +20,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tessera_store::upload::{Upload, verify};
 
-use super::AppState;
 use super::body::{BodyError, BodyReader};
 use super::error::ApiError;
+use super::state::Admin;
 use crate::config::valid_name;
 use crate::sources::{Uploads, sniff_extension};
 
 /// Handles `PUT /admin/sources/{name}`.
 pub async fn put_source(
-    State(state): State<AppState>,
+    State(state): State<Admin>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -64,7 +64,7 @@ fn unauthorized() -> ApiError {
 /// 400 with why the config was refused (the old one keeps serving), among
 /// which layers dropped without `remove_layers=true`.
 pub async fn reload(
-    State(state): State<AppState>,
+    State(state): State<Admin>,
     headers: HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
@@ -113,7 +113,7 @@ pub async fn reload(
 /// request waiting for it has gone. 200 with what was removed; 400 for a
 /// bad argument; 409 when it was cancelled; 502 when the store fails.
 pub async fn truncate(
-    State(state): State<AppState>,
+    State(state): State<Admin>,
     headers: HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
@@ -174,7 +174,7 @@ pub async fn truncate(
 
 /// Handles `GET /admin/truncate`: the truncations running, as JSON (layer,
 /// area, objects removed so far, seconds, requests waiting).
-pub async fn truncations(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn truncations(State(state): State<Admin>, headers: HeaderMap) -> Response {
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
@@ -184,7 +184,7 @@ pub async fn truncations(State(state): State<AppState>, headers: HeaderMap) -> R
 /// Handles `DELETE /admin/truncate?layer=L`: stops the layer's running
 /// truncations (what was removed stays removed); 200 with how many.
 pub async fn cancel_truncate(
-    State(state): State<AppState>,
+    State(state): State<Admin>,
     headers: HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
@@ -202,7 +202,7 @@ pub async fn cancel_truncate(
         .into_response()
 }
 
-fn truncate_plan(state: &AppState, query: &str) -> Result<crate::plan::TilePlan, String> {
+fn truncate_plan(state: &Admin, query: &str) -> Result<crate::plan::TilePlan, String> {
     use crate::plan::{PlanArea, TilePlan, parse_bbox, parse_zooms};
     let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
@@ -252,7 +252,7 @@ fn query_value(query: Option<&str>, name: &str) -> Option<String> {
 
 /// The answer refusing a request to an admin endpoint: 404 when the admin
 /// API is off, 401 without the token; `None` lets it through.
-fn refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+fn refusal(state: &Admin, headers: &HeaderMap) -> Option<Response> {
     let Some(admin) = &state.config.admin else {
         return Some(
             ApiError::not_found(
@@ -283,7 +283,7 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 }
 
 async fn upload(
-    state: &AppState,
+    state: &Admin,
     name: &str,
     headers: &HeaderMap,
     body: Body,
@@ -409,7 +409,7 @@ async fn upload(
 /// Opens the stored raster with GDAL as layer `name` and records it; a file
 /// GDAL cannot read is deleted again and refused.
 async fn register(
-    state: &AppState,
+    state: &Admin,
     uploads: &Arc<Uploads>,
     name: &str,
     file: &str,

@@ -10,6 +10,7 @@
 //! Everything else (a miss, a vector tile, `HEAD`, a path with
 //! percent-escapes, CORS by a list of origins) goes to the router.
 
+use axum::extract::FromRef;
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::Response;
 use tessera_grid::TileFormat;
@@ -18,12 +19,16 @@ use tessera_store::{HeldFile, Peeked};
 use super::access::Record;
 use super::address::TileAddress;
 use super::sendfile::FileBodies;
+use super::state::{Requests, Tiles};
 use super::{AppState, cors, tile_response};
 use crate::tile_cache::{CacheStatus, Tile};
 
-/// What the short way needs besides the state, computed once per router.
+/// What the short way needs, taken once per router: the tile endpoints'
+/// state, the request counting's, and the read endpoints' CORS headers.
 #[derive(Debug, Clone)]
 pub struct FastTiles {
+    tiles: Tiles,
+    requests: Requests,
     /// The CORS headers of every read, or `None` when they depend on the
     /// request (the short way is then off).
     cors: Option<Vec<(HeaderName, HeaderValue)>>,
@@ -33,7 +38,9 @@ impl FastTiles {
     /// The short way for `state`'s configuration.
     pub fn new(state: &AppState) -> FastTiles {
         FastTiles {
-            cors: cors::fixed_read_headers(&state.config.server.cors),
+            tiles: Tiles::from_ref(state),
+            requests: Requests::from_ref(state),
+            cors: cors::fixed_read_headers(&state.service.config.server.cors),
         }
     }
 
@@ -43,26 +50,21 @@ impl FastTiles {
     /// With `files`, the connection's queue of file bodies, a tile kept as
     /// a file the page cache holds is answered with the file itself (sent
     /// by `sendfile`, see [`super::sendfile`]) instead of its bytes.
-    pub fn serve<B>(
-        &self,
-        state: &AppState,
-        request: &Request<B>,
-        files: Option<&FileBodies>,
-    ) -> Option<Response> {
+    pub fn serve<B>(&self, request: &Request<B>, files: Option<&FileBodies>) -> Option<Response> {
         let cors = self.cors.as_ref()?;
         if request.method() != Method::GET {
             return None;
         }
         let (address, rows) = TileAddress::from_tile_path(request.uri().path())?;
-        let record = Record::begin(state, request.method(), request.uri());
-        let tile = address.resolve(&state.registry, rows).ok()?;
+        let record = Record::begin(&self.requests, request.method(), request.uri());
+        let tile = address.resolve(&self.tiles.registry, rows).ok()?;
         if tile.format.is_vector() {
             return None;
         }
         // A mixed-format tile's media type is read from its bytes.
         let (found, file) = match files {
             Some(_) if tile.format != TileFormat::Mixed => {
-                match state.tiles.peek_hit_file(&tile)? {
+                match self.tiles.cache.peek_hit_file(&tile)? {
                     Peeked::Held(held) => (Tile::hit(held), None),
                     Peeked::File(mut held) => match FileBodies::stand_in(held.len) {
                         Some(stand_in) => (file_hit(&held, stand_in), Some(held)),
@@ -75,7 +77,7 @@ impl FastTiles {
                     },
                 }
             }
-            _ => (state.tiles.peek_hit(&tile)?, None),
+            _ => (self.tiles.cache.peek_hit(&tile)?, None),
         };
         let mut response = tile_response(tile, found, request.headers()).ok()?;
         let length = axum::body::HttpBody::size_hint(response.body()).exact();
@@ -87,14 +89,14 @@ impl FastTiles {
             headers.insert(name.clone(), value.clone());
         }
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, super::NOSNIFF);
-        record.finish(state, &response);
+        record.finish(&self.requests, &response);
         // Last, when nothing can fail any more: the file waits for the
         // stand-in body that only a 200 carries (a 304 has none).
         if let (Some(files), Some(held)) = (files, file)
             && response.status() == StatusCode::OK
         {
             files.queue(held.file, held.len);
-            state.metrics.file_sent();
+            self.requests.metrics.file_sent();
         }
         Some(response)
     }

@@ -14,6 +14,7 @@ pub mod live;
 pub mod params;
 mod preview;
 pub mod sendfile;
+pub mod state;
 mod templates;
 mod tilejson;
 mod tiles;
@@ -24,7 +25,7 @@ pub mod xml;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -37,7 +38,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::Config;
 use crate::service::Service;
-use crate::tile_cache::{CacheStatus, Tile, TileRequest};
+use crate::tile_cache::{CacheStatus, Tile, TileCache, TileRequest};
 use error::ApiError;
 
 /// State shared by all handlers: the tile service (dereferences to it),
@@ -57,6 +58,11 @@ impl AppState {
         }
     }
 
+    /// The service the handlers' states are taken from (see [`state`]).
+    pub fn service(&self) -> &Arc<Service> {
+        &self.service
+    }
+
     /// A service that [`live::Live`] serves and may replace.
     fn live(service: Arc<Service>, live: std::sync::Weak<live::Live>) -> AppState {
         AppState {
@@ -66,21 +72,12 @@ impl AppState {
     }
 }
 
-impl std::ops::Deref for AppState {
-    type Target = Service;
-
-    fn deref(&self) -> &Service {
-        &self.service
-    }
-}
-
 /// What the listener answers each request with: the router, and the short
 /// way for tile hits ([`fast`]), built from the same state. The listener
 /// holds the current one; a reload replaces it whole.
 #[derive(Debug)]
 pub struct App {
     router: Router,
-    state: AppState,
     fast: fast::FastTiles,
 }
 
@@ -88,9 +85,8 @@ impl App {
     /// The router and the short way for `state`.
     pub fn new(state: AppState) -> App {
         App {
-            router: router(state.clone()),
             fast: fast::FastTiles::new(&state),
-            state,
+            router: router(state),
         }
     }
 
@@ -108,7 +104,7 @@ impl App {
         files: Option<&sendfile::FileBodies>,
     ) -> Option<Response> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.fast.serve(&self.state, request, files)
+            self.fast.serve(request, files)
         }))
         .ok()
         .flatten()
@@ -156,7 +152,7 @@ impl App {
 /// (unless off), the admin endpoints without it (unless configured), text
 /// responses compressed (unless off), every request counted and logged.
 pub fn router(state: AppState) -> Router {
-    let server = &state.config.server;
+    let server = &state.service.config.server;
     let mut reads = Router::new()
         .route("/", get(preview::index))
         .route("/health", get(health))
@@ -216,7 +212,7 @@ pub fn router(state: AppState) -> Router {
         app = app.layer(CompressionLayer::new());
     }
     app.layer(middleware::from_fn_with_state(
-        state.clone(),
+        state::Requests::from_ref(&state),
         access::record,
     ))
     .layer(CatchPanicLayer::custom(panic_response))
@@ -240,7 +236,7 @@ async fn health() -> &'static str {
 /// `GET /ready`: 503 while a store fails writes (a load balancer should
 /// send traffic elsewhere); otherwise 200, with how busy the render slots
 /// are (all of them, and the share WMS maps may hold).
-async fn ready(State(state): State<AppState>) -> Response {
+async fn ready(State(state): State<state::Status>) -> Response {
     let slots = state.renderer.slots_in_use();
     let saturated = |busy: usize, all: usize| if busy >= all { " (saturated)" } else { "" };
     let renders = format!(
@@ -267,7 +263,7 @@ async fn ready(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(State(state): State<state::Status>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -410,11 +406,11 @@ fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue> {
 /// `If-None-Match` matches, or, without one, when the tile was stored no
 /// later than its `If-Modified-Since` (RFC 9110, 13.2.2).
 pub async fn serve_tile(
-    state: &AppState,
+    cache: &TileCache,
     tile: TileRequest,
     request_headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let result = state.tiles.get(&tile).await?;
+    let result = cache.get(&tile).await?;
     tile_response(tile, result, request_headers)
 }
 

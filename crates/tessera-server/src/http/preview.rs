@@ -15,8 +15,8 @@ use serde_json::json;
 
 use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::Catalog;
 use super::xml::escape;
 use crate::model::Layer;
 
@@ -30,7 +30,7 @@ header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;o
 table{border-collapse:collapse;margin:12px}td,th{padding:4px 10px;border-bottom:1px solid #ccc;text-align:left}";
 
 /// `GET /`: what is served, with links.
-pub async fn index(State(state): State<AppState>) -> Html<String> {
+pub async fn index(State(state): State<Catalog>) -> Html<String> {
     let mut rows = String::new();
     for layer in &state.registry.layers() {
         let name = escape(&layer.name);
@@ -70,7 +70,7 @@ pub struct PreviewQuery {
 /// its vector tiles in MapLibre GL JS when it offers them on
 /// WebMercatorQuad and they come first or are asked for.
 pub async fn page(
-    State(state): State<AppState>,
+    State(state): State<Catalog>,
     Path(name): Path<String>,
     Query(query): Query<PreviewQuery>,
 ) -> Result<Html<String>, ApiError> {

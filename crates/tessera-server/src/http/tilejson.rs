@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use tessera_grid::{TileFormat, mercator};
 
 use super::address::resolve_layer_grid;
+use super::base_url;
 use super::error::ApiError;
 use super::error::Protocol;
-use super::{AppState, base_url};
+use super::state::Catalog;
 use crate::model::{HIDPI_FACTOR, HIDPI_SUFFIX};
 
 /// The query of a TileJSON request.
@@ -26,7 +27,7 @@ pub struct TileJsonQuery {
 /// `GET /tiles/{layer}/{grid}/tilejson.json[?tile_scale=2][&format=mvt]`.
 /// For vector tiles, `vector_layers` lists each data layer with its fields.
 pub async fn tilejson(
-    State(state): State<AppState>,
+    State(state): State<Catalog>,
     Path((layer, grid)): Path<(String, String)>,
     Query(query): Query<TileJsonQuery>,
     headers: HeaderMap,

@@ -6,11 +6,12 @@ use axum::response::Response;
 
 use super::address::{Rows, TileAddress};
 use super::error::{ApiError, Protocol};
-use super::{AppState, serve_tile};
+use super::serve_tile;
+use super::state::Tiles;
 
 /// `GET /tiles/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the top.
 pub async fn xyz(
-    State(state): State<AppState>,
+    State(state): State<Tiles>,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -19,7 +20,7 @@ pub async fn xyz(
 
 /// `GET /tms/1.0.0/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the bottom.
 pub async fn tms(
-    State(state): State<AppState>,
+    State(state): State<Tiles>,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -27,7 +28,7 @@ pub async fn tms(
 }
 
 async fn serve(
-    state: &AppState,
+    state: &Tiles,
     headers: &HeaderMap,
     address: &TileAddress,
     rows: Rows,
@@ -35,5 +36,5 @@ async fn serve(
     let tile = address
         .resolve(&state.registry, rows)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
-    serve_tile(state, tile, headers).await
+    serve_tile(&state.cache, tile, headers).await
 }

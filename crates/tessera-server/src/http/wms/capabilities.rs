@@ -8,9 +8,10 @@ use tessera_grid::{BBox, TileFormat, WEB_MERCATOR_QUAD};
 
 use super::Version;
 use crate::config::{MetadataUrl, ServiceMetadata};
+use crate::http::base_url;
 use crate::http::error::ApiError;
+use crate::http::state::Catalog;
 use crate::http::templates::{self, Extent};
-use crate::http::{AppState, base_url};
 
 /// What both versions' templates show.
 #[derive(Debug, Serialize)]
@@ -49,7 +50,7 @@ struct LegendSize {
 
 /// The capabilities document of `version`.
 pub fn response(
-    state: &AppState,
+    state: &Catalog,
     headers: &HeaderMap,
     version: Version,
 ) -> Result<Response, ApiError> {

@@ -14,8 +14,9 @@ use axum::response::Response;
 
 use super::access::ServedLayers;
 use super::error::{ApiError, Protocol};
+use super::image_response;
 use super::params::Kvp;
-use super::{AppState, image_response};
+use super::state::Maps;
 use crate::render::Demand;
 use get_map::GetMap;
 
@@ -56,7 +57,7 @@ fn version_lt(a: &str, b: &str) -> bool {
 
 /// `GET /wms?SERVICE=WMS&REQUEST=...`.
 pub async fn kvp(
-    State(state): State<AppState>,
+    State(state): State<Maps>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -70,7 +71,7 @@ pub async fn kvp(
     let request = kvp.service_request("WMS").map_err(|e| err(e.into()))?;
     match request.to_ascii_lowercase().as_str() {
         "getcapabilities" | "capabilities" => {
-            capabilities::response(&state, &headers, version).map_err(err)
+            capabilities::response(&state.catalog(), &headers, version).map_err(err)
         }
         "getmap" | "map" => {
             // Version negotiation is for GetCapabilities only: a GetMap

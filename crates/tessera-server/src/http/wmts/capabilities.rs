@@ -12,9 +12,10 @@ use axum::response::Response;
 use serde::Serialize;
 
 use crate::config::ServiceMetadata;
+use crate::http::base_url;
 use crate::http::error::ApiError;
+use crate::http::state::Catalog;
 use crate::http::templates::{self, Extent};
-use crate::http::{AppState, base_url};
 use crate::model::{Grid, Layer};
 
 #[derive(Debug, Serialize)]
@@ -141,7 +142,7 @@ impl Sections {
 
 /// The capabilities document, with `sections`.
 pub fn response(
-    state: &AppState,
+    state: &Catalog,
     headers: &HeaderMap,
     sections: Sections,
 ) -> Result<Response, ApiError> {
@@ -177,7 +178,7 @@ pub fn response(
     )
 }
 
-fn layer(state: &AppState, layer: &Layer) -> WmtsLayer {
+fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
     WmtsLayer {
         name: layer.name.clone(),
         title: layer.title.clone(),

@@ -12,11 +12,13 @@ use capabilities::Sections;
 use super::address::{Rows, TileAddress};
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
-use super::{AppState, serve_tile};
+use super::serve_tile;
+use super::state::{Catalog, Tiles};
 
 /// `GET /wmts?SERVICE=WMTS&REQUEST=...`.
 pub async fn kvp(
-    State(state): State<AppState>,
+    State(state): State<Catalog>,
+    State(tiles): State<Tiles>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -58,7 +60,7 @@ pub async fn kvp(
                 .at("VERSION")));
             }
             let address = TileAddress::from_wmts_kvp(&kvp).map_err(err)?;
-            get_tile(&state, &headers, &address).await
+            get_tile(&tiles, &headers, &address).await
         }
         // An operation WMTS defines that this server does not offer.
         "getfeatureinfo" => Err(err(ApiError::bad_request(
@@ -80,12 +82,13 @@ pub async fn kvp(
 /// a KVP request like one to `/wmts` (clients that append KVP to any URL
 /// the capabilities list).
 pub async fn capabilities_rest(
-    state: State<AppState>,
+    state: State<Catalog>,
+    tiles: State<Tiles>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     if query.as_deref().is_some_and(has_request) {
-        return kvp(state, RawQuery(query), headers).await;
+        return kvp(state, tiles, RawQuery(query), headers).await;
     }
     capabilities::response(&state, &headers, Sections::ALL).map_err(|e| e.speaking(Protocol::Wmts))
 }
@@ -101,7 +104,7 @@ fn has_request(query: &str) -> bool {
 
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
 pub async fn rest_tile(
-    State(state): State<AppState>,
+    State(state): State<Tiles>,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -109,7 +112,7 @@ pub async fn rest_tile(
 }
 
 async fn get_tile(
-    state: &AppState,
+    state: &Tiles,
     headers: &HeaderMap,
     address: &TileAddress,
 ) -> Result<Response, ApiError> {
@@ -136,7 +139,7 @@ async fn get_tile(
         .at(locator)
         .speaking(Protocol::Wmts));
     }
-    serve_tile(state, tile, headers)
+    serve_tile(&state.cache, tile, headers)
         .await
         .map_err(|e| e.speaking(Protocol::Wmts))
 }

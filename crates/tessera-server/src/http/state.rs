@@ -1,0 +1,145 @@
+//! The parts of the service each handler takes (axum `FromRef` substates
+//! of [`AppState`]): a handler names what it uses, and nothing reaches the
+//! whole [`crate::service::Service`] but the router's builder.
+
+use std::sync::{Arc, Weak};
+
+use axum::extract::FromRef;
+
+use super::AppState;
+use super::live::Live;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::render::Renderer;
+use crate::sources::Uploads;
+use crate::tile_cache::TileCache;
+
+/// The tile endpoints' state: the layers and the cached tile path.
+#[derive(Debug, Clone)]
+pub struct Tiles {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The cached tile path.
+    pub cache: Arc<TileCache>,
+}
+
+/// What documents (capabilities, TileJSON, preview) and request parsing
+/// read: the layers and the configuration.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The configuration served.
+    pub config: Arc<Config>,
+}
+
+/// What WMS needs: the catalog's parts and the renderer.
+#[derive(Debug, Clone)]
+pub struct Maps {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The configuration served.
+    pub config: Arc<Config>,
+    /// The render pool.
+    pub renderer: Renderer,
+}
+
+/// What the health and metrics endpoints read.
+#[derive(Debug, Clone)]
+pub struct Status {
+    /// The render pool (its busy slots).
+    pub renderer: Renderer,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// What counting and logging requests needs.
+#[derive(Debug, Clone)]
+pub struct Requests {
+    /// Whether the access log is on (`server.access_log`).
+    pub access_log: bool,
+    /// The metrics requests are counted in.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The admin endpoints' state: the catalog, the uploaded sources and the
+/// handle that reloads the service.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The configuration served.
+    pub config: Arc<Config>,
+    /// Uploaded sources, when the admin API takes them.
+    pub uploads: Option<Arc<Uploads>>,
+    /// The reloadable service, when it is one.
+    pub live: Option<Weak<Live>>,
+}
+
+impl Maps {
+    /// The catalog's parts of this state.
+    pub fn catalog(&self) -> Catalog {
+        Catalog {
+            registry: self.registry.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Tiles {
+    fn from_ref(state: &AppState) -> Tiles {
+        Tiles {
+            registry: state.service.registry.clone(),
+            cache: state.service.tiles.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Catalog {
+    fn from_ref(state: &AppState) -> Catalog {
+        Catalog {
+            registry: state.service.registry.clone(),
+            config: state.service.config.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Maps {
+    fn from_ref(state: &AppState) -> Maps {
+        Maps {
+            registry: state.service.registry.clone(),
+            config: state.service.config.clone(),
+            renderer: state.service.renderer.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Status {
+    fn from_ref(state: &AppState) -> Status {
+        Status {
+            renderer: state.service.renderer.clone(),
+            metrics: state.service.metrics.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Requests {
+    fn from_ref(state: &AppState) -> Requests {
+        Requests {
+            access_log: state.service.config.server.access_log,
+            metrics: state.service.metrics.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for Admin {
+    fn from_ref(state: &AppState) -> Admin {
+        Admin {
+            registry: state.service.registry.clone(),
+            config: state.service.config.clone(),
+            uploads: state.service.uploads.clone(),
+            live: state.live.clone(),
+        }
+    }
+}
