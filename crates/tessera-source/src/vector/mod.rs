@@ -403,102 +403,6 @@ impl VectorSource {
         Ok(mvt::gzip(&out))
     }
 
-    /// Features whose geometry lies within `tolerance` (CRS units) of
-    /// `point` in `crs`, topmost layer first, at most `limit`, on a map of
-    /// `resolution` (CRS units per pixel): a layer whose style draws
-    /// nothing at that scale is not queried (a layer without a style is).
-    pub fn features_at(
-        &self,
-        point: (f64, f64),
-        crs: &Crs,
-        resolution: f64,
-        tolerance: f64,
-        limit: usize,
-    ) -> Result<Vec<FoundFeature>, SourceError> {
-        let zoom = zoom_of(resolution, crs);
-        let probe = BBox::new(
-            point.0 - tolerance,
-            point.1 - tolerance,
-            point.0 + tolerance,
-            point.1 + tolerance,
-        )
-        .map_err(|e| self.read_err(e.to_string()))?;
-        let mut found = Vec::new();
-        // Topmost first: layers are drawn in order, so the last is on top.
-        for dl in self.layers.iter().rev() {
-            if !dl.style.is_empty() && !dl.style.iter().any(|r| r.draws_at(zoom)) {
-                continue;
-            }
-            let Ok(window) = crs.transform_bbox(&probe, &dl.crs) else {
-                continue;
-            };
-            let names = &dl.info_fields;
-            let features = self
-                .pool
-                .with_handle(|ds| self.features(ds, dl, &window, names, None))?;
-            let mut area = Geometry::bbox(window.min_x, window.min_y, window.max_x, window.max_y)
-                .map_err(|e| self.read_err(e.to_string()))?;
-            area.flatten_to_2d();
-            for (values, geometry) in features {
-                if found.len() >= limit {
-                    return Ok(found);
-                }
-                if !geometry.intersects(&area) {
-                    continue;
-                }
-                found.push(FoundFeature {
-                    layer: dl.name.clone(),
-                    attributes: names
-                        .iter()
-                        .cloned()
-                        .zip(
-                            values
-                                .into_iter()
-                                .map(|v| json_value(v, self.spec.info_max_chars)),
-                        )
-                        .collect(),
-                });
-            }
-        }
-        Ok(found)
-    }
-
-    /// The layers as vector tiles hold them.
-    pub fn vector_layers(&self) -> Vec<VectorLayerInfo> {
-        self.layers
-            .iter()
-            .map(|l| VectorLayerInfo {
-                name: l.name.clone(),
-                fields: l.fields.clone(),
-                min_zoom: l.min_zoom,
-                max_zoom: l.max_zoom,
-                geometry: geometry_type_to_name(l.geometry),
-            })
-            .collect()
-    }
-
-    /// How many style rules the layers have in all.
-    pub fn rule_count(&self) -> usize {
-        self.layers.iter().map(|l| l.style.len()).sum()
-    }
-
-    /// One symbol of `size` pixels per style rule, in drawing order.
-    pub fn legend(&self, size: u32) -> Vec<LegendSymbol> {
-        let mut out = Vec::new();
-        for dl in &self.layers {
-            for rule in &dl.style {
-                if let Some(symbol) = draw::symbol(rule, dl.geometry, size) {
-                    out.push(LegendSymbol {
-                        layer: dl.name.clone(),
-                        label: rule.label(),
-                        symbol,
-                    });
-                }
-            }
-        }
-        out
-    }
-
     /// Draws `dl`'s features that its rules at `zoom` select.
     fn draw_layer(
         &self,
@@ -849,18 +753,8 @@ impl Source for VectorSource {
 }
 
 impl FeatureSource for VectorSource {
-    fn vector_layers(&self) -> Vec<VectorLayerInfo> {
-        VectorSource::vector_layers(self)
-    }
-
-    fn rule_count(&self) -> usize {
-        VectorSource::rule_count(self)
-    }
-
-    fn legend(&self, size: u32) -> Vec<LegendSymbol> {
-        VectorSource::legend(self, size)
-    }
-
+    /// A layer whose style draws nothing at that scale is not queried (a
+    /// layer without a style is).
     fn features_at(
         &self,
         point: (f64, f64),
@@ -869,7 +763,85 @@ impl FeatureSource for VectorSource {
         tolerance: f64,
         limit: usize,
     ) -> Result<Vec<FoundFeature>, SourceError> {
-        VectorSource::features_at(self, point, crs, resolution, tolerance, limit)
+        let zoom = zoom_of(resolution, crs);
+        let probe = BBox::new(
+            point.0 - tolerance,
+            point.1 - tolerance,
+            point.0 + tolerance,
+            point.1 + tolerance,
+        )
+        .map_err(|e| self.read_err(e.to_string()))?;
+        let mut found = Vec::new();
+        // Topmost first: layers are drawn in order, so the last is on top.
+        for dl in self.layers.iter().rev() {
+            if !dl.style.is_empty() && !dl.style.iter().any(|r| r.draws_at(zoom)) {
+                continue;
+            }
+            let Ok(window) = crs.transform_bbox(&probe, &dl.crs) else {
+                continue;
+            };
+            let names = &dl.info_fields;
+            let features = self
+                .pool
+                .with_handle(|ds| self.features(ds, dl, &window, names, None))?;
+            let mut area = Geometry::bbox(window.min_x, window.min_y, window.max_x, window.max_y)
+                .map_err(|e| self.read_err(e.to_string()))?;
+            area.flatten_to_2d();
+            for (values, geometry) in features {
+                if found.len() >= limit {
+                    return Ok(found);
+                }
+                if !geometry.intersects(&area) {
+                    continue;
+                }
+                found.push(FoundFeature {
+                    layer: dl.name.clone(),
+                    attributes: names
+                        .iter()
+                        .cloned()
+                        .zip(
+                            values
+                                .into_iter()
+                                .map(|v| json_value(v, self.spec.info_max_chars)),
+                        )
+                        .collect(),
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    fn vector_layers(&self) -> Vec<VectorLayerInfo> {
+        self.layers
+            .iter()
+            .map(|l| VectorLayerInfo {
+                name: l.name.clone(),
+                fields: l.fields.clone(),
+                min_zoom: l.min_zoom,
+                max_zoom: l.max_zoom,
+                geometry: geometry_type_to_name(l.geometry),
+            })
+            .collect()
+    }
+
+    fn rule_count(&self) -> usize {
+        self.layers.iter().map(|l| l.style.len()).sum()
+    }
+
+    fn legend(&self, size: u32) -> Vec<LegendSymbol> {
+        let mut out = Vec::new();
+        for dl in &self.layers {
+            for rule in &dl.style {
+                if let Some(symbol) = draw::symbol(rule, dl.geometry, size) {
+                    out.push(LegendSymbol {
+                        layer: dl.name.clone(),
+                        label: rule.label(),
+                        symbol,
+                    });
+                }
+            }
+        }
+        out
     }
 }
 
