@@ -18,6 +18,13 @@
 //! then on the sibling's tile lock until the save is done, and then hits:
 //! a metatile is never rendered twice. Every wait is bounded by
 //! `cache.lock_timeout_secs`.
+//!
+//! One job per file: `types` (requests, tiles, errors), `lookup` (store
+//! reads and the two lock levels), `miss` (render, cut, save on the pool),
+//! `passthrough` (uncached layers, vector tiles, upstream tiles passed
+//! through), `seed` (one seeded metatile, stored by the caller), `lease`
+//! (the cluster lease protocol), and this module: the [`TileCache`] and
+//! its entry points.
 
 mod lease;
 mod lookup;
