@@ -51,6 +51,27 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&TileMat
     format!("{:016x}", (hash >> 64) as u64)
 }
 
+/// `fingerprint` also covering the size and modification time of `files`
+/// (a dimension value's pieces: a piece replaced or added changes the
+/// fingerprint of that value only).
+pub fn with_files(fingerprint: &str, files: &[String]) -> String {
+    let mut parts = format!("{fingerprint}\n");
+    for path in files {
+        let _ = write!(parts, "file {path}");
+        if let Ok(meta) = std::fs::metadata(path) {
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            let _ = write!(parts, " {} {modified}", meta.len());
+        }
+        parts.push('\n');
+    }
+    let hash = tessera_store::content_hash(parts.as_bytes());
+    format!("{:016x}", (hash >> 64) as u64)
+}
+
 /// The key `layer`'s tiles are kept under in `store` (its
 /// `Layer::cache_key`): `base` when the
 /// store records `fingerprint` for it (or recorded nothing yet, and now

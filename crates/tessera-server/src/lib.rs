@@ -7,6 +7,7 @@ pub mod assemble;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod dimension;
 pub mod encode_pool;
 pub mod export;
 pub mod fingerprint;

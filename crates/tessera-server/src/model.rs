@@ -17,6 +17,7 @@ use tessera_source::{Crs, Source};
 use tessera_store::cluster::Coordinator;
 use tessera_store::{Durability, TileKey, TileStore};
 
+use crate::dimension::{Dimension, DimensionError};
 use crate::metatile::MetatileSpec;
 
 /// A grid with its parsed CRS.
@@ -29,7 +30,14 @@ pub struct Grid {
 }
 
 /// A servable layer: a source, a style and where it may be tiled.
-#[derive(Debug)]
+///
+/// A layer with dimensions is served at one value of each: [`Layer::at`]
+/// gives the layer at those values, a layer like this one whose source and
+/// cache key are that value's, so that everything downstream (the tile
+/// cache, its locks and leases, seeding, truncation) keys by value without
+/// knowing about dimensions. Its name stays the layer's (metrics labels
+/// stay bounded).
+#[derive(Debug, Clone)]
 pub struct Layer {
     /// URL name.
     pub name: String,
@@ -44,7 +52,7 @@ pub struct Layer {
     /// Pixel source.
     pub source: Arc<dyn Source>,
     /// Style.
-    pub style: Box<dyn Style>,
+    pub style: Arc<dyn Style>,
     /// The colour ramp of a ramp or hillshade style (its legend), if any.
     pub ramp: Option<ColorRamp>,
     /// Grids this layer is tiled in, in configuration order.
@@ -75,6 +83,25 @@ pub struct Layer {
     pub passthrough: bool,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
+    /// Its dimensions, by name in order (none for most layers).
+    pub dimensions: Vec<Dimension>,
+    /// The layer at each combination of dimension values (its values
+    /// joined by [`values_id`]); empty without dimensions, and in a layer
+    /// that is itself at values.
+    pub at_values: HashMap<String, Arc<Layer>>,
+    /// The dimension values this layer is at (name, canonical value); empty
+    /// for a layer without dimensions and for the layer as configured.
+    pub values: Vec<(String, String)>,
+}
+
+/// The identifier of a combination of canonical dimension values (in the
+/// layer's dimension order): the values joined by `~`.
+pub fn values_id(values: &[(String, String)]) -> String {
+    values
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect::<Vec<_>>()
+        .join("~")
 }
 
 /// How a layer's tiles are cached.
@@ -128,6 +155,29 @@ impl Freshness {
 }
 
 impl Layer {
+    /// The layer at the dimension values a request asks for: `asked` gives
+    /// the text a request has for a dimension's name (`None`: the
+    /// default). A layer without dimensions is itself whatever is asked.
+    pub fn at(
+        self: &Arc<Self>,
+        asked: impl Fn(&str) -> Option<String>,
+    ) -> Result<Arc<Layer>, DimensionError> {
+        if self.dimensions.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut values = Vec::with_capacity(self.dimensions.len());
+        for d in &self.dimensions {
+            values.push((d.name.clone(), d.resolve(asked(&d.name).as_deref())?));
+        }
+        self.at_values
+            .get(&values_id(&values))
+            .cloned()
+            .ok_or_else(|| {
+                let (name, value) = values.swap_remove(0);
+                DimensionError::Unknown { name, value }
+            })
+    }
+
     /// Highest zoom of this layer in `grid`.
     pub fn max_zoom_in(&self, grid: &Grid) -> u8 {
         self.max_zoom.min(grid.tms.max_zoom())

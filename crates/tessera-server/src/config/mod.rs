@@ -4,10 +4,12 @@
 //! its backend's own spec ([`StoreSpec`], in `tessera-store`).
 
 mod cors;
+mod dimensions;
 mod env;
 mod error;
 
 pub use cors::CorsSettings;
+pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
 pub use error::ConfigError;
 
 use std::collections::BTreeMap;
@@ -505,6 +507,10 @@ pub struct LayerConfig {
     /// Caching, metatiling and client cache lifetime.
     #[serde(default)]
     pub cache: LayerCacheConfig,
+    /// Dimensions (time, elevation, any name) by name, lower case; none by
+    /// default.
+    #[serde(default)]
+    pub dimensions: std::collections::BTreeMap<String, DimensionConfig>,
 }
 
 fn default_grids() -> Vec<String> {
@@ -585,6 +591,11 @@ impl Config {
                 && is_relative_file(path)
             {
                 *path = base.join(&*path).display().to_string();
+            }
+            for value in layer.dimensions.values_mut().flat_map(|d| &mut d.values) {
+                if is_relative_file(&value.path) {
+                    value.path = base.join(&value.path).display().to_string();
+                }
             }
         }
         for store in self.stores.values_mut() {

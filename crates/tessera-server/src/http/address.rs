@@ -61,6 +61,20 @@ pub struct TileAddress {
     pub format: Option<TileFormat>,
     /// The format as written (extension or media type), for messages.
     pub format_text: String,
+    /// Parameters that may name dimension values (the query's, or a WMTS
+    /// KVP request's), names lower case; see [`dimension_param`].
+    pub params: Vec<(String, String)>,
+}
+
+/// The value a request gives for dimension `name` among `get`'s
+/// parameters (names lower case): `time` and `elevation` by their names,
+/// any other as `dim_<name>` (WMS's form) or by its name.
+pub fn dimension_param<'a>(get: impl Fn(&str) -> Option<&'a str>, name: &str) -> Option<String> {
+    match name {
+        "time" | "elevation" => get(name),
+        other => get(&format!("dim_{other}")).or_else(|| get(other)),
+    }
+    .map(str::to_string)
 }
 
 /// Why a tile address does not name a tile.
@@ -83,6 +97,8 @@ pub enum TileLookupError {
     UnknownFormat(String),
     /// The coordinate is malformed or outside the grid.
     Coord(GridError),
+    /// A dimension value the layer does not have, or not written as one.
+    Dimension(crate::dimension::DimensionError),
     /// The zoom is outside the layer's zoom range.
     ZoomOutsideLayer {
         /// Requested zoom.
@@ -114,7 +130,34 @@ impl<S: Send + Sync> FromRequestParts<S> for TileAddress {
         let Path(p) = Path::<RoutePath>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::bad_request("InvalidParameterValue", e.body_text()))?;
-        TileAddress::from_route(p)
+        let mut address = TileAddress::from_route(p)?;
+        address.params = query_params(parts.uri.query());
+        Ok(address)
+    }
+}
+
+/// The parameters of `query`, names lower case (at most the first 32).
+pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
+    query.map_or_else(Vec::new, |q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .take(32)
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned()))
+            .collect()
+    })
+}
+
+impl TileAddress {
+    /// The value the address gives for dimension `name`, if any.
+    pub fn dimension(&self, name: &str) -> Option<String> {
+        dimension_param(
+            |n| {
+                self.params
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, v)| v.as_str())
+            },
+            name,
+        )
     }
 }
 
@@ -182,6 +225,7 @@ impl TileAddress {
             row,
             format: TileFormat::from_extension(extension),
             format_text: extension.to_string(),
+            params: Vec::new(),
         })
     }
 
@@ -205,6 +249,7 @@ impl TileAddress {
             row: row.to_string(),
             format: TileFormat::from_mime(format_text),
             format_text: format_text.to_string(),
+            params: kvp.pairs(),
         })
     }
 
@@ -233,6 +278,9 @@ impl TileAddress {
             (Level::Matrix(_), None) => String::new(),
         };
         let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid)?;
+        let layer = layer
+            .at(|name| self.dimension(name))
+            .map_err(TileLookupError::Dimension)?;
         let format = self
             .format
             .filter(|f| layer.formats.contains(f))

@@ -286,6 +286,24 @@ impl IntoResponse for ApiError {
 }
 
 impl ApiError {
+    /// A dimension value refused: `InvalidDimensionValue` (400), or
+    /// `MissingDimensionValue` when the layer has no value at all, located
+    /// at the dimension's parameter.
+    pub fn from_dimension(e: &crate::dimension::DimensionError) -> ApiError {
+        use crate::dimension::DimensionError;
+        let (code, name) = match e {
+            DimensionError::Empty { name } => ("MissingDimensionValue", name),
+            DimensionError::Malformed { name, .. }
+            | DimensionError::Unknown { name, .. }
+            | DimensionError::NotOne { name, .. } => ("InvalidDimensionValue", name),
+        };
+        let at = match name.as_str() {
+            "time" | "elevation" => name.to_ascii_uppercase(),
+            other => format!("DIM_{}", other.to_ascii_uppercase()),
+        };
+        ApiError::bad_request(code, e.to_string()).at(&at)
+    }
+
     /// The reply to a tile address that names no tile: for tile URLs a
     /// plain 404 (400 for a malformed number), for WMTS an OWS exception
     /// with the parameter at fault.
@@ -322,6 +340,7 @@ fn plain_lookup_error(e: TileLookupError) -> ApiError {
             ApiError::bad_request("InvalidParameterValue", e.to_string())
         }
         TileLookupError::Coord(e) => ApiError::not_found("TileOutOfRange", e.to_string()),
+        TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
         TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::not_found(
             "TileOutOfRange",
             format!("zoom {z} is outside this layer's zoom range {min}..={max}"),
@@ -373,6 +392,7 @@ fn wmts_lookup_error(e: TileLookupError) -> ApiError {
         TileLookupError::Coord(e) => {
             ApiError::bad_request("TileOutOfRange", e.to_string()).at("TILEMATRIX")
         }
+        TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
         TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::bad_request(
             "TileOutOfRange",
             format!("TileMatrix {z} is outside this layer's range {min}..={max}"),

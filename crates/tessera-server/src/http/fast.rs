@@ -17,7 +17,7 @@ use tessera_grid::TileFormat;
 use tessera_store::{HeldFile, Peeked};
 
 use super::access::Record;
-use super::address::TileAddress;
+use super::address::{TileAddress, query_params};
 use super::sendfile::FileBodies;
 use super::state::{Requests, Tiles};
 use super::{AppState, cors, tile_response};
@@ -55,7 +55,8 @@ impl FastTiles {
         if request.method() != Method::GET {
             return None;
         }
-        let (address, rows) = TileAddress::from_tile_path(request.uri().path())?;
+        let (mut address, rows) = TileAddress::from_tile_path(request.uri().path())?;
+        address.params = query_params(request.uri().query());
         let record = Record::begin(&self.requests, request.method(), request.uri());
         let tile = address.resolve(&self.tiles.registry, rows).ok()?;
         if tile.format.is_vector() {

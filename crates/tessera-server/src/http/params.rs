@@ -74,6 +74,14 @@ impl Kvp {
             .get(&name.to_ascii_lowercase())
             .map(String::as_str)
     }
+
+    /// Every parameter, names lower case.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -127,7 +127,7 @@ fn layer(
         keywords: Vec::new(),
         attribution: None,
         source,
-        style: build_style(&StyleSpec::default(), 3).unwrap(),
+        style: build_style(&StyleSpec::default(), 3).unwrap().into(),
         ramp: None,
         grids: vec!["WebMercatorQuad".into()],
         min_zoom: 0,
@@ -153,6 +153,9 @@ fn layer(
         kind: "memory",
         passthrough: false,
         max_age_secs: 0,
+        dimensions: Vec::new(),
+        at_values: HashMap::new(),
+        values: Vec::new(),
     })
 }
 

@@ -72,6 +72,28 @@ pub struct MosaicSpec {
     pub resampling: Resampling,
 }
 
+impl MosaicSpec {
+    /// The paths of the pieces of a mosaic of `dir` (and `glob`) or of
+    /// `paths`, sorted as the mosaic takes them; `None` for a mosaic of an
+    /// index.
+    pub fn piece_paths(&self) -> Option<Result<Vec<String>, SourceError>> {
+        if self.index.is_some() {
+            return None;
+        }
+        if let Some(dir) = &self.dir {
+            return Some(
+                glob_files(Path::new(dir), &self.glob)
+                    .map(|files| files.iter().map(|p| p.display().to_string()).collect())
+                    .map_err(|e| SourceError::Open {
+                        path: format!("{dir}/{}", self.glob),
+                        source: e.into(),
+                    }),
+            );
+        }
+        Some(Ok(self.paths.clone()))
+    }
+}
+
 fn default_glob() -> String {
     "*.tif".into()
 }

@@ -12,6 +12,7 @@ use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
 use crate::http::templates::{self, Extent};
+use crate::model::Layer;
 
 /// What both versions' templates show.
 #[derive(Debug, Serialize)]
@@ -40,6 +41,36 @@ struct WmsLayer {
     mercator: Option<Extent>,
     metadata_url: Option<MetadataUrl>,
     legend: Option<LegendSize>,
+    dimensions: Vec<WmsDimension>,
+}
+
+/// A layer's dimension as capabilities list it.
+#[derive(Debug, Serialize)]
+pub(crate) struct WmsDimension {
+    name: String,
+    units: &'static str,
+    default: Option<String>,
+    /// `1` when a missing value snaps to the nearest, else `0`.
+    nearest: u8,
+    /// The values, comma-separated.
+    values: String,
+}
+
+impl WmsDimension {
+    /// The dimensions of `layer`.
+    pub(crate) fn of(layer: &Layer) -> Vec<WmsDimension> {
+        layer
+            .dimensions
+            .iter()
+            .map(|d| WmsDimension {
+                name: d.name.clone(),
+                units: d.kind.units(),
+                default: d.default_value().ok(),
+                nearest: u8::from(d.nearest),
+                values: d.values.join(","),
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +142,7 @@ pub fn response(
                     .and_then(|m| metadata_url_in(version, m)),
                 legend: super::legend::legend_size(layer)
                     .map(|(width, height)| LegendSize { width, height }),
+                dimensions: WmsDimension::of(layer),
             })
             .collect(),
     };

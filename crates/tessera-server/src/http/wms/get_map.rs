@@ -13,6 +13,7 @@ use tessera_source::Crs;
 
 use super::Version;
 use crate::config::Limits;
+use crate::http::address::dimension_param;
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
 use crate::model::Layer;
@@ -72,10 +73,14 @@ pub(super) fn layers(
     names
         .iter()
         .map(|name| {
-            registry.layer(name).ok_or_else(|| {
+            let layer = registry.layer(name).ok_or_else(|| {
                 ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}"))
                     .at("LAYERS")
-            })
+            })?;
+            // Each layer at the values the request gives for its dimensions.
+            layer
+                .at(|dimension| dimension_param(|k| kvp.get(k), dimension))
+                .map_err(|e| ApiError::from_dimension(&e))
         })
         .collect()
 }

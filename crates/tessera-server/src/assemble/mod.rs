@@ -15,6 +15,8 @@ use tessera_source::{Crs, Source, open_source};
 use tessera_store::cluster::Coordinator;
 use tessera_store::{MemoryStore, StoreSpec, TileStore};
 
+mod dimensions;
+
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::fingerprint;
 use crate::metatile::MetatileSpec;
@@ -139,13 +141,32 @@ pub fn grids(config: &Config) -> Result<HashMap<String, Arc<Grid>>, ConfigError>
 }
 
 /// Builds a layer from its configuration, with `registry`'s grids and
-/// stores.
+/// stores; a layer with dimensions with the layer at each of its values
+/// ([`dimensions`]).
 pub fn layer(
     registry: &Registry,
     lc: &LayerConfig,
     config: &Config,
     wrap_source: &WrapSource,
 ) -> Result<Arc<Layer>, ConfigError> {
+    if lc.dimensions.is_empty() {
+        return plain_layer(registry, lc, config, wrap_source, &[], &[]).map(Arc::new);
+    }
+    dimensions::layer(registry, lc, config, wrap_source)
+}
+
+/// Builds `lc` as one layer at `values` (name, canonical value; none for a
+/// layer without dimensions), its tiles under the layer key at those values
+/// ([`crate::dimension::layer_key`]) and its fingerprint also covering the
+/// size and time of the `files` its pixels come from.
+fn plain_layer(
+    registry: &Registry,
+    lc: &LayerConfig,
+    config: &Config,
+    wrap_source: &WrapSource,
+    values: &[(String, String)],
+    files: &[String],
+) -> Result<Layer, ConfigError> {
     let (grids, stores) = (&registry.grids, &registry.stores);
     let in_layer =
         |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("layer {:?}: {e}", lc.name));
@@ -154,11 +175,12 @@ pub fn layer(
         source,
     })?;
     let source: Arc<dyn Source> = wrap_source(&lc.name, opened);
-    let style =
-        build_style(&lc.style, source.info().band_count).map_err(|source| ConfigError::Style {
+    let style: Arc<dyn tessera_image::Style> = build_style(&lc.style, source.info().band_count)
+        .map_err(|source| ConfigError::Style {
             layer: lc.name.clone(),
             source,
-        })?;
+        })?
+        .into();
     let mut extents = HashMap::new();
     for g in &lc.grids {
         let grid = grids
@@ -207,8 +229,12 @@ pub fn layer(
         .iter()
         .filter_map(|g| grids.get(g).map(|g| &g.tms))
         .collect();
-    let fingerprint = fingerprint::of_layer(lc, &config.encoding, &layer_grids);
-    let base_key = lc.cache.key.clone().unwrap_or_else(|| lc.name.clone());
+    let mut fingerprint = fingerprint::of_layer(lc, &config.encoding, &layer_grids);
+    if !files.is_empty() {
+        fingerprint = fingerprint::with_files(&fingerprint, files);
+    }
+    let base_key = crate::dimension::layer_key(lc.cache.key.as_deref().unwrap_or(&lc.name), values);
+    let plain_key = base_key.clone();
     let cache_key = match &cache {
         None => base_key,
         Some(c) => fingerprint::cache_key(c.store.as_ref(), &base_key, &fingerprint)
@@ -223,14 +249,14 @@ pub fn layer(
                 format!("{base_key}@{fingerprint}")
             }),
     };
-    if cache_key != lc.cache.key.as_deref().unwrap_or(&lc.name) {
+    if cache_key != plain_key {
         tracing::info!(
             layer = %lc.name,
             key = %cache_key,
             "the layer's source, style, grids or encoding differ from what the tiles under its plain key were made from: its tiles are kept under this key"
         );
     }
-    Ok(Arc::new(Layer {
+    Ok(Layer {
         name: lc.name.clone(),
         title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
         description: lc.description.clone(),
@@ -262,7 +288,10 @@ pub fn layer(
                     tessera_source::SourceSpec::Xyz(_) | tessera_source::SourceSpec::Wmts(_)
                 ),
         max_age_secs: lc.cache.max_age_secs,
-    }))
+        dimensions: Vec::new(),
+        at_values: HashMap::new(),
+        values: values.to_vec(),
+    })
 }
 
 /// Builds the layer of an uploaded source and adds it to `registry` while

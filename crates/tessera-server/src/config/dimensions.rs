@@ -1,0 +1,68 @@
+//! A layer's `dimensions:` section: for each dimension (`time`,
+//! `elevation`, or any name), where its values come from, its default and
+//! whether a value the layer lacks snaps to the nearest.
+//!
+//! ```yaml
+//! dimensions:
+//!   time:
+//!     from_path: 'ndvi_(\d{4}-\d{2}-\d{2})\.tif'   # mosaic pieces: first group = value
+//!     default: latest                             # earliest, or a value
+//!     nearest: false
+//!   scenario:
+//!     values:                                     # each value its own file
+//!       - { value: low, path: low.tif }
+//!       - { value: high, path: high.tif }
+//! ```
+
+use serde::Deserialize;
+
+/// One dimension of a layer.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DimensionConfig {
+    /// How values are read: `time` (ISO 8601), `number` or `text`; by
+    /// default `time` for `time` and `*_time`, `number` for `elevation`,
+    /// `text` otherwise.
+    #[serde(default)]
+    pub kind: Option<KindConfig>,
+    /// Values listed, each with the raster it is read from (a layer with
+    /// this dimension has a GDAL source, whose settings each value keeps).
+    #[serde(default)]
+    pub values: Vec<ValueConfig>,
+    /// A regular expression over each mosaic piece's path whose first group
+    /// is the piece's value (a layer with this has a mosaic source of a
+    /// directory or a list of paths).
+    #[serde(default)]
+    pub from_path: Option<String>,
+    /// The value of a request that names none: `latest` (the default),
+    /// `earliest`, or a value.
+    #[serde(default)]
+    pub default: Option<String>,
+    /// Whether a value the layer lacks is answered with the nearest one it
+    /// has (else it is refused, `InvalidDimensionValue`).
+    #[serde(default)]
+    pub nearest: bool,
+}
+
+/// A listed value and its raster.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueConfig {
+    /// The value as written (made canonical when the layer is built).
+    pub value: String,
+    /// The raster of this value (relative paths from the config file's
+    /// directory).
+    pub path: String,
+}
+
+/// `kind:` of a dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KindConfig {
+    /// ISO 8601 times.
+    Time,
+    /// Numbers.
+    Number,
+    /// Words.
+    Text,
+}

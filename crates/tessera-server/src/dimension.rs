@@ -1,0 +1,420 @@
+//! Dimensions of a layer (time, elevation, or any named one): the values a
+//! layer has, how a value a client writes becomes the one canonical
+//! spelling every key is built from, and which value a request gets (the
+//! default, the one asked for, or the nearest).
+//!
+//! A leaf: nothing of the server is imported. Canonical values are what
+//! capabilities list and what tile keys hold (in [`key_form`]), so
+//! `2024-01-01`, `2024-01-01T00:00Z` and `2024-01-01T00:00:00+00:00` are one
+//! cache entry.
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+
+/// The longest value a client may write, in bytes.
+pub const MAX_VALUE_LEN: usize = 64;
+
+/// How a dimension's values are read and ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// ISO 8601 instants, kept in UTC (`time`, `reference_time`).
+    Time,
+    /// Numbers (`elevation`), kept in the shortest spelling that reads back
+    /// as the same number.
+    Number,
+    /// Any other word (`scenario`): letters, digits, `_`, `-`, `.`.
+    Text,
+}
+
+impl Kind {
+    /// The kind a dimension of `name` has unless configured: `time` and
+    /// names ending in `_time` are times, `elevation` is a number.
+    pub fn for_name(name: &str) -> Kind {
+        if name == "time" || name.ends_with("_time") {
+            Kind::Time
+        } else if name == "elevation" {
+            Kind::Number
+        } else {
+            Kind::Text
+        }
+    }
+
+    /// The units capabilities name (`ISO8601`, `EPSG:5030`, or none).
+    pub fn units(self) -> &'static str {
+        match self {
+            Kind::Time => "ISO8601",
+            Kind::Number => "EPSG:5030",
+            Kind::Text => "",
+        }
+    }
+}
+
+/// Which value a request without one gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefaultValue {
+    /// The greatest value (the latest time).
+    Latest,
+    /// The smallest value.
+    Earliest,
+    /// This value (canonical).
+    Value(String),
+}
+
+/// Why a dimension value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DimensionError {
+    /// The text is not a value of the dimension's kind.
+    #[error("{name} {value:?} is not {what}")]
+    Malformed {
+        /// The dimension.
+        name: String,
+        /// The text, cut to [`MAX_VALUE_LEN`].
+        value: String,
+        /// What a value looks like.
+        what: &'static str,
+    },
+    /// The value is well formed but the layer has no data for it.
+    #[error("layer has no {name} {value:?}; its values are listed in the capabilities")]
+    Unknown {
+        /// The dimension.
+        name: String,
+        /// The canonical value.
+        value: String,
+    },
+    /// Several values (a list or a range) where one is taken.
+    #[error("{name} takes one value here, not {value:?}")]
+    NotOne {
+        /// The dimension.
+        name: String,
+        /// The text.
+        value: String,
+    },
+    /// The dimension has no value at all (an empty directory).
+    #[error("layer has no {name} value yet")]
+    Empty {
+        /// The dimension.
+        name: String,
+    },
+}
+
+/// A dimension of a layer and the values it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dimension {
+    /// Its name, lower case (`time`, `elevation`, `scenario`).
+    pub name: String,
+    /// How its values are read and ordered.
+    pub kind: Kind,
+    /// Its values, canonical, in order (times and numbers ascending).
+    pub values: Vec<String>,
+    /// The value of a request that names none.
+    pub default: DefaultValue,
+    /// Whether a value the layer lacks snaps to the nearest it has.
+    pub nearest: bool,
+}
+
+impl Dimension {
+    /// The canonical value a request gets: the default when `asked` is
+    /// `None` or empty, else `asked` made canonical and found among the
+    /// values (or the nearest, with `nearest`).
+    pub fn resolve(&self, asked: Option<&str>) -> Result<String, DimensionError> {
+        let asked = asked.map(str::trim).filter(|a| !a.is_empty());
+        let Some(text) = asked else {
+            return self.default_value();
+        };
+        if text.contains(',') || text.contains('/') {
+            return Err(DimensionError::NotOne {
+                name: self.name.clone(),
+                value: cut(text),
+            });
+        }
+        if text.eq_ignore_ascii_case("current") || text.eq_ignore_ascii_case("default") {
+            return self.default_value();
+        }
+        let value = canonical(self.kind, &self.name, text)?;
+        if self
+            .values
+            .binary_search_by(|v| self.order(v, &value))
+            .is_ok()
+        {
+            return Ok(value);
+        }
+        if self.nearest
+            && let Some(near) = self.nearest_to(&value)
+        {
+            return Ok(near);
+        }
+        Err(DimensionError::Unknown {
+            name: self.name.clone(),
+            value,
+        })
+    }
+
+    /// The default value, canonical.
+    pub fn default_value(&self) -> Result<String, DimensionError> {
+        let empty = || DimensionError::Empty {
+            name: self.name.clone(),
+        };
+        match &self.default {
+            DefaultValue::Latest => self.values.last().cloned().ok_or_else(empty),
+            DefaultValue::Earliest => self.values.first().cloned().ok_or_else(empty),
+            DefaultValue::Value(v) => Ok(v.clone()),
+        }
+    }
+
+    /// Sorts `values` (canonical) in the dimension's order, without
+    /// repeats.
+    pub fn sort(&self, values: &mut Vec<String>) {
+        values.sort_by(|a, b| self.order(a, b));
+        values.dedup();
+    }
+
+    fn order(&self, a: &str, b: &str) -> std::cmp::Ordering {
+        match self.kind {
+            // Canonical times are in one spelling: text order is time order.
+            Kind::Time | Kind::Text => a.cmp(b),
+            Kind::Number => {
+                let n = |s: &str| s.parse::<f64>().unwrap_or(f64::NAN);
+                n(a).total_cmp(&n(b))
+            }
+        }
+    }
+
+    fn nearest_to(&self, value: &str) -> Option<String> {
+        let distance: Box<dyn Fn(&str) -> f64> = match self.kind {
+            Kind::Time => {
+                let at = parse_time(value)?;
+                Box::new(move |v| {
+                    parse_time(v).map_or(f64::INFINITY, |t| {
+                        (t - at).num_milliseconds().unsigned_abs() as f64
+                    })
+                })
+            }
+            Kind::Number => {
+                let at: f64 = value.parse().ok()?;
+                Box::new(move |v| v.parse::<f64>().map_or(f64::INFINITY, |n| (n - at).abs()))
+            }
+            Kind::Text => return None,
+        };
+        self.values
+            .iter()
+            .min_by(|a, b| distance(a).total_cmp(&distance(b)))
+            .cloned()
+    }
+}
+
+/// `text` as the canonical value of a dimension of `kind` named `name`.
+pub fn canonical(kind: Kind, name: &str, text: &str) -> Result<String, DimensionError> {
+    let malformed = |what| DimensionError::Malformed {
+        name: name.to_string(),
+        value: cut(text),
+        what,
+    };
+    let text = text.trim();
+    if text.is_empty() || text.len() > MAX_VALUE_LEN {
+        return Err(malformed("a value of at most 64 characters"));
+    }
+    match kind {
+        Kind::Time => parse_time(text)
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+            .ok_or_else(|| malformed("an ISO 8601 time (2024-01-01 or 2024-01-01T12:00:00Z)")),
+        Kind::Number => match text.parse::<f64>() {
+            // `{}` of an f64 is the shortest spelling that reads back the
+            // same; -0 is 0.
+            Ok(n) if n.is_finite() => Ok(format!("{}", n + 0.0)),
+            _ => Err(malformed("a number")),
+        },
+        Kind::Text => {
+            if text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            {
+                Ok(text.to_string())
+            } else {
+                Err(malformed("a word of letters, digits, '_', '-' and '.'"))
+            }
+        }
+    }
+}
+
+/// An ISO 8601 time: a date (`2024-01-01`), or a date and time with or
+/// without seconds, fractions and an offset (none: UTC).
+fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    for format in ["%Y-%m-%dT%H:%M%#z", "%Y-%m-%dT%H:%M%:z"] {
+        if let Ok(t) = DateTime::parse_from_str(text, format) {
+            return Some(t.with_timezone(&Utc));
+        }
+    }
+    let naive = text.strip_suffix('Z').unwrap_or(text);
+    for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(naive, format) {
+            return Some(t.and_utc());
+        }
+    }
+    NaiveDate::parse_from_str(naive, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+}
+
+/// The form of a canonical value inside a tile key (a store's path or
+/// object name): `:` dropped from times (`2024-01-01T000000Z`, still ISO
+/// 8601), everything else as it is.
+pub fn key_form(value: &str) -> String {
+    value.replace(':', "")
+}
+
+/// The layer key of `base` at `values` (name, canonical value), each
+/// appended as `~name=value`; `base` itself without values, so a layer
+/// without dimensions keeps its keys.
+pub fn layer_key(base: &str, values: &[(String, String)]) -> String {
+    let mut key = base.to_string();
+    for (name, value) in values {
+        key.push('~');
+        key.push_str(name);
+        key.push('=');
+        key.push_str(&key_form(value));
+    }
+    key
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(MAX_VALUE_LEN).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(values: &[&str], nearest: bool) -> Dimension {
+        let mut d = Dimension {
+            name: "time".into(),
+            kind: Kind::Time,
+            values: values
+                .iter()
+                .map(|v| canonical(Kind::Time, "time", v).unwrap())
+                .collect(),
+            default: DefaultValue::Latest,
+            nearest,
+        };
+        let mut values = d.values.clone();
+        d.sort(&mut values);
+        d.values = values;
+        d
+    }
+
+    #[test]
+    fn one_instant_has_one_spelling() {
+        let spellings = [
+            "2024-01-01",
+            "2024-01-01T00:00:00Z",
+            "2024-01-01T00:00Z",
+            "2024-01-01T00:00:00+00:00",
+            "2024-01-01T01:00:00+01:00",
+            "2024-01-01T00:00:00.000Z",
+            "2024-01-01T00:00:00",
+        ];
+        for s in spellings {
+            assert_eq!(
+                canonical(Kind::Time, "time", s).unwrap(),
+                "2024-01-01T00:00:00Z",
+                "{s}"
+            );
+        }
+        assert_eq!(
+            canonical(Kind::Time, "time", "2024-06-30T12:30:00.5Z").unwrap(),
+            "2024-06-30T12:30:00.500Z"
+        );
+        for bad in ["2024-13-01", "yesterday", "2024-01-01T25:00Z", "", "1/2"] {
+            assert!(canonical(Kind::Time, "time", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn numbers_and_words_have_one_spelling() {
+        for (s, want) in [
+            ("10", "10"),
+            ("10.0", "10"),
+            ("1e2", "100"),
+            ("-0", "0"),
+            ("0.50", "0.5"),
+        ] {
+            assert_eq!(
+                canonical(Kind::Number, "elevation", s).unwrap(),
+                want,
+                "{s}"
+            );
+        }
+        assert!(canonical(Kind::Number, "elevation", "NaN").is_err());
+        assert!(canonical(Kind::Number, "elevation", "ten").is_err());
+        assert_eq!(
+            canonical(Kind::Text, "scenario", "rcp4.5").unwrap(),
+            "rcp4.5"
+        );
+        assert!(canonical(Kind::Text, "scenario", "../etc").is_err());
+        assert!(canonical(Kind::Text, "scenario", &"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn a_request_gets_the_default_its_value_or_the_nearest() {
+        let d = time(&["2024-03-01", "2024-01-01", "2024-02-01"], false);
+        assert_eq!(d.values[0], "2024-01-01T00:00:00Z");
+        assert_eq!(d.resolve(None).unwrap(), "2024-03-01T00:00:00Z");
+        assert_eq!(d.resolve(Some("")).unwrap(), "2024-03-01T00:00:00Z");
+        assert_eq!(d.resolve(Some("current")).unwrap(), "2024-03-01T00:00:00Z");
+        assert_eq!(
+            d.resolve(Some("2024-02-01T00:00Z")).unwrap(),
+            "2024-02-01T00:00:00Z"
+        );
+        assert!(matches!(
+            d.resolve(Some("2024-02-03")),
+            Err(DimensionError::Unknown { .. })
+        ));
+        assert!(matches!(
+            d.resolve(Some("2024-01-01/2024-02-01")),
+            Err(DimensionError::NotOne { .. })
+        ));
+        assert!(matches!(
+            d.resolve(Some("2024-01-01,2024-02-01")),
+            Err(DimensionError::NotOne { .. })
+        ));
+        let near = time(&["2024-01-01", "2024-02-01"], true);
+        assert_eq!(
+            near.resolve(Some("2024-01-20")).unwrap(),
+            "2024-02-01T00:00:00Z"
+        );
+        assert_eq!(
+            near.resolve(Some("2023-06-01")).unwrap(),
+            "2024-01-01T00:00:00Z"
+        );
+        let earliest = Dimension {
+            default: DefaultValue::Earliest,
+            ..near.clone()
+        };
+        assert_eq!(earliest.resolve(None).unwrap(), "2024-01-01T00:00:00Z");
+        let empty = Dimension {
+            values: Vec::new(),
+            ..near
+        };
+        assert!(matches!(
+            empty.resolve(None),
+            Err(DimensionError::Empty { .. })
+        ));
+    }
+
+    #[test]
+    fn keys_without_values_are_the_base_key() {
+        assert_eq!(layer_key("ndvi", &[]), "ndvi");
+        assert_eq!(
+            layer_key(
+                "ndvi",
+                &[
+                    ("time".into(), "2024-01-01T00:00:00Z".into()),
+                    ("elevation".into(), "10".into())
+                ]
+            ),
+            "ndvi~time=2024-01-01T000000Z~elevation=10"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+"""Layers with a time (or any) dimension: a mosaic of GeoTIFFs per date
+made here with GDAL, each date a different colour, served per value over
+XYZ (`?time=`) and WMS (`TIME=`), listed in the capabilities (read with
+OWSLib), cached per value (one render per metatile per value), the default
+when no value is given, `InvalidDimensionValue` for a value the layer
+lacks, the nearest with `nearest: true`; and a dimension whose listed
+values each have their own file."""
+import re
+import urllib.request
+
+import numpy as np
+import pytest
+from osgeo import gdal, osr
+from owslib.wms import WebMapService
+
+from conftest import fetch, serving
+from imaging import decode
+from test_ogc_conformance import assert_valid, assert_valid_dtd, dtd, schema, schemas  # noqa: F401 (a fixture)
+
+gdal.UseExceptions()
+
+# Each date's colour (R, G, B).
+DATES = {
+    "2024-01-01": (200, 30, 30),
+    "2024-02-01": (30, 200, 30),
+    "2024-03-01": (30, 30, 200),
+}
+SCENARIOS = {"low": (240, 240, 0), "high": (0, 240, 240)}
+
+
+def solid(path, color, west, east):
+    """A GeoTIFF in EPSG:4326 from `west` to `east` (south 80S to 80N) of
+    one colour."""
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), 64, 64, 3, gdal.GDT_Byte)
+    ds.SetGeoTransform([west, (east - west) / 64, 0, 80, 0, -160 / 64])
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(4326)
+    ds.SetProjection(srs.ExportToWkt())
+    for band, value in enumerate(color, start=1):
+        ds.GetRasterBand(band).WriteArray(np.full((64, 64), value, dtype=np.uint8))
+    ds.FlushCache()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("dimension-data")
+    series = data / "series"
+    series.mkdir()
+    for date, color in DATES.items():
+        # Two pieces per date: the western and the eastern half.
+        solid(series / f"day_{date}_west.tif", color, -180, 0)
+        solid(series / f"day_{date}_east.tif", color, 0, 180)
+    (series / "README.txt").write_text("not a piece")
+    for name, color in SCENARIOS.items():
+        solid(data / f"{name}.tif", color, -180, 180)
+    config = data / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: series
+    source: {{ type: mosaic, dir: {series}, glob: '*.tif' }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem, metatile: [2, 2] }}
+    dimensions:
+      time:
+        from_path: 'day_(\\d{{4}}-\\d{{2}}-\\d{{2}})_'
+  - name: series_near
+    source: {{ type: mosaic, dir: {series}, glob: '*.tif' }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time:
+        from_path: 'day_(\\d{{4}}-\\d{{2}}-\\d{{2}})_'
+        default: earliest
+        nearest: true
+  - name: scenario
+    source: {{ path: {data}/low.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      scenario:
+        values:
+          - {{ value: low, path: low.tif }}
+          - {{ value: high, path: high.tif }}
+        default: low
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as s:
+        yield s
+
+
+def color_of(body):
+    """The mean RGB of an image's opaque pixels."""
+    img = decode(body)
+    opaque = img[3] > 0 if img.shape[0] == 4 else np.ones(img.shape[1:], bool)
+    assert opaque.any(), "the image is empty"
+    return tuple(int(round(img[b][opaque].mean())) for b in range(3))
+
+
+def assert_color(body, want):
+    got = color_of(body)
+    assert max(abs(g - w) for g, w in zip(got, want)) <= 2, f"{got} != {want}"
+
+
+def renders(server, layer):
+    _, text = fetch(server, "/metrics")
+    m = re.search(rf'tessera_metatile_renders_total{{layer="{layer}"}} (\d+)', text.decode())
+    return int(m.group(1)) if m else 0
+
+
+def test_xyz_tiles_are_the_picture_of_the_time_asked(server):
+    for date, color in DATES.items():
+        status, body = fetch(server, f"/tiles/series/WebMercatorQuad/2/1/1.png?time={date}")
+        assert status == 200, body
+        assert_color(body, color)
+    # Other spellings of one instant are the same value.
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/2/1/1.png?time=2024-02-01T00:00:00Z")
+    assert status == 200
+    assert_color(body, DATES["2024-02-01"])
+    # No value: the default (the latest).
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/2/2/1.png")
+    assert status == 200
+    assert_color(body, DATES["2024-03-01"])
+
+
+def test_a_value_the_layer_lacks_is_refused_and_nearest_snaps(server):
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/2/1/1.png?time=2024-01-15")
+    assert status == 400, body
+    assert b"InvalidDimensionValue" in body or b"no time" in body, body
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/2/1/1.png?time=2024-01-01/2024-02-01")
+    assert status == 400, body
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/2/1/1.png?time=yesterday")
+    assert status == 400, body
+    # nearest: 2024-01-20 is nearer to February than to January.
+    status, body = fetch(server, "/tiles/series_near/WebMercatorQuad/2/1/1.png?time=2024-01-20")
+    assert status == 200, body
+    assert_color(body, DATES["2024-02-01"])
+    # default: earliest.
+    status, body = fetch(server, "/tiles/series_near/WebMercatorQuad/2/1/2.png")
+    assert status == 200, body
+    assert_color(body, DATES["2024-01-01"])
+
+
+def test_each_value_is_cached_apart_and_rendered_once_per_metatile(server):
+    before = renders(server, "series")
+    tile = "/tiles/series/WebMercatorQuad/3/4/3.png"
+    for date in ["2024-01-01", "2024-03-01"]:
+        with urllib.request.urlopen(f"{server.url}{tile}?time={date}", timeout=60) as r:
+            assert r.headers["X-Cache"] == "MISS"
+            assert_color(r.read(), DATES[date])
+    # A sibling in the same 2x2 metatile at each value: a hit, no render.
+    for date in ["2024-01-01", "2024-03-01"]:
+        for _ in range(50):
+            with urllib.request.urlopen(f"{server.url}/tiles/series/WebMercatorQuad/3/5/3.png?time={date}",
+                                        timeout=60) as r:
+                body, cache = r.read(), r.headers["X-Cache"]
+            if cache == "HIT":
+                break
+        assert cache == "HIT", date
+        assert_color(body, DATES[date])
+    assert renders(server, "series") - before == 2
+
+
+def test_wms_getmap_takes_time_and_capabilities_list_the_values(server):
+    base = "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=series&STYLES=&CRS=EPSG:3857" \
+           "&BBOX=-10000000,-5000000,10000000,5000000&WIDTH=64&HEIGHT=32&FORMAT=image/png"
+    for date, color in DATES.items():
+        status, body = fetch(server, f"{base}&TIME={date}")
+        assert status == 200, body
+        assert_color(body, color)
+    status, body = fetch(server, base)
+    assert_color(body, DATES["2024-03-01"])
+    status, body = fetch(server, f"{base}&TIME=1999-01-01")
+    assert b"InvalidDimensionValue" in body, body
+    # Listed values as OWSLib reads them.
+    wms = WebMapService(f"{server.url}/wms", version="1.3.0", timeout=60)
+    dims = wms["series"].dimensions
+    assert dims["time"]["units"] == "ISO8601"
+    assert dims["time"]["default"] == "2024-03-01T00:00:00Z"
+    assert dims["time"]["values"] == [f"{d}T00:00:00Z" for d in DATES]
+    wms111 = WebMapService(f"{server.url}/wms", version="1.1.1", timeout=60)
+    assert wms111["series"].timepositions == [f"{d}T00:00:00Z" for d in DATES]
+    assert wms111["series"].defaulttimeposition == "2024-03-01T00:00:00Z"
+
+
+def test_listed_values_each_read_their_own_file(server):
+    for name, color in SCENARIOS.items():
+        status, body = fetch(server, f"/tiles/scenario/WebMercatorQuad/1/0/0.png?scenario={name}")
+        assert status == 200, body
+        assert_color(body, color)
+        status, body = fetch(
+            server,
+            "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=scenario&STYLES=&CRS=EPSG:3857"
+            f"&BBOX=-10000000,-5000000,10000000,5000000&WIDTH=16&HEIGHT=16&FORMAT=image/png&DIM_SCENARIO={name}")
+        assert status == 200, body
+        assert_color(body, color)
+    status, body = fetch(server, "/tiles/scenario/WebMercatorQuad/1/0/0.png")
+    assert_color(body, SCENARIOS["low"])
+    status, body = fetch(server, "/tiles/scenario/WebMercatorQuad/1/0/0.png?scenario=medium")
+    assert status == 400, body
+
+
+def test_capabilities_with_dimensions_validate_against_the_official_schemas(server, schemas):
+    root = schemas
+    status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
+    assert status == 200
+    doc = assert_valid(schema(root, "wms/1.3.0/capabilities_1_3_0.xsd"), body)
+    ns = {"w": "http://www.opengis.net/wms"}
+    dim = doc.find(".//w:Layer[w:Name='series']/w:Dimension", ns)
+    assert dim.get("name") == "time" and dim.get("nearestValue") == "0"
+    status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.1.1")
+    assert status == 200
+    assert_valid_dtd(dtd(root, "wms/1.1.1/WMS_MS_Capabilities.dtd"), body)
