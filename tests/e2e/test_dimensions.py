@@ -83,6 +83,10 @@ layers:
           - {{ value: low, path: low.tif }}
           - {{ value: high, path: high.tif }}
         default: low
+  - name: plain
+    source: {{ path: {data}/high.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
 """)
     with serving(tmp_path_factory, "--config", str(config)) as s:
         yield s
@@ -210,3 +214,37 @@ def test_capabilities_with_dimensions_validate_against_the_official_schemas(serv
     status, body = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.1.1")
     assert status == 200
     assert_valid_dtd(dtd(root, "wms/1.1.1/WMS_MS_Capabilities.dtd"), body)
+
+
+def test_wmts_lists_the_dimension_and_takes_it_in_kvp_and_rest(server, schemas):
+    status, body = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&VERSION=1.0.0")
+    assert status == 200
+    doc = assert_valid(schema(schemas, "wmts/1.0.0/wmtsGetCapabilities_response.xsd"), body)
+    ns = {"w": "http://www.opengis.net/wmts/1.0", "ows": "http://www.opengis.net/ows/1.1"}
+    layer = next(l for l in doc.iterfind(".//w:Contents/w:Layer", ns)
+                 if l.findtext("ows:Identifier", namespaces=ns) == "series")
+    dim = layer.find("w:Dimension", ns)
+    assert dim.findtext("ows:Identifier", namespaces=ns) == "Time"
+    assert dim.findtext("w:Default", namespaces=ns) == "2024-03-01T00:00:00Z"
+    assert [v.text for v in dim.iterfind("w:Value", ns)] == [f"{d}T00:00:00Z" for d in DATES]
+    template = layer.find("w:ResourceURL", ns).get("template")
+    assert "/{Style}/{Time}/{TileMatrixSet}/" in template, template
+    for date, color in DATES.items():
+        status, body = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetTile&VERSION=1.0.0&LAYER=series&STYLE=default"
+                                     f"&TILEMATRIXSET=WebMercatorQuad&TILEMATRIX=2&TILEROW=1&TILECOL=1"
+                                     f"&FORMAT=image/png&Time={date}")
+        assert status == 200, body
+        assert_color(body, color)
+        url = (template.replace("{Style}", "default").replace("{Time}", date)
+               .replace("{TileMatrixSet}", "WebMercatorQuad").replace("{TileMatrix}", "2")
+               .replace("{TileRow}", "1").replace("{TileCol}", "2"))
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert_color(r.read(), color)
+    status, body = fetch(server, "/wmts/1.0.0/series/default/1999-01-01/WebMercatorQuad/2/1/1.png")
+    assert status == 400 and b"InvalidDimensionValue" in body, body
+    # A layer without a dimension has no such path, and ignores ?time=.
+    status, body = fetch(server, "/wmts/1.0.0/plain/default/x/WebMercatorQuad/1/0/0.png")
+    assert status == 400, body
+    status, body = fetch(server, "/wmts/1.0.0/plain/default/WebMercatorQuad/1/0/0.png?time=2024-01-01")
+    assert status == 200, body
+    assert_color(body, SCENARIOS["high"])

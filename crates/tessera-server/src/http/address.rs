@@ -16,6 +16,7 @@ use tessera_grid::{GridError, TileFormat};
 
 use super::error::ApiError;
 use super::params::Kvp;
+use crate::dimension::DimensionError;
 use crate::model::{Grid, HIDPI_SUFFIX, Layer};
 use crate::registry::Registry;
 use crate::tile_cache::TileRequest;
@@ -64,6 +65,9 @@ pub struct TileAddress {
     /// Parameters that may name dimension values (the query's, or a WMTS
     /// KVP request's), names lower case; see [`dimension_param`].
     pub params: Vec<(String, String)>,
+    /// A dimension value written in the path (WMTS RESTful, between style
+    /// and TileMatrixSet): the value of the layer's dimension.
+    pub path_dimension: Option<String>,
 }
 
 /// The value a request gives for dimension `name` among `get`'s
@@ -116,6 +120,7 @@ struct RoutePath {
     layer: String,
     grid: Option<String>,
     style: Option<String>,
+    dim: Option<String>,
     tms: Option<String>,
     z: String,
     x: Option<String>,
@@ -147,7 +152,8 @@ pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
 }
 
 impl TileAddress {
-    /// The value the address gives for dimension `name`, if any.
+    /// The value the address gives for dimension `name`, if any: a
+    /// parameter, else the value in its path.
     pub fn dimension(&self, name: &str) -> Option<String> {
         dimension_param(
             |n| {
@@ -158,6 +164,7 @@ impl TileAddress {
             },
             name,
         )
+        .or_else(|| self.path_dimension.clone())
     }
 }
 
@@ -184,6 +191,7 @@ impl TileAddress {
             layer: layer.into(),
             grid: Some(grid.into()),
             style: None,
+            dim: None,
             tms: None,
             z: z.into(),
             x: Some(x.into()),
@@ -226,6 +234,7 @@ impl TileAddress {
             format: TileFormat::from_extension(extension),
             format_text: extension.to_string(),
             params: Vec::new(),
+            path_dimension: p.dim,
         })
     }
 
@@ -250,6 +259,7 @@ impl TileAddress {
             format: TileFormat::from_mime(format_text),
             format_text: format_text.to_string(),
             params: kvp.pairs(),
+            path_dimension: None,
         })
     }
 
@@ -278,6 +288,15 @@ impl TileAddress {
             (Level::Matrix(_), None) => String::new(),
         };
         let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid)?;
+        if let Some(value) = &self.path_dimension
+            && layer.dimensions.is_empty()
+        {
+            // A value in the path of a layer that has no dimension.
+            return Err(TileLookupError::Dimension(DimensionError::Unknown {
+                name: "dimension".into(),
+                value: value.chars().take(64).collect(),
+            }));
+        }
         let layer = layer
             .at(|name| self.dimension(name))
             .map_err(TileLookupError::Dimension)?;

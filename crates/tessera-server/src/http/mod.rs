@@ -181,6 +181,11 @@ pub fn router(state: AppState) -> Router {
             "/wmts/1.0.0/{layer}/{style}/{tms}/{z}/{row}/{file}",
             get(wmts::rest_tile),
         )
+        // A layer with a dimension: its value between style and set.
+        .route(
+            "/wmts/1.0.0/{layer}/{style}/{dim}/{tms}/{z}/{row}/{file}",
+            get(wmts::rest_tile),
+        )
         .route("/wms", get(wms::kvp))
         .fallback(not_found);
     if let Some(layer) = cors::read_layer(&server.cors) {

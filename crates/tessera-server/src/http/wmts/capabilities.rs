@@ -38,6 +38,27 @@ struct WmtsLayer {
     lonlat: Extent,
     formats: Vec<Format>,
     links: Vec<MatrixSetLink>,
+    dimensions: Vec<WmtsDimension>,
+}
+
+/// A layer's dimension as WMTS lists it.
+#[derive(Debug, Serialize)]
+struct WmtsDimension {
+    /// `Time`, `Elevation`, or the dimension's name.
+    id: String,
+    units: &'static str,
+    default: String,
+    values: Vec<String>,
+}
+
+/// The WMTS identifier of dimension `name`: `Time` and `Elevation` as
+/// the standard writes them, other names as they are.
+pub(super) fn dimension_id(name: &str) -> String {
+    match name {
+        "time" => "Time".into(),
+        "elevation" => "Elevation".into(),
+        other => other.into(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +221,16 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
             .map(|(gid, grid)| MatrixSetLink {
                 grid: set_id(grid, layer.min_zoom, layer.max_zoom_in(grid)),
                 limits: limits(layer, gid, grid),
+            })
+            .collect(),
+        dimensions: layer
+            .dimensions
+            .iter()
+            .map(|d| WmtsDimension {
+                id: dimension_id(&d.name),
+                units: d.kind.units(),
+                default: d.default_value().unwrap_or_default(),
+                values: d.values.clone(),
             })
             .collect(),
     }
