@@ -5,7 +5,9 @@ OWSLib), cached per value (one render per metatile per value), the default
 when no value is given, `InvalidDimensionValue` for a value the layer
 lacks, the nearest with `nearest: true`; and a dimension whose listed
 values each have their own file."""
+import os
 import re
+import subprocess
 import urllib.request
 
 import numpy as np
@@ -248,3 +250,57 @@ def test_wmts_lists_the_dimension_and_takes_it_in_kvp_and_rest(server, schemas):
     status, body = fetch(server, "/wmts/1.0.0/plain/default/WebMercatorQuad/1/0/0.png?time=2024-01-01")
     assert status == 200, body
     assert_color(body, SCENARIOS["high"])
+
+
+def test_seed_and_truncate_per_value(tmp_path, tmp_path_factory):
+    """Seeding two values stores both (served as hits, no render); a
+    truncate of one leaves the other's tiles; each value's tiles lie under
+    the layer key at that value."""
+    series = tmp_path / "series"
+    series.mkdir()
+    for date, color in DATES.items():
+        solid(series / f"day_{date}.tif", color, -180, 180)
+    cache = tmp_path / "cache"
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ disk: {{ type: file, path: {cache}, memory_mb: 0 }} }}
+layers:
+  - name: series
+    source: {{ type: mosaic, dir: {series}, glob: '*.tif' }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk, metatile: [2, 2] }}
+    dimensions:
+      time: {{ from_path: 'day_(.*)\\.tif' }}
+""")
+
+    def cli(*args):
+        r = subprocess.run([os.environ["TESSERA_BIN"], *args, "--config", str(config), "--layer", "series",
+                            "--zoom", "0..2"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return r
+
+    seeded = cli("seed", "--dimension", "time=2024-01-01,2024-02-01")
+    assert "series at time=2024-01-01T00:00:00Z" in seeded.stderr, seeded.stderr
+    assert "series at time=2024-02-01T00:00:00Z" in seeded.stderr, seeded.stderr
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == [
+        "series~time=2024-01-01T000000Z", "series~time=2024-02-01T000000Z"]
+
+    def status(server, date):
+        with urllib.request.urlopen(f"{server.url}/tiles/series/WebMercatorQuad/2/1/2.png?time={date}",
+                                    timeout=60) as r:
+            return r.headers["X-Cache"], r.read()
+
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        for date in ["2024-01-01", "2024-02-01"]:
+            cached, body = status(server, date)
+            assert cached == "HIT", date
+            assert_color(body, DATES[date])
+        assert renders(server, "series") == 0
+    cli("truncate", "--dimension", "time=2024-01-01/2024-01-31")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert status(server, "2024-01-01")[0] == "MISS"
+        assert status(server, "2024-02-01")[0] == "HIT"
+    bad = subprocess.run([os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "series",
+                          "--zoom", "0", "--dimension", "time=1999-01-01"], capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode != 0 and "1999-01-01" in bad.stderr, bad.stderr

@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use clap::Args;
-use tessera_server::plan::{PlanArea, TilePlan, polygons_from_geojson};
+use tessera_server::plan::{PlanArea, TilePlan, layers_at, polygons_from_geojson};
 use tessera_server::tessera_grid::{BBox, TileFormat};
 use tessera_server::{Config, Service};
 
@@ -35,13 +35,18 @@ pub struct AreaArgs {
     /// Limit to the Polygon/MultiPolygon areas of a GeoJSON file (lon/lat).
     #[arg(long, conflicts_with = "bbox")]
     pub polygon: Option<PathBuf>,
+    /// The values of the layer's dimension: `NAME=V1,V2`, `NAME=all` or
+    /// `NAME=FROM/TO` [default: its default value].
+    #[arg(long)]
+    pub dimension: Option<String>,
 }
 
 impl AreaArgs {
     /// Loads the configuration, opens the layer's source and store (no
     /// other layer's) and plans the tiles named in tile format `format`
-    /// (png, png8, jpg, webp; `None`: the layer's first).
-    pub fn plan(&self, format: Option<&str>) -> Result<(Service, TilePlan), CliError> {
+    /// (png, png8, jpg, webp; `None`: the layer's first): one plan per
+    /// dimension value named by `--dimension`.
+    pub fn plans(&self, format: Option<&str>) -> Result<(Service, Vec<TilePlan>), CliError> {
         let config = Config::from_file(&self.config)?;
         let service = Service::batch(config, &self.layer)?;
         let format = match format {
@@ -75,6 +80,7 @@ impl AreaArgs {
             self.zoom.clone(),
             &area,
         )?;
-        Ok((service, plan))
+        let layers = layers_at(&plan.layer, self.dimension.as_deref())?;
+        Ok((service, plan.at_each(layers)))
     }
 }

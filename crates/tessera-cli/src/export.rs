@@ -60,7 +60,13 @@ pub struct ExportArgs {
 /// Runs an export; returns the process exit status.
 pub fn run(args: &ExportArgs) -> CliResult {
     let destination = Destination::parse(&args.to)?;
-    let (service, plan) = args.area.plan(args.tile_format.as_deref())?;
+    let (service, plans) = args.area.plans(args.tile_format.as_deref())?;
+    let [plan] = <[_; 1]>::try_from(plans).map_err(|plans| {
+        format!(
+            "an export holds one dimension value; --dimension names {}: export each on its own",
+            plans.len()
+        )
+    })?;
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
     if args.render_missing {

@@ -39,15 +39,23 @@ pub struct SeedArgs {
 
 /// Runs a seed; returns the process exit status.
 pub fn seed(args: &SeedArgs) -> CliResult {
-    let (service, mut plan) = args.area.plan(args.format.as_deref())?;
+    let (service, mut plans) = args.area.plans(args.format.as_deref())?;
     if let Some(text) = &args.shard {
         let shard = Shard::parse(text, |v| std::env::var(v).ok())?;
         eprintln!("shard {} of {} (from 0)", shard.index, shard.count);
-        plan = plan.sharded(shard);
+        plans = plans.into_iter().map(|p| p.sharded(shard)).collect();
     }
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
-    seed_plan(&runtime, &service, &plan, threads, args.force)
+    // One dimension value after the other; the first that does not end
+    // well ends the seed.
+    for plan in &plans {
+        let status = seed_plan(&runtime, &service, plan, threads, args.force)?;
+        if status != 0 {
+            return Ok(status);
+        }
+    }
+    Ok(0)
 }
 
 /// Renders `plan` with `threads` metatiles at once, showing progress and a
@@ -68,7 +76,7 @@ pub fn seed_plan(
     );
     eprintln!(
         "seeding {} in {} at zoom {}..{} as {}: {total} tiles in {metatiles} metatiles, {threads} at once",
-        plan.layer.name,
+        plan.layer.label(),
         plan.grid.tms.id,
         zooms.0,
         zooms.1,

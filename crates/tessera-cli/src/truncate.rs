@@ -4,6 +4,8 @@
 use std::time::Instant;
 
 use clap::Args;
+use tessera_server::Service;
+use tessera_server::plan::TilePlan;
 
 use crate::area::AreaArgs;
 use crate::runtime::{CliResult, runtime};
@@ -20,7 +22,18 @@ pub struct TruncateArgs {
 
 /// Runs a truncation; returns the process exit status.
 pub fn truncate(args: &TruncateArgs) -> CliResult {
-    let (service, plan) = args.area.plan(args.format.as_deref())?;
+    let (service, plans) = args.area.plans(args.format.as_deref())?;
+    for plan in &plans {
+        let status = truncate_plan(&service, plan, args)?;
+        if status != 0 {
+            return Ok(status);
+        }
+    }
+    Ok(0)
+}
+
+/// Truncates one plan (one dimension value's tiles).
+fn truncate_plan(service: &Service, plan: &TilePlan, args: &TruncateArgs) -> CliResult {
     let cache = plan
         .layer
         .cache
@@ -30,7 +43,7 @@ pub fn truncate(args: &TruncateArgs) -> CliResult {
     let tiles: u64 = area.ranges.iter().map(|r| r.range.count()).sum();
     eprintln!(
         "truncating {} in {} at zoom {}..{} as {}: {tiles} tiles in {} ranges, store {:?}",
-        plan.layer.name,
+        plan.layer.label(),
         plan.grid.tms.id,
         args.area.zoom.start(),
         args.area.zoom.end(),
@@ -40,7 +53,7 @@ pub fn truncate(args: &TruncateArgs) -> CliResult {
     );
     let start = Instant::now();
     let node = service.config.cluster.node();
-    let done = runtime()?.block_on(tessera_server::truncate::truncate(&plan, &node))?;
+    let done = runtime()?.block_on(tessera_server::truncate::truncate(plan, &node))?;
     println!(
         "truncate complete: {} objects deleted, {} rewritten without the area's tiles, in {:.1} s",
         done.report.objects_deleted,

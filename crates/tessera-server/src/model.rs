@@ -178,6 +178,19 @@ impl Layer {
             })
     }
 
+    /// The layer's name, with the dimension values it is at (`ndvi at
+    /// time=2024-01-01T00:00:00Z`), for messages.
+    pub fn label(&self) -> String {
+        let mut label = self.name.clone();
+        for (i, (name, value)) in self.values.iter().enumerate() {
+            label.push_str(if i == 0 { " at " } else { ", " });
+            label.push_str(name);
+            label.push('=');
+            label.push_str(value);
+        }
+        label
+    }
+
     /// Highest zoom of this layer in `grid`.
     pub fn max_zoom_in(&self, grid: &Grid) -> u8 {
         self.max_zoom.min(grid.tms.max_zoom())

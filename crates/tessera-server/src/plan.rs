@@ -33,6 +33,80 @@ pub struct TilePlan {
     pub shard: Option<Shard>,
 }
 
+impl TilePlan {
+    /// The plan at the dimension values of each of `layers` (from
+    /// [`layers_at`]): the same tiles, each value's own.
+    pub fn at_each(&self, layers: Vec<Arc<Layer>>) -> Vec<TilePlan> {
+        layers
+            .into_iter()
+            .map(|layer| TilePlan {
+                layer,
+                ..self.clone()
+            })
+            .collect()
+    }
+}
+
+/// The layer at each value `spec` names for its dimension: `NAME=V1,V2`,
+/// `NAME=all`, or `NAME=A/B` (the layer's values from A to B); without a
+/// spec, the layer at its default values (a layer without dimensions is
+/// itself).
+pub fn layers_at(layer: &Arc<Layer>, spec: Option<&str>) -> Result<Vec<Arc<Layer>>, PlanError> {
+    let err = PlanError::Refused;
+    let Some(spec) = spec else {
+        return Ok(vec![layer.at(|_| None).map_err(|e| err(e.to_string()))?]);
+    };
+    let (name, text) = spec
+        .split_once('=')
+        .ok_or_else(|| err(format!("--dimension {spec:?}: write NAME=VALUES")))?;
+    let name = name.trim().to_ascii_lowercase();
+    let Some(dimension) = layer.dimensions.iter().find(|d| d.name == name) else {
+        return Err(err(format!(
+            "layer {:?} has no dimension {name:?}",
+            layer.name
+        )));
+    };
+    let values: Vec<String> = if text.trim() == "all" {
+        dimension.values.clone()
+    } else if let Some((from, to)) = text.split_once('/') {
+        let bound = |t: &str| {
+            crate::dimension::canonical(dimension.kind, &name, t).map_err(|e| err(e.to_string()))
+        };
+        let (from, to) = (bound(from)?, bound(to)?);
+        let mut within = vec![from.clone(), to.clone()];
+        dimension.sort(&mut within);
+        let (low, high) = (within[0].clone(), within[within.len() - 1].clone());
+        dimension
+            .values
+            .iter()
+            .filter(|v| {
+                let mut three = vec![low.clone(), (*v).clone(), high.clone()];
+                dimension.sort(&mut three);
+                // `v` lies between the bounds when sorting keeps it there.
+                three.len() < 3 || three[1] == **v
+            })
+            .cloned()
+            .collect()
+    } else {
+        text.split(',')
+            .map(|t| dimension.resolve(Some(t)).map_err(|e| err(e.to_string())))
+            .collect::<Result<_, _>>()?
+    };
+    if values.is_empty() {
+        return Err(err(format!(
+            "--dimension {spec:?} names none of the layer's values"
+        )));
+    }
+    values
+        .iter()
+        .map(|v| {
+            layer
+                .at(|n| (n == name).then(|| v.clone()))
+                .map_err(|e| err(e.to_string()))
+        })
+        .collect()
+}
+
 /// One of `count` parts of a plan: the metatiles, zoom by zoom and along
 /// the Hilbert curve within a zoom, cut into `count` contiguous runs of
 /// (nearly) equal numbers of metatiles; part `index` is the run this
