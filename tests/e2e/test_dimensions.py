@@ -304,3 +304,23 @@ layers:
                           "--zoom", "0", "--dimension", "time=1999-01-01"], capture_output=True, text=True,
                          timeout=600)
     assert bad.returncode != 0 and "1999-01-01" in bad.stderr, bad.stderr
+
+
+def test_tilejson_lists_the_values_and_its_tiles_carry_the_value_asked(server):
+    import json
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/tilejson.json?time=2024-01-01")
+    assert status == 200, body
+    doc = json.loads(body)
+    assert doc["dimensions"]["time"]["values"] == [f"{d}T00:00:00Z" for d in DATES]
+    assert doc["dimensions"]["time"]["default"] == "2024-03-01T00:00:00Z"
+    url = doc["tiles"][0]
+    assert url.endswith("?time=2024-01-01T00%3A00%3A00Z"), url
+    with urllib.request.urlopen(url.replace("{z}", "2").replace("{x}", "1").replace("{y}", "1"), timeout=60) as r:
+        assert_color(r.read(), DATES["2024-01-01"])
+    doc = json.loads(fetch(server, "/tiles/series/WebMercatorQuad/tilejson.json")[1])
+    assert doc["tiles"][0].endswith("?time=2024-03-01T00%3A00%3A00Z")
+    status, body = fetch(server, "/tiles/series/WebMercatorQuad/tilejson.json?time=1999-01-01")
+    assert status == 400, body
+    # A layer without dimensions: no dimensions, plain tile URLs.
+    doc = json.loads(fetch(server, "/tiles/plain/WebMercatorQuad/tilejson.json")[1])
+    assert "dimensions" not in doc and doc["tiles"][0].endswith(".png")

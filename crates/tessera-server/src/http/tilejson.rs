@@ -1,13 +1,13 @@
 //! TileJSON 3.0.0 per layer and grid.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_grid::{TileFormat, mercator};
 
-use super::address::resolve_layer_grid;
+use super::address::{dimension_param, query_params, resolve_layer_grid};
 use super::base_url;
 use super::error::ApiError;
 use super::error::Protocol;
@@ -26,14 +26,47 @@ pub struct TileJsonQuery {
 
 /// `GET /tiles/{layer}/{grid}/tilejson.json[?tile_scale=2][&format=mvt]`.
 /// For vector tiles, `vector_layers` lists each data layer with its fields.
+/// A layer with dimensions lists them (`dimensions`: values and default);
+/// its tile URLs carry the value the request names (`?time=...`), or the
+/// default.
 pub async fn tilejson(
     State(state): State<Catalog>,
     Path((layer, grid)): Path<(String, String)>,
     Query(query): Query<TileJsonQuery>,
+    RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
+    let params = query_params(raw.as_deref());
+    let mut tile_query = Vec::new();
+    let mut dimensions = serde_json::Map::new();
+    for d in &layer.dimensions {
+        let asked = dimension_param(
+            |n| params.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()),
+            &d.name,
+        );
+        let value = d
+            .resolve(asked.as_deref())
+            .map_err(|e| ApiError::from_dimension(&e))?;
+        let key = match d.name.as_str() {
+            "time" | "elevation" => d.name.clone(),
+            other => format!("dim_{other}"),
+        };
+        tile_query.push(format!(
+            "{key}={}",
+            url::form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>()
+        ));
+        dimensions.insert(
+            d.name.clone(),
+            json!({ "values": d.values, "default": d.default_value().ok(), "value": value }),
+        );
+    }
+    let tile_query = if tile_query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", tile_query.join("&"))
+    };
     let (row_suffix, tile_size) = match query.tile_scale.unwrap_or(1) {
         1 => ("", grid.tms.tile_width),
         HIDPI_FACTOR => (HIDPI_SUFFIX, grid.tms.tile_width * HIDPI_FACTOR),
@@ -88,7 +121,7 @@ pub async fn tilejson(
         "description": layer.description.clone().unwrap_or_else(|| layer.title.clone()),
         "version": "1.0.0",
         "scheme": "xyz",
-        "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}{row_suffix}.{ext}", layer.name, grid.tms.id)],
+        "tiles": [format!("{base}/tiles/{}/{}/{{z}}/{{x}}/{{y}}{row_suffix}.{ext}{tile_query}", layer.name, grid.tms.id)],
         "tileSize": tile_size,
         // Not in TileJSON 3.0.0 (which assumes Web Mercator): the grid's CRS
         // and tile matrix set, for clients of other grids.
@@ -99,6 +132,9 @@ pub async fn tilejson(
         "bounds": bounds,
         "center": [f64::midpoint(bounds[0], bounds[2]), f64::midpoint(bounds[1], bounds[3]), center_zoom],
     });
+    if !dimensions.is_empty() {
+        doc["dimensions"] = Value::Object(dimensions);
+    }
     if let Some(a) = &layer.attribution {
         doc["attribution"] = Value::String(a.clone());
     }
