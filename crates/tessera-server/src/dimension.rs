@@ -109,7 +109,12 @@ pub struct Dimension {
     pub default: DefaultValue,
     /// Whether a value the layer lacks snaps to the nearest it has.
     pub nearest: bool,
+    /// Most values a capabilities document lists (see [`Dimension::listed`]).
+    pub max_listed: usize,
 }
+
+/// Values a capabilities document lists at most by default.
+pub const DEFAULT_MAX_LISTED: usize = 1000;
 
 impl Dimension {
     /// The canonical value a request gets: the default when `asked` is
@@ -160,6 +165,54 @@ impl Dimension {
         }
     }
 
+    /// The values as capabilities list them: every value while they are
+    /// at most `max_listed`; beyond, values evenly spaced as one
+    /// `start/end/period` (ISO 8601 period for times, a step for numbers),
+    /// else the latest `max_listed`.
+    pub fn listed(&self) -> Vec<String> {
+        if self.values.len() <= self.max_listed.max(1) {
+            return self.values.clone();
+        }
+        if let Some(interval) = self.interval() {
+            return vec![interval];
+        }
+        self.values[self.values.len() - self.max_listed.max(1)..].to_vec()
+    }
+
+    /// `start/end/period` when the values are evenly spaced.
+    fn interval(&self) -> Option<String> {
+        let (first, last) = (self.values.first()?, self.values.last()?);
+        match self.kind {
+            Kind::Time => {
+                let times: Vec<DateTime<Utc>> = self
+                    .values
+                    .iter()
+                    .map(|v| parse_time(v))
+                    .collect::<Option<_>>()?;
+                let step = (times[1] - times[0]).num_seconds();
+                let even = step > 0
+                    && times
+                        .windows(2)
+                        .all(|w| (w[1] - w[0]).num_milliseconds() == step * 1000);
+                even.then(|| format!("{first}/{last}/{}", iso_period(step)))
+            }
+            Kind::Number => {
+                let numbers: Vec<f64> = self
+                    .values
+                    .iter()
+                    .map(|v| v.parse().ok())
+                    .collect::<Option<_>>()?;
+                let step = numbers[1] - numbers[0];
+                let even = step > 0.0
+                    && numbers
+                        .windows(2)
+                        .all(|w| ((w[1] - w[0]) - step).abs() <= step * 1e-9);
+                even.then(|| format!("{first}/{last}/{step}"))
+            }
+            Kind::Text => None,
+        }
+    }
+
     /// Sorts `values` (canonical) in the dimension's order, without
     /// repeats.
     pub fn sort(&self, values: &mut Vec<String>) {
@@ -198,6 +251,19 @@ impl Dimension {
             .iter()
             .min_by(|a, b| distance(a).total_cmp(&distance(b)))
             .cloned()
+    }
+}
+
+/// `seconds` as an ISO 8601 period (`P1D`, `PT6H`, `PT90S`).
+fn iso_period(seconds: i64) -> String {
+    if seconds % 86_400 == 0 {
+        format!("P{}D", seconds / 86_400)
+    } else if seconds % 3600 == 0 {
+        format!("PT{}H", seconds / 3600)
+    } else if seconds % 60 == 0 {
+        format!("PT{}M", seconds / 60)
+    } else {
+        format!("PT{seconds}S")
     }
 }
 
@@ -297,6 +363,7 @@ mod tests {
                 .collect(),
             default: DefaultValue::Latest,
             nearest,
+            max_listed: DEFAULT_MAX_LISTED,
         };
         let mut values = d.values.clone();
         d.sort(&mut values);
@@ -401,6 +468,40 @@ mod tests {
             empty.resolve(None),
             Err(DimensionError::Empty { .. })
         ));
+    }
+
+    #[test]
+    fn long_lists_are_summarised_in_capabilities() {
+        let hours: Vec<String> = (0..48)
+            .map(|h| format!("2024-01-{:02}T{:02}:00:00Z", 1 + h / 24, h % 24))
+            .collect();
+        let refs: Vec<&str> = hours.iter().map(String::as_str).collect();
+        let mut d = time(&refs, false);
+        assert_eq!(d.listed().len(), 48);
+        d.max_listed = 10;
+        assert_eq!(
+            d.listed(),
+            ["2024-01-01T00:00:00Z/2024-01-02T23:00:00Z/PT1H"]
+        );
+        // Uneven (months): the latest ones.
+        let mut months = time(
+            &["2024-01-01", "2024-02-01", "2024-03-01", "2024-05-01"],
+            false,
+        );
+        months.max_listed = 2;
+        assert_eq!(
+            months.listed(),
+            ["2024-03-01T00:00:00Z", "2024-05-01T00:00:00Z"]
+        );
+        let levels = Dimension {
+            name: "elevation".into(),
+            kind: Kind::Number,
+            values: vec!["0".into(), "250".into(), "500".into(), "750".into()],
+            default: DefaultValue::Earliest,
+            nearest: false,
+            max_listed: 2,
+        };
+        assert_eq!(levels.listed(), ["0/750/250"]);
     }
 
     #[test]

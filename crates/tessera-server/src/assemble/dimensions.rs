@@ -71,6 +71,7 @@ pub(super) fn layer(
         values: values.iter().map(|v| v.canonical.clone()).collect(),
         default: DefaultValue::Latest,
         nearest: dc.nearest,
+        max_listed: dc.max_values,
     };
     let mut sorted = dimension.values.clone();
     dimension.sort(&mut sorted);

@@ -42,6 +42,15 @@ pub struct DimensionConfig {
     /// has (else it is refused, `InvalidDimensionValue`).
     #[serde(default)]
     pub nearest: bool,
+    /// Most values a capabilities document lists; beyond, evenly spaced
+    /// values are written as `start/end/period`, others as the latest
+    /// ones (default 1000).
+    #[serde(default = "default_max_values")]
+    pub max_values: usize,
+}
+
+fn default_max_values() -> usize {
+    crate::dimension::DEFAULT_MAX_LISTED
 }
 
 /// A listed value and its raster.

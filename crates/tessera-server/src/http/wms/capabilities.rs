@@ -67,7 +67,7 @@ impl WmsDimension {
                 units: d.kind.units(),
                 default: d.default_value().ok(),
                 nearest: u8::from(d.nearest),
-                values: d.values.join(","),
+                values: d.listed().join(","),
             })
             .collect()
     }

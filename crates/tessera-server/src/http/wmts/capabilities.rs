@@ -230,7 +230,7 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
                 id: dimension_id(&d.name),
                 units: d.kind.units(),
                 default: d.default_value().unwrap_or_default(),
-                values: d.values.clone(),
+                values: d.listed(),
             })
             .collect(),
     }
