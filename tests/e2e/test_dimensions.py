@@ -324,3 +324,30 @@ def test_tilejson_lists_the_values_and_its_tiles_carry_the_value_asked(server):
     # A layer without dimensions: no dimensions, plain tile URLs.
     doc = json.loads(fetch(server, "/tiles/plain/WebMercatorQuad/tilejson.json")[1])
     assert "dimensions" not in doc and doc["tiles"][0].endswith(".png")
+
+
+def test_gdal_wms_and_wmts_drivers_get_the_picture_of_the_time_asked(server, tmp_path, monkeypatch):
+    """GDAL's WMS driver with TIME= in its URL gets each date's picture;
+    its WMTS driver (GDAL 3.6 fills the template's {Time} with the
+    dimension's Default) gets the default's."""
+    monkeypatch.setenv("GDAL_DEFAULT_WMS_CACHE_PATH", str(tmp_path / "gdalwmscache"))
+
+    def mean_color(path):
+        pixels = gdal.Open(str(path)).ReadAsArray()
+        opaque = pixels[3] > 0 if pixels.shape[0] == 4 else np.ones(pixels.shape[1:], bool)
+        assert opaque.mean() > 0.5, "the image is mostly empty"
+        return tuple(int(round(pixels[b][opaque].mean())) for b in range(3))
+
+    for date, color in DATES.items():
+        src = (f"WMS:{server.url}/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=series&CRS=EPSG:4326"
+               f"&BBOX=-60,-120,60,120&TIME={date}")
+        dst = tmp_path / f"wms-{date}.tif"
+        gdal.Translate(str(dst), src, width=128, height=64)
+        mean = mean_color(dst)
+        assert max(abs(m - c) for m, c in zip(mean, color)) <= 3, (date, mean)
+    dst = tmp_path / "wmts.tif"
+    gdal.Translate(str(dst), f"WMTS:{server.url}/wmts/1.0.0/WMTSCapabilities.xml,layer=series,"
+                             "tilematrixset=WebMercatorQuad", width=64, height=64,
+                   projWin=[-10_000_000, 10_000_000, 10_000_000, -10_000_000])
+    mean = mean_color(dst)
+    assert max(abs(m - c) for m, c in zip(mean, DATES["2024-03-01"])) <= 3, mean
