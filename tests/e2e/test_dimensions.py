@@ -8,6 +8,7 @@ values each have their own file."""
 import os
 import re
 import subprocess
+import time
 import urllib.request
 
 import numpy as np
@@ -351,3 +352,38 @@ def test_gdal_wms_and_wmts_drivers_get_the_picture_of_the_time_asked(server, tmp
                    projWin=[-10_000_000, 10_000_000, 10_000_000, -10_000_000])
     mean = mean_color(dst)
     assert max(abs(m - c) for m, c in zip(mean, DATES["2024-03-01"])) <= 3, mean
+
+
+def test_new_values_are_served_without_a_restart(tmp_path, tmp_path_factory):
+    """With refresh_secs, a new date's file in the mosaic's directory is a
+    new value in the capabilities and its tiles are served."""
+    series = tmp_path / "series"
+    series.mkdir()
+    solid(series / "day_2024-01-01.tif", DATES["2024-01-01"], -180, 180)
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: series
+    source: {{ type: mosaic, dir: {series}, glob: '*.tif' }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time: {{ from_path: 'day_(.*)\\.tif', refresh_secs: 1 }}
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, body = fetch(server, "/tiles/series/WebMercatorQuad/1/0/0.png?time=2024-02-01")
+        assert status == 400, body
+        solid(series / "day_2024-02-01.tif", DATES["2024-02-01"], -180, 180)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status, body = fetch(server, "/tiles/series/WebMercatorQuad/1/0/0.png?time=2024-02-01")
+            if status == 200:
+                break
+            time.sleep(0.5)
+        assert status == 200, body
+        assert_color(body, DATES["2024-02-01"])
+        # The new value is the default now (latest), and listed.
+        assert_color(fetch(server, "/tiles/series/WebMercatorQuad/1/1/0.png")[1], DATES["2024-02-01"])
+        _, caps = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
+        assert b"2024-01-01T00:00:00Z,2024-02-01T00:00:00Z" in caps

@@ -220,6 +220,7 @@ async fn serve(
             every,
         ));
     }
+    tokio::spawn(refresh_dimension_values(live.clone()));
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())
@@ -250,6 +251,51 @@ fn warn_if_memory_only(config: &tessera_server::Config) {
 /// Reloads the configuration on each SIGHUP; a config that fails, or that
 /// drops layers served now (which only `POST /admin/reload?remove_layers=true`
 /// or a restart may do), is logged and the current one keeps serving.
+/// Looks at where the layers' dimension values come from every
+/// `refresh_secs` (the shortest configured; nothing when none is) and
+/// reloads the configuration when they changed, so new values (a new
+/// date's files) are served without a restart.
+async fn refresh_dimension_values(live: std::sync::Arc<http::live::Live>) {
+    use tessera_server::assemble::{refresh_interval, values_signature};
+    let mut seen: Option<u128> = None;
+    loop {
+        let config = live.current().config.clone();
+        let Some(every) = refresh_interval(&config) else {
+            // Asked again after a while: a reload may add a refresh.
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            seen = None;
+            continue;
+        };
+        if seen.is_none() {
+            let first = config.clone();
+            seen = tokio::task::spawn_blocking(move || values_signature(&first))
+                .await
+                .ok();
+        }
+        tokio::time::sleep(every).await;
+        let signature = tokio::task::spawn_blocking(move || values_signature(&config))
+            .await
+            .ok();
+        match (seen, signature) {
+            (Some(before), Some(now)) if before != now => {
+                tracing::info!("dimension values changed: reloading the configuration");
+                let reloading = live.clone();
+                match tokio::task::spawn_blocking(move || reloading.reload(false)).await {
+                    Ok(Ok(_)) => seen = signature,
+                    Ok(Err(e)) => tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "reloading for new dimension values failed; the old values keep serving"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = &e as &dyn std::error::Error, "the reload failed")
+                    }
+                }
+            }
+            _ => seen = signature.or(seen),
+        }
+    }
+}
+
 async fn reload_on_hangup(live: std::sync::Arc<http::live::Live>) {
     #[cfg(unix)]
     {

@@ -193,3 +193,53 @@ fn from_path(
         })
         .collect())
 }
+
+/// The shortest `refresh_secs` of the configured dimensions: how often
+/// [`values_signature`] should be looked at; `None` when no dimension asks.
+pub fn refresh_interval(config: &Config) -> Option<std::time::Duration> {
+    config
+        .layers
+        .iter()
+        .flat_map(|l| l.dimensions.values())
+        .filter_map(|d| d.refresh_secs)
+        .map(|s| std::time::Duration::from_secs_f64(s.max(0.5)))
+        .min()
+}
+
+/// A hash of where the dimension values of `config` come from, as a
+/// reload would read it: every mosaic piece path (with its size and time)
+/// and every listed file's size and time. A different hash means the
+/// values or their pixels changed.
+pub fn values_signature(config: &Config) -> u128 {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    for lc in config.layers.iter().filter(|l| !l.dimensions.is_empty()) {
+        let mut files: Vec<String> = lc
+            .dimensions
+            .values()
+            .flat_map(|d| d.values.iter().map(|v| v.path.clone()))
+            .collect();
+        if lc.dimensions.values().any(|d| d.from_path.is_some())
+            && let SourceSpec::Mosaic(m) = &lc.source
+        {
+            match m.piece_paths() {
+                Some(Ok(paths)) => files.extend(paths),
+                Some(Err(e)) => {
+                    let _ = writeln!(text, "{} {e}", lc.name);
+                }
+                None => {}
+            }
+        }
+        for path in files {
+            let meta = std::fs::metadata(&path).ok();
+            let _ = writeln!(
+                text,
+                "{} {path} {:?} {:?}",
+                lc.name,
+                meta.as_ref().map(std::fs::Metadata::len),
+                meta.and_then(|m| m.modified().ok())
+            );
+        }
+    }
+    tessera_store::content_hash(text.as_bytes())
+}

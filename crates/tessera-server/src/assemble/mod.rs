@@ -17,6 +17,8 @@ use tessera_store::{MemoryStore, StoreSpec, TileStore};
 
 mod dimensions;
 
+pub use dimensions::{refresh_interval, values_signature};
+
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::fingerprint;
 use crate::metatile::MetatileSpec;

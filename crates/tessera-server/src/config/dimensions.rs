@@ -47,6 +47,12 @@ pub struct DimensionConfig {
     /// ones (default 1000).
     #[serde(default = "default_max_values")]
     pub max_values: usize,
+    /// Seconds between two looks at where the values come from (a
+    /// mosaic's directory, the listed files): when they changed, the
+    /// configuration is loaded again, so new values are served without a
+    /// restart. None: at start and on reload only.
+    #[serde(default, deserialize_with = "super::optional_seconds")]
+    pub refresh_secs: Option<f64>,
 }
 
 fn default_max_values() -> usize {

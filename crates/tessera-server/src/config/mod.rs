@@ -863,7 +863,7 @@ impl Config {
 
 /// A duration in seconds: a number, or text with a unit (`500ms`, `10s`,
 /// `2m`, `1h`).
-fn optional_seconds<'de, D: serde::Deserializer<'de>>(
+pub(super) fn optional_seconds<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<f64>, D::Error> {
     seconds(deserializer).map(Some)
