@@ -282,12 +282,14 @@ async fn refresh_dimension_values(live: std::sync::Arc<http::live::Live>) {
                 let reloading = live.clone();
                 match tokio::task::spawn_blocking(move || reloading.reload(false)).await {
                     Ok(Ok(_)) => seen = signature,
-                    Ok(Err(e)) => tracing::error!(
-                        error = &e as &dyn std::error::Error,
-                        "reloading for new dimension values failed; the old values keep serving"
-                    ),
+                    Ok(Err(e)) => {
+                        tracing::error!(
+                            error = &e as &dyn std::error::Error,
+                            "reloading for new dimension values failed; the old values keep serving"
+                        );
+                    }
                     Err(e) => {
-                        tracing::error!(error = &e as &dyn std::error::Error, "the reload failed")
+                        tracing::error!(error = &e as &dyn std::error::Error, "the reload failed");
                     }
                 }
             }
