@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -305,6 +306,26 @@ layers:
                           "--zoom", "0", "--dimension", "time=1999-01-01"], capture_output=True, text=True,
                          timeout=600)
     assert bad.returncode != 0 and "1999-01-01" in bad.stderr, bad.stderr
+    # The admin API truncates per value too.
+    token = "dimension-test-token-0123456789"
+    config.write_text(config.read_text() + f"""
+admin: {{ token: {token}, sources_url: 's3://unused/sources', sources_file: {tmp_path}/sources.json }}
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert status(server, "2024-02-01")[0] == "HIT"
+        req = urllib.request.Request(f"{server.url}/admin/truncate?layer=series&zoom=0..2&dimension=time=2024-02-01",
+                                     method="POST", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            text = r.read().decode()
+        assert "truncated series at time=2024-02-01T00:00:00Z" in text, text
+        assert status(server, "2024-02-01")[0] == "MISS"
+        req = urllib.request.Request(f"{server.url}/admin/truncate?layer=series&zoom=0&dimension=time=1999-01-01",
+                                     method="POST", headers={"Authorization": f"Bearer {token}"})
+        try:
+            urllib.request.urlopen(req, timeout=60)
+            raise AssertionError("an unknown value was truncated")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400
 
 
 def test_tilejson_lists_the_values_and_its_tiles_carry_the_value_asked(server):

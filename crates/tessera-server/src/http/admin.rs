@@ -120,13 +120,28 @@ pub async fn truncate(
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
-    let plan = match truncate_plan(&state, query.as_deref().unwrap_or("")) {
-        Ok(plan) => plan,
+    let plans = match truncate_plan(&state, query.as_deref().unwrap_or("")) {
+        Ok(plans) => plans,
         Err(message) => {
             return ApiError::bad_request("InvalidParameterValue", message).into_response();
         }
     };
-    let layer = plan.layer.name.clone();
+    // One dimension value after the other (a layer without dimensions
+    // has one plan); the first that does not end well is the answer.
+    let mut text = String::new();
+    for plan in plans {
+        match truncate_one(&state, plan).await {
+            Ok(line) => text.push_str(&line),
+            Err(refused) => return refused,
+        }
+    }
+    (StatusCode::OK, text).into_response()
+}
+
+/// Truncates one plan (one dimension value's tiles) as a job: the line
+/// saying what was removed, or the answer saying why not.
+async fn truncate_one(state: &Admin, plan: crate::plan::TilePlan) -> Result<String, Response> {
+    let layer = plan.layer.label();
     let waiting = crate::truncate::start_or_join(plan, state.config.cluster.node());
     let joined = if waiting.joined() {
         " (joined a running truncation of the same area)"
@@ -140,33 +155,29 @@ pub async fn truncate(
                 Ok(false) => "the store is not shared".to_string(),
                 Err(e) => format!("other nodes could NOT be told: {e}"),
             };
-            (
-                StatusCode::OK,
-                format!(
-                    "truncated {layer}{joined}: {} objects deleted, {} rewritten; {announced}\n",
-                    done.report.objects_deleted, done.report.objects_rewritten
-                ),
-            )
-                .into_response()
+            Ok(format!(
+                "truncated {layer}{joined}: {} objects deleted, {} rewritten; {announced}\n",
+                done.report.objects_deleted, done.report.objects_rewritten
+            ))
         }
         Err(e) => match &*e {
             crate::truncate::TruncateError::Store(tessera_store::StoreError::Cancelled {
                 done,
                 ..
-            }) => ApiError::new(
+            }) => Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "Cancelled",
                 format!("the truncation of {layer} was cancelled after {done} objects"),
             )
-            .into_response(),
+            .into_response()),
             _ => {
                 tracing::error!(error = &*e as &dyn std::error::Error, "truncate failed");
-                ApiError::new(
+                Err(ApiError::new(
                     StatusCode::BAD_GATEWAY,
                     "StoreFailed",
                     "the truncation failed; the server log has the details",
                 )
-                .into_response()
+                .into_response())
             }
         },
     }
@@ -202,8 +213,10 @@ pub async fn cancel_truncate(
         .into_response()
 }
 
-fn truncate_plan(state: &Admin, query: &str) -> Result<crate::plan::TilePlan, String> {
-    use crate::plan::{PlanArea, TilePlan, parse_bbox, parse_zooms};
+/// The plans a truncate request names: one per dimension value
+/// (`dimension=NAME=VALUES`, as `tessera truncate --dimension`).
+fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan>, String> {
+    use crate::plan::{PlanArea, TilePlan, layers_at, parse_bbox, parse_zooms};
     let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         args.insert(k.to_ascii_lowercase(), v.into_owned());
@@ -239,8 +252,11 @@ fn truncate_plan(state: &Admin, query: &str) -> Result<crate::plan::TilePlan, St
         ),
         None => PlanArea::Extent,
     };
-    TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
-        .map_err(|e| tessera_source::error_chain(&e))
+    let plan = TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
+        .map_err(|e| tessera_source::error_chain(&e))?;
+    let layers = layers_at(&plan.layer, args.get("dimension").map(String::as_str))
+        .map_err(|e| tessera_source::error_chain(&e))?;
+    Ok(plan.at_each(layers))
 }
 
 /// The value of the query parameter `name` (in any case), decoded.
