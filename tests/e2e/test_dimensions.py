@@ -408,3 +408,27 @@ layers:
         assert_color(fetch(server, "/tiles/series/WebMercatorQuad/1/1/0.png")[1], DATES["2024-02-01"])
         _, caps = fetch(server, "/wms?SERVICE=WMS&REQUEST=GetCapabilities&VERSION=1.3.0")
         assert b"2024-01-01T00:00:00Z,2024-02-01T00:00:00Z" in caps
+
+
+def test_the_preview_page_has_a_list_of_values_that_changes_the_tiles(server, browser):
+    """In headless Chromium: the preview shows the default value's picture;
+    choosing another value in the list shows that value's."""
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def centre_color():
+        """The colour in the middle of the map once every tile has loaded."""
+        WebDriverWait(browser, 60).until(lambda d: d.execute_script(
+            "const t = document.querySelectorAll('img.tile');"
+            "return t.length > 0 && [...t].every(i => i.complete && i.dataset.loaded === '1');"))
+        rgb = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
+        h, w = rgb.shape[1:]
+        return tuple(int(rgb[b][h // 2 - 20:h // 2 + 20, w // 2 - 20:w // 2 + 20].mean()) for b in range(3))
+
+    browser.get(f"{server.url}/preview/series")
+    assert max(abs(m - c) for m, c in zip(centre_color(), DATES["2024-03-01"])) <= 3
+    select = Select(browser.find_element("id", "dimension-time"))
+    assert [o.get_attribute("value") for o in select.options] == [f"{d}T00:00:00Z" for d in DATES]
+    select.select_by_value("2024-01-01T00:00:00Z")
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return [...document.querySelectorAll('img.tile')].every(i => i.src.includes('time=2024-01-01'));"))
+    assert max(abs(m - c) for m, c in zip(centre_color(), DATES["2024-01-01"])) <= 3

@@ -115,12 +115,18 @@ pub async fn page(
         "tileBase": format!("/tiles/{}", layer.name),
         "grids": grids,
         "formats": layer.formats.iter().filter(|f| !f.is_vector()).map(|f| f.extension()).collect::<Vec<_>>(),
+        // A list of values per dimension; tiles are asked at the one chosen.
+        "dimensions": layer.dimensions.iter().map(|d| json!({
+            "name": d.name,
+            "values": d.values,
+            "default": d.default_value().ok(),
+        })).collect::<Vec<_>>(),
     });
     // `</` cannot end the script element early once escaped this way.
     let config = config.to_string().replace("</", "<\\/");
     Ok(Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style></head><body>\
-         <header><a href=\"/\">tessera</a><b>{title}</b><select id=\"grid\"></select><select id=\"format\"></select>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><select id=\"grid\"></select><select id=\"format\"></select><span id=\"dimensions\"></span>\
          <button id=\"zoom-in\">+</button><button id=\"zoom-out\">&minus;</button></header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\

@@ -16,6 +16,26 @@
 
   for (const g of cfg.grids) gridSelect.add(new Option(g.id, g.id));
   for (const f of cfg.formats) formatSelect.add(new Option(f, f));
+  // One list per dimension (time, elevation, ...); tiles carry the values.
+  const chosen = {};
+  for (const d of cfg.dimensions || []) {
+    const select = document.createElement("select");
+    select.id = `dimension-${d.name}`;
+    select.title = d.name;
+    for (const v of d.values) select.add(new Option(`${d.name} ${v}`, v));
+    select.value = chosen[d.name] = d.default;
+    select.onchange = () => { chosen[d.name] = select.value; redraw(); };
+    document.getElementById("dimensions").appendChild(select);
+  }
+  function query() {
+    const q = Object.entries(chosen).map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`);
+    return q.length ? `?${q.join("&")}` : "";
+  }
+  function redraw() {
+    for (const img of tiles.values()) img.remove();
+    tiles.clear();
+    draw();
+  }
 
   function fit() {
     const e = grid.extent;
@@ -39,7 +59,7 @@
     const keep = new Set();
     for (let y = r0; y <= r1; y++) {
       for (let x = c0; x <= c1; x++) {
-        const key = `${grid.id}/${z}/${x}/${y}.${format}`;
+        const key = `${grid.id}/${z}/${x}/${y}.${format}${query()}`;
         keep.add(key);
         let img = tiles.get(key);
         if (!img) {
