@@ -8,6 +8,8 @@
 //! `2024-01-01`, `2024-01-01T00:00Z` and `2024-01-01T00:00:00+00:00` are one
 //! cache entry.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 
 /// The longest value a client may write, in bytes.
@@ -111,6 +113,10 @@ pub struct Dimension {
     pub nearest: bool,
     /// Most values a capabilities document lists (see [`Dimension::listed`]).
     pub max_listed: usize,
+    /// The spellings requests most often use for each value (the value
+    /// itself; a time's date alone at midnight, without seconds): found
+    /// without parsing. Filled by [`Dimension::index_spellings`].
+    pub spellings: HashMap<String, usize>,
 }
 
 /// Values a capabilities document lists at most by default.
@@ -125,6 +131,9 @@ impl Dimension {
         let Some(text) = asked else {
             return self.default_value();
         };
+        if let Some(&i) = self.spellings.get(text) {
+            return Ok(self.values[i].clone());
+        }
         if text.contains(',') || text.contains('/') {
             return Err(DimensionError::NotOne {
                 name: self.name.clone(),
@@ -211,6 +220,24 @@ impl Dimension {
             }
             Kind::Text => None,
         }
+    }
+
+    /// Indexes the common spellings of every value (after the values are
+    /// sorted), so that requests naming them skip parsing.
+    pub fn index_spellings(&mut self) {
+        let mut spellings = HashMap::with_capacity(self.values.len() * 3);
+        for (i, v) in self.values.iter().enumerate() {
+            spellings.insert(v.clone(), i);
+            if self.kind == Kind::Time
+                && let Some(no_seconds) = v.strip_suffix(":00Z")
+            {
+                spellings.insert(format!("{no_seconds}Z"), i);
+                if let Some(date) = v.strip_suffix("T00:00:00Z") {
+                    spellings.insert(date.to_string(), i);
+                }
+            }
+        }
+        self.spellings = spellings;
     }
 
     /// Sorts `values` (canonical) in the dimension's order, without
@@ -364,10 +391,12 @@ mod tests {
             default: DefaultValue::Latest,
             nearest,
             max_listed: DEFAULT_MAX_LISTED,
+            spellings: HashMap::new(),
         };
         let mut values = d.values.clone();
         d.sort(&mut values);
         d.values = values;
+        d.index_spellings();
         d
     }
 
@@ -471,6 +500,26 @@ mod tests {
     }
 
     #[test]
+    fn common_spellings_are_found_without_parsing_and_mean_the_same() {
+        let d = time(&["2024-01-01", "2024-02-01T06:30:00Z"], false);
+        for (asked, want) in [
+            ("2024-01-01", "2024-01-01T00:00:00Z"),
+            ("2024-01-01T00:00Z", "2024-01-01T00:00:00Z"),
+            ("2024-01-01T00:00:00Z", "2024-01-01T00:00:00Z"),
+            ("2024-02-01T06:30Z", "2024-02-01T06:30:00Z"),
+        ] {
+            assert!(d.spellings.contains_key(asked), "{asked}");
+            assert_eq!(d.resolve(Some(asked)).unwrap(), want);
+        }
+        // Other spellings are parsed, to the same values.
+        assert_eq!(
+            d.resolve(Some("2024-02-01T07:30:00+01:00")).unwrap(),
+            "2024-02-01T06:30:00Z"
+        );
+        assert!(!d.spellings.contains_key("2024-02-01"));
+    }
+
+    #[test]
     fn long_lists_are_summarised_in_capabilities() {
         let hours: Vec<String> = (0..48)
             .map(|h| format!("2024-01-{:02}T{:02}:00:00Z", 1 + h / 24, h % 24))
@@ -500,6 +549,7 @@ mod tests {
             default: DefaultValue::Earliest,
             nearest: false,
             max_listed: 2,
+            spellings: HashMap::new(),
         };
         assert_eq!(levels.listed(), ["0/750/250"]);
     }

@@ -165,6 +165,18 @@ impl Layer {
         if self.dimensions.is_empty() {
             return Ok(self.clone());
         }
+        if let [d] = self.dimensions.as_slice() {
+            // One dimension: its value is the identifier.
+            let value = d.resolve(asked(&d.name).as_deref())?;
+            return self
+                .at_values
+                .get(&value)
+                .cloned()
+                .ok_or_else(|| DimensionError::Unknown {
+                    name: d.name.clone(),
+                    value,
+                });
+        }
         let mut values = Vec::with_capacity(self.dimensions.len());
         for d in &self.dimensions {
             values.push((d.name.clone(), d.resolve(asked(&d.name).as_deref())?));

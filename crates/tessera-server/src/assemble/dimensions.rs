@@ -72,6 +72,7 @@ pub(super) fn layer(
         default: DefaultValue::Latest,
         nearest: dc.nearest,
         max_listed: dc.max_values,
+        spellings: HashMap::new(),
     };
     let mut sorted = dimension.values.clone();
     dimension.sort(&mut sorted);
@@ -79,6 +80,7 @@ pub(super) fn layer(
         return Err(in_dimension("a value is listed twice".into()));
     }
     dimension.values = sorted;
+    dimension.index_spellings();
     dimension.default = match dc.default.as_deref().map(str::trim) {
         None | Some("latest") => DefaultValue::Latest,
         Some("earliest") => DefaultValue::Earliest,
