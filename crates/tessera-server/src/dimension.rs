@@ -119,9 +119,6 @@ pub struct Dimension {
     pub spellings: HashMap<String, usize>,
 }
 
-/// Values a capabilities document lists at most by default.
-pub const DEFAULT_MAX_LISTED: usize = 1000;
-
 impl Dimension {
     /// The canonical value a request gets: the default when `asked` is
     /// `None` or empty, else `asked` made canonical and found among the
@@ -390,7 +387,7 @@ mod tests {
                 .collect(),
             default: DefaultValue::Latest,
             nearest,
-            max_listed: DEFAULT_MAX_LISTED,
+            max_listed: 1000,
             spellings: HashMap::new(),
         };
         let mut values = d.values.clone();

@@ -55,8 +55,11 @@ pub struct DimensionConfig {
     pub refresh_secs: Option<f64>,
 }
 
+/// Values a capabilities document lists at most by default.
+pub const DEFAULT_MAX_VALUES: usize = 1000;
+
 fn default_max_values() -> usize {
-    crate::dimension::DEFAULT_MAX_LISTED
+    DEFAULT_MAX_VALUES
 }
 
 /// A listed value and its raster.
