@@ -244,7 +244,8 @@ impl Dimension {
         values.dedup();
     }
 
-    fn order(&self, a: &str, b: &str) -> std::cmp::Ordering {
+    /// The order of two canonical values of the dimension.
+    pub fn order(&self, a: &str, b: &str) -> std::cmp::Ordering {
         match self.kind {
             // Canonical times are in one spelling: text order is time order.
             Kind::Time | Kind::Text => a.cmp(b),

@@ -30,17 +30,8 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&TileMat
     let mut parts = String::new();
     let _ = writeln!(parts, "epoch {RENDER_EPOCH}");
     let _ = writeln!(parts, "source {}", layer.source.identity());
-    if let Some(meta) = layer
-        .source
-        .local_file()
-        .and_then(|path| std::fs::metadata(path).ok())
-    {
-        let modified = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        let _ = writeln!(parts, "file {} {modified}", meta.len());
+    if let Some((len, modified)) = layer.source.local_file().and_then(file_stamp) {
+        let _ = writeln!(parts, "file {len} {modified}");
     }
     let _ = writeln!(parts, "style {:?}", layer.style);
     let _ = writeln!(parts, "encoding {encoding:?}");
@@ -51,6 +42,19 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&TileMat
     format!("{:016x}", (hash >> 64) as u64)
 }
 
+/// The size of the file at `path` and its modification time in
+/// nanoseconds since the epoch (0 when unknown); `None` when it cannot be
+/// read.
+pub fn file_stamp(path: &str) -> Option<(u64, u128)> {
+    let meta = std::fs::metadata(path).ok()?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    Some((meta.len(), modified))
+}
+
 /// `fingerprint` also covering the size and modification time of `files`
 /// (a dimension value's pieces: a piece replaced or added changes the
 /// fingerprint of that value only).
@@ -58,13 +62,8 @@ pub fn with_files(fingerprint: &str, files: &[String]) -> String {
     let mut parts = format!("{fingerprint}\n");
     for path in files {
         let _ = write!(parts, "file {path}");
-        if let Ok(meta) = std::fs::metadata(path) {
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            let _ = write!(parts, " {} {modified}", meta.len());
+        if let Some((len, modified)) = file_stamp(path) {
+            let _ = write!(parts, " {len} {modified}");
         }
         parts.push('\n');
     }

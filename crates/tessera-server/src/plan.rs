@@ -73,18 +73,15 @@ pub fn layers_at(layer: &Arc<Layer>, spec: Option<&str>) -> Result<Vec<Arc<Layer
             crate::dimension::canonical(dimension.kind, &name, t).map_err(|e| err(e.to_string()))
         };
         let (from, to) = (bound(from)?, bound(to)?);
-        let mut within = vec![from.clone(), to.clone()];
-        dimension.sort(&mut within);
-        let (low, high) = (within[0].clone(), within[within.len() - 1].clone());
+        let (low, high) = if dimension.order(&from, &to).is_gt() {
+            (to, from)
+        } else {
+            (from, to)
+        };
         dimension
             .values
             .iter()
-            .filter(|v| {
-                let mut three = vec![low.clone(), (*v).clone(), high.clone()];
-                dimension.sort(&mut three);
-                // `v` lies between the bounds when sorting keeps it there.
-                three.len() < 3 || three[1] == **v
-            })
+            .filter(|v| dimension.order(&low, v).is_le() && dimension.order(v, &high).is_le())
             .cloned()
             .collect()
     } else {

@@ -233,14 +233,8 @@ pub fn values_signature(config: &Config) -> u128 {
             }
         }
         for path in files {
-            let meta = std::fs::metadata(&path).ok();
-            let _ = writeln!(
-                text,
-                "{} {path} {:?} {:?}",
-                lc.name,
-                meta.as_ref().map(std::fs::Metadata::len),
-                meta.and_then(|m| m.modified().ok())
-            );
+            let stamp = crate::fingerprint::file_stamp(&path);
+            let _ = writeln!(text, "{} {path} {stamp:?}", lc.name);
         }
     }
     tessera_store::content_hash(text.as_bytes())
