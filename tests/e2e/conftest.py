@@ -60,6 +60,18 @@ def start_server(tmp_path_factory, *args):
     binary = os.environ.get("TESSERA_BIN")
     if not binary or not os.access(binary, os.X_OK):
         pytest.fail("TESSERA_BIN does not name the tessera binary; run the tests through scripts/test", pytrace=False)
+    # A port found free may be taken (by any process's outgoing connection)
+    # before tessera binds it: a start refused for that alone is tried again
+    # on another port.
+    for _attempt in range(5):
+        server = _start_once(tmp_path_factory, binary, args)
+        if server is not None:
+            return server
+    pytest.fail("tessera found no free port in 5 attempts", pytrace=False)
+
+
+def _start_once(tmp_path_factory, binary, args):
+    """A healthy server, or None when its port was taken before it bound it."""
     port = free_port()
     log = tmp_path_factory.mktemp("tessera") / "server.log"
     proc = subprocess.Popen(
@@ -71,7 +83,10 @@ def start_server(tmp_path_factory, *args):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"tessera exited early:\n{log.read_text()}", pytrace=False)
+            text = log.read_text()
+            if "Address already in use" in text:
+                return None
+            pytest.fail(f"tessera exited early:\n{text}", pytrace=False)
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:

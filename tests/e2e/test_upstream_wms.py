@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from conftest import fetch, free_port, serving
+from conftest import fetch, serving
 from imaging import decode
 
 HALF = 20037508.342789244
@@ -102,7 +102,7 @@ class FaultyWms:
                     body = body[: len(body) // 2]
                 self.reply(200, ctype, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/mapserv"
