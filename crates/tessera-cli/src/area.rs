@@ -35,10 +35,11 @@ pub struct AreaArgs {
     /// Limit to the Polygon/MultiPolygon areas of a GeoJSON file (lon/lat).
     #[arg(long, conflicts_with = "bbox")]
     pub polygon: Option<PathBuf>,
-    /// The values of the layer's dimension: `NAME=V1,V2`, `NAME=all` or
-    /// `NAME=FROM/TO` [default: its default value].
+    /// The values of one of the layer's dimensions: `NAME=V1,V2`,
+    /// `NAME=all` or `NAME=FROM/TO`; once per dimension (each combination
+    /// of the values is planned) [default: each dimension's default value].
     #[arg(long)]
-    pub dimension: Option<String>,
+    pub dimension: Vec<String>,
 }
 
 impl AreaArgs {
@@ -80,7 +81,8 @@ impl AreaArgs {
             self.zoom.clone(),
             &area,
         )?;
-        let layers = layers_at(&plan.layer, self.dimension.as_deref())?;
+        let specs: Vec<&str> = self.dimension.iter().map(String::as_str).collect();
+        let layers = layers_at(&plan.layer, &specs)?;
         Ok((service, plan.at_each(layers)))
     }
 }

@@ -24,7 +24,10 @@ pub struct ExportArgs {
     #[arg(long, value_parser = parse_format)]
     format: ArchiveFormat,
     /// Where to write: a file path, or s3://bucket/key, gs://bucket/key,
-    /// az://container/key (streamed as a multipart upload).
+    /// az://container/key (streamed as a multipart upload). With several
+    /// dimension values (`--dimension time=all`), one archive per value:
+    /// `{time}` (each dimension's name in braces) is replaced by the value
+    /// (`ndvi-{time}.pmtiles` → `ndvi-2024-01-01T000000Z.pmtiles`).
     #[arg(long)]
     to: String,
     /// Tile format (png, jpg, webp) [default: the layer's first format].
@@ -57,20 +60,57 @@ pub struct ExportArgs {
     temp_dir: Option<PathBuf>,
 }
 
-/// Runs an export; returns the process exit status.
+/// Runs an export (one archive per dimension value named); returns the
+/// process exit status.
 pub fn run(args: &ExportArgs) -> CliResult {
-    let destination = Destination::parse(&args.to)?;
     let (service, plans) = args.area.plans(args.tile_format.as_deref())?;
-    let [plan] = <[_; 1]>::try_from(plans).map_err(|plans| {
-        format!(
-            "an export holds one dimension value; --dimension names {}: export each on its own",
-            plans.len()
-        )
-    })?;
+    let mut destinations = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        let mut to = args.to.clone();
+        for (name, value) in &plan.layer.values {
+            to = to.replace(
+                &format!("{{{name}}}"),
+                &tessera_server::dimension::key_form(value),
+            );
+        }
+        if destinations.contains(&to) {
+            return Err(format!(
+                "--dimension names {} values of {:?}: write each dimension's name in braces in --to \
+                 ({{{}}}), so that each value has its own archive",
+                plans.len(),
+                plan.layer.name,
+                plan.layer
+                    .values
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join("}, {")
+            )
+            .into());
+        }
+        destinations.push(to);
+    }
+    for (plan, to) in plans.iter().zip(&destinations) {
+        let code = export_one(args, &service, plan, to)?;
+        if code != 0 {
+            return Ok(code);
+        }
+    }
+    Ok(0)
+}
+
+/// Exports one plan (one dimension value) to `to`.
+fn export_one(
+    args: &ExportArgs,
+    service: &tessera_server::service::Service,
+    plan: &tessera_server::plan::TilePlan,
+    to: &str,
+) -> CliResult {
+    let destination = Destination::parse(to)?;
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
     if args.render_missing {
-        let code = seed_plan(&runtime, &service, &plan, threads, false)?;
+        let code = seed_plan(&runtime, service, plan, threads, false)?;
         if code != 0 {
             return Ok(code);
         }
@@ -93,16 +133,16 @@ pub fn run(args: &ExportArgs) -> CliResult {
         .sum();
     eprintln!(
         "exporting {} in {} as {} ({}) to {}: up to {total} tiles",
-        plan.layer.name,
+        plan.layer.label(),
         plan.grid.tms.id,
         args.format.extension(),
         plan.format.extension(),
-        args.to,
+        to,
     );
     let start = Instant::now();
     let display = Progress::new(total);
     let mut shown = display.clone();
-    let done = runtime.block_on(export(&plan, &destination, &options, move |n| {
+    let done = runtime.block_on(export(plan, &destination, &options, move |n| {
         shown.update(n, start);
     }));
     display.finish();

@@ -326,6 +326,33 @@ pub fn canonical(kind: Kind, name: &str, text: &str) -> Result<String, Dimension
     }
 }
 
+/// The canonical time `offset` `units` after a reference, as CF and netCDF
+/// write a time axis (`days since 2024-01-01`, `hours since 1970-01-01
+/// 00:00:00`); `None` when the units are not of that form.
+pub fn time_from_offset(offset: f64, units: &str) -> Option<String> {
+    let (unit, reference) = units.trim().split_once(" since ")?;
+    let seconds_per_unit = match unit.trim().to_ascii_lowercase().as_str() {
+        "seconds" | "second" | "secs" | "sec" | "s" => 1.0,
+        "minutes" | "minute" | "mins" | "min" => 60.0,
+        "hours" | "hour" | "hrs" | "hr" | "h" => 3600.0,
+        "days" | "day" | "d" => 86_400.0,
+        _ => return None,
+    };
+    // `2024-01-01 00:00:00` and `2024-01-01 00:00:00 UTC` as ISO 8601.
+    let reference = reference
+        .trim()
+        .trim_end_matches(" UTC")
+        .replacen(' ', "T", 1);
+    let start = parse_time(&reference)?;
+    let millis = (offset * seconds_per_unit * 1000.0).round();
+    if !millis.is_finite() || millis.abs() > 1e17 {
+        return None;
+    }
+    #[allow(clippy::cast_possible_truncation)] // bounded just above
+    let t = start.checked_add_signed(chrono::TimeDelta::try_milliseconds(millis as i64)?)?;
+    Some(t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+}
+
 /// An ISO 8601 time: a date (`2024-01-01`), or a date and time with or
 /// without seconds, fractions and an offset (none: UTC).
 fn parse_time(text: &str) -> Option<DateTime<Utc>> {
@@ -396,6 +423,25 @@ mod tests {
         d.values = values;
         d.index_spellings();
         d
+    }
+
+    #[test]
+    fn offsets_from_a_reference_are_times() {
+        assert_eq!(
+            time_from_offset(31.0, "days since 2024-01-01").as_deref(),
+            Some("2024-02-01T00:00:00Z")
+        );
+        assert_eq!(
+            time_from_offset(6.0, "hours since 2024-01-01 00:00:00").as_deref(),
+            Some("2024-01-01T06:00:00Z")
+        );
+        assert_eq!(
+            time_from_offset(1_704_067_200.0, "seconds since 1970-01-01T00:00:00Z").as_deref(),
+            Some("2024-01-01T00:00:00Z")
+        );
+        assert_eq!(time_from_offset(1.0, "fortnights since 2024-01-01"), None);
+        assert_eq!(time_from_offset(1.0, "days"), None);
+        assert_eq!(time_from_offset(f64::NAN, "days since 2024-01-01"), None);
     }
 
     #[test]

@@ -47,15 +47,68 @@ impl TilePlan {
     }
 }
 
-/// The layer at each value `spec` names for its dimension: `NAME=V1,V2`,
-/// `NAME=all`, or `NAME=A/B` (the layer's values from A to B); without a
-/// spec, the layer at its default values (a layer without dimensions is
-/// itself).
-pub fn layers_at(layer: &Arc<Layer>, spec: Option<&str>) -> Result<Vec<Arc<Layer>>, PlanError> {
+/// The layer at each combination of the values `specs` name, one spec per
+/// dimension: `NAME=V1,V2`, `NAME=all`, or `NAME=A/B` (the layer's values
+/// from A to B); a dimension no spec names is at its default value.
+/// Combinations the layer has no data for are left out (a forecast hour a
+/// run lacks); none at all is an error. Without specs, the layer at its
+/// default values (a layer without dimensions is itself).
+pub fn layers_at(layer: &Arc<Layer>, specs: &[&str]) -> Result<Vec<Arc<Layer>>, PlanError> {
     let err = PlanError::Refused;
-    let Some(spec) = spec else {
+    let mut chosen: Vec<(String, Vec<String>)> = Vec::new();
+    for spec in specs {
+        let (name, values) = spec_values(layer, spec)?;
+        if chosen.iter().any(|(n, _)| *n == name) {
+            return Err(err(format!("dimension {name:?} is named twice")));
+        }
+        chosen.push((name, values));
+    }
+    if chosen.is_empty() {
         return Ok(vec![layer.at(|_| None).map_err(|e| err(e.to_string()))?]);
-    };
+    }
+    // Every combination of the chosen values, odometer-wise.
+    let mut at = vec![0usize; chosen.len()];
+    let mut layers = Vec::new();
+    let mut first_error = None;
+    loop {
+        let value_of = |name: &str| {
+            chosen
+                .iter()
+                .zip(&at)
+                .find(|((n, _), _)| n == name)
+                .map(|((_, values), i)| values[*i].clone())
+        };
+        match layer.at(value_of) {
+            Ok(l) => layers.push(l),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        let mut i = 0;
+        loop {
+            if i == at.len() {
+                return if layers.is_empty() {
+                    Err(err(first_error.map_or_else(
+                        || "no combination of those values".to_string(),
+                        |e| e.to_string(),
+                    )))
+                } else {
+                    Ok(layers)
+                };
+            }
+            at[i] += 1;
+            if at[i] < chosen[i].1.len() {
+                break;
+            }
+            at[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+/// The dimension a spec names and the canonical values it names.
+fn spec_values(layer: &Layer, spec: &str) -> Result<(String, Vec<String>), PlanError> {
+    let err = PlanError::Refused;
     let (name, text) = spec
         .split_once('=')
         .ok_or_else(|| err(format!("--dimension {spec:?}: write NAME=VALUES")))?;
@@ -94,14 +147,7 @@ pub fn layers_at(layer: &Arc<Layer>, spec: Option<&str>) -> Result<Vec<Arc<Layer
             "--dimension {spec:?} names none of the layer's values"
         )));
     }
-    values
-        .iter()
-        .map(|v| {
-            layer
-                .at(|n| (n == name).then(|| v.clone()))
-                .map_err(|e| err(e.to_string()))
-        })
-        .collect()
+    Ok((name, values))
 }
 
 /// One of `count` parts of a plan: the metatiles, zoom by zoom and along

@@ -29,7 +29,7 @@ pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use error::{Cause, SourceError};
 pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
 pub use gdal::GdalError;
-pub use gdal::{GdalSource, GdalSourceSpec};
+pub use gdal::{BandMetadata, GdalSource, GdalSourceSpec, band_metadata};
 pub use location::{LocationPolicy, check_location};
 pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};

@@ -45,6 +45,7 @@ pub const DEFAULT_DRIVERS: &[&str] = &[
     "HFA",
     "AAIGrid",
     "netCDF",
+    "GRIB",
 ];
 
 /// Normalises a source location and checks it against `policy`.

@@ -1,5 +1,6 @@
 //! A layer's `source:` section: which kind of source, and its settings.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -88,7 +89,12 @@ impl SourceSpec {
     /// fingerprint): not timeouts, credentials or headers.
     pub fn identity(&self) -> String {
         match self {
-            SourceSpec::Gdal(g) => format!("gdal {:?} {:?}", g.path, g.resampling),
+            SourceSpec::Gdal(g) if g.bands.is_empty() => {
+                format!("gdal {:?} {:?}", g.path, g.resampling)
+            }
+            SourceSpec::Gdal(g) => {
+                format!("gdal {:?} {:?} bands {:?}", g.path, g.resampling, g.bands)
+            }
             #[cfg(feature = "upstream")]
             SourceSpec::Wms(w) => format!(
                 "wms {:?} {:?} {:?} {:?} {:?} {} {:?} {:?} {:?}",
@@ -112,10 +118,16 @@ impl SourceSpec {
                 "wmts {:?} {:?} {:?} {:?} {:?} {:?}",
                 w.url, w.layer, w.style, w.matrix_set, w.format, w.resampling
             ),
-            SourceSpec::Mosaic(m) => format!(
-                "mosaic {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
-                m.dir, m.glob, m.paths, m.index, m.location_field, m.sort, m.resampling
-            ),
+            SourceSpec::Mosaic(m) => {
+                let mut id = format!(
+                    "mosaic {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                    m.dir, m.glob, m.paths, m.index, m.location_field, m.sort, m.resampling
+                );
+                if let Some(stac) = &m.stac {
+                    let _ = write!(id, " stac {stac:?} {:?}", m.asset);
+                }
+                id
+            }
             #[cfg(feature = "vector")]
             SourceSpec::Vector(v) => format!(
                 "vector {:?} {:?} {:?} {:?} {}",

@@ -1,7 +1,9 @@
-//! Layers with dimensions: the values each dimension has, read from the
-//! configuration (`values:`, each with its raster) or from a mosaic's
-//! pieces (`from_path:`), and the layer at each value, each with its own
-//! source, fingerprint and layer key.
+//! Layers with dimensions: the values of each dimension, read from the
+//! configuration (`values:`, each with its raster), from a mosaic's pieces
+//! (`from_path:` over their paths, `from_field:` over an index's fields or
+//! STAC items' properties) or from the bands of one file (`from_bands:`),
+//! and the layer at each combination of values, each with its own source,
+//! fingerprint and layer key.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,19 +12,57 @@ use tessera_source::{GdalSourceSpec, MosaicSpec, SourceSpec};
 
 use super::{WrapSource, plain_layer};
 use crate::config::{Config, ConfigError, DimensionConfig, KindConfig, LayerConfig, ValueConfig};
-use crate::dimension::{DefaultValue, Dimension, Kind, canonical};
+use crate::dimension::{DefaultValue, Dimension, Kind, canonical, time_from_offset};
 use crate::model::{Layer, values_id};
 use crate::registry::Registry;
 
-/// A value of a dimension: its source and the files its pixels come from.
-struct Value {
-    canonical: String,
+/// A combination of values (one per dimension, in the layer's dimension
+/// order): its source and the files its pixels come from.
+struct Combination {
+    values: Values,
     source: SourceSpec,
     files: Vec<String>,
 }
 
+/// A dimension as configured, with its kind.
+struct Configured<'a> {
+    name: &'a str,
+    config: &'a DimensionConfig,
+    kind: Kind,
+}
+
+/// Where the values of a layer's dimensions come from (one place for all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Listed,
+    Path,
+    Bands,
+    Field,
+}
+
+impl Origin {
+    fn of(dc: &DimensionConfig) -> Result<Origin, String> {
+        let given = [
+            (!dc.values.is_empty(), Origin::Listed),
+            (dc.from_path.is_some(), Origin::Path),
+            (dc.from_bands.is_some(), Origin::Bands),
+            (dc.from_field.is_some(), Origin::Field),
+        ];
+        let mut found = given.iter().filter(|(g, _)| *g).map(|(_, o)| *o);
+        match (found.next(), found.next()) {
+            (Some(origin), None) => Ok(origin),
+            _ => Err(
+                "give one of `values:` (each with its path), `from_path:` (a mosaic's \
+                 pieces), `from_bands:` (a band metadata item) or `from_field:` (an index \
+                 field or STAC property)"
+                    .into(),
+            ),
+        }
+    }
+}
+
 /// The layer `lc` (which has dimensions) as configured: the layer at its
-/// default values, holding the layer at every value.
+/// default values, holding the layer at every combination of values.
 pub(super) fn layer(
     registry: &Registry,
     lc: &LayerConfig,
@@ -30,106 +70,144 @@ pub(super) fn layer(
     wrap_source: &WrapSource,
 ) -> Result<Arc<Layer>, ConfigError> {
     let invalid = |m: String| ConfigError::Invalid(format!("layer {:?}: {m}", lc.name));
-    let dimensions: Vec<(&String, &DimensionConfig)> = lc.dimensions.iter().collect();
-    let [(name, dc)] = dimensions[..] else {
-        return Err(invalid(
-            "a layer takes one dimension whose values have their own sources (more are not served yet)"
-                .into(),
-        ));
-    };
-    if !(name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && name.starts_with(|c: char| c.is_ascii_lowercase()))
-    {
-        return Err(invalid(format!(
-            "dimension name {name:?} must be lower case letters, digits and '_'"
-        )));
-    }
-    let kind = match dc.kind {
-        Some(KindConfig::Time) => Kind::Time,
-        Some(KindConfig::Number) => Kind::Number,
-        Some(KindConfig::Text) => Kind::Text,
-        None => Kind::for_name(name),
-    };
-    let in_dimension = |m: String| invalid(format!("dimension {name:?}: {m}"));
-    let values = match (dc.values.as_slice(), &dc.from_path) {
-        ([], Some(pattern)) => from_path(lc, name, kind, pattern).map_err(in_dimension)?,
-        (listed, None) if !listed.is_empty() => {
-            listed_values(lc, name, kind, listed).map_err(in_dimension)?
+    let mut configured = Vec::with_capacity(lc.dimensions.len());
+    let mut origin = None;
+    for (name, dc) in &lc.dimensions {
+        let in_dimension = |m: String| invalid(format!("dimension {name:?}: {m}"));
+        if !(name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && name.starts_with(|c: char| c.is_ascii_lowercase()))
+        {
+            return Err(invalid(format!(
+                "dimension name {name:?} must be lower case letters, digits and '_'"
+            )));
         }
-        _ => {
-            return Err(in_dimension(
-                "give either `values:` (each with its path) or `from_path:` (a mosaic's pieces)"
+        let this = Origin::of(dc).map_err(in_dimension)?;
+        if origin.is_some_and(|o| o != this) {
+            return Err(invalid(
+                "the values of all its dimensions come from one place (all `from_path`, all \
+                 `from_bands` or all `from_field`)"
                     .into(),
             ));
         }
+        origin = Some(this);
+        let kind = match dc.kind {
+            Some(KindConfig::Time) => Kind::Time,
+            Some(KindConfig::Number) => Kind::Number,
+            Some(KindConfig::Text) => Kind::Text,
+            None => Kind::for_name(name),
+        };
+        configured.push(Configured {
+            name,
+            config: dc,
+            kind,
+        });
+    }
+    let combinations = match origin {
+        Some(Origin::Listed) => match configured.as_slice() {
+            [one] => listed_values(lc, one),
+            _ => Err("`values:` with their own paths are for a layer with one dimension".into()),
+        },
+        Some(Origin::Path) => from_path(lc, &configured),
+        Some(Origin::Bands) => from_bands(lc, config, &configured),
+        Some(Origin::Field) => from_field(lc, &configured),
+        None => Err("no dimension".into()),
+    }
+    .map_err(invalid)?;
+    let mut dimensions = Vec::with_capacity(configured.len());
+    for (i, d) in configured.iter().enumerate() {
+        dimensions.push(
+            dimension(d, combinations.iter().map(|c| c.values[i].1.clone()))
+                .map_err(|m| invalid(format!("dimension {:?}: {m}", d.name)))?,
+        );
+    }
+    let mut at_values = HashMap::with_capacity(combinations.len());
+    for c in combinations {
+        let mut at = lc.clone();
+        at.source = c.source;
+        at.dimensions.clear();
+        let layer = plain_layer(registry, &at, config, wrap_source, &c.values, &c.files)?;
+        if at_values
+            .insert(values_id(&c.values), Arc::new(layer))
+            .is_some()
+        {
+            return Err(invalid(format!("values {:?} are listed twice", c.values)));
+        }
+    }
+    let mut defaults = Vec::with_capacity(dimensions.len());
+    for d in &dimensions {
+        let value = d
+            .default_value()
+            .map_err(|e| invalid(format!("dimension {:?}: {e}", d.name)))?;
+        defaults.push((d.name.clone(), value));
+    }
+    let Some(default) = at_values.get(&values_id(&defaults)) else {
+        return Err(invalid(format!(
+            "nothing is served at the default values {defaults:?} (set each dimension's `default:`)"
+        )));
     };
+    let mut layer = (**default).clone();
+    layer.values = Vec::new();
+    layer.dimensions = dimensions;
+    layer.at_values = at_values;
+    Ok(Arc::new(layer))
+}
+
+/// The dimension `d` with the canonical `values` found for it (repeats
+/// dropped), sorted, indexed and with its default.
+fn dimension(
+    d: &Configured<'_>,
+    values: impl Iterator<Item = String>,
+) -> Result<Dimension, String> {
     let mut dimension = Dimension {
-        name: name.clone(),
-        kind,
-        values: values.iter().map(|v| v.canonical.clone()).collect(),
+        name: d.name.to_string(),
+        kind: d.kind,
+        values: Vec::new(),
         default: DefaultValue::Latest,
-        nearest: dc.nearest,
-        max_listed: dc.max_values,
+        nearest: d.config.nearest,
+        max_listed: d.config.max_values,
         spellings: HashMap::new(),
     };
-    let mut sorted = dimension.values.clone();
-    dimension.sort(&mut sorted);
-    if sorted.len() != dimension.values.len() {
-        return Err(in_dimension("a value is listed twice".into()));
-    }
-    dimension.values = sorted;
+    let mut values: Vec<String> = values.collect();
+    dimension.sort(&mut values);
+    values.dedup();
+    dimension.values = values;
     dimension.index_spellings();
-    dimension.default = match dc.default.as_deref().map(str::trim) {
+    dimension.default = match d.config.default.as_deref().map(str::trim) {
         None | Some("latest") => DefaultValue::Latest,
         Some("earliest") => DefaultValue::Earliest,
         Some(text) => {
-            let value = canonical(kind, name, text).map_err(|e| in_dimension(e.to_string()))?;
+            let value = canonical(d.kind, d.name, text).map_err(|e| e.to_string())?;
             if !dimension.values.contains(&value) {
-                return Err(in_dimension(format!(
-                    "default {value:?} is not one of its values"
-                )));
+                return Err(format!("default {value:?} is not one of its values"));
             }
             DefaultValue::Value(value)
         }
     };
-    let mut at_values = HashMap::with_capacity(values.len());
-    for v in values {
-        let mut at = lc.clone();
-        at.source = v.source;
-        at.dimensions.clear();
-        let key_values = vec![(name.clone(), v.canonical)];
-        let layer = plain_layer(registry, &at, config, wrap_source, &key_values, &v.files)?;
-        at_values.insert(values_id(&key_values), Arc::new(layer));
-    }
-    let default = dimension
-        .default_value()
-        .map_err(|e| in_dimension(e.to_string()))?;
-    let mut configured = (*at_values[&default]).clone();
-    configured.values = Vec::new();
-    configured.dimensions = vec![dimension];
-    configured.at_values = at_values;
-    Ok(Arc::new(configured))
+    Ok(dimension)
 }
 
-/// Listed values, each a GDAL source with the layer's settings and its
-/// own path.
-fn listed_values(
-    lc: &LayerConfig,
-    name: &str,
-    kind: Kind,
-    listed: &[ValueConfig],
-) -> Result<Vec<Value>, String> {
+/// Listed values of the layer's one dimension, each a GDAL source with the
+/// layer's settings and its own path.
+fn listed_values(lc: &LayerConfig, d: &Configured<'_>) -> Result<Vec<Combination>, String> {
     let Some(gdal) = lc.source.as_gdal() else {
         return Err("`values:` with paths need a GDAL source (`source: { path: ... }`)".into());
     };
+    let listed: &[ValueConfig] = &d.config.values;
+    let mut seen = std::collections::HashSet::new();
     listed
         .iter()
         .map(|v| {
-            let value = canonical(kind, name, &v.value).map_err(|e| e.to_string())?;
-            Ok(Value {
-                canonical: value,
+            let value = canonical(d.kind, d.name, &v.value).map_err(|e| e.to_string())?;
+            if !seen.insert(value.clone()) {
+                return Err(format!(
+                    "dimension {:?}: value {value:?} is listed twice",
+                    d.name
+                ));
+            }
+            Ok(Combination {
+                values: vec![(d.name.to_string(), value)],
                 source: SourceSpec::Gdal(GdalSourceSpec {
                     path: v.path.clone(),
                     ..gdal.clone()
@@ -140,60 +218,210 @@ fn listed_values(
         .collect()
 }
 
-/// The values of a mosaic's pieces: each piece's path matched by
-/// `pattern`, whose first group is its value; one mosaic of the pieces of
-/// each value. Pieces the pattern does not match are left out (and named
-/// in the log).
-fn from_path(
+/// Values, one per dimension (name, canonical value).
+type Values = Vec<(String, String)>;
+
+/// Things (pieces, bands) grouped by their values, one value per dimension;
+/// those lacking a value are counted and left out.
+fn group<T>(
+    items: impl Iterator<Item = (Vec<Option<String>>, T)>,
+    dimensions: &[Configured<'_>],
+    what: &str,
     lc: &LayerConfig,
-    name: &str,
-    kind: Kind,
-    pattern: &str,
-) -> Result<Vec<Value>, String> {
-    let SourceSpec::Mosaic(mosaic) = &lc.source else {
-        return Err("`from_path` needs a mosaic source (`type: mosaic`)".into());
-    };
-    let Some(paths) = mosaic.piece_paths() else {
-        return Err("`from_path` needs a mosaic of `dir` or `paths` (not of an index)".into());
-    };
-    let paths = paths.map_err(|e| tessera_source::error_chain(&e))?;
-    let regex = regex::Regex::new(pattern).map_err(|e| format!("from_path {pattern:?}: {e}"))?;
-    if regex.captures_len() < 2 {
-        return Err(format!(
-            "from_path {pattern:?} has no group to take the value from"
-        ));
+) -> Result<BTreeMap<Values, Vec<T>>, String> {
+    let mut groups: BTreeMap<Values, Vec<T>> = BTreeMap::new();
+    let mut lacking = 0;
+    'items: for (raw, item) in items {
+        let mut values = Vec::with_capacity(dimensions.len());
+        for (d, raw) in dimensions.iter().zip(raw) {
+            let Some(raw) = raw else {
+                lacking += 1;
+                continue 'items;
+            };
+            let value = canonical(d.kind, d.name, &raw)
+                .map_err(|e| format!("{what} with {:?} {raw:?}: {e}", d.name))?;
+            values.push((d.name.to_string(), value));
+        }
+        groups.entry(values).or_default().push(item);
     }
-    let mut by_value: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut unmatched = 0;
-    for path in paths {
-        let Some(found) = regex.captures(&path).and_then(|c| c.get(1)) else {
-            unmatched += 1;
-            continue;
-        };
-        let value =
-            canonical(kind, name, found.as_str()).map_err(|e| format!("piece {path:?}: {e}"))?;
-        by_value.entry(value).or_default().push(path);
+    if groups.is_empty() {
+        return Err(format!("no {what} has a value for every dimension"));
     }
-    if by_value.is_empty() {
-        return Err(format!(
-            "from_path {pattern:?} matches none of the mosaic's pieces"
-        ));
+    if lacking > 0 {
+        tracing::warn!(layer = %lc.name, lacking, what, "left out: they have no value for some dimension");
     }
-    if unmatched > 0 {
-        tracing::warn!(layer = %lc.name, dimension = name, unmatched, "pieces of the mosaic whose path from_path does not match are left out");
+    Ok(groups)
+}
+
+/// The mosaic of `lc`'s source and its pieces as paths, one mosaic of
+/// the pieces of each combination.
+fn mosaic_of(lc: &LayerConfig, asking: &str) -> Result<MosaicSpec, String> {
+    match &lc.source {
+        SourceSpec::Mosaic(m) => Ok((**m).clone()),
+        _ => Err(format!("`{asking}` needs a mosaic source (`type: mosaic`)")),
     }
-    Ok(by_value
+}
+
+fn mosaics(mosaic: &MosaicSpec, groups: BTreeMap<Values, Vec<String>>) -> Vec<Combination> {
+    groups
         .into_iter()
-        .map(|(value, paths)| Value {
-            canonical: value,
+        .map(|(values, paths)| Combination {
+            values,
             source: SourceSpec::Mosaic(Box::new(MosaicSpec {
                 dir: None,
+                index: None,
+                stac: None,
                 paths: paths.clone(),
-                ..(**mosaic).clone()
+                ..mosaic.clone()
             })),
             files: paths,
         })
+        .collect()
+}
+
+/// The values of a mosaic's pieces: each piece's path matched by each
+/// dimension's pattern, whose first group is its value. Pieces a pattern
+/// does not match are left out (and counted in the log).
+fn from_path(lc: &LayerConfig, dimensions: &[Configured<'_>]) -> Result<Vec<Combination>, String> {
+    let mosaic = mosaic_of(lc, "from_path")?;
+    let Some(paths) = mosaic.piece_paths() else {
+        return Err(
+            "`from_path` needs a mosaic of `dir` or `paths` (from_field reads an index)".into(),
+        );
+    };
+    let paths = paths.map_err(|e| tessera_source::error_chain(&e))?;
+    let mut patterns = Vec::with_capacity(dimensions.len());
+    for d in dimensions {
+        let pattern = d.config.from_path.as_deref().unwrap_or_default();
+        let regex =
+            regex::Regex::new(pattern).map_err(|e| format!("from_path {pattern:?}: {e}"))?;
+        if regex.captures_len() < 2 {
+            return Err(format!(
+                "from_path {pattern:?} has no group to take the value from"
+            ));
+        }
+        patterns.push(regex);
+    }
+    let found = paths.into_iter().map(|path| {
+        let raw = patterns
+            .iter()
+            .map(|r| {
+                r.captures(&path)
+                    .and_then(|c| c.get(1))
+                    .map(|m| m.as_str().to_string())
+            })
+            .collect();
+        (raw, path)
+    });
+    let groups = group(found, dimensions, "mosaic piece", lc)?;
+    Ok(mosaics(&mosaic, groups))
+}
+
+/// The values of a mosaic's pieces read from its index's fields or its
+/// STAC items' properties.
+fn from_field(lc: &LayerConfig, dimensions: &[Configured<'_>]) -> Result<Vec<Combination>, String> {
+    let mosaic = mosaic_of(lc, "from_field")?;
+    let fields: Vec<&str> = dimensions
+        .iter()
+        .map(|d| d.config.from_field.as_deref().unwrap_or_default())
+        .collect();
+    let Some(rows) = mosaic.piece_fields(&fields) else {
+        return Err("`from_field` needs a mosaic of an `index` or of `stac` items".into());
+    };
+    let rows = rows.map_err(|e| tessera_source::error_chain(&e))?;
+    let groups = group(
+        rows.into_iter().map(|(path, values)| (values, path)),
+        dimensions,
+        "mosaic piece",
+        lc,
+    )?;
+    Ok(mosaics(&mosaic, groups))
+}
+
+/// The values of the bands of the layer's one raster, from each band's
+/// metadata item `from_bands`: the bands of each combination are its
+/// source.
+fn from_bands(
+    lc: &LayerConfig,
+    config: &Config,
+    dimensions: &[Configured<'_>],
+) -> Result<Vec<Combination>, String> {
+    let Some(gdal) = lc.source.as_gdal() else {
+        return Err("`from_bands` needs a GDAL source (`source: { path: ... }`)".into());
+    };
+    if !gdal.bands.is_empty() {
+        return Err("`from_bands` chooses the bands: leave `bands:` out of the source".into());
+    }
+    // Each band's raw value of each dimension.
+    let mut raw: BTreeMap<usize, Vec<Option<String>>> = BTreeMap::new();
+    for (i, d) in dimensions.iter().enumerate() {
+        let key = d.config.from_bands.as_deref().unwrap_or_default();
+        let (bands, dataset) = tessera_source::band_metadata(gdal, &config.gdal, key)
+            .map_err(|e| tessera_source::error_chain(&e))?;
+        if bands.is_empty() {
+            return Err(format!(
+                "no band of {:?} has the metadata item {key:?}",
+                gdal.path
+            ));
+        }
+        for (band, text) in bands {
+            let value = band_value(d.kind, key, &text, &dataset)?;
+            raw.entry(band)
+                .or_insert_with(|| vec![None; dimensions.len()])[i] = Some(value);
+        }
+    }
+    let groups = group(
+        raw.into_iter().map(|(band, values)| (values, band)),
+        dimensions,
+        "band",
+        lc,
+    )?;
+    Ok(groups
+        .into_iter()
+        .map(|(values, bands)| Combination {
+            values,
+            source: SourceSpec::Gdal(GdalSourceSpec {
+                bands,
+                ..gdal.clone()
+            }),
+            files: vec![gdal.path.clone()],
+        })
         .collect())
+}
+
+/// A band's metadata value of `key` as a dimension value's text: for a
+/// time given as a number, the time it stands for (a netCDF axis' offset
+/// in its `units`, GRIB's seconds since 1970); other values as they are.
+fn band_value(
+    kind: Kind,
+    key: &str,
+    text: &str,
+    dataset: &[(String, String)],
+) -> Result<String, String> {
+    let text = text.trim();
+    if kind != Kind::Time {
+        return Ok(text.to_string());
+    }
+    // GRIB writes `1704067200 sec UTC`.
+    let number = text.strip_suffix(" sec UTC").unwrap_or(text).trim();
+    let Ok(offset) = number.parse::<f64>() else {
+        return Ok(text.to_string());
+    };
+    let units = match key.strip_prefix("NETCDF_DIM_") {
+        Some(axis) => {
+            let units_key = format!("{axis}#units");
+            dataset
+                .iter()
+                .find(|(k, _)| *k == units_key)
+                .map(|(_, v)| v.clone())
+                .ok_or_else(|| {
+                    format!("{key}={text}: the file has no {units_key} to read it as a time")
+                })?
+        }
+        None => "seconds since 1970-01-01T00:00:00Z".to_string(),
+    };
+    time_from_offset(offset, &units)
+        .ok_or_else(|| format!("{key}={text}: {units:?} is not `<unit> since <time>`"))
 }
 
 /// The shortest `refresh_secs` of the configured dimensions: how often
@@ -221,6 +449,10 @@ pub fn values_signature(config: &Config) -> u128 {
             .values()
             .flat_map(|d| d.values.iter().map(|v| v.path.clone()))
             .collect();
+        files.extend(lc.source.local_file().map(str::to_string));
+        if let SourceSpec::Mosaic(m) = &lc.source {
+            files.extend(m.index.iter().chain(&m.stac).cloned());
+        }
         if lc.dimensions.values().any(|d| d.from_path.is_some())
             && let SourceSpec::Mosaic(m) = &lc.source
         {

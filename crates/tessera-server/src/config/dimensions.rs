@@ -13,6 +13,12 @@
 //!       - { value: low, path: low.tif }
 //!       - { value: high, path: high.tif }
 //! ```
+//!
+//! The values of all of a layer's dimensions come from one place: the
+//! pieces' paths (`from_path`), the bands of one file (`from_bands`: a band
+//! metadata item such as `NETCDF_DIM_time` or `GRIB_VALID_TIME`), a
+//! mosaic index's fields or STAC items' properties (`from_field`), or, for
+//! one dimension, `values:` each with its file.
 
 use serde::Deserialize;
 
@@ -34,6 +40,17 @@ pub struct DimensionConfig {
     /// directory or a list of paths).
     #[serde(default)]
     pub from_path: Option<String>,
+    /// A band metadata item of the layer's one raster whose value is each
+    /// band's value (`NETCDF_DIM_time`, `NETCDF_DIM_level`,
+    /// `GRIB_VALID_TIME`): the bands with one value are served together.
+    /// netCDF times are read with the axis' `units` (`days since ...`),
+    /// GRIB times are seconds since 1970.
+    #[serde(default)]
+    pub from_bands: Option<String>,
+    /// A field of the layer's mosaic `index`, or a property of its `stac`
+    /// items (`datetime`), whose value is each piece's value.
+    #[serde(default)]
+    pub from_field: Option<String>,
     /// The value of a request that names none: `latest` (the default),
     /// `earliest`, or a value.
     #[serde(default)]

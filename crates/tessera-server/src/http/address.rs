@@ -153,8 +153,9 @@ pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
 
 impl TileAddress {
     /// The value the address gives for dimension `name`, if any: a
-    /// parameter, else the value in its path.
-    pub fn dimension(&self, name: &str) -> Option<String> {
+    /// parameter, else (for the layer's first dimension, `first`) the value
+    /// in its path.
+    pub fn dimension(&self, name: &str, first: bool) -> Option<String> {
         dimension_param(
             |n| {
                 self.params
@@ -164,7 +165,7 @@ impl TileAddress {
             },
             name,
         )
-        .or_else(|| self.path_dimension.clone())
+        .or_else(|| self.path_dimension.clone().filter(|_| first))
     }
 }
 
@@ -298,7 +299,10 @@ impl TileAddress {
             }));
         }
         let layer = layer
-            .at(|name| self.dimension(name))
+            .at(|name| {
+                let first = layer.dimensions.first().is_some_and(|d| d.name == name);
+                self.dimension(name, first)
+            })
             .map_err(TileLookupError::Dimension)?;
         let format = self
             .format

@@ -254,8 +254,12 @@ fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan
     };
     let plan = TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
         .map_err(|e| tessera_source::error_chain(&e))?;
-    let layers = layers_at(&plan.layer, args.get("dimension").map(String::as_str))
-        .map_err(|e| tessera_source::error_chain(&e))?;
+    // `dimension=time=all;elevation=0,500`: one spec per dimension.
+    let specs: Vec<&str> = args
+        .get("dimension")
+        .map(|d| d.split(';').filter(|s| !s.trim().is_empty()).collect())
+        .unwrap_or_default();
+    let layers = layers_at(&plan.layer, &specs).map_err(|e| tessera_source::error_chain(&e))?;
     Ok(plan.at_each(layers))
 }
 

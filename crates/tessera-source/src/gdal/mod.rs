@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
-use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
+use gdal::{Dataset, DatasetOptions, GdalOpenFlags, Metadata as _};
 use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::Raster;
@@ -38,6 +38,10 @@ pub struct GdalSourceSpec {
     /// Resampling used when warping (default bilinear).
     #[serde(default)]
     pub resampling: Resampling,
+    /// Only these bands (numbered from 1), in this order: one time step of
+    /// a netCDF or GRIB file, say. Empty: every band.
+    #[serde(default)]
+    pub bands: Vec<usize>,
 }
 
 /// A raster read through GDAL, warped into the requested window.
@@ -121,8 +125,16 @@ impl GdalSource {
         lonlat_of: LonLatOf<'_>,
     ) -> Result<Self, SourceError> {
         let policy = settings.policy();
-        let path = check_location(&spec.path, &policy)?;
-        let ds = open_dataset(&path, &policy.allowed_drivers)?;
+        let mut allowed_drivers = policy.allowed_drivers.clone();
+        let mut path = check_location(&spec.path, &policy)?;
+        let mut ds = open_dataset(&path, &allowed_drivers)?;
+        if !spec.bands.is_empty() {
+            // GDAL's `vrt://` string of bands of the file just opened with
+            // the allowed drivers: the VRT driver reads that file only.
+            path = band_subset(&path, &ds, &spec.bands)?;
+            allowed_drivers = vec!["VRT".to_string()];
+            ds = open_dataset(&path, &allowed_drivers)?;
+        }
         let (has_alpha, info) = read_info(&path, &ds, lonlat_of)?;
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
@@ -134,7 +146,7 @@ impl GdalSource {
             resampling: spec.resampling,
             has_alpha,
             info,
-            allowed_drivers: policy.allowed_drivers,
+            allowed_drivers,
             max_idle: settings.max_idle_handles,
             idle: Mutex::new(Vec::new()),
             footprints: Mutex::new(HashMap::new()),
@@ -375,6 +387,62 @@ impl GdalSource {
 
         read_mem(&dst, self.info.band_count, self.info.is_byte).map_err(|e| err(e.into()))
     }
+}
+
+/// The `vrt://` connection string of `bands` (numbered from 1) of the
+/// dataset `ds` opened from `path`; refused when a band is not in it or the
+/// path cannot be written in that form.
+fn band_subset(path: &str, ds: &Dataset, bands: &[usize]) -> Result<String, SourceError> {
+    let count = ds.raster_count();
+    if let Some(b) = bands.iter().find(|&&b| b == 0 || b > count) {
+        return Err(SourceError::Open {
+            path: path.to_string(),
+            source: format!("it has no band {b} (bands 1 to {count})").into(),
+        });
+    }
+    if path.contains(['?', '&']) {
+        return Err(SourceError::NotAllowed {
+            path: path.to_string(),
+            reason: "bands cannot be chosen of a path with '?' or '&'".into(),
+        });
+    }
+    let list: Vec<String> = bands.iter().map(ToString::to_string).collect();
+    Ok(format!("vrt://{path}?bands={}", list.join(",")))
+}
+
+/// Each band's value of one metadata item (band number from 1, value),
+/// and the dataset's metadata items (key, value).
+pub type BandMetadata = (Vec<(usize, String)>, Vec<(String, String)>);
+
+/// The metadata item `key` of each band of the raster `spec` names (band
+/// number from 1, value), the bands without it left out, and the dataset's
+/// metadata (`time#units` of a netCDF file, say), checked against the
+/// settings' policy like a source: what a dimension read from the bands of
+/// one file (`NETCDF_DIM_time`, `GRIB_VALID_TIME`) is made of.
+pub fn band_metadata(
+    spec: &GdalSourceSpec,
+    settings: &GdalSettings,
+    key: &str,
+) -> Result<BandMetadata, SourceError> {
+    let policy = settings.policy();
+    let path = check_location(&spec.path, &policy)?;
+    let ds = open_dataset(&path, &policy.allowed_drivers)?;
+    let bands = (1..=ds.raster_count())
+        .filter_map(|b| {
+            let band = ds.rasterband(b).ok()?;
+            Some((b, band.metadata_item(key, "")?))
+        })
+        .collect();
+    let dataset = ds
+        .metadata_domain("")
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|item| {
+            let (k, v) = item.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        })
+        .collect();
+    Ok((bands, dataset))
 }
 
 /// Opens `path` read-only with the allowed drivers (all drivers when the list is empty).
@@ -722,6 +790,7 @@ mod tests {
             &GdalSourceSpec {
                 path: path.to_string(),
                 resampling,
+                bands: Vec::new(),
             },
             &GdalSettings::default(),
         )
@@ -824,6 +893,7 @@ mod tests {
         let spec = |p: &std::path::Path| GdalSourceSpec {
             path: p.display().to_string(),
             resampling: Resampling::Bilinear,
+            bands: Vec::new(),
         };
         let e = GdalSource::open(&spec(&vrt), &GdalSettings::default()).unwrap_err();
         assert!(
@@ -1209,6 +1279,7 @@ mod tests {
         let spec = GdalSourceSpec {
             path: vrt.display().to_string(),
             resampling: Resampling::Nearest,
+            bands: Vec::new(),
         };
         let err = GdalSource::open(&spec, &GdalSettings::default()).unwrap_err();
         assert!(matches!(err, SourceError::NotAllowed { .. }), "{err}");

@@ -5,6 +5,7 @@
 //! pieces over earlier ones, nodata and alpha honoured).
 
 mod overview;
+mod stac;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -50,6 +51,14 @@ pub struct MosaicSpec {
     /// as `gdaltindex` writes it).
     #[serde(default = "default_location_field")]
     pub location_field: String,
+    /// A local STAC ItemCollection, item or static catalog: each item's
+    /// `asset` is a piece, its `bbox` the footprint.
+    #[serde(default)]
+    pub stac: Option<String>,
+    /// The asset of each STAC item that is its piece (default: the first
+    /// whose media type is a TIFF or whose href ends in `.tif`).
+    #[serde(default)]
+    pub asset: Option<String>,
     /// An index field to order the pieces by, ascending (later pieces are
     /// drawn over earlier ones; default: the index's order, or path order).
     #[serde(default)]
@@ -77,7 +86,7 @@ impl MosaicSpec {
     /// `paths`, sorted as the mosaic takes them; `None` for a mosaic of an
     /// index.
     pub fn piece_paths(&self) -> Option<Result<Vec<String>, SourceError>> {
-        if self.index.is_some() {
+        if self.index.is_some() || self.stac.is_some() {
             return None;
         }
         if let Some(dir) = &self.dir {
@@ -91,6 +100,48 @@ impl MosaicSpec {
             );
         }
         Some(Ok(self.paths.clone()))
+    }
+
+    /// Each piece of a mosaic of an `index` or of `stac` items with the
+    /// values of `fields` (index fields, item properties; `None` where a
+    /// piece has none): what a dimension's `from_field` reads. Times are
+    /// written in ISO 8601. `None` for a mosaic of `dir` or `paths`.
+    #[allow(clippy::type_complexity)] // (path, values) rows
+    pub fn piece_fields(
+        &self,
+        fields: &[&str],
+    ) -> Option<Result<Vec<(String, Vec<Option<String>>)>, SourceError>> {
+        let failed = |path: &String| {
+            let path = path.clone();
+            move |e: String| SourceError::Open {
+                path,
+                source: e.into(),
+            }
+        };
+        if let Some(index) = &self.index {
+            return Some(
+                read_index(index, self, fields)
+                    .map(|rows| rows.into_iter().map(|r| (r.path, r.fields)).collect())
+                    .map_err(failed(index)),
+            );
+        }
+        let stac_file = self.stac.as_ref()?;
+        Some(
+            stac::read_items(stac_file, self.asset.as_deref())
+                .map(|items| {
+                    items
+                        .into_iter()
+                        .map(|item| {
+                            let values = fields
+                                .iter()
+                                .map(|f| stac::property_text(item.properties.get(*f)))
+                                .collect();
+                            (item.path, values)
+                        })
+                        .collect()
+                })
+                .map_err(failed(stac_file)),
+        )
     }
 }
 
@@ -168,6 +219,7 @@ impl MosaicSource {
         let name = spec
             .index
             .clone()
+            .or_else(|| spec.stac.clone())
             .or_else(|| spec.dir.as_ref().map(|d| format!("{d}/{}", spec.glob)))
             .unwrap_or_else(|| format!("{} listed pieces", spec.paths.len()));
         let open_err = |message: String| SourceError::Open {
@@ -178,17 +230,28 @@ impl MosaicSource {
             spec.dir.is_some(),
             !spec.paths.is_empty(),
             spec.index.is_some(),
+            spec.stac.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err(open_err(
-                "give exactly one of `dir` (with `glob`), `paths` or `index`".into(),
+                "give exactly one of `dir` (with `glob`), `paths`, `index` or `stac`".into(),
             ));
         }
         if spec.max_open == 0 {
             return Err(open_err("max_open must be at least 1".into()));
         }
         let listed: Vec<(String, Option<BBox>)> = if let Some(index) = &spec.index {
-            read_index(index, spec).map_err(open_err)?
+            read_index(index, spec, &[])
+                .map_err(open_err)?
+                .into_iter()
+                .map(|r| (r.path, r.footprint))
+                .collect()
+        } else if let Some(stac) = &spec.stac {
+            stac::read_items(stac, spec.asset.as_deref())
+                .map_err(open_err)?
+                .into_iter()
+                .map(|i| (i.path, i.footprint))
+                .collect()
         } else if let Some(dir) = &spec.dir {
             glob_files(Path::new(dir), &spec.glob)
                 .map_err(open_err)?
@@ -376,6 +439,7 @@ fn open_all(
             &GdalSourceSpec {
                 path: path.to_string(),
                 resampling,
+                bands: Vec::new(),
             },
             settings,
             &|crs, bounds| crs.transform_bbox(bounds, wgs84),
@@ -577,10 +641,19 @@ fn wildcard(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
+/// A piece an index lists.
+struct IndexRow {
+    path: String,
+    footprint: Option<BBox>,
+    /// The values of the fields asked for.
+    fields: Vec<Option<String>>,
+}
+
 /// The index's pieces: each feature's location (relative paths taken
-/// against the index's directory) and footprint in longitude/latitude, in
-/// feature order or by `spec.sort`.
-fn read_index(index: &str, spec: &MosaicSpec) -> Result<Vec<(String, Option<BBox>)>, String> {
+/// against the index's directory), footprint in longitude/latitude and
+/// the values of `fields` (dates and times in ISO 8601), in feature order
+/// or by `spec.sort`.
+fn read_index(index: &str, spec: &MosaicSpec, fields: &[&str]) -> Result<Vec<IndexRow>, String> {
     use gdal::vector::LayerAccess;
     let ds = gdal::Dataset::open_ex(
         index,
@@ -609,8 +682,25 @@ fn read_index(index: &str, spec: &MosaicSpec) -> Result<Vec<(String, Option<BBox
         })
         .transpose()
         .map_err(|e| format!("the index's CRS: {e}"))?;
-    let mut rows: Vec<(Option<String>, String, Option<BBox>)> = Vec::new();
+    let mut rows: Vec<(Option<String>, IndexRow)> = Vec::new();
     for feature in layer.features() {
+        let value = |name: &str| -> Result<Option<String>, String> {
+            let index = feature
+                .field_index(name)
+                .map_err(|e| format!("the index has no field {name:?}: {e}"))?;
+            let value = feature
+                .field(index)
+                .map_err(|e| format!("field {name:?}: {e}"))?;
+            Ok(value.and_then(|v| match v {
+                gdal::vector::FieldValue::DateTimeValue(t) => Some(t.to_rfc3339()),
+                gdal::vector::FieldValue::DateValue(d) => Some(d.to_string()),
+                gdal::vector::FieldValue::IntegerValue(n) => Some(n.to_string()),
+                gdal::vector::FieldValue::Integer64Value(n) => Some(n.to_string()),
+                gdal::vector::FieldValue::RealValue(n) => Some(n.to_string()),
+                other => other.into_string(),
+            }))
+        };
+        let values = fields.iter().map(|f| value(f)).collect::<Result<_, _>>()?;
         let field = |name: &str| -> Result<Option<String>, String> {
             let index = feature
                 .field_index(name)
@@ -642,7 +732,14 @@ fn read_index(index: &str, spec: &MosaicSpec) -> Result<Vec<(String, Option<BBox
         } else {
             location
         };
-        rows.push((sort_key, path, footprint));
+        rows.push((
+            sort_key,
+            IndexRow {
+                path,
+                footprint,
+                fields: values,
+            },
+        ));
     }
     if spec.sort.is_some() {
         rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -650,7 +747,7 @@ fn read_index(index: &str, spec: &MosaicSpec) -> Result<Vec<(String, Option<BBox
     if rows.is_empty() {
         return Err(format!("the index {index} lists no piece"));
     }
-    Ok(rows.into_iter().map(|(_, p, f)| (p, f)).collect())
+    Ok(rows.into_iter().map(|(_, row)| row).collect())
 }
 
 #[cfg(test)]

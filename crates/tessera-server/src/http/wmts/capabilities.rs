@@ -46,6 +46,8 @@ struct WmtsLayer {
 struct WmtsDimension {
     /// `Time`, `Elevation`, or the dimension's name.
     id: String,
+    /// The dimension's name: its query parameter in a tile URL.
+    name: String,
     units: &'static str,
     default: String,
     values: Vec<String>,
@@ -228,6 +230,7 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
             .iter()
             .map(|d| WmtsDimension {
                 id: dimension_id(&d.name),
+                name: d.name.clone(),
                 units: d.kind.units(),
                 default: d.default_value().unwrap_or_default(),
                 values: d.listed(),
