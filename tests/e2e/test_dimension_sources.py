@@ -4,10 +4,11 @@ GDAL), a STAC ItemCollection of local GeoTIFFs and a GeoPackage index
 (`from_field`); a layer with two dimensions (time and elevation from the
 pieces' paths) over XYZ, WMS and WMTS; seeding several values of two
 dimensions; an export with one archive per value."""
-import sqlite3
-import subprocess
 import json
 import os
+import re
+import sqlite3
+import subprocess
 import urllib.request
 
 import numpy as np
@@ -17,7 +18,8 @@ from owslib.wms import WebMapService
 
 from conftest import fetch, serving
 from imaging import decode
-from test_dimensions import DATES, assert_color, renders, solid
+from test_dimensions import DATES, assert_color, solid
+from test_upstream_wms import host_port
 from test_ogc_conformance import assert_valid, schema, schemas  # noqa: F401 (a fixture)
 
 gdal.UseExceptions()
@@ -281,3 +283,68 @@ def test_seed_two_dimensions_then_export_one_archive_per_value(tmp_path, data):
             (tile,) = db.execute("SELECT tile_data FROM tiles WHERE zoom_level = 1 LIMIT 1").fetchone()
         assert count == 5, (archive, count)
         assert_color(tile, tuple(min(255, c + 90) for c in color))
+
+
+def test_an_upstream_wms_t_is_asked_for_each_time(tmp_path, tmp_path_factory):
+    """MapServer's WMS-T layer `series` (scripts/mapserver): its times read
+    from its capabilities (1.3.0 <Dimension>, 1.1.1 <Extent>) or listed,
+    each value passed on as TIME= and cached apart."""
+    url = os.environ.get("TESSERA_TEST_WMS_URL")
+    if not url:
+        pytest.fail("TESSERA_TEST_WMS_URL is not set: start MapServer with scripts/mapserver start",
+                    pytrace=False)
+    access_log = os.environ["TESSERA_TEST_WMS_ACCESS_LOG"]
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{host_port(url)}"] }}
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: wmst
+    source: {{ type: wms, url: "{url}", layers: [series] }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem, metatile: [2, 2] }}
+    dimensions:
+      time: {{}}
+  - name: wmst111
+    source: {{ type: wms, url: "{url}", layers: [series], version: "1.1.1" }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time: {{ default: earliest }}
+  - name: listed
+    source: {{ type: wms, url: "{url}", layers: [series] }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time:
+        values: [{{ value: "2024-02-01" }}]
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        for date, color in DATES.items():
+            status, body = fetch(server, f"/tiles/wmst/WebMercatorQuad/2/1/1.png?time={date}")
+            assert status == 200, body
+            assert_color(body, color)
+            status, body = fetch(server, f"/tiles/wmst111/WebMercatorQuad/2/1/1.png?time={date}T00:00Z")
+            assert status == 200, body
+            assert_color(body, color)
+        status, body = fetch(server, "/tiles/wmst/WebMercatorQuad/2/2/1.png")
+        assert_color(body, DATES["2024-03-01"])
+        status, body = fetch(server, "/tiles/wmst111/WebMercatorQuad/2/2/1.png")
+        assert_color(body, DATES["2024-01-01"])
+        # Each value asked upstream as its capabilities spell it.
+        with open(access_log) as f:
+            asked = f.read()
+        for date in DATES:
+            assert re.search(rf"TIME={date}[& \"]", asked), date
+        # Listed values only; others are refused.
+        status, body = fetch(server, "/tiles/listed/WebMercatorQuad/1/0/0.png")
+        assert_color(body, DATES["2024-02-01"])
+        status, body = fetch(server, "/tiles/listed/WebMercatorQuad/1/0/0.png?time=2024-01-01")
+        assert status == 400, body
+        # tessera's own capabilities list the upstream's values.
+        wms = WebMapService(f"{server.url}/wms", version="1.3.0", timeout=60)
+        assert wms["wmst"].dimensions["time"]["values"] == [f"{d}T00:00:00Z" for d in DATES]
+        # A second request for a value rendered already is a hit.
+        with urllib.request.urlopen(f"{server.url}/tiles/wmst/WebMercatorQuad/2/1/1.png?time=2024-02-01",
+                                    timeout=60) as r:
+            assert r.headers["X-Cache"] == "HIT"

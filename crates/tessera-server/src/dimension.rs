@@ -326,6 +326,163 @@ pub fn canonical(kind: Kind, name: &str, text: &str) -> Result<String, Dimension
     }
 }
 
+/// Values one `start/end/period` may stand for at most when expanded.
+pub const MAX_EXPANDED: usize = 100_000;
+
+/// The values an OGC extent stands for, as another service's capabilities
+/// write them: items separated by commas, each a value or
+/// `start/end/period` (an ISO 8601 duration for times, a step for
+/// numbers), expanded. Each is (canonical value, the spelling as written,
+/// or the canonical one for an expanded value). At most [`MAX_EXPANDED`].
+pub fn expand_extent(kind: Kind, name: &str, text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut values = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let parts: Vec<&str> = item.split('/').collect();
+        match parts[..] {
+            [one] => values.push((
+                canonical(kind, name, one).map_err(|e| e.to_string())?,
+                one.to_string(),
+            )),
+            [start, end, period] => {
+                for value in expand_range(kind, name, start, end, period)? {
+                    values.push((value.clone(), value));
+                    if values.len() > MAX_EXPANDED {
+                        return Err(format!(
+                            "{name}: {item:?} stands for more than {MAX_EXPANDED} values"
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "{name}: {item:?} is neither a value nor start/end/period"
+                ));
+            }
+        }
+    }
+    if values.is_empty() {
+        return Err(format!("{name}: no value in {text:?}"));
+    }
+    Ok(values)
+}
+
+/// The canonical values from `start` to `end` (both included) every
+/// `period`.
+fn expand_range(
+    kind: Kind,
+    name: &str,
+    start: &str,
+    end: &str,
+    period: &str,
+) -> Result<Vec<String>, String> {
+    let bad = |what: &str| format!("{name}: {start}/{end}/{period}: {what}");
+    match kind {
+        Kind::Time => {
+            let (from, to) = (
+                parse_time(start.trim()).ok_or_else(|| bad("the start is not a time"))?,
+                parse_time(end.trim()).ok_or_else(|| bad("the end is not a time"))?,
+            );
+            let (months, seconds) = iso_duration(period.trim())
+                .ok_or_else(|| bad("the period is not an ISO 8601 duration"))?;
+            if months == 0 && seconds <= 0 {
+                return Err(bad("the period is empty"));
+            }
+            let mut out = Vec::new();
+            let mut step = 0u32;
+            loop {
+                let t = from
+                    .checked_add_months(chrono::Months::new(months * step))
+                    .and_then(|t| {
+                        t.checked_add_signed(chrono::TimeDelta::try_seconds(
+                            seconds * i64::from(step),
+                        )?)
+                    })
+                    .ok_or_else(|| bad("out of range"))?;
+                if t > to {
+                    return Ok(out);
+                }
+                out.push(t.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+                if out.len() > MAX_EXPANDED {
+                    return Err(bad(&format!("more than {MAX_EXPANDED} values")));
+                }
+                step += 1;
+            }
+        }
+        Kind::Number => {
+            let number = |t: &str, what: &str| {
+                t.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite())
+                    .ok_or_else(|| bad(what))
+            };
+            let (from, to, by) = (
+                number(start, "the start is not a number")?,
+                number(end, "the end is not a number")?,
+                number(period, "the step is not a number")?,
+            );
+            if by <= 0.0 {
+                return Err(bad("the step is not positive"));
+            }
+            let count = ((to - from) / by + 1e-9).floor();
+            if count < 0.0 || count >= MAX_EXPANDED as f64 {
+                return Err(bad(&format!("not between 1 and {MAX_EXPANDED} values")));
+            }
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // bounded just above
+            let count = count as u32;
+            (0..=count)
+                .map(|i| {
+                    canonical(kind, name, &format!("{}", from + by * f64::from(i)))
+                        .map_err(|e| e.to_string())
+                })
+                .collect()
+        }
+        Kind::Text => Err(bad("words have no ranges")),
+    }
+}
+
+/// An ISO 8601 duration (`P1D`, `PT6H`, `P1M`, `P1Y2M3DT4H5M6S`, `P2W`)
+/// as (months, seconds).
+fn iso_duration(text: &str) -> Option<(u32, i64)> {
+    let rest = text.strip_prefix('P')?;
+    let (date, time) = rest.split_once('T').unwrap_or((rest, ""));
+    let (mut months, mut seconds) = (0u32, 0i64);
+    let mut number = String::new();
+    for c in date.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: u32 = number.parse().ok()?;
+        number.clear();
+        match c {
+            'Y' => months = months.checked_add(n.checked_mul(12)?)?,
+            'M' => months = months.checked_add(n)?,
+            'W' => seconds += i64::from(n) * 7 * 86_400,
+            'D' => seconds += i64::from(n) * 86_400,
+            _ => return None,
+        }
+    }
+    if !number.is_empty() {
+        return None;
+    }
+    for c in time.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: i64 = number.parse().ok()?;
+        number.clear();
+        match c {
+            'H' => seconds += n * 3600,
+            'M' => seconds += n * 60,
+            'S' => seconds += n,
+            _ => return None,
+        }
+    }
+    (number.is_empty() && rest != "T" && !rest.is_empty()).then_some((months, seconds))
+}
+
 /// The canonical time `offset` `units` after a reference, as CF and netCDF
 /// write a time axis (`days since 2024-01-01`, `hours since 1970-01-01
 /// 00:00:00`); `None` when the units are not of that form.
@@ -423,6 +580,50 @@ mod tests {
         d.values = values;
         d.index_spellings();
         d
+    }
+
+    #[test]
+    fn extents_of_other_services_are_expanded() {
+        let v = expand_extent(Kind::Time, "time", "2024-01-01, 2024-02-01T00:00Z").unwrap();
+        assert_eq!(
+            v,
+            vec![
+                ("2024-01-01T00:00:00Z".to_string(), "2024-01-01".to_string()),
+                (
+                    "2024-02-01T00:00:00Z".to_string(),
+                    "2024-02-01T00:00Z".to_string()
+                ),
+            ]
+        );
+        let v = expand_extent(Kind::Time, "time", "2024-01-01/2024-01-02/PT12H").unwrap();
+        let got: Vec<&str> = v.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(
+            got,
+            [
+                "2024-01-01T00:00:00Z",
+                "2024-01-01T12:00:00Z",
+                "2024-01-02T00:00:00Z"
+            ]
+        );
+        // Months from the start (clamped to each month's last day).
+        let v = expand_extent(Kind::Time, "time", "2024-01-31/2024-04-30/P1M").unwrap();
+        let got: Vec<&str> = v.iter().map(|(c, _)| &c[..10]).collect();
+        assert_eq!(
+            got,
+            ["2024-01-31", "2024-02-29", "2024-03-31", "2024-04-30"]
+        );
+        let v = expand_extent(Kind::Number, "elevation", "0/1000/250,5000").unwrap();
+        let got: Vec<&str> = v.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(got, ["0", "250", "500", "750", "1000", "5000"]);
+        assert!(expand_extent(Kind::Time, "time", "2024-01-01/2024-01-02/P0D").is_err());
+        assert!(
+            expand_extent(Kind::Time, "time", "2000-01-01/2100-01-01/PT1S")
+                .unwrap_err()
+                .contains("more than")
+        );
+        assert!(expand_extent(Kind::Time, "time", "2024-01-01/2024-01-02").is_err());
+        assert!(expand_extent(Kind::Number, "elevation", "0/10/-1").is_err());
+        assert!(expand_extent(Kind::Time, "time", " , ").is_err());
     }
 
     #[test]

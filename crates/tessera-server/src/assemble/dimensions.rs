@@ -2,13 +2,14 @@
 //! configuration (`values:`, each with its raster), from a mosaic's pieces
 //! (`from_path:` over their paths, `from_field:` over an index's fields or
 //! STAC items' properties) or from the bands of one file (`from_bands:`),
-//! and the layer at each combination of values, each with its own source,
-//! fingerprint and layer key.
+//! or from an upstream WMS that is asked for each value (listed, or read
+//! from its capabilities), and the layer at each combination of values,
+//! each with its own source, fingerprint and layer key.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tessera_source::{GdalSourceSpec, MosaicSpec, SourceSpec};
+use tessera_source::{GdalSourceSpec, MosaicSpec, Source, SourceSpec};
 
 use super::{WrapSource, plain_layer};
 use crate::config::{Config, ConfigError, DimensionConfig, KindConfig, LayerConfig, ValueConfig};
@@ -22,6 +23,9 @@ struct Combination {
     values: Values,
     source: SourceSpec,
     files: Vec<String>,
+    /// The source already open (an upstream asked with the values), else
+    /// opened from `source`.
+    opened: Option<Arc<dyn Source>>,
 }
 
 /// A dimension as configured, with its kind.
@@ -38,10 +42,22 @@ enum Origin {
     Path,
     Bands,
     Field,
+    Upstream,
 }
 
 impl Origin {
-    fn of(dc: &DimensionConfig) -> Result<Origin, String> {
+    fn of(dc: &DimensionConfig, source: &SourceSpec) -> Result<Origin, String> {
+        if source.kind() == "wms" {
+            if dc.from_path.is_some() || dc.from_bands.is_some() || dc.from_field.is_some() {
+                return Err("an upstream WMS is asked for each value: list them in `values:` (without paths) or leave them to its capabilities".into());
+            }
+            if dc.values.iter().any(|v| v.path.is_some()) {
+                return Err(
+                    "an upstream WMS is asked for each value: `values:` have no paths".into(),
+                );
+            }
+            return Ok(Origin::Upstream);
+        }
         let given = [
             (!dc.values.is_empty(), Origin::Listed),
             (dc.from_path.is_some(), Origin::Path),
@@ -83,7 +99,7 @@ pub(super) fn layer(
                 "dimension name {name:?} must be lower case letters, digits and '_'"
             )));
         }
-        let this = Origin::of(dc).map_err(in_dimension)?;
+        let this = Origin::of(dc, &lc.source).map_err(in_dimension)?;
         if origin.is_some_and(|o| o != this) {
             return Err(invalid(
                 "the values of all its dimensions come from one place (all `from_path`, all \
@@ -112,6 +128,7 @@ pub(super) fn layer(
         Some(Origin::Path) => from_path(lc, &configured),
         Some(Origin::Bands) => from_bands(lc, config, &configured),
         Some(Origin::Field) => from_field(lc, &configured),
+        Some(Origin::Upstream) => upstream(lc, config, &configured, wrap_source),
         None => Err("no dimension".into()),
     }
     .map_err(invalid)?;
@@ -127,7 +144,15 @@ pub(super) fn layer(
         let mut at = lc.clone();
         at.source = c.source;
         at.dimensions.clear();
-        let layer = plain_layer(registry, &at, config, wrap_source, &c.values, &c.files)?;
+        let layer = plain_layer(
+            registry,
+            &at,
+            config,
+            wrap_source,
+            &c.values,
+            &c.files,
+            c.opened,
+        )?;
         if at_values
             .insert(values_id(&c.values), Arc::new(layer))
             .is_some()
@@ -199,6 +224,12 @@ fn listed_values(lc: &LayerConfig, d: &Configured<'_>) -> Result<Vec<Combination
     listed
         .iter()
         .map(|v| {
+            let Some(path) = &v.path else {
+                return Err(format!(
+                    "dimension {:?}: value {:?} needs the `path` of its raster",
+                    d.name, v.value
+                ));
+            };
             let value = canonical(d.kind, d.name, &v.value).map_err(|e| e.to_string())?;
             if !seen.insert(value.clone()) {
                 return Err(format!(
@@ -209,10 +240,11 @@ fn listed_values(lc: &LayerConfig, d: &Configured<'_>) -> Result<Vec<Combination
             Ok(Combination {
                 values: vec![(d.name.to_string(), value)],
                 source: SourceSpec::Gdal(GdalSourceSpec {
-                    path: v.path.clone(),
+                    path: path.clone(),
                     ..gdal.clone()
                 }),
-                files: vec![v.path.clone()],
+                files: vec![path.clone()],
+                opened: None,
             })
         })
         .collect()
@@ -275,6 +307,7 @@ fn mosaics(mosaic: &MosaicSpec, groups: BTreeMap<Values, Vec<String>>) -> Vec<Co
                 ..mosaic.clone()
             })),
             files: paths,
+            opened: None,
         })
         .collect()
 }
@@ -385,8 +418,106 @@ fn from_bands(
                 ..gdal.clone()
             }),
             files: vec![gdal.path.clone()],
+            opened: None,
         })
         .collect())
+}
+
+/// Combinations of the values of an upstream WMS's dimensions: each
+/// dimension's values listed in the configuration, or else read from the
+/// upstream's capabilities; the upstream is opened once and asked with
+/// each combination's values (`TIME=`, `ELEVATION=`, `DIM_<NAME>=`,
+/// spelled as listed).
+fn upstream(
+    lc: &LayerConfig,
+    config: &Config,
+    dimensions: &[Configured<'_>],
+    wrap_source: &WrapSource,
+) -> Result<Vec<Combination>, String> {
+    let SourceSpec::Wms(spec) = &lc.source else {
+        return Err("values passed on need an upstream WMS source".into());
+    };
+    let policy = tessera_source::upstream::client::NetworkPolicy {
+        allow_private_network: config.gdal.allow_private_network,
+        allowed_private_hosts: config.gdal.allowed_private_hosts.clone(),
+    };
+    let wms = tessera_source::WmsSource::open(spec, policy)
+        .map_err(|e| tessera_source::error_chain(&e))?;
+    // Each dimension's (canonical value, spelling asked upstream).
+    let mut each: Vec<Vec<(String, String)>> = Vec::with_capacity(dimensions.len());
+    for d in dimensions {
+        let values = if d.config.values.is_empty() {
+            let text = wms.dimension_values(d.name).ok_or_else(|| {
+                format!(
+                    "dimension {:?}: the upstream's capabilities list no values for {:?}; list them in `values:`",
+                    d.name, spec.layers.first().map_or("", String::as_str)
+                )
+            })?;
+            crate::dimension::expand_extent(d.kind, d.name, text)?
+        } else {
+            d.config
+                .values
+                .iter()
+                .map(|v| {
+                    canonical(d.kind, d.name, &v.value)
+                        .map(|c| (c, v.value.trim().to_string()))
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<_, _>>()?
+        };
+        each.push(values);
+    }
+    let total = each
+        .iter()
+        .map(Vec::len)
+        .try_fold(1usize, usize::checked_mul);
+    if total.is_none_or(|t| t > crate::dimension::MAX_EXPANDED) {
+        return Err(format!(
+            "the values of its dimensions make more than {} combinations",
+            crate::dimension::MAX_EXPANDED
+        ));
+    }
+    let mut combinations = Vec::new();
+    let mut at = vec![0usize; each.len()];
+    loop {
+        let mut values = Vec::with_capacity(each.len());
+        let mut params = Vec::with_capacity(each.len());
+        for ((d, options), i) in dimensions.iter().zip(&each).zip(&at) {
+            let (value, spelling) = &options[*i];
+            values.push((d.name.to_string(), value.clone()));
+            params.push((wms_parameter(d.name), spelling.clone()));
+        }
+        let asked = wms.with_params(&params);
+        let source = SourceSpec::Wms(Box::new(asked.spec().clone()));
+        combinations.push(Combination {
+            values,
+            source,
+            files: Vec::new(),
+            opened: Some(wrap_source(&lc.name, Arc::new(asked))),
+        });
+        // The next combination, odometer-wise.
+        let mut k = 0;
+        loop {
+            if k == at.len() {
+                return Ok(combinations);
+            }
+            at[k] += 1;
+            if at[k] < each[k].len() {
+                break;
+            }
+            at[k] = 0;
+            k += 1;
+        }
+    }
+}
+
+/// The GetMap parameter of dimension `name`: `TIME`, `ELEVATION`, or
+/// `DIM_<NAME>` (WMS 1.3.0, annex C).
+fn wms_parameter(name: &str) -> String {
+    match name {
+        "time" | "elevation" => name.to_ascii_uppercase(),
+        other => format!("DIM_{}", other.to_ascii_uppercase()),
+    }
 }
 
 /// A band's metadata value of `key` as a dimension value's text: for a
@@ -447,7 +578,7 @@ pub fn values_signature(config: &Config) -> u128 {
         let mut files: Vec<String> = lc
             .dimensions
             .values()
-            .flat_map(|d| d.values.iter().map(|v| v.path.clone()))
+            .flat_map(|d| d.values.iter().filter_map(|v| v.path.clone()))
             .collect();
         files.extend(lc.source.local_file().map(str::to_string));
         if let SourceSpec::Mosaic(m) = &lc.source {

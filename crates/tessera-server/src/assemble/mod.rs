@@ -152,7 +152,7 @@ pub fn layer(
     wrap_source: &WrapSource,
 ) -> Result<Arc<Layer>, ConfigError> {
     if lc.dimensions.is_empty() {
-        return plain_layer(registry, lc, config, wrap_source, &[], &[]).map(Arc::new);
+        return plain_layer(registry, lc, config, wrap_source, &[], &[], None).map(Arc::new);
     }
     dimensions::layer(registry, lc, config, wrap_source)
 }
@@ -160,7 +160,8 @@ pub fn layer(
 /// Builds `lc` as one layer at `values` (name, canonical value; none for a
 /// layer without dimensions), its tiles under the layer key at those values
 /// ([`crate::dimension::layer_key`]) and its fingerprint also covering the
-/// size and time of the `files` its pixels come from.
+/// size and time of the `files` its pixels come from. Its source is
+/// `opened` (already wrapped), or opened from `lc.source`.
 fn plain_layer(
     registry: &Registry,
     lc: &LayerConfig,
@@ -168,15 +169,21 @@ fn plain_layer(
     wrap_source: &WrapSource,
     values: &[(String, String)],
     files: &[String],
+    opened: Option<Arc<dyn Source>>,
 ) -> Result<Layer, ConfigError> {
     let (grids, stores) = (&registry.grids, &registry.stores);
     let in_layer =
         |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("layer {:?}: {e}", lc.name));
-    let opened = open_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
-        layer: lc.name.clone(),
-        source,
-    })?;
-    let source: Arc<dyn Source> = wrap_source(&lc.name, opened);
+    let source: Arc<dyn Source> = match opened {
+        Some(source) => source,
+        None => wrap_source(
+            &lc.name,
+            open_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
+                layer: lc.name.clone(),
+                source,
+            })?,
+        ),
+    };
     let style: Arc<dyn tessera_image::Style> = build_style(&lc.style, source.info().band_count)
         .map_err(|source| ConfigError::Style {
             layer: lc.name.clone(),

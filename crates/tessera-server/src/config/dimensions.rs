@@ -18,7 +18,10 @@
 //! pieces' paths (`from_path`), the bands of one file (`from_bands`: a band
 //! metadata item such as `NETCDF_DIM_time` or `GRIB_VALID_TIME`), a
 //! mosaic index's fields or STAC items' properties (`from_field`), or, for
-//! one dimension, `values:` each with its file.
+//! one dimension, `values:` each with its file. A layer of an upstream WMS
+//! passes each value on (`TIME=`, `ELEVATION=`, `DIM_<NAME>=`): its values
+//! are listed (`values:` without paths) or read from the upstream's
+//! capabilities (nothing listed).
 
 use serde::Deserialize;
 
@@ -79,15 +82,18 @@ fn default_max_values() -> usize {
     DEFAULT_MAX_VALUES
 }
 
-/// A listed value and its raster.
+/// A listed value, with its raster for a GDAL source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ValueConfig {
-    /// The value as written (made canonical when the layer is built).
+    /// The value as written (made canonical when the layer is built; an
+    /// upstream WMS is asked with it as written).
     pub value: String,
     /// The raster of this value (relative paths from the config file's
-    /// directory).
-    pub path: String,
+    /// directory); none for a layer of an upstream WMS, which is asked for
+    /// the value.
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 /// `kind:` of a dimension.

@@ -592,9 +592,14 @@ impl Config {
             {
                 *path = base.join(&*path).display().to_string();
             }
-            for value in layer.dimensions.values_mut().flat_map(|d| &mut d.values) {
-                if is_relative_file(&value.path) {
-                    value.path = base.join(&value.path).display().to_string();
+            for path in layer
+                .dimensions
+                .values_mut()
+                .flat_map(|d| &mut d.values)
+                .filter_map(|v| v.path.as_mut())
+            {
+                if is_relative_file(path) {
+                    *path = base.join(&*path).display().to_string();
                 }
             }
         }

@@ -98,6 +98,9 @@ pub struct WmsSource {
     /// GetMaps started ahead of their reads ([`Source::prefetch`]), at
     /// most `2 * max_concurrent`.
     prefetched: Prefetched,
+    /// The dimensions the first asked layer declares (lower-case name, its
+    /// values as written: a list or `start/end/period`).
+    dimensions: Vec<(String, String)>,
 }
 
 /// What the capabilities say about the asked layers.
@@ -105,6 +108,7 @@ pub struct WmsSource {
 struct Capabilities {
     crs: Vec<String>,
     lonlat: Option<BBox>,
+    dimensions: Vec<(String, String)>,
 }
 
 impl WmsSource {
@@ -213,7 +217,46 @@ impl WmsSource {
             client,
             offered,
             info,
+            dimensions: caps.dimensions,
         })
+    }
+
+    /// The values the upstream lists for its dimension `name` (any case),
+    /// as written in its capabilities (`<Dimension>` in 1.3.0, `<Extent>`
+    /// in 1.1.1, inherited from parent layers): a comma-separated list or
+    /// `start/end/period`. `None` when its first asked layer has none.
+    pub fn dimension_values(&self, name: &str) -> Option<&str> {
+        self.dimensions
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The same upstream asked with `params` added to every GetMap
+    /// (`TIME=2024-01-01`): the source of a layer at one dimension value.
+    /// It shares this source's client (its connections and concurrency
+    /// bound) and capabilities; its spec names the parameters, so its
+    /// identity differs.
+    #[must_use]
+    pub fn with_params(&self, params: &[(String, String)]) -> WmsSource {
+        let mut spec = self.spec.clone();
+        for (k, v) in params {
+            spec.params.insert(k.clone(), v.clone());
+        }
+        WmsSource {
+            spec,
+            url: self.url.clone(),
+            client: self.client.clone(),
+            offered: self.offered.clone(),
+            info: self.info.clone(),
+            prefetched: Prefetched::new(2 * self.client.settings().max_concurrent),
+            dimensions: self.dimensions.clone(),
+        }
+    }
+
+    /// The spec this source asks with.
+    pub fn spec(&self) -> &WmsSourceSpec {
+        &self.spec
     }
 
     /// The GetMap URL for `bbox` in `crs` (named `crs_name` upstream) at
@@ -445,6 +488,21 @@ fn parse_capabilities(text: &str, layers: &[String]) -> Result<Capabilities, Str
         for node in layer.ancestors().filter(|n| n.tag_name().name() == "Layer") {
             for c in node.children() {
                 match c.tag_name().name() {
+                    // 1.3.0 writes the values in <Dimension>, 1.1.1 in <Extent>;
+                    // a child layer's own declaration wins over its parents'.
+                    "Dimension" | "Extent" if first => {
+                        let text = c.text().unwrap_or_default().trim();
+                        if let Some(name) = c.attribute("name")
+                            && !text.is_empty()
+                            && !caps
+                                .dimensions
+                                .iter()
+                                .any(|(n, _)| n.eq_ignore_ascii_case(name))
+                        {
+                            caps.dimensions
+                                .push((name.to_ascii_lowercase(), text.to_string()));
+                        }
+                    }
                     "CRS" | "SRS" => {
                         for t in c.text().unwrap_or_default().split_whitespace() {
                             if seen.insert(t.to_ascii_uppercase()) {
@@ -518,6 +576,27 @@ mod tests {
    <southBoundLatitude>30</southBoundLatitude><northBoundLatitude>60</northBoundLatitude></EX_GeographicBoundingBox></Layer>
   <Layer><Name>countries</Name><Title>c</Title></Layer>
  </Layer></Capability></WMS_Capabilities>"#;
+
+    #[test]
+    fn capabilities_give_the_first_layers_dimensions_its_own_before_inherited() {
+        let caps = parse_capabilities(
+            r#"<WMS_Capabilities version="1.3.0"><Capability><Layer><CRS>EPSG:4326</CRS>
+              <Dimension name="elevation" units="m">0,100</Dimension>
+              <Dimension name="time" units="ISO8601">2020-01-01</Dimension>
+              <Layer><Name>a</Name><Dimension name="TIME" units="ISO8601">2024-01-01/2024-03-01/P1M</Dimension></Layer>
+              <Layer><Name>b</Name><Extent name="run">r1,r2</Extent></Layer>
+              </Layer></Capability></WMS_Capabilities>"#,
+            &["a".into(), "b".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            caps.dimensions,
+            [
+                ("time".to_string(), "2024-01-01/2024-03-01/P1M".to_string()),
+                ("elevation".to_string(), "0,100".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn capabilities_give_inherited_crss_and_extents_and_name_missing_layers() {
