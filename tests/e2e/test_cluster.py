@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -483,3 +484,62 @@ def test_a_whole_world_truncate_of_a_file_store_costs_what_it_holds(tmp_path, tm
         assert f"{held} objects deleted" in body, body
         assert list((tmp_path / "tiles").rglob("*.png")) == []
         assert get(node, tile_path(4, 8, 4))[1]["X-Cache"] == "MISS"
+
+
+def test_300_requests_at_one_time_value_over_two_nodes_render_its_metatile_once(s3, tmp_path, tmp_path_factory):
+    """A layer with a time dimension on two nodes sharing one bucket: 300
+    concurrent requests for one metatile at one value render it once; the
+    other value's tiles are rendered (once) apart and differ."""
+    c = s3_bucket(s3, BUCKET)
+    prefix = f"dimension-{uuid.uuid4().hex[:8]}"
+    inverted = tmp_path / "inverted.tif"
+    subprocess.run(["gdal_translate", "-q", "-scale", "0", "255", "255", "0",
+                    f"{ROOT}/data/shadedrelief-5400.tif", str(inverted)], check=True)
+    configs = []
+    for name in ("node0", "node1"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"""
+cluster: {{ leases: true, lease_ttl_secs: 30, lease_wait_secs: 60, node_id: {name} }}
+stores:
+  shared: {object_store(s3, prefix)}
+layers:
+  - name: {LAYER}
+    source: {{ path: "{ROOT}/data/shadedrelief-5400.tif" }}
+    grids: [WebMercatorQuad]
+    max_zoom: 8
+    cache: {{ store: shared, metatile: [4, 4] }}
+    dimensions:
+      time:
+        values:
+          - {{ value: 2024-01-01, path: "{ROOT}/data/shadedrelief-5400.tif" }}
+          - {{ value: 2024-02-01, path: "{inverted}" }}
+""")
+        configs.append(path)
+    with serving(tmp_path_factory, "--config", str(configs[0])) as a, \
+            serving(tmp_path_factory, "--config", str(configs[1])) as b:
+        nodes = [a, b]
+
+        def burst(value, count):
+            jobs = [(nodes[i % 2], META_TILES[i % 16]) for i in range(count)]
+            with concurrent.futures.ThreadPoolExecutor(64) as pool:
+                answers = list(pool.map(
+                    lambda j: (j[1], get(j[0], tile_path(*j[1]) + f"?time={value}")), jobs))
+            statuses = [s for _, (s, _, _) in answers]
+            assert statuses == [200] * count, {s: statuses.count(s) for s in set(statuses)}
+            by_tile = {}
+            for t, (_, _, body) in answers:
+                by_tile.setdefault(t, set()).add(body)
+            assert all(len(v) == 1 for v in by_tile.values()), "every tile is byte-identical on both nodes"
+            return {t: next(iter(v)) for t, v in by_tile.items()}
+
+        january = burst("2024-01-01", 300)
+        assert sum(renders(n) for n in nodes) == 1, [renders(n) for n in nodes]
+        february = burst("2024-02-01T00:00:00Z", 32)
+        assert sum(renders(n) for n in nodes) == 2, [renders(n) for n in nodes]
+        assert all(january[t] != february[t] for t in META_TILES), "each value has its own tiles"
+        # Both values' tiles lie under the layer key at their value (object
+        # names escape its `~`).
+        stored = [urllib.parse.unquote(k) for k in keys(c, prefix)]
+        for value in ("2024-01-01T000000Z", "2024-02-01T000000Z"):
+            assert any(f"{LAYER}~time={value}" in k for k in stored), (value, stored[:10])
+        wait_until(lambda: not leases_left(c, prefix), 10, "the leases' deletion")
