@@ -4,6 +4,7 @@ GDAL), a STAC ItemCollection of local GeoTIFFs and a GeoPackage index
 (`from_field`); a layer with two dimensions (time and elevation from the
 pieces' paths) over XYZ, WMS and WMTS; seeding several values of two
 dimensions; an export with one archive per value."""
+import gzip
 import json
 import os
 import re
@@ -348,3 +349,93 @@ layers:
         with urllib.request.urlopen(f"{server.url}/tiles/wmst/WebMercatorQuad/2/1/1.png?time=2024-02-01",
                                     timeout=60) as r:
             assert r.headers["X-Cache"] == "HIT"
+
+
+# Three areas (west, middle, east thirds of the world), each seen on a date.
+FIRES = [("west", -180, -60, "2024-01-01"), ("middle", -60, 60, "2024-01-15"), ("east", 60, 180, "2024-02-01")]
+
+
+def painted(body):
+    """Which thirds of a 3-column-wide world image are painted."""
+    img = decode(body)
+    alpha = img[3] if img.shape[0] == 4 else np.full(img.shape[1:], 255)
+    width = alpha.shape[1]
+    return [bool(alpha[:, i * width // 3 + 2:(i + 1) * width // 3 - 2].max() > 0) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def fires(tmp_path_factory):
+    """A GeoPackage of the three areas with a date-time field, and the same
+    table copied into PostGIS (ogr2ogr), its field a timestamptz."""
+    root = tmp_path_factory.mktemp("fires")
+    gpkg = root / "fires.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(gpkg))
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(4326)
+    layer = ds.CreateLayer("fires", srs, ogr.wkbPolygon)
+    layer.CreateField(ogr.FieldDefn("name", ogr.OFTString))
+    layer.CreateField(ogr.FieldDefn("seen", ogr.OFTDateTime))
+    for name, west, east, date in FIRES:
+        f = ogr.Feature(layer.GetLayerDefn())
+        f.SetField("name", name)
+        y, m, d = map(int, date.split("-"))
+        f.SetField("seen", y, m, d, 0, 0, 0, 100)  # 100: UTC
+        f.SetGeometry(ogr.CreateGeometryFromWkt(
+            f"POLYGON(({west} -60,{east} -60,{east} 60,{west} 60,{west} -60))"))
+        layer.CreateFeature(f)
+    ds = None
+    pg = os.environ.get("TESSERA_TEST_PG")
+    if not pg:
+        pytest.fail("TESSERA_TEST_PG is not set: start PostGIS with scripts/postgis start", pytrace=False)
+    table = f"fires_{os.getpid()}"
+    subprocess.run(["ogr2ogr", "-f", "PostgreSQL", pg, str(gpkg), "-nln", table, "-overwrite"],
+                   check=True, timeout=120)
+    return gpkg, pg, table
+
+
+@pytest.mark.parametrize("backend", ["gpkg", "postgis"])
+def test_a_vector_layer_draws_the_features_of_the_time_asked_or_a_range(backend, fires, tmp_path,
+                                                                         tmp_path_factory):
+    gpkg, pg, table = fires
+    source = (f'{{ type: vector, path: "{gpkg}", layer: fires' if backend == "gpkg"
+              else f'{{ type: vector, path: "{pg}", layer: {table}')
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: fires
+    source: {source}, fields: [name], style: [{{ fill: "#ff0000" }}] }}
+    grids: [WorldCRS84Quad]
+    formats: [png, mvt]
+    cache: {{ store: mem }}
+    dimensions:
+      time: {{ from_field: seen }}
+""")
+    wms = ("/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=fires&STYLES=&CRS=CRS:84"
+           "&BBOX=-180,-90,180,90&WIDTH=90&HEIGHT=45&FORMAT=image/png&TRANSPARENT=TRUE")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        caps = WebMapService(f"{server.url}/wms", version="1.3.0", timeout=60)
+        assert caps["fires"].dimensions["time"]["values"] == [f"{d}T00:00:00Z" for *_, d in FIRES]
+        for i, (*_, date) in enumerate(FIRES):
+            status, body = fetch(server, f"{wms}&TIME={date}")
+            assert status == 200, body
+            assert painted(body) == [j == i for j in range(3)], date
+        # The default: the latest.
+        status, body = fetch(server, wms)
+        assert painted(body) == [False, False, True]
+        # A range: every feature seen within it, drawn (not cached).
+        status, body = fetch(server, f"{wms}&TIME=2024-01-01/2024-01-20")
+        assert status == 200, body
+        assert painted(body) == [True, True, False]
+        status, body = fetch(server, f"{wms}&TIME=2024-02-01/2024-01-01")
+        assert status == 400 and b"InvalidDimensionValue" in body, body
+        # Tiles: the image and the vector tile at a value.
+        status, body = fetch(server, "/tiles/fires/WorldCRS84Quad/0/0/0.png?time=2024-01-01T00:00:00Z")
+        assert status == 200 and painted(body)[0], body[:200]
+        status, body = fetch(server, "/tiles/fires/WorldCRS84Quad/0/1/0.mvt?time=2024-02-01")
+        assert status == 200, body
+        raw = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
+        assert b"east" in raw and b"west" not in raw and b"middle" not in raw
+        status, body = fetch(server, "/tiles/fires/WorldCRS84Quad/0/1/0.mvt?time=2024-01-15/2024-02-01")
+        raw = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
+        assert status == 200 and b"east" in raw and b"middle" in raw and b"west" not in raw

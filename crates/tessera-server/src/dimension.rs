@@ -159,6 +159,31 @@ impl Dimension {
         })
     }
 
+    /// The range `text` names (`start/end`, each made canonical, in
+    /// order); `None` when it is not a range.
+    pub fn range(&self, text: &str) -> Option<Result<(String, String), DimensionError>> {
+        let (from, to) = text.trim().split_once('/')?;
+        if to.contains('/') {
+            // start/end/period: a list of values, not one range.
+            return Some(Err(DimensionError::NotOne {
+                name: self.name.clone(),
+                value: cut(text),
+            }));
+        }
+        let bound = |t: &str| canonical(self.kind, &self.name, t);
+        Some((|| {
+            let (from, to) = (bound(from)?, bound(to)?);
+            if self.order(&from, &to).is_gt() {
+                return Err(DimensionError::Malformed {
+                    name: self.name.clone(),
+                    value: cut(text),
+                    what: "a range from the lower to the higher value",
+                });
+            }
+            Ok((from, to))
+        })())
+    }
+
     /// The default value, canonical.
     pub fn default_value(&self) -> Result<String, DimensionError> {
         let empty = || DimensionError::Empty {

@@ -92,6 +92,66 @@ pub struct Layer {
     /// The dimension values this layer is at (name, canonical value); empty
     /// for a layer without dimensions and for the layer as configured.
     pub values: Vec<(String, String)>,
+    /// The layer at ranges of its one dimension's values
+    /// (`TIME=2024-01-01/2024-01-31`), for sources that can filter by one
+    /// (vector layers); `None` otherwise.
+    pub ranges: Option<Ranges>,
+}
+
+/// Builds the layer at a range of values (from, to: canonical).
+pub type RangeMaker = dyn Fn(&str, &str) -> Result<Layer, String> + Send + Sync;
+
+/// Layers at ranges (from, to) made so far.
+type MadeRanges = HashMap<(String, String), Arc<Layer>>;
+
+/// The layer at ranges of values, made when first asked and kept (at most
+/// [`Ranges::MOST`]; beyond, those kept are dropped and made again when
+/// asked). Layers at ranges are not cached: any range may be asked.
+#[derive(Clone)]
+pub struct Ranges {
+    make: Arc<RangeMaker>,
+    made: Arc<std::sync::Mutex<MadeRanges>>,
+}
+
+impl Ranges {
+    /// Layers at ranges kept at most.
+    pub const MOST: usize = 64;
+
+    /// Ranges made by `make`.
+    pub fn new(make: Arc<RangeMaker>) -> Ranges {
+        Ranges {
+            make,
+            made: Arc::default(),
+        }
+    }
+
+    /// The layer at the range from `from` to `to`.
+    pub fn get(&self, from: &str, to: &str) -> Result<Arc<Layer>, String> {
+        let key = (from.to_string(), to.to_string());
+        let lock = || {
+            self.made
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(layer) = lock().get(&key) {
+            return Ok(layer.clone());
+        }
+        let layer = Arc::new((self.make)(from, to)?);
+        let mut made = lock();
+        if made.len() >= Self::MOST {
+            made.clear();
+        }
+        made.insert(key, layer.clone());
+        Ok(layer)
+    }
+}
+
+impl std::fmt::Debug for Ranges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ranges")
+            .field("made", &self.made.lock().map_or(0, |m| m.len()))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The identifier of a combination of canonical dimension values (in the
@@ -166,8 +226,21 @@ impl Layer {
             return Ok(self.clone());
         }
         if let [d] = self.dimensions.as_slice() {
+            let asked = asked(&d.name);
+            if let (Some(ranges), Some(text)) = (&self.ranges, asked.as_deref())
+                && let Some(range) = d.range(text)
+            {
+                let (from, to) = range?;
+                return ranges.get(&from, &to).map_err(|reason| {
+                    tracing::warn!(layer = %self.name, %reason, "the layer at a range of values cannot be made");
+                    DimensionError::Unknown {
+                        name: d.name.clone(),
+                        value: format!("{from}/{to}"),
+                    }
+                });
+            }
             // One dimension: its value is the identifier.
-            let value = d.resolve(asked(&d.name).as_deref())?;
+            let value = d.resolve(asked.as_deref())?;
             return self
                 .at_values
                 .get(&value)

@@ -129,14 +129,24 @@ impl SourceSpec {
                 id
             }
             #[cfg(feature = "vector")]
-            SourceSpec::Vector(v) => format!(
-                "vector {:?} {:?} {:?} {:?} {}",
-                v.path,
-                v.layer,
-                v.filter,
-                v.fields,
-                serde_json::to_string(&v.style).unwrap_or_default()
-            ),
+            SourceSpec::Vector(v) => {
+                let mut id = format!(
+                    "vector {:?} {:?} {:?} {:?} {}",
+                    v.path,
+                    v.layer,
+                    v.filter,
+                    v.fields,
+                    serde_json::to_string(&v.style).unwrap_or_default()
+                );
+                if let Some(f) = &v.value_filter {
+                    let _ = write!(
+                        id,
+                        " {:?} {:?} from {:?} to {:?}",
+                        f.field, f.kind, f.from, f.to
+                    );
+                }
+                id
+            }
         }
     }
 

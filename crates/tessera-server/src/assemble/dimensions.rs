@@ -43,10 +43,23 @@ enum Origin {
     Bands,
     Field,
     Upstream,
+    Vector,
 }
 
 impl Origin {
     fn of(dc: &DimensionConfig, source: &SourceSpec) -> Result<Origin, String> {
+        if source.kind() == "vector" {
+            if dc.from_field.is_none() || dc.from_path.is_some() || dc.from_bands.is_some() {
+                return Err("a vector layer compares a field with each value: give `from_field:` (its values are the field's, or those listed in `values:`)".into());
+            }
+            if dc.values.iter().any(|v| v.path.is_some()) {
+                return Err(
+                    "a vector layer filters its features by each value: `values:` have no paths"
+                        .into(),
+                );
+            }
+            return Ok(Origin::Vector);
+        }
         if source.kind() == "wms" {
             if dc.from_path.is_some() || dc.from_bands.is_some() || dc.from_field.is_some() {
                 return Err("an upstream WMS is asked for each value: list them in `values:` (without paths) or leave them to its capabilities".into());
@@ -120,6 +133,7 @@ pub(super) fn layer(
             kind,
         });
     }
+    let mut vector_source = None;
     let combinations = match origin {
         Some(Origin::Listed) => match configured.as_slice() {
             [one] => listed_values(lc, one),
@@ -129,6 +143,10 @@ pub(super) fn layer(
         Some(Origin::Bands) => from_bands(lc, config, &configured),
         Some(Origin::Field) => from_field(lc, &configured),
         Some(Origin::Upstream) => upstream(lc, config, &configured, wrap_source),
+        Some(Origin::Vector) => match configured.as_slice() {
+            [one] => vector(lc, one, wrap_source, &mut vector_source),
+            _ => Err("a vector layer takes one dimension".into()),
+        },
         None => Err("no dimension".into()),
     }
     .map_err(invalid)?;
@@ -174,9 +192,109 @@ pub(super) fn layer(
     };
     let mut layer = (**default).clone();
     layer.values = Vec::new();
+    if let (Some(source), [d]) = (vector_source, configured.as_slice()) {
+        layer.ranges = Some(ranges(&layer, source, d));
+    }
     layer.dimensions = dimensions;
     layer.at_values = at_values;
     Ok(Arc::new(layer))
+}
+
+/// The layer at ranges of `d`'s values: `template` (the layer at a value)
+/// drawing the features of `source` whose field lies in the range, not
+/// cached (any range may be asked).
+fn ranges(
+    template: &Layer,
+    source: Arc<tessera_source::VectorSource>,
+    d: &Configured<'_>,
+) -> crate::model::Ranges {
+    let template = template.clone();
+    let (name, kind) = (d.name.to_string(), value_kind(d.kind));
+    let field = d.config.from_field.clone().unwrap_or_default();
+    crate::model::Ranges::new(Arc::new(move |from: &str, to: &str| {
+        let filter = tessera_source::ValueFilter {
+            field: field.clone(),
+            kind,
+            from: from.to_string(),
+            to: to.to_string(),
+        };
+        let at = source
+            .at_values(filter)
+            .map_err(|e| tessera_source::error_chain(&e))?;
+        let range = format!("{from}/{to}");
+        let mut layer = template.clone();
+        layer.source = Arc::new(at);
+        layer.cache = None;
+        layer.cache_key =
+            crate::dimension::layer_key(&template.name, &[(name.clone(), format!("{from}--{to}"))]);
+        layer.values = vec![(name.clone(), range)];
+        Ok(layer)
+    }))
+}
+
+fn value_kind(kind: Kind) -> tessera_source::ValueKind {
+    match kind {
+        Kind::Time => tessera_source::ValueKind::Time,
+        Kind::Number => tessera_source::ValueKind::Number,
+        Kind::Text => tessera_source::ValueKind::Text,
+    }
+}
+
+/// The values of a vector layer's field (its distinct values, or those
+/// listed), each the layer's features whose field has that value; the
+/// source is opened once and shared by every value (and by ranges, through
+/// `opened`).
+fn vector(
+    lc: &LayerConfig,
+    d: &Configured<'_>,
+    wrap_source: &WrapSource,
+    opened: &mut Option<Arc<tessera_source::VectorSource>>,
+) -> Result<Vec<Combination>, String> {
+    let SourceSpec::Vector(spec) = &lc.source else {
+        return Err("`from_field` on a layer of features needs a vector source".into());
+    };
+    let field = d.config.from_field.as_deref().unwrap_or_default();
+    let source = Arc::new(
+        tessera_source::VectorSource::open(spec).map_err(|e| tessera_source::error_chain(&e))?,
+    );
+    let raw: Vec<String> = if d.config.values.is_empty() {
+        source
+            .distinct_values(field, crate::dimension::MAX_EXPANDED)
+            .map_err(|e| tessera_source::error_chain(&e))?
+    } else {
+        d.config.values.iter().map(|v| v.value.clone()).collect()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut combinations = Vec::new();
+    for text in raw {
+        let value = canonical(d.kind, d.name, &text)
+            .map_err(|e| format!("field {field:?} value {text:?}: {e}"))?;
+        if !seen.insert(value.clone()) {
+            continue;
+        }
+        let filter = tessera_source::ValueFilter {
+            field: field.to_string(),
+            kind: value_kind(d.kind),
+            from: value.clone(),
+            to: value.clone(),
+        };
+        let at = source
+            .at_values(filter.clone())
+            .map_err(|e| tessera_source::error_chain(&e))?;
+        let mut at_spec = (**spec).clone();
+        at_spec.value_filter = Some(filter);
+        combinations.push(Combination {
+            values: vec![(d.name.to_string(), value)],
+            source: SourceSpec::Vector(Box::new(at_spec)),
+            files: Vec::new(),
+            opened: Some(wrap_source(&lc.name, Arc::new(at))),
+        });
+    }
+    if combinations.is_empty() {
+        return Err(format!("field {field:?} has no value"));
+    }
+    *opened = Some(source);
+    Ok(combinations)
 }
 
 /// The dimension `d` with the canonical `values` found for it (repeats

@@ -299,6 +299,7 @@ fn plain_layer(
         max_age_secs: lc.cache.max_age_secs,
         dimensions: Vec::new(),
         at_values: HashMap::new(),
+        ranges: None,
         values: values.to_vec(),
     })
 }

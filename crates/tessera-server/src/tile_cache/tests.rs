@@ -155,6 +155,7 @@ fn layer(
         max_age_secs: 0,
         dimensions: Vec::new(),
         at_values: HashMap::new(),
+        ranges: None,
         values: Vec::new(),
     })
 }

@@ -15,6 +15,7 @@ mod pg;
 mod pool;
 mod spec;
 pub mod style;
+mod values;
 
 use gdal::vector::{FieldValue, Geometry, LayerAccess, OGRFieldType, OGRwkbGeometryType};
 use gdal::vector::{geometry_type_flatten, geometry_type_to_name};
@@ -31,6 +32,7 @@ pub use error::VectorError;
 use pool::Pool;
 pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
 use style::{Attribute, Rule};
+pub use values::{ValueFilter, ValueKind};
 
 /// Metres per pixel of Web Mercator's zoom 0 (256-pixel tiles): zoom
 /// levels of style rules are measured against it.
@@ -44,15 +46,16 @@ pub struct VectorSource {
     shown: String,
     layers: Vec<DataLayer>,
     info: SourceInfo,
-    pool: Pool<Dataset>,
+    /// Shared by the source at each dimension value ([`VectorSource::at_values`]).
+    pool: std::sync::Arc<Pool<Dataset>>,
     /// Native connections for tiles PostGIS cuts, when the connection
     /// settings allow them (else `pool` runs the tile queries).
-    tiles: Option<Pool<pg::Connection>>,
+    tiles: Option<std::sync::Arc<Pool<pg::Connection>>>,
     report: Vec<String>,
 }
 
 /// One data layer, as opened.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct DataLayer {
     /// Name in vector tiles and feature info.
     name: String,
@@ -73,6 +76,11 @@ struct DataLayer {
     geometry: OGRwkbGeometryType::Type,
     /// The table's address for SQL, for PostGIS layers.
     table: Option<mvt::PgTable>,
+    /// Every field of the data layer.
+    available: Vec<String>,
+    /// Only features whose field (named) a dimension value admits, tested
+    /// here (files; PostGIS gets the condition in `filter`).
+    admit: Option<(String, values::Admit)>,
 }
 
 /// Features read from a data layer: the asked-for attributes (in the
@@ -226,6 +234,8 @@ impl VectorSource {
                 crs,
                 geometry,
                 table,
+                available: available.iter().map(|(n, _)| n.clone()).collect(),
+                admit: None,
             });
         }
         let lonlat_bounds = lonlat_bounds.ok_or_else(|| open_err("no layers".into()))?;
@@ -243,27 +253,27 @@ impl VectorSource {
                 / f64::from(1u32 << 24),
         };
         let (opened_path, opened_shown) = (gdal_path, shown.clone());
-        let pool = Pool::new(
+        let pool = std::sync::Arc::new(Pool::new(
             Some(ds),
             Box::new(move || open_vector(&opened_path, &opened_shown)),
             shown.clone(),
             spec.max_connections,
             spec.statement_timeout_ms,
             spec.is_postgres(),
-        );
+        ));
         let native = layers.iter().any(|l| l.table.is_some());
         let tiles = pg::config(spec).filter(|_| native).map(|config| {
             let shown_here = shown.clone();
-            Pool::new(
+            std::sync::Arc::new(Pool::new(
                 None,
                 Box::new(move || pg::connect(&config, &shown_here)),
                 shown.clone(),
                 spec.max_connections,
                 spec.statement_timeout_ms,
                 true,
-            )
+            ))
         });
-        Ok(VectorSource {
+        let source = VectorSource {
             spec: spec.clone(),
             shown,
             layers,
@@ -271,7 +281,68 @@ impl VectorSource {
             pool,
             tiles,
             report,
+        };
+        match &spec.value_filter {
+            Some(filter) => source.at_values(filter.clone()),
+            None => Ok(source),
+        }
+    }
+
+    /// The same layers drawing only the features `filter` admits: the
+    /// source of a layer at a dimension value (or a range of values). It
+    /// shares this source's connections; PostgreSQL filters (and cuts
+    /// tiles of) the features, files are filtered as they are read. Fails
+    /// when a data layer lacks the field.
+    pub fn at_values(&self, filter: ValueFilter) -> Result<VectorSource, SourceError> {
+        let admit = filter.admit().map_err(|e| self.read_err(e))?;
+        let mut layers = self.layers.clone();
+        for dl in &mut layers {
+            if !dl.available.contains(&filter.field) {
+                return Err(SourceError::Open {
+                    path: self.shown.clone(),
+                    source: format!(
+                        "layer {:?} has no field {:?}; its fields: {}",
+                        dl.layer,
+                        filter.field,
+                        list(&dl.available)
+                    )
+                    .into(),
+                });
+            }
+            if self.spec.is_postgres() {
+                let condition = filter.sql();
+                dl.filter = Some(match &dl.filter {
+                    Some(w) => format!("({w}) AND ({condition})"),
+                    None => condition,
+                });
+            } else {
+                dl.admit = Some((filter.field.clone(), admit.clone()));
+            }
+        }
+        let mut spec = self.spec.clone();
+        spec.value_filter = Some(filter);
+        Ok(VectorSource {
+            spec,
+            shown: self.shown.clone(),
+            layers,
+            info: self.info.clone(),
+            pool: self.pool.clone(),
+            tiles: self.tiles.clone(),
+            report: self.report.clone(),
         })
+    }
+
+    /// The distinct values of `field` over the data layers, as text (times
+    /// in ISO 8601), sorted as text; more than `most` is an error.
+    pub fn distinct_values(&self, field: &str, most: usize) -> Result<Vec<String>, SourceError> {
+        let mut all = std::collections::BTreeSet::new();
+        for dl in &self.layers {
+            let found = self.pool.with_handle(|ds| {
+                values::distinct(ds, &dl.layer, field, most).map_err(|e| self.read_err(e))
+            })?;
+            all.extend(found);
+        }
+        Ok(all.into_iter().collect())
     }
 
     fn read_err(&self, message: String) -> SourceError {
@@ -304,6 +375,10 @@ impl VectorSource {
             .iter()
             .map(|f| layer.defn().field_index(f).ok())
             .collect();
+        let admit = dl
+            .admit
+            .as_ref()
+            .map(|(field, admit)| (layer.defn().field_index(field).ok(), admit));
         pool::reset_gdal_error();
         let mut out = Vec::new();
         for feature in layer.features() {
@@ -316,6 +391,12 @@ impl VectorSource {
             }
             if out.len() % 1024 == 0 && cancelled(cancel) {
                 return Err(SourceError::Cancelled);
+            }
+            if let Some((index, admit)) = &admit {
+                let value = index.and_then(|i| feature.field(i).ok().flatten());
+                if !admit.admits(value.as_ref()) {
+                    continue;
+                }
             }
             let Some(geometry) = feature.geometry() else {
                 continue;

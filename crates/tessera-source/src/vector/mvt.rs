@@ -78,7 +78,7 @@ impl<'a> Frame<'a> {
 }
 
 /// A PostGIS table as SQL names it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct PgTable {
     /// `"schema"."table"` (or `"table"`).
     relation: String,

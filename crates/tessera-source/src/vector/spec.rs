@@ -37,6 +37,10 @@ pub struct VectorSpec {
     /// Vector tile settings.
     #[serde(default)]
     pub mvt: MvtSettings,
+    /// Only the features a dimension value admits (set by the server for
+    /// a layer at a value, never configured).
+    #[serde(skip)]
+    pub value_filter: Option<super::ValueFilter>,
     /// Most features one read may draw (default 200,000): more is an error
     /// that says to narrow the window or the `where`.
     #[serde(default = "default_max_features")]
@@ -272,6 +276,7 @@ pub(super) fn spec_for_tests(path: &str) -> VectorSpec {
         style: vec![],
         layers: vec![],
         mvt: MvtSettings::default(),
+        value_filter: None,
         max_features: 1,
         info_max_chars: default_info_max_chars(),
         max_connections: 1,
