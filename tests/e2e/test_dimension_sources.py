@@ -439,3 +439,41 @@ layers:
         status, body = fetch(server, "/tiles/fires/WorldCRS84Quad/0/1/0.mvt?time=2024-01-15/2024-02-01")
         raw = gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body
         assert status == 200 and b"east" in raw and b"middle" in raw and b"west" not in raw
+
+
+def test_upstream_wmts_and_xyz_take_the_value_in_their_tile_urls(server, tmp_path, tmp_path_factory):
+    """Another tessera in front of this one: its WMTS layer `stac` (times
+    read from the WMTS capabilities, `{Time}` in the REST template) and
+    its XYZ tiles (`?time={time}` in the template, values listed)."""
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{host_port(server.url)}"] }}
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: wmtst
+    source: {{ type: wmts, url: "{server.url}/wmts/1.0.0/WMTSCapabilities.xml", layer: stac }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time: {{ default: earliest }}
+  - name: xyzt
+    source: {{ type: xyz, url: "{server.url}/tiles/stac/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?time={{time}}" }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+    dimensions:
+      time:
+        values: [{{ value: "2024-01-01" }}, {{ value: "2024-03-01T00:00:00Z" }}]
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as front:
+        for date, color in DATES.items():
+            status, body = fetch(front, f"/tiles/wmtst/WebMercatorQuad/2/1/1.png?time={date}")
+            assert status == 200, body
+            assert_color(body, color)
+        status, body = fetch(front, "/tiles/wmtst/WebMercatorQuad/2/2/1.png")
+        assert_color(body, DATES["2024-01-01"])
+        for date in ("2024-01-01", "2024-03-01"):
+            status, body = fetch(front, f"/tiles/xyzt/WebMercatorQuad/2/1/1.png?time={date}")
+            assert status == 200, body
+            assert_color(body, DATES[date])
+        status, body = fetch(front, "/tiles/xyzt/WebMercatorQuad/2/1/1.png?time=2024-02-01")
+        assert status == 400, body

@@ -60,13 +60,17 @@ impl Origin {
             }
             return Ok(Origin::Vector);
         }
-        if source.kind() == "wms" {
+        if matches!(source.kind(), "wms" | "wmts" | "xyz") {
             if dc.from_path.is_some() || dc.from_bands.is_some() || dc.from_field.is_some() {
-                return Err("an upstream WMS is asked for each value: list them in `values:` (without paths) or leave them to its capabilities".into());
+                return Err(
+                    "an upstream service is asked for each value: list them in `values:` \
+                     (without paths) or leave them to its capabilities (WMS, WMTS)"
+                        .into(),
+                );
             }
             if dc.values.iter().any(|v| v.path.is_some()) {
                 return Err(
-                    "an upstream WMS is asked for each value: `values:` have no paths".into(),
+                    "an upstream service is asked for each value: `values:` have no paths".into(),
                 );
             }
             return Ok(Origin::Upstream);
@@ -541,37 +545,67 @@ fn from_bands(
         .collect())
 }
 
-/// Combinations of the values of an upstream WMS's dimensions: each
+/// An upstream service opened once, asked for each value.
+enum Upstream {
+    Wms(tessera_source::WmsSource),
+    Tiles(tessera_source::TileSource),
+}
+
+/// Combinations of the values of an upstream service's dimensions: each
 /// dimension's values listed in the configuration, or else read from the
-/// upstream's capabilities; the upstream is opened once and asked with
-/// each combination's values (`TIME=`, `ELEVATION=`, `DIM_<NAME>=`,
-/// spelled as listed).
+/// upstream's capabilities (WMS, WMTS); the upstream is opened once and
+/// asked with each combination's values, spelled as listed: a WMS with
+/// `TIME=`, `ELEVATION=`, `DIM_<NAME>=`, a tile service with `{time}` (any
+/// case: `{Time}`) in its URL template (a WMTS KVP template: a parameter).
 fn upstream(
     lc: &LayerConfig,
     config: &Config,
     dimensions: &[Configured<'_>],
     wrap_source: &WrapSource,
 ) -> Result<Vec<Combination>, String> {
-    let SourceSpec::Wms(spec) = &lc.source else {
-        return Err("values passed on need an upstream WMS source".into());
-    };
     let policy = tessera_source::upstream::client::NetworkPolicy {
         allow_private_network: config.gdal.allow_private_network,
         allowed_private_hosts: config.gdal.allowed_private_hosts.clone(),
     };
-    let wms = tessera_source::WmsSource::open(spec, policy)
-        .map_err(|e| tessera_source::error_chain(&e))?;
+    let failed = |e: tessera_source::SourceError| tessera_source::error_chain(&e);
+    let opened = match &lc.source {
+        SourceSpec::Wms(spec) => {
+            Upstream::Wms(tessera_source::WmsSource::open(spec, policy).map_err(failed)?)
+        }
+        SourceSpec::Xyz(spec) => {
+            Upstream::Tiles(tessera_source::TileSource::open_xyz(spec, policy).map_err(failed)?)
+        }
+        SourceSpec::Wmts(spec) => {
+            Upstream::Tiles(tessera_source::TileSource::open_wmts(spec, policy).map_err(failed)?)
+        }
+        _ => return Err("values passed on need an upstream WMS, WMTS or XYZ source".into()),
+    };
     // Each dimension's (canonical value, spelling asked upstream).
     let mut each: Vec<Vec<(String, String)>> = Vec::with_capacity(dimensions.len());
     for d in dimensions {
         let values = if d.config.values.is_empty() {
-            let text = wms.dimension_values(d.name).ok_or_else(|| {
+            let unlisted = || {
                 format!(
-                    "dimension {:?}: the upstream's capabilities list no values for {:?}; list them in `values:`",
-                    d.name, spec.layers.first().map_or("", String::as_str)
+                    "dimension {:?}: the upstream's capabilities list no values for it; list them in `values:`",
+                    d.name
                 )
-            })?;
-            crate::dimension::expand_extent(d.kind, d.name, text)?
+            };
+            match &opened {
+                Upstream::Wms(wms) => {
+                    let text = wms.dimension_values(d.name).ok_or_else(unlisted)?;
+                    crate::dimension::expand_extent(d.kind, d.name, text)?
+                }
+                Upstream::Tiles(tiles) => tiles
+                    .dimension_values(d.name)
+                    .ok_or_else(unlisted)?
+                    .iter()
+                    .map(|v| {
+                        canonical(d.kind, d.name, v)
+                            .map(|c| (c, v.clone()))
+                            .map_err(|e| e.to_string())
+                    })
+                    .collect::<Result<_, _>>()?,
+            }
         } else {
             d.config
                 .values
@@ -599,19 +633,29 @@ fn upstream(
     let mut at = vec![0usize; each.len()];
     loop {
         let mut values = Vec::with_capacity(each.len());
-        let mut params = Vec::with_capacity(each.len());
+        let mut asked = Vec::with_capacity(each.len());
         for ((d, options), i) in dimensions.iter().zip(&each).zip(&at) {
             let (value, spelling) = &options[*i];
             values.push((d.name.to_string(), value.clone()));
-            params.push((wms_parameter(d.name), spelling.clone()));
+            asked.push((d.name.to_string(), spelling.clone()));
         }
-        let asked = wms.with_params(&params);
-        let source = SourceSpec::Wms(Box::new(asked.spec().clone()));
+        let (source, opened): (SourceSpec, Arc<dyn Source>) = match &opened {
+            Upstream::Wms(wms) => {
+                let params: Vec<(String, String)> = asked
+                    .iter()
+                    .map(|(name, v)| (wms_parameter(name), v.clone()))
+                    .collect();
+                let at = wms.with_params(&params);
+                (SourceSpec::Wms(Box::new(at.spec().clone())), Arc::new(at))
+            }
+            // The layer key names the values; the spec is the upstream's.
+            Upstream::Tiles(tiles) => (lc.source.clone(), Arc::new(tiles.with_values(&asked))),
+        };
         combinations.push(Combination {
             values,
             source,
             files: Vec::new(),
-            opened: Some(wrap_source(&lc.name, Arc::new(asked))),
+            opened: Some(wrap_source(&lc.name, opened)),
         });
         // The next combination, odometer-wise.
         let mut k = 0;

@@ -6,6 +6,7 @@
 //! as the upstream sent them ([`Source::passthrough`]).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -122,6 +123,8 @@ pub struct TileSource {
     info: SourceInfo,
     /// Tiles started ahead of their reads ([`Source::prefetch`]).
     prefetched: Prefetched,
+    /// A WMTS layer's dimensions: identifier and the values listed.
+    dimensions: Vec<(String, Vec<String>)>,
 }
 
 /// Most tiles fetched ahead and kept for their reads: a few metatile
@@ -245,7 +248,7 @@ impl TileSource {
             Some(b) => b,
             None => lonlat_of(&grid, &crs)?,
         };
-        Ok(TileSource::new(
+        let mut source = TileSource::new(
             format!("{} (WMTS layer {})", spec.url, spec.layer),
             Template::Url(template),
             grid,
@@ -255,7 +258,9 @@ impl TileSource {
             spec.resampling,
             client,
             lonlat,
-        ))
+        );
+        source.dimensions = layer.dimensions;
+        Ok(source)
     }
 
     #[allow(clippy::too_many_arguments)] // the parts of a source, once
@@ -299,6 +304,61 @@ impl TileSource {
             client,
             info,
             prefetched: Prefetched::new(MOST_PREFETCHED),
+            dimensions: Vec::new(),
+        }
+    }
+
+    /// The values a WMTS layer lists for its dimension `name` (any case);
+    /// `None` for XYZ and a layer without it.
+    pub fn dimension_values(&self, name: &str) -> Option<&[String]> {
+        self.dimensions
+            .iter()
+            .find(|(id, _)| id.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// The same upstream with dimension `values` (name, value as the
+    /// upstream spells it) in its tile URLs: `{name}` in the template (any
+    /// case, `{Time}` as WMTS writes it), or, for a KVP template without
+    /// it, added as a parameter. It shares this source's client (its
+    /// connections and concurrency bound).
+    #[must_use]
+    pub fn with_values(&self, values: &[(String, String)]) -> TileSource {
+        let Template::Url(mut template) = self.template.clone();
+        let mut name = self.name.clone();
+        for (dimension, value) in values {
+            let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            let placeholder = format!("{{{dimension}}}");
+            let found = template
+                .to_ascii_lowercase()
+                .find(&placeholder.to_ascii_lowercase());
+            match found {
+                Some(at) => template.replace_range(at..at + placeholder.len(), &encoded),
+                None if template.contains('?') => {
+                    let id = self
+                        .dimensions
+                        .iter()
+                        .find(|(id, _)| id.eq_ignore_ascii_case(dimension))
+                        .map_or(dimension.as_str(), |(id, _)| id.as_str());
+                    let _ = write!(template, "&{id}={encoded}");
+                }
+                None => {}
+            }
+            let _ = write!(name, " {dimension}={value}");
+        }
+        TileSource {
+            name,
+            template: Template::Url(template),
+            grid: self.grid.clone(),
+            crs: self.crs.clone(),
+            min_zoom: self.min_zoom,
+            max_zoom: self.max_zoom,
+            format: self.format,
+            resampling: self.resampling,
+            client: self.client.clone(),
+            info: self.info.clone(),
+            prefetched: Prefetched::new(MOST_PREFETCHED),
+            dimensions: self.dimensions.clone(),
         }
     }
 

@@ -33,6 +33,8 @@ pub struct WmtsLayer {
     pub format: TileFormat,
     /// Its WGS84BoundingBox.
     pub lonlat: Option<BBox>,
+    /// Its dimensions: identifier (`Time`) and the values listed.
+    pub dimensions: Vec<(String, Vec<String>)>,
     matrix_set: String,
     matrices: Vec<Matrix>,
 }
@@ -278,11 +280,27 @@ pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String>
         let (e, n) = corner("UpperCorner")?;
         BBox::new(w, s, e, n).ok()
     });
+    let dimensions = layer
+        .children()
+        .filter(|n| n.tag_name().name() == "Dimension")
+        .filter_map(|d| {
+            let id = text(d, "Identifier")?.trim().to_string();
+            let values = d
+                .children()
+                .filter(|n| n.tag_name().name() == "Value")
+                .filter_map(|n| n.text())
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect();
+            Some((id, values))
+        })
+        .collect();
     Ok(WmtsLayer {
         crs,
         template,
         format,
         lonlat,
+        dimensions,
         matrix_set,
         matrices,
     })
