@@ -10,6 +10,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -477,3 +478,43 @@ layers:
             assert_color(body, DATES[date])
         status, body = fetch(front, "/tiles/xyzt/WebMercatorQuad/2/1/1.png?time=2024-02-01")
         assert status == 400, body
+
+
+def test_a_value_is_opened_when_first_asked_and_again_after_a_failure(tmp_path, tmp_path_factory):
+    """Only the default value is opened at start: a value whose file is
+    gone when first asked is a 503 with Retry-After (the server keeps
+    serving the others), and is served once the file is back."""
+    for name, color in (("low", (240, 240, 0)), ("high", (0, 240, 240)), ("mid", (120, 120, 120))):
+        solid(tmp_path / f"{name}.tif", color, -180, 180)
+    config = tmp_path / "tessera.yaml"
+    config.write_text("""
+stores: { mem: { type: memory } }
+layers:
+  - name: scenario
+    source: { path: low.tif }
+    grids: [WebMercatorQuad]
+    cache: { store: mem }
+    dimensions:
+      scenario:
+        values:
+          - { value: low, path: low.tif }
+          - { value: high, path: high.tif }
+          - { value: mid, path: mid.tif }
+        default: low
+""")
+    (tmp_path / "high.tif").rename(tmp_path / "away.tif")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, body = fetch(server, "/tiles/scenario/WebMercatorQuad/1/0/0.png?scenario=mid")
+        assert status == 200, body
+        assert_color(body, (120, 120, 120))
+        try:
+            urllib.request.urlopen(f"{server.url}/tiles/scenario/WebMercatorQuad/1/0/0.png?scenario=high",
+                                   timeout=60)
+            pytest.fail("a value whose file is gone was served")
+        except urllib.error.HTTPError as e:
+            assert e.code == 503 and e.headers["Retry-After"], (e.code, e.read())
+        assert "high.tif" in server.log_text()
+        (tmp_path / "away.tif").rename(tmp_path / "high.tif")
+        status, body = fetch(server, "/tiles/scenario/WebMercatorQuad/1/0/0.png?scenario=high")
+        assert status == 200, body
+        assert_color(body, (0, 240, 240))

@@ -90,6 +90,15 @@ pub enum DimensionError {
         /// The text.
         value: String,
     },
+    /// The layer at the value could not be opened (its file went away, its
+    /// database is down): the server log says why.
+    #[error("the layer at {name} {value:?} cannot be opened now; the server log has the details")]
+    Unavailable {
+        /// The dimension.
+        name: String,
+        /// The canonical value.
+        value: String,
+    },
     /// The dimension has no value at all (an empty directory).
     #[error("layer has no {name} value yet")]
     Empty {

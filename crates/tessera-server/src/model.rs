@@ -86,9 +86,9 @@ pub struct Layer {
     /// Its dimensions, by name in order (none for most layers).
     pub dimensions: Vec<Dimension>,
     /// The layer at each combination of dimension values (its values
-    /// joined by [`values_id`]); empty without dimensions, and in a layer
-    /// that is itself at values.
-    pub at_values: HashMap<String, Arc<Layer>>,
+    /// joined by [`values_id`]), opened when first asked; empty without
+    /// dimensions, and in a layer that is itself at values.
+    pub at_values: HashMap<String, Arc<AtValue>>,
     /// The dimension values this layer is at (name, canonical value); empty
     /// for a layer without dimensions and for the layer as configured.
     pub values: Vec<(String, String)>,
@@ -96,6 +96,64 @@ pub struct Layer {
     /// (`TIME=2024-01-01/2024-01-31`), for sources that can filter by one
     /// (vector layers); `None` otherwise.
     pub ranges: Option<Ranges>,
+}
+
+/// Builds the layer at one combination of values.
+pub type ValueMaker = dyn Fn() -> Result<Layer, String> + Send + Sync;
+
+/// The layer at one combination of dimension values: its source opened,
+/// its fingerprint claimed in its store, when first asked (a layer with
+/// thousands of values starts at once). Requests for it meanwhile wait
+/// for that one opening; a failed opening is tried again by the next
+/// request.
+pub struct AtValue {
+    made: std::sync::Mutex<Option<Arc<Layer>>>,
+    make: Box<ValueMaker>,
+}
+
+impl AtValue {
+    /// A value whose layer is already made.
+    pub fn made(layer: Arc<Layer>) -> AtValue {
+        AtValue {
+            made: std::sync::Mutex::new(Some(layer.clone())),
+            make: Box::new(move || Ok((*layer).clone())),
+        }
+    }
+
+    /// A value whose layer `make` builds when first asked.
+    pub fn lazy(make: Box<ValueMaker>) -> AtValue {
+        AtValue {
+            made: std::sync::Mutex::new(None),
+            make,
+        }
+    }
+
+    /// The layer at the value, made now if it was not yet.
+    pub fn layer(&self) -> Result<Arc<Layer>, String> {
+        let mut made = self
+            .made
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(layer) = made.as_ref() {
+            return Ok(layer.clone());
+        }
+        let layer = Arc::new((self.make)()?);
+        *made = Some(layer.clone());
+        Ok(layer)
+    }
+
+    /// Whether the layer was made already.
+    pub fn is_made(&self) -> bool {
+        self.made.lock().is_ok_and(|m| m.is_some())
+    }
+}
+
+impl std::fmt::Debug for AtValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtValue")
+            .field("made", &self.is_made())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Builds the layer at a range of values (from, to: canonical).
@@ -241,26 +299,32 @@ impl Layer {
             }
             // One dimension: its value is the identifier.
             let value = d.resolve(asked.as_deref())?;
-            return self
-                .at_values
-                .get(&value)
-                .cloned()
-                .ok_or_else(|| DimensionError::Unknown {
-                    name: d.name.clone(),
-                    value,
-                });
+            return self.opened_at(&value, || (d.name.clone(), value.clone()));
         }
         let mut values = Vec::with_capacity(self.dimensions.len());
         for d in &self.dimensions {
             values.push((d.name.clone(), d.resolve(asked(&d.name).as_deref())?));
         }
-        self.at_values
-            .get(&values_id(&values))
-            .cloned()
-            .ok_or_else(|| {
-                let (name, value) = values.swap_remove(0);
-                DimensionError::Unknown { name, value }
-            })
+        let id = values_id(&values);
+        self.opened_at(&id, || values.swap_remove(0))
+    }
+
+    /// The layer at the values `id` names, opened if it was not yet;
+    /// `named` gives the dimension and value to name in errors.
+    fn opened_at(
+        &self,
+        id: &str,
+        named: impl FnOnce() -> (String, String),
+    ) -> Result<Arc<Layer>, DimensionError> {
+        let Some(at) = self.at_values.get(id) else {
+            let (name, value) = named();
+            return Err(DimensionError::Unknown { name, value });
+        };
+        at.layer().map_err(|reason| {
+            let (name, value) = named();
+            tracing::error!(layer = %self.name, dimension = %name, %value, %reason, "the layer at a value cannot be opened");
+            DimensionError::Unavailable { name, value }
+        })
     }
 
     /// The layer's name, with the dimension values it is at (`ndvi at

@@ -56,12 +56,22 @@ impl Service {
     /// The serving service: configures GDAL and opens every layer's source
     /// and every store.
     pub fn serving(config: Config) -> Result<Service, ConfigError> {
-        Service::open(config, Mode::Serving, LayerSelection::All, &|_, s| s)
+        Service::open(
+            config,
+            Mode::Serving,
+            LayerSelection::All,
+            &assemble::no_wrap(),
+        )
     }
 
     /// The batch service for commands over `layer`'s tiles.
     pub fn batch(config: Config, layer: &str) -> Result<Service, ConfigError> {
-        Service::open(config, Mode::Batch, LayerSelection::Only(layer), &|_, s| s)
+        Service::open(
+            config,
+            Mode::Batch,
+            LayerSelection::Only(layer),
+            &assemble::no_wrap(),
+        )
     }
 
     /// Builds a service; `wrap_source` may wrap each layer's opened source
@@ -70,7 +80,7 @@ impl Service {
         config: Config,
         mode: Mode,
         layers: LayerSelection<'_>,
-        wrap_source: &WrapSource,
+        wrap_source: &Arc<WrapSource>,
     ) -> Result<Service, ConfigError> {
         Service::build(config, mode, layers, wrap_source, None)
     }
@@ -86,7 +96,7 @@ impl Service {
             config,
             Mode::Serving,
             LayerSelection::All,
-            &|_, s| s,
+            &assemble::no_wrap(),
             Some(self),
         )
     }
@@ -95,7 +105,7 @@ impl Service {
         config: Config,
         mode: Mode,
         layers: LayerSelection<'_>,
-        wrap_source: &WrapSource,
+        wrap_source: &Arc<WrapSource>,
         previous: Option<&Service>,
     ) -> Result<Service, ConfigError> {
         tessera_source::configure_gdal(&config.gdal).map_err(ConfigError::Gdal)?;

@@ -125,7 +125,7 @@ impl Uploads {
         name: &str,
         file: &str,
         config: &Config,
-        wrap_source: &WrapSource,
+        wrap_source: &Arc<WrapSource>,
     ) -> Result<(), ConfigError> {
         let stores: Vec<&str> = registry.store_names().collect();
         let layer = self.layer_config(name, file, &stores)?;

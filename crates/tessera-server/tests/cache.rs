@@ -116,7 +116,13 @@ fn setup(delay: Duration, gate_open: bool, edit: impl FnOnce(&mut Config)) -> Se
         *slot.lock().unwrap() = Some(probe.clone());
         probe
     };
-    let service = Service::open(config, Mode::Serving, LayerSelection::All, &wrap).unwrap();
+    let service = Service::open(
+        config,
+        Mode::Serving,
+        LayerSelection::All,
+        &(Arc::new(wrap) as Arc<tessera_server::assemble::WrapSource>),
+    )
+    .unwrap();
     let state = AppState::new(service);
     let probe = probe_slot.lock().unwrap().take().unwrap();
     Setup {

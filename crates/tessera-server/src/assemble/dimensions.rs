@@ -14,8 +14,17 @@ use tessera_source::{GdalSourceSpec, MosaicSpec, Source, SourceSpec};
 use super::{WrapSource, plain_layer};
 use crate::config::{Config, ConfigError, DimensionConfig, KindConfig, LayerConfig, ValueConfig};
 use crate::dimension::{DefaultValue, Dimension, Kind, canonical, time_from_offset};
-use crate::model::{Layer, values_id};
+use crate::model::{AtValue, Layer, values_id};
 use crate::registry::Registry;
+
+/// What the layer at a value is made with, when first asked: the grids,
+/// stores and coordinators of the registry it is built for, the
+/// configuration and the source hook.
+struct Maker {
+    registry: Registry,
+    config: Config,
+    wrap_source: Arc<WrapSource>,
+}
 
 /// A combination of values (one per dimension, in the layer's dimension
 /// order): its source and the files its pixels come from.
@@ -100,7 +109,7 @@ pub(super) fn layer(
     registry: &Registry,
     lc: &LayerConfig,
     config: &Config,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
 ) -> Result<Arc<Layer>, ConfigError> {
     let invalid = |m: String| ConfigError::Invalid(format!("layer {:?}: {m}", lc.name));
     let mut configured = Vec::with_capacity(lc.dimensions.len());
@@ -161,27 +170,6 @@ pub(super) fn layer(
                 .map_err(|m| invalid(format!("dimension {:?}: {m}", d.name)))?,
         );
     }
-    let mut at_values = HashMap::with_capacity(combinations.len());
-    for c in combinations {
-        let mut at = lc.clone();
-        at.source = c.source;
-        at.dimensions.clear();
-        let layer = plain_layer(
-            registry,
-            &at,
-            config,
-            wrap_source,
-            &c.values,
-            &c.files,
-            c.opened,
-        )?;
-        if at_values
-            .insert(values_id(&c.values), Arc::new(layer))
-            .is_some()
-        {
-            return Err(invalid(format!("values {:?} are listed twice", c.values)));
-        }
-    }
     let mut defaults = Vec::with_capacity(dimensions.len());
     for d in &dimensions {
         let value = d
@@ -189,12 +177,62 @@ pub(super) fn layer(
             .map_err(|e| invalid(format!("dimension {:?}: {e}", d.name)))?;
         defaults.push((d.name.clone(), value));
     }
-    let Some(default) = at_values.get(&values_id(&defaults)) else {
+    let default_id = values_id(&defaults);
+    // The layer at the default values is made now (it is the layer as
+    // configured); the others when first asked.
+    let maker = Arc::new(Maker {
+        registry: Registry::new(
+            registry.grids.clone(),
+            registry.stores.clone(),
+            registry.coordinators.clone(),
+        ),
+        config: config.clone(),
+        wrap_source: wrap_source.clone(),
+    });
+    let mut at_values = HashMap::with_capacity(combinations.len());
+    let mut default = None;
+    for c in combinations {
+        let id = values_id(&c.values);
+        let mut at = lc.clone();
+        at.source = c.source;
+        at.dimensions.clear();
+        let value = if id == default_id {
+            let layer = Arc::new(plain_layer(
+                registry,
+                &at,
+                config,
+                wrap_source,
+                &c.values,
+                &c.files,
+                c.opened,
+            )?);
+            default = Some(layer.clone());
+            AtValue::made(layer)
+        } else {
+            let maker = maker.clone();
+            AtValue::lazy(Box::new(move || {
+                plain_layer(
+                    &maker.registry,
+                    &at,
+                    &maker.config,
+                    &maker.wrap_source,
+                    &c.values,
+                    &c.files,
+                    c.opened.clone(),
+                )
+                .map_err(|e| tessera_source::error_chain(&e))
+            }))
+        };
+        if at_values.insert(id.clone(), Arc::new(value)).is_some() {
+            return Err(invalid(format!("values {id:?} are listed twice")));
+        }
+    }
+    let Some(default) = default else {
         return Err(invalid(format!(
             "nothing is served at the default values {defaults:?} (set each dimension's `default:`)"
         )));
     };
-    let mut layer = (**default).clone();
+    let mut layer = (*default).clone();
     layer.values = Vec::new();
     if let (Some(source), [d]) = (vector_source, configured.as_slice()) {
         layer.ranges = Some(ranges(&layer, source, d));
@@ -251,7 +289,7 @@ fn value_kind(kind: Kind) -> tessera_source::ValueKind {
 fn vector(
     lc: &LayerConfig,
     d: &Configured<'_>,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
     opened: &mut Option<Arc<tessera_source::VectorSource>>,
 ) -> Result<Vec<Combination>, String> {
     let SourceSpec::Vector(spec) = &lc.source else {
@@ -561,7 +599,7 @@ fn upstream(
     lc: &LayerConfig,
     config: &Config,
     dimensions: &[Configured<'_>],
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
 ) -> Result<Vec<Combination>, String> {
     let policy = tessera_source::upstream::client::NetworkPolicy {
         allow_private_network: config.gdal.allow_private_network,

@@ -28,8 +28,14 @@ use crate::model::{
 };
 use crate::registry::Registry;
 
-/// A hook that may wrap a layer's opened source (given the layer name).
-pub type WrapSource = dyn Fn(&str, Arc<dyn Source>) -> Arc<dyn Source>;
+/// A hook that may wrap a layer's opened source (given the layer name);
+/// kept by layers whose values are opened when first asked.
+pub type WrapSource = dyn Fn(&str, Arc<dyn Source>) -> Arc<dyn Source> + Send + Sync;
+
+/// The hook that wraps nothing.
+pub fn no_wrap() -> Arc<WrapSource> {
+    Arc::new(|_, source| source)
+}
 
 /// Builds every grid, then opens the stores and sources of the selected
 /// layers (with [`LayerSelection::All`], every store). Fails with an error
@@ -43,7 +49,7 @@ pub type WrapSource = dyn Fn(&str, Arc<dyn Source>) -> Arc<dyn Source>;
 pub fn registry(
     config: &Config,
     metrics: &Arc<Metrics>,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
     selection: LayerSelection<'_>,
     kept: HashMap<String, Arc<dyn TileStore>>,
 ) -> Result<Registry, ConfigError> {
@@ -149,7 +155,7 @@ pub fn layer(
     registry: &Registry,
     lc: &LayerConfig,
     config: &Config,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
 ) -> Result<Arc<Layer>, ConfigError> {
     if lc.dimensions.is_empty() {
         return plain_layer(registry, lc, config, wrap_source, &[], &[], None).map(Arc::new);
@@ -166,7 +172,7 @@ fn plain_layer(
     registry: &Registry,
     lc: &LayerConfig,
     config: &Config,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
     values: &[(String, String)],
     files: &[String],
     opened: Option<Arc<dyn Source>>,
@@ -311,7 +317,7 @@ pub fn add_layer(
     registry: &Registry,
     lc: &LayerConfig,
     config: &Config,
-    wrap_source: &WrapSource,
+    wrap_source: &Arc<WrapSource>,
 ) -> Result<(), ConfigError> {
     if config.layers.iter().any(|l| l.name == lc.name) {
         return Err(ConfigError::Invalid(format!(

@@ -437,7 +437,13 @@ async fn register(
     let (state2, uploads2) = (state.clone(), uploads.clone());
     let (name2, file2) = (name.to_string(), file.to_string());
     let result = tokio::task::spawn_blocking(move || {
-        uploads2.serve_as_layer(&state2.registry, &name2, &file2, &state2.config, &|_, s| s)?;
+        uploads2.serve_as_layer(
+            &state2.registry,
+            &name2,
+            &file2,
+            &state2.config,
+            &crate::assemble::no_wrap(),
+        )?;
         uploads2.record(&name2, &file2)
     })
     .await

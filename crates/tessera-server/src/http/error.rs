@@ -291,11 +291,21 @@ impl ApiError {
     /// at the dimension's parameter.
     pub fn from_dimension(e: &crate::dimension::DimensionError) -> ApiError {
         use crate::dimension::DimensionError;
+        if let DimensionError::Unavailable { .. } = e {
+            let mut error = Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "NoApplicableCode",
+                e.to_string(),
+            );
+            error.retry_after = Some(5);
+            return error;
+        }
         let (code, name) = match e {
             DimensionError::Empty { name } => ("MissingDimensionValue", name),
             DimensionError::Malformed { name, .. }
             | DimensionError::Unknown { name, .. }
-            | DimensionError::NotOne { name, .. } => ("InvalidDimensionValue", name),
+            | DimensionError::NotOne { name, .. }
+            | DimensionError::Unavailable { name, .. } => ("InvalidDimensionValue", name),
         };
         let at = match name.as_str() {
             "time" | "elevation" => name.to_ascii_uppercase(),
