@@ -191,11 +191,16 @@ pub(super) fn layer(
     });
     let mut at_values = HashMap::with_capacity(combinations.len());
     let mut default = None;
+    // Each value's layer is `lc` with its source and no dimensions (cloned
+    // from one copy without them: the values listed there can be many).
+    let template = LayerConfig {
+        dimensions: std::collections::BTreeMap::new(),
+        ..lc.clone()
+    };
     for c in combinations {
         let id = values_id(&c.values);
-        let mut at = lc.clone();
+        let mut at = template.clone();
         at.source = c.source;
-        at.dimensions.clear();
         let value = if id == default_id {
             let layer = Arc::new(plain_layer(
                 registry,
