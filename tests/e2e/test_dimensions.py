@@ -5,9 +5,11 @@ OWSLib), cached per value (one render per metatile per value), the default
 when no value is given, `InvalidDimensionValue` for a value the layer
 lacks, the nearest with `nearest: true`; and a dimension whose listed
 values each have their own file."""
+import json
 import os
 import re
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -432,3 +434,27 @@ def test_the_preview_page_has_a_list_of_values_that_changes_the_tiles(server, br
     WebDriverWait(browser, 30).until(lambda d: d.execute_script(
         "return [...document.querySelectorAll('img.tile')].every(i => i.src.includes('time=2024-01-01'));"))
     assert max(abs(m - c) for m, c in zip(centre_color(), DATES["2024-01-01"])) <= 3
+
+
+def test_qgis_loads_the_wms_t_layer_as_temporal_and_renders_each_time(server):
+    """QGIS (Debian's python3-qgis, headless) given the layer as its WMS
+    dialog adds a layer with a time dimension: a temporal layer over the
+    values' range, each time rendered from tessera's picture of it."""
+    try:
+        import qgis  # noqa: F401
+    except ImportError:
+        pytest.fail("python3-qgis is not installed; run scripts/install-deps", pytrace=False)
+    wms = WebMapService(f"{server.url}/wms", version="1.3.0", timeout=60)
+    extent = ",".join(wms["series"].dimensions["time"]["values"])
+    times = [f"{d}T00:00:00Z" for d in DATES]
+    run = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "qgis_wms_t.py"),
+         f"{server.url}/wms", "series", extent, *times],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["valid"] and found["temporal"], found
+    assert found["range"] == [times[0], times[-1]], found
+    for t, (date, color) in zip(times, DATES.items()):
+        got = found["renders"][t]
+        assert got and max(abs(g - w) for g, w in zip(got, color)) <= 3, (date, got, color)
