@@ -360,6 +360,20 @@ pub fn canonical(kind: Kind, name: &str, text: &str) -> Result<String, Dimension
     }
 }
 
+/// Steps `at` (an index into each of lists `lens` long) to the next
+/// combination, the first index fastest; `false` once every combination
+/// was stepped through (`at` is then back at the first).
+pub fn next_combination(at: &mut [usize], lens: &[usize]) -> bool {
+    for (i, len) in at.iter_mut().zip(lens) {
+        *i += 1;
+        if *i < *len {
+            return true;
+        }
+        *i = 0;
+    }
+    false
+}
+
 /// Values one `start/end/period` may stand for at most when expanded.
 pub const MAX_EXPANDED: usize = 100_000;
 
@@ -614,6 +628,19 @@ mod tests {
         d.values = values;
         d.index_spellings();
         d
+    }
+
+    #[test]
+    fn combinations_are_stepped_through_once_each() {
+        let lens = [2, 3];
+        let mut at = [0, 0];
+        let mut seen = vec![at];
+        while next_combination(&mut at, &lens) {
+            seen.push(at);
+        }
+        assert_eq!(seen, [[0, 0], [1, 0], [0, 1], [1, 1], [0, 2], [1, 2]]);
+        assert_eq!(at, [0, 0]);
+        assert!(!next_combination(&mut [], &[]));
     }
 
     #[test]

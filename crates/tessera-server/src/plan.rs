@@ -66,7 +66,7 @@ pub fn layers_at(layer: &Arc<Layer>, specs: &[&str]) -> Result<Vec<Arc<Layer>>, 
     if chosen.is_empty() {
         return Ok(vec![layer.at(|_| None).map_err(|e| err(e.to_string()))?]);
     }
-    // Every combination of the chosen values, odometer-wise.
+    // Every combination of the chosen values.
     let mut at = vec![0usize; chosen.len()];
     let mut layers = Vec::new();
     let mut first_error = None;
@@ -84,24 +84,16 @@ pub fn layers_at(layer: &Arc<Layer>, specs: &[&str]) -> Result<Vec<Arc<Layer>>, 
                 first_error.get_or_insert(e);
             }
         }
-        let mut i = 0;
-        loop {
-            if i == at.len() {
-                return if layers.is_empty() {
-                    Err(err(first_error.map_or_else(
-                        || "no combination of those values".to_string(),
-                        |e| e.to_string(),
-                    )))
-                } else {
-                    Ok(layers)
-                };
-            }
-            at[i] += 1;
-            if at[i] < chosen[i].1.len() {
-                break;
-            }
-            at[i] = 0;
-            i += 1;
+        let lens: Vec<usize> = chosen.iter().map(|(_, values)| values.len()).collect();
+        if !crate::dimension::next_combination(&mut at, &lens) {
+            return if layers.is_empty() {
+                Err(err(first_error.map_or_else(
+                    || "no combination of those values".to_string(),
+                    |e| e.to_string(),
+                )))
+            } else {
+                Ok(layers)
+            };
         }
     }
 }

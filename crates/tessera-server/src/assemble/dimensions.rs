@@ -673,6 +673,7 @@ fn upstream(
         ));
     }
     let mut combinations = Vec::new();
+    let lens: Vec<usize> = each.iter().map(Vec::len).collect();
     let mut at = vec![0usize; each.len()];
     loop {
         let mut values = Vec::with_capacity(each.len());
@@ -700,18 +701,8 @@ fn upstream(
             files: Vec::new(),
             opened: Some(wrap_source(&lc.name, opened)),
         });
-        // The next combination, odometer-wise.
-        let mut k = 0;
-        loop {
-            if k == at.len() {
-                return Ok(combinations);
-            }
-            at[k] += 1;
-            if at[k] < each[k].len() {
-                break;
-            }
-            at[k] = 0;
-            k += 1;
+        if !crate::dimension::next_combination(&mut at, &lens) {
+            return Ok(combinations);
         }
     }
 }
