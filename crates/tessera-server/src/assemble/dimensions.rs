@@ -623,6 +623,14 @@ fn upstream(
         }
         _ => return Err("values passed on need an upstream WMS, WMTS or XYZ source".into()),
     };
+    if let Upstream::Tiles(tiles) = &opened
+        && let Some(d) = dimensions.iter().find(|d| !tiles.takes_value(d.name))
+    {
+        return Err(format!(
+            "dimension {:?}: the upstream's tile URL template has no {{{}}} to put its value in",
+            d.name, d.name
+        ));
+    }
     // Each dimension's (canonical value, spelling asked upstream).
     let mut each: Vec<Vec<(String, String)>> = Vec::with_capacity(dimensions.len());
     for d in dimensions {
@@ -797,4 +805,43 @@ pub fn values_signature(config: &Config) -> u128 {
         }
     }
     tessera_store::content_hash(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn band_values_are_times_of_netcdf_axes_and_grib_seconds() {
+        let nc = [(
+            "time#units".to_string(),
+            "hours since 2024-01-01 00:00:00".to_string(),
+        )];
+        assert_eq!(
+            band_value(Kind::Time, "NETCDF_DIM_time", "6", &nc).unwrap(),
+            "2024-01-01T06:00:00Z"
+        );
+        let e = band_value(Kind::Time, "NETCDF_DIM_step", "6", &nc).unwrap_err();
+        assert!(e.contains("step#units"), "{e}");
+        assert_eq!(
+            band_value(Kind::Time, "GRIB_VALID_TIME", "  1704067200 sec UTC", &[]).unwrap(),
+            "2024-01-01T00:00:00Z"
+        );
+        // Text that is already a time, and numbers, as they are.
+        assert_eq!(
+            band_value(Kind::Time, "DATE", "2024-01-01", &[]).unwrap(),
+            "2024-01-01"
+        );
+        assert_eq!(
+            band_value(Kind::Number, "NETCDF_DIM_level", " 850 ", &nc).unwrap(),
+            "850"
+        );
+    }
+
+    #[test]
+    fn wms_parameters_of_dimensions() {
+        assert_eq!(wms_parameter("time"), "TIME");
+        assert_eq!(wms_parameter("elevation"), "ELEVATION");
+        assert_eq!(wms_parameter("run_time"), "DIM_RUN_TIME");
+    }
 }

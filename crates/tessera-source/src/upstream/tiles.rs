@@ -317,6 +317,16 @@ impl TileSource {
             .map(|(_, v)| v.as_slice())
     }
 
+    /// Whether a value of dimension `name` reaches the upstream: its
+    /// template has `{name}` (any case) or is a KVP query it can join.
+    pub fn takes_value(&self, name: &str) -> bool {
+        let Template::Url(template) = &self.template;
+        template.contains('?')
+            || template
+                .to_ascii_lowercase()
+                .contains(&format!("{{{}}}", name.to_ascii_lowercase()))
+    }
+
     /// The same upstream with dimension `values` (name, value as the
     /// upstream spells it) in its tile URLs: `{name}` in the template (any
     /// case, `{Time}` as WMTS writes it), or, for a KVP template without
@@ -767,6 +777,28 @@ mod tests {
             .map(ToString::to_string)
             .unwrap_or_default();
         assert!(cause.contains("needs {z}, {x} and {y}"), "{cause}");
+    }
+
+    #[test]
+    fn values_fill_their_placeholder_in_any_case_or_join_a_kvp_query() {
+        let open = |url: &str| {
+            let spec: XyzSourceSpec =
+                serde_json::from_str(&format!(r#"{{"url": "{url}"}}"#)).unwrap();
+            TileSource::open_xyz(&spec, NetworkPolicy::default()).unwrap()
+        };
+        let c = TileCoord::restored(1, 0, 1);
+        let at = |s: &TileSource| s.url_of(c).unwrap().as_str().to_string();
+        let values = [("time".to_string(), "2024-01-01T00:00:00Z".to_string())];
+        let rest = open("http://h/{Time}/{z}/{x}/{y}.png").with_values(&values);
+        assert_eq!(at(&rest), "http://h/2024-01-01T00%3A00%3A00Z/1/0/1.png");
+        let kvp = open("http://h/tile?z={z}&x={x}&y={y}").with_values(&values);
+        assert_eq!(
+            at(&kvp),
+            "http://h/tile?z=1&x=0&y=1&time=2024-01-01T00%3A00%3A00Z"
+        );
+        assert!(open("http://h/{TIME}/{z}/{x}/{y}.png").takes_value("time"));
+        assert!(open("http://h/t?z={z}&x={x}&y={y}").takes_value("time"));
+        assert!(!open("http://h/{z}/{x}/{y}.png").takes_value("time"));
     }
 
     #[test]
