@@ -340,6 +340,30 @@ impl Layer {
         label
     }
 
+    /// The tiles of each of its zooms in `grid` (identifier `gid`, the
+    /// grid or its HiDPI twin) that hold its extent (the whole matrix where
+    /// the extent is unknown there), from its lowest zoom to its highest.
+    pub fn tile_limits(&self, gid: &str, grid: &Grid) -> Vec<TileLimits> {
+        let extent = self.extents.get(gid).copied().flatten();
+        (self.min_zoom..=self.max_zoom_in(grid))
+            .map(|z| {
+                let m = &grid.tms.matrices[usize::from(z)];
+                let range = extent.and_then(|e| grid.tms.tiles_in_bbox(z, &e));
+                let (min_col, max_col, min_row, max_row) = match range {
+                    Some(r) => (r.min_x, r.max_x, r.min_y, r.max_y),
+                    None => (0, m.matrix_width - 1, 0, m.matrix_height - 1),
+                };
+                TileLimits {
+                    matrix: m.id.clone(),
+                    min_row,
+                    max_row,
+                    min_col,
+                    max_col,
+                }
+            })
+            .collect()
+    }
+
     /// Highest zoom of this layer in `grid`.
     pub fn max_zoom_in(&self, grid: &Grid) -> u8 {
         self.max_zoom.min(grid.tms.max_zoom())
@@ -354,6 +378,22 @@ impl Layer {
         let wanted = extent.width().max(extent.height()) / (4.0 * f64::from(grid.tms.tile_width));
         grid.tms.zoom_for_resolution(wanted)
     }
+}
+
+/// The tiles of one matrix a layer has: rows and columns from the top left,
+/// both ends included.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TileLimits {
+    /// The matrix identifier.
+    pub matrix: String,
+    /// First row.
+    pub min_row: u32,
+    /// Last row.
+    pub max_row: u32,
+    /// First column.
+    pub min_col: u32,
+    /// Last column.
+    pub max_col: u32,
 }
 
 /// How many times the pixels a HiDPI tile has (`@2x`).

@@ -27,6 +27,8 @@ pub enum Protocol {
     Wms130,
     /// WMTS 1.0.0 OWS 1.1 exception report.
     Wmts,
+    /// OGC API: RFC 7807 problem details (`application/problem+json`).
+    Problem,
 }
 
 /// An error on its way to the client.
@@ -259,6 +261,18 @@ impl IntoResponse for ApiError {
                     ),
                 )
             }
+            Protocol::Problem => (
+                "application/problem+json",
+                serde_json::json!({
+                    "type": "about:blank",
+                    "title": self.status.canonical_reason().unwrap_or("Error"),
+                    "status": self.status.as_u16(),
+                    "detail": self.message,
+                    // The OGC exception code the other protocols send.
+                    "code": self.code,
+                })
+                .to_string(),
+            ),
             Protocol::Wmts => (
                 "application/xml; charset=utf-8",
                 format!(

@@ -11,6 +11,7 @@ pub mod error;
 mod fast;
 pub mod listener;
 pub mod live;
+mod ogcapi;
 pub mod params;
 mod preview;
 pub mod sendfile;
@@ -187,6 +188,7 @@ pub fn router(state: AppState) -> Router {
             get(wmts::rest_tile),
         )
         .route("/wms", get(wms::kvp))
+        .merge(ogcapi::routes())
         .fallback(not_found);
     if let Some(layer) = cors::read_layer(&server.cors) {
         reads = reads

@@ -16,7 +16,7 @@ use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
 use crate::http::templates::{self, Extent};
-use crate::model::{Grid, Layer};
+use crate::model::{Grid, Layer, TileLimits};
 
 #[derive(Debug, Serialize)]
 struct Capabilities {
@@ -72,16 +72,7 @@ struct Format {
 #[derive(Debug, Serialize)]
 struct MatrixSetLink {
     grid: String,
-    limits: Vec<MatrixLimits>,
-}
-
-#[derive(Debug, Serialize)]
-struct MatrixLimits {
-    matrix: String,
-    min_row: u32,
-    max_row: u32,
-    min_col: u32,
-    max_col: u32,
+    limits: Vec<TileLimits>,
 }
 
 #[derive(Debug, Serialize)]
@@ -222,7 +213,7 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
             .filter_map(|gid| Some((gid, state.registry.grid(gid)?)))
             .map(|(gid, grid)| MatrixSetLink {
                 grid: set_id(grid, layer.min_zoom, layer.max_zoom_in(grid)),
-                limits: limits(layer, gid, grid),
+                limits: layer.tile_limits(gid, grid),
             })
             .collect(),
         dimensions: layer
@@ -258,27 +249,6 @@ pub fn outside_limits(
 
 /// The tiles the layer's extent covers at each of its zooms in `grid` (the
 /// whole matrix where the extent is unknown).
-fn limits(layer: &Layer, gid: &str, grid: &Grid) -> Vec<MatrixLimits> {
-    let extent = layer.extents.get(gid).copied().flatten();
-    (layer.min_zoom..=layer.max_zoom_in(grid))
-        .map(|z| {
-            let m = &grid.tms.matrices[usize::from(z)];
-            let range = extent.and_then(|e| grid.tms.tiles_in_bbox(z, &e));
-            let (min_col, max_col, min_row, max_row) = match range {
-                Some(r) => (r.min_x, r.max_x, r.min_y, r.max_y),
-                None => (0, m.matrix_width - 1, 0, m.matrix_height - 1),
-            };
-            MatrixLimits {
-                matrix: m.id.clone(),
-                min_row,
-                max_row,
-                min_col,
-                max_col,
-            }
-        })
-        .collect()
-}
-
 /// The well-known scale set of Web Mercator tiles.
 const GOOGLE_MAPS_COMPATIBLE: &str = "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible";
 /// Its CRS as WMTS 1.0.0's annex E.4 writes it.

@@ -1,0 +1,198 @@
+//! The landing page, the conformance declaration and the collections (one
+//! per layer).
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tessera_grid::TileFormat;
+
+use super::{
+    CONFORMANCE, Form, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer, crs_uri,
+    link, problem,
+};
+use crate::dimension::Kind;
+use crate::http::base_url;
+use crate::http::error::ApiError;
+use crate::http::state::Catalog;
+use crate::model::Layer;
+
+/// The query every document takes.
+#[derive(Debug, Default, Deserialize)]
+pub struct DocQuery {
+    /// `json` or `html`.
+    pub f: Option<String>,
+}
+
+/// `GET /ogcapi`: the landing page.
+pub async fn landing(
+    State(state): State<Catalog>,
+    Query(q): Query<DocQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(q.f.as_deref(), &headers)?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let doc = json!({
+        "title": "tessera",
+        "description": "Map tiles of the layers this server serves (OGC API - Tiles).",
+        "links": [
+            link(format!("{base}?f=json"), "self", "application/json", "this document"),
+            link(format!("{base}?f=html"), "alternate", "text/html", "this document as HTML"),
+            link(format!("{base}/conformance"), "conformance", "application/json", "conformance classes"),
+            link(format!("{base}/conformance"), "http://www.opengis.net/def/rel/ogc/1.0/conformance", "application/json", "conformance classes"),
+            link(format!("{base}/collections"), "data", "application/json", "the layers"),
+            link(format!("{base}/collections"), "http://www.opengis.net/def/rel/ogc/1.0/data", "application/json", "the layers"),
+            link(format!("{base}/tileMatrixSets"), "http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes", "application/json", "tile matrix sets"),
+        ],
+    });
+    Ok(answer(&doc, form, "application/json"))
+}
+
+/// `GET /ogcapi/conformance`.
+pub async fn conformance(
+    Query(q): Query<DocQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(q.f.as_deref(), &headers)?;
+    Ok(answer(
+        &json!({ "title": "conformance", "conformsTo": CONFORMANCE }),
+        form,
+        "application/json",
+    ))
+}
+
+/// `GET /ogcapi/collections`.
+pub async fn collections(
+    State(state): State<Catalog>,
+    Query(q): Query<DocQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(q.f.as_deref(), &headers)?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let collections: Vec<Value> = state
+        .registry
+        .layers()
+        .iter()
+        .map(|l| describe(l, &base))
+        .collect();
+    let doc = json!({
+        "title": "layers",
+        "links": [
+            link(format!("{base}/collections?f=json"), "self", "application/json", "this document"),
+            link(format!("{base}/collections?f=html"), "alternate", "text/html", "this document as HTML"),
+        ],
+        "collections": collections,
+    });
+    Ok(answer(&doc, form, "application/json"))
+}
+
+/// `GET /ogcapi/collections/{collection}`.
+pub async fn collection(
+    State(state): State<Catalog>,
+    Path(name): Path<String>,
+    Query(q): Query<DocQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(q.f.as_deref(), &headers)?;
+    let layer = state.registry.layer(&name).ok_or_else(|| unknown(&name))?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    Ok(answer(&describe(&layer, &base), form, "application/json"))
+}
+
+/// The 404 of a collection that is not served.
+pub fn unknown(name: &str) -> ApiError {
+    problem(ApiError::not_found(
+        "NotFound",
+        format!("no collection {name:?}; /ogcapi/collections lists them"),
+    ))
+}
+
+/// A layer as a collection: its extent (CRS84, its native CRS, and its
+/// time values' interval) and links to its tilesets.
+fn describe(layer: &Layer, base: &str) -> Value {
+    let info = layer.source.info();
+    let ll = info.lonlat_bounds;
+    let native = &info.native_bounds;
+    let href = format!("{base}/collections/{}", layer.name);
+    let mut links = vec![
+        link(
+            format!("{href}?f=json"),
+            "self",
+            "application/json",
+            "this collection",
+        ),
+        link(
+            format!("{href}?f=html"),
+            "alternate",
+            "text/html",
+            "this collection as HTML",
+        ),
+    ];
+    if layer.formats.iter().any(|f| *f != TileFormat::Mvt) {
+        links.push(link(
+            format!("{href}/map/tiles"),
+            REL_MAP_TILESETS,
+            "application/json",
+            "map tilesets",
+        ));
+    }
+    if layer.formats.contains(&TileFormat::Mvt) {
+        links.push(link(
+            format!("{href}/tiles"),
+            REL_VECTOR_TILESETS,
+            "application/json",
+            "vector tilesets",
+        ));
+    }
+    for grid in &layer.grids {
+        links.push(link(
+            format!("{base}/tileMatrixSets/{grid}"),
+            REL_TILING_SCHEME,
+            "application/json",
+            grid,
+        ));
+    }
+    let mut extent = json!({
+        "spatial": {
+            "bbox": [[ll.min_x, ll.min_y, ll.max_x, ll.max_y]],
+            "crs": "http://www.opengis.net/def/crs/OGC/1.3/CRS84",
+        }
+    });
+    if let Some(time) = layer.dimensions.iter().find(|d| d.kind == Kind::Time)
+        && let (Some(first), Some(last)) = (time.values.first(), time.values.last())
+    {
+        extent["temporal"] = json!({
+            "interval": [[first, last]],
+            "trs": "http://www.opengis.net/def/uom/ISO-8601/0/Gregorian",
+        });
+    }
+    let mut doc = json!({
+        "id": layer.name,
+        "title": layer.title,
+        "extent": extent,
+        "itemType": if layer.formats == [TileFormat::Mvt] { "feature" } else { "map" },
+        "crs": [
+            "http://www.opengis.net/def/crs/OGC/1.3/CRS84",
+            crs_uri(&info.native_crs.id),
+        ],
+        "storageCrs": crs_uri(&info.native_crs.id),
+        // In the storage CRS's axis order (latitude first for EPSG:4326).
+        "storageCrsBbox": if info.native_crs.authority_yx {
+            [native.min_y, native.min_x, native.max_y, native.max_x]
+        } else {
+            [native.min_x, native.min_y, native.max_x, native.max_y]
+        },
+        "links": links,
+    });
+    if let Some(d) = &layer.description {
+        doc["description"] = json!(d);
+    }
+    if !layer.keywords.is_empty() {
+        doc["keywords"] = json!(layer.keywords);
+    }
+    if let Some(a) = &layer.attribution {
+        doc["attribution"] = json!(a);
+    }
+    doc
+}

@@ -1,0 +1,285 @@
+//! OGC API – Tiles 1.0 under `/ogcapi`: the landing page, conformance,
+//! collections (one per layer), tile matrix sets as TileMatrixSet 2.0 JSON,
+//! each layer's tilesets and their tiles (the same tiles, keys and ETags as
+//! XYZ and WMTS: one cache).
+//!
+//! Documents are JSON for programs and HTML for browsers (`?f=json|html`,
+//! else `Accept`); errors are RFC 7807 problem details. Links are absolute,
+//! built from [`super::base_url`] like every other protocol's.
+
+mod documents;
+mod tiles;
+mod tms;
+
+use std::fmt::Write as _;
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::error::{ApiError, Protocol};
+
+/// The routes of the OGC API.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/ogcapi", get(documents::landing))
+        .route("/ogcapi/", get(documents::landing))
+        .route("/ogcapi/conformance", get(documents::conformance))
+        .route("/ogcapi/collections", get(documents::collections))
+        .route(
+            "/ogcapi/collections/{collection}",
+            get(documents::collection),
+        )
+        .route("/ogcapi/tileMatrixSets", get(tms::list))
+        .route("/ogcapi/tileMatrixSets/{id}", get(tms::one))
+        .route(
+            "/ogcapi/collections/{collection}/map/tiles",
+            get(tiles::map_tilesets),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/map/tiles/{tms}",
+            get(tiles::map_tileset),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}",
+            get(tiles::map_tile),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/tiles",
+            get(tiles::vector_tilesets),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/tiles/{tms}",
+            get(tiles::vector_tileset),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}",
+            get(tiles::vector_tile),
+        )
+}
+
+/// The conformance classes implemented (each checked by
+/// `tests/e2e/test_ogcapi.py`).
+pub const CONFORMANCE: &[&str] = &[
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/core",
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/landing-page",
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/json",
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/html",
+    "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/core",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tileset",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tilesets-list",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/geodata-tilesets",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/png",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/jpeg",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/mvt",
+];
+
+/// The link relation of a layer's map tilesets.
+pub const REL_MAP_TILESETS: &str = "http://www.opengis.net/def/rel/ogc/1.0/tilesets-map";
+/// The link relation of a layer's vector tilesets.
+pub const REL_VECTOR_TILESETS: &str = "http://www.opengis.net/def/rel/ogc/1.0/tilesets-vector";
+/// The link relation of a tileset's tile matrix set.
+pub const REL_TILING_SCHEME: &str = "http://www.opengis.net/def/rel/ogc/1.0/tiling-scheme";
+
+/// A JSON link.
+pub fn link(href: impl Into<String>, rel: &str, media_type: &str, title: &str) -> Value {
+    json!({ "href": href.into(), "rel": rel, "type": media_type, "title": title })
+}
+
+/// The answer's form: JSON (the default for programs) or HTML (for
+/// browsers), from `f` or else `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `application/json`.
+    Json,
+    /// `text/html`.
+    Html,
+}
+
+impl Form {
+    /// `f=json|html` when given (anything else is a 400), else HTML when
+    /// `Accept` names `text/html` before any JSON type.
+    pub fn of(f: Option<&str>, headers: &HeaderMap) -> Result<Form, ApiError> {
+        match f.map(str::to_ascii_lowercase).as_deref() {
+            Some("json") => return Ok(Form::Json),
+            Some("html") => return Ok(Form::Html),
+            Some(other) => {
+                return Err(problem(ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!("f={other:?}: documents are f=json or f=html"),
+                )));
+            }
+            None => {}
+        }
+        let accept = headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .unwrap_or_default();
+        let html = accept.find("text/html");
+        let json = accept.find("json");
+        Ok(match (html, json) {
+            (Some(h), Some(j)) if h < j => Form::Html,
+            (Some(_), None) => Form::Html,
+            _ => Form::Json,
+        })
+    }
+}
+
+/// An error as problem details.
+pub fn problem(e: ApiError) -> ApiError {
+    e.speaking(Protocol::Problem)
+}
+
+/// `doc` in `form`: JSON as it is, or an HTML page of its title,
+/// description, links and body.
+pub fn answer(doc: &Value, form: Form, json_type: &'static str) -> Response {
+    match form {
+        Form::Json => {
+            let mut response = doc.to_string().into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
+            response
+        }
+        Form::Html => {
+            let mut response = html_page(doc).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            response
+        }
+    }
+}
+
+/// A plain page of a document: its title and description, its links
+/// (followable), and the document itself.
+fn html_page(doc: &Value) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let title = doc
+        .get("title")
+        .or_else(|| doc.get("id"))
+        .and_then(Value::as_str)
+        .unwrap_or("OGC API");
+    let mut page = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title></head><body>\n<h1>{}</h1>\n",
+        esc(title),
+        esc(title)
+    );
+    if let Some(d) = doc.get("description").and_then(Value::as_str) {
+        let _ = writeln!(page, "<p>{}</p>", esc(d));
+    }
+    let mut links = Vec::new();
+    collect_links(doc, &mut links);
+    if !links.is_empty() {
+        page.push_str("<ul>\n");
+        for (href, rel, title) in links {
+            let _ = writeln!(
+                page,
+                "<li><a href=\"{}\">{}</a> ({})</li>",
+                esc(&href),
+                esc(if title.is_empty() { &href } else { &title }),
+                esc(&rel)
+            );
+        }
+        page.push_str("</ul>\n");
+    }
+    let pretty = serde_json::to_string_pretty(doc).unwrap_or_default();
+    let _ = writeln!(page, "<pre>{}</pre>\n</body></html>", esc(&pretty));
+    page
+}
+
+/// Every non-templated link in `doc`, depth first: (href, rel, title).
+fn collect_links(doc: &Value, out: &mut Vec<(String, String, String)>) {
+    match doc {
+        Value::Object(map) => {
+            if let (Some(Value::String(href)), Some(Value::String(rel))) =
+                (map.get("href"), map.get("rel"))
+                && map.get("templated") != Some(&Value::Bool(true))
+            {
+                let title = map.get("title").and_then(Value::as_str).unwrap_or_default();
+                out.push((href.clone(), rel.clone(), title.to_string()));
+            }
+            for v in map.values() {
+                collect_links(v, out);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                collect_links(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The OGC URI of a CRS tessera writes as `EPSG:n` or `OGC:CRS84` (other
+/// spellings as they are).
+pub fn crs_uri(crs: &str) -> String {
+    if let Some(code) = crs
+        .strip_prefix("EPSG:")
+        .or_else(|| crs.strip_prefix("epsg:"))
+    {
+        return format!("http://www.opengis.net/def/crs/EPSG/0/{code}");
+    }
+    match crs {
+        "OGC:CRS84" | "CRS:84" => "http://www.opengis.net/def/crs/OGC/1.3/CRS84".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_come_from_f_then_accept() {
+        let mut h = HeaderMap::new();
+        assert_eq!(Form::of(None, &h).unwrap(), Form::Json);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/html,application/xhtml+xml,*/*;q=0.8"),
+        );
+        assert_eq!(Form::of(None, &h).unwrap(), Form::Html);
+        assert_eq!(Form::of(Some("json"), &h).unwrap(), Form::Json);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/html"),
+        );
+        assert_eq!(Form::of(None, &h).unwrap(), Form::Json);
+        assert!(Form::of(Some("xml"), &h).is_err());
+    }
+
+    #[test]
+    fn crs_uris() {
+        assert_eq!(
+            crs_uri("EPSG:3857"),
+            "http://www.opengis.net/def/crs/EPSG/0/3857"
+        );
+        assert_eq!(
+            crs_uri("OGC:CRS84"),
+            "http://www.opengis.net/def/crs/OGC/1.3/CRS84"
+        );
+    }
+
+    #[test]
+    fn pages_list_the_links_and_escape_text() {
+        let page = html_page(&json!({
+            "title": "a <b>",
+            "links": [{ "href": "http://x/y?a=1&b=2", "rel": "self", "title": "" },
+                      { "href": "http://x/{z}", "rel": "item", "templated": true }]
+        }));
+        assert!(page.contains("<h1>a &lt;b&gt;</h1>"));
+        assert!(page.contains("href=\"http://x/y?a=1&amp;b=2\""));
+        assert!(!page.contains("href=\"http://x/{z}\""));
+    }
+}

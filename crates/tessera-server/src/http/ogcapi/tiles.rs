@@ -1,0 +1,457 @@
+//! A layer's tilesets (`/map/tiles` for images, `/tiles` for vector
+//! tiles), each tileset's metadata and its tiles. A tile is looked up as an
+//! XYZ or WMTS tile is ([`TileAddress`]) and served by the same cached path,
+//! so it is the same tile, under the same key, with the same ETag.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tessera_grid::TileFormat;
+
+use super::documents::unknown;
+use super::tms::registered_uri;
+use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem};
+use crate::http::address::{Level, Rows, TileAddress, query_params};
+use crate::http::base_url;
+use crate::http::error::{ApiError, Protocol};
+use crate::http::serve_tile;
+use crate::http::state::{Catalog, Tiles};
+use crate::model::{Grid, HIDPI_SUFFIX, Layer};
+
+/// Which tiles a tileset holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Images (`/map/tiles`).
+    Map,
+    /// Mapbox Vector Tiles (`/tiles`).
+    Vector,
+}
+
+impl Kind {
+    fn formats(self, layer: &Layer) -> Vec<TileFormat> {
+        layer
+            .formats
+            .iter()
+            .copied()
+            .filter(|f| (*f == TileFormat::Mvt) == (self == Kind::Vector))
+            .collect()
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Kind::Map => "map/tiles",
+            Kind::Vector => "tiles",
+        }
+    }
+
+    fn data_type(self) -> &'static str {
+        match self {
+            Kind::Map => "map",
+            Kind::Vector => "vector",
+        }
+    }
+}
+
+/// `GET /ogcapi/collections/{collection}/map/tiles`.
+pub async fn map_tilesets(
+    State(state): State<Catalog>,
+    Path(collection): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tilesets(&state, &collection, query.as_deref(), &headers, Kind::Map)
+}
+
+/// `GET /ogcapi/collections/{collection}/tiles`.
+pub async fn vector_tilesets(
+    State(state): State<Catalog>,
+    Path(collection): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tilesets(
+        &state,
+        &collection,
+        query.as_deref(),
+        &headers,
+        Kind::Vector,
+    )
+}
+
+/// `GET /ogcapi/collections/{collection}/map/tiles/{tms}`.
+pub async fn map_tileset(
+    State(state): State<Catalog>,
+    Path((collection, tms)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tileset(
+        &state,
+        &collection,
+        &tms,
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+    )
+}
+
+/// `GET /ogcapi/collections/{collection}/tiles/{tms}`.
+pub async fn vector_tileset(
+    State(state): State<Catalog>,
+    Path((collection, tms)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tileset(
+        &state,
+        &collection,
+        &tms,
+        query.as_deref(),
+        &headers,
+        Kind::Vector,
+    )
+}
+
+/// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}`.
+pub async fn map_tile(
+    State(state): State<Tiles>,
+    Path(path): Path<(String, String, String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tile(&state, path, query.as_deref(), &headers, Kind::Map).await
+}
+
+/// `GET /ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}`.
+pub async fn vector_tile(
+    State(state): State<Tiles>,
+    Path(path): Path<(String, String, String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tile(&state, path, query.as_deref(), &headers, Kind::Vector).await
+}
+
+/// The layer named, when it has tiles of `kind`.
+fn layer_of(state: &Catalog, name: &str, kind: Kind) -> Result<std::sync::Arc<Layer>, ApiError> {
+    let layer = state.registry.layer(name).ok_or_else(|| unknown(name))?;
+    if kind.formats(&layer).is_empty() {
+        return Err(problem(ApiError::not_found(
+            "NotFound",
+            format!("collection {name:?} has no {} tiles", kind.data_type()),
+        )));
+    }
+    Ok(layer)
+}
+
+fn f_of(query: Option<&str>) -> Option<String> {
+    query_params(query)
+        .into_iter()
+        .find(|(k, _)| k == "f")
+        .map(|(_, v)| v)
+}
+
+fn tilesets(
+    state: &Catalog,
+    name: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let form = Form::of(f_of(query).as_deref(), headers)?;
+    let layer = layer_of(state, name, kind)?;
+    let base = format!("{}/ogcapi", base_url(&state.config, headers));
+    let here = format!("{base}/collections/{name}/{}", kind.path());
+    let sets: Vec<Value> = grids_of(state, &layer)
+        .iter()
+        .map(|g| {
+            let mut entry = json!({
+                "title": format!("{} in {}", layer.title, g.tms.id),
+                "dataType": kind.data_type(),
+                "crs": crs_uri(&g.tms.crs),
+                "links": [
+                    link(format!("{here}/{}", g.tms.id), "self", "application/json", "the tileset"),
+                    link(format!("{base}/tileMatrixSets/{}", g.tms.id), REL_TILING_SCHEME, "application/json", &g.tms.id),
+                ],
+            });
+            if let Some(uri) = registered_uri(&g.tms) {
+                entry["tileMatrixSetURI"] = json!(uri);
+            }
+            entry
+        })
+        .collect();
+    let doc = json!({
+        "title": format!("{} tilesets of {}", kind.data_type(), layer.title),
+        "links": [
+            link(format!("{here}?f=json"), "self", "application/json", "this document"),
+            link(format!("{here}?f=html"), "alternate", "text/html", "this document as HTML"),
+        ],
+        "tilesets": sets,
+    });
+    Ok(answer(&doc, form, "application/json"))
+}
+
+/// The layer's grids (not their HiDPI twins), in its order.
+fn grids_of<'a>(state: &'a Catalog, layer: &Layer) -> Vec<&'a Grid> {
+    layer
+        .grids
+        .iter()
+        .filter(|g| !g.ends_with(HIDPI_SUFFIX))
+        .filter_map(|g| state.registry.grid(g).map(AsRef::as_ref))
+        .collect()
+}
+
+fn tileset(
+    state: &Catalog,
+    name: &str,
+    tms: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let form = Form::of(f_of(query).as_deref(), headers)?;
+    let layer = layer_of(state, name, kind)?;
+    let Some(grid) = grids_of(state, &layer)
+        .into_iter()
+        .find(|g| g.tms.id == tms)
+    else {
+        return Err(problem(ApiError::not_found(
+            "NotFound",
+            format!(
+                "collection {name:?} has no tileset in {tms:?}; its tilesets are listed at /ogcapi/collections/{name}/{}",
+                kind.path()
+            ),
+        )));
+    };
+    let base = format!("{}/ogcapi", base_url(&state.config, headers));
+    let here = format!("{base}/collections/{name}/{}/{tms}", kind.path());
+    let limits: Vec<Value> = layer
+        .tile_limits(tms, grid)
+        .into_iter()
+        .map(|l| {
+            json!({
+                "tileMatrix": l.matrix,
+                "minTileRow": l.min_row,
+                "maxTileRow": l.max_row,
+                "minTileCol": l.min_col,
+                "maxTileCol": l.max_col,
+            })
+        })
+        .collect();
+    let mut links = vec![
+        link(
+            format!("{here}?f=json"),
+            "self",
+            "application/json",
+            "this tileset",
+        ),
+        link(
+            format!("{base}/tileMatrixSets/{tms}"),
+            REL_TILING_SCHEME,
+            "application/json",
+            tms,
+        ),
+        link(
+            format!("{base}/collections/{name}"),
+            "http://www.opengis.net/def/rel/ogc/1.0/geodata",
+            "application/json",
+            &layer.title,
+        ),
+    ];
+    for format in kind.formats(&layer) {
+        let mut item = link(
+            format!(
+                "{here}/{{tileMatrix}}/{{tileRow}}/{{tileCol}}?f={}",
+                format.extension()
+            ),
+            "item",
+            format.content_type(),
+            &format!("{} tiles", format.extension()),
+        );
+        item["templated"] = json!(true);
+        links.push(item);
+    }
+    let mut doc = json!({
+        "title": format!("{} in {tms}", layer.title),
+        "dataType": kind.data_type(),
+        "crs": crs_uri(&grid.tms.crs),
+        "tileMatrixSetLimits": limits,
+        "links": links,
+    });
+    // The layer's extent in the tileset's CRS and axis order (readers such
+    // as GDAL take it in the tileset's CRS whatever its `crs` says).
+    if let Some(Some(e)) = layer.extents.get(tms) {
+        let point = |x: f64, y: f64| {
+            if grid.crs.authority_yx {
+                [y, x]
+            } else {
+                [x, y]
+            }
+        };
+        doc["boundingBox"] = json!({
+            "lowerLeft": point(e.min_x, e.min_y),
+            "upperRight": point(e.max_x, e.max_y),
+            "crs": crs_uri(&grid.tms.crs),
+        });
+    }
+    if let Some(uri) = registered_uri(&grid.tms) {
+        doc["tileMatrixSetURI"] = json!(uri);
+    }
+    if let Some(a) = &layer.attribution {
+        doc["attribution"] = json!(a);
+    }
+    Ok(answer(&doc, form, "application/json"))
+}
+
+async fn tile(
+    state: &Tiles,
+    (collection, tms, matrix, row, col): (String, String, String, String, String),
+    query: Option<&str>,
+    headers: &HeaderMap,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let layer = state
+        .registry
+        .layer(&collection)
+        .ok_or_else(|| unknown(&collection))?;
+    let offered = kind.formats(&layer);
+    let mut params = query_params(query);
+    let format = match params
+        .iter()
+        .find(|(k, _)| k == "f")
+        .map(|(_, v)| v.clone())
+    {
+        Some(f) => TileFormat::from_extension(&f)
+            .filter(|t| offered.contains(t))
+            .ok_or_else(|| {
+                problem(ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!(
+                        "f={f:?} is not a tile format of this tileset; it offers {}",
+                        offered
+                            .iter()
+                            .map(|t| t.extension())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ))
+            })?,
+        None => accepted(headers, &offered).ok_or_else(|| {
+            let mut e = ApiError::new(
+                axum::http::StatusCode::NOT_ACCEPTABLE,
+                "NotAcceptable",
+                format!(
+                    "collection {collection:?} has no {} tiles in a type Accept names",
+                    kind.data_type()
+                ),
+            );
+            e.protocol = Protocol::Problem;
+            e
+        })?,
+    };
+    // `datetime` is OGC API's `time`; `subset=name(value)` any other.
+    dimension_params(&mut params);
+    let address = TileAddress {
+        layer: collection,
+        grid: tms,
+        style: None,
+        level: Level::Matrix(matrix),
+        col,
+        row,
+        format: Some(format),
+        format_text: format.extension().to_string(),
+        params,
+        path_dimension: None,
+    };
+    let tile = address
+        .resolve(&state.registry, Rows::FromTop)
+        .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
+    serve_tile(&state.cache, tile, headers)
+        .await
+        .map_err(problem)
+}
+
+/// The first of `offered` that `Accept` takes (the first offered when it
+/// takes anything, or is absent).
+fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .unwrap_or("*/*");
+    let types: Vec<&str> = accept
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or_default().trim())
+        .collect();
+    offered
+        .iter()
+        .copied()
+        .find(|f| types.contains(&f.content_type()))
+        .or_else(|| {
+            types
+                .iter()
+                .any(|t| {
+                    *t == "*/*" || *t == "image/*" && offered.iter().any(|f| *f != TileFormat::Mvt)
+                })
+                .then(|| offered.first().copied())
+                .flatten()
+        })
+}
+
+/// Adds the dimension parameters OGC API writes: `datetime` as `time`
+/// (unless given), and each `subset=name(value)` as `name`.
+fn dimension_params(params: &mut Vec<(String, String)>) {
+    let mut extra = Vec::new();
+    for (k, v) in params.iter() {
+        match k.as_str() {
+            "datetime" if !params.iter().any(|(n, _)| n == "time") => {
+                extra.push(("time".to_string(), v.clone()));
+            }
+            "subset" => {
+                for part in v.split(',') {
+                    if let Some((name, rest)) = part.split_once('(')
+                        && let Some(value) = rest.strip_suffix(')')
+                    {
+                        let value = value.trim().trim_matches('"');
+                        extra.push((name.trim().to_ascii_lowercase(), value.to_string()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    params.extend(extra);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetime_and_subsets_become_dimension_parameters() {
+        let mut p = vec![
+            ("datetime".to_string(), "2024-01-01".to_string()),
+            (
+                "subset".to_string(),
+                "elevation(500),scenario(\"low\")".to_string(),
+            ),
+        ];
+        dimension_params(&mut p);
+        assert!(p.contains(&("time".into(), "2024-01-01".into())));
+        assert!(p.contains(&("elevation".into(), "500".into())));
+        assert!(p.contains(&("scenario".into(), "low".into())));
+    }
+
+    #[test]
+    fn accept_chooses_among_the_offered_types() {
+        let offered = [TileFormat::Png, TileFormat::Jpeg];
+        let mut h = HeaderMap::new();
+        assert_eq!(accepted(&h, &offered), Some(TileFormat::Png));
+        h.insert(header::ACCEPT, "image/jpeg".parse().unwrap());
+        assert_eq!(accepted(&h, &offered), Some(TileFormat::Jpeg));
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        assert_eq!(accepted(&h, &offered), None);
+        h.insert(header::ACCEPT, "image/*".parse().unwrap());
+        assert_eq!(accepted(&h, &offered), Some(TileFormat::Png));
+    }
+}

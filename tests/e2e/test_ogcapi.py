@@ -1,0 +1,289 @@
+"""OGC API - Tiles under /ogcapi: the landing page, conformance,
+collections, tile matrix sets (compared with the OGC registry's
+definitions as morecantile ships them), tilesets and tiles, read by GDAL's
+OGCAPI driver; tiles are the XYZ tiles (same bytes, same ETag, one render);
+every link answers; errors are problem details."""
+import importlib.util
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from osgeo import gdal
+
+from conftest import ROOT, serving
+from imaging import decode
+from test_dimensions import DATES, assert_color, solid
+
+gdal.UseExceptions()
+
+
+def get(server, path, accept=None):
+    """(status, headers, body) of `path` (or an absolute URL)."""
+    url = path if path.startswith("http") else server.url + path
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def doc(server, path):
+    status, headers, body = get(server, path)
+    assert status == 200, (path, body[:300])
+    assert headers["Content-Type"].startswith("application/json"), headers["Content-Type"]
+    return json.loads(body)
+
+
+def renders(server, layer):
+    _, _, body = get(server, "/metrics")
+    m = re.search(rf'tessera_metatile_renders_total{{layer="{layer}"}} (\d+)', body.decode())
+    return int(m.group(1)) if m else 0
+
+
+def write_config(data, public_url):
+    """The layers served here, with `server.public_url` when given."""
+    series = data / "series"
+    series.mkdir(exist_ok=True)
+    for date, color in DATES.items():
+        solid(series / f"day_{date}.tif", color, -180, 180)
+    gpkg = os.environ.get("TESSERA_TEST_GPKG")
+    if not gpkg:
+        pytest.fail("TESSERA_TEST_GPKG is not set: start scripts/postgis (scripts/test does)", pytrace=False)
+    config = data / ("public.yaml" if public_url else "direct.yaml")
+    server = f'server: {{ public_url: "{public_url}" }}' if public_url else ""
+    config.write_text(f"""
+{server}
+stores: {{ mem: {{ type: memory }} }}
+layers:
+  - name: relief
+    title: Shaded relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad, WorldCRS84Quad]
+    formats: [png, jpeg]
+    max_zoom: 6
+    cache: {{ store: mem, metatile: [2, 2] }}
+  - name: countries
+    source: {{ type: vector, path: "{gpkg}", fields: [NAME], style: [{{ fill: "#336699" }}] }}
+    grids: [WebMercatorQuad]
+    formats: [mvt, png]
+    max_zoom: 5
+    cache: {{ store: mem }}
+  - name: series
+    source: {{ type: mosaic, dir: {series} }}
+    grids: [WebMercatorQuad]
+    max_zoom: 4
+    cache: {{ store: mem }}
+    dimensions:
+      time: {{ from_path: 'day_(\\d{{4}}-\\d{{2}}-\\d{{2}})' }}
+""")
+    return config
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tmp_path_factory.mktemp("ogcapi")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, data):
+    """Links built from a public URL (mapped back to this server by `local`)."""
+    with serving(tmp_path_factory, "--config", str(write_config(data, "http://maps.example.test/base"))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def direct(tmp_path_factory, data):
+    """Links to this server itself, for clients that follow them."""
+    with serving(tmp_path_factory, "--config", str(write_config(data, None))) as s:
+        yield s
+
+
+def local(href):
+    """An href of the public URL as a path of this server."""
+    prefix = "http://maps.example.test/base"
+    assert href.startswith(prefix), href
+    return href[len(prefix):]
+
+
+def test_landing_conformance_and_collections(server):
+    landing = doc(server, "/ogcapi")
+    rels = {l["rel"]: l["href"] for l in landing["links"]}
+    assert rels["conformance"] == "http://maps.example.test/base/ogcapi/conformance"
+    assert rels["data"] == "http://maps.example.test/base/ogcapi/collections"
+    assert rels["http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes"].endswith("/ogcapi/tileMatrixSets")
+    conformance = doc(server, "/ogcapi/conformance")["conformsTo"]
+    assert "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/core" in conformance
+    assert "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/mvt" in conformance
+    collections = {c["id"]: c for c in doc(server, "/ogcapi/collections")["collections"]}
+    assert set(collections) == {"relief", "countries", "series"}
+    relief = doc(server, "/ogcapi/collections/relief")
+    assert relief["title"] == "Shaded relief"
+    bbox = relief["extent"]["spatial"]["bbox"][0]
+    assert bbox == pytest.approx([-180, -90, 180, 90], abs=1e-6)
+    assert relief["storageCrs"] == "http://www.opengis.net/def/crs/OGC/1.3/CRS84" or \
+        relief["storageCrs"] == "http://www.opengis.net/def/crs/EPSG/0/4326"
+    rels = {l["rel"] for l in relief["links"]}
+    assert "http://www.opengis.net/def/rel/ogc/1.0/tilesets-map" in rels
+    assert "http://www.opengis.net/def/rel/ogc/1.0/tilesets-vector" not in rels
+    countries = collections["countries"]
+    assert "http://www.opengis.net/def/rel/ogc/1.0/tilesets-vector" in {l["rel"] for l in countries["links"]}
+    series = collections["series"]
+    assert series["extent"]["temporal"]["interval"] == [["2024-01-01T00:00:00Z", "2024-03-01T00:00:00Z"]]
+    # Browsers get HTML (by Accept or f=html), whose links are followable.
+    for path, accept in (("/ogcapi/collections", "text/html,application/xhtml+xml,*/*;q=0.8"),
+                         ("/ogcapi/collections?f=html", None)):
+        status, headers, body = get(server, path, accept)
+        assert status == 200 and headers["Content-Type"].startswith("text/html"), path
+        assert b'href="http://maps.example.test/base/ogcapi/collections/relief' in body
+
+
+def test_tile_matrix_sets_are_the_registered_ones(server):
+    # The registry's definitions as morecantile (PyPI) ships them: read as
+    # files, without importing it (and PROJ through it).
+    spec = importlib.util.find_spec("morecantile")
+    assert spec is not None, "morecantile is not installed; run scripts/install-deps"
+    registry = Path(spec.submodule_search_locations[0]) / "data"
+    listed = {t["id"] for t in doc(server, "/ogcapi/tileMatrixSets")["tileMatrixSets"]}
+    assert {"WebMercatorQuad", "WorldCRS84Quad"} <= listed
+    assert not any("@" in t for t in listed), "HiDPI twins are not tile matrix sets of their own"
+    for tms_id in ("WebMercatorQuad", "WorldCRS84Quad"):
+        ours = doc(server, f"/ogcapi/tileMatrixSets/{tms_id}")
+        theirs = json.loads((registry / f"{tms_id}.json").read_text())
+        assert ours["uri"] == theirs["uri"] and ours["crs"] == theirs["crs"]["uri"] \
+            if isinstance(theirs["crs"], dict) else ours["crs"] == theirs["crs"]
+        assert ours["orderedAxes"] == theirs["orderedAxes"]
+        assert len(ours["tileMatrices"]) >= 19
+        for a, b in zip(ours["tileMatrices"], theirs["tileMatrices"]):
+            assert a["id"] == b["id"]
+            assert a["scaleDenominator"] == pytest.approx(b["scaleDenominator"], rel=1e-9)
+            assert a["cellSize"] == pytest.approx(b["cellSize"], rel=1e-9)
+            assert a["pointOfOrigin"] == pytest.approx(b["pointOfOrigin"], rel=1e-9)
+            for k in ("tileWidth", "tileHeight", "matrixWidth", "matrixHeight"):
+                assert a[k] == b[k], (tms_id, a["id"], k)
+    status, headers, body = get(server, "/ogcapi/tileMatrixSets/NoSuchGrid")
+    assert status == 404 and headers["Content-Type"] == "application/problem+json"
+    assert json.loads(body)["status"] == 404
+
+
+def test_tilesets_list_limits_and_tile_templates(server):
+    sets = doc(server, "/ogcapi/collections/relief/map/tiles")["tilesets"]
+    assert {s["crs"] for s in sets} == {"http://www.opengis.net/def/crs/EPSG/0/3857",
+                                        "http://www.opengis.net/def/crs/OGC/1.3/CRS84"}
+    tileset = doc(server, "/ogcapi/collections/relief/map/tiles/WebMercatorQuad")
+    assert tileset["dataType"] == "map"
+    assert tileset["tileMatrixSetURI"] == "http://www.opengis.net/def/tilematrixset/OGC/1.0/WebMercatorQuad"
+    limits = tileset["tileMatrixSetLimits"]
+    assert [l["tileMatrix"] for l in limits] == [str(z) for z in range(7)]
+    assert limits[3] == {"tileMatrix": "3", "minTileRow": 0, "maxTileRow": 7, "minTileCol": 0, "maxTileCol": 7}
+    items = {l["type"]: l["href"] for l in tileset["links"] if l["rel"] == "item"}
+    assert set(items) == {"image/png", "image/jpeg"} and all(l.get("templated") for l in tileset["links"]
+                                                              if l["rel"] == "item")
+    url = items["image/jpeg"].replace("{tileMatrix}", "2").replace("{tileRow}", "1").replace("{tileCol}", "2")
+    status, headers, body = get(server, local(url))
+    assert status == 200 and headers["Content-Type"] == "image/jpeg" and body[:2] == b"\xff\xd8"
+    vector = doc(server, "/ogcapi/collections/countries/tiles/WebMercatorQuad")
+    assert vector["dataType"] == "vector"
+    assert [l["type"] for l in vector["links"] if l["rel"] == "item"] == ["application/vnd.mapbox-vector-tile"]
+    # A layer without vector tiles has no vector tilesets.
+    status, headers, body = get(server, "/ogcapi/collections/relief/tiles")
+    assert status == 404 and headers["Content-Type"] == "application/problem+json"
+
+
+def test_tiles_are_the_xyz_tiles_from_one_cache(server):
+    before = renders(server, "relief")
+    status, headers, ogc = get(server, "/ogcapi/collections/relief/map/tiles/WebMercatorQuad/4/5/9?f=png")
+    assert status == 200 and headers["Content-Type"] == "image/png", ogc[:200]
+    status, xyz_headers, xyz = get(server, "/tiles/relief/WebMercatorQuad/4/9/5.png")
+    assert status == 200 and xyz == ogc
+    assert xyz_headers["ETag"] == headers["ETag"]
+    assert xyz_headers["X-Cache"] == "HIT"
+    assert renders(server, "relief") - before == 1
+    # Accept chooses the format when f is absent.
+    status, headers, body = get(server, "/ogcapi/collections/relief/map/tiles/WebMercatorQuad/4/5/9",
+                                accept="image/jpeg")
+    assert status == 200 and headers["Content-Type"] == "image/jpeg"
+    status, headers, body = get(server, "/ogcapi/collections/relief/map/tiles/WebMercatorQuad/4/5/9",
+                                accept="application/geo+json")
+    assert status == 406 and headers["Content-Type"] == "application/problem+json"
+    # Vector tiles: the same bytes as /tiles/...mvt.
+    status, headers, mvt = get(server, "/ogcapi/collections/countries/tiles/WebMercatorQuad/2/1/2?f=mvt")
+    status2, _, xyz_mvt = get(server, "/tiles/countries/WebMercatorQuad/2/2/1.mvt")
+    assert status == 200 and status2 == 200 and mvt == xyz_mvt and len(mvt) > 100
+    # datetime picks a dimension value, as ?time= does.
+    for date, color in DATES.items():
+        status, _, body = get(server, f"/ogcapi/collections/series/map/tiles/WebMercatorQuad/1/0/1?datetime={date}")
+        assert status == 200, body
+        assert_color(body, color)
+
+
+def test_errors_are_problem_details(server):
+    for path, status in [("/ogcapi/collections/nope", 404),
+                         ("/ogcapi?f=xml", 400),
+                         ("/ogcapi/collections/relief/map/tiles/WebMercatorQuad/4/99/0?f=png", 404),
+                         ("/ogcapi/collections/relief/map/tiles/WebMercatorQuad/99/0/0?f=png", 404),
+                         ("/ogcapi/collections/relief/map/tiles/WebMercatorQuad/2/0/0?f=webp", 400),
+                         ("/ogcapi/collections/series/map/tiles/WebMercatorQuad/1/0/0?datetime=1999-01-01", 400)]:
+        got, headers, body = get(server, path)
+        assert got == status, (path, got, body[:300])
+        assert headers["Content-Type"] == "application/problem+json", (path, headers["Content-Type"])
+        problem = json.loads(body)
+        assert problem["status"] == status and problem["detail"], problem
+
+
+def test_every_link_answers(server):
+    """Every href of every document reachable from the landing page (the
+    public URL mapped back to this server) answers 200."""
+    seen, queue = set(), ["/ogcapi"]
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        status, headers, body = get(server, path)
+        assert status == 200, (path, status, body[:200])
+        if not headers["Content-Type"].startswith("application/json"):
+            continue
+
+        def walk(node):
+            if isinstance(node, dict):
+                if "href" in node and not node.get("templated"):
+                    queue.append(local(node["href"]))
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+        walk(json.loads(body))
+    assert len(seen) > 20, len(seen)
+
+
+def test_gdal_ogcapi_driver_reads_the_map_tiles(direct):
+    """GDAL 3.6's driver crops to the collection's lon/lat bbox without
+    reprojecting it, so it reads the WorldCRS84Quad tileset (which it
+    prefers anyway)."""
+    server = direct
+    ds = gdal.OpenEx(f"OGCAPI:{server.url}/ogcapi/collections/relief", open_options=["API=TILES"])
+    assert ds is not None
+    # Zoom 6 of WorldCRS84Quad: 2 x 64 tiles across, 64 down.
+    assert (ds.RasterXSize, ds.RasterYSize) == (256 * 128, 256 * 64)
+    gt = ds.GetGeoTransform()
+    assert gt[0] == pytest.approx(-180) and gt[3] == pytest.approx(90)
+    assert gt[1] == pytest.approx(360 / (256 * 128)) and gt[5] == pytest.approx(-gt[1])
+    assert "CRS84" in ds.GetProjection() or "4326" in ds.GetProjection()
+    # A window read through the tiles is the WMS picture of that window.
+    x0, y0, w, h = 256 * 40, 256 * 20, 512, 256
+    window = ds.ReadAsArray(x0, y0, w, h)
+    west, north = gt[0] + x0 * gt[1], gt[3] + y0 * gt[5]
+    east, south = west + w * gt[1], north + h * gt[5]
+    status, _, png = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=CRS:84"
+                                 f"&BBOX={west},{south},{east},{north}&WIDTH={w}&HEIGHT={h}&FORMAT=image/png")
+    assert status == 200
+    wms = decode(png)[:3].astype(float)
+    diff = np.abs(window[:3].astype(float) - wms).mean()
+    assert diff < 4, diff
