@@ -287,3 +287,52 @@ def test_gdal_ogcapi_driver_reads_the_map_tiles(direct):
     wms = decode(png)[:3].astype(float)
     diff = np.abs(window[:3].astype(float) - wms).mean()
     assert diff < 4, diff
+
+
+def test_maps_of_a_collection_and_of_several(server):
+    # width alone: the height from the bbox's aspect; CRS84 by default.
+    status, headers, body = get(server, "/ogcapi/collections/relief/map?bbox=-10,30,30,60&width=400&f=png")
+    assert status == 200 and headers["Content-Type"] == "image/png", body[:300]
+    assert decode(body).shape[1:] == (300, 400)
+    assert headers["Content-Crs"] == "<http://www.opengis.net/def/crs/OGC/1.3/CRS84>"
+    # The same window as WMS draws it.
+    status, _, wms = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=CRS:84"
+                                 "&BBOX=-10,30,30,60&WIDTH=400&HEIGHT=300&FORMAT=image/png&TRANSPARENT=TRUE")
+    assert np.abs(decode(body).astype(float) - decode(wms).astype(float)).mean() < 1
+    # Another CRS, the bbox given in EPSG:4326 (latitude first).
+    status, headers, body = get(server, "/ogcapi/collections/relief/map?bbox=30,-10,60,30"
+                                        "&bbox-crs=http://www.opengis.net/def/crs/EPSG/0/4326"
+                                        "&crs=http://www.opengis.net/def/crs/EPSG/0/3857&width=256&height=256")
+    assert status == 200 and headers["Content-Crs"] == "<http://www.opengis.net/def/crs/EPSG/0/3857>", body[:300]
+    # Several collections, bottom first; the background where none draws.
+    status, _, body = get(server, "/ogcapi/map?collections=countries&bbox=-40,-10,-20,10&width=64&height=64"
+                                  "&transparent=false&bgcolor=0xFF0000&f=png")
+    assert status == 200, body[:300]
+    img = decode(body)
+    assert tuple(img[:3, 32, 32]) == (255, 0, 0), "the mid-Atlantic is the background"
+    status, _, body = get(server, "/ogcapi/map?collections=relief,countries&bbox=0,40,20,50&width=64&f=jpeg")
+    assert status == 200 and body[:2] == b"\xff\xd8"
+    # Dimension values, as for tiles.
+    for date, color in DATES.items():
+        status, _, body = get(server, f"/ogcapi/collections/series/map?datetime={date}&width=64&height=32")
+        assert status == 200, body[:300]
+        assert_color(body, color)
+    for path, code in [("/ogcapi/collections/relief/map?bbox=1,2,3", 400),
+                       ("/ogcapi/collections/relief/map?width=100000&height=100000", 400),
+                       ("/ogcapi/collections/nope/map", 404),
+                       ("/ogcapi/map?collections=relief,nope", 404),
+                       ("/ogcapi/collections/relief/map?f=mvt", 400),
+                       ("/ogcapi/collections/series/map?datetime=1999-01-01", 400)]:
+        status, headers, body = get(server, path)
+        assert status == code and headers["Content-Type"] == "application/problem+json", (path, status, body[:200])
+
+
+def test_gdal_ogcapi_driver_reads_the_map(direct):
+    ds = gdal.OpenEx(f"OGCAPI:{direct.url}/ogcapi/collections/relief", open_options=["API=MAP"])
+    gt = ds.GetGeoTransform()
+    assert gt[0] == pytest.approx(-180) and gt[3] == pytest.approx(90)
+    whole = ds.ReadAsArray(0, 0, ds.RasterXSize, ds.RasterYSize, buf_xsize=360, buf_ysize=180)
+    status, _, png = get(direct, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=CRS:84"
+                                 "&BBOX=-180,-90,180,90&WIDTH=360&HEIGHT=180&FORMAT=image/png")
+    wms = decode(png)[:3].astype(float)
+    assert np.abs(whole[:3].astype(float) - wms).mean() < 8

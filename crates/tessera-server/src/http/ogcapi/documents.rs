@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use tessera_grid::TileFormat;
 
 use super::{
-    CONFORMANCE, Form, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer, crs_uri,
-    link, problem,
+    CONFORMANCE, Form, REL_MAP, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer,
+    crs_uri, link, problem,
 };
 use crate::dimension::Kind;
 use crate::http::base_url;
@@ -44,6 +44,7 @@ pub async fn landing(
             link(format!("{base}/collections"), "data", "application/json", "the layers"),
             link(format!("{base}/collections"), "http://www.opengis.net/def/rel/ogc/1.0/data", "application/json", "the layers"),
             link(format!("{base}/tileMatrixSets"), "http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes", "application/json", "tile matrix sets"),
+            link(format!("{base}/map?f=png"), REL_MAP, "image/png", "a map of every layer"),
         ],
     });
     Ok(answer(&doc, form, "application/json"))
@@ -135,6 +136,12 @@ fn describe(layer: &Layer, base: &str) -> Value {
             REL_MAP_TILESETS,
             "application/json",
             "map tilesets",
+        ));
+        links.push(link(
+            format!("{href}/map?f=png"),
+            REL_MAP,
+            "image/png",
+            "a map of the layer",
         ));
     }
     if layer.formats.contains(&TileFormat::Mvt) {

@@ -1,13 +1,15 @@
-//! OGC API – Tiles 1.0 under `/ogcapi`: the landing page, conformance,
-//! collections (one per layer), tile matrix sets as TileMatrixSet 2.0 JSON,
-//! each layer's tilesets and their tiles (the same tiles, keys and ETags as
-//! XYZ and WMTS: one cache).
+//! OGC API – Tiles 1.0 and Maps 1.0 under `/ogcapi`: the landing page,
+//! conformance, collections (one per layer), tile matrix sets as
+//! TileMatrixSet 2.0 JSON, each layer's tilesets and their tiles (the same
+//! tiles, keys and ETags as XYZ and WMTS: one cache), and maps (the WMS
+//! renderer).
 //!
 //! Documents are JSON for programs and HTML for browsers (`?f=json|html`,
 //! else `Accept`); errors are RFC 7807 problem details. Links are absolute,
 //! built from [`super::base_url`] like every other protocol's.
 
 mod documents;
+mod maps;
 mod tiles;
 mod tms;
 
@@ -32,6 +34,11 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/ogcapi/collections/{collection}",
             get(documents::collection),
+        )
+        .route("/ogcapi/map", get(maps::dataset_map))
+        .route(
+            "/ogcapi/collections/{collection}/map",
+            get(maps::collection_map),
         )
         .route("/ogcapi/tileMatrixSets", get(tms::list))
         .route("/ogcapi/tileMatrixSets/{id}", get(tms::one))
@@ -76,7 +83,15 @@ pub const CONFORMANCE: &[&str] = &[
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/png",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/jpeg",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/mvt",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/core",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/collection-map",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/dataset-map",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/png",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/jpeg",
 ];
+
+/// The link relation of a map.
+pub const REL_MAP: &str = "http://www.opengis.net/def/rel/ogc/1.0/map";
 
 /// The link relation of a layer's map tilesets.
 pub const REL_MAP_TILESETS: &str = "http://www.opengis.net/def/rel/ogc/1.0/tilesets-map";

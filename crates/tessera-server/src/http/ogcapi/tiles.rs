@@ -400,7 +400,7 @@ fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
 
 /// Adds the dimension parameters OGC API writes: `datetime` as `time`
 /// (unless given), and each `subset=name(value)` as `name`.
-fn dimension_params(params: &mut Vec<(String, String)>) {
+pub(super) fn dimension_params(params: &mut Vec<(String, String)>) {
     let mut extra = Vec::new();
     for (k, v) in params.iter() {
         match k.as_str() {
