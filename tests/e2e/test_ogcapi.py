@@ -18,6 +18,7 @@ from osgeo import gdal
 from conftest import ROOT, serving
 from imaging import decode
 from test_dimensions import DATES, assert_color, solid
+from test_ogc_conformance import schemas  # noqa: F401 (a fixture)
 
 gdal.UseExceptions()
 
@@ -336,3 +337,32 @@ def test_gdal_ogcapi_driver_reads_the_map(direct):
                                  "&BBOX=-180,-90,180,90&WIDTH=360&HEIGHT=180&FORMAT=image/png")
     wms = decode(png)[:3].astype(float)
     assert np.abs(whole[:3].astype(float) - wms).mean() < 8
+
+
+def test_the_api_definition_is_valid_openapi_of_what_is_served(server, schemas):
+    import jsonschema
+    path = schemas / "openapi/3.0/schema.json"
+    assert path.is_file(), "scripts/ogc-schemas did not fetch the OpenAPI 3.0 schema"
+    landing = doc(server, "/ogcapi")
+    desc = next(l for l in landing["links"] if l["rel"] == "service-desc")
+    status, headers, body = get(server, local(desc["href"]))
+    assert status == 200 and headers["Content-Type"].startswith("application/vnd.oai.openapi+json"), headers
+    api = json.loads(body)
+    jsonschema.Draft4Validator(json.loads(path.read_text())).validate(api)
+    assert api["servers"] == [{"url": "http://maps.example.test/base/ogcapi"}]
+    # Every collection and tile matrix set served is in it, and every path
+    # it names (parameters filled in) answers.
+    params = {p["name"]: p["schema"].get("enum") for item in api["paths"].values()
+              for p in item["get"].get("parameters", []) if p["in"] == "path"}
+    assert set(params["collectionId"]) == {"relief", "countries", "series"}
+    assert {"WebMercatorQuad", "WorldCRS84Quad"} <= set(params["tileMatrixSetId"])
+    filled = {"collectionId": "relief", "tileMatrixSetId": "WebMercatorQuad", "tileMatrix": "1",
+              "tileRow": "0", "tileCol": "1"}
+    for template in api["paths"]:
+        path = "/ogcapi" + template.rstrip("/")
+        for k, v in filled.items():
+            path = path.replace("{" + k + "}", v)
+        if "/collections/relief/tiles" in path:
+            path = path.replace("relief", "countries")
+        status, _, body = get(server, path)
+        assert status == 200, (path, status, body[:200])

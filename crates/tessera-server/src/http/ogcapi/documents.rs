@@ -39,6 +39,8 @@ pub async fn landing(
         "links": [
             link(format!("{base}?f=json"), "self", "application/json", "this document"),
             link(format!("{base}?f=html"), "alternate", "text/html", "this document as HTML"),
+            link(format!("{base}/api"), "service-desc", super::openapi::OPENAPI_JSON, "the API definition"),
+            link(format!("{base}/api?f=html"), "service-doc", "text/html", "the API definition as HTML"),
             link(format!("{base}/conformance"), "conformance", "application/json", "conformance classes"),
             link(format!("{base}/conformance"), "http://www.opengis.net/def/rel/ogc/1.0/conformance", "application/json", "conformance classes"),
             link(format!("{base}/collections"), "data", "application/json", "the layers"),

@@ -10,6 +10,7 @@
 
 mod documents;
 mod maps;
+mod openapi;
 mod tiles;
 mod tms;
 
@@ -30,6 +31,7 @@ pub fn routes() -> Router<AppState> {
         .route("/ogcapi", get(documents::landing))
         .route("/ogcapi/", get(documents::landing))
         .route("/ogcapi/conformance", get(documents::conformance))
+        .route("/ogcapi/api", get(openapi::api))
         .route("/ogcapi/collections", get(documents::collections))
         .route(
             "/ogcapi/collections/{collection}",
@@ -75,6 +77,7 @@ pub const CONFORMANCE: &[&str] = &[
     "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/landing-page",
     "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/json",
     "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/html",
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/oas30",
     "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/core",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tileset",

@@ -1,0 +1,280 @@
+//! `/ogcapi/api`: an OpenAPI 3.0 document of what is served here: every
+//! path of the OGC API, its parameters (the collections and tile matrix
+//! sets served, as enumerations) and the media types it answers with.
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use tessera_grid::TileFormat;
+
+use super::documents::DocQuery;
+use super::{Form, answer};
+use crate::http::base_url;
+use crate::http::error::ApiError;
+use crate::http::state::Catalog;
+use crate::model::HIDPI_SUFFIX;
+
+/// The media type of the document.
+pub const OPENAPI_JSON: &str = "application/vnd.oai.openapi+json;version=3.0";
+
+/// `GET /ogcapi/api`.
+pub async fn api(
+    State(state): State<Catalog>,
+    Query(q): Query<DocQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(q.f.as_deref(), &headers)?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let layers = state.registry.layers();
+    let collections: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
+    let mut sets: Vec<&str> = state
+        .registry
+        .grids
+        .keys()
+        .map(String::as_str)
+        .filter(|g| !g.ends_with(HIDPI_SUFFIX))
+        .collect();
+    sets.sort_unstable();
+    let doc = document(&base, &collections, &sets);
+    Ok(match form {
+        Form::Json => {
+            let mut response = doc.to_string().into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(OPENAPI_JSON));
+            response
+        }
+        Form::Html => answer(&doc, form, "application/json"),
+    })
+}
+
+fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
+    let path_param = |name: &str, values: &[&str], description: &str| {
+        json!({
+            "name": name, "in": "path", "required": true, "description": description,
+            "schema": { "type": "string", "enum": values },
+        })
+    };
+    let free_path_param = |name: &str, description: &str| {
+        json!({
+            "name": name, "in": "path", "required": true, "description": description,
+            "schema": { "type": "string" },
+        })
+    };
+    let query = |name: &str, description: &str, schema: Value| json!({ "name": name, "in": "query", "required": false, "description": description, "schema": schema });
+    let f_doc = query(
+        "f",
+        "json or html (else Accept)",
+        json!({ "type": "string", "enum": ["json", "html"] }),
+    );
+    let collection = path_param("collectionId", collections, "a layer");
+    let tms = path_param("tileMatrixSetId", sets, "a tile matrix set");
+    let datetime = query(
+        "datetime",
+        "a time value of the layer's time dimension",
+        json!({ "type": "string" }),
+    );
+    let subset = query(
+        "subset",
+        "dimension values: name(value),...",
+        json!({ "type": "string" }),
+    );
+    let json_doc = |summary: &str, params: Vec<Value>| {
+        json!({ "get": {
+            "summary": summary,
+            "parameters": params,
+            "responses": {
+                "200": { "description": summary, "content": {
+                    "application/json": { "schema": { "type": "object" } },
+                    "text/html": { "schema": { "type": "string" } },
+                } },
+                "default": { "description": "a problem", "content": {
+                    "application/problem+json": { "schema": { "type": "object" } } } },
+            },
+        } })
+    };
+    let image = |types: &[&str]| {
+        let mut content = Map::new();
+        for t in types {
+            content.insert(
+                (*t).to_string(),
+                json!({ "schema": { "type": "string", "format": "binary" } }),
+            );
+        }
+        Value::Object(content)
+    };
+    let raster: Vec<&str> = [TileFormat::Png, TileFormat::Jpeg, TileFormat::Webp]
+        .iter()
+        .map(|f| f.content_type())
+        .collect();
+    let tile = |summary: &str, types: &[&str], formats: &[&str]| {
+        json!({ "get": {
+            "summary": summary,
+            "parameters": [
+                collection.clone(), tms.clone(),
+                free_path_param("tileMatrix", "a tile matrix of the set"),
+                free_path_param("tileRow", "a row, from the top"),
+                free_path_param("tileCol", "a column, from the left"),
+                query("f", "the format (else Accept)", json!({ "type": "string", "enum": formats })),
+                datetime.clone(), subset.clone(),
+            ],
+            "responses": {
+                "200": { "description": "the tile", "content": image(types) },
+                "204": { "description": "a vector tile without features" },
+                "default": { "description": "a problem", "content": {
+                    "application/problem+json": { "schema": { "type": "object" } } } },
+            },
+        } })
+    };
+    let map_params = |mut first: Vec<Value>| {
+        first.extend([
+            query(
+                "bbox",
+                "minx,miny,maxx,maxy in bbox-crs's axis order",
+                json!({ "type": "string" }),
+            ),
+            query(
+                "bbox-crs",
+                "the CRS of bbox (default CRS84)",
+                json!({ "type": "string", "format": "uri" }),
+            ),
+            query(
+                "crs",
+                "the CRS of the map (default CRS84)",
+                json!({ "type": "string", "format": "uri" }),
+            ),
+            query(
+                "width",
+                "pixels",
+                json!({ "type": "integer", "minimum": 1 }),
+            ),
+            query(
+                "height",
+                "pixels",
+                json!({ "type": "integer", "minimum": 1 }),
+            ),
+            query(
+                "f",
+                "the format (else Accept)",
+                json!({ "type": "string", "enum": ["png", "jpeg", "webp"] }),
+            ),
+            query(
+                "transparent",
+                "a transparent background",
+                json!({ "type": "boolean" }),
+            ),
+            query(
+                "bgcolor",
+                "the background colour, 0xRRGGBB",
+                json!({ "type": "string" }),
+            ),
+            datetime.clone(),
+            subset.clone(),
+        ]);
+        first
+    };
+    let map = |summary: &str, params: Vec<Value>| {
+        json!({ "get": {
+            "summary": summary,
+            "parameters": map_params(params),
+            "responses": {
+                "200": { "description": "the map", "content": image(&raster) },
+                "default": { "description": "a problem", "content": {
+                    "application/problem+json": { "schema": { "type": "object" } } } },
+            },
+        } })
+    };
+    let mut paths = Map::new();
+    let mut add = |path: &str, item: Value| {
+        paths.insert(path.to_string(), item);
+    };
+    add("/", json_doc("the landing page", vec![f_doc.clone()]));
+    add(
+        "/api",
+        json!({ "get": { "summary": "this document", "responses": { "200": {
+            "description": "this document",
+            "content": { OPENAPI_JSON: { "schema": { "type": "object" } } } } } } }),
+    );
+    add(
+        "/conformance",
+        json_doc("the conformance classes", vec![f_doc.clone()]),
+    );
+    add(
+        "/collections",
+        json_doc("the collections (layers)", vec![f_doc.clone()]),
+    );
+    add(
+        "/collections/{collectionId}",
+        json_doc("a collection", vec![collection.clone(), f_doc.clone()]),
+    );
+    add(
+        "/tileMatrixSets",
+        json_doc("the tile matrix sets", vec![f_doc.clone()]),
+    );
+    add(
+        "/tileMatrixSets/{tileMatrixSetId}",
+        json_doc("a tile matrix set", vec![tms.clone(), f_doc.clone()]),
+    );
+    add(
+        "/collections/{collectionId}/map/tiles",
+        json_doc(
+            "a collection's map tilesets",
+            vec![collection.clone(), f_doc.clone()],
+        ),
+    );
+    add(
+        "/collections/{collectionId}/map/tiles/{tileMatrixSetId}",
+        json_doc(
+            "a map tileset",
+            vec![collection.clone(), tms.clone(), f_doc.clone()],
+        ),
+    );
+    add(
+        "/collections/{collectionId}/map/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
+        tile("a map tile", &raster, &["png", "jpeg", "webp"]),
+    );
+    add(
+        "/collections/{collectionId}/tiles",
+        json_doc(
+            "a collection's vector tilesets",
+            vec![collection.clone(), f_doc.clone()],
+        ),
+    );
+    add(
+        "/collections/{collectionId}/tiles/{tileMatrixSetId}",
+        json_doc(
+            "a vector tileset",
+            vec![collection.clone(), tms.clone(), f_doc.clone()],
+        ),
+    );
+    add(
+        "/collections/{collectionId}/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
+        tile("a vector tile", &[TileFormat::Mvt.content_type()], &["mvt"]),
+    );
+    add(
+        "/collections/{collectionId}/map",
+        map("a map of a collection", vec![collection.clone()]),
+    );
+    add(
+        "/map",
+        map(
+            "a map of several collections",
+            vec![query(
+                "collections",
+                "the collections drawn, bottom first (default: all)",
+                json!({ "type": "string" }),
+            )],
+        ),
+    );
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "tessera",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Map tiles and maps of the layers this server serves (OGC API - Tiles, OGC API - Maps).",
+        },
+        "servers": [{ "url": base }],
+        "paths": paths,
+    })
+}
