@@ -366,3 +366,86 @@ def test_the_api_definition_is_valid_openapi_of_what_is_served(server, schemas):
             path = path.replace("relief", "countries")
         status, _, body = get(server, path)
         assert status == 200, (path, status, body[:200])
+
+
+OL_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><link rel="stylesheet" href="ol.css"><script src="ol.js"></script></head>
+<body style="margin:0"><div id="map" style="width:512px;height:512px"></div><script>
+const base = "BASE/ogcapi";
+window.counts = { map: 0, vector: 0, image: 0, errors: [] };
+function count(source, key, start, end, error) {
+  source.on(end, () => window.counts[key]++);
+  source.on(error, (e) => window.counts.errors.push(key));
+}
+const tiles = new ol.source.OGCMapTile({
+  url: base + "/collections/relief/map/tiles/WebMercatorQuad", crossOrigin: "anonymous" });
+count(tiles, "map", "tileloadstart", "tileloadend", "tileloaderror");
+const vector = new ol.source.OGCVectorTile({
+  url: base + "/collections/countries/tiles/WebMercatorQuad", format: new ol.format.MVT() });
+count(vector, "vector", "tileloadstart", "tileloadend", "tileloaderror");
+const image = new ol.source.OGCMap({ url: base + "/collections/relief/map", crossOrigin: "anonymous" });
+count(image, "image", "imageloadstart", "imageloadend", "imageloaderror");
+window.layers = {
+  tiles: new ol.layer.Tile({ source: tiles }),
+  vector: new ol.layer.VectorTile({ source: vector,
+    style: new ol.style.Style({ fill: new ol.style.Fill({ color: "#ff00ff" }) }) }),
+  image: new ol.layer.Image({ source: image, visible: false }),
+};
+window.map = new ol.Map({ target: "map", pixelRatio: 1,
+  layers: [window.layers.tiles, window.layers.image, window.layers.vector],
+  view: new ol.View({ center: [0, 0], zoom: 1 }) });
+window.pixel = (x, y) => Array.from(
+  document.querySelector("#map canvas").getContext("2d").getImageData(x, y, 1, 1).data);
+</script></body></html>
+"""
+
+
+@pytest.fixture
+def page_server(tmp_path, direct):
+    """The page above (and the vendored OpenLayers) on an origin of its own."""
+    import functools
+    import http.server
+    import shutil
+    import threading
+    root = tmp_path / "site"
+    root.mkdir()
+    for name in ("ol.js", "ol.css"):
+        shutil.copy(Path(__file__).parent / "vendor" / "ol" / name, root / name)
+    (root / "index.html").write_text(OL_PAGE.replace("BASE", direct.url))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/index.html"
+    httpd.shutdown()
+
+
+def test_openlayers_draws_the_ogc_tiles_vector_tiles_and_map(page_server, browser):
+    import time
+    browser.get(page_server)
+
+    def wait_for(check, what):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if browser.execute_script(f"return {check}"):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{what}: {browser.execute_script('return window.counts')}")
+
+    wait_for("window.counts.map >= 4 && window.counts.vector >= 4", "map and vector tiles loaded")
+    counts = browser.execute_script("return window.counts")
+    assert counts["errors"] == [], counts
+    # Rendered: the relief under the magenta countries (Africa at the map's middle right).
+    browser.execute_script("window.map.renderSync()")
+    africa = browser.execute_script("return window.pixel(300, 250)")
+    assert africa[:3] == [255, 0, 255], africa
+    ocean = browser.execute_script("return window.pixel(221, 285)")
+    assert ocean[3] == 255 and ocean[:3] != [255, 0, 255], ocean
+    # The map source: an OGC API map of the view.
+    browser.execute_script("window.layers.tiles.setVisible(false); window.layers.vector.setVisible(false);"
+                           "window.layers.image.setVisible(true)")
+    wait_for("window.counts.image >= 1", "the map loaded")
+    assert browser.execute_script("return window.counts.errors") == []
+    browser.execute_script("window.map.renderSync()")
+    drawn = browser.execute_script("return window.pixel(221, 285)")
+    assert drawn[3] == 255 and max(abs(a - b) for a, b in zip(drawn[:3], ocean[:3])) <= 12, (drawn, ocean)
