@@ -449,3 +449,22 @@ def test_openlayers_draws_the_ogc_tiles_vector_tiles_and_map(page_server, browse
     browser.execute_script("window.map.renderSync()")
     drawn = browser.execute_script("return window.pixel(221, 285)")
     assert drawn[3] == 255 and max(abs(a - b) for a, b in zip(drawn[:3], ocean[:3])) <= 12, (drawn, ocean)
+
+
+def test_dataset_tiles_composite_the_collections_as_wms_does(server):
+    sets = doc(server, "/ogcapi/map/tiles")["tilesets"]
+    assert {s["crs"] for s in sets} >= {"http://www.opengis.net/def/crs/EPSG/0/3857"}
+    tileset = doc(server, "/ogcapi/map/tiles/WebMercatorQuad")
+    assert tileset["dataType"] == "map" and tileset["tileMatrixSetLimits"][2]["maxTileCol"] == 3
+    status, headers, tile = get(server, "/ogcapi/map/tiles/WebMercatorQuad/2/1/2?collections=relief,countries&f=png")
+    assert status == 200 and headers["Content-Type"] == "image/png", tile[:300]
+    half = 20037508.342789244
+    size = 2 * half / 4
+    bbox = f"{-half + 2 * size},{half - 2 * size},{-half + 3 * size},{half - size}"
+    status, _, wms = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief,countries&STYLES=,"
+                                 f"&CRS=EPSG:3857&BBOX={bbox}&WIDTH=256&HEIGHT=256&FORMAT=image/png&TRANSPARENT=TRUE")
+    assert np.abs(decode(tile).astype(float) - decode(wms).astype(float)).mean() < 1
+    status, headers, body = get(server, "/ogcapi/map/tiles/WebMercatorQuad/2/9/0?f=png")
+    assert status == 404 and headers["Content-Type"] == "application/problem+json"
+    status, headers, body = get(server, "/ogcapi/map/tiles/NoSuchGrid/0/0/0")
+    assert status == 404

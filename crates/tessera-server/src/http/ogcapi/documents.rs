@@ -47,6 +47,7 @@ pub async fn landing(
             link(format!("{base}/collections"), "http://www.opengis.net/def/rel/ogc/1.0/data", "application/json", "the layers"),
             link(format!("{base}/tileMatrixSets"), "http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes", "application/json", "tile matrix sets"),
             link(format!("{base}/map?f=png"), REL_MAP, "image/png", "a map of every layer"),
+            link(format!("{base}/map/tiles"), REL_MAP_TILESETS, "application/json", "map tilesets of every layer"),
         ],
     });
     Ok(answer(&doc, form, "application/json"))

@@ -51,8 +51,68 @@ pub async fn dataset_map(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let layers = dataset_layers(&state, &query_params(query.as_deref()))?;
+    map(&state, layers, query.as_deref(), &headers).await
+}
+
+/// `GET /ogcapi/map/tiles/{tms}/{tileMatrix}/{tileRow}/{tileCol}`: a tile
+/// of the layers `collections=` names (default: every layer with images)
+/// that are tiled in the set, composited bottom first by the WMS renderer.
+/// Not cached: any combination of layers may be asked, as for a GetMap.
+pub async fn dataset_tile(
+    State(state): State<Maps>,
+    Path((tms, matrix, row, col)): Path<(String, String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let not_found = |m: String| problem(ApiError::not_found("NotFound", m));
+    let grid = super::tiles::dataset_grid(&state.registry, &tms)
+        .ok_or_else(|| not_found(format!("no dataset tileset in {tms:?}")))?;
+    let z = grid
+        .tms
+        .matrices
+        .iter()
+        .position(|m| m.id == matrix)
+        .ok_or_else(|| not_found(format!("{tms} has no tile matrix {matrix:?}")))?;
+    let coord = grid
+        .tms
+        .parse_tile(&z.to_string(), &col, &row)
+        .map_err(|e| not_found(format!("no tile {matrix}/{row}/{col} in {tms}: {e}")))?;
     let params = query_params(query.as_deref());
-    let layers = match params.iter().find(|(k, _)| k == "collections") {
+    let layers = dataset_layers(&state, &params)?
+        .into_iter()
+        .filter(|l| l.grids.contains(&tms))
+        .collect::<Vec<_>>();
+    let mut extra = vec![
+        ("width".to_string(), grid.tms.tile_width.to_string()),
+        ("height".to_string(), grid.tms.tile_height.to_string()),
+    ];
+    let b = grid.tms.tile_bbox(coord);
+    let crs = super::crs_uri(&grid.tms.crs);
+    extra.push(("crs".into(), crs.clone()));
+    extra.push(("bbox-crs".into(), crs));
+    // In the grid CRS's axis order, as `bbox` is read.
+    let (a, c, d, e) = if grid.crs.authority_yx {
+        (b.min_y, b.min_x, b.max_y, b.max_x)
+    } else {
+        (b.min_x, b.min_y, b.max_x, b.max_y)
+    };
+    extra.push(("bbox".into(), format!("{a},{c},{d},{e}")));
+    let mut all: Vec<(String, String)> = params
+        .into_iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "width" | "height" | "crs" | "bbox-crs" | "bbox"))
+        .collect();
+    all.extend(extra);
+    let query: String = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(all)
+        .finish();
+    map(&state, layers, Some(&query), &headers).await
+}
+
+/// The layers `collections=` names among `params`, or every layer with
+/// images.
+fn dataset_layers(state: &Maps, params: &[(String, String)]) -> Result<Vec<Arc<Layer>>, ApiError> {
+    Ok(match params.iter().find(|(k, _)| k == "collections") {
         Some((_, names)) => names
             .split(',')
             .map(str::trim)
@@ -65,8 +125,7 @@ pub async fn dataset_map(
             .into_iter()
             .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
             .collect(),
-    };
-    map(&state, layers, query.as_deref(), &headers).await
+    })
 }
 
 fn bad(code: &'static str, message: String) -> ApiError {

@@ -38,6 +38,12 @@ pub fn routes() -> Router<AppState> {
             get(documents::collection),
         )
         .route("/ogcapi/map", get(maps::dataset_map))
+        .route("/ogcapi/map/tiles", get(tiles::dataset_tilesets))
+        .route("/ogcapi/map/tiles/{tms}", get(tiles::dataset_tileset))
+        .route(
+            "/ogcapi/map/tiles/{tms}/{matrix}/{row}/{col}",
+            get(maps::dataset_tile),
+        )
         .route(
             "/ogcapi/collections/{collection}/map",
             get(maps::collection_map),
@@ -83,6 +89,7 @@ pub const CONFORMANCE: &[&str] = &[
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tileset",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tilesets-list",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/geodata-tilesets",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/dataset-tilesets",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/png",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/jpeg",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/mvt",

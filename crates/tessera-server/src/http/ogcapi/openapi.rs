@@ -108,11 +108,16 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
         .iter()
         .map(|f| f.content_type())
         .collect();
-    let tile = |summary: &str, types: &[&str], formats: &[&str]| {
+    let collections_param = query(
+        "collections",
+        "the collections drawn, bottom first (default: all)",
+        json!({ "type": "string" }),
+    );
+    let tile = |summary: &str, types: &[&str], formats: &[&str], first: &Value| {
         json!({ "get": {
             "summary": summary,
             "parameters": [
-                collection.clone(), tms.clone(),
+                first.clone(), tms.clone(),
                 free_path_param("tileMatrix", "a tile matrix of the set"),
                 free_path_param("tileRow", "a row, from the top"),
                 free_path_param("tileCol", "a column, from the left"),
@@ -232,7 +237,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     );
     add(
         "/collections/{collectionId}/map/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
-        tile("a map tile", &raster, &["png", "jpeg", "webp"]),
+        tile("a map tile", &raster, &["png", "jpeg", "webp"], &collection),
     );
     add(
         "/collections/{collectionId}/tiles",
@@ -250,7 +255,35 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     );
     add(
         "/collections/{collectionId}/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
-        tile("a vector tile", &[TileFormat::Mvt.content_type()], &["mvt"]),
+        tile(
+            "a vector tile",
+            &[TileFormat::Mvt.content_type()],
+            &["mvt"],
+            &collection,
+        ),
+    );
+    add(
+        "/map/tiles",
+        json_doc(
+            "the map tilesets of the collections composited",
+            vec![f_doc.clone()],
+        ),
+    );
+    add(
+        "/map/tiles/{tileMatrixSetId}",
+        json_doc(
+            "a map tileset of the collections composited",
+            vec![tms.clone(), f_doc.clone()],
+        ),
+    );
+    add(
+        "/map/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
+        tile(
+            "a map tile of the collections composited",
+            &raster,
+            &["png", "jpeg", "webp"],
+            &collections_param,
+        ),
     );
     add(
         "/collections/{collectionId}/map",

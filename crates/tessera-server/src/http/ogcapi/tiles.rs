@@ -192,6 +192,146 @@ fn tilesets(
     Ok(answer(&doc, form, "application/json"))
 }
 
+/// The grid of a dataset tileset: one a layer with images is tiled in.
+pub(super) fn dataset_grid<'a>(
+    registry: &'a crate::registry::Registry,
+    tms: &str,
+) -> Option<&'a Grid> {
+    registry
+        .layers()
+        .iter()
+        .any(|l| l.grids.iter().any(|g| g == tms) && l.formats.iter().any(|f| !f.is_vector()))
+        .then(|| registry.grid(tms).map(AsRef::as_ref))
+        .flatten()
+        .filter(|g| !g.tms.id.ends_with(HIDPI_SUFFIX))
+}
+
+/// The grids of the dataset tilesets, sorted.
+fn dataset_grids(state: &Catalog) -> Vec<&Grid> {
+    let mut ids: Vec<String> = state
+        .registry
+        .layers()
+        .iter()
+        .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+        .flat_map(|l| l.grids.clone())
+        .filter(|g| !g.ends_with(HIDPI_SUFFIX))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids.iter()
+        .filter_map(|g| state.registry.grid(g).map(AsRef::as_ref))
+        .collect()
+}
+
+/// `GET /ogcapi/map/tiles`: a tileset per grid the layers are tiled in,
+/// of the layers composited (`collections=` chooses them).
+pub async fn dataset_tilesets(
+    State(state): State<Catalog>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(f_of(query.as_deref()).as_deref(), &headers)?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let here = format!("{base}/map/tiles");
+    let sets: Vec<Value> = dataset_grids(&state)
+        .iter()
+        .map(|g| {
+            let mut entry = json!({
+                "title": format!("the layers in {}", g.tms.id),
+                "dataType": "map",
+                "crs": crs_uri(&g.tms.crs),
+                "links": [
+                    link(format!("{here}/{}", g.tms.id), "self", "application/json", "the tileset"),
+                    link(format!("{base}/tileMatrixSets/{}", g.tms.id), REL_TILING_SCHEME, "application/json", &g.tms.id),
+                ],
+            });
+            if let Some(uri) = registered_uri(&g.tms) {
+                entry["tileMatrixSetURI"] = json!(uri);
+            }
+            entry
+        })
+        .collect();
+    let doc = json!({
+        "title": "map tilesets of the layers composited",
+        "links": [
+            link(format!("{here}?f=json"), "self", "application/json", "this document"),
+            link(format!("{here}?f=html"), "alternate", "text/html", "this document as HTML"),
+        ],
+        "tilesets": sets,
+    });
+    Ok(answer(&doc, form, "application/json"))
+}
+
+/// `GET /ogcapi/map/tiles/{tms}`.
+pub async fn dataset_tileset(
+    State(state): State<Catalog>,
+    Path(tms): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let form = Form::of(f_of(query.as_deref()).as_deref(), &headers)?;
+    let grid = dataset_grid(&state.registry, &tms).ok_or_else(|| {
+        problem(ApiError::not_found(
+            "NotFound",
+            format!("no dataset tileset in {tms:?}; /ogcapi/map/tiles lists them"),
+        ))
+    })?;
+    let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let here = format!("{base}/map/tiles/{tms}");
+    let limits: Vec<Value> = grid
+        .tms
+        .matrices
+        .iter()
+        .map(|m| {
+            json!({
+                "tileMatrix": m.id,
+                "minTileRow": 0,
+                "maxTileRow": m.matrix_height - 1,
+                "minTileCol": 0,
+                "maxTileCol": m.matrix_width - 1,
+            })
+        })
+        .collect();
+    let mut links = vec![
+        link(
+            format!("{here}?f=json"),
+            "self",
+            "application/json",
+            "this tileset",
+        ),
+        link(
+            format!("{base}/tileMatrixSets/{tms}"),
+            REL_TILING_SCHEME,
+            "application/json",
+            &tms,
+        ),
+    ];
+    for format in [TileFormat::Png, TileFormat::Jpeg] {
+        let mut item = link(
+            format!(
+                "{here}/{{tileMatrix}}/{{tileRow}}/{{tileCol}}?f={}",
+                format.extension()
+            ),
+            "item",
+            format.content_type(),
+            &format!("{} tiles", format.extension()),
+        );
+        item["templated"] = json!(true);
+        links.push(item);
+    }
+    let mut doc = json!({
+        "title": format!("the layers in {tms}"),
+        "dataType": "map",
+        "crs": crs_uri(&grid.tms.crs),
+        "tileMatrixSetLimits": limits,
+        "links": links,
+    });
+    if let Some(uri) = registered_uri(&grid.tms) {
+        doc["tileMatrixSetURI"] = json!(uri);
+    }
+    Ok(answer(&doc, form, "application/json"))
+}
+
 /// The layer's grids (not their HiDPI twins), in its order.
 fn grids_of<'a>(state: &'a Catalog, layer: &Layer) -> Vec<&'a Grid> {
     layer
