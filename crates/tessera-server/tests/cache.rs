@@ -688,6 +688,24 @@ async fn tile_hits_the_short_way_answer_as_the_router_does() {
     assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(not_modified.headers()[header::ETAG], etag.as_str());
 
+    // The same tile as an OGC API tile: the short way too, the same answer.
+    let ogc = "/ogcapi/collections/relief/map/tiles/WebMercatorQuad/3/2/4?f=png";
+    let routed_ogc = fetch(&s.app, ogc, None).await;
+    let fast_ogc = app
+        .try_fast(&get(ogc))
+        .expect("an OGC API tile hit naming its format is taken the short way");
+    assert_eq!(sorted(fast_ogc.headers()), sorted(&routed_ogc.headers));
+    assert_eq!(header_of(&routed_ogc, "etag"), etag.as_str());
+    let body = to_bytes(fast_ogc.into_body(), 16 << 20).await.unwrap();
+    assert_eq!(body.as_ref(), routed.body.as_slice());
+    // Without `f` (Accept decides), the router answers.
+    assert!(
+        app.try_fast(&get(
+            "/ogcapi/collections/relief/map/tiles/WebMercatorQuad/3/2/4"
+        ))
+        .is_none()
+    );
+
     let head = Request::head(uri).body(Body::empty()).unwrap();
     assert!(app.try_fast(&head).is_none());
     assert!(

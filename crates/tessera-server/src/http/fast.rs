@@ -1,6 +1,7 @@
 //! The short way for the request a tile cache answers most: a `GET` of an
-//! XYZ or TMS raster tile that the layer's store holds and can answer
-//! without blocking (its memory LRU, or a file in the page cache).
+//! XYZ, TMS or OGC API (`?f=` naming its format) raster tile that the
+//! layer's store holds and can answer without blocking (its memory LRU, or
+//! a file in the page cache).
 //!
 //! It skips the router's matching, path captures and middleware stack but
 //! answers exactly what the router would: the headers of
@@ -55,8 +56,16 @@ impl FastTiles {
         if request.method() != Method::GET {
             return None;
         }
-        let (mut address, rows) = TileAddress::from_tile_path(request.uri().path())?;
-        address.params = query_params(request.uri().query());
+        let (address, rows) = match TileAddress::from_tile_path(request.uri().path()) {
+            Some((mut address, rows)) => {
+                address.params = query_params(request.uri().query());
+                (address, rows)
+            }
+            None => (
+                super::ogcapi::fast_address(request.uri().path(), request.uri().query())?,
+                super::address::Rows::FromTop,
+            ),
+        };
         let record = Record::begin(&self.requests, request.method(), request.uri());
         let tile = address.resolve(&self.tiles.registry, rows).ok()?;
         if tile.format.is_vector() {

@@ -14,6 +14,8 @@ mod openapi;
 mod tiles;
 mod tms;
 
+pub use tiles::fast_address;
+
 use std::fmt::Write as _;
 
 use axum::Router;

@@ -512,6 +512,43 @@ async fn tile(
         .map_err(problem)
 }
 
+/// The address of an OGC API map tile whose format `f=` names, written
+/// without percent-escapes (the short way for hits,
+/// [`crate::http::fast`]); `None` for anything else (the router answers
+/// it, `Accept` negotiation included).
+pub fn fast_address(path: &str, query: Option<&str>) -> Option<TileAddress> {
+    let rest = path.strip_prefix("/ogcapi/collections/")?;
+    if rest.contains('%') {
+        return None;
+    }
+    let mut parts = rest.split('/');
+    let [layer, map, tiles, tms, matrix, row, col] =
+        [(); 7].map(|()| parts.next().unwrap_or_default());
+    if parts.next().is_some()
+        || map != "map"
+        || tiles != "tiles"
+        || [layer, tms, matrix, row, col].iter().any(|p| p.is_empty())
+    {
+        return None;
+    }
+    let mut params = query_params(query);
+    let f = params.iter().find(|(k, _)| k == "f")?.1.clone();
+    let format = TileFormat::from_extension(&f).filter(|t| !t.is_vector())?;
+    dimension_params(&mut params);
+    Some(TileAddress {
+        layer: layer.to_string(),
+        grid: tms.to_string(),
+        style: None,
+        level: Level::Matrix(matrix.to_string()),
+        col: col.to_string(),
+        row: row.to_string(),
+        format: Some(format),
+        format_text: f,
+        params,
+        path_dimension: None,
+    })
+}
+
 /// The first of `offered` that `Accept` takes (the first offered when it
 /// takes anything, or is absent).
 fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
