@@ -1,5 +1,6 @@
 //! The short way for the request a tile cache answers most: a `GET` of an
-//! XYZ, TMS or OGC API (`?f=` naming its format) raster tile that the
+//! XYZ, TMS or OGC API (`?f=` or an `Accept` of one type naming its
+//! format) raster tile that the
 //! layer's store holds and can answer without blocking (its memory LRU, or
 //! a file in the page cache).
 //!
@@ -62,7 +63,15 @@ impl FastTiles {
                 (address, rows)
             }
             None => (
-                super::ogcapi::fast_address(request.uri().path(), request.uri().query())?,
+                super::ogcapi::fast_address(
+                    request.uri().path(),
+                    request.uri().query(),
+                    request
+                        .headers()
+                        .get(header::ACCEPT)
+                        .and_then(|a| a.to_str().ok())
+                        .filter(|a| !a.contains(',')),
+                )?,
                 super::address::Rows::FromTop,
             ),
         };

@@ -512,11 +512,11 @@ async fn tile(
         .map_err(problem)
 }
 
-/// The address of an OGC API map tile whose format `f=` names, written
-/// without percent-escapes (the short way for hits,
-/// [`crate::http::fast`]); `None` for anything else (the router answers
-/// it, `Accept` negotiation included).
-pub fn fast_address(path: &str, query: Option<&str>) -> Option<TileAddress> {
+/// The address of an OGC API map tile whose format `f=` names, or an
+/// `Accept` of one image type, written without percent-escapes (the short
+/// way for hits, [`crate::http::fast`]); `None` for anything else (the
+/// router answers it, and negotiates a longer `Accept`).
+pub fn fast_address(path: &str, query: Option<&str>, accept: Option<&str>) -> Option<TileAddress> {
     let rest = path.strip_prefix("/ogcapi/collections/")?;
     if rest.contains('%') {
         return None;
@@ -532,8 +532,23 @@ pub fn fast_address(path: &str, query: Option<&str>) -> Option<TileAddress> {
         return None;
     }
     let mut params = query_params(query);
-    let f = params.iter().find(|(k, _)| k == "f")?.1.clone();
-    let format = TileFormat::from_extension(&f).filter(|t| !t.is_vector())?;
+    let (format, f) = match params.iter().find(|(k, _)| k == "f") {
+        Some((_, f)) => (TileFormat::from_extension(f)?, f.clone()),
+        None => {
+            // One type, as the router's negotiation would pick it.
+            let accept = accept?.split(';').next()?.trim();
+            let format = match accept {
+                "image/png" => TileFormat::Png,
+                "image/jpeg" => TileFormat::Jpeg,
+                "image/webp" => TileFormat::Webp,
+                _ => return None,
+            };
+            (format, format.extension().to_string())
+        }
+    };
+    if format.is_vector() {
+        return None;
+    }
     dimension_params(&mut params);
     Some(TileAddress {
         layer: layer.to_string(),
