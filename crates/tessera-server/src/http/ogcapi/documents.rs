@@ -10,7 +10,7 @@ use tessera_grid::TileFormat;
 
 use super::{
     CONFORMANCE, Form, REL_MAP, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer,
-    crs_uri, link, problem,
+    crs_uri, link, problem, self_links,
 };
 use crate::dimension::Kind;
 use crate::http::base_url;
@@ -33,22 +33,67 @@ pub async fn landing(
 ) -> Result<Response, ApiError> {
     let form = Form::of(q.f.as_deref(), &headers)?;
     let base = format!("{}/ogcapi", base_url(&state.config, &headers));
+    let mut links = self_links(&base).to_vec();
+    links.extend([
+        link(
+            format!("{base}/api"),
+            "service-desc",
+            super::openapi::OPENAPI_JSON,
+            "the API definition",
+        ),
+        link(
+            format!("{base}/api?f=html"),
+            "service-doc",
+            "text/html",
+            "the API definition as HTML",
+        ),
+        link(
+            format!("{base}/conformance"),
+            "conformance",
+            "application/json",
+            "conformance classes",
+        ),
+        link(
+            format!("{base}/conformance"),
+            "http://www.opengis.net/def/rel/ogc/1.0/conformance",
+            "application/json",
+            "conformance classes",
+        ),
+        link(
+            format!("{base}/collections"),
+            "data",
+            "application/json",
+            "the layers",
+        ),
+        link(
+            format!("{base}/collections"),
+            "http://www.opengis.net/def/rel/ogc/1.0/data",
+            "application/json",
+            "the layers",
+        ),
+        link(
+            format!("{base}/tileMatrixSets"),
+            "http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes",
+            "application/json",
+            "tile matrix sets",
+        ),
+        link(
+            format!("{base}/map?f=png"),
+            REL_MAP,
+            "image/png",
+            "a map of every layer",
+        ),
+        link(
+            format!("{base}/map/tiles"),
+            REL_MAP_TILESETS,
+            "application/json",
+            "map tilesets of every layer",
+        ),
+    ]);
     let doc = json!({
         "title": "tessera",
-        "description": "Map tiles of the layers this server serves (OGC API - Tiles).",
-        "links": [
-            link(format!("{base}?f=json"), "self", "application/json", "this document"),
-            link(format!("{base}?f=html"), "alternate", "text/html", "this document as HTML"),
-            link(format!("{base}/api"), "service-desc", super::openapi::OPENAPI_JSON, "the API definition"),
-            link(format!("{base}/api?f=html"), "service-doc", "text/html", "the API definition as HTML"),
-            link(format!("{base}/conformance"), "conformance", "application/json", "conformance classes"),
-            link(format!("{base}/conformance"), "http://www.opengis.net/def/rel/ogc/1.0/conformance", "application/json", "conformance classes"),
-            link(format!("{base}/collections"), "data", "application/json", "the layers"),
-            link(format!("{base}/collections"), "http://www.opengis.net/def/rel/ogc/1.0/data", "application/json", "the layers"),
-            link(format!("{base}/tileMatrixSets"), "http://www.opengis.net/def/rel/ogc/1.0/tiling-schemes", "application/json", "tile matrix sets"),
-            link(format!("{base}/map?f=png"), REL_MAP, "image/png", "a map of every layer"),
-            link(format!("{base}/map/tiles"), REL_MAP_TILESETS, "application/json", "map tilesets of every layer"),
-        ],
+        "description": "Map tiles and maps of the layers this server serves (OGC API - Tiles, OGC API - Maps).",
+        "links": links,
     });
     Ok(answer(&doc, form, "application/json"))
 }
@@ -82,10 +127,7 @@ pub async fn collections(
         .collect();
     let doc = json!({
         "title": "layers",
-        "links": [
-            link(format!("{base}/collections?f=json"), "self", "application/json", "this document"),
-            link(format!("{base}/collections?f=html"), "alternate", "text/html", "this document as HTML"),
-        ],
+        "links": self_links(&format!("{base}/collections")),
         "collections": collections,
     });
     Ok(answer(&doc, form, "application/json"))

@@ -117,6 +117,25 @@ pub fn link(href: impl Into<String>, rel: &str, media_type: &str, title: &str) -
     json!({ "href": href.into(), "rel": rel, "type": media_type, "title": title })
 }
 
+/// The `self` (JSON) and `alternate` (HTML) links of the document at
+/// `href`.
+pub fn self_links(href: &str) -> [Value; 2] {
+    [
+        link(
+            format!("{href}?f=json"),
+            "self",
+            "application/json",
+            "this document",
+        ),
+        link(
+            format!("{href}?f=html"),
+            "alternate",
+            "text/html",
+            "this document as HTML",
+        ),
+    ]
+}
+
 /// The answer's form: JSON (the default for programs) or HTML (for
 /// browsers), from `f` or else `Accept`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use tessera_grid::TileFormat;
 
 use super::documents::unknown;
 use super::tms::registered_uri;
-use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem};
+use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links};
 use crate::http::address::{Level, Rows, TileAddress, query_params};
 use crate::http::base_url;
 use crate::http::error::{ApiError, Protocol};
@@ -183,10 +183,7 @@ fn tilesets(
         .collect();
     let doc = json!({
         "title": format!("{} tilesets of {}", kind.data_type(), layer.title),
-        "links": [
-            link(format!("{here}?f=json"), "self", "application/json", "this document"),
-            link(format!("{here}?f=html"), "alternate", "text/html", "this document as HTML"),
-        ],
+        "links": self_links(&here),
         "tilesets": sets,
     });
     Ok(answer(&doc, form, "application/json"))
@@ -253,10 +250,7 @@ pub async fn dataset_tilesets(
         .collect();
     let doc = json!({
         "title": "map tilesets of the layers composited",
-        "links": [
-            link(format!("{here}?f=json"), "self", "application/json", "this document"),
-            link(format!("{here}?f=html"), "alternate", "text/html", "this document as HTML"),
-        ],
+        "links": self_links(&here),
         "tilesets": sets,
     });
     Ok(answer(&doc, form, "application/json"))

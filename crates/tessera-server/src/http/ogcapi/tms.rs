@@ -10,7 +10,7 @@ use tessera_grid::TileMatrixSet;
 use tessera_source::Crs;
 
 use super::documents::DocQuery;
-use super::{Form, answer, crs_uri, link, problem};
+use super::{Form, answer, crs_uri, link, problem, self_links};
 use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
@@ -49,10 +49,7 @@ pub async fn list(
         .collect();
     let doc = json!({
         "title": "tile matrix sets",
-        "links": [
-            link(format!("{base}/tileMatrixSets?f=json"), "self", "application/json", "this document"),
-            link(format!("{base}/tileMatrixSets?f=html"), "alternate", "text/html", "this document as HTML"),
-        ],
+        "links": self_links(&format!("{base}/tileMatrixSets")),
         "tileMatrixSets": sets,
     });
     Ok(answer(&doc, form, "application/json"))
