@@ -203,6 +203,7 @@ def test_tiles_are_the_xyz_tiles_from_one_cache(server):
     status, xyz_headers, xyz = get(server, "/tiles/relief/WebMercatorQuad/4/9/5.png")
     assert status == 200 and xyz == ogc
     assert xyz_headers["ETag"] == headers["ETag"]
+    assert "accept" in headers.get_all("Vary"), headers.get_all("Vary")
     assert xyz_headers["X-Cache"] == "HIT"
     assert renders(server, "relief") - before == 1
     # Accept chooses the format when f is absent.

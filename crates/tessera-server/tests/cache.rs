@@ -695,6 +695,7 @@ async fn tile_hits_the_short_way_answer_as_the_router_does() {
         .try_fast(&get(ogc))
         .expect("an OGC API tile hit naming its format is taken the short way");
     assert_eq!(sorted(fast_ogc.headers()), sorted(&routed_ogc.headers));
+    assert_eq!(header_of(&routed_ogc, "vary"), "accept");
     assert_eq!(header_of(&routed_ogc, "etag"), etag.as_str());
     let body = to_bytes(fast_ogc.into_body(), 16 << 20).await.unwrap();
     assert_eq!(body.as_ref(), routed.body.as_slice());

@@ -57,10 +57,10 @@ impl FastTiles {
         if request.method() != Method::GET {
             return None;
         }
-        let (address, rows) = match TileAddress::from_tile_path(request.uri().path()) {
+        let (address, rows, ogcapi) = match TileAddress::from_tile_path(request.uri().path()) {
             Some((mut address, rows)) => {
                 address.params = query_params(request.uri().query());
-                (address, rows)
+                (address, rows, false)
             }
             None => (
                 super::ogcapi::fast_address(
@@ -73,6 +73,7 @@ impl FastTiles {
                         .filter(|a| !a.contains(',')),
                 )?,
                 super::address::Rows::FromTop,
+                true,
             ),
         };
         let record = Record::begin(&self.requests, request.method(), request.uri());
@@ -108,6 +109,9 @@ impl FastTiles {
             headers.insert(name.clone(), value.clone());
         }
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, super::NOSNIFF);
+        if ogcapi {
+            super::ogcapi::vary_on_accept(&mut response);
+        }
         record.finish(&self.requests, &response);
         // Last, when nothing can fail any more: the file waits for the
         // stand-in body that only a 200 carries (a 304 has none).

@@ -14,7 +14,7 @@ mod openapi;
 mod tiles;
 mod tms;
 
-pub use tiles::fast_address;
+pub use tiles::{fast_address, vary_on_accept};
 
 use std::fmt::Write as _;
 
@@ -189,6 +189,7 @@ pub fn answer(doc: &Value, form: Form, json_type: &'static str) -> Response {
             response
                 .headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static(json_type));
+            vary_on_accept(&mut response);
             response
         }
         Form::Html => {
@@ -197,6 +198,7 @@ pub fn answer(doc: &Value, form: Form, json_type: &'static str) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/html; charset=utf-8"),
             );
+            vary_on_accept(&mut response);
             response
         }
     }

@@ -501,9 +501,19 @@ async fn tile(
     let tile = address
         .resolve(&state.registry, Rows::FromTop)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
-    serve_tile(&state.cache, tile, headers)
+    let mut response = serve_tile(&state.cache, tile, headers)
         .await
-        .map_err(problem)
+        .map_err(problem)?;
+    vary_on_accept(&mut response);
+    Ok(response)
+}
+
+/// `Vary: Accept` on a tile answer: without `f=` its format is the one
+/// `Accept` names.
+pub fn vary_on_accept(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::VARY, axum::http::HeaderValue::from_static("accept"));
 }
 
 /// The address of an OGC API map tile whose format `f=` names, or an
