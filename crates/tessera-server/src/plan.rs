@@ -67,6 +67,7 @@ pub fn layers_at(layer: &Arc<Layer>, specs: &[&str]) -> Result<Vec<Arc<Layer>>, 
         return Ok(vec![layer.at(|_| None).map_err(|e| err(e.to_string()))?]);
     }
     // Every combination of the chosen values.
+    let lens: Vec<usize> = chosen.iter().map(|(_, values)| values.len()).collect();
     let mut at = vec![0usize; chosen.len()];
     let mut layers = Vec::new();
     let mut first_error = None;
@@ -84,7 +85,6 @@ pub fn layers_at(layer: &Arc<Layer>, specs: &[&str]) -> Result<Vec<Arc<Layer>>, 
                 first_error.get_or_insert(e);
             }
         }
-        let lens: Vec<usize> = chosen.iter().map(|(_, values)| values.len()).collect();
         if !crate::dimension::next_combination(&mut at, &lens) {
             return if layers.is_empty() {
                 Err(err(first_error.map_or_else(

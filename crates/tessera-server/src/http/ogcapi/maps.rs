@@ -41,7 +41,13 @@ pub async fn collection_map(
         .registry
         .layer(&collection)
         .ok_or_else(|| unknown(&collection))?;
-    map(&state, vec![layer], query.as_deref(), &headers).await
+    map(
+        &state,
+        vec![layer],
+        query_params(query.as_deref()),
+        &headers,
+    )
+    .await
 }
 
 /// `GET /ogcapi/map`: the layers `collections=` names (default: every
@@ -51,8 +57,9 @@ pub async fn dataset_map(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let layers = dataset_layers(&state, &query_params(query.as_deref()))?;
-    map(&state, layers, query.as_deref(), &headers).await
+    let params = query_params(query.as_deref());
+    let layers = dataset_layers(&state, &params)?;
+    map(&state, layers, params, &headers).await
 }
 
 /// `GET /ogcapi/map/tiles/{tms}/{tileMatrix}/{tileRow}/{tileCol}`: a tile
@@ -103,10 +110,7 @@ pub async fn dataset_tile(
         .filter(|(k, _)| !matches!(k.as_str(), "width" | "height" | "crs" | "bbox-crs" | "bbox"))
         .collect();
     all.extend(extra);
-    let query: String = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(all)
-        .finish();
-    map(&state, layers, Some(&query), &headers).await
+    map(&state, layers, all, &headers).await
 }
 
 /// The layers `collections=` names among `params`, or every layer with
@@ -135,7 +139,7 @@ fn bad(code: &'static str, message: String) -> ApiError {
 async fn map(
     state: &Maps,
     layers: Vec<Arc<Layer>>,
-    query: Option<&str>,
+    mut params: Vec<(String, String)>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
@@ -152,7 +156,6 @@ async fn map(
             ),
         ));
     }
-    let mut params = query_params(query);
     super::tiles::dimension_params(&mut params);
     let get = |name: &str| {
         params

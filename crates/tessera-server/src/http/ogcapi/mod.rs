@@ -14,7 +14,7 @@ mod openapi;
 mod tiles;
 mod tms;
 
-pub use tiles::{fast_address, vary_on_accept};
+pub use tiles::fast_address;
 
 use std::fmt::Write as _;
 
@@ -173,6 +173,14 @@ impl Form {
             _ => Form::Json,
         })
     }
+}
+
+/// `Vary: Accept` on an answer whose form or format, without `f=`, is
+/// the one `Accept` names.
+pub fn vary_on_accept(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("accept"));
 }
 
 /// An error as problem details.

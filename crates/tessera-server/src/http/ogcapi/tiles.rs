@@ -11,7 +11,7 @@ use tessera_grid::TileFormat;
 
 use super::documents::unknown;
 use super::tms::registered_uri;
-use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links};
+use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
 use crate::http::address::{Level, Rows, TileAddress, query_params};
 use crate::http::base_url;
 use crate::http::error::{ApiError, Protocol};
@@ -506,14 +506,6 @@ async fn tile(
         .map_err(problem)?;
     vary_on_accept(&mut response);
     Ok(response)
-}
-
-/// `Vary: Accept` on a tile answer: without `f=` its format is the one
-/// `Accept` names.
-pub fn vary_on_accept(response: &mut Response) {
-    response
-        .headers_mut()
-        .insert(header::VARY, axum::http::HeaderValue::from_static("accept"));
 }
 
 /// The address of an OGC API map tile whose format `f=` names, or an
