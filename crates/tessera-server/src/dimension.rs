@@ -168,6 +168,44 @@ impl Dimension {
         })
     }
 
+    /// The greatest value within the interval `text` names (`low/high`,
+    /// where `..`, `*` or nothing leaves a side open, as OGC API
+    /// `datetime` writes it): `None` when `text` is no interval, `Unknown`
+    /// when no value lies within it.
+    pub fn greatest_within(&self, text: &str) -> Option<Result<String, DimensionError>> {
+        let text = text.trim();
+        let (low, high) = text.split_once('/')?;
+        if high.contains('/') {
+            return Some(Err(DimensionError::NotOne {
+                name: self.name.clone(),
+                value: cut(text),
+            }));
+        }
+        let bound = |t: &str| {
+            let t = t.trim();
+            if t.is_empty() || t == ".." || t == "*" {
+                Ok(None)
+            } else {
+                canonical(self.kind, &self.name, t).map(Some)
+            }
+        };
+        Some((|| {
+            let (low, high) = (bound(low)?, bound(high)?);
+            self.values
+                .iter()
+                .rev()
+                .find(|v| {
+                    low.as_ref().is_none_or(|l| self.order(v, l).is_ge())
+                        && high.as_ref().is_none_or(|h| self.order(v, h).is_le())
+                })
+                .cloned()
+                .ok_or_else(|| DimensionError::Unknown {
+                    name: self.name.clone(),
+                    value: cut(text),
+                })
+        })())
+    }
+
     /// The range `text` names (`start/end`, each made canonical, in
     /// order); `None` when it is not a range.
     pub fn range(&self, text: &str) -> Option<Result<(String, String), DimensionError>> {
@@ -803,6 +841,34 @@ mod tests {
             empty.resolve(None),
             Err(DimensionError::Empty { .. })
         ));
+    }
+
+    #[test]
+    fn an_interval_takes_the_greatest_value_within_it() {
+        let d = time(
+            &[
+                "2024-01-01T00:00:00Z",
+                "2024-02-01T00:00:00Z",
+                "2024-03-01T00:00:00Z",
+            ],
+            false,
+        );
+        let within = |t: &str| d.greatest_within(t).map(|r| r.map_err(|_| ()));
+        assert_eq!(within("2024-01-01"), None, "one value is no interval");
+        assert_eq!(
+            within("2024-01-01/2024-02-15"),
+            Some(Ok("2024-02-01T00:00:00Z".into()))
+        );
+        assert_eq!(
+            within("../2024-01-31"),
+            Some(Ok("2024-01-01T00:00:00Z".into()))
+        );
+        assert_eq!(
+            within("2024-01-15/.."),
+            Some(Ok("2024-03-01T00:00:00Z".into()))
+        );
+        assert_eq!(within("2023-01-01/2023-12-31"), Some(Err(())));
+        assert_eq!(within("2024-01-01/2024-02-01/P1M"), Some(Err(())));
     }
 
     #[test]

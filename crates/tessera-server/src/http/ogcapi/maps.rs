@@ -3,32 +3,27 @@
 //! bottom first), rendered by the WMS renderer under the same limits and
 //! render slots as a GetMap.
 //!
-//! `bbox` (in `bbox-crs`, default CRS84, in that CRS's axis order), `crs`
-//! (of the image, default CRS84), `width`/`height` (either one with the
-//! other from the bbox's aspect; default 1024 wide), `f` or `Accept`
-//! (png, jpeg, webp), `transparent` (default true), `bgcolor`, `datetime`
-//! and `subset=name(value)` for dimensions.
+//! The area, CRS, size and background come from [`super::map_view`]; the
+//! format from `f` or `Accept` (png, jpeg, webp); dimension values from
+//! `datetime` and `subset=name(value)`, an interval taking the greatest
+//! value within it.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use tessera_grid::{BBox, TileFormat};
-use tessera_image::Color;
-use tessera_source::Crs;
+use tessera_grid::TileFormat;
 
 use super::documents::unknown;
-use super::problem;
+use super::map_view::{self, Scene, bad, param};
+use super::{problem, subset};
 use crate::http::address::{dimension_param, query_params};
 use crate::http::error::ApiError;
 use crate::http::image_response;
 use crate::http::state::Maps;
 use crate::model::Layer;
 use crate::render::{Demand, ImageRequest};
-
-/// The default width of a map that names no size.
-const DEFAULT_WIDTH: u32 = 1024;
 
 /// `GET /ogcapi/collections/{collection}/map`.
 pub async fn collection_map(
@@ -107,7 +102,20 @@ pub async fn dataset_tile(
     extra.push(("bbox".into(), format!("{a},{c},{d},{e}")));
     let mut all: Vec<(String, String)> = params
         .into_iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "width" | "height" | "crs" | "bbox-crs" | "bbox"))
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "width"
+                    | "height"
+                    | "crs"
+                    | "bbox-crs"
+                    | "bbox"
+                    | "center"
+                    | "center-crs"
+                    | "scale-denominator"
+                    | "mm-per-pixel"
+            )
+        })
         .collect();
     all.extend(extra);
     map(&state, layers, all, &headers).await
@@ -132,97 +140,63 @@ fn dataset_layers(state: &Maps, params: &[(String, String)]) -> Result<Vec<Arc<L
     })
 }
 
-fn bad(code: &'static str, message: String) -> ApiError {
-    problem(ApiError::bad_request(code, message))
-}
-
 async fn map(
     state: &Maps,
     layers: Vec<Arc<Layer>>,
-    mut params: Vec<(String, String)>,
+    params: Vec<(String, String)>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
     if layers.is_empty() {
-        return Err(bad("InvalidParameterValue", "no collection to draw".into()));
+        return Err(bad("no collection to draw".into()));
     }
     if layers.len() > limits.wms_max_layers {
-        return Err(bad(
-            "InvalidParameterValue",
-            format!(
-                "{} collections; at most {} are drawn at once (limits.wms_max_layers)",
-                layers.len(),
-                limits.wms_max_layers
-            ),
-        ));
+        return Err(bad(format!(
+            "{} collections; at most {} are drawn at once (limits.wms_max_layers)",
+            layers.len(),
+            limits.wms_max_layers
+        )));
     }
-    super::tiles::dimension_params(&mut params);
-    let get = |name: &str| {
+    let subsets = subset::parse(
         params
             .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
+            .filter(|(k, _)| k == "subset")
+            .map(|(_, v)| v.as_str()),
+    )
+    .map_err(bad)?;
+    let mut dimensions = params.clone();
+    super::tiles::dimension_params(&mut dimensions).map_err(bad)?;
+    let get = |name: &str| param(&params, name);
     let mut at = Vec::with_capacity(layers.len());
     for layer in &layers {
         if layer.formats.iter().all(|f| f.is_vector()) {
-            return Err(bad(
-                "InvalidParameterValue",
-                format!("collection {:?} has no map (vector tiles only)", layer.name),
-            ));
+            return Err(bad(format!(
+                "collection {:?} has no map (vector tiles only)",
+                layer.name
+            )));
         }
-        at.push(
-            layer
-                .at(|d| dimension_param(get, d))
-                .map_err(|e| problem(ApiError::from_dimension(&e)))?,
-        );
+        at.push(layer_at(layer, &dimensions)?);
     }
-    let crs_of = |text: Option<&str>, what: &str| -> Result<Arc<Crs>, ApiError> {
-        let text = text.unwrap_or("http://www.opengis.net/def/crs/OGC/1.3/CRS84");
-        state
-            .registry
-            .crs(&crs_name(text))
-            .map_err(|e| bad("InvalidParameterValue", format!("{what} {text:?}: {e}")))
-    };
-    let crs = crs_of(get("crs"), "crs")?;
-    let bbox_crs = crs_of(get("bbox-crs"), "bbox-crs")?;
-    let asked = match get("bbox") {
-        Some(text) => parse_bbox(text, &bbox_crs)?,
-        None => {
-            // The layers' extent in lon/lat.
-            let mut all = layers[0].source.info().lonlat_bounds;
-            for l in &layers[1..] {
-                all = all.union(&l.source.info().lonlat_bounds);
-            }
-            let lonlat = state
-                .registry
-                .crs("OGC:CRS84")
-                .map_err(|e| problem(ApiError::internal(&e)))?;
-            lonlat
-                .transform_bbox(&all, &bbox_crs)
-                .map_err(|e| bad("InvalidParameterValue", format!("the layers' extent: {e}")))?
-        }
-    };
-    let bbox = if bbox_crs.id == crs.id {
-        asked
-    } else {
-        bbox_crs.transform_bbox(&asked, &crs).map_err(|e| {
-            bad(
-                "InvalidParameterValue",
-                format!("bbox cannot be taken into crs: {e}"),
-            )
-        })?
-    };
-    let (width, height) = size(get("width"), get("height"), &bbox, limits)?;
+    let mut extent = layers[0].source.info().lonlat_bounds;
+    for l in &layers[1..] {
+        extent = extent.union(&l.source.info().lonlat_bounds);
+    }
+    let native = layers[0].source.info();
+    let crs_of = |name: &str| state.registry.crs(name).map_err(|e| e.to_string());
+    let view = Scene {
+        params: &params,
+        subsets: &subsets,
+        crs_of: &crs_of,
+        extent,
+        native_metres_per_pixel: (native.native_resolution > 0.0)
+            .then_some(native.native_resolution * native.native_crs.meters_per_unit),
+        limits,
+    }
+    .view()?;
     let format = match get("f") {
         Some(f) => TileFormat::from_extension(f)
             .filter(|t| !t.is_vector() && *t != TileFormat::Mixed)
-            .ok_or_else(|| {
-                bad(
-                    "InvalidParameterValue",
-                    format!("f={f:?}: maps are png, jpeg or webp"),
-                )
-            })?,
+            .ok_or_else(|| bad(format!("f={f:?}: maps are png, jpeg or webp")))?,
         None => accepted(headers).ok_or_else(|| {
             let mut e = ApiError::new(
                 StatusCode::NOT_ACCEPTABLE,
@@ -233,35 +207,17 @@ async fn map(
             e
         })?,
     };
-    let transparent = match get("transparent") {
-        None | Some("true") => true,
-        Some("false") => false,
-        Some(t) => {
-            return Err(bad(
-                "InvalidParameterValue",
-                format!("transparent={t:?}: true or false"),
-            ));
-        }
-    };
-    let background = match get("bgcolor") {
-        None => Color([255, 255, 255, 255]),
-        Some(t) => Color::parse(t).ok_or_else(|| {
-            bad(
-                "InvalidParameterValue",
-                format!("bgcolor={t:?}: 0xRRGGBB or #RRGGBB"),
-            )
-        })?,
-    };
-    let crs_uri = super::crs_uri(&crs.id);
+    let background = map_view::background(&params)?;
+    let crs_uri = super::crs_uri(&view.crs.id);
     let image = ImageRequest {
         layers: at,
-        bbox,
-        crs,
-        width,
-        height,
+        bbox: view.bbox,
+        crs: view.crs,
+        width: view.width,
+        height: view.height,
         format,
-        transparent,
-        background,
+        transparent: background.transparent,
+        background: background.color,
     };
     let bytes = state
         .renderer
@@ -275,95 +231,30 @@ async fn map(
     Ok(response)
 }
 
-/// A CRS as a URI or `EPSG:n` in the form the registry parses.
-fn crs_name(text: &str) -> String {
-    let t = text.trim().trim_start_matches('[').trim_end_matches(']');
-    if let Some(code) = t.strip_prefix("http://www.opengis.net/def/crs/EPSG/0/") {
-        return format!("EPSG:{code}");
+/// `layer` at the dimension values `params` name; an interval (`datetime`
+/// or a `subset` trim) takes the greatest value within it where the layer
+/// has listed values (a layer of ranges draws the whole interval).
+fn layer_at(layer: &Arc<Layer>, params: &[(String, String)]) -> Result<Arc<Layer>, ApiError> {
+    let get = |name: &str| param(params, name);
+    let mut asked = Vec::with_capacity(layer.dimensions.len());
+    for d in &layer.dimensions {
+        let Some(text) = dimension_param(get, &d.name) else {
+            continue;
+        };
+        let text = match (&layer.ranges, d.greatest_within(&text)) {
+            (None, Some(within)) => within.map_err(|e| problem(ApiError::from_dimension(&e)))?,
+            _ => text,
+        };
+        asked.push((d.name.clone(), text));
     }
-    match t {
-        "http://www.opengis.net/def/crs/OGC/1.3/CRS84" | "CRS84" | "CRS:84" => "OGC:CRS84".into(),
-        other => other.to_string(),
-    }
-}
-
-/// `bbox=a,b,c,d` in `crs`'s axis order (latitude first for EPSG:4326),
-/// as an x/y box.
-fn parse_bbox(text: &str, crs: &Crs) -> Result<BBox, ApiError> {
-    let v: Vec<f64> = text
-        .split(',')
-        .map(|p| p.trim().parse::<f64>())
-        .collect::<Result<_, _>>()
-        .map_err(|_| {
-            bad(
-                "InvalidParameterValue",
-                format!("bbox={text:?}: four numbers"),
-            )
-        })?;
-    let [a, b, c, d] = v[..] else {
-        return Err(bad(
-            "InvalidParameterValue",
-            format!("bbox={text:?}: four numbers"),
-        ));
-    };
-    let (min_x, min_y, max_x, max_y) = if crs.authority_yx {
-        (b, a, d, c)
-    } else {
-        (a, b, c, d)
-    };
-    BBox::new(min_x, min_y, max_x, max_y)
-        .map_err(|e| bad("InvalidParameterValue", format!("bbox={text:?}: {e}")))
-}
-
-/// The image size: both given, one with the other from the bbox's aspect,
-/// or neither (`DEFAULT_WIDTH` wide); within the WMS limits.
-fn size(
-    width: Option<&str>,
-    height: Option<&str>,
-    bbox: &BBox,
-    limits: &crate::config::Limits,
-) -> Result<(u32, u32), ApiError> {
-    let number = |text: &str, name: &str| {
-        text.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            bad(
-                "InvalidParameterValue",
-                format!("{name}={text:?}: a positive integer"),
-            )
+    layer
+        .at(|name| {
+            asked
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
         })
-    };
-    let aspect = bbox.height() / bbox.width();
-    let other = |n: u32, ratio: f64| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to u32
-        let v = (f64::from(n) * ratio)
-            .round()
-            .clamp(1.0, f64::from(u32::MAX)) as u32;
-        v
-    };
-    let (w, h) = match (width, height) {
-        (Some(w), Some(h)) => (number(w, "width")?, number(h, "height")?),
-        (Some(w), None) => {
-            let w = number(w, "width")?;
-            (w, other(w, aspect))
-        }
-        (None, Some(h)) => {
-            let h = number(h, "height")?;
-            (other(h, 1.0 / aspect), h)
-        }
-        (None, None) => (DEFAULT_WIDTH, other(DEFAULT_WIDTH, aspect)),
-    };
-    if w > limits.wms_max_width
-        || h > limits.wms_max_height
-        || u64::from(w) * u64::from(h) > limits.wms_max_pixels
-    {
-        return Err(bad(
-            "InvalidParameterValue",
-            format!(
-                "a {w} x {h} map is beyond the limits ({} x {}, {} pixels)",
-                limits.wms_max_width, limits.wms_max_height, limits.wms_max_pixels
-            ),
-        ));
-    }
-    Ok((w, h))
+        .map_err(|e| problem(ApiError::from_dimension(&e)))
 }
 
 /// The map format `Accept` asks for (PNG when it takes anything).
@@ -381,39 +272,4 @@ fn accepted(headers: &HeaderMap) -> Option<TileFormat> {
             "image/webp" => Some(TileFormat::Webp),
             _ => None,
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crs_uris_and_bboxes() {
-        assert_eq!(
-            crs_name("http://www.opengis.net/def/crs/EPSG/0/3857"),
-            "EPSG:3857"
-        );
-        assert_eq!(
-            crs_name("[http://www.opengis.net/def/crs/OGC/1.3/CRS84]"),
-            "OGC:CRS84"
-        );
-        let lat_first = Crs::parse("EPSG:4326").unwrap();
-        let b = parse_bbox("10,20,30,40", &lat_first).unwrap();
-        assert_eq!(
-            (b.min_x, b.min_y, b.max_x, b.max_y),
-            (20.0, 10.0, 40.0, 30.0)
-        );
-        assert!(parse_bbox("1,2,3", &lat_first).is_err());
-    }
-
-    #[test]
-    fn sizes_follow_the_bbox_aspect_within_the_limits() {
-        let limits = crate::config::Limits::default();
-        let bbox = BBox::new(-180.0, -90.0, 180.0, 90.0).unwrap();
-        assert_eq!(size(Some("400"), None, &bbox, &limits).unwrap(), (400, 200));
-        assert_eq!(size(None, Some("100"), &bbox, &limits).unwrap(), (200, 100));
-        assert_eq!(size(None, None, &bbox, &limits).unwrap(), (1024, 512));
-        assert!(size(Some("0"), None, &bbox, &limits).is_err());
-        assert!(size(Some("100000"), Some("100000"), &bbox, &limits).is_err());
-    }
 }

@@ -9,8 +9,10 @@
 //! built from [`super::base_url`] like every other protocol's.
 
 mod documents;
+mod map_view;
 mod maps;
 mod openapi;
+mod subset;
 mod tiles;
 mod tms;
 
@@ -98,6 +100,15 @@ pub const CONFORMANCE: &[&str] = &[
     "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/core",
     "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/collection-map",
     "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/dataset-map",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/tilesets",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/collections-selection",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/background",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/scaling",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/display-resolution",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/spatial-subsetting",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/datetime",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/general-subsetting",
+    "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/crs",
     "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/png",
     "http://www.opengis.net/spec/ogcapi-maps-1/1.0/conf/jpeg",
 ];

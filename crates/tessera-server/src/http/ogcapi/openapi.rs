@@ -72,12 +72,12 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     let tms = path_param("tileMatrixSetId", sets, "a tile matrix set");
     let datetime = query(
         "datetime",
-        "a time value of the layer's time dimension",
+        "a time of the layer's time dimension, or an interval (a/b, ../b, a/..) whose latest it takes",
         json!({ "type": "string" }),
     );
     let subset = query(
         "subset",
-        "dimension values: name(value),...",
+        "axis(value) or axis(low:high),...: a dimension's value (an interval takes the greatest within), or Lat/Lon/E/N to cut a map's area",
         json!({ "type": "string" }),
     );
     let json_doc = |summary: &str, params: Vec<Value>| {
@@ -150,14 +150,39 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
                 json!({ "type": "string", "format": "uri" }),
             ),
             query(
+                "subset-crs",
+                "the CRS of a spatial subset (default CRS84)",
+                json!({ "type": "string", "format": "uri" }),
+            ),
+            query(
+                "center",
+                "x,y in center-crs's axis order: the map around it, at scale-denominator (else the native scale)",
+                json!({ "type": "string" }),
+            ),
+            query(
+                "center-crs",
+                "the CRS of center (default CRS84)",
+                json!({ "type": "string", "format": "uri" }),
+            ),
+            query(
                 "width",
-                "pixels",
+                "pixels (with only height: from the area's aspect)",
                 json!({ "type": "integer", "minimum": 1 }),
             ),
             query(
                 "height",
-                "pixels",
+                "pixels (with only width: from the area's aspect)",
                 json!({ "type": "integer", "minimum": 1 }),
+            ),
+            query(
+                "scale-denominator",
+                "the map's scale: its size from the area, or its area around center",
+                json!({ "type": "number", "minimum": 0, "exclusiveMinimum": true }),
+            ),
+            query(
+                "mm-per-pixel",
+                "the display resolution a scale assumes (default 0.28)",
+                json!({ "type": "number", "minimum": 0, "exclusiveMinimum": true }),
             ),
             query(
                 "f",
@@ -166,12 +191,12 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
             ),
             query(
                 "transparent",
-                "a transparent background",
+                "a transparent background (default: without bgcolor)",
                 json!({ "type": "boolean" }),
             ),
             query(
                 "bgcolor",
-                "the background colour, 0xRRGGBB",
+                "the background colour: a web colour name, 0xRRGGBB or 0xAARRGGBB",
                 json!({ "type": "string" }),
             ),
             datetime.clone(),

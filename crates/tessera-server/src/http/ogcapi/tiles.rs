@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tessera_grid::TileFormat;
 
 use super::documents::unknown;
+use super::subset::Extent;
 use super::tms::registered_uri;
 use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
 use crate::http::address::{Level, Rows, TileAddress, query_params};
@@ -485,7 +486,8 @@ async fn tile(
         })?,
     };
     // `datetime` is OGC API's `time`; `subset=name(value)` any other.
-    dimension_params(&mut params);
+    dimension_params(&mut params)
+        .map_err(|m| problem(ApiError::bad_request("InvalidParameterValue", m)))?;
     let address = TileAddress {
         layer: collection,
         grid: tms,
@@ -545,7 +547,7 @@ pub fn fast_address(path: &str, query: Option<&str>, accept: Option<&str>) -> Op
     if format.is_vector() {
         return None;
     }
-    dimension_params(&mut params);
+    dimension_params(&mut params).ok()?;
     Some(TileAddress {
         layer: layer.to_string(),
         grid: tms.to_string(),
@@ -586,29 +588,39 @@ fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
         })
 }
 
-/// Adds the dimension parameters OGC API writes: `datetime` as `time`
-/// (unless given), and each `subset=name(value)` as `name`.
-pub(super) fn dimension_params(params: &mut Vec<(String, String)>) {
+/// Writes `datetime` (OGC API's `time`) and the `subset` of every axis
+/// that is not spatial as the dimension parameters a tile address reads
+/// (a trim as `low/high`, `..` for an open side); an error names a
+/// malformed `subset`.
+pub(super) fn dimension_params(params: &mut Vec<(String, String)>) -> Result<(), String> {
+    let subsets = super::subset::parse(
+        params
+            .iter()
+            .filter(|(k, _)| k == "subset")
+            .map(|(_, v)| v.as_str()),
+    )?;
     let mut extra = Vec::new();
-    for (k, v) in params.iter() {
-        match k.as_str() {
-            "datetime" if !params.iter().any(|(n, _)| n == "time") => {
-                extra.push(("time".to_string(), v.clone()));
-            }
-            "subset" => {
-                for part in v.split(',') {
-                    if let Some((name, rest)) = part.split_once('(')
-                        && let Some(value) = rest.strip_suffix(')')
-                    {
-                        let value = value.trim().trim_matches('"');
-                        extra.push((name.trim().to_ascii_lowercase(), value.to_string()));
-                    }
-                }
-            }
-            _ => {}
+    if let Some((_, v)) = params.iter().find(|(k, _)| k == "datetime")
+        && !params.iter().any(|(n, _)| n == "time")
+    {
+        extra.push(("time".to_string(), v.clone()));
+    }
+    for s in subsets {
+        if super::subset::spatial(&s.axis).is_some() {
+            continue;
         }
+        let value = match s.extent {
+            Extent::Slice(v) => v,
+            Extent::Trim(low, high) => format!(
+                "{}/{}",
+                low.as_deref().unwrap_or(".."),
+                high.as_deref().unwrap_or("..")
+            ),
+        };
+        extra.push((s.axis, value));
     }
     params.extend(extra);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -624,7 +636,7 @@ mod tests {
                 "elevation(500),scenario(\"low\")".to_string(),
             ),
         ];
-        dimension_params(&mut p);
+        dimension_params(&mut p).unwrap();
         assert!(p.contains(&("time".into(), "2024-01-01".into())));
         assert!(p.contains(&("elevation".into(), "500".into())));
         assert!(p.contains(&("scenario".into(), "low".into())));
