@@ -3,6 +3,7 @@
 //! [`plan::TilePlan`] (seed, export), and the HTTP edges (XYZ/TMS, WMTS,
 //! WMS, TileJSON, preview, admin, health) that wrap the service.
 
+pub mod archive_objects;
 pub mod assemble;
 pub mod cluster;
 pub mod config;

@@ -18,6 +18,9 @@ use gdal::vector::LayerAccess;
 use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use serde_json::{Value, json};
 
+use tessera_source::archive::ArchiveKind;
+use tessera_source::{GdalSettings, SourceSpec};
+
 use crate::config::{Config, ConfigError, valid_name};
 
 /// A configuration serving each of `paths` as a layer (in the embedded
@@ -26,6 +29,11 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     let mut names = HashSet::new();
     let mut layers = Vec::with_capacity(paths.len());
     for path in paths {
+        let written = path.to_string_lossy();
+        if let Some(kind) = ArchiveKind::of_path(&written) {
+            layers.push(archive_layer(&written, kind, &mut names)?);
+            continue;
+        }
         let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
@@ -101,6 +109,58 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
         "layers": layers,
     });
     Config::from_yaml(&doc.to_string(), |_| None)
+}
+
+/// A layer serving the tile archive at `written` (a path, an `http(s)://`
+/// URL or an object URL) in its own grid, format and zooms, its tiles
+/// passed through as stored and kept in the memory cache.
+fn archive_layer(
+    written: &str,
+    kind: ArchiveKind,
+    names: &mut HashSet<String>,
+) -> Result<Value, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid(format!("{written}: {reason}"));
+    let is_url = written.contains("://");
+    let location = if is_url {
+        written.to_string()
+    } else {
+        std::path::absolute(written)
+            .map_err(|source| ConfigError::Read {
+                path: written.to_string(),
+                source,
+            })?
+            .to_string_lossy()
+            .into_owned()
+    };
+    let spec: SourceSpec = serde_json::from_value(json!({ "type": kind.name(), "path": location }))
+        .map_err(|e| invalid(e.to_string()))?;
+    let source = crate::assemble::open_layer_source(&spec, &GdalSettings::default())
+        .map_err(|e| invalid(tessera_source::error_chain(&e)))?;
+    let meta = source
+        .tile_metadata()
+        .ok_or_else(|| invalid("not read as a tile archive".into()))?;
+    let file = location
+        .rsplit('/')
+        .next()
+        .unwrap_or(&location)
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default();
+    let stem = file.rsplit_once('.').map_or(file, |(s, _)| s);
+    let name = unique_name(&clean_name(stem), names);
+    let format = meta.format;
+    let layer = json!({
+        "name": name,
+        "title": meta.name.clone().unwrap_or_else(|| file.to_string()),
+        "description": meta.description.clone().unwrap_or_else(|| format!("The {} archive {file}.", kind.name())),
+        "keywords": ["archive", kind.name()],
+        "source": { "type": kind.name(), "path": location.replace("${", "$${") },
+        "grids": ["WebMercatorQuad"],
+        "formats": [format.extension()],
+        "min_zoom": meta.min_zoom,
+        "max_zoom": meta.max_zoom,
+    });
+    Ok(layer)
 }
 
 /// Opens `path` as raster or vector data, read-only.

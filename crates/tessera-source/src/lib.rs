@@ -8,6 +8,8 @@
 //! with a pool of dataset handles so that no handle is used by two threads at
 //! once.
 
+#[cfg(feature = "archive")]
+pub mod archive;
 pub mod complete;
 mod crs;
 mod egress;
@@ -64,6 +66,31 @@ pub struct SourceInfo {
     pub lonlat_bounds: BBox,
     /// Native pixel size, in native CRS units.
     pub native_resolution: f64,
+}
+
+/// What a tile archive says about itself, for capabilities and TileJSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TileMetadata {
+    /// The format of its tiles.
+    pub format: TileFormat,
+    /// Its lowest zoom.
+    pub min_zoom: u8,
+    /// Its highest zoom.
+    pub max_zoom: u8,
+    /// Its extent in longitude/latitude, when it says.
+    pub bounds: Option<BBox>,
+    /// Longitude, latitude and zoom of its centre, when it says.
+    pub center: Option<(f64, f64, u8)>,
+    /// Its name.
+    pub name: Option<String>,
+    /// Its description.
+    pub description: Option<String>,
+    /// Its attribution (HTML, as TileJSON carries it).
+    pub attribution: Option<String>,
+    /// Its vector layers (TileJSON's `vector_layers`), for vector tiles.
+    pub vector_layers: Option<serde_json::Value>,
+    /// The version it was opened at (an `ETag`, a file's size and time).
+    pub version: Option<String>,
 }
 
 /// A request for pixels: `width` x `height` pixels covering `bbox` in `crs`.
@@ -192,6 +219,12 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Option<Result<Option<bytes::Bytes>, SourceError>> {
         let _ = (grid, coord, format, cancel);
+        None
+    }
+
+    /// What the source says about itself when it is a tile archive;
+    /// `None` by default.
+    fn tile_metadata(&self) -> Option<&TileMetadata> {
         None
     }
 

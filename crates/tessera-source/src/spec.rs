@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+#[cfg(feature = "archive")]
+use crate::archive::{ArchiveKind, ArchiveSpec, Place};
 #[cfg(feature = "upstream")]
 use crate::upstream::client::NetworkPolicy;
 use crate::{
@@ -34,6 +36,9 @@ pub enum SourceSpec {
     /// Features drawn with a style (`type: vector`).
     #[cfg(feature = "vector")]
     Vector(Box<VectorSpec>),
+    /// A tile archive (`type: pmtiles` or `type: mbtiles`).
+    #[cfg(feature = "archive")]
+    Archive(ArchiveKind, Box<ArchiveSpec>),
 }
 
 impl SourceSpec {
@@ -50,6 +55,8 @@ impl SourceSpec {
             SourceSpec::Mosaic(_) => "mosaic",
             #[cfg(feature = "vector")]
             SourceSpec::Vector(_) => "vector",
+            #[cfg(feature = "archive")]
+            SourceSpec::Archive(kind, _) => kind.name(),
         }
     }
 
@@ -70,6 +77,8 @@ impl SourceSpec {
             SourceSpec::Gdal(g) => Some(&g.path),
             #[cfg(feature = "vector")]
             SourceSpec::Vector(v) if !v.is_postgres() => Some(&v.path),
+            #[cfg(feature = "archive")]
+            SourceSpec::Archive(_, a) if a.place() == Place::Local => Some(&a.path),
             _ => None,
         }
     }
@@ -81,6 +90,8 @@ impl SourceSpec {
             SourceSpec::Gdal(g) => Some(&mut g.path),
             #[cfg(feature = "vector")]
             SourceSpec::Vector(v) if !v.is_postgres() => Some(&mut v.path),
+            #[cfg(feature = "archive")]
+            SourceSpec::Archive(_, a) if a.place() == Place::Local => Some(&mut a.path),
             _ => None,
         }
     }
@@ -147,6 +158,10 @@ impl SourceSpec {
                 }
                 id
             }
+            #[cfg(feature = "archive")]
+            SourceSpec::Archive(kind, a) => {
+                format!("{} {:?} {:?}", kind.name(), a.path, a.resampling)
+            }
         }
     }
 
@@ -168,6 +183,8 @@ impl SourceSpec {
                 .unwrap_or("mosaic"),
             #[cfg(feature = "vector")]
             SourceSpec::Vector(v) => &v.path,
+            #[cfg(feature = "archive")]
+            SourceSpec::Archive(_, a) => &a.path,
         }
     }
 }
@@ -188,7 +205,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, pmtiles, mbtiles), not {other}"
                     )));
                 }
             },
@@ -210,6 +227,21 @@ impl<'de> Deserialize<'de> for SourceSpec {
             "vector" => Err(D::Error::custom(
                 "vector sources are not in this build of tessera (cargo feature `vector`)",
             )),
+            #[cfg(not(feature = "archive"))]
+            "pmtiles" | "mbtiles" => Err(D::Error::custom(format!(
+                "{kind} sources are not in this build of tessera (cargo feature `archive`)"
+            ))),
+            #[cfg(feature = "archive")]
+            "pmtiles" | "mbtiles" => {
+                let archive = if kind == "pmtiles" {
+                    ArchiveKind::Pmtiles
+                } else {
+                    ArchiveKind::Mbtiles
+                };
+                serde_json::from_value(value)
+                    .map(|a| SourceSpec::Archive(archive, Box::new(a)))
+                    .map_err(|e| D::Error::custom(format!("{kind} source: {e}")))
+            }
             #[cfg(feature = "upstream")]
             "wms" => serde_json::from_value(value)
                 .map(|w| SourceSpec::Wms(Box::new(w)))
@@ -230,7 +262,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 .map(|v| SourceSpec::Vector(Box::new(v)))
                 .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic or vector"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, pmtiles or mbtiles"
             ))),
         }
     }
@@ -255,6 +287,8 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
         #[cfg(feature = "vector")]
         SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),
+        #[cfg(feature = "archive")]
+        SourceSpec::Archive(kind, a) => Arc::new(crate::archive::open(*kind, a, policy(), None)?),
     })
 }
 

@@ -12,6 +12,8 @@ use tessera_grid::mercator;
 use tessera_grid::{BBox, TileFormat, TileMatrixSet};
 use tessera_image::{ColorRamp, build_style};
 use tessera_source::{Crs, Source, open_source};
+
+use crate::archive_objects::ObjectBytes;
 use tessera_store::cluster::Coordinator;
 use tessera_store::{MemoryStore, StoreSpec, TileStore};
 
@@ -148,6 +150,36 @@ pub fn grids(config: &Config) -> Result<HashMap<String, Arc<Grid>>, ConfigError>
     Ok(grids)
 }
 
+/// Opens a layer's source: as [`open_source`] does, and a tile archive in
+/// an object store with the object store clients ([`ObjectBytes`]).
+pub fn open_layer_source(
+    spec: &tessera_source::SourceSpec,
+    gdal: &tessera_source::GdalSettings,
+) -> Result<Arc<dyn Source>, tessera_source::SourceError> {
+    use tessera_source::archive::{self, Place};
+    if let tessera_source::SourceSpec::Archive(kind, a) = spec
+        && a.place() == Place::Object
+    {
+        let bytes = ObjectBytes::open(&a.path, &a.options).map_err(|m| {
+            tessera_source::SourceError::Open {
+                path: a.path.clone(),
+                source: m.into(),
+            }
+        })?;
+        let policy = tessera_source::upstream::client::NetworkPolicy {
+            allow_private_network: gdal.allow_private_network,
+            allowed_private_hosts: gdal.allowed_private_hosts.clone(),
+        };
+        return Ok(Arc::new(archive::open(
+            *kind,
+            a,
+            policy,
+            Some(Arc::new(bytes)),
+        )?));
+    }
+    open_source(spec, gdal)
+}
+
 /// Builds a layer from its configuration, with `registry`'s grids and
 /// stores; a layer with dimensions with the layer at each of its values
 /// ([`dimensions`]).
@@ -184,7 +216,7 @@ fn plain_layer(
         Some(source) => source,
         None => wrap_source(
             &lc.name,
-            open_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
+            open_layer_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
                 layer: lc.name.clone(),
                 source,
             })?,
@@ -300,7 +332,9 @@ fn plain_layer(
             || lc.style == tessera_image::StyleSpec::default()
                 && matches!(
                     lc.source,
-                    tessera_source::SourceSpec::Xyz(_) | tessera_source::SourceSpec::Wmts(_)
+                    tessera_source::SourceSpec::Xyz(_)
+                        | tessera_source::SourceSpec::Wmts(_)
+                        | tessera_source::SourceSpec::Archive(..)
                 ),
         max_age_secs: lc.cache.max_age_secs,
         dimensions: Vec::new(),

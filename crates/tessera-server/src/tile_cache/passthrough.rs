@@ -13,11 +13,33 @@ use crate::model::LayerCache;
 use crate::render::{Demand, ImageRequest, RenderError};
 
 impl TileCache {
+    /// A tile of a layer without a cache: a vector tile or a tile the
+    /// source passes through as it has it (an archive's, an upstream's), or
+    /// rendered alone.
     pub(super) async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
         if req.format.is_vector() {
             let bytes = self.vector_tile(req).await?;
             return Ok(miss(bytes));
         }
+        if req.layer.passthrough {
+            let (source, tms, coord, format) = (
+                req.layer.source.clone(),
+                req.grid.tms.clone(),
+                req.coord,
+                req.format,
+            );
+            match run_blocking(move || source.passthrough(&tms, coord, format, None)).await? {
+                Some(Ok(Some(bytes))) => return Ok(miss(bytes)),
+                Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
+                // None there: rendered alone (transparent).
+                Some(Ok(None)) | None => {}
+            }
+        }
+        self.render_alone(req).await
+    }
+
+    /// A raster tile rendered alone, not cut from a metatile.
+    async fn render_alone(&self, req: &TileRequest) -> Result<Tile, TileError> {
         let tms = &req.grid.tms;
         let bytes = self
             .renderer
@@ -96,7 +118,7 @@ impl TileCache {
             None => return Ok(None),
             Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
             Some(Ok(Some(bytes))) => bytes,
-            Some(Ok(None)) => self.render_uncached(req).await?.bytes,
+            Some(Ok(None)) => self.render_alone(req).await?.bytes,
         };
         self.save_passed(cache, key, bytes.clone()).await?;
         drop(guard);

@@ -92,6 +92,8 @@ pub struct Fetched {
     pub content_type: String,
     /// The body.
     pub body: Bytes,
+    /// `ETag`, when the answer has one.
+    pub etag: Option<String>,
 }
 
 /// Why an upstream request failed.
@@ -454,7 +456,7 @@ impl UpstreamClient {
         runtime().spawn(async move {
             let asked = urls
                 .into_iter()
-                .map(|u| this.clone().get_with_retries(u, flag.clone()));
+                .map(|u| this.clone().get_with_retries(u, flag.clone(), None));
             let _ = tx.send(futures::future::join_all(asked).await);
         });
         wait_for(&rx, cancel, &stop).unwrap_or_else(|| (0..n).map(|_| Err(task_failed())).collect())
@@ -469,7 +471,7 @@ impl UpstreamClient {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (this, flag) = (self.clone(), stop.clone());
         runtime().spawn(async move {
-            let _ = tx.send(this.get_with_retries(url, flag).await);
+            let _ = tx.send(this.get_with_retries(url, flag, None).await);
         });
         Prefetch {
             rx,
@@ -478,10 +480,30 @@ impl UpstreamClient {
         }
     }
 
+    /// GETs `len` bytes of `url` from `offset` (a `Range` request; an
+    /// answer of the whole body is cut to the range, a 416 is no bytes) as
+    /// [`UpstreamClient::get`] does, on the upstream runtime: the future
+    /// may be awaited on any executor.
+    pub fn get_range(
+        self: &Arc<Self>,
+        url: reqwest::Url,
+        offset: u64,
+        len: u64,
+    ) -> impl std::future::Future<Output = Result<Fetched, FetchError>> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let this = self.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        runtime().spawn(async move {
+            let _ = tx.send(this.get_with_retries(url, stop, Some((offset, len))).await);
+        });
+        async move { rx.await.unwrap_or_else(|_| Err(task_failed())) }
+    }
+
     async fn get_with_retries(
         self: Arc<Self>,
         url: reqwest::Url,
         stop: Arc<AtomicBool>,
+        range: Option<(u64, u64)>,
     ) -> Result<Fetched, FetchError> {
         self.enter_circuit()?;
         let mut attempt = 0;
@@ -490,7 +512,7 @@ impl UpstreamClient {
                 self.leave_circuit(None);
                 return Err(FetchError::Cancelled);
             }
-            match self.get_once(url.clone()).await {
+            match self.get_once(url.clone(), range).await {
                 Ok(f) => {
                     self.leave_circuit(Some(true));
                     return Ok(f);
@@ -539,7 +561,11 @@ impl UpstreamClient {
         Ok(client)
     }
 
-    async fn get_once(&self, url: reqwest::Url) -> Result<Fetched, FetchError> {
+    async fn get_once(
+        &self,
+        url: reqwest::Url,
+        range: Option<(u64, u64)>,
+    ) -> Result<Fetched, FetchError> {
         let client = self.client_for(&url)?;
         let _permit = self
             .permits
@@ -550,8 +576,17 @@ impl UpstreamClient {
         if let Some((user, password)) = &self.basic_auth {
             request = request.basic_auth(user, Some(password));
         }
+        if let Some((offset, len)) = range {
+            let last = offset.saturating_add(len.max(1)) - 1;
+            request = request.header(reqwest::header::RANGE, format!("bytes={offset}-{last}"));
+        }
         let response = request.send().await.map_err(|e| describe(&url, &e))?;
         let status = response.status().as_u16();
+        let etag = response
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let content_type = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -590,10 +625,34 @@ impl UpstreamClient {
                 excerpt(&body)
             )));
         }
+        let mut body = Bytes::from(body);
+        let mut status = status;
+        if let Some((offset, len)) = range {
+            match status {
+                // The whole body: the range is cut from it.
+                200 => {
+                    let start = usize::try_from(offset)
+                        .unwrap_or(usize::MAX)
+                        .min(body.len());
+                    let end = usize::try_from(offset.saturating_add(len))
+                        .unwrap_or(usize::MAX)
+                        .min(body.len());
+                    body = body.slice(start..end);
+                    status = 206;
+                }
+                // Past the end: no bytes.
+                416 => {
+                    body = Bytes::new();
+                    status = 206;
+                }
+                _ => {}
+            }
+        }
         Ok(Fetched {
             status,
             content_type,
-            body: Bytes::from(body),
+            body,
+            etag,
         })
     }
 

@@ -100,15 +100,20 @@ pub struct WmtsSourceSpec {
     pub http: HttpSettings,
 }
 
-/// How a tile's URL is made.
-#[derive(Debug, Clone, PartialEq)]
+/// Where a source's tiles come from.
+#[derive(Debug, Clone)]
 enum Template {
     /// `{z}`, `{x}`, `{y}`/`{-y}` in a URL, and for WMTS `{TileMatrix}`,
-    /// `{TileRow}`, `{TileCol}` with the matrix identifiers.
-    Url(String),
+    /// `{TileRow}`, `{TileCol}` with the matrix identifiers, asked with
+    /// `client`.
+    Url(String, Arc<UpstreamClient>),
+    /// A tile archive (PMTiles, MBTiles).
+    #[cfg(feature = "archive")]
+    Archive(Arc<dyn crate::archive::TileArchive>),
 }
 
-/// An upstream tile service.
+/// An upstream tile service, or a tile archive: tiles of one grid, read
+/// by coordinates.
 #[derive(Debug)]
 pub struct TileSource {
     name: String,
@@ -119,12 +124,13 @@ pub struct TileSource {
     max_zoom: u8,
     format: TileFormat,
     resampling: Resampling,
-    client: Arc<UpstreamClient>,
     info: SourceInfo,
     /// Tiles started ahead of their reads ([`Source::prefetch`]).
     prefetched: Prefetched,
     /// A WMTS layer's dimensions: identifier and the values listed.
     dimensions: Vec<(String, Vec<String>)>,
+    /// What an archive says about itself.
+    metadata: Option<crate::TileMetadata>,
 }
 
 /// Most tiles fetched ahead and kept for their reads: a few metatile
@@ -190,13 +196,12 @@ impl TileSource {
         };
         Ok(TileSource::new(
             spec.url.clone(),
-            Template::Url(template),
+            Template::Url(template, client),
             grid,
             crs,
             (spec.min_zoom, spec.max_zoom),
             format,
             spec.resampling,
-            client,
             lonlat,
         ))
     }
@@ -250,13 +255,12 @@ impl TileSource {
         };
         let mut source = TileSource::new(
             format!("{} (WMTS layer {})", spec.url, spec.layer),
-            Template::Url(template),
+            Template::Url(template, client),
             grid,
             crs,
             (0, max_zoom),
             layer.format,
             spec.resampling,
-            client,
             lonlat,
         );
         source.dimensions = layer.dimensions;
@@ -272,7 +276,6 @@ impl TileSource {
         (min_zoom, max_zoom): (u8, u8),
         format: TileFormat,
         resampling: Resampling,
-        client: Arc<UpstreamClient>,
         lonlat: BBox,
     ) -> TileSource {
         let max_zoom = max_zoom.min(grid.max_zoom());
@@ -301,11 +304,41 @@ impl TileSource {
             max_zoom,
             format,
             resampling,
-            client,
             info,
             prefetched: Prefetched::new(MOST_PREFETCHED),
             dimensions: Vec::new(),
+            metadata: None,
         }
+    }
+
+    /// A tile archive's tiles as a source, in WebMercatorQuad (the grid
+    /// PMTiles and MBTiles hold), over the zooms and extent the archive
+    /// says.
+    #[cfg(feature = "archive")]
+    pub fn open_archive(
+        name: String,
+        archive: Arc<dyn crate::archive::TileArchive>,
+        resampling: Resampling,
+    ) -> Result<TileSource, SourceError> {
+        let grid = TileMatrixSet::web_mercator_quad();
+        let crs = Crs::parse("EPSG:3857")?;
+        let metadata = archive.metadata().clone();
+        let lonlat = match metadata.bounds {
+            Some(b) => b,
+            None => lonlat_of(&grid, &crs)?,
+        };
+        let mut source = TileSource::new(
+            name,
+            Template::Archive(archive),
+            grid,
+            crs,
+            (metadata.min_zoom, metadata.max_zoom),
+            metadata.format,
+            resampling,
+            lonlat,
+        );
+        source.metadata = Some(metadata);
+        Ok(source)
     }
 
     /// The values a WMTS layer lists for its dimension `name` (any case);
@@ -320,7 +353,11 @@ impl TileSource {
     /// Whether a value of dimension `name` reaches the upstream: its
     /// template has `{name}` (any case) or is a KVP query it can join.
     pub fn takes_value(&self, name: &str) -> bool {
-        let Template::Url(template) = &self.template;
+        let template = match &self.template {
+            Template::Url(template, _) => template,
+            #[cfg(feature = "archive")]
+            Template::Archive(_) => return false,
+        };
         template.contains('?')
             || template
                 .to_ascii_lowercase()
@@ -334,7 +371,13 @@ impl TileSource {
     /// connections and concurrency bound).
     #[must_use]
     pub fn with_values(&self, values: &[(String, String)]) -> TileSource {
-        let Template::Url(mut template) = self.template.clone();
+        let (mut template, client) = match &self.template {
+            Template::Url(template, client) => (template.clone(), client.clone()),
+            #[cfg(feature = "archive")]
+            Template::Archive(_) => {
+                return self.with_template(self.template.clone(), self.name.clone());
+            }
+        };
         let mut name = self.name.clone();
         for (dimension, value) in values {
             let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
@@ -356,19 +399,25 @@ impl TileSource {
             }
             let _ = write!(name, " {dimension}={value}");
         }
+        self.with_template(Template::Url(template, client), name)
+    }
+
+    /// This source with another template (and name): the same grid,
+    /// zooms, format and extent; its own prefetched tiles.
+    fn with_template(&self, template: Template, name: String) -> TileSource {
         TileSource {
             name,
-            template: Template::Url(template),
+            template,
             grid: self.grid.clone(),
             crs: self.crs.clone(),
             min_zoom: self.min_zoom,
             max_zoom: self.max_zoom,
             format: self.format,
             resampling: self.resampling,
-            client: self.client.clone(),
             info: self.info.clone(),
             prefetched: Prefetched::new(MOST_PREFETCHED),
             dimensions: self.dimensions.clone(),
+            metadata: self.metadata.clone(),
         }
     }
 
@@ -378,7 +427,16 @@ impl TileSource {
     }
 
     fn url_of(&self, coord: TileCoord) -> Result<reqwest::Url, SourceError> {
-        let Template::Url(t) = &self.template;
+        let t = match &self.template {
+            Template::Url(t, _) => t,
+            #[cfg(feature = "archive")]
+            Template::Archive(a) => {
+                return Err(SourceError::Upstream {
+                    url: a.describe(coord),
+                    message: "an archive's tiles have no URL".into(),
+                });
+            }
+        };
         let text = fill(t, &self.grid, coord);
         reqwest::Url::parse(&text).map_err(|e| SourceError::Upstream {
             url: text.clone(),
@@ -453,15 +511,32 @@ impl TileSource {
         coords: &[TileCoord],
         cancel: Option<&AtomicBool>,
     ) -> Result<Vec<Option<Bytes>>, SourceError> {
+        let client = match &self.template {
+            Template::Url(_, client) => client,
+            #[cfg(feature = "archive")]
+            Template::Archive(archive) => return archive.tiles(coords),
+        };
         let urls = coords
             .iter()
             .map(|c| self.url_of(*c))
             .collect::<Result<Vec<_>, _>>()?;
-        let answers = self.prefetched.get_all(&self.client, &urls, cancel);
+        let answers = self.prefetched.get_all(client, &urls, cancel);
         urls.iter()
             .zip(answers)
             .map(|(url, answer)| judge(url, answer))
             .collect()
+    }
+
+    /// Where tile `coord` comes from, for messages (a URL without its
+    /// secrets, or an archive and the tile).
+    fn describe(&self, coord: TileCoord) -> String {
+        match &self.template {
+            Template::Url(..) => self
+                .url_of(coord)
+                .map_or_else(|_| self.name.clone(), |u| redacted(&u)),
+            #[cfg(feature = "archive")]
+            Template::Archive(a) => a.describe(coord),
+        }
     }
 
     /// Stitches the tiles of `range` into one image covering the range.
@@ -479,9 +554,8 @@ impl TileSource {
         let stride = (cols * tw * 4) as usize;
         for (coord, bytes) in coords.iter().zip(tiles) {
             let Some(bytes) = bytes else { continue };
-            let url = self.url_of(*coord)?;
             let image = decode(&bytes, tw, th).map_err(|e| SourceError::Upstream {
-                url: redacted(&url),
+                url: self.describe(*coord),
                 message: e.to_string(),
             })?;
             let (ox, oy) = (
@@ -566,12 +640,21 @@ impl Source for TileSource {
         &self.info
     }
 
+    fn tile_metadata(&self) -> Option<&crate::TileMetadata> {
+        self.metadata.as_ref()
+    }
+
     /// Starts fetching the tiles covering `request`'s window.
     fn prefetch(&self, request: &WindowRequest<'_>) {
+        let client = match &self.template {
+            Template::Url(_, client) => client,
+            #[cfg(feature = "archive")]
+            Template::Archive(_) => return,
+        };
         if let Ok(Some(plan)) = self.plan(request) {
             for coord in plan.coords() {
                 if let Ok(url) = self.url_of(coord) {
-                    self.prefetched.start(&self.client, url);
+                    self.prefetched.start(client, url);
                 }
             }
         }
@@ -630,23 +713,38 @@ impl Source for TileSource {
                 .and_then(|bytes| match bytes {
                     // A tile is stored as it came only when it is whole:
                     // the right signature, and its framing complete.
-                    Some(b) => match check_complete(&b, format).and_then(|()| {
-                        same_size(&b, format, (self.grid.tile_width, self.grid.tile_height))
-                    }) {
-                        Ok(()) => Ok(Some(b)),
-                        Err(e) => Err(SourceError::Upstream {
-                            url: self.name.clone(),
-                            message: format!(
-                                "{e} ({} bytes, starting {})",
-                                b.len(),
-                                excerpt(&b[..b.len().min(16)])
-                            ),
-                        }),
-                    },
+                    Some(b) => {
+                        match check_tile(&b, format, (self.grid.tile_width, self.grid.tile_height))
+                        {
+                            Ok(()) => Ok(Some(b)),
+                            Err(e) => Err(SourceError::Upstream {
+                                url: self.name.clone(),
+                                message: format!(
+                                    "{e} ({} bytes, starting {})",
+                                    b.len(),
+                                    excerpt(&b[..b.len().min(16)])
+                                ),
+                            }),
+                        }
+                    }
                     None => Ok(None),
                 }),
         )
     }
+}
+
+/// Checks that a tile is whole: a vector tile gzip-compressed as stored
+/// (an archive's) by its signature; any other by its framing, and an image
+/// by the size it declares.
+fn check_tile(
+    bytes: &[u8],
+    format: TileFormat,
+    size: (u32, u32),
+) -> Result<(), crate::complete::Incomplete> {
+    if format == TileFormat::Mvt && bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(());
+    }
+    check_complete(bytes, format).and_then(|()| same_size(bytes, format, size))
 }
 
 /// Checks that an image tile declares the tile's size (an MVT has none).

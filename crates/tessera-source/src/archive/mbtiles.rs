@@ -1,0 +1,329 @@
+//! MBTiles archives (SQLite): a `tiles` table or view (rows from the
+//! bottom, as TMS counts them) and a `metadata` table of names and values.
+//! A local file is read in place by a few read-only connections, opened
+//! again when the path names a changed file; an archive elsewhere (HTTP,
+//! an object store) is first copied to a local file, by chunks.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use bytes::Bytes;
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
+use tessera_grid::{BBox, TileCoord, TileFormat};
+
+use super::{ArchiveBytes, TileArchive, format_named, gzipped};
+use crate::{SourceError, TileMetadata};
+
+/// Connections kept open for reads (more are opened while busy).
+const KEPT_CONNECTIONS: usize = 8;
+
+/// Bytes copied per range read when an archive is copied to a local file.
+const COPY_CHUNK: u64 = 8 << 20;
+
+/// A file's size and modification time.
+type Stamp = Option<(u64, std::time::SystemTime)>;
+
+/// An MBTiles archive.
+#[derive(Debug)]
+pub struct Mbtiles {
+    /// The local file read.
+    file: PathBuf,
+    /// The path or URL the configuration names, for messages.
+    name: String,
+    /// Idle connections, and the file's stamp they were opened on.
+    idle: Mutex<(Vec<Connection>, Stamp)>,
+    metadata: TileMetadata,
+}
+
+fn stamp(path: &Path) -> Stamp {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+}
+
+impl Mbtiles {
+    /// Opens `file` (read as `name` says) and reads its metadata.
+    pub fn open(file: &Path, name: &str) -> Result<Mbtiles, String> {
+        let fail = |what: String| format!("{name}: {what}");
+        if !file.is_file() {
+            return Err(fail("no such file".into()));
+        }
+        let conn = connect(file).map_err(|e| fail(format!("cannot open it: {e}")))?;
+        let kinds: Vec<(String, String)> = conn
+            .prepare("SELECT name, type FROM sqlite_master WHERE name IN ('tiles', 'metadata')")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()
+            })
+            .map_err(|e| fail(format!("not an MBTiles database: {e}")))?;
+        for table in ["tiles", "metadata"] {
+            if !kinds.iter().any(|(n, _)| n == table) {
+                return Err(fail(format!(
+                    "not an MBTiles database: it has no `{table}` table"
+                )));
+            }
+        }
+        let rows: Vec<(String, String)> = conn
+            .prepare("SELECT name, value FROM metadata")
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    ))
+                })?
+                .collect::<Result<_, _>>()
+            })
+            .map_err(|e| fail(format!("its metadata table cannot be read: {e}")))?;
+        let meta = |k: &str| {
+            rows.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let numbers = |k: &str, n: usize| -> Result<Option<Vec<f64>>, String> {
+            let Some(text) = meta(k) else { return Ok(None) };
+            let v: Option<Vec<f64>> = text
+                .split(',')
+                .map(|p| p.trim().parse::<f64>().ok().filter(|x| x.is_finite()))
+                .collect();
+            match v {
+                Some(v) if v.len() == n => Ok(Some(v)),
+                _ => Err(fail(format!("metadata {k} {text:?} is not {n} numbers"))),
+            }
+        };
+        let zoom = |k: &str| -> Result<Option<u8>, String> {
+            meta(k)
+                .map(|t| {
+                    t.parse::<u8>()
+                        .ok()
+                        .filter(|z| *z <= 30)
+                        .ok_or_else(|| fail(format!("metadata {k} {t:?} is not a zoom level")))
+                })
+                .transpose()
+        };
+        let (min_zoom, max_zoom) = match (zoom("minzoom")?, zoom("maxzoom")?) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                let (a, b): (Option<i64>, Option<i64>) = conn
+                    .query_row(
+                        "SELECT min(zoom_level), max(zoom_level) FROM tiles",
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
+                let level = |z: Option<i64>| z.and_then(|z| u8::try_from(z).ok()).unwrap_or(0);
+                (level(a), level(b))
+            }
+        };
+        if min_zoom > max_zoom || max_zoom > 30 {
+            return Err(fail(format!(
+                "zooms {min_zoom}..{max_zoom} are not a zoom range"
+            )));
+        }
+        let format = match meta("format") {
+            Some(f) => format_named(&f)
+                .ok_or_else(|| fail(format!("metadata format {f:?}: png, jpg, webp or pbf")))?,
+            None => {
+                let first: Option<Vec<u8>> = conn
+                    .query_row("SELECT tile_data FROM tiles LIMIT 1", [], |r| r.get(0))
+                    .optional()
+                    .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
+                first
+                    .as_deref()
+                    .and_then(sniff)
+                    .ok_or_else(|| fail("metadata names no format and no tile tells it".into()))?
+            }
+        };
+        let bounds = numbers("bounds", 4)?.and_then(|b| {
+            BBox::new(
+                b[0].max(-180.0),
+                b[1].max(-90.0),
+                b[2].min(180.0),
+                b[3].min(90.0),
+            )
+            .ok()
+        });
+        let center = numbers("center", 3)?.map(|c| (c[0], c[1], c[2].clamp(0.0, 30.0) as u8));
+        let json: Option<serde_json::Value> = meta("json")
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| fail(format!("metadata json is not JSON: {e}")))
+            })
+            .transpose()?;
+        let metadata = TileMetadata {
+            format,
+            min_zoom,
+            max_zoom,
+            bounds,
+            center,
+            name: meta("name"),
+            description: meta("description"),
+            attribution: meta("attribution"),
+            vector_layers: json.and_then(|j| j.get("vector_layers").cloned()),
+            version: stamp(file).map(|(len, t)| format!("{len}:{t:?}")),
+        };
+        Ok(Mbtiles {
+            file: file.to_path_buf(),
+            name: name.to_string(),
+            idle: Mutex::new((vec![conn], stamp(file))),
+            metadata,
+        })
+    }
+
+    /// An idle connection to the file as it is now (all dropped when it
+    /// changed), or a new one.
+    fn connection(&self) -> Result<Connection, rusqlite::Error> {
+        let now = stamp(&self.file);
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.1 != now {
+            if idle.1.is_some() {
+                tracing::info!(archive = %self.name, "the archive changed; reading it again");
+            }
+            idle.0.clear();
+            idle.1 = now;
+        }
+        match idle.0.pop() {
+            Some(c) => Ok(c),
+            None => {
+                drop(idle);
+                connect(&self.file)
+            }
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.0.len() < KEPT_CONNECTIONS {
+            idle.0.push(conn);
+        }
+    }
+}
+
+/// The format a tile's first bytes say.
+fn sniff(bytes: &[u8]) -> Option<TileFormat> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Some(TileFormat::Mvt);
+    }
+    TileFormat::sniff(bytes)
+}
+
+impl TileArchive for Mbtiles {
+    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError> {
+        // A 502 for the tile: the archive failed, as an upstream may.
+        let failed = |message: String| SourceError::Upstream {
+            url: self.name.clone(),
+            message,
+        };
+        let conn = self
+            .connection()
+            .map_err(|e| failed(format!("cannot open it: {e}")))?;
+        let found = (|| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT tile_data FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+            )?;
+            coords
+                .iter()
+                .map(|c| {
+                    // MBTiles counts rows from the bottom.
+                    let rows = 1u64 << c.z();
+                    let row = rows - 1 - u64::from(c.y());
+                    stmt.query_row((c.z(), c.x(), row), |r| r.get::<_, Vec<u8>>(0))
+                        .optional()
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })();
+        let found = match found {
+            Ok(f) => {
+                self.give_back(conn);
+                f
+            }
+            Err(e) => return Err(failed(format!("cannot read its tiles: {e}"))),
+        };
+        found
+            .into_iter()
+            .map(|t| {
+                t.map(|b| {
+                    let b = Bytes::from(b);
+                    if self.metadata.format == TileFormat::Mvt {
+                        gzipped(b)
+                            .map_err(|e| failed(format!("cannot compress a vector tile: {e}")))
+                    } else {
+                        Ok(b)
+                    }
+                })
+                .transpose()
+            })
+            .collect()
+    }
+
+    fn describe(&self, coord: TileCoord) -> String {
+        format!(
+            "{} tile {}/{}/{}",
+            self.name,
+            coord.z(),
+            coord.x(),
+            coord.y()
+        )
+    }
+
+    fn metadata(&self) -> &TileMetadata {
+        &self.metadata
+    }
+}
+
+/// Copies the archive in `bytes` to a local file under `dir` (default the
+/// system's temporary directory), named after the archive and its version
+/// (so a copy of the same version is reused), by chunks of
+/// [`COPY_CHUNK`] bytes; returns its path.
+pub fn download(bytes: &dyn ArchiveBytes, dir: Option<&str>) -> Result<PathBuf, String> {
+    let name = bytes.name();
+    let dir = dir.map_or_else(
+        || std::env::temp_dir().join("tessera-archives"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let first = futures::executor::block_on(bytes.read(0, COPY_CHUNK))?;
+    let version = first.version.clone().unwrap_or_default();
+    let id = crc32fast::hash(format!("{name}\n{version}").as_bytes());
+    let target = dir.join(format!("{id:08x}.mbtiles"));
+    if target.is_file() && !version.is_empty() {
+        return Ok(target);
+    }
+    let partial = dir.join(format!("{id:08x}.mbtiles.part"));
+    let mut out = std::fs::File::create(&partial)
+        .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+    let mut offset = 0u64;
+    let mut chunk = first;
+    loop {
+        use std::io::Write as _;
+        if chunk.version != first_version(&version) {
+            return Err(format!("{name} changed while it was copied; try again"));
+        }
+        out.write_all(&chunk.bytes)
+            .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+        offset += chunk.bytes.len() as u64;
+        if (chunk.bytes.len() as u64) < COPY_CHUNK {
+            break;
+        }
+        chunk = futures::executor::block_on(bytes.read(offset, COPY_CHUNK))?;
+    }
+    out.sync_all()
+        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+    std::fs::rename(&partial, &target)
+        .map_err(|e| format!("cannot rename {}: {e}", partial.display()))?;
+    tracing::info!(archive = %name, copy = %target.display(), bytes = offset, "copied the archive to read it");
+    Ok(target)
+}
+
+/// The version a chunk must carry: the first chunk's (none when it had
+/// none).
+fn first_version(version: &str) -> Option<String> {
+    (!version.is_empty()).then(|| version.to_string())
+}

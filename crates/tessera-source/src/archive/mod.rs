@@ -1,0 +1,247 @@
+//! Tile archives as sources: PMTiles and MBTiles files, local, over HTTP(S)
+//! (range requests through the egress guard) or in an object store (byte
+//! ranges read by what the server opens: it holds the stores'
+//! credentials).
+//!
+//! An archive is a [`TileSource`] whose tiles come from the archive instead
+//! of URLs: a layer tiled in the archive's grid (WebMercatorQuad) in its
+//! format passes the stored bytes through (vector tiles kept
+//! gzip-compressed, as tessera keeps them); any other read (another grid or
+//! CRS, a WMS map) decodes and warps the archive's raster tiles like an
+//! upstream's. What the archive says about itself (zooms, bounds, centre,
+//! attribution, `vector_layers`) is its [`TileMetadata`].
+
+mod bytes;
+mod mbtiles;
+mod pmtiles;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use ::bytes::Bytes;
+use serde::Deserialize;
+use tessera_grid::{TileCoord, TileFormat};
+
+pub use self::bytes::{ArchiveBytes, HttpBytes, LocalBytes, Ranged};
+use crate::upstream::client::{HttpSettings, NetworkPolicy};
+use crate::upstream::tiles::TileSource;
+use crate::{Resampling, SourceError, TileMetadata};
+
+/// Bytes of directories a PMTiles reader keeps by default (32 MiB).
+const DEFAULT_DIRECTORY_CACHE_BYTES: u64 = 32 << 20;
+
+fn default_directory_cache_bytes() -> u64 {
+    DEFAULT_DIRECTORY_CACHE_BYTES
+}
+
+/// `source: { type: pmtiles | mbtiles, path: ... }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveSpec {
+    /// A local file, an `http(s)://` URL, or an object (`s3://bucket/key`,
+    /// `gs://`, `az://`).
+    pub path: String,
+    /// Object store client options (as stores of `type: object` take),
+    /// over the `AWS_*`/`GOOGLE_*`/`AZURE_*` environment.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    /// Timeouts, retries and concurrency of HTTP range requests.
+    #[serde(default)]
+    pub http: HttpSettings,
+    /// Most bytes of PMTiles leaf directories kept in memory.
+    #[serde(default = "default_directory_cache_bytes")]
+    pub directory_cache_bytes: u64,
+    /// How tiles are resampled when warped (another grid or CRS).
+    #[serde(default)]
+    pub resampling: Resampling,
+    /// Where an MBTiles file that is not local is copied to be read
+    /// (SQLite reads files); default the system's temporary directory.
+    #[serde(default)]
+    pub download_dir: Option<String>,
+}
+
+/// Which kind of archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchiveKind {
+    /// A PMTiles v3 file.
+    Pmtiles,
+    /// An MBTiles SQLite database.
+    Mbtiles,
+}
+
+impl ArchiveKind {
+    /// The kind, as written in `type`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchiveKind::Pmtiles => "pmtiles",
+            ArchiveKind::Mbtiles => "mbtiles",
+        }
+    }
+
+    /// The kind a file name's extension says (`.pmtiles`, `.mbtiles`).
+    pub fn of_path(path: &str) -> Option<ArchiveKind> {
+        let name = path.split(['?', '#']).next().unwrap_or_default();
+        let lower = name.to_ascii_lowercase();
+        if lower.ends_with(".pmtiles") {
+            Some(ArchiveKind::Pmtiles)
+        } else if lower.ends_with(".mbtiles") {
+            Some(ArchiveKind::Mbtiles)
+        } else {
+            None
+        }
+    }
+}
+
+/// Where an archive lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A local file.
+    Local,
+    /// An `http(s)://` URL.
+    Http,
+    /// An object in an object store.
+    Object,
+}
+
+impl ArchiveSpec {
+    /// Where the archive lies, from its path's scheme.
+    pub fn place(&self) -> Place {
+        let scheme = self
+            .path
+            .split_once("://")
+            .map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("http" | "https") => Place::Http,
+            Some("s3" | "s3a" | "gs" | "az" | "azure" | "abfs" | "abfss") => Place::Object,
+            _ => Place::Local,
+        }
+    }
+}
+
+/// An archive's tiles, by coordinates of its grid (rows from the top).
+pub trait TileArchive: Send + Sync + Debug {
+    /// The tiles at `coords`: their bytes as stored (vector tiles
+    /// gzip-compressed), `None` where the archive has none.
+    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError>;
+
+    /// The archive and the tile, for messages.
+    fn describe(&self, coord: TileCoord) -> String;
+
+    /// What the archive says about itself.
+    fn metadata(&self) -> &TileMetadata;
+}
+
+/// Opens the archive `spec` names as a source. `object` reads an archive
+/// in an object store (the server opens it with the stores' credentials);
+/// an object path without it is refused.
+pub fn open(
+    kind: ArchiveKind,
+    spec: &ArchiveSpec,
+    policy: NetworkPolicy,
+    object: Option<Arc<dyn ArchiveBytes>>,
+) -> Result<TileSource, SourceError> {
+    let open_err = |message: String| SourceError::Open {
+        path: spec.path.clone(),
+        source: message.into(),
+    };
+    let bytes: Option<Arc<dyn ArchiveBytes>> = match (spec.place(), object) {
+        (_, Some(o)) => Some(o),
+        (Place::Http, None) => Some(Arc::new(
+            HttpBytes::open(&spec.path, spec.http.clone(), policy).map_err(open_err)?,
+        )),
+        (Place::Object, None) => {
+            return Err(open_err(
+                "an archive in an object store is opened by the server (tessera serve)".into(),
+            ));
+        }
+        (Place::Local, None) => None,
+    };
+    let archive: Arc<dyn TileArchive> = match kind {
+        ArchiveKind::Pmtiles => {
+            let bytes = match bytes {
+                Some(b) => b,
+                None => Arc::new(LocalBytes::open(&spec.path).map_err(open_err)?),
+            };
+            Arc::new(pmtiles::Pmtiles::open(bytes, spec.directory_cache_bytes).map_err(open_err)?)
+        }
+        ArchiveKind::Mbtiles => {
+            let local = match bytes {
+                None => std::path::PathBuf::from(&spec.path),
+                Some(b) => {
+                    mbtiles::download(b.as_ref(), spec.download_dir.as_deref()).map_err(open_err)?
+                }
+            };
+            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path).map_err(open_err)?)
+        }
+    };
+    TileSource::open_archive(spec.path.clone(), archive, spec.resampling)
+}
+
+/// `bytes` gzip-compressed (as tessera keeps vector tiles) unless they are
+/// already.
+fn gzipped(bytes: Bytes) -> Result<Bytes, std::io::Error> {
+    use std::io::Write as _;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 2 + 64),
+        flate2::Compression::fast(),
+    );
+    encoder.write_all(&bytes)?;
+    encoder.finish().map(Bytes::from)
+}
+
+/// The tile format of an archive's tile type name (`png`, `jpg`, `pbf`...).
+fn format_named(name: &str) -> Option<TileFormat> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "pbf" | "mvt" | "application/x-protobuf" | "application/vnd.mapbox-vector-tile" => {
+            Some(TileFormat::Mvt)
+        }
+        "png" | "image/png" => Some(TileFormat::Png),
+        "jpg" | "jpeg" | "image/jpeg" => Some(TileFormat::Jpeg),
+        "webp" | "image/webp" => Some(TileFormat::Webp),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_places_come_from_the_path() {
+        assert_eq!(
+            ArchiveKind::of_path("/a/b.PMTiles"),
+            Some(ArchiveKind::Pmtiles)
+        );
+        assert_eq!(
+            ArchiveKind::of_path("https://h/x.mbtiles?sig=1"),
+            Some(ArchiveKind::Mbtiles)
+        );
+        assert_eq!(ArchiveKind::of_path("x.tif"), None);
+        let spec = |path: &str| ArchiveSpec {
+            path: path.into(),
+            options: BTreeMap::new(),
+            http: HttpSettings::default(),
+            directory_cache_bytes: 1,
+            resampling: Resampling::default(),
+            download_dir: None,
+        };
+        assert_eq!(spec("/data/x.pmtiles").place(), Place::Local);
+        assert_eq!(spec("HTTPS://h/x.pmtiles").place(), Place::Http);
+        assert_eq!(spec("s3://b/x.pmtiles").place(), Place::Object);
+        assert_eq!(format_named("pbf"), Some(TileFormat::Mvt));
+        assert_eq!(format_named("jpg"), Some(TileFormat::Jpeg));
+        assert_eq!(format_named("tiff"), None);
+    }
+
+    #[test]
+    fn vector_tiles_are_kept_gzipped_once() {
+        let raw = Bytes::from_static(b"\x1a\x05hello");
+        let packed = gzipped(raw.clone()).unwrap();
+        assert!(packed.starts_with(&[0x1f, 0x8b]));
+        assert_eq!(gzipped(packed.clone()).unwrap(), packed);
+    }
+}

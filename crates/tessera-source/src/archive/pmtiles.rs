@@ -1,0 +1,229 @@
+//! PMTiles v3 archives, read with the `pmtiles` crate over any
+//! [`ArchiveBytes`]: the header and root directory once, leaf directories
+//! through a cache bounded in bytes that fetches each once (concurrent
+//! misses wait for one read), then one range read per tile. An archive
+//! replaced in place (its version changed) is opened again.
+
+use std::io;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use bytes::Bytes;
+use pmtiles::{
+    AsyncBackend, AsyncPmTilesReader, BackendResponse, Compression, MokaCache, PmtError, PmtResult,
+    TileType,
+};
+use tessera_grid::{BBox, TileCoord, TileFormat};
+
+use super::{ArchiveBytes, TileArchive, gzipped};
+use crate::{SourceError, TileMetadata};
+
+/// The longest read the reader may ask in one piece (a tile or a leaf
+/// directory): a corrupt directory naming gigabytes is refused, not
+/// allocated.
+const MAX_READ_BYTES: usize = 64 << 20;
+
+/// The `pmtiles` crate's view of an archive's bytes.
+struct Backend(Arc<dyn ArchiveBytes>);
+
+impl AsyncBackend for Backend {
+    async fn read(&self, offset: u64, length: usize) -> PmtResult<BackendResponse> {
+        if length > MAX_READ_BYTES {
+            return Err(PmtError::Reading(io::Error::other(format!(
+                "a read of {length} bytes at {offset}, more than {MAX_READ_BYTES} (a corrupt directory?)"
+            ))));
+        }
+        let ranged = self
+            .0
+            .read(offset, length as u64)
+            .await
+            .map_err(|m| PmtError::Reading(io::Error::other(m)))?;
+        Ok(match ranged.version {
+            Some(v) => BackendResponse::new_with_version(ranged.bytes, v),
+            None => BackendResponse::new(ranged.bytes),
+        })
+    }
+}
+
+type Reader = AsyncPmTilesReader<Backend, MokaCache>;
+
+/// A PMTiles archive.
+pub struct Pmtiles {
+    bytes: Arc<dyn ArchiveBytes>,
+    cache_bytes: u64,
+    reader: RwLock<Arc<Reader>>,
+    metadata: TileMetadata,
+}
+
+impl std::fmt::Debug for Pmtiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pmtiles")
+            .field("archive", &self.bytes.name())
+            .field("metadata", &self.metadata)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What went wrong, in words a user can act on.
+fn explain(e: &PmtError) -> String {
+    match e {
+        PmtError::InvalidMagicNumber => "not a PMTiles archive (wrong magic number)".into(),
+        PmtError::UnsupportedPmTilesVersion => {
+            "a PMTiles version other than 3 (convert it with `pmtiles convert`)".into()
+        }
+        PmtError::InvalidHeader => "a corrupt PMTiles header (truncated, or sections out of range)".into(),
+        PmtError::InvalidEntry => {
+            "a corrupt PMTiles directory (an entry past its section, or leaf directories nested too deep)".into()
+        }
+        PmtError::UnexpectedNumberOfBytesReturned(want, got) => {
+            format!("the archive is truncated: {want} bytes asked, {got} read")
+        }
+        other => other.to_string(),
+    }
+}
+
+impl Pmtiles {
+    /// Reads the header, root directory and metadata of the archive in
+    /// `bytes`.
+    pub fn open(bytes: Arc<dyn ArchiveBytes>, cache_bytes: u64) -> Result<Pmtiles, String> {
+        let name = bytes.name();
+        let reader = Self::reader(&bytes, cache_bytes).map_err(|e| format!("{name}: {e}"))?;
+        let header = reader.get_header();
+        let format = match header.tile_type {
+            TileType::Mvt => TileFormat::Mvt,
+            TileType::Png => TileFormat::Png,
+            TileType::Jpeg => TileFormat::Jpeg,
+            TileType::Webp => TileFormat::Webp,
+            other => {
+                return Err(format!(
+                    "{name}: tiles of type {other:?} are not served (png, jpeg, webp and mvt are)"
+                ));
+            }
+        };
+        match (format, header.tile_compression) {
+            (_, Compression::None) | (TileFormat::Mvt, Compression::Gzip) => {}
+            (_, other) => {
+                return Err(format!(
+                    "{name}: {format:?} tiles compressed as {other:?} are not served (vector tiles may be gzip-compressed; images not at all)"
+                ));
+            }
+        }
+        if header.min_zoom > header.max_zoom || header.max_zoom > 30 {
+            return Err(format!(
+                "{name}: zooms {}..{} in the header are not a zoom range",
+                header.min_zoom, header.max_zoom
+            ));
+        }
+        let bounds = BBox::new(
+            header.min_longitude.max(-180.0),
+            header.min_latitude.max(-90.0),
+            header.max_longitude.min(180.0),
+            header.max_latitude.min(90.0),
+        )
+        .ok();
+        let text = futures::executor::block_on(reader.get_metadata())
+            .map_err(|e| format!("{name}: its metadata: {}", explain(&e)))?;
+        let json: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text)
+                .map_err(|e| format!("{name}: its metadata is not JSON: {e}"))?
+        };
+        let word = |k: &str| json.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let metadata = TileMetadata {
+            format,
+            min_zoom: header.min_zoom,
+            max_zoom: header.max_zoom,
+            bounds,
+            center: Some((
+                header.center_longitude,
+                header.center_latitude,
+                header.center_zoom,
+            )),
+            name: word("name"),
+            description: word("description"),
+            attribution: word("attribution"),
+            vector_layers: json.get("vector_layers").cloned(),
+            version: futures::executor::block_on(bytes.read(0, 0))
+                .ok()
+                .and_then(|r| r.version),
+        };
+        Ok(Pmtiles {
+            bytes,
+            cache_bytes,
+            reader: RwLock::new(Arc::new(reader)),
+            metadata,
+        })
+    }
+
+    fn reader(bytes: &Arc<dyn ArchiveBytes>, cache_bytes: u64) -> Result<Reader, String> {
+        futures::executor::block_on(Reader::try_from_cached_source(
+            Backend(bytes.clone()),
+            MokaCache::with_max_bytes(cache_bytes),
+        ))
+        .map_err(|e| explain(&e))
+    }
+
+    fn current(&self) -> Arc<Reader> {
+        self.reader
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The tiles at `coords` by one reader.
+    fn read_all(reader: &Reader, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, PmtError> {
+        futures::executor::block_on(futures::future::try_join_all(coords.iter().map(
+            |c| async move {
+                let coord = pmtiles::TileCoord::new(c.z(), c.x(), c.y())?;
+                reader.get_tile(coord).await
+            },
+        )))
+    }
+}
+
+impl TileArchive for Pmtiles {
+    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError> {
+        // A 502 for the tile: the archive failed, as an upstream may.
+        let failed = |message: String| SourceError::Upstream {
+            url: self.bytes.name(),
+            message,
+        };
+        let reader = self.current();
+        let found = match Self::read_all(&reader, coords) {
+            Err(PmtError::SourceModified) => {
+                // Replaced in place: read it again, once.
+                let fresh = Arc::new(
+                    Self::reader(&self.bytes, self.cache_bytes)
+                        .map_err(|e| failed(format!("replaced, and now {e}")))?,
+                );
+                *self.reader.write().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+                tracing::info!(archive = %self.bytes.name(), "the archive was replaced; reading the new one");
+                Self::read_all(&fresh, coords)
+            }
+            other => other,
+        }
+        .map_err(|e| failed(explain(&e)))?;
+        if self.metadata.format != TileFormat::Mvt {
+            return Ok(found);
+        }
+        found
+            .into_iter()
+            .map(|t| t.map(gzipped).transpose())
+            .collect::<Result<_, _>>()
+            .map_err(|e| failed(format!("cannot compress a vector tile: {e}")))
+    }
+
+    fn describe(&self, coord: TileCoord) -> String {
+        format!(
+            "{} tile {}/{}/{}",
+            self.bytes.name(),
+            coord.z(),
+            coord.x(),
+            coord.y()
+        )
+    }
+
+    fn metadata(&self) -> &TileMetadata {
+        &self.metadata
+    }
+}
