@@ -1,6 +1,7 @@
-"""A loopback HTTP server of the repo's data files with range requests, as
-object stores and CDNs serve COGs; `delay` slows every request (a slow
-source), `hits` counts them."""
+"""A loopback HTTP server of the repo's data files (or another directory)
+with range requests and ETags, as object stores and CDNs serve COGs and
+archives; `delay` slows every request (a slow source), `hits` counts them,
+`ranges` lists the ranges asked."""
 import http.server
 import os
 import threading
@@ -12,8 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Static files with HTTP range requests, as object stores and CDNs serve COGs."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, directory=os.path.join(ROOT, "data"), **kwargs)
+    def __init__(self, request, client_address, server):
+        super().__init__(request, client_address, server, directory=server.directory)
 
     def log_message(self, *args):
         pass
@@ -35,9 +36,17 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         if not rng or not os.path.isfile(path):
             return super().send_head()
         size = os.path.getsize(path)
+        stat = os.stat(path)
         start, _, end = rng.removeprefix("bytes=").partition("-")
         start = int(start)
         end = min(int(end) if end else size - 1, size - 1)
+        self.server.ranges.append((self.path, start, end))
+        if start >= size:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         f = open(path, "rb")
         f.seek(start)
         self.send_response(206)
@@ -45,6 +54,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.send_header("Content-Length", str(end - start + 1))
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{stat.st_ino:x}-{stat.st_size:x}-{stat.st_mtime_ns:x}"')
         self.end_headers()
         self.remaining = end - start + 1
         return f
@@ -56,8 +66,10 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         outputfile.write(source.read(remaining))
 
 
-def start_cog_server():
+def start_cog_server(directory=None):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    server.directory = str(directory or os.path.join(ROOT, "data"))
+    server.ranges = []
     server.hits = 0
     server.headers_seen = []
     server.redirect_to = None

@@ -113,7 +113,7 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
 
 /// A layer serving the tile archive at `written` (a path, an `http(s)://`
 /// URL or an object URL) in its own grid, format and zooms, its tiles
-/// passed through as stored and kept in the memory cache.
+/// passed through as stored.
 fn archive_layer(
     written: &str,
     kind: ArchiveKind,
@@ -159,6 +159,9 @@ fn archive_layer(
         "formats": [format.extension()],
         "min_zoom": meta.min_zoom,
         "max_zoom": meta.max_zoom,
+        // The archive is the cache: its tiles are read as they are now
+        // (an archive replaced in place is read again), never from a copy.
+        "cache": { "store": "none" },
     });
     Ok(layer)
 }

@@ -306,9 +306,15 @@ fn plain_layer(
     Ok(Layer {
         name: lc.name.clone(),
         title: lc.title.clone().unwrap_or_else(|| lc.name.clone()),
-        description: lc.description.clone(),
+        description: lc
+            .description
+            .clone()
+            .or_else(|| source.tile_metadata().and_then(|m| m.description.clone())),
         keywords: lc.keywords.clone(),
-        attribution: lc.attribution.clone(),
+        attribution: lc
+            .attribution
+            .clone()
+            .or_else(|| source.tile_metadata().and_then(|m| m.attribution.clone())),
         source,
         style,
         ramp: match &lc.style {

@@ -669,10 +669,13 @@ impl Config {
                 ));
             }
             if layer.formats.contains(&TileFormat::Mvt)
-                && !matches!(layer.source, SourceSpec::Vector(_))
+                && !matches!(
+                    layer.source,
+                    SourceSpec::Vector(_) | SourceSpec::Archive(..)
+                )
             {
                 return invalid(format!(
-                    "layer {:?}: format mvt (vector tiles) needs a vector source (type: vector)",
+                    "layer {:?}: format mvt (vector tiles) needs a vector source (type: vector) or a vector tile archive (pmtiles, mbtiles)",
                     layer.name
                 ));
             }

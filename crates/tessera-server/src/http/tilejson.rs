@@ -132,6 +132,13 @@ pub async fn tilejson(
         "bounds": bounds,
         "center": [f64::midpoint(bounds[0], bounds[2]), f64::midpoint(bounds[1], bounds[3]), center_zoom],
     });
+    // An archive's own centre, when it lies within the bounds.
+    if let Some((lon, lat, zoom)) = layer.source.tile_metadata().and_then(|m| m.center)
+        && (bounds[0]..=bounds[2]).contains(&lon)
+        && (bounds[1]..=bounds[3]).contains(&lat)
+    {
+        doc["center"] = json!([lon, lat, zoom.clamp(layer.min_zoom, max_zoom)]);
+    }
     if !dimensions.is_empty() {
         doc["dimensions"] = Value::Object(dimensions);
     }
@@ -161,7 +168,15 @@ pub async fn tilejson(
                 })
             })
             .collect();
-        doc["vector_layers"] = Value::Array(layers);
+        doc["vector_layers"] = match layer
+            .source
+            .tile_metadata()
+            .and_then(|m| m.vector_layers.clone())
+        {
+            // An archive's, as it lists them.
+            Some(listed) if layers.is_empty() => listed,
+            _ => Value::Array(layers),
+        };
     }
     Ok(Json(doc))
 }

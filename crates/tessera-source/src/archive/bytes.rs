@@ -136,7 +136,13 @@ impl HttpBytes {
         policy: NetworkPolicy,
     ) -> Result<HttpBytes, String> {
         let url = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-        let client = UpstreamClient::new(&url, settings, policy, &std::collections::BTreeMap::new(), None)?;
+        let client = UpstreamClient::new(
+            &url,
+            settings,
+            policy,
+            &std::collections::BTreeMap::new(),
+            None,
+        )?;
         Ok(HttpBytes {
             url,
             client: Arc::new(client),

@@ -86,6 +86,15 @@ impl Pmtiles {
     /// `bytes`.
     pub fn open(bytes: Arc<dyn ArchiveBytes>, cache_bytes: u64) -> Result<Pmtiles, String> {
         let name = bytes.name();
+        // The reader checks the magic, not the version byte after it.
+        let start = futures::executor::block_on(bytes.read(0, 8))?;
+        if let [b'P', b'M', b'T', b'i', b'l', b'e', b's', version] = start.bytes[..]
+            && version != 3
+        {
+            return Err(format!(
+                "{name}: PMTiles version {version}; version 3 is read (convert it with `pmtiles convert`)"
+            ));
+        }
         let reader = Self::reader(&bytes, cache_bytes).map_err(|e| format!("{name}: {e}"))?;
         let header = reader.get_header();
         let format = match header.tile_type {
@@ -128,7 +137,13 @@ impl Pmtiles {
             serde_json::from_str(&text)
                 .map_err(|e| format!("{name}: its metadata is not JSON: {e}"))?
         };
-        let word = |k: &str| json.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let word = |k: &str| {
+            json.get(k)
+                .and_then(|v| v.as_str())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
         let metadata = TileMetadata {
             format,
             min_zoom: header.min_zoom,

@@ -1,0 +1,356 @@
+"""Tile archives as sources: PMTiles and MBTiles made by GDAL's MBTiles and
+MVT drivers, by go-pmtiles `convert` and by `tessera export`, served by
+`tessera serve x.pmtiles` (and `y.mbtiles`, and `s3://...`) byte for byte
+as `pmtiles tile` and sqlite3 read them; vector tiles kept gzip; read over
+HTTP range requests and from MinIO; warped into another grid and into WMS
+maps; noticed when replaced in place; a corrupt archive refused at start
+with a clear error, or a 502 for the tile it spoils."""
+import gzip
+import os
+import shutil
+import sqlite3
+import subprocess
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from cogserver import start_cog_server
+from conftest import ROOT, require_tool, s3_bucket, serving
+from imaging import decode
+from test_export import pmtiles, pmtiles_tool, tessera
+
+RASTER_TILES = [(z, x, y) for z in range(4) for x in range(2 ** z) for y in range(2 ** z)]
+
+
+def get(server, path, headers=None):
+    """(status, headers, body) of `path`, error statuses included."""
+    request = urllib.request.Request(server.url + path, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def run(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """relief.mbtiles (GDAL, PNG, zooms 0-3), relief.pmtiles (its
+    `pmtiles convert`), countries.mbtiles (GDAL's MVT driver, gzip, zooms
+    0-3) and countries.pmtiles (its convert)."""
+    d = tmp_path_factory.mktemp("archives")
+    gpkg = os.environ.get("TESSERA_TEST_GPKG")
+    if not gpkg:
+        pytest.fail("TESSERA_TEST_GPKG is not set: start scripts/postgis (scripts/test does)", pytrace=False)
+    run("gdal_translate", "-q", "-of", "MBTiles", "-co", "TILE_FORMAT=PNG", "-co", "ZOOM_LEVEL_STRATEGY=LOWER",
+        ROOT / "data/shadedrelief-5400.tif", d / "relief.mbtiles")
+    run("gdaladdo", "-q", "-r", "average", d / "relief.mbtiles", "2", "4", "8")
+    # Inside Web Mercator's square: GDAL 3.6's MVT writer adds tiles past
+    # the edges of world-wide data, which go-pmtiles refuses.
+    run("ogr2ogr", "-f", "MVT", d / "countries.mbtiles", gpkg, "countries", "-clipsrc", "-170", "-75", "170", "75",
+        "-dsco", "MAXZOOM=3", "-dsco", "NAME=countries")
+    for name in ("relief", "countries"):
+        pmtiles("convert", d / f"{name}.mbtiles", d / f"{name}.pmtiles")
+    return d
+
+
+def mbtiles_tile(path, z, x, y):
+    """The blob sqlite3 holds for XYZ tile z/x/y (rows from the bottom)."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT tile_data FROM tiles WHERE zoom_level=? AND tile_column=? AND tile_row=?",
+                         (z, x, 2 ** z - 1 - y)).fetchone()
+    return row[0] if row else None
+
+
+def test_raster_archives_serve_their_bytes_as_stored(archives, tmp_path_factory):
+    with serving(tmp_path_factory, archives / "relief.pmtiles", archives / "relief.mbtiles") as server:
+        status, _, tilejson = get(server, "/tiles/relief/WebMercatorQuad/tilejson.json")
+        assert status == 200
+        doc = __import__("json").loads(tilejson)
+        assert (doc["minzoom"], doc["maxzoom"]) == (0, 3)
+        assert doc["tiles"][0].endswith("/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
+        for z, x, y in RASTER_TILES:
+            want = pmtiles("tile", archives / "relief.pmtiles", z, x, y)
+            assert want == mbtiles_tile(archives / "relief.mbtiles", z, x, y)
+            for layer in ("relief", "relief-2"):
+                status, headers, body = get(server, f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.png")
+                assert status == 200 and headers["Content-Type"] == "image/png", (layer, z, x, y, body[:200])
+                assert body == want, (layer, z, x, y)
+        # Past the archive's zooms: none.
+        status, _, _ = get(server, "/tiles/relief/WebMercatorQuad/4/0/0.png")
+        assert status == 404
+        # A WMS map of the archive is its tiles decoded and warped.
+        status, headers, png = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES="
+                                           "&CRS=CRS:84&BBOX=-180,-60,180,60&WIDTH=360&HEIGHT=120&FORMAT=image/png")
+        assert status == 200 and headers["Content-Type"] == "image/png", png[:300]
+        img = decode(png)
+        assert img.shape[1:] == (120, 360) and img[:3].std() > 10, "a picture, not a blank"
+
+
+def test_an_archive_made_by_tessera_export_is_served_as_exported(tmp_path, tmp_path_factory):
+    cfg = tmp_path / "seed.yaml"
+    cfg.write_text(f"""
+stores: {{ disk: {{ type: file, path: {tmp_path / 'cache'} }} }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    max_zoom: 2
+    cache: {{ store: disk }}
+""")
+    tessera("seed", "--config", cfg, "--layer", "relief", "--zoom", "0..2")
+    out = tmp_path / "exported.pmtiles"
+    tessera("export", "--config", cfg, "--layer", "relief", "--zoom", "0..2", "--format", "pmtiles", "--to", out)
+    with serving(tmp_path_factory, out) as server:
+        for z in range(3):
+            for x in range(2 ** z):
+                for y in range(2 ** z):
+                    _, _, body = get(server, f"/tiles/exported/WebMercatorQuad/{z}/{x}/{y}.png")
+                    assert body == pmtiles("tile", out, z, x, y), (z, x, y)
+
+
+def test_vector_archives_pass_through_gzip_with_their_layers(archives, tmp_path_factory):
+    with serving(tmp_path_factory, archives / "countries.pmtiles", archives / "countries.mbtiles") as server:
+        status, _, tilejson = get(server, "/tiles/countries/WebMercatorQuad/tilejson.json")
+        doc = __import__("json").loads(tilejson)
+        assert status == 200 and doc["format"] == "pbf"
+        assert [l["id"] for l in doc["vector_layers"]] == ["countries"], doc["vector_layers"]
+        assert "NAME" in doc["vector_layers"][0]["fields"]
+        assert doc["bounds"] == pytest.approx([-170, -75, 170, 75], abs=1e-6)
+        checked = 0
+        for z in range(4):
+            for x in range(2 ** z):
+                for y in range(2 ** z):
+                    stored = mbtiles_tile(archives / "countries.mbtiles", z, x, y)
+                    if stored is None:
+                        continue
+                    assert pmtiles("tile", archives / "countries.pmtiles", z, x, y) == stored
+                    for layer in ("countries", "countries-2"):
+                        path = f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.mvt"
+                        status, headers, body = get(server, path, {"Accept-Encoding": "gzip"})
+                        assert status == 200 and headers["Content-Encoding"] == "gzip", (path, status)
+                        assert body == stored, path
+                        status, headers, body = get(server, path)
+                        assert status == 200 and headers.get("Content-Encoding") is None
+                        assert body == gzip.decompress(stored), path
+                    checked += 1
+        assert checked > 20, checked
+
+
+def test_an_archive_over_http_is_read_by_ranges_once_per_tile(archives, tmp_path_factory, tmp_path):
+    web = start_cog_server(archives)
+    cfg = tmp_path / "http.yaml"
+    cfg.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{web.authority}"] }}
+layers:
+  - name: relief
+    source: {{ type: pmtiles, path: "{web.url}/relief.pmtiles" }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    max_zoom: 3
+    cache: {{ store: none }}
+  - name: relief-mb
+    source: {{ type: mbtiles, path: "{web.url}/relief.mbtiles", download_dir: "{tmp_path / 'copies'}" }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    max_zoom: 3
+    cache: {{ store: none }}
+""")
+    with serving(tmp_path_factory, "--config", cfg) as server:
+        opened = len(web.ranges)
+        for z, x, y in RASTER_TILES[:21]:
+            before = len(web.ranges)
+            _, _, body = get(server, f"/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert body == pmtiles("tile", archives / "relief.pmtiles", z, x, y), (z, x, y)
+            # One range per tile: this archive's directory is its root.
+            assert len(web.ranges) - before == 1, web.ranges[before:]
+            _, _, body = get(server, f"/tiles/relief-mb/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert body == mbtiles_tile(archives / "relief.mbtiles", z, x, y), (z, x, y)
+        assert opened >= 2, "the header, then the MBTiles copy"
+        assert list((tmp_path / "copies").glob("*.mbtiles")), "the MBTiles was copied to be read"
+
+
+def test_an_archive_in_minio_is_served_by_its_url(archives, tmp_path_factory, s3, monkeypatch):
+    bucket = "tessera-e2e-archives"
+    s3_bucket(s3, bucket).upload_file(str(archives / "relief.pmtiles"), bucket, "maps/relief.pmtiles")
+    for k, v in {"AWS_ENDPOINT_URL": s3["endpoint"], "AWS_ACCESS_KEY_ID": s3["key"],
+                 "AWS_SECRET_ACCESS_KEY": s3["secret"], "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}.items():
+        monkeypatch.setenv(k, v)
+    with serving(tmp_path_factory, f"s3://{bucket}/maps/relief.pmtiles") as server:
+        for z, x, y in RASTER_TILES[:21]:
+            status, _, body = get(server, f"/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert status == 200 and body == pmtiles("tile", archives / "relief.pmtiles", z, x, y), (z, x, y)
+
+
+def test_archives_are_warped_into_other_grids(archives, tmp_path_factory, tmp_path):
+    cfg = tmp_path / "warp.yaml"
+    cfg.write_text(f"""
+layers:
+  - name: archived
+    source: {{ type: pmtiles, path: {archives / 'relief.pmtiles'} }}
+    grids: [WorldCRS84Quad]
+    formats: [png]
+    max_zoom: 2
+  - name: original
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WorldCRS84Quad]
+    formats: [png]
+    max_zoom: 2
+""")
+    with serving(tmp_path_factory, "--config", cfg) as server:
+        # Mid latitudes (the archive, in Web Mercator, stops at 85 degrees).
+        for path in ("/tiles/{}/WorldCRS84Quad/2/3/1.png", "/tiles/{}/WorldCRS84Quad/2/5/2.png"):
+            _, _, a = get(server, path.format("archived"))
+            _, _, b = get(server, path.format("original"))
+            diff = np.abs(decode(a)[:3].astype(float) - decode(b)[:3].astype(float)).mean()
+            assert diff < 12, (path, diff)
+
+
+def test_an_archive_replaced_in_place_is_read_again(archives, tmp_path_factory, tmp_path):
+    live = tmp_path / "live.pmtiles"
+    shutil.copy(archives / "relief.pmtiles", live)
+    with serving(tmp_path_factory, live) as server:
+        _, _, before = get(server, "/tiles/live/WebMercatorQuad/1/0/0.png")
+        assert before == pmtiles("tile", live, 1, 0, 0)
+        # Replaced by a rename, as a publisher would: another archive.
+        other = tmp_path / "other.pmtiles"
+        run("gdal_translate", "-q", "-of", "MBTiles", "-co", "TILE_FORMAT=PNG", "-co", "ZOOM_LEVEL_STRATEGY=LOWER",
+            "-scale", "0", "255", "255", "0", ROOT / "data/shadedrelief-5400.tif", tmp_path / "other.mbtiles")
+        run("gdaladdo", "-q", "-r", "average", tmp_path / "other.mbtiles", "2", "4", "8")
+        pmtiles("convert", tmp_path / "other.mbtiles", other)
+        os.rename(other, live)
+        _, _, after = get(server, "/tiles/live/WebMercatorQuad/1/0/0.png")
+        assert after == pmtiles("tile", live, 1, 0, 0) and after != before
+
+
+def corrupt(src, dst, edit):
+    data = bytearray(src.read_bytes())
+    edit(data)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_corrupt_archives_are_refused_at_start_with_a_clear_error(archives, tmp_path):
+    pm = archives / "relief.pmtiles"
+    size = pm.stat().st_size
+    root_offset = int.from_bytes(pm.read_bytes()[8:16], "little")
+    cases = {
+        "wrong magic": (corrupt(pm, tmp_path / "magic.pmtiles", lambda d: d.__setitem__(slice(0, 7), b"NOTPMTI")),
+                        "wrong magic number"),
+        "truncated header": (corrupt(pm, tmp_path / "short.pmtiles", lambda d: d.__delitem__(slice(60, None))),
+                             "corrupt PMTiles header"),
+        "root past the end": (corrupt(pm, tmp_path / "past.pmtiles", lambda d: d.__setitem__(
+            slice(8, 16), (size + 1000).to_bytes(8, "little"))), "corrupt PMTiles header"),
+        "version 4": (corrupt(pm, tmp_path / "v4.pmtiles", lambda d: d.__setitem__(7, 4)), "PMTiles version 4"),
+        "version 2": (corrupt(pm, tmp_path / "v2.pmtiles", lambda d: d.__setitem__(slice(0, 4), b"PM\x02\x00")),
+                      "version other than 3"),
+    }
+    assert root_offset == 127
+    mb = tmp_path / "nometa.mbtiles"
+    shutil.copy(archives / "relief.mbtiles", mb)
+    with sqlite3.connect(mb) as db:
+        db.execute("DROP TABLE metadata")
+    notiles = tmp_path / "notiles.mbtiles"
+    shutil.copy(archives / "relief.mbtiles", notiles)
+    with sqlite3.connect(notiles) as db:
+        db.execute("DROP TABLE tiles")
+    badmeta = tmp_path / "badmeta.mbtiles"
+    shutil.copy(archives / "relief.mbtiles", badmeta)
+    with sqlite3.connect(badmeta) as db:
+        db.execute("UPDATE metadata SET value='west,south' WHERE name='bounds'")
+    notdb = tmp_path / "text.mbtiles"
+    notdb.write_text("not a database " * 100)
+    cases.update({
+        "mbtiles without metadata": (mb, "no `metadata` table"),
+        "mbtiles without tiles": (notiles, "no `tiles` table"),
+        "bad metadata": (badmeta, "metadata bounds"),
+        "not sqlite": (notdb, "not an MBTiles database"),
+    })
+    for what, (path, message) in cases.items():
+        r = subprocess.run([os.environ["TESSERA_BIN"], "serve", "--listen", "127.0.0.1:1", path],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, what
+        assert message in r.stderr and "panicked" not in r.stderr, (what, r.stderr[-1500:])
+
+
+def test_a_tile_spoiled_in_the_archive_is_a_502_and_the_others_are_served(archives, tmp_path_factory, tmp_path):
+    # A leaf-less archive whose root directory names a tile past the data
+    # section: that tile alone fails.
+    pm = archives / "relief.pmtiles"
+    data = bytearray(pm.read_bytes())
+    data_length_at = 64  # header: data section length
+    real = int.from_bytes(data[data_length_at:data_length_at + 8], "little")
+    data[data_length_at:data_length_at + 8] = (real - 5000).to_bytes(8, "little")
+    spoiled = tmp_path / "spoiled.pmtiles"
+    spoiled.write_bytes(bytes(data))
+    with serving(tmp_path_factory, spoiled) as server:
+        codes = {}
+        for z, x, y in RASTER_TILES:
+            status, headers, body = get(server, f"/tiles/spoiled/WebMercatorQuad/{z}/{x}/{y}.png")
+            codes.setdefault(status, 0)
+            codes[status] += 1
+            if status == 200:
+                assert body == pmtiles("tile", pm, z, x, y)
+        assert codes.get(502, 0) >= 1 and codes.get(200, 0) >= 60, codes
+        assert "panicked" not in server.log_text()
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def directory(entries):
+    """A PMTiles v3 directory (uncompressed) of (tile_id, run_length,
+    length, offset) entries."""
+    out, last = bytearray(varint(len(entries))), 0
+    for tile_id, *_ in entries:
+        out += varint(tile_id - last)
+        last = tile_id
+    for _, run, _, _ in entries:
+        out += varint(run)
+    for _, _, length, _ in entries:
+        out += varint(length)
+    for _, _, _, offset in entries:
+        out += varint(offset + 1)
+    return bytes(out)
+
+
+def test_a_directory_loop_is_a_502_not_a_hang(tmp_path, tmp_path_factory):
+    """A leaf directory that names itself as the leaf of tile 0."""
+    length = 4
+    while len(leaf := directory([(0, 0, length, 0)])) != length:
+        length = len(leaf)
+    root = directory([(0, 0, len(leaf), 0)])
+    meta = b"{}"
+    header = bytearray(b"PMTiles\x03")
+    offsets = [127, len(root), 127 + len(root), len(meta), 127 + len(root) + len(meta), len(leaf),
+               127 + len(root) + len(meta) + len(leaf), 0, 1, 1, 1]
+    for v in offsets:
+        header += v.to_bytes(8, "little")
+    # clustered, internal compression none, tile compression none, PNG,
+    # zooms 0-0, the world, centre 0,0 at zoom 0.
+    header += bytes([1, 1, 1, 2, 0, 0])
+    for v in (-1800000000, -850000000, 1800000000, 850000000):
+        header += v.to_bytes(4, "little", signed=True)
+    header += bytes([0]) + (0).to_bytes(4, "little") + (0).to_bytes(4, "little")
+    assert len(header) == 127
+    path = tmp_path / "loop.pmtiles"
+    path.write_bytes(bytes(header) + root + meta + leaf)
+    with serving(tmp_path_factory, path) as server:
+        status, _, body = get(server, "/tiles/loop/WebMercatorQuad/0/0/0.png")
+        assert status == 502, (status, body[:300])
+        assert "panicked" not in server.log_text()
+        assert "leaf directories nested too deep" in server.log_text()
