@@ -10,6 +10,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -333,11 +334,17 @@ layers:
         assert_color(body, DATES["2024-03-01"])
         status, body = fetch(server, "/tiles/wmst111/WebMercatorQuad/2/2/1.png")
         assert_color(body, DATES["2024-01-01"])
-        # Each value asked upstream as its capabilities spell it.
-        with open(access_log) as f:
-            asked = f.read()
-        for date in DATES:
-            assert re.search(rf"TIME={date}[& \"]", asked), date
+        # Each value asked upstream as its capabilities spell it (the web
+        # server writes its access log after it answered: read until then).
+        deadline = time.monotonic() + 30
+        while True:
+            with open(access_log) as f:
+                asked = f.read()
+            missing = [d for d in DATES if not re.search(rf"TIME={d}[& \"]", asked)]
+            if not missing:
+                break
+            assert time.monotonic() < deadline, f"never asked upstream: {missing}"
+            time.sleep(0.2)
         # Listed values only; others are refused.
         status, body = fetch(server, "/tiles/listed/WebMercatorQuad/1/0/0.png")
         assert_color(body, DATES["2024-02-01"])

@@ -78,6 +78,10 @@ enum Command {
         /// Address to listen on, overriding `server.listen` [default: 127.0.0.1:8080].
         #[arg(short, long, env = "TESSERA_LISTEN")]
         listen: Option<String>,
+        /// With a database URL among the files: list its tables again every
+        /// few seconds, serving new ones and dropping removed ones.
+        #[arg(long)]
+        watch: bool,
     },
     /// Check a configuration file: parse it, open every source, then exit.
     Check {
@@ -154,11 +158,12 @@ fn run(cli: Cli) -> CliResult {
             config,
             listen,
             files,
+            watch,
         } => {
             let source = match (config, files.is_empty()) {
                 (Some(path), _) => ConfigSource::File(path),
                 (None, true) => ConfigSource::Demo,
-                (None, false) => ConfigSource::Rasters(files),
+                (None, false) => ConfigSource::Rasters(files, watch),
             };
             let mut config = source.load()?;
             warn_if_memory_only(&config);
@@ -221,6 +226,7 @@ async fn serve(
         ));
     }
     tokio::spawn(refresh_dimension_values(live.clone()));
+    tokio::spawn(refresh_found_tables(live.clone()));
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())
@@ -294,6 +300,58 @@ async fn refresh_dimension_values(live: std::sync::Arc<http::live::Live>) {
                 }
             }
             _ => seen = signature.or(seen),
+        }
+    }
+}
+
+/// Lists the tables of `postgis_auto` sources again every `refresh_secs`
+/// (the shortest; nothing when none is) and reloads when the layers they
+/// make changed: new tables are served, dropped ones no longer.
+async fn refresh_found_tables(live: std::sync::Arc<http::live::Live>) {
+    loop {
+        let Some(secs) = live.current().config.watch_secs else {
+            // Asked again after a while: a reload may add a refresh.
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            continue;
+        };
+        tokio::time::sleep(std::time::Duration::from_secs_f64(secs.max(0.5))).await;
+        let probing = live.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            probing
+                .source()
+                .load()
+                .map(|c| c.layers.into_iter().map(|l| l.name).collect::<Vec<_>>())
+        })
+        .await;
+        let served: Vec<String> = live
+            .current()
+            .config
+            .layers
+            .iter()
+            .map(|l| l.name.clone())
+            .collect();
+        match found {
+            Ok(Ok(names)) if names != served => {
+                tracing::info!("the database's tables changed: reloading the configuration");
+                let reloading = live.clone();
+                if let Ok(Err(e)) =
+                    tokio::task::spawn_blocking(move || reloading.reload(true)).await
+                {
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "reloading for the database's tables failed; the old layers keep serving"
+                    );
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "listing the database's tables failed; the layers served stay"
+            ),
+            Err(e) => tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "the table listing failed"
+            ),
         }
     }
 }

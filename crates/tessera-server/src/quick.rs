@@ -21,15 +21,19 @@ use serde_json::{Value, json};
 use tessera_source::archive::ArchiveKind;
 use tessera_source::{GdalSettings, SourceSpec};
 
-use crate::config::{Config, ConfigError, valid_name};
+use crate::config::{Config, ConfigError, default_vector_rule, valid_name};
 
 /// A configuration serving each of `paths` as a layer (in the embedded
 /// defaults otherwise: memory store, default limits).
-pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
+pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, ConfigError> {
     let mut names = HashSet::new();
     let mut layers = Vec::with_capacity(paths.len());
     for path in paths {
         let written = path.to_string_lossy();
+        if is_database(&written) {
+            layers.push(database_entry(&written, watch, &mut names));
+            continue;
+        }
         if let Some(kind) = ArchiveKind::of_path(&written) {
             layers.push(archive_layer(&written, kind, &mut names)?);
             continue;
@@ -111,6 +115,31 @@ pub fn config_for_files(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     Config::from_yaml(&doc.to_string(), |_| None)
 }
 
+/// How often `--watch` lists a database's tables again, in seconds.
+const WATCH_SECS: f64 = 5.0;
+
+/// Whether `text` names a PostgreSQL database (a URL or a `PG:` string).
+fn is_database(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://") || text.starts_with("PG:")
+}
+
+/// The entry serving every table of the database `url` with a geometry
+/// column as a layer (`postgis_auto`), as vector tiles and maps drawn with
+/// a default style; with `watch`, its tables are listed again every
+/// [`WATCH_SECS`].
+fn database_entry(url: &str, watch: bool, names: &mut HashSet<String>) -> Value {
+    let mut source = json!({ "type": "postgis_auto", "path": url.replace("${", "$${") });
+    if watch {
+        source["refresh_secs"] = json!(WATCH_SECS);
+    }
+    json!({
+        "name": unique_name("postgis", names),
+        "source": source,
+        "formats": ["mvt", "png"],
+        "grids": ["WebMercatorQuad", "WorldCRS84Quad"],
+    })
+}
+
 /// A layer serving the tile archive at `written` (a path, an `http(s)://`
 /// URL or an object URL) in its own grid, format and zooms, its tiles
 /// passed through as stored.
@@ -175,18 +204,6 @@ fn open_any(path: &str) -> Result<Dataset, String> {
         ..DatasetOptions::default()
     };
     Dataset::open_ex(path, options).map_err(|e| format!("GDAL cannot open it: {e}"))
-}
-
-/// The drawing of a vector layer served without a style: Leaflet's
-/// default path style (a blue outline over a translucent fill), which
-/// draws polygons, lines and points (as 6-pixel circles) alike.
-fn default_vector_rule() -> Value {
-    json!({
-        "fill": "#3388ff",
-        "fill_opacity": 0.2,
-        "stroke": "#3388ff",
-        "stroke_width": 2,
-    })
 }
 
 /// The file's stem with every character a layer name may not hold

@@ -45,7 +45,10 @@ pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
 #[cfg(feature = "vector")]
 pub use vector::VectorError;
 #[cfg(feature = "vector")]
-pub use vector::{ValueFilter, ValueKind, VectorLayerSpec, VectorSource, VectorSpec};
+pub use vector::{
+    PostgisAutoSpec, SpatialTable, ValueFilter, ValueKind, VectorLayerSpec, VectorSource,
+    VectorSpec,
+};
 pub use warp::Resampling;
 
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};

@@ -12,10 +12,10 @@ use crate::upstream::client::NetworkPolicy;
 use crate::{
     GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
 };
+#[cfg(feature = "vector")]
+use crate::{PostgisAutoSpec, VectorSource, VectorSpec};
 #[cfg(feature = "upstream")]
 use crate::{TileSource, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec};
-#[cfg(feature = "vector")]
-use crate::{VectorSource, VectorSpec};
 
 /// A layer's source, tagged by `type` (`gdal` when absent).
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +36,11 @@ pub enum SourceSpec {
     /// Features drawn with a style (`type: vector`).
     #[cfg(feature = "vector")]
     Vector(Box<VectorSpec>),
+    /// Every table of a PostGIS database with a geometry column, one layer
+    /// each (`type: postgis_auto`): expanded by the server into `vector`
+    /// layers, never opened as one source.
+    #[cfg(feature = "vector")]
+    PostgisAuto(Box<PostgisAutoSpec>),
     /// A tile archive (`type: pmtiles` or `type: mbtiles`).
     #[cfg(feature = "archive")]
     Archive(ArchiveKind, Box<ArchiveSpec>),
@@ -55,6 +60,8 @@ impl SourceSpec {
             SourceSpec::Mosaic(_) => "mosaic",
             #[cfg(feature = "vector")]
             SourceSpec::Vector(_) => "vector",
+            #[cfg(feature = "vector")]
+            SourceSpec::PostgisAuto(_) => "postgis_auto",
             #[cfg(feature = "archive")]
             SourceSpec::Archive(kind, _) => kind.name(),
         }
@@ -158,6 +165,8 @@ impl SourceSpec {
                 }
                 id
             }
+            #[cfg(feature = "vector")]
+            SourceSpec::PostgisAuto(a) => format!("postgis_auto {:?}", a.path),
             #[cfg(feature = "archive")]
             SourceSpec::Archive(kind, a) => {
                 format!("{} {:?} {:?}", kind.name(), a.path, a.resampling)
@@ -183,6 +192,8 @@ impl SourceSpec {
                 .unwrap_or("mosaic"),
             #[cfg(feature = "vector")]
             SourceSpec::Vector(v) => &v.path,
+            #[cfg(feature = "vector")]
+            SourceSpec::PostgisAuto(a) => &a.path,
             #[cfg(feature = "archive")]
             SourceSpec::Archive(_, a) => &a.path,
         }
@@ -205,7 +216,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, pmtiles, mbtiles), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, postgis_auto, pmtiles, mbtiles), not {other}"
                     )));
                 }
             },
@@ -224,9 +235,13 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 "{kind} sources are not in this build of tessera (cargo feature `upstream`)"
             ))),
             #[cfg(not(feature = "vector"))]
-            "vector" => Err(D::Error::custom(
+            "vector" | "postgis_auto" => Err(D::Error::custom(
                 "vector sources are not in this build of tessera (cargo feature `vector`)",
             )),
+            #[cfg(feature = "vector")]
+            "postgis_auto" => serde_json::from_value(value)
+                .map(|a| SourceSpec::PostgisAuto(Box::new(a)))
+                .map_err(|e| D::Error::custom(format!("postgis_auto source: {e}"))),
             #[cfg(not(feature = "archive"))]
             "pmtiles" | "mbtiles" => Err(D::Error::custom(format!(
                 "{kind} sources are not in this build of tessera (cargo feature `archive`)"
@@ -262,7 +277,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 .map(|v| SourceSpec::Vector(Box::new(v)))
                 .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, pmtiles or mbtiles"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, postgis_auto, pmtiles or mbtiles"
             ))),
         }
     }
@@ -287,6 +302,14 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
         #[cfg(feature = "vector")]
         SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),
+        #[cfg(feature = "vector")]
+        SourceSpec::PostgisAuto(a) => {
+            return Err(SourceError::Open {
+                path: a.path.clone(),
+                source: "a postgis_auto source is expanded into one layer per table by the server"
+                    .into(),
+            });
+        }
         #[cfg(feature = "archive")]
         SourceSpec::Archive(kind, a) => Arc::new(crate::archive::open(*kind, a, policy(), None)?),
     })

@@ -7,6 +7,9 @@ mod cors;
 mod dimensions;
 mod env;
 mod error;
+mod postgis_auto;
+
+pub use postgis_auto::default_vector_rule;
 
 pub use cors::CorsSettings;
 pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
@@ -58,6 +61,10 @@ pub struct Config {
     /// Who runs the service and on what terms, for capabilities documents.
     #[serde(default)]
     pub service: ServiceMetadata,
+    /// How often the layers found by themselves (`postgis_auto`) are looked
+    /// for again, in seconds: the shortest `refresh_secs` (none: never).
+    #[serde(skip)]
+    pub watch_secs: Option<f64>,
 }
 
 /// The `service:` section: what WMS and WMTS capabilities say about the
@@ -546,6 +553,8 @@ impl Config {
         let mut config = Config::parse(&text, &|name| std::env::var(name).ok())?;
         config.resolve_paths(&base);
         config.check()?;
+        config.expand_postgis_auto()?;
+        config.check()?;
         Ok(config)
     }
 
@@ -556,7 +565,9 @@ impl Config {
         text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let config = Config::parse(text, &env)?;
+        let mut config = Config::parse(text, &env)?;
+        config.check()?;
+        config.expand_postgis_auto()?;
         config.check()?;
         Ok(config)
     }
@@ -671,7 +682,7 @@ impl Config {
             if layer.formats.contains(&TileFormat::Mvt)
                 && !matches!(
                     layer.source,
-                    SourceSpec::Vector(_) | SourceSpec::Archive(..)
+                    SourceSpec::Vector(_) | SourceSpec::PostgisAuto(_) | SourceSpec::Archive(..)
                 )
             {
                 return invalid(format!(

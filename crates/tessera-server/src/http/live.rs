@@ -26,8 +26,10 @@ pub enum ConfigSource {
     Demo,
     /// A configuration file.
     File(PathBuf),
-    /// Raster files, one layer each ([`crate::quick`]).
-    Rasters(Vec<PathBuf>),
+    /// Files, archives and databases named on the command line, one layer
+    /// each ([`crate::quick`]); `watch` looks for a database's new tables
+    /// every few seconds.
+    Rasters(Vec<PathBuf>, bool),
 }
 
 impl ConfigSource {
@@ -36,7 +38,7 @@ impl ConfigSource {
         match self {
             ConfigSource::Demo => crate::demo::demo_config(),
             ConfigSource::File(path) => Config::from_file(path),
-            ConfigSource::Rasters(paths) => crate::quick::config_for_files(paths),
+            ConfigSource::Rasters(paths, watch) => crate::quick::config_for_files(paths, *watch),
         }
     }
 }
@@ -95,6 +97,11 @@ impl Live {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Where the configuration comes from.
+    pub fn source(&self) -> &ConfigSource {
+        &self.source
     }
 
     /// Reads the config again and, when it is valid and its layers and

@@ -8,6 +8,7 @@
 //! data's CRS (the database's `&&` on its geometry index for PostGIS) and by
 //! `where`, and reads only the features there.
 
+mod auto;
 pub mod draw;
 mod error;
 mod mvt;
@@ -27,6 +28,7 @@ use crate::{
     Crs, FeatureSource, FoundFeature, LegendSymbol, Source, SourceError, SourceInfo,
     VectorLayerInfo, WindowRequest,
 };
+pub use auto::{PostgisAutoSpec, SpatialTable};
 use draw::{Canvas, Shapes};
 pub use error::VectorError;
 use pool::Pool;
