@@ -354,3 +354,26 @@ def test_a_directory_loop_is_a_502_not_a_hang(tmp_path, tmp_path_factory):
         assert status == 502, (status, body[:300])
         assert "panicked" not in server.log_text()
         assert "leaf directories nested too deep" in server.log_text()
+
+
+def test_maplibre_draws_a_vector_pmtiles_layer(archives, tmp_path_factory, browser):
+    """tessera's preview (MapLibre GL JS in headless Chromium) of the
+    countries PMTiles served by `tessera serve countries.pmtiles`."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    with serving(tmp_path_factory, archives / "countries.pmtiles") as server:
+        browser.get(f"{server.url}/preview/countries")
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script(
+            "return document.body.dataset.idle === '1' || document.getElementById('status').textContent !== ''"))
+        assert browser.find_element("id", "status").text == ""
+        drawn = browser.execute_script(
+            "return window.tesseraMap.queryRenderedFeatures().filter(f => f.sourceLayer === 'countries').length")
+        assert drawn > 20, drawn
+        centre = browser.execute_script(
+            "const p = window.tesseraMap.project([2.35, 46.6]);"
+            "return window.tesseraMap.queryRenderedFeatures([p.x, p.y])"
+            ".filter(f => f.sourceLayer === 'countries').map(f => f.properties.NAME)")
+        assert "France" in centre, centre
+        pixels = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
+        background = np.array([0x20, 0x20, 0x24])[:, None, None]
+        land = np.abs(pixels - background).sum(axis=0) > 30
+        assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"

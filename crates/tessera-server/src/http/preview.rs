@@ -139,36 +139,75 @@ pub async fn page(
 /// layer's TileJSON, and per data layer a fill and outline (polygons), a
 /// line or circles, by its geometry type.
 fn vector_page(layer: &Layer) -> Html<String> {
-    let data_layers = layer
+    // Each data layer and its geometry type: a vector source's own, or an
+    // archive's `vector_layers` (whose geometry is not said: drawn by the
+    // type of each feature).
+    let mut data_layers: Vec<(String, Option<String>)> = layer
         .source
         .as_features()
         .map(tessera_source::FeatureSource::vector_layers)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_iter()
+        .map(|l| (l.name, Some(l.geometry.to_ascii_lowercase())))
+        .collect();
+    if data_layers.is_empty()
+        && let Some(listed) = layer
+            .source
+            .tile_metadata()
+            .and_then(|m| m.vector_layers.as_ref())
+            .and_then(serde_json::Value::as_array)
+    {
+        data_layers = listed
+            .iter()
+            .filter_map(|l| l.get("id").and_then(serde_json::Value::as_str))
+            .map(|id| (id.to_string(), None))
+            .collect();
+    }
     let palette = [
         "#3a6ea5", "#c0392b", "#27ae60", "#8e44ad", "#d35400", "#16a085",
     ];
     let mut layers = Vec::new();
-    for (i, l) in data_layers.iter().enumerate() {
+    for (i, (id, geometry)) in data_layers.iter().enumerate() {
         let color = palette[i % palette.len()];
-        let id = &l.name;
-        let geometry = l.geometry.to_ascii_lowercase();
-        if geometry.contains("polygon") || geometry.contains("surface") {
+        let is = |kind: &str| {
+            geometry.as_deref().is_none_or(|g| match kind {
+                "Polygon" => g.contains("polygon") || g.contains("surface"),
+                "LineString" => g.contains("line") || g.contains("curve"),
+                _ => {
+                    !(g.contains("polygon")
+                        || g.contains("surface")
+                        || g.contains("line")
+                        || g.contains("curve"))
+                }
+            })
+        };
+        // Without a known geometry each drawing takes its own features.
+        let only = |kind: &str| {
+            if geometry.is_none() {
+                json!(["==", "$type", kind])
+            } else {
+                json!(["all"])
+            }
+        };
+        if is("Polygon") {
             layers.push(
-                json!({"id": format!("{id}-fill"), "type": "fill", "source": "tessera",
+                json!({"id": format!("{id}-fill"), "type": "fill", "source": "tessera", "filter": only("Polygon"),
                 "source-layer": id, "paint": {"fill-color": color, "fill-opacity": 0.6}}),
             );
             layers.push(
-                json!({"id": format!("{id}-outline"), "type": "line", "source": "tessera",
+                json!({"id": format!("{id}-outline"), "type": "line", "source": "tessera", "filter": only("Polygon"),
                 "source-layer": id, "paint": {"line-color": "#ffffff", "line-width": 0.5}}),
             );
-        } else if geometry.contains("line") || geometry.contains("curve") {
+        }
+        if is("LineString") {
             layers.push(
-                json!({"id": format!("{id}-line"), "type": "line", "source": "tessera",
+                json!({"id": format!("{id}-line"), "type": "line", "source": "tessera", "filter": only("LineString"),
                 "source-layer": id, "paint": {"line-color": color, "line-width": 1.5}}),
             );
-        } else {
+        }
+        if is("Point") {
             layers.push(
-                json!({"id": format!("{id}-point"), "type": "circle", "source": "tessera",
+                json!({"id": format!("{id}-point"), "type": "circle", "source": "tessera", "filter": only("Point"),
                 "source-layer": id, "paint": {"circle-color": color, "circle-radius": 4,
                 "circle-stroke-color": "#ffffff", "circle-stroke-width": 1}}),
             );
