@@ -71,6 +71,14 @@ pub fn with_files(fingerprint: &str, files: &[String]) -> String {
     format!("{:016x}", (hash >> 64) as u64)
 }
 
+/// `fingerprint` also covering `version`, what a remote source says of
+/// its own version (an archive's `ETag`): a replaced archive changes it.
+pub fn with_version(fingerprint: &str, version: &str) -> String {
+    let hash =
+        tessera_store::content_hash(format!("{fingerprint}\nversion {version}\n").as_bytes());
+    format!("{:016x}", (hash >> 64) as u64)
+}
+
 /// The key `layer`'s tiles are kept under in `store` (its
 /// `Layer::cache_key`): `base` when the
 /// store records `fingerprint` for it (or recorded nothing yet, and now

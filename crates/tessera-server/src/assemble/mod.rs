@@ -280,6 +280,12 @@ fn plain_layer(
     if !files.is_empty() {
         fingerprint = fingerprint::with_files(&fingerprint, files);
     }
+    // An archive elsewhere (HTTP, a bucket): its version (ETag) as opened.
+    if let Some(version) = source.tile_metadata().and_then(|m| m.version.as_deref())
+        && lc.source.local_file().is_none()
+    {
+        fingerprint = fingerprint::with_version(&fingerprint, version);
+    }
     let base_key = crate::dimension::layer_key(lc.cache.key.as_deref().unwrap_or(&lc.name), values);
     let plain_key = base_key.clone();
     let cache_key = match &cache {
