@@ -377,3 +377,47 @@ def test_maplibre_draws_a_vector_pmtiles_layer(archives, tmp_path_factory, brows
         background = np.array([0x20, 0x20, 0x24])[:, None, None]
         land = np.abs(pixels - background).sum(axis=0) > 30
         assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"
+
+
+def test_a_vector_archive_is_drawn_with_the_layer_style(archives, tmp_path, tmp_path_factory):
+    """PNG tiles and WMS maps of a vector archive: its features drawn with
+    the layer's rules (filters on the archive's attributes too), as the
+    same features drawn from the GeoPackage they came from."""
+    gpkg = os.environ["TESSERA_TEST_GPKG"]
+    style = '[{ fill: "#336699", stroke: "#336699", stroke_width: 1 }, ' \
+            '{ filter: { field: NAME, eq: France }, fill: "#cc0000" }]'
+    cfg = tmp_path / "drawn.yaml"
+    cfg.write_text(f"""
+layers:
+  - name: archived
+    source: {{ type: pmtiles, path: {archives / 'countries.pmtiles'}, style: {style} }}
+    grids: [WebMercatorQuad]
+    formats: [mvt, png]
+    max_zoom: 6
+    cache: {{ store: none }}
+  - name: original
+    source: {{ type: vector, path: "{gpkg}", layer: countries, style: {style} }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    cache: {{ store: none }}
+""")
+    with serving(tmp_path_factory, "--config", cfg) as server:
+        def wms(layer):
+            status, headers, png = get(server, f"/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS={layer}"
+                                               "&STYLES=&CRS=CRS:84&BBOX=-12,35,30,60&WIDTH=420&HEIGHT=250"
+                                               "&FORMAT=image/png&TRANSPARENT=TRUE")
+            assert status == 200 and headers["Content-Type"] == "image/png", png[:300]
+            return decode(png)
+        archived, original = wms("archived"), wms("original")
+        a, o = archived[3] > 0, original[3] > 0
+        iou = (a & o).sum() / (a | o).sum()
+        assert iou > 0.9, iou
+        # Paris (2.35 E, 48.85 N) is France, drawn red; Madrid is not.
+        px = lambda lon, lat: (int((60 - lat) / 25 * 250), int((lon + 12) / 42 * 420))
+        y, x = px(2.35, 48.85)
+        assert tuple(archived[:3, y, x]) == (0xcc, 0, 0), archived[:, y, x]
+        y, x = px(-3.7, 40.4)
+        assert tuple(archived[:3, y, x]) == (0x33, 0x66, 0x99), archived[:, y, x]
+        # A PNG tile past the archive's zooms: drawn from its deepest tiles.
+        status, headers, png = get(server, "/tiles/archived/WebMercatorQuad/5/16/11.png")
+        assert status == 200 and decode(png)[3].max() > 0

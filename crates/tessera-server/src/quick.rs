@@ -185,7 +185,8 @@ fn archive_layer(
         "keywords": ["archive", kind.name()],
         "source": { "type": kind.name(), "path": location.replace("${", "$${") },
         "grids": ["WebMercatorQuad"],
-        "formats": [format.extension()],
+        // A vector archive is also drawn into pictures (the default style).
+        "formats": if format.is_vector() { json!([format.extension(), "png"]) } else { json!([format.extension()]) },
         "min_zoom": meta.min_zoom,
         "max_zoom": meta.max_zoom,
         // The archive is the cache: its tiles are read as they are now

@@ -12,6 +12,7 @@
 //! attribution, `vector_layers`) is its [`TileMetadata`].
 
 mod bytes;
+mod draw;
 mod mbtiles;
 mod pmtiles;
 
@@ -24,6 +25,7 @@ use serde::Deserialize;
 use tessera_grid::{TileCoord, TileFormat};
 
 pub use self::bytes::{ArchiveBytes, HttpBytes, LocalBytes, Ranged};
+pub(crate) use self::draw::draw as draw_vector_tiles;
 use crate::upstream::client::{HttpSettings, NetworkPolicy};
 use crate::upstream::tiles::TileSource;
 use crate::{Resampling, SourceError, TileMetadata};
@@ -59,6 +61,11 @@ pub struct ArchiveSpec {
     /// (SQLite reads files); default the system's temporary directory.
     #[serde(default)]
     pub download_dir: Option<String>,
+    /// How a vector archive is drawn into pictures (PNG tiles in another
+    /// grid, maps): rules as a vector source takes them (default: a blue
+    /// outline over a translucent fill).
+    #[serde(default)]
+    pub style: Vec<crate::vector::style::Rule>,
 }
 
 /// Which kind of archive.
@@ -175,7 +182,13 @@ pub fn open(
             Arc::new(mbtiles::Mbtiles::open(&local, &spec.path).map_err(open_err)?)
         }
     };
-    TileSource::open_archive(spec.path.clone(), archive, spec.resampling)
+    crate::vector::style::check_rules(&spec.style).map_err(open_err)?;
+    let rules = if spec.style.is_empty() {
+        draw::default_rules()
+    } else {
+        spec.style.clone()
+    };
+    TileSource::open_archive(spec.path.clone(), archive, spec.resampling, rules)
 }
 
 /// `bytes` gzip-compressed (as tessera keeps vector tiles) unless they are
@@ -228,6 +241,7 @@ mod tests {
             directory_cache_bytes: 1,
             resampling: Resampling::default(),
             download_dir: None,
+            style: Vec::new(),
         };
         assert_eq!(spec("/data/x.pmtiles").place(), Place::Local);
         assert_eq!(spec("HTTPS://h/x.pmtiles").place(), Place::Http);

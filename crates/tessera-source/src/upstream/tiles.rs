@@ -131,6 +131,9 @@ pub struct TileSource {
     dimensions: Vec<(String, Vec<String>)>,
     /// What an archive says about itself.
     metadata: Option<crate::TileMetadata>,
+    /// How a vector archive's tiles are drawn into pictures.
+    #[cfg(feature = "archive")]
+    rules: Arc<Vec<crate::vector::style::Rule>>,
 }
 
 /// Most tiles fetched ahead and kept for their reads: a few metatile
@@ -308,6 +311,8 @@ impl TileSource {
             prefetched: Prefetched::new(MOST_PREFETCHED),
             dimensions: Vec::new(),
             metadata: None,
+            #[cfg(feature = "archive")]
+            rules: Arc::new(Vec::new()),
         }
     }
 
@@ -319,6 +324,7 @@ impl TileSource {
         name: String,
         archive: Arc<dyn crate::archive::TileArchive>,
         resampling: Resampling,
+        rules: Vec<crate::vector::style::Rule>,
     ) -> Result<TileSource, SourceError> {
         let grid = TileMatrixSet::web_mercator_quad();
         let crs = Crs::parse("EPSG:3857")?;
@@ -338,6 +344,7 @@ impl TileSource {
             lonlat,
         );
         source.metadata = Some(metadata);
+        source.rules = Arc::new(rules);
         Ok(source)
     }
 
@@ -418,6 +425,8 @@ impl TileSource {
             prefetched: Prefetched::new(MOST_PREFETCHED),
             dimensions: self.dimensions.clone(),
             metadata: self.metadata.clone(),
+            #[cfg(feature = "archive")]
+            rules: self.rules.clone(),
         }
     }
 
@@ -663,6 +672,10 @@ impl Source for TileSource {
     /// The covering tiles cropped, when the window is on the upstream's
     /// pixel grid in its own CRS.
     fn read_image(&self, request: &WindowRequest<'_>) -> Option<Result<RgbaImage, SourceError>> {
+        if self.format == TileFormat::Mvt {
+            // Features to draw, not pixels to crop.
+            return None;
+        }
         let plan = match self.plan(request) {
             Ok(Some(plan)) if plan.same => plan,
             Ok(_) => return None,
@@ -679,6 +692,29 @@ impl Source for TileSource {
         let Some(plan) = self.plan(request)? else {
             return Ok(empty(request.width, request.height));
         };
+        #[cfg(feature = "archive")]
+        if self.format == TileFormat::Mvt {
+            // A vector archive: its features drawn with the layer's rules.
+            let coords = plan.coords();
+            let tiles: Vec<(TileCoord, Bytes)> = coords
+                .iter()
+                .copied()
+                .zip(self.fetch_tiles(&coords, request.cancel)?)
+                .filter_map(|(c, t)| t.map(|t| (c, t)))
+                .collect();
+            return crate::archive::draw_vector_tiles(
+                &tiles,
+                &self.grid,
+                &self.crs,
+                request,
+                &self.rules,
+                f64::from(plan.range.z),
+            )
+            .map_err(|message| SourceError::Upstream {
+                url: self.name.clone(),
+                message,
+            });
+        }
         let image = self.stitched(&plan.range, request.cancel)?;
         if plan.same
             && let Some(at) = plan.aligned_at(self, request)

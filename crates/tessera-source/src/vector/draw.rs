@@ -23,12 +23,26 @@ pub enum Shapes {
 /// A canvas of `width` x `height` transparent pixels.
 pub struct Canvas {
     pixmap: Pixmap,
+    /// Where drawing reaches, when limited ([`Canvas::clip_to`]).
+    clip: Option<tiny_skia::Mask>,
 }
 
 impl Canvas {
     /// A transparent canvas; `None` for a zero or too large size.
     pub fn new(width: u32, height: u32) -> Option<Canvas> {
-        Pixmap::new(width, height).map(|pixmap| Canvas { pixmap })
+        Pixmap::new(width, height).map(|pixmap| Canvas { pixmap, clip: None })
+    }
+
+    /// Limits what is drawn next to the rectangle `(x, y, width, height)`
+    /// in pixels (a vector tile's own area, so that its buffer drawn again
+    /// by the next tile leaves no seam); `None` lifts the limit.
+    pub fn clip_to(&mut self, rect: Option<(f32, f32, f32, f32)>) {
+        self.clip = rect.and_then(|(x, y, w, h)| {
+            let mut mask = tiny_skia::Mask::new(self.pixmap.width(), self.pixmap.height())?;
+            let path = PathBuilder::from_rect(Rect::from_xywh(x, y, w, h)?);
+            mask.fill_path(&path, FillRule::Winding, false, Transform::identity());
+            Some(mask)
+        });
     }
 
     /// Draws `shapes` with `rule`'s symbols.
@@ -59,7 +73,7 @@ impl Canvas {
                             &paint,
                             FillRule::EvenOdd,
                             Transform::identity(),
-                            None,
+                            self.clip.as_ref(),
                         );
                     }
                     self.stroke_path(&path, rule);
@@ -87,7 +101,7 @@ impl Canvas {
             &paint(color, rule.stroke_opacity),
             &stroke,
             Transform::identity(),
-            None,
+            self.clip.as_ref(),
         );
     }
 
@@ -117,7 +131,7 @@ impl Canvas {
                 &paint(fill, rule.fill_opacity),
                 FillRule::Winding,
                 Transform::identity(),
-                None,
+                self.clip.as_ref(),
             );
         }
         self.stroke_path(&path, rule);
