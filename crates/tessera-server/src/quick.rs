@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tessera_source::archive::ArchiveKind;
 use tessera_source::{GdalSettings, SourceSpec};
 
-use crate::config::{Config, ConfigError, default_vector_rule, valid_name};
+use crate::config::{Config, ConfigError, clean_name, default_vector_rule};
 
 /// A configuration serving each of `paths` as a layer (in the embedded
 /// defaults otherwise: memory store, default limits).
@@ -215,26 +215,6 @@ fn layer_name(path: &Path) -> String {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     clean_name(&stem)
-}
-
-/// `text` with every character a layer name may not hold replaced by `_`
-/// (`layer` when nothing is left).
-fn clean_name(text: &str) -> String {
-    let name: String = text
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if valid_name(&name) {
-        name
-    } else {
-        "layer".into()
-    }
 }
 
 /// `name`, or `name-2`, `name-3`, ... when taken.

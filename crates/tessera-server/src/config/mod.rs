@@ -954,6 +954,26 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// `text` with every character a layer name may not hold replaced by `_`
+/// (`layer` when nothing is left).
+pub fn clean_name(text: &str) -> String {
+    let name: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if valid_name(&name) {
+        name
+    } else {
+        "layer".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 use serde_json::json;
 use tessera_source::{PostgisAutoSpec, SourceSpec, SpatialTable};
 
-use super::{Config, ConfigError, LayerConfig};
+use super::{Config, ConfigError, LayerConfig, clean_name};
 
 /// The drawing of a table without a style: Leaflet's default path style
 /// (a blue outline over a translucent fill), which draws polygons, lines
@@ -62,16 +62,7 @@ fn table_layer(
     table: &SpatialTable,
 ) -> Result<LayerConfig, ConfigError> {
     let qualified = format!("{}.{}", table.schema, table.table);
-    let name: String = qualified
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let name = clean_name(&qualified);
     let source = json!({
         "type": "vector",
         "path": auto.path,
