@@ -8,7 +8,10 @@ MBTiles driver (zooms 0-4) and converted by `pmtiles convert` (341 tiles).
   `tessera serve x.pmtiles` (no cache: every tile read from the archive)
   and with a memory cache;
 - over HTTP: both servers read the archive from one loopback range server
-  that counts the range requests of a first pass over every tile.
+  that counts the range requests of a first pass over every tile;
+- on MinIO (when `TESSERA_TEST_S3_*` name one: `scripts/minio start` and
+  `source var/minio/env`): first pass and warm requests/s, both servers
+  reading the object by ranges.
 
     python3 bench/archives.py --binary target/release/tessera --pmtiles $(scripts/go-pmtiles) \\
         [--runs 3] [--seconds 8]
@@ -171,6 +174,8 @@ layers:
             print(f"  over HTTP {kind:12}: first pass {remote_first[kind]:.2f} s, {ranges[kind]} ranges",
                   file=sys.stderr)
 
+    minio = on_minio(args, work, archive, paths, files) if os.environ.get("TESSERA_TEST_S3_ENDPOINT") else None
+
     med_first = {k: statistics.median(v) for k, v in first.items()}
     med_warm = {k: statistics.median(v) for k, v in warm.items()}
     print(machine())
@@ -191,6 +196,55 @@ layers:
     print("| --- | --- | --- |")
     for kind in ranges:
         print(f"| {kind} | {remote_first[kind]:.2f} | {ranges[kind]} |")
+    if minio:
+        print()
+        print(f"| on MinIO (loopback) | first pass (s, median of {args.runs}) | warm (req/s, median of {args.runs}) |")
+        print("| --- | --- | --- |")
+        for kind, (f, w) in minio.items():
+            print(f"| {kind} | {statistics.median(f):.2f} | {statistics.median(w):.0f} |")
+        g, t = minio["go-pmtiles"], minio["tessera"]
+        print(f"| ratio tessera / go-pmtiles | {statistics.median(g[0]) / statistics.median(t[0]):.2f} (speed) "
+              f"| {statistics.median(t[1]) / statistics.median(g[1]):.2f} |")
+
+
+def on_minio(args, work, archive, paths, files):
+    """Both servers reading the archive from MinIO: {kind: (first passes,
+    warm rates)}."""
+    endpoint = os.environ["TESSERA_TEST_S3_ENDPOINT"]
+    key, secret = os.environ["TESSERA_TEST_S3_ACCESS_KEY"], os.environ["TESSERA_TEST_S3_SECRET_KEY"]
+    bucket = "tessera-bench-archives"
+    sign = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{key}:{secret}"]
+    subprocess.run(["curl", "-s", "-X", "PUT", *sign, f"{endpoint}/{bucket}"], check=True, capture_output=True)
+    subprocess.run(["curl", "-sf", "-T", archive, *sign, f"{endpoint}/{bucket}/relief.pmtiles"], check=True,
+                   capture_output=True)
+    env = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
+    os.environ.update(env)
+    config = f"""
+server: {{ access_log: false }}
+layers:
+  - name: relief
+    source: {{ type: pmtiles, path: "s3://{bucket}/relief.pmtiles" }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    max_zoom: 4
+    cache: {{ store: none }}
+"""
+    go_bucket = f"s3://{bucket}?endpoint={endpoint}&use_path_style=true&region=us-east-1"
+    result = {"go-pmtiles": ([], []), "tessera": ([], [])}
+    for r in range(args.runs):
+        for kind in (["go-pmtiles", "tessera"] if r % 2 == 0 else ["tessera", "go-pmtiles"]):
+            port, running = (pmtiles_server(args.pmtiles, ".", bucket=go_bucket) if kind == "go-pmtiles"
+                             else tessera_server(args.binary, work, config=config))
+            with running:
+                base = f"http://127.0.0.1:{port}"
+                result[kind][0].append(first_pass(base, paths[kind]))
+                wrk(base, files[kind], 64, 2)
+                rate, _, _ = wrk(base, files[kind], 64, args.seconds)
+                result[kind][1].append(rate)
+                print(f"  on MinIO {kind:12} run {r}: first pass {result[kind][0][-1]:.2f} s, warm {rate:.0f} req/s",
+                      file=sys.stderr)
+    return result
 
 
 if __name__ == "__main__":

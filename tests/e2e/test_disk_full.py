@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import subprocess
+import time
 import urllib.request
 
 from conftest import ROOT, fetch, serving
@@ -89,7 +90,14 @@ layers:
             # A tile it does not hold is rendered and answered, not stored.
             status, _ = fetch(server, "/tiles/relief/WebMercatorQuad/3/1/1.png")
             assert status == 200
-            status, body = fetch(server, "/ready")
+            # The save fails on the pool after the answer: /ready says so
+            # once it has.
+            deadline = time.monotonic() + 30
+            while True:
+                status, body = fetch(server, "/ready")
+                if status == 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             assert status == 503 and b"writes fail" in body, body
         log = server.log.read_text()
         assert log.count("serving its tiles read-only") == 1, log[-2000:]
