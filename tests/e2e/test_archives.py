@@ -421,3 +421,18 @@ layers:
         # A PNG tile past the archive's zooms: drawn from its deepest tiles.
         status, headers, png = get(server, "/tiles/archived/WebMercatorQuad/5/16/11.png")
         assert status == 200 and decode(png)[3].max() > 0
+
+
+def test_an_archive_of_512_pixel_tiles_passes_through_at_2x(tmp_path, tmp_path_factory):
+    """Tiles of 512 pixels are the HiDPI twin's (`WebMercatorQuad@2x`):
+    passed through there, drawn down to 256 pixels in WebMercatorQuad."""
+    big = tmp_path / "big.mbtiles"
+    run("gdal_translate", "-q", "-of", "MBTiles", "-co", "TILE_FORMAT=PNG", "-co", "BLOCKSIZE=512",
+        "-co", "ZOOM_LEVEL_STRATEGY=LOWER", ROOT / "data/shadedrelief-5400.tif", big)
+    run("gdaladdo", "-q", "-r", "average", big, "2", "4")
+    with serving(tmp_path_factory, big) as server:
+        for z, x, y in [(0, 0, 0), (1, 0, 0), (2, 3, 1)]:
+            status, _, body = get(server, f"/tiles/big/WebMercatorQuad@2x/{z}/{x}/{y}.png")
+            assert status == 200 and body == mbtiles_tile(big, z, x, y), (z, x, y)
+            status, _, small = get(server, f"/tiles/big/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert status == 200 and decode(small).shape[1:] == (256, 256), (z, x, y)

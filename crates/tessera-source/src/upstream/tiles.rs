@@ -326,9 +326,16 @@ impl TileSource {
         resampling: Resampling,
         rules: Vec<crate::vector::style::Rule>,
     ) -> Result<TileSource, SourceError> {
-        let grid = TileMatrixSet::web_mercator_quad();
         let crs = Crs::parse("EPSG:3857")?;
         let metadata = archive.metadata().clone();
+        // Raster tiles of 512 pixels (or more) cut the same tiles with more
+        // pixels: the HiDPI twin of the grid (`WebMercatorQuad@2x`).
+        let grid = match sample_width(archive.as_ref(), &metadata) {
+            Some(w) if w > 256 && w % 256 == 0 => {
+                TileMatrixSet::web_mercator_quad().scaled(w / 256)
+            }
+            _ => TileMatrixSet::web_mercator_quad(),
+        };
         let lonlat = match metadata.bounds {
             Some(b) => b,
             None => lonlat_of(&grid, &crs)?,
@@ -592,6 +599,44 @@ fn judge(
     }
     refuse_non_image(url, &fetched, "a tile")?;
     Ok(Some(fetched.body))
+}
+
+/// The width in pixels of a raster archive's tile at its centre (or the
+/// middle of its bounds) at its lowest zoom; `None` for vector tiles, or
+/// when there is no tile there or it says no size.
+#[cfg(feature = "archive")]
+fn sample_width(
+    archive: &dyn crate::archive::TileArchive,
+    meta: &crate::TileMetadata,
+) -> Option<u32> {
+    if meta.format == TileFormat::Mvt {
+        return None;
+    }
+    let (lon, lat) = match (meta.center, meta.bounds) {
+        (Some((lon, lat, _)), _) => (lon, lat),
+        (None, Some(b)) => (
+            f64::midpoint(b.min_x, b.max_x),
+            f64::midpoint(b.min_y, b.max_y),
+        ),
+        (None, None) => (0.0, 0.0),
+    };
+    let z = meta.min_zoom;
+    let n = f64::from(1u32 << z);
+    let lat = lat.clamp(-85.0511, 85.0511).to_radians();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to the matrix
+    let (x, y) = (
+        (((lon + 180.0) / 360.0 * n).floor().clamp(0.0, n - 1.0)) as u32,
+        (((1.0 - lat.tan().asinh() / std::f64::consts::PI) / 2.0 * n)
+            .floor()
+            .clamp(0.0, n - 1.0)) as u32,
+    );
+    let tile = archive
+        .tiles(&[TileCoord::restored(z, x, y)])
+        .ok()?
+        .pop()??;
+    tessera_image::declared_size(&tile, TileFormat::sniff(&tile).unwrap_or(meta.format))
+        .ok()
+        .map(|(w, _)| w)
 }
 
 /// The template with the tile's numbers (and WMTS matrix identifier) in.
