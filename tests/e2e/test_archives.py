@@ -20,6 +20,7 @@ from cogserver import start_cog_server
 from conftest import ROOT, require_tool, s3_bucket, serving
 from imaging import decode
 from test_export import pmtiles, pmtiles_tool, tessera
+from test_vector_tiles import assert_preview_draws_countries
 
 RASTER_TILES = [(z, x, y) for z in range(4) for x in range(2 ** z) for y in range(2 ** z)]
 
@@ -359,24 +360,8 @@ def test_a_directory_loop_is_a_502_not_a_hang(tmp_path, tmp_path_factory):
 def test_maplibre_draws_a_vector_pmtiles_layer(archives, tmp_path_factory, browser):
     """tessera's preview (MapLibre GL JS in headless Chromium) of the
     countries PMTiles served by `tessera serve countries.pmtiles`."""
-    from selenium.webdriver.support.ui import WebDriverWait
     with serving(tmp_path_factory, archives / "countries.pmtiles") as server:
-        browser.get(f"{server.url}/preview/countries")
-        WebDriverWait(browser, 120).until(lambda d: d.execute_script(
-            "return document.body.dataset.idle === '1' || document.getElementById('status').textContent !== ''"))
-        assert browser.find_element("id", "status").text == ""
-        drawn = browser.execute_script(
-            "return window.tesseraMap.queryRenderedFeatures().filter(f => f.sourceLayer === 'countries').length")
-        assert drawn > 20, drawn
-        centre = browser.execute_script(
-            "const p = window.tesseraMap.project([2.35, 46.6]);"
-            "return window.tesseraMap.queryRenderedFeatures([p.x, p.y])"
-            ".filter(f => f.sourceLayer === 'countries').map(f => f.properties.NAME)")
-        assert "France" in centre, centre
-        pixels = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
-        background = np.array([0x20, 0x20, 0x24])[:, None, None]
-        land = np.abs(pixels - background).sum(axis=0) > 30
-        assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"
+        assert_preview_draws_countries(browser, f"{server.url}/preview/countries", "NAME", 20)
 
 
 def test_a_vector_archive_is_drawn_with_the_layer_style(archives, tmp_path, tmp_path_factory):

@@ -356,25 +356,32 @@ def test_legend_graphic_draws_one_symbol_per_rule(tmp_path, tmp_path_factory):
         assert caps.count(b"<LegendURL") == 2
 
 
-def test_maplibre_draws_the_vector_tiles(tmp_path, tmp_path_factory, browser):
+def assert_preview_draws_countries(browser, url, name_field, least):
+    """The preview at `url` (MapLibre GL JS) drew more than `least` features
+    of the data layer `countries`, France under Paris's longitude (by its
+    `name_field`), and land over 10 to 90 % of the map."""
     from selenium.webdriver.support.ui import WebDriverWait
+    browser.get(url)
+    WebDriverWait(browser, 120).until(lambda d: d.execute_script(
+        "return document.body.dataset.idle === '1' || document.getElementById('status').textContent !== ''"))
+    assert browser.find_element("id", "status").text == ""
+    drawn = browser.execute_script(
+        "return window.tesseraMap.queryRenderedFeatures().filter(f => f.sourceLayer === 'countries').length")
+    assert drawn > least, drawn
+    centre = browser.execute_script(
+        "const p = window.tesseraMap.project([2.35, 46.6]);"
+        "return window.tesseraMap.queryRenderedFeatures([p.x, p.y])"
+        f".filter(f => f.sourceLayer === 'countries').map(f => f.properties.{name_field})")
+    assert "France" in centre, centre
+    pixels = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
+    background = np.array([0x20, 0x20, 0x24])[:, None, None]
+    land = np.abs(pixels - background).sum(axis=0) > 30
+    assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"
+
+
+def test_maplibre_draws_the_vector_tiles(tmp_path, tmp_path_factory, browser):
     with serving(tmp_path_factory, "--config", str(config(tmp_path, sources()["postgis"]))) as server:
-        browser.get(f"{server.url}/preview/world")
-        WebDriverWait(browser, 120).until(lambda d: d.execute_script(
-            "return document.body.dataset.idle === '1' || document.getElementById('status').textContent !== ''"))
-        assert browser.find_element("id", "status").text == ""
-        drawn = browser.execute_script(
-            "return window.tesseraMap.queryRenderedFeatures().filter(f => f.sourceLayer === 'countries').length")
-        assert drawn > 50, drawn
-        centre = browser.execute_script(
-            "const p = window.tesseraMap.project([2.35, 46.6]);"
-            "return window.tesseraMap.queryRenderedFeatures([p.x, p.y])"
-            ".filter(f => f.sourceLayer === 'countries').map(f => f.properties.name)")
-        assert "France" in centre
-        pixels = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
-        background = np.array([0x20, 0x20, 0x24])[:, None, None]
-        land = np.abs(pixels - background).sum(axis=0) > 30
-        assert 0.1 < land.mean() < 0.9, f"{land.mean():.0%} of the map is drawn"
+        assert_preview_draws_countries(browser, f"{server.url}/preview/world", "name", 50)
 
 
 @pytest.mark.parametrize("kind", ["postgis", "postgis-here", "gpkg"])

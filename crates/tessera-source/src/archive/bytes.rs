@@ -33,31 +33,48 @@ pub trait ArchiveBytes: Send + Sync + Debug {
     fn name(&self) -> String;
 }
 
-/// A local file, read with `pread`. The path is looked at on every read:
-/// when it names another file than the one open (replaced by a rename) or
-/// the file changed size or time, it is opened again and the version
-/// changes.
+/// A local file, read with `pread`. The path is looked at on every read
+/// (one `stat`): when it names another file than the one open (replaced by
+/// a rename) or the file changed size or time, it is opened again and the
+/// version changes.
 #[derive(Debug)]
 pub struct LocalBytes {
     path: String,
-    open: RwLock<Arc<(std::fs::File, String)>>,
+    open: RwLock<Arc<Open>>,
 }
 
 /// A file's identity, size and modification time.
-fn stamp(meta: &std::fs::Metadata) -> String {
-    format!(
-        "{}:{}:{}:{}.{}",
-        meta.dev(),
-        meta.ino(),
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec()
-    )
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
 }
 
-impl LocalBytes {
-    /// Opens `path`.
-    pub fn open(path: &str) -> Result<LocalBytes, String> {
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+/// The file open now, its stamp, and the version reads report.
+#[derive(Debug)]
+struct Open {
+    file: std::fs::File,
+    stamp: Stamp,
+    version: String,
+}
+
+impl Open {
+    fn at(path: &str) -> Result<Open, String> {
         let file = std::fs::File::open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
         let meta = file
             .metadata()
@@ -65,31 +82,42 @@ impl LocalBytes {
         if !meta.is_file() {
             return Err(format!("{path} is not a file"));
         }
+        let stamp = Stamp::of(&meta);
+        let version = format!(
+            "{}:{}:{}:{}.{}",
+            stamp.dev, stamp.ino, stamp.len, stamp.mtime, stamp.mtime_nsec
+        );
+        Ok(Open {
+            file,
+            stamp,
+            version,
+        })
+    }
+}
+
+impl LocalBytes {
+    /// Opens `path`.
+    pub fn open(path: &str) -> Result<LocalBytes, String> {
         Ok(LocalBytes {
             path: path.to_string(),
-            open: RwLock::new(Arc::new((file, stamp(&meta)))),
+            open: RwLock::new(Arc::new(Open::at(path)?)),
         })
     }
 
     /// The file open now, opened again when the path names a changed one.
-    fn current(&self) -> Result<Arc<(std::fs::File, String)>, String> {
+    fn current(&self) -> Result<Arc<Open>, String> {
         let now = std::fs::metadata(&self.path)
-            .map(|m| stamp(&m))
+            .map(|m| Stamp::of(&m))
             .map_err(|e| format!("cannot read {}: {e}", self.path))?;
         let open = self
             .open
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if open.1 == now {
+        if open.stamp == now {
             return Ok(open);
         }
-        let file = std::fs::File::open(&self.path)
-            .map_err(|e| format!("cannot open {}: {e}", self.path))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("cannot read {}: {e}", self.path))?;
-        let fresh = Arc::new((file, stamp(&meta)));
+        let fresh = Arc::new(Open::at(&self.path)?);
         *self.open.write().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
         Ok(fresh)
     }
@@ -99,18 +127,14 @@ impl ArchiveBytes for LocalBytes {
     fn read(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Ranged, String>> {
         let result = (|| {
             let open = self.current()?;
-            let (file, version) = (&open.0, &open.1);
-            let size = file
-                .metadata()
-                .map_err(|e| format!("cannot read {}: {e}", self.path))?
-                .len();
-            let want = len.min(size.saturating_sub(offset));
+            let want = len.min(open.stamp.len.saturating_sub(offset));
             let mut buf = vec![0u8; usize::try_from(want).map_err(|_| "range too large")?];
-            file.read_exact_at(&mut buf, offset)
+            open.file
+                .read_exact_at(&mut buf, offset)
                 .map_err(|e| format!("cannot read {} at {offset}: {e}", self.path))?;
             Ok(Ranged {
                 bytes: Bytes::from(buf),
-                version: Some(version.clone()),
+                version: Some(open.version.clone()),
             })
         })();
         Box::pin(std::future::ready(result))
