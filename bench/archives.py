@@ -3,15 +3,15 @@
 MBTiles driver (zooms 0-4) and converted by `pmtiles convert` (341 tiles).
 
 - local file: first reads (each server started fresh, every tile asked
-  once by 8 clients; seconds, median of the runs) and warm requests/s
-  (wrk, 64 connections, alternating runs; medians); tessera both as
-  `tessera serve x.pmtiles` (no cache: every tile read from the archive)
-  and with a memory cache;
+  once by curl, 8 transfers at a time; seconds, median of the runs) and
+  warm requests/s (wrk, 64 connections, alternating runs; medians);
+  tessera both without a cache (`store: none`: every tile read from the
+  archive) and with a memory cache (as `tessera serve x.pmtiles` has);
 - over HTTP: both servers read the archive from one loopback range server
   that counts the range requests of a first pass over every tile;
 - on MinIO (when `TESSERA_TEST_S3_*` name one: `scripts/minio start` and
   `source var/minio/env`): first pass and warm requests/s, both servers
-  reading the object by ranges.
+  reading the object by ranges (tessera also with a memory cache).
 
     python3 bench/archives.py --binary target/release/tessera --pmtiles $(scripts/go-pmtiles) \\
         [--runs 3] [--seconds 8]
@@ -23,8 +23,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,14 +82,19 @@ def tessera_server(binary, work, config=None, archive=None):
 
 
 def first_pass(base, paths, clients=8):
-    """Seconds to ask every path once with `clients` at a time."""
-    def one(path):
-        with urllib.request.urlopen(base + path, timeout=60) as r:
-            r.read()
+    """Seconds for curl to ask every path once, `clients` at a time (one
+    curl process, connections reused: the client costs far less than
+    either server); any answer but 200 stops the benchmark."""
+    config = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)
     start = time.monotonic()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(one, paths))
-    return time.monotonic() - start
+    out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-max", str(clients),
+                          "-w", "%{http_code}\\n", "-K", "-"], input=config, capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    took = time.monotonic() - start
+    codes = out.split()
+    if len(codes) != len(paths) or set(codes) != {"200"}:
+        raise SystemExit(f"a first pass on {base} answered {sorted(set(codes))} for {len(codes)} of {len(paths)}")
+    return took
 
 
 def main():
@@ -162,17 +165,18 @@ layers:
     max_zoom: 4
     cache: {{ store: none }}
 """
-    ranges, remote_first = {}, {}
-    for kind, (port, running) in {
-        "go-pmtiles": pmtiles_server(args.pmtiles, ".", bucket=web.url),
-        "tessera": tessera_server(args.binary, work, config=remote),
-    }.items():
-        with running:
-            web.ranges.clear()
-            remote_first[kind] = first_pass(f"http://127.0.0.1:{port}", paths[kind])
-            ranges[kind] = len(web.ranges)
-            print(f"  over HTTP {kind:12}: first pass {remote_first[kind]:.2f} s, {ranges[kind]} ranges",
-                  file=sys.stderr)
+    ranges, remote_first = {}, {k: [] for k in ("go-pmtiles", "tessera")}
+    for r in range(args.runs):
+        kinds = ["go-pmtiles", "tessera"] if r % 2 == 0 else ["tessera", "go-pmtiles"]
+        for kind in kinds:
+            port, running = (pmtiles_server(args.pmtiles, ".", bucket=web.url) if kind == "go-pmtiles"
+                             else tessera_server(args.binary, work, config=remote))
+            with running:
+                web.ranges.clear()
+                remote_first[kind].append(first_pass(f"http://127.0.0.1:{port}", paths[kind]))
+                ranges[kind] = len(web.ranges)
+                print(f"  over HTTP {kind:12} run {r}: first pass {remote_first[kind][-1]:.2f} s, "
+                      f"{ranges[kind]} ranges", file=sys.stderr)
 
     minio = on_minio(args, work, archive, paths, files) if os.environ.get("TESSERA_TEST_S3_ENDPOINT") else None
 
@@ -180,7 +184,7 @@ layers:
     med_warm = {k: statistics.median(v) for k, v in warm.items()}
     print(machine())
     print()
-    print(f"| {len(TILES)} tiles, local PMTiles | first pass, 8 clients (s, median of {args.runs}) "
+    print(f"| {len(TILES)} tiles, local PMTiles | first pass, curl 8 parallel (s, median of {args.runs}) "
           f"| warm, wrk 64 connections {args.seconds} s (req/s, median of {args.runs}) |")
     print("| --- | --- | --- |")
     for kind in paths:
@@ -192,19 +196,21 @@ layers:
           f"{med_first[g] / med_first['tessera, memory cache']:.2f} (speed) "
           f"| {med_warm['tessera, memory cache'] / med_warm[g]:.2f} |")
     print()
-    print("| over HTTP (loopback range server), first pass | seconds | range requests |")
+    print(f"| over HTTP (loopback range server), first pass | seconds (median of {args.runs}) | range requests |")
     print("| --- | --- | --- |")
     for kind in ranges:
-        print(f"| {kind} | {remote_first[kind]:.2f} | {ranges[kind]} |")
+        print(f"| {kind} | {statistics.median(remote_first[kind]):.2f} | {ranges[kind]} |")
     if minio:
         print()
         print(f"| on MinIO (loopback) | first pass (s, median of {args.runs}) | warm (req/s, median of {args.runs}) |")
         print("| --- | --- | --- |")
         for kind, (f, w) in minio.items():
             print(f"| {kind} | {statistics.median(f):.2f} | {statistics.median(w):.0f} |")
-        g, t = minio["go-pmtiles"], minio["tessera"]
-        print(f"| ratio tessera / go-pmtiles | {statistics.median(g[0]) / statistics.median(t[0]):.2f} (speed) "
-              f"| {statistics.median(t[1]) / statistics.median(g[1]):.2f} |")
+        g = minio["go-pmtiles"]
+        for kind in ("tessera", "tessera, memory cache"):
+            t = minio[kind]
+            print(f"| ratio {kind} / go-pmtiles | {statistics.median(g[0]) / statistics.median(t[0]):.2f} (speed) "
+                  f"| {statistics.median(t[1]) / statistics.median(g[1]):.2f} |")
 
 
 def on_minio(args, work, archive, paths, files):
@@ -230,19 +236,26 @@ layers:
     max_zoom: 4
     cache: {{ store: none }}
 """
+    cached = config.replace("cache: { store: none }", "cache: { store: mem }").replace(
+        "server: {", "stores: { mem: { type: memory, memory: 512MiB } }\nserver: {")
     go_bucket = f"s3://{bucket}?endpoint={endpoint}&use_path_style=true&region=us-east-1"
-    result = {"go-pmtiles": ([], []), "tessera": ([], [])}
+    kinds = ["go-pmtiles", "tessera", "tessera, memory cache"]
+    result = {k: ([], []) for k in kinds}
     for r in range(args.runs):
-        for kind in (["go-pmtiles", "tessera"] if r % 2 == 0 else ["tessera", "go-pmtiles"]):
-            port, running = (pmtiles_server(args.pmtiles, ".", bucket=go_bucket) if kind == "go-pmtiles"
-                             else tessera_server(args.binary, work, config=config))
+        for kind in (kinds if r % 2 == 0 else list(reversed(kinds))):
+            if kind == "go-pmtiles":
+                port, running = pmtiles_server(args.pmtiles, ".", bucket=go_bucket)
+            elif kind == "tessera":
+                port, running = tessera_server(args.binary, work, config=config)
+            else:
+                port, running = tessera_server(args.binary, work, config=cached)
             with running:
                 base = f"http://127.0.0.1:{port}"
                 result[kind][0].append(first_pass(base, paths[kind]))
                 wrk(base, files[kind], 64, 2)
                 rate, _, _ = wrk(base, files[kind], 64, args.seconds)
                 result[kind][1].append(rate)
-                print(f"  on MinIO {kind:12} run {r}: first pass {result[kind][0][-1]:.2f} s, warm {rate:.0f} req/s",
+                print(f"  on MinIO {kind:22} run {r}: first pass {result[kind][0][-1]:.2f} s, warm {rate:.0f} req/s",
                       file=sys.stderr)
     return result
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -227,8 +228,20 @@ def test_an_archive_replaced_in_place_is_read_again(archives, tmp_path_factory, 
         run("gdaladdo", "-q", "-r", "average", tmp_path / "other.mbtiles", "2", "4", "8")
         pmtiles("convert", tmp_path / "other.mbtiles", other)
         os.rename(other, live)
-        _, _, after = get(server, "/tiles/live/WebMercatorQuad/1/0/0.png")
-        assert after == pmtiles("tile", live, 1, 0, 0) and after != before
+        expected = pmtiles("tile", live, 1, 0, 0)
+        assert expected != before
+        # The quick layer caches in memory: the archive is looked at every
+        # 5 s (`check_secs`) and a replaced one reloads the configuration,
+        # after which the cached tile is never served again.
+        deadline = time.monotonic() + 30
+        while (after := get(server, "/tiles/live/WebMercatorQuad/1/0/0.png")[2]) != expected:
+            assert after == before, "neither the old tile nor the new one"
+            assert time.monotonic() < deadline, "the replaced archive was not noticed within 30 s"
+            time.sleep(0.2)
+        for _ in range(5):
+            assert get(server, "/tiles/live/WebMercatorQuad/1/0/0.png")[2] == expected
+        # Tiles not cached before are the new archive's at once.
+        assert get(server, "/tiles/live/WebMercatorQuad/2/1/1.png")[2] == pmtiles("tile", live, 2, 1, 1)
 
 
 def corrupt(src, dst, edit):

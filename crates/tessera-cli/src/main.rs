@@ -227,6 +227,7 @@ async fn serve(
     }
     tokio::spawn(refresh_dimension_values(live.clone()));
     tokio::spawn(refresh_found_tables(live.clone()));
+    tokio::spawn(http::archive_watch::watch_archives(live.clone()));
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())

@@ -142,7 +142,7 @@ fn database_entry(url: &str, watch: bool, names: &mut HashSet<String>) -> Value 
 
 /// A layer serving the tile archive at `written` (a path, an `http(s)://`
 /// URL or an object URL) in its own grid, format and zooms, its tiles
-/// passed through as stored.
+/// passed through as stored (and kept in the memory cache).
 fn archive_layer(
     written: &str,
     kind: ArchiveKind,
@@ -189,9 +189,9 @@ fn archive_layer(
         "formats": if format.is_vector() { json!([format.extension(), "png"]) } else { json!([format.extension()]) },
         "min_zoom": meta.min_zoom,
         "max_zoom": meta.max_zoom,
-        // The archive is the cache: its tiles are read as they are now
-        // (an archive replaced in place is read again), never from a copy.
-        "cache": { "store": "none" },
+        // Cached in the default memory store as every quick layer is: an
+        // archive replaced in place is noticed within its `check_secs`
+        // and reloads, its old tiles then under an old fingerprint.
     });
     Ok(layer)
 }

@@ -225,9 +225,24 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether [`Source::passthrough`] reads only memory and local files
+    /// (a local archive): then it may be called on the caller's thread
+    /// rather than handed to a blocking one. False by default.
+    fn passthrough_is_local(&self) -> bool {
+        false
+    }
+
     /// What the source says about itself when it is a tile archive;
     /// `None` by default.
     fn tile_metadata(&self) -> Option<&TileMetadata> {
+        None
+    }
+
+    /// A tile archive's version now, looked up again (blocking: a `stat`
+    /// or one request): a version other than its
+    /// [`TileMetadata::version`] says the archive was replaced since it
+    /// was opened. `None` for sources that are not archives.
+    fn version_now(&self) -> Option<Result<Option<String>, SourceError>> {
         None
     }
 

@@ -280,10 +280,9 @@ fn plain_layer(
     if !files.is_empty() {
         fingerprint = fingerprint::with_files(&fingerprint, files);
     }
-    // An archive elsewhere (HTTP, a bucket): its version (ETag) as opened.
-    if let Some(version) = source.tile_metadata().and_then(|m| m.version.as_deref())
-        && lc.source.local_file().is_none()
-    {
+    // An archive: its version (an ETag, a file's identity, size and time)
+    // as opened.
+    if let Some(version) = source.tile_metadata().and_then(|m| m.version.as_deref()) {
         fingerprint = fingerprint::with_version(&fingerprint, version);
     }
     let base_key = crate::dimension::layer_key(lc.cache.key.as_deref().unwrap_or(&lc.name), values);

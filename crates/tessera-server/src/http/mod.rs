@@ -5,6 +5,7 @@
 mod access;
 pub mod address;
 mod admin;
+pub mod archive_watch;
 pub mod body;
 mod cors;
 pub mod error;

@@ -12,6 +12,9 @@ use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
 use crate::model::LayerCache;
 use crate::render::{Demand, ImageRequest, RenderError};
 
+/// What [`tessera_source::Source::passthrough`] answers.
+type Passed = Option<Result<Option<Bytes>, tessera_source::SourceError>>;
+
 impl TileCache {
     /// A tile of a layer without a cache: a vector tile or a tile the
     /// source passes through as it has it (an archive's, an upstream's), or
@@ -22,13 +25,7 @@ impl TileCache {
             return Ok(miss(bytes));
         }
         if req.layer.passthrough {
-            let (source, tms, coord, format) = (
-                req.layer.source.clone(),
-                req.grid.tms.clone(),
-                req.coord,
-                req.format,
-            );
-            match run_blocking(move || source.passthrough(&tms, coord, format, None)).await? {
+            match self.source_tile(req).await? {
                 Some(Ok(Some(bytes))) => return Ok(miss(bytes)),
                 Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
                 // None there: rendered alone (transparent).
@@ -36,6 +33,20 @@ impl TileCache {
             }
         }
         self.render_alone(req).await
+    }
+
+    /// The source's own tile for `req` (its `passthrough`): read
+    /// on this thread when the source reads only local files (a local
+    /// archive: a page-cache read costs less than a hand-off to a
+    /// blocking thread), on a blocking thread otherwise.
+    async fn source_tile(&self, req: &TileRequest) -> Result<Passed, RenderError> {
+        let source = &req.layer.source;
+        if source.passthrough_is_local() {
+            return Ok(source.passthrough(&req.grid.tms, req.coord, req.format, None));
+        }
+        let (source, tms, coord, format) =
+            (source.clone(), req.grid.tms.clone(), req.coord, req.format);
+        run_blocking(move || source.passthrough(&tms, coord, format, None)).await
     }
 
     /// A raster tile rendered alone, not cut from a metatile.
@@ -64,13 +75,7 @@ impl TileCache {
 
     /// A vector tile made by the layer's source (on a blocking thread).
     pub(super) async fn vector_tile(&self, req: &TileRequest) -> Result<Bytes, TileError> {
-        let (source, tms, coord, format) = (
-            req.layer.source.clone(),
-            req.grid.tms.clone(),
-            req.coord,
-            req.format,
-        );
-        let made = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let made = self.source_tile(req).await?;
         let bytes = made
             .ok_or_else(|| {
                 TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
@@ -107,13 +112,7 @@ impl TileCache {
             drop(guard);
             return Ok(Some(miss(bytes)));
         }
-        let (source, tms, coord, format) = (
-            req.layer.source.clone(),
-            req.grid.tms.clone(),
-            req.coord,
-            req.format,
-        );
-        let fetched = run_blocking(move || source.passthrough(&tms, coord, format, None)).await?;
+        let fetched = self.source_tile(req).await?;
         let bytes = match fetched {
             None => return Ok(None),
             Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),

@@ -31,6 +31,18 @@ pub trait ArchiveBytes: Send + Sync + Debug {
 
     /// The archive's path or URL (without secrets), for messages.
     fn name(&self) -> String;
+
+    /// Whether the bytes are read from a local file (no network): a read
+    /// then takes as long as the page cache or the disk, and may be made
+    /// on the caller's thread.
+    fn is_local(&self) -> bool {
+        false
+    }
+}
+
+/// The version of the archive in `bytes` now (from an empty read).
+pub fn version_of(bytes: &dyn ArchiveBytes) -> Result<Option<String>, String> {
+    futures::executor::block_on(bytes.read(0, 0)).map(|r| r.version)
 }
 
 /// A local file, read with `pread`. The path is looked at on every read
@@ -142,6 +154,10 @@ impl ArchiveBytes for LocalBytes {
 
     fn name(&self) -> String {
         self.path.clone()
+    }
+
+    fn is_local(&self) -> bool {
+        true
     }
 }
 

@@ -5,7 +5,7 @@
 //! an object store) is first copied to a local file, by chunks.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
@@ -30,6 +30,8 @@ pub struct Mbtiles {
     file: PathBuf,
     /// The path or URL the configuration names, for messages.
     name: String,
+    /// The archive elsewhere that `file` is a copy of.
+    remote: Option<Arc<dyn ArchiveBytes>>,
     /// Idle connections, and the file's stamp they were opened on.
     idle: Mutex<(Vec<Connection>, Stamp)>,
     metadata: TileMetadata,
@@ -40,6 +42,11 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.len(), meta.modified().ok()?))
 }
 
+/// A file's stamp as a version.
+fn stamp_text(path: &Path) -> Option<String> {
+    stamp(path).map(|(len, t)| format!("{len}:{t:?}"))
+}
+
 fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
     Connection::open_with_flags(
         path,
@@ -48,8 +55,13 @@ fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
 }
 
 impl Mbtiles {
-    /// Opens `file` (read as `name` says) and reads its metadata.
-    pub fn open(file: &Path, name: &str) -> Result<Mbtiles, String> {
+    /// Opens `file` (read as `name` says, a copy of `remote` when given)
+    /// and reads its metadata.
+    pub fn open(
+        file: &Path,
+        name: &str,
+        remote: Option<Arc<dyn ArchiveBytes>>,
+    ) -> Result<Mbtiles, String> {
         let fail = |what: String| format!("{name}: {what}");
         if !file.is_file() {
             return Err(fail("no such file".into()));
@@ -167,11 +179,16 @@ impl Mbtiles {
             description: meta("description"),
             attribution: meta("attribution"),
             vector_layers: json.and_then(|j| j.get("vector_layers").cloned()),
-            version: stamp(file).map(|(len, t)| format!("{len}:{t:?}")),
+            version: match &remote {
+                Some(r) => super::bytes::version_of(r.as_ref())
+                    .map_err(|e| fail(format!("its version: {e}")))?,
+                None => stamp_text(file),
+            },
         };
         Ok(Mbtiles {
             file: file.to_path_buf(),
             name: name.to_string(),
+            remote,
             idle: Mutex::new((vec![conn], stamp(file))),
             metadata,
         })
@@ -275,6 +292,17 @@ impl TileArchive for Mbtiles {
 
     fn metadata(&self) -> &TileMetadata {
         &self.metadata
+    }
+
+    fn version_now(&self) -> Result<Option<String>, String> {
+        match &self.remote {
+            Some(r) => super::bytes::version_of(r.as_ref()),
+            None => Ok(stamp_text(&self.file)),
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        self.remote.is_none()
     }
 }
 

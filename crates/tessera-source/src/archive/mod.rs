@@ -37,6 +37,13 @@ fn default_directory_cache_bytes() -> u64 {
     DEFAULT_DIRECTORY_CACHE_BYTES
 }
 
+/// Seconds between looks at whether an archive was replaced.
+pub const DEFAULT_CHECK_SECS: f64 = 5.0;
+
+fn default_check_secs() -> f64 {
+    DEFAULT_CHECK_SECS
+}
+
 /// `source: { type: pmtiles | mbtiles, path: ... }`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +73,13 @@ pub struct ArchiveSpec {
     /// outline over a translucent fill).
     #[serde(default)]
     pub style: Vec<crate::vector::style::Rule>,
+    /// Seconds between looks (a `stat`, or one request for an archive
+    /// elsewhere) at whether the archive was replaced; a replaced archive
+    /// reloads the configuration, so that its layer's cached tiles are
+    /// kept under a new fingerprint and never served again. Reads of the
+    /// archive notice a replacement at once whatever this is.
+    #[serde(default = "default_check_secs")]
+    pub check_secs: f64,
 }
 
 /// Which kind of archive.
@@ -135,8 +149,17 @@ pub trait TileArchive: Send + Sync + Debug {
     /// The archive and the tile, for messages.
     fn describe(&self, coord: TileCoord) -> String;
 
-    /// What the archive says about itself.
+    /// What the archive says about itself, as opened.
     fn metadata(&self) -> &TileMetadata;
+
+    /// The archive's version now, looked up again (a local file's `stat`,
+    /// a remote archive's one-byte range read or `HEAD`): a version other
+    /// than the metadata's says the archive was replaced since it was
+    /// opened.
+    fn version_now(&self) -> Result<Option<String>, String>;
+
+    /// Whether its tiles are read from a local file (no network).
+    fn is_local(&self) -> bool;
 }
 
 /// Opens the archive `spec` names as a source. `object` reads an archive
@@ -152,6 +175,12 @@ pub fn open(
         path: spec.path.clone(),
         source: message.into(),
     };
+    if !(spec.check_secs.is_finite() && spec.check_secs > 0.0) {
+        return Err(open_err(format!(
+            "check_secs {}: a number of seconds above 0",
+            spec.check_secs
+        )));
+    }
     let bytes: Option<Arc<dyn ArchiveBytes>> = match (spec.place(), object) {
         (_, Some(o)) => Some(o),
         (Place::Http, None) => Some(Arc::new(
@@ -173,13 +202,13 @@ pub fn open(
             Arc::new(pmtiles::Pmtiles::open(bytes, spec.directory_cache_bytes).map_err(open_err)?)
         }
         ArchiveKind::Mbtiles => {
-            let local = match bytes {
+            let local = match &bytes {
                 None => std::path::PathBuf::from(&spec.path),
                 Some(b) => {
                     mbtiles::download(b.as_ref(), spec.download_dir.as_deref()).map_err(open_err)?
                 }
             };
-            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path).map_err(open_err)?)
+            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, bytes).map_err(open_err)?)
         }
     };
     crate::vector::style::check_rules(&spec.style).map_err(open_err)?;
@@ -242,6 +271,7 @@ mod tests {
             resampling: Resampling::default(),
             download_dir: None,
             style: Vec::new(),
+            check_secs: DEFAULT_CHECK_SECS,
         };
         assert_eq!(spec("/data/x.pmtiles").place(), Place::Local);
         assert_eq!(spec("HTTPS://h/x.pmtiles").place(), Place::Http);

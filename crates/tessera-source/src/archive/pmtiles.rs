@@ -158,9 +158,7 @@ impl Pmtiles {
             description: word("description"),
             attribution: word("attribution"),
             vector_layers: json.get("vector_layers").cloned(),
-            version: futures::executor::block_on(bytes.read(0, 0))
-                .ok()
-                .and_then(|r| r.version),
+            version: super::bytes::version_of(bytes.as_ref()).ok().flatten(),
         };
         Ok(Pmtiles {
             bytes,
@@ -226,6 +224,14 @@ impl TileArchive for Pmtiles {
             .map(|t| t.map(gzipped).transpose())
             .collect::<Result<_, _>>()
             .map_err(|e| failed(format!("cannot compress a vector tile: {e}")))
+    }
+
+    fn version_now(&self) -> Result<Option<String>, String> {
+        super::bytes::version_of(self.bytes.as_ref())
+    }
+
+    fn is_local(&self) -> bool {
+        self.bytes.is_local()
     }
 
     fn describe(&self, coord: TileCoord) -> String {

@@ -698,6 +698,27 @@ impl Source for TileSource {
         self.metadata.as_ref()
     }
 
+    fn passthrough_is_local(&self) -> bool {
+        match &self.template {
+            Template::Url(..) => false,
+            #[cfg(feature = "archive")]
+            Template::Archive(a) => a.is_local(),
+        }
+    }
+
+    fn version_now(&self) -> Option<Result<Option<String>, SourceError>> {
+        match &self.template {
+            Template::Url(..) => None,
+            #[cfg(feature = "archive")]
+            Template::Archive(a) => {
+                Some(a.version_now().map_err(|message| SourceError::Upstream {
+                    url: self.name.clone(),
+                    message,
+                }))
+            }
+        }
+    }
+
     /// Starts fetching the tiles covering `request`'s window.
     fn prefetch(&self, request: &WindowRequest<'_>) {
         let client = match &self.template {
