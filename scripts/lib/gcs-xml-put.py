@@ -52,7 +52,9 @@ class Front(BaseHTTPRequestHandler):
         for k, v in headers:
             if k.lower() not in HOP:
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        # A HEAD answer has no body: its length is the object's, as sent.
+        length = dict((k.lower(), v) for k, v in headers).get("content-length") if self.command == "HEAD" else None
+        self.send_header("Content-Length", length or str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

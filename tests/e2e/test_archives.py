@@ -5,13 +5,16 @@ as `pmtiles tile` and sqlite3 read them; vector tiles kept gzip; read over
 HTTP range requests and from MinIO; warped into another grid and into WMS
 maps; noticed when replaced in place; a corrupt archive refused at start
 with a clear error, or a 502 for the tile it spoils."""
+import concurrent.futures
 import gzip
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -189,6 +192,127 @@ def test_an_archive_in_minio_is_served_by_its_url(archives, tmp_path_factory, s3
         for z, x, y in RASTER_TILES[:21]:
             status, _, body = get(server, f"/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
             assert status == 200 and body == pmtiles("tile", archives / "relief.pmtiles", z, x, y), (z, x, y)
+
+
+def leaf_archive(path):
+    """A vector PMTiles of zooms 0-7 (21845 distinct gzip tiles of random
+    sizes) written by the protomaps `pmtiles` library: its directory is too
+    large for the root, so it has leaf directories. Returns (tiles by
+    (z, x, y), the leaf section's (offset, length))."""
+    import random
+    from pmtiles.tile import Compression, TileType, zxy_to_tileid
+    from pmtiles.writer import Writer
+    rng = random.Random(7)
+    tiles = {}
+    with open(path, "wb") as f:
+        writer = Writer(f)
+        for z in range(8):
+            for x in range(2 ** z):
+                for y in range(2 ** z):
+                    tiles[(z, x, y)] = gzip.compress(f"{z}/{x}/{y}".encode() + rng.randbytes(rng.randint(10, 300)),
+                                                     mtime=0)
+        for (z, x, y), body in sorted(tiles.items(), key=lambda t: zxy_to_tileid(*t[0])):
+            writer.write_tile(zxy_to_tileid(z, x, y), body)
+        writer.finalize({"tile_type": TileType.MVT, "tile_compression": Compression.GZIP,
+                         "min_lon_e7": -1800000000, "min_lat_e7": -850000000, "max_lon_e7": 1800000000,
+                         "max_lat_e7": 850000000, "center_zoom": 0, "center_lon_e7": 0, "center_lat_e7": 0},
+                        {"name": "leaf", "vector_layers": [{"id": "x", "fields": {}}]})
+    header = path.read_bytes()[:127]
+    leaf = (int.from_bytes(header[40:48], "little"), int.from_bytes(header[48:56], "little"))
+    assert leaf[1] > 0, "the archive must have leaf directories"
+    return tiles, leaf
+
+
+def test_leaf_directories_are_read_once_however_many_ask(tmp_path, tmp_path_factory):
+    tiles, (leaf_start, leaf_len) = leaf_archive(tmp_path / "leaf.pmtiles")
+    web = start_cog_server(tmp_path)
+    cfg = tmp_path / "leaf.yaml"
+    cfg.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{web.authority}"] }}
+layers:
+  - name: leaf
+    source: {{ type: pmtiles, path: "{web.url}/leaf.pmtiles" }}
+    grids: [WebMercatorQuad]
+    formats: [mvt]
+    max_zoom: 7
+    cache: {{ store: none }}
+""")
+    # 64 neighbours at zoom 7 (under one or two leaves), asked at once,
+    # then again: each leaf directory is read once, every tile once per ask.
+    wanted = [(7, x, y) for x in range(40, 48) for y in range(40, 48)]
+    with serving(tmp_path_factory, "--config", cfg) as server:
+        web.ranges.clear()
+        for _ in range(2):
+            with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                answers = list(pool.map(lambda t: get(server, "/tiles/leaf/WebMercatorQuad/%d/%d/%d.mvt" % t,
+                                                      {"Accept-Encoding": "gzip"}), wanted))
+            for t, (status, headers, body) in zip(wanted, answers):
+                assert status == 200 and headers["Content-Encoding"] == "gzip", (t, status)
+                assert body == tiles[t], t
+        leaf_reads = [(start, end) for _, start, end in web.ranges if leaf_start <= start < leaf_start + leaf_len]
+        assert leaf_reads, "the tiles' leaf directories were read"
+        assert len(leaf_reads) == len(set(leaf_reads)), f"a leaf directory was read twice: {leaf_reads}"
+        assert len(web.ranges) == len(leaf_reads) + 2 * len(wanted), web.ranges
+
+
+def server_env(name, script):
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is not set: start the server with scripts/{script} start "
+                    f"(scripts/test does) and source var/{script}/env", pytrace=False)
+    return value
+
+
+# Azurite's well-known development account.
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def put_object(kind, url, data):
+    """Writes `data` at `url` (az://container/key on Azurite, gs://bucket/key
+    on fake-gcs-server) with the servers' own clients: the Azure SDK, and
+    fake-gcs-server's JSON upload API."""
+    bucket, key = url.split("://", 1)[1].split("/", 1)
+    if kind == "azure":
+        from azure.storage.blob import BlobServiceClient
+        endpoint = server_env("AZURITE_BLOB_STORAGE_URL", "azurite")
+        service = BlobServiceClient(f"{endpoint}/devstoreaccount1",
+                                    credential={"account_name": "devstoreaccount1", "account_key": AZURITE_KEY})
+        service.get_blob_client(bucket, key).upload_blob(data, overwrite=True)
+        return
+    base = json.loads(server_env("TESSERA_TEST_GCS_KEY", "fake-gcs"))["gcs_base_url"]
+    request = urllib.request.Request(
+        f"{base}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={urllib.parse.quote(key, safe='')}",
+        data=data, method="POST", headers={"Content-Type": "application/octet-stream"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        assert r.status == 200, r.status
+
+
+@pytest.mark.parametrize("kind", ["azure", "gcs"])
+def test_an_archive_in_azure_or_gcs_is_served_by_its_url(kind, archives, tmp_path, tmp_path_factory):
+    if kind == "azure":
+        url = server_env("TESSERA_TEST_AZURE_URL", "azurite")
+        options = "{ use_emulator: 'true' }"
+    else:
+        url = server_env("TESSERA_TEST_GCS_URL", "fake-gcs")
+        options = "{ service_account_key: '%s' }" % server_env("TESSERA_TEST_GCS_KEY", "fake-gcs")
+    url = f"{url}/archives-{os.urandom(4).hex()}/relief.pmtiles"
+    put_object(kind, url, (archives / "relief.pmtiles").read_bytes())
+    cfg = tmp_path / f"{kind}.yaml"
+    cfg.write_text(f"""
+layers:
+  - name: relief
+    source: {{ type: pmtiles, path: "{url}", options: {options} }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    max_zoom: 3
+    cache: {{ store: none }}
+""")
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        for z, x, y in RASTER_TILES[:21]:
+            status, _, body = get(server, f"/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
+            assert status == 200 and body == pmtiles("tile", archives / "relief.pmtiles", z, x, y), (z, x, y)
+        tilejson = json.loads(get(server, "/tiles/relief/WebMercatorQuad/tilejson.json")[2])
+        assert tilejson["maxzoom"] == 3, tilejson
 
 
 def test_archives_are_warped_into_other_grids(archives, tmp_path_factory, tmp_path):
