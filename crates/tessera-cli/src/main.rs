@@ -108,6 +108,14 @@ enum Command {
     Export(export::ExportArgs),
     /// Print the embedded demo configuration (a worked example of the format).
     DemoConfig,
+    /// Print the SHA-256 of an API key, for `auth.keys[].sha256`.
+    ///
+    /// The key is read from standard input (one line) unless given, so
+    /// that it stays out of the shell's history.
+    HashKey {
+        /// The key (default: read from standard input).
+        key: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -137,6 +145,21 @@ fn run(cli: Cli) -> CliResult {
         Command::Export(args) => export::run(&args),
         Command::DemoConfig => {
             print!("{}", demo::DEMO_YAML);
+            Ok(0)
+        }
+        Command::HashKey { key } => {
+            let key = match key {
+                Some(k) => k,
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line)?;
+                    line.trim_end_matches(['\r', '\n']).to_string()
+                }
+            };
+            if key.len() < 16 {
+                return Err("an API key should be at least 16 characters (random, say `openssl rand -hex 24`)".into());
+            }
+            println!("{}", tessera_server::auth::hash_key(&key));
             Ok(0)
         }
         Command::Check { config } => {
@@ -228,6 +251,7 @@ async fn serve(
     tokio::spawn(refresh_dimension_values(live.clone()));
     tokio::spawn(refresh_found_tables(live.clone()));
     tokio::spawn(http::archive_watch::watch_archives(live.clone()));
+    tokio::spawn(refresh_jwks(live.clone()));
     tokio::spawn(reload_on_hangup(live));
     http::listener::serve(listener, routers, settings, shutdown_signal()).await;
     Ok(())
@@ -354,6 +378,36 @@ async fn refresh_found_tables(live: std::sync::Arc<http::live::Live>) {
                 "the table listing failed"
             ),
         }
+    }
+}
+
+/// Reads the JWKS URL of `auth.jwt` at once, then every `refresh_secs`;
+/// a failed read keeps the last good keys (and is logged). Follows
+/// reloads: a new configuration's verifier is read at once.
+async fn refresh_jwks(live: std::sync::Arc<http::live::Live>) {
+    let mut last: Option<std::sync::Arc<tessera_server::auth::Access>> = None;
+    let mut next = tokio::time::Instant::now();
+    loop {
+        let access = live.current().access.clone();
+        let changed = match (&access, &last) {
+            (Some(a), Some(b)) => !std::sync::Arc::ptr_eq(a, b),
+            (a, b) => a.is_some() != b.is_some(),
+        };
+        last.clone_from(&access);
+        let verifier = access.as_ref().and_then(|a| a.verifier());
+        if let Some(v) = verifier
+            && v.jwks_url().is_some()
+            && (changed || tokio::time::Instant::now() >= next)
+        {
+            match v.refresh().await {
+                Ok(n) => tracing::debug!(keys = n, "read the JWKS"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the JWKS; the last good keys stay");
+                }
+            }
+            next = tokio::time::Instant::now() + v.refresh_every();
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

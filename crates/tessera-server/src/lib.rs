@@ -5,6 +5,7 @@
 
 pub mod archive_objects;
 pub mod assemble;
+pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod demo;

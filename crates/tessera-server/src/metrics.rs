@@ -172,6 +172,12 @@ struct HttpLabels {
     status: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallerLabels {
+    caller: String,
+    outcome: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -197,6 +203,7 @@ pub struct Metrics {
     lease_requests: Family<OutcomeLabels, Counter>,
     lease_wait_seconds: Histogram,
     generation_checks: Family<ResultLabels, Counter>,
+    caller_requests: Family<CallerLabels, Counter>,
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -315,6 +322,12 @@ impl Metrics {
             "Checks of layers' generation objects, by result (unchanged, changed, error)",
             generation_checks.clone(),
         );
+        let caller_requests = Family::<CallerLabels, Counter>::default();
+        registry.register(
+            "tessera_caller_requests",
+            "Requests by caller (an API key's id, jwt:<subject>, anonymous, or other past auth.metric_callers) and outcome (hit, miss, other, unauthorized, forbidden, limited)",
+            caller_requests.clone(),
+        );
         registry.register(
             "tessera_build",
             "The running build",
@@ -331,6 +344,7 @@ impl Metrics {
             lease_requests,
             lease_wait_seconds,
             generation_checks,
+            caller_requests,
             tile_requests,
             metatile_renders,
             tile_encodes,
@@ -425,6 +439,18 @@ impl Metrics {
         self.lock_wait_seconds
             .get_or_create(&KindLabels { kind: kind.label() })
             .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// Counts a request by `caller` (a bounded name: see
+    /// [`crate::auth::Caller::metric_name`]) with `outcome`: `hit`,
+    /// `miss`, `other`, `unauthorized`, `forbidden` or `limited`.
+    pub fn caller_request(&self, caller: &str, outcome: &'static str) {
+        self.caller_requests
+            .get_or_create(&CallerLabels {
+                caller: caller.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Counts a lease request.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::assemble::{self, WrapSource};
+use crate::auth::Access;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 pub use crate::model::LayerSelection;
@@ -50,6 +51,8 @@ pub struct Service {
     pub uploads: Option<Arc<Uploads>>,
     /// The mode it was built in.
     pub mode: Mode,
+    /// Access control on reads, when the config has an `auth:` section.
+    pub access: Option<Arc<Access>>,
 }
 
 impl Service {
@@ -176,7 +179,24 @@ impl Service {
             }
             _ => None,
         };
+        let access = match &config.auth {
+            Some(auth) => {
+                let access = Access::new(auth).map_err(ConfigError::Invalid)?;
+                // A reload keeps the keys of an unchanged JWKS.
+                if let (Some(new), Some(old)) = (
+                    access.verifier(),
+                    previous
+                        .and_then(|p| p.access.as_ref())
+                        .and_then(|a| a.verifier()),
+                ) {
+                    new.keep_keys_of(old);
+                }
+                Some(Arc::new(access))
+            }
+            None => None,
+        };
         Ok(Service {
+            access,
             registry: Arc::new(registry),
             renderer,
             tiles,

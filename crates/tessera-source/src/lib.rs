@@ -33,7 +33,7 @@ pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
 pub use gdal::GdalError;
 pub use gdal::{BandMetadata, GdalSource, GdalSourceSpec, band_metadata};
 pub use location::{LocationPolicy, check_location};
-pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec};
+pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec, wildcard};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 pub use spec::{SourceSpec, open_source};
 #[cfg(feature = "upstream")]

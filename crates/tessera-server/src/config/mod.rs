@@ -3,6 +3,7 @@
 //! paths resolved against the file's directory. Each store's options are
 //! its backend's own spec ([`StoreSpec`], in `tessera-store`).
 
+pub mod auth;
 mod cors;
 mod dimensions;
 mod env;
@@ -58,6 +59,10 @@ pub struct Config {
     /// The admin API (`PUT /admin/sources/{name}`); off when absent.
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// Access control on reads (API keys, JWTs, public layers, rates);
+    /// without it every layer is public.
+    #[serde(default)]
+    pub auth: Option<auth::AuthConfig>,
     /// Who runs the service and on what terms, for capabilities documents.
     #[serde(default)]
     pub service: ServiceMetadata,
@@ -648,6 +653,9 @@ impl Config {
             ));
         }
         self.server.cors.check().or_else(invalid)?;
+        if let Some(auth) = &self.auth {
+            auth.check().or_else(invalid)?;
+        }
         let mut names = std::collections::HashSet::new();
         for layer in &self.layers {
             if !valid_name(&layer.name) {

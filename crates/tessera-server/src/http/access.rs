@@ -3,8 +3,9 @@
 //!
 //! A log line (target `tessera::access`, level info, unless
 //! `server.access_log` is false) carries the method, path and query,
-//! status, body bytes (when known), duration, cache status (`X-Cache`) and
-//! the layer(s) served. Handlers name the layer by adding a
+//! status, body bytes (when known), duration, cache status (`X-Cache`),
+//! the layer(s) served and the caller's id (never its key: `key` and
+//! `token` query parameters are written as `***`). Handlers name the layer by adding a
 //! [`ServedLayers`] extension to their response.
 
 use std::sync::Arc;
@@ -83,6 +84,8 @@ impl Record {
             .path_and_query()
             .map_or_else(|| uri.path(), |pq| pq.as_str());
         let target = truncate(target, MAX_LOGGED_TARGET);
+        let target = redact_credentials(target);
+        let target: &str = &target;
         let bytes = response.body().size_hint().exact();
         let cache = response
             .headers()
@@ -93,6 +96,10 @@ impl Record {
             .extensions()
             .get::<ServedLayers>()
             .map_or("-", ServedLayers::names);
+        let caller = response
+            .extensions()
+            .get::<super::guard::CallerId>()
+            .map_or("-", |c| c.0.as_str());
         tracing::info!(
             target: "tessera::access",
             method = %method,
@@ -102,9 +109,36 @@ impl Record {
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             cache,
             layer = layers,
+            caller,
             "request"
         );
     }
+}
+
+/// `target` with the values of `key` and `token` query parameters (API
+/// keys and tokens given in the URL) replaced by `***`.
+fn redact_credentials(target: &str) -> std::borrow::Cow<'_, str> {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.into();
+    };
+    let secret = |pair: &str| {
+        let name = pair.split('=').next().unwrap_or_default();
+        name.eq_ignore_ascii_case("key") || name.eq_ignore_ascii_case("token")
+    };
+    if !query.split('&').any(secret) {
+        return target.into();
+    }
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| {
+            if secret(pair) {
+                format!("{}=***", pair.split('=').next().unwrap_or_default())
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&")).into()
 }
 
 /// `s` cut to at most `max` bytes, on a character boundary.
@@ -122,6 +156,20 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_query_are_not_logged() {
+        assert_eq!(
+            redact_credentials("/wms?SERVICE=WMS&key=s3cret&LAYERS=a"),
+            "/wms?SERVICE=WMS&key=***&LAYERS=a"
+        );
+        assert_eq!(
+            redact_credentials("/t/1/2/3.png?TOKEN=a.b.c"),
+            "/t/1/2/3.png?TOKEN=***"
+        );
+        assert_eq!(redact_credentials("/t?keys=1"), "/t?keys=1");
+        assert_eq!(redact_credentials("/t"), "/t");
+    }
 
     #[test]
     fn long_targets_are_cut_on_a_character_boundary() {

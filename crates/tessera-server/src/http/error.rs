@@ -107,6 +107,27 @@ impl ApiError {
     }
 }
 
+impl From<crate::auth::Refusal> for ApiError {
+    fn from(refusal: crate::auth::Refusal) -> Self {
+        use crate::auth::Refusal;
+        match refusal {
+            Refusal::Unauthenticated(why) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", why)
+            }
+            Refusal::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, "Forbidden", why),
+            Refusal::RateLimited(wait) => {
+                let mut err = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequests",
+                    "past this credential's rate limit; try again later",
+                );
+                err.retry_after = Some(u32::try_from(wait.as_secs() + 1).unwrap_or(u32::MAX));
+                err
+            }
+        }
+    }
+}
+
 impl From<TileError> for ApiError {
     fn from(e: TileError) -> Self {
         match e {
@@ -294,6 +315,12 @@ impl IntoResponse for ApiError {
         );
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"tessera\""),
+            );
         }
         response
     }

@@ -20,9 +20,11 @@ use tessera_store::{HeldFile, Peeked};
 
 use super::access::Record;
 use super::address::{TileAddress, query_params};
+use super::guard::{CallerId, Guard};
 use super::sendfile::FileBodies;
 use super::state::{Requests, Tiles};
 use super::{AppState, cors, tile_response};
+use crate::config::auth::Grant;
 use crate::tile_cache::{CacheStatus, Tile};
 
 /// What the short way needs, taken once per router: the tile endpoints'
@@ -34,6 +36,8 @@ pub struct FastTiles {
     /// The CORS headers of every read, or `None` when they depend on the
     /// request (the short way is then off).
     cors: Option<Vec<(HeaderName, HeaderValue)>>,
+    /// The access rules (the router's guard, asked here the same way).
+    guard: Guard,
 }
 
 impl FastTiles {
@@ -43,6 +47,7 @@ impl FastTiles {
             tiles: Tiles::from_ref(state),
             requests: Requests::from_ref(state),
             cors: cors::fixed_read_headers(&state.service.config.server.cors),
+            guard: Guard::from_ref(state),
         }
     }
 
@@ -81,6 +86,17 @@ impl FastTiles {
         if tile.format.is_vector() {
             return None;
         }
+        // A caller the router would refuse is left to it (it says why).
+        let caller = match &self.guard.access {
+            None => None,
+            Some(access) => {
+                let caller = access
+                    .identify(request.headers(), request.uri().query())
+                    .ok()?;
+                caller.may(&tile.layer.name, Grant::Tiles).ok()?;
+                Some(caller)
+            }
+        };
         // A mixed-format tile's media type is read from its bytes.
         let (found, file) = match files {
             Some(_) if tile.format != TileFormat::Mixed => {
@@ -99,7 +115,13 @@ impl FastTiles {
             }
             _ => (self.tiles.cache.peek_hit(&tile)?, None),
         };
-        let mut response = tile_response(tile, found, request.headers()).ok()?;
+        if let Some(caller) = &caller {
+            caller.admit().ok()?;
+        }
+        let private = caller
+            .as_ref()
+            .is_some_and(|c| c.protects(&tile.layer.name));
+        let mut response = tile_response(tile, found, request.headers(), private).ok()?;
         let length = axum::body::HttpBody::size_hint(response.body()).exact();
         let headers = response.headers_mut();
         if let Some(length) = length {
@@ -111,6 +133,12 @@ impl FastTiles {
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, super::NOSNIFF);
         if ogcapi {
             super::ogcapi::vary_on_accept(&mut response);
+        }
+        if let Some(caller) = &caller {
+            super::guard::count(&self.guard.metrics, caller, &response);
+            response
+                .extensions_mut()
+                .insert(CallerId(caller.id().to_string()));
         }
         record.finish(&self.requests, &response);
         // Last, when nothing can fail any more: the file waits for the

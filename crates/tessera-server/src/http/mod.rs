@@ -10,6 +10,7 @@ pub mod body;
 mod cors;
 pub mod error;
 mod fast;
+pub mod guard;
 pub mod listener;
 pub mod live;
 mod ogcapi;
@@ -38,7 +39,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 
+use crate::auth::Caller;
 use crate::config::Config;
+use crate::config::auth::Grant;
 use crate::service::Service;
 use crate::tile_cache::{CacheStatus, Tile, TileCache, TileRequest};
 use error::ApiError;
@@ -189,8 +192,16 @@ pub fn router(state: AppState) -> Router {
             get(wmts::rest_tile),
         )
         .route("/wms", get(wms::kvp))
-        .merge(ogcapi::routes())
-        .fallback(not_found);
+        .merge(ogcapi::routes().route_layer(middleware::from_fn_with_state(
+            state::Catalog::from_ref(&state),
+            ogcapi::guard,
+        )))
+        .fallback(not_found)
+        // Every read's caller, identified before any handler runs.
+        .layer(middleware::from_fn_with_state(
+            guard::Guard::from_ref(&state),
+            guard::identify,
+        ));
     if let Some(layer) = cors::read_layer(&server.cors) {
         reads = reads
             .layer(layer)
@@ -413,21 +424,28 @@ fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue> {
 /// store knows), `Cache-Control` from the layer, and 304 when the client's
 /// `If-None-Match` matches, or, without one, when the tile was stored no
 /// later than its `If-Modified-Since` (RFC 9110, 13.2.2).
+///
+/// The caller must be granted the layer's tiles (asked before the cache
+/// is); a protected layer's tile is `Cache-Control: private`.
 pub async fn serve_tile(
     cache: &TileCache,
     tile: TileRequest,
     request_headers: &HeaderMap,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
+    caller.may(&tile.layer.name, Grant::Tiles)?;
+    let private = caller.protects(&tile.layer.name);
     let result = cache.get(&tile).await?;
-    tile_response(tile, result, request_headers)
+    tile_response(tile, result, request_headers, private)
 }
 
 /// The response for `tile`, found as `result`, with the headers
-/// [`serve_tile`] promises.
+/// [`serve_tile`] promises (`private`: for its caller only).
 fn tile_response(
     tile: TileRequest,
     result: Tile,
     request_headers: &HeaderMap,
+    private: bool,
 ) -> Result<Response, ApiError> {
     // Vector tiles are kept gzip-compressed: sent so to clients that accept
     // gzip, unpacked for the others (each variant with its own ETag).
@@ -487,7 +505,8 @@ fn tile_response(
     if let Some(v) = last_modified.and_then(|m| header_value(format_args!("{m}"))) {
         headers.insert(header::LAST_MODIFIED, v);
     }
-    if let Some(v) = header_value(format_args!("public, max-age={}", tile.layer.max_age_secs)) {
+    let scope = if private { "private" } else { "public" };
+    if let Some(v) = header_value(format_args!("{scope}, max-age={}", tile.layer.max_age_secs)) {
         headers.insert(header::CACHE_CONTROL, v);
     }
     headers.insert(

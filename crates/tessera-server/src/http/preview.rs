@@ -18,6 +18,8 @@ use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 use super::error::ApiError;
 use super::state::Catalog;
 use super::xml::escape;
+use crate::auth::Caller;
+use crate::config::auth::Grant;
 use crate::model::Layer;
 
 const VIEWER_JS: &str = include_str!("viewer.js");
@@ -30,9 +32,14 @@ header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;o
 table{border-collapse:collapse;margin:12px}td,th{padding:4px 10px;border-bottom:1px solid #ccc;text-align:left}";
 
 /// `GET /`: what is served, with links.
-pub async fn index(State(state): State<Catalog>) -> Html<String> {
+pub async fn index(State(state): State<Catalog>, caller: Caller) -> Html<String> {
     let mut rows = String::new();
-    for layer in &state.registry.layers() {
+    for layer in state
+        .registry
+        .layers()
+        .iter()
+        .filter(|l| caller.sees(&l.name))
+    {
         let name = escape(&layer.name);
         let grids: Vec<String> = layer
             .grids
@@ -71,6 +78,7 @@ pub struct PreviewQuery {
 /// WebMercatorQuad and they come first or are asked for.
 pub async fn page(
     State(state): State<Catalog>,
+    caller: Caller,
     Path(name): Path<String>,
     Query(query): Query<PreviewQuery>,
 ) -> Result<Html<String>, ApiError> {
@@ -78,6 +86,7 @@ pub async fn page(
         .registry
         .layer(&name)
         .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
+    caller.may(&layer.name, Grant::Tiles)?;
     let vector = layer.formats.contains(&TileFormat::Mvt)
         && layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)
         && match query.format.as_deref() {

@@ -133,6 +133,15 @@ impl FromRef<AppState> for Requests {
     }
 }
 
+impl FromRef<AppState> for super::guard::Guard {
+    fn from_ref(state: &AppState) -> super::guard::Guard {
+        super::guard::Guard {
+            access: state.service.access.clone(),
+            metrics: state.service.metrics.clone(),
+        }
+    }
+}
+
 impl FromRef<AppState> for Admin {
     fn from_ref(state: &AppState) -> Admin {
         Admin {

@@ -12,6 +12,8 @@ use super::base_url;
 use super::error::ApiError;
 use super::error::Protocol;
 use super::state::Catalog;
+use crate::auth::Caller;
+use crate::config::auth::Grant;
 use crate::model::{HIDPI_FACTOR, HIDPI_SUFFIX};
 
 /// The query of a TileJSON request.
@@ -31,6 +33,7 @@ pub struct TileJsonQuery {
 /// default.
 pub async fn tilejson(
     State(state): State<Catalog>,
+    caller: Caller,
     Path((layer, grid)): Path<(String, String)>,
     Query(query): Query<TileJsonQuery>,
     RawQuery(raw): RawQuery,
@@ -38,8 +41,14 @@ pub async fn tilejson(
 ) -> Result<Json<Value>, ApiError> {
     let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
+    caller.may(&layer.name, Grant::Tiles)?;
     let params = query_params(raw.as_deref());
     let mut tile_query = Vec::new();
+    // A credential that came in the query goes on in the tile URLs.
+    let credential = caller.link_query();
+    if !credential.is_empty() {
+        tile_query.push(credential);
+    }
     let mut dimensions = serde_json::Map::new();
     for d in &layer.dimensions {
         let asked = dimension_param(

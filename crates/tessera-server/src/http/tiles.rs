@@ -8,23 +8,26 @@ use super::address::{Rows, TileAddress};
 use super::error::{ApiError, Protocol};
 use super::serve_tile;
 use super::state::Tiles;
+use crate::auth::Caller;
 
 /// `GET /tiles/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the top.
 pub async fn xyz(
     State(state): State<Tiles>,
+    caller: Caller,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    serve(&state, &headers, &address, Rows::FromTop).await
+    serve(&state, &headers, &address, Rows::FromTop, &caller).await
 }
 
 /// `GET /tms/1.0.0/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the bottom.
 pub async fn tms(
     State(state): State<Tiles>,
+    caller: Caller,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    serve(&state, &headers, &address, Rows::FromBottom).await
+    serve(&state, &headers, &address, Rows::FromBottom, &caller).await
 }
 
 async fn serve(
@@ -32,9 +35,10 @@ async fn serve(
     headers: &HeaderMap,
     address: &TileAddress,
     rows: Rows,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let tile = address
         .resolve(&state.registry, rows)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
-    serve_tile(&state.cache, tile, headers).await
+    serve_tile(&state.cache, tile, headers, caller).await
 }

@@ -618,8 +618,9 @@ fn glob_files(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// `*` and `?` wildcards, the whole name.
-fn wildcard(pattern: &str, name: &str) -> bool {
+/// Whether `name` matches `pattern` whole: `*` any run of characters,
+/// `?` one character, anything else itself.
+pub fn wildcard(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
     while ni < n.len() {

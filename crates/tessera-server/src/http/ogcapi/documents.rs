@@ -12,6 +12,7 @@ use super::{
     CONFORMANCE, Form, REL_MAP, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer,
     crs_uri, link, problem, self_links,
 };
+use crate::auth::Caller;
 use crate::dimension::Kind;
 use crate::http::base_url;
 use crate::http::error::ApiError;
@@ -114,6 +115,7 @@ pub async fn conformance(
 /// `GET /ogcapi/collections`.
 pub async fn collections(
     State(state): State<Catalog>,
+    caller: Caller,
     Query(q): Query<DocQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -123,6 +125,7 @@ pub async fn collections(
         .registry
         .layers()
         .iter()
+        .filter(|l| caller.sees(&l.name))
         .map(|l| describe(l, &base))
         .collect();
     let doc = json!({

@@ -26,8 +26,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+
 use super::AppState;
 use super::error::{ApiError, Protocol};
+use super::state::Catalog;
+use crate::auth::{Caller, Refusal};
+use crate::config::auth::Grant;
 
 /// The routes of the OGC API.
 pub fn routes() -> Router<AppState> {
@@ -78,6 +84,80 @@ pub fn routes() -> Router<AppState> {
             "/ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}",
             get(tiles::vector_tile),
         )
+}
+
+/// Access control of the OGC API's paths, before their handlers: a
+/// collection's documents need the caller to see the layer, its maps the
+/// `maps` grant and its tiles the `tiles` grant (asked again by the tile
+/// path); a dataset map or tile needs `maps` on every collection it draws
+/// (`collections=`, else every layer with images). Refusals are problem
+/// details.
+pub async fn guard(
+    State(state): State<Catalog>,
+    caller: Caller,
+    request: Request,
+    next: Next,
+) -> Response {
+    let refused = |r: Refusal| {
+        let mut e = ApiError::from(r);
+        e.protocol = Protocol::Problem;
+        e.into_response()
+    };
+    if !caller.controlled() {
+        return next.run(request).await;
+    }
+    let path = request.uri().path();
+    if let Some(rest) = path.strip_prefix("/ogcapi/collections/") {
+        let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        let id = percent_decode(id);
+        if state.registry.layer(&id).is_some() {
+            let allowed = if tail.starts_with("map/tiles") || tail.starts_with("tiles") {
+                caller.may(&id, Grant::Tiles)
+            } else if tail.starts_with("map") {
+                caller.may(&id, Grant::Maps)
+            } else if caller.sees(&id) {
+                Ok(())
+            } else {
+                caller.may(&id, Grant::Tiles)
+            };
+            if let Err(r) = allowed {
+                return refused(r);
+            }
+        }
+    } else if path == "/ogcapi/map" || path.starts_with("/ogcapi/map/tiles/") {
+        let named = super::address::query_params(request.uri().query())
+            .into_iter()
+            .find(|(k, _)| k == "collections")
+            .map(|(_, v)| v);
+        let drawn: Vec<String> = match named {
+            Some(names) => names
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            None => state
+                .registry
+                .layers()
+                .iter()
+                .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+                .map(|l| l.name.clone())
+                .collect(),
+        };
+        for name in drawn.iter().filter(|n| state.registry.layer(n).is_some()) {
+            if let Err(r) = caller.may(name, Grant::Maps) {
+                return refused(r);
+            }
+        }
+    }
+    next.run(request).await
+}
+
+/// `text` with percent-escapes decoded (as the router decodes path
+/// segments).
+fn percent_decode(text: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+        .next()
+        .map_or_else(|| text.to_string(), |(_, v)| v.into_owned())
 }
 
 /// The conformance classes implemented (each checked by

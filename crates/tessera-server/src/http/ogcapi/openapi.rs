@@ -10,6 +10,7 @@ use tessera_grid::TileFormat;
 
 use super::documents::DocQuery;
 use super::{Form, answer};
+use crate::auth::Caller;
 use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
@@ -21,12 +22,14 @@ pub const OPENAPI_JSON: &str = "application/vnd.oai.openapi+json;version=3.0";
 /// `GET /ogcapi/api`.
 pub async fn api(
     State(state): State<Catalog>,
+    caller: Caller,
     Query(q): Query<DocQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let form = Form::of(q.f.as_deref(), &headers)?;
     let base = format!("{}/ogcapi", base_url(&state.config, &headers));
-    let layers = state.registry.layers();
+    let mut layers = state.registry.layers();
+    layers.retain(|l| caller.sees(&l.name));
     let collections: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
     let mut sets: Vec<&str> = state
         .registry

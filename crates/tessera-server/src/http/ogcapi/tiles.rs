@@ -13,6 +13,7 @@ use super::documents::unknown;
 use super::subset::Extent;
 use super::tms::registered_uri;
 use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
+use crate::auth::Caller;
 use crate::http::address::{Level, Rows, TileAddress, query_params};
 use crate::http::base_url;
 use crate::http::error::{ApiError, Protocol};
@@ -117,21 +118,31 @@ pub async fn vector_tileset(
 /// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}`.
 pub async fn map_tile(
     State(state): State<Tiles>,
+    caller: Caller,
     Path(path): Path<(String, String, String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    tile(&state, path, query.as_deref(), &headers, Kind::Map).await
+    tile(&state, path, query.as_deref(), &headers, Kind::Map, &caller).await
 }
 
 /// `GET /ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}`.
 pub async fn vector_tile(
     State(state): State<Tiles>,
+    caller: Caller,
     Path(path): Path<(String, String, String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    tile(&state, path, query.as_deref(), &headers, Kind::Vector).await
+    tile(
+        &state,
+        path,
+        query.as_deref(),
+        &headers,
+        Kind::Vector,
+        &caller,
+    )
+    .await
 }
 
 /// The layer named, when it has tiles of `kind`.
@@ -445,6 +456,7 @@ async fn tile(
     query: Option<&str>,
     headers: &HeaderMap,
     kind: Kind,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let layer = state
         .registry
@@ -503,7 +515,7 @@ async fn tile(
     let tile = address
         .resolve(&state.registry, Rows::FromTop)
         .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
-    let mut response = serve_tile(&state.cache, tile, headers)
+    let mut response = serve_tile(&state.cache, tile, headers, caller)
         .await
         .map_err(problem)?;
     vary_on_accept(&mut response);

@@ -7,6 +7,8 @@ use serde::Serialize;
 use tessera_grid::{BBox, TileFormat, WEB_MERCATOR_QUAD};
 
 use super::Version;
+use crate::auth::Caller;
+use crate::config::auth::Grant;
 use crate::config::{MetadataUrl, ServiceMetadata};
 use crate::http::base_url;
 use crate::http::error::ApiError;
@@ -20,6 +22,9 @@ struct Capabilities {
     title: String,
     service: ServiceMetadata,
     base: String,
+    /// The caller's query credential and `&` (`key=...&`), or empty: the
+    /// links carry it.
+    cred: String,
     max_layers: usize,
     max_width: u32,
     max_height: u32,
@@ -84,13 +89,20 @@ pub fn response(
     state: &Catalog,
     headers: &HeaderMap,
     version: Version,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
     let mut crs_list: Vec<String> = match version {
         Version::V130 => vec!["CRS:84".into(), "EPSG:4326".into(), "EPSG:3857".into()],
         Version::V111 => vec!["EPSG:4326".into(), "EPSG:3857".into()],
     };
-    let layers = state.registry.layers();
+    // The layers the caller may read maps of, and no other.
+    let layers: Vec<_> = state
+        .registry
+        .layers()
+        .into_iter()
+        .filter(|l| caller.may(&l.name, Grant::Maps).is_ok())
+        .collect();
     for layer in &layers {
         let native = &layer.source.info().native_crs.id;
         for c in layer.wms_crs.iter().chain(std::iter::once(native)) {
@@ -103,6 +115,10 @@ pub fn response(
         title: state.config.server.title.clone(),
         service: state.config.service.clone(),
         base: base_url(&state.config, headers),
+        cred: match caller.link_query() {
+            q if q.is_empty() => q,
+            q => format!("{q}&"),
+        },
         max_layers: limits.wms_max_layers,
         max_width: limits.wms_max_width,
         max_height: limits.wms_max_height,

@@ -17,6 +17,8 @@ use super::error::{ApiError, Protocol};
 use super::image_response;
 use super::params::Kvp;
 use super::state::Maps;
+use crate::auth::Caller;
+use crate::config::auth::Grant;
 use crate::render::Demand;
 use get_map::GetMap;
 
@@ -58,6 +60,7 @@ fn version_lt(a: &str, b: &str) -> bool {
 /// `GET /wms?SERVICE=WMS&REQUEST=...`.
 pub async fn kvp(
     State(state): State<Maps>,
+    caller: Caller,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -69,9 +72,29 @@ pub async fn kvp(
     let version = Version::negotiate(version_text);
     let err = |e: ApiError| e.speaking(version.protocol());
     let request = kvp.service_request("WMS").map_err(|e| err(e.into()))?;
-    match request.to_ascii_lowercase().as_str() {
+    let request = request.to_ascii_lowercase();
+    // Every layer the request names and the service has, asked before
+    // anything is read: maps and legends need `maps`, feature info
+    // `feature_info`.
+    let (grant, params): (Grant, &[&str]) = match request.as_str() {
+        "getmap" | "map" => (Grant::Maps, &["layers"]),
+        "getfeatureinfo" | "feature_info" => (Grant::FeatureInfo, &["layers", "query_layers"]),
+        "getlegendgraphic" => (Grant::Maps, &["layer"]),
+        _ => (Grant::Maps, &[]),
+    };
+    for name in params
+        .iter()
+        .filter_map(|p| kvp.get(p))
+        .flat_map(|v| v.split(','))
+        .filter(|n| state.registry.layer(n).is_some())
+    {
+        caller
+            .may(name, grant)
+            .map_err(|r| err(ApiError::from(r)))?;
+    }
+    match request.as_str() {
         "getcapabilities" | "capabilities" => {
-            capabilities::response(&state.catalog(), &headers, version).map_err(err)
+            capabilities::response(&state.catalog(), &headers, version, &caller).map_err(err)
         }
         "getmap" | "map" => {
             // Version negotiation is for GetCapabilities only: a GetMap
@@ -98,12 +121,19 @@ pub async fn kvp(
             let format = map.image.format;
             let names: Vec<&str> = map.image.layers.iter().map(|l| l.name.as_str()).collect();
             let served = ServedLayers::Named(names.join(",").into());
+            let private = names.iter().any(|n| caller.protects(n));
             let bytes = state
                 .renderer
                 .render(map.image, Demand::Map)
                 .await
                 .map_err(|e| err(e.into()))?;
             let mut response = image_response(format, bytes);
+            if private {
+                response.headers_mut().insert(
+                    axum::http::header::CACHE_CONTROL,
+                    axum::http::HeaderValue::from_static("private"),
+                );
+            }
             response.extensions_mut().insert(served);
             Ok(response)
         }

@@ -11,7 +11,9 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
 
+use crate::auth::Caller;
 use crate::config::ServiceMetadata;
+use crate::config::auth::Grant;
 use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
@@ -24,6 +26,11 @@ struct Capabilities {
     title: String,
     service: ServiceMetadata,
     base: String,
+    /// The caller's query credential and `&` (`key=...&`), or empty: KVP
+    /// links carry it.
+    cred: String,
+    /// The caller's query credential alone, for RESTful links.
+    cred_pair: String,
     layers: Vec<WmtsLayer>,
     matrix_sets: Vec<MatrixSet>,
 }
@@ -159,8 +166,16 @@ pub fn response(
     state: &Catalog,
     headers: &HeaderMap,
     sections: Sections,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
-    let layers = state.registry.layers();
+    // The layers the caller may read tiles of, and no other.
+    let layers: Vec<_> = state
+        .registry
+        .layers()
+        .into_iter()
+        .filter(|l| caller.may(&l.name, Grant::Tiles).is_ok())
+        .collect();
+    let cred_pair = caller.link_query();
     // Each (grid, zoom range) linked, in order of first use.
     let mut used: Vec<(&Grid, u8, u8)> = Vec::new();
     for layer in &layers {
@@ -179,6 +194,12 @@ pub fn response(
         title: state.config.server.title.clone(),
         service: state.config.service.clone(),
         base: base_url(&state.config, headers),
+        cred: if cred_pair.is_empty() {
+            String::new()
+        } else {
+            format!("{cred_pair}&")
+        },
+        cred_pair,
         layers: layers.iter().map(|l| layer(state, l)).collect(),
         matrix_sets: used
             .iter()

@@ -14,11 +14,13 @@ use super::error::{ApiError, Protocol};
 use super::params::Kvp;
 use super::serve_tile;
 use super::state::{Catalog, Tiles};
+use crate::auth::Caller;
 
 /// `GET /wmts?SERVICE=WMTS&REQUEST=...`.
 pub async fn kvp(
     State(state): State<Catalog>,
     State(tiles): State<Tiles>,
+    caller: Caller,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -48,7 +50,7 @@ pub async fn kvp(
                 Some(text) => Sections::parse(text).map_err(err)?,
                 None => Sections::ALL,
             };
-            capabilities::response(&state, &headers, sections).map_err(err)
+            capabilities::response(&state, &headers, sections, &caller).map_err(err)
         }
         "gettile" => {
             let version = kvp.get("version").unwrap_or("1.0.0");
@@ -60,7 +62,7 @@ pub async fn kvp(
                 .at("VERSION")));
             }
             let address = TileAddress::from_wmts_kvp(&kvp).map_err(err)?;
-            get_tile(&tiles, &headers, &address).await
+            get_tile(&tiles, &headers, &address, &caller).await
         }
         // An operation WMTS defines that this server does not offer.
         "getfeatureinfo" => Err(err(ApiError::bad_request(
@@ -84,13 +86,15 @@ pub async fn kvp(
 pub async fn capabilities_rest(
     state: State<Catalog>,
     tiles: State<Tiles>,
+    caller: Caller,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     if query.as_deref().is_some_and(has_request) {
-        return kvp(state, tiles, RawQuery(query), headers).await;
+        return kvp(state, tiles, caller, RawQuery(query), headers).await;
     }
-    capabilities::response(&state, &headers, Sections::ALL).map_err(|e| e.speaking(Protocol::Wmts))
+    capabilities::response(&state, &headers, Sections::ALL, &caller)
+        .map_err(|e| e.speaking(Protocol::Wmts))
 }
 
 /// Whether a query string holds a `REQUEST` parameter (any case).
@@ -105,16 +109,18 @@ fn has_request(query: &str) -> bool {
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
 pub async fn rest_tile(
     State(state): State<Tiles>,
+    caller: Caller,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    get_tile(&state, &headers, &address).await
+    get_tile(&state, &headers, &address, &caller).await
 }
 
 async fn get_tile(
     state: &Tiles,
     headers: &HeaderMap,
     address: &TileAddress,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     // A TileMatrixSet of some of a grid's zooms names tiles of the grid.
     let mut address = address.clone();
@@ -139,7 +145,7 @@ async fn get_tile(
         .at(locator)
         .speaking(Protocol::Wmts));
     }
-    serve_tile(&state.cache, tile, headers)
+    serve_tile(&state.cache, tile, headers, caller)
         .await
         .map_err(|e| e.speaking(Protocol::Wmts))
 }

@@ -1,0 +1,86 @@
+//! Token buckets: a caller's requests per second, with a burst.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::config::auth::RateConfig;
+
+/// A token bucket: refilled at `per_second`, holding at most `burst`.
+#[derive(Debug)]
+pub struct Bucket {
+    per_second: f64,
+    burst: f64,
+    /// Tokens left, as of the instant.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    /// A full bucket for `rate`.
+    pub fn new(rate: &RateConfig) -> Bucket {
+        let burst = rate
+            .burst
+            .map_or_else(|| rate.per_second.ceil().max(1.0), f64::from);
+        Bucket {
+            per_second: rate.per_second,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Takes a token; when none is left, how long until one is.
+    pub fn take(&self) -> Result<(), Duration> {
+        self.take_at(Instant::now())
+    }
+
+    fn take_at(&self, now: Instant) -> Result<(), Duration> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, then) = *state;
+        let refilled = (tokens
+            + now.saturating_duration_since(then).as_secs_f64() * self.per_second)
+            .min(self.burst);
+        if refilled >= 1.0 {
+            *state = (refilled - 1.0, now);
+            Ok(())
+        } else {
+            *state = (refilled, now);
+            Err(Duration::from_secs_f64((1.0 - refilled) / self.per_second))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_served_then_the_rate() {
+        let bucket = Bucket::new(&RateConfig {
+            per_second: 10.0,
+            burst: Some(3),
+        });
+        let start = Instant::now();
+        for _ in 0..3 {
+            assert!(bucket.take_at(start).is_ok());
+        }
+        let wait = bucket.take_at(start).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+        // A tenth of a second later, one more token; never more than the
+        // burst however long the bucket rests.
+        assert!(bucket.take_at(start + Duration::from_millis(100)).is_ok());
+        assert!(bucket.take_at(start + Duration::from_millis(100)).is_err());
+        let later = start + Duration::from_mins(1);
+        for _ in 0..3 {
+            assert!(bucket.take_at(later).is_ok());
+        }
+        assert!(bucket.take_at(later).is_err());
+    }
+
+    #[test]
+    fn the_default_burst_is_a_seconds_worth() {
+        let bucket = Bucket::new(&RateConfig {
+            per_second: 2.5,
+            burst: None,
+        });
+        assert!((bucket.burst - 3.0).abs() < f64::EPSILON);
+    }
+}

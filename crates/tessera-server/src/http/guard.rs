@@ -1,0 +1,109 @@
+//! Access control at the edge of the read endpoints: every request's
+//! caller identified from its credentials ([`crate::auth`]) before any
+//! handler runs (a credential that is not valid is a 401, a caller past its
+//! rate a 429), and handed to the handlers as a [`Caller`] extension; they
+//! ask [`Caller::may`] for each layer before looking anything up. The
+//! answer names the caller for the access log and counts it in the
+//! metrics, hits apart from misses.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use crate::auth::{Access, Caller, Refusal};
+use crate::metrics::Metrics;
+
+/// The guard's state: the access rules (none: everything open) and the
+/// metrics it counts callers in.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The rules of the `auth:` section.
+    pub access: Option<Arc<Access>>,
+    /// Where callers are counted.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The caller's id, on a response: the access log writes it.
+#[derive(Debug, Clone)]
+pub struct CallerId(pub String);
+
+/// Identifies the caller of `request`, refuses it when its credential is
+/// not valid or it is past its rate, and passes it on to the handler.
+pub async fn identify(State(guard): State<Guard>, mut request: Request, next: Next) -> Response {
+    let Some(access) = &guard.access else {
+        request.extensions_mut().insert(Caller::open());
+        return next.run(request).await;
+    };
+    let caller = match access.identify(request.headers(), request.uri().query()) {
+        Ok(caller) => caller,
+        Err(refusal) => {
+            guard
+                .metrics
+                .caller_request("anonymous", outcome_of(&refusal));
+            return ApiError::from(refusal).into_response();
+        }
+    };
+    if let Err(refusal) = caller.admit() {
+        guard
+            .metrics
+            .caller_request(caller.metric_name(), outcome_of(&refusal));
+        let mut response = ApiError::from(refusal).into_response();
+        response
+            .extensions_mut()
+            .insert(CallerId(caller.id().to_string()));
+        return response;
+    }
+    request.extensions_mut().insert(caller.clone());
+    let mut response = next.run(request).await;
+    count(&guard.metrics, &caller, &response);
+    response
+        .extensions_mut()
+        .insert(CallerId(caller.id().to_string()));
+    response
+}
+
+/// Counts `response` under its caller: a tile hit or miss, a refusal by
+/// the handler, or another answer.
+pub fn count(metrics: &Metrics, caller: &Caller, response: &Response) {
+    let outcome = match response.status().as_u16() {
+        401 => "unauthorized",
+        403 => "forbidden",
+        429 => "limited",
+        _ => match response
+            .headers()
+            .get("x-cache")
+            .map(axum::http::HeaderValue::as_bytes)
+        {
+            Some(b"HIT") => "hit",
+            Some(b"MISS") => "miss",
+            _ => "other",
+        },
+    };
+    metrics.caller_request(caller.metric_name(), outcome);
+}
+
+fn outcome_of(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::Unauthenticated(_) => "unauthorized",
+        Refusal::Forbidden(_) => "forbidden",
+        Refusal::RateLimited(_) => "limited",
+    }
+}
+
+/// The caller the guard identified; open (everything allowed) on routes
+/// it does not guard.
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
