@@ -162,6 +162,11 @@ def test_api_keys_by_header_bearer_or_query_each_with_its_grants(server):
         assert status == 200 and h["Cache-Control"].startswith("private"), (headers, status)
         assert decode(body).shape[1:] == (256, 256)
     assert get(server, TILE.format("relief-copy") + f"?key={KEY_A}")[0] == 200, "a glob, a query key"
+    # The query key is not part of the tile's cache key: one tile, one ETag.
+    by_header = get(server, TILE.format("relief"), {"X-API-Key": KEY_B})
+    by_query = get(server, TILE.format("relief") + f"?key={KEY_A}")
+    assert by_query[1]["X-Cache"] == "HIT" and by_query[1]["ETag"] == by_header[1]["ETag"]
+    assert by_query[2] == by_header[2]
     # A wrong key is a 401 even for a public layer; a layer not granted a 403.
     assert get(server, TILE.format("open"), {"X-API-Key": "key-z-0123456789abcdef0123"})[0] == 401
     assert get(server, TILE.format("relief"), {"X-API-Key": KEY_C})[0] == 403
