@@ -6,10 +6,12 @@
 //! [`ImageView`]. Views borrow rows of a larger image with a stride, so a
 //! metatile can be cut into tiles without copying sub-images.
 
+pub mod band_math;
 mod buffer;
 mod color;
 mod decode;
 mod encode;
+pub mod expression;
 mod plain_png;
 mod style;
 

@@ -62,6 +62,14 @@ pub trait Style: Send + Sync + std::fmt::Debug {
     fn keeps_rgba(&self) -> bool {
         false
     }
+
+    /// The value the style computes from the bands at every pixel (band
+    /// math's result, NaN where there is none), when it computes one:
+    /// feature info reports it. `None` by default.
+    fn values(&self, raster: &Raster) -> Option<Result<Vec<f32>, StyleError>> {
+        let _ = raster;
+        None
+    }
 }
 
 /// Style configuration, tagged by `type`.
@@ -74,6 +82,8 @@ pub enum StyleSpec {
     Ramp(RampSpec),
     /// Shaded relief from a single elevation band, optionally over a ramp.
     Hillshade(HillshadeSpec),
+    /// Band math, then a colour map, classes, grey or RGB.
+    Expression(crate::band_math::ExpressionSpec),
 }
 
 impl Default for StyleSpec {
@@ -199,6 +209,9 @@ pub fn build_style(spec: &StyleSpec, band_count: usize) -> Result<Box<dyn Style>
                 nodata: s.nodata,
             }))
         }
+        StyleSpec::Expression(s) => Ok(Box::new(crate::band_math::ExpressionStyle::new(
+            s, band_count,
+        )?)),
         StyleSpec::Hillshade(s) => {
             check_band(s.band)?;
             if !(0.0..=90.0).contains(&s.altitude) || !s.azimuth.is_finite() {

@@ -279,16 +279,22 @@ fn query_layer(
     if raster.valid.first().copied().unwrap_or(0) == 0 {
         return Ok(None);
     }
-    let bands = raster
+    let number =
+        |v: f32| serde_json::Number::from_f64(f64::from(v)).map_or(Value::Null, Value::Number);
+    let mut bands: Vec<(String, Value)> = raster
         .bands
         .iter()
         .enumerate()
-        .map(|(b, data)| {
-            let v = f64::from(data.get(0));
-            let value = serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number);
-            (format!("band_{}", b + 1), value)
-        })
+        .map(|(b, data)| (format!("band_{}", b + 1), number(data.get(0))))
         .collect();
+    // A style that computes a value (band math): that value too.
+    if let Some(values) = layer.style.values(&raster) {
+        let value = values.map_err(RenderError::Style)?;
+        bands.push((
+            "value".to_string(),
+            value.first().map_or(Value::Null, |v| number(*v)),
+        ));
+    }
     Ok(Some(Found {
         layer: layer.name.clone(),
         features: vec![bands],
