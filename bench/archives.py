@@ -22,12 +22,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-from common import free_port, machine, wait_http, wrk  # noqa: E402
+from common import curl_pass, free_port, machine, wait_http, wrk  # noqa: E402
 from cogserver import start_cog_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,22 +80,6 @@ def tessera_server(binary, work, config=None, archive=None):
     return port, process(args, f"http://127.0.0.1:{port}/health")
 
 
-def first_pass(base, paths, clients=8):
-    """Seconds for curl to ask every path once, `clients` at a time (one
-    curl process, connections reused: the client costs far less than
-    either server); any answer but 200 stops the benchmark."""
-    config = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)
-    start = time.monotonic()
-    out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-max", str(clients),
-                          "-w", "%{http_code}\\n", "-K", "-"], input=config, capture_output=True, text=True,
-                         check=True, timeout=300).stdout
-    took = time.monotonic() - start
-    codes = out.split()
-    if len(codes) != len(paths) or set(codes) != {"200"}:
-        raise SystemExit(f"a first pass on {base} answered {sorted(set(codes))} for {len(codes)} of {len(paths)}")
-    return took
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--binary", required=True)
@@ -145,7 +128,7 @@ layers:
             port, running = servers()[kind]
             with running:
                 base = f"http://127.0.0.1:{port}"
-                first[kind].append(first_pass(base, paths[kind]))
+                first[kind].append(curl_pass(base, paths[kind]))
                 wrk(base, files[kind], 64, 2)  # warm up
                 rate, p50, p99 = wrk(base, files[kind], 64, args.seconds)
                 warm[kind].append(rate)
@@ -173,7 +156,7 @@ layers:
                              else tessera_server(args.binary, work, config=remote))
             with running:
                 web.ranges.clear()
-                remote_first[kind].append(first_pass(f"http://127.0.0.1:{port}", paths[kind]))
+                remote_first[kind].append(curl_pass(f"http://127.0.0.1:{port}", paths[kind]))
                 ranges[kind] = len(web.ranges)
                 print(f"  over HTTP {kind:12} run {r}: first pass {remote_first[kind][-1]:.2f} s, "
                       f"{ranges[kind]} ranges", file=sys.stderr)
@@ -251,7 +234,7 @@ layers:
                 port, running = tessera_server(args.binary, work, config=cached)
             with running:
                 base = f"http://127.0.0.1:{port}"
-                result[kind][0].append(first_pass(base, paths[kind]))
+                result[kind][0].append(curl_pass(base, paths[kind]))
                 wrk(base, files[kind], 64, 2)
                 rate, _, _ = wrk(base, files[kind], 64, args.seconds)
                 result[kind][1].append(rate)

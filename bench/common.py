@@ -17,6 +17,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def curl_pass(base, paths, clients=8, timeout=900):
+    """Seconds for one curl process to ask every path once, `clients` at a
+    time (connections reused: the client costs far less than a server);
+    any answer but 200 stops the benchmark."""
+    config = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)
+    start = time.monotonic()
+    out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-max", str(clients),
+                          "-w", "%{http_code}\\n", "-K", "-"], input=config, capture_output=True, text=True,
+                         check=True, timeout=timeout).stdout
+    took = time.monotonic() - start
+    codes = out.split()
+    if len(codes) != len(paths) or set(codes) != {"200"}:
+        raise SystemExit(f"a pass on {base} answered {sorted(set(codes))} for {len(codes)} of {len(paths)}")
+    return took
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -47,6 +47,40 @@ class Server:
             return r.status, r.headers.get("Content-Type"), r.read()
 
 
+def http_get(server, path, headers=None, timeout=120):
+    """GET `path` with `headers`: (status, headers, body), error statuses
+    included."""
+    request = urllib.request.Request(server.url + path, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def metric(server, name, **labels):
+    """The sum of a counter's samples on /metrics whose labels include
+    `labels`."""
+    _, _, body = http_get(server, "/metrics")
+    total = 0.0
+    for line in body.decode().splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def server_env(name, script):
+    """The variable `name` a test server's env file sets; fails loudly
+    when the server was not started."""
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is not set: start the server with scripts/{script} start "
+                    f"(scripts/test does) and source var/{script}/env", pytrace=False)
+    return value
+
+
 def fetch(server, path, timeout=60):
     """GET `path`: (status, body), error statuses included."""
     try:

@@ -21,22 +21,12 @@ import numpy as np
 import pytest
 
 from cogserver import start_cog_server
-from conftest import ROOT, require_tool, s3_bucket, serving
+from conftest import ROOT, http_get as get, require_tool, s3_bucket, server_env, serving
 from imaging import decode
 from test_export import pmtiles, pmtiles_tool, tessera
 from test_vector_tiles import assert_preview_draws_countries
 
 RASTER_TILES = [(z, x, y) for z in range(4) for x in range(2 ** z) for y in range(2 ** z)]
-
-
-def get(server, path, headers=None):
-    """(status, headers, body) of `path`, error statuses included."""
-    request = urllib.request.Request(server.url + path, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
 
 
 def run(*args):
@@ -253,14 +243,6 @@ layers:
         assert leaf_reads, "the tiles' leaf directories were read"
         assert len(leaf_reads) == len(set(leaf_reads)), f"a leaf directory was read twice: {leaf_reads}"
         assert len(web.ranges) == len(leaf_reads) + 2 * len(wanted), web.ranges
-
-
-def server_env(name, script):
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is not set: start the server with scripts/{script} start "
-                    f"(scripts/test does) and source var/{script}/env", pytrace=False)
-    return value
 
 
 # Azurite's well-known development account.

@@ -28,7 +28,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from owslib.wms import WebMapService
 from owslib.wmts import WebMapTileService
 
-from conftest import ROOT, serving
+from conftest import ROOT, http_get as get, metric, serving
 from imaging import decode
 
 KEY_A = "key-a-0123456789abcdef0123"   # relief and relief-*: tiles only
@@ -42,24 +42,6 @@ RELIEF = f"{ROOT}/data/shadedrelief-5400.tif"
 
 def sha(key):
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-def get(server, path, headers=None):
-    request = urllib.request.Request(server.url + path, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-
-
-def metric(server, name, **labels):
-    _, _, body = get(server, "/metrics")
-    total = 0.0
-    for line in body.decode().splitlines():
-        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture(scope="module")

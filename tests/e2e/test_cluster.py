@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from cogserver import start_cog_server
-from conftest import ROOT, free_port, s3_bucket, serving
+from conftest import ROOT, free_port, http_get as get, metric, s3_bucket, server_env, serving
 
 BUCKET = "tessera-e2e-cluster"
 LAYER = "relief"
@@ -80,27 +80,6 @@ layers:
     return path
 
 
-def get(server, path, timeout=120):
-    """(status, headers, body), error statuses included."""
-    try:
-        with urllib.request.urlopen(server.url + path, timeout=timeout) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-
-
-def metric(server, name, **labels):
-    """The sum of a counter's samples whose labels include `labels`."""
-    _, _, body = get(server, "/metrics")
-    total = 0.0
-    for line in body.decode().splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def renders(server):
     return metric(server, "tessera_metatile_renders_total", layer=LAYER)
 
@@ -133,14 +112,6 @@ def quietly(f, *args):
 
 def tile_path(z, x, y):
     return f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
-
-
-def server_env(name, script):
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is not set: start the server with scripts/{script} start "
-                    f"(scripts/test does) and source var/{script}/env", pytrace=False)
-    return value
 
 
 def shared_store(kind, s3, prefix):
