@@ -94,16 +94,20 @@ fn outcome_of(refusal: &Refusal) -> &'static str {
     }
 }
 
-/// The caller the guard identified; open (everything allowed) on routes
-/// it does not guard.
+/// The caller the guard identified. A handler asking for it on a route
+/// the guard does not cover gets a 500, never an open caller: access
+/// control fails closed.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
+    type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or_default())
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            tracing::error!(path = %parts.uri.path(), "a handler asked for the caller on a route the guard does not cover");
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "NoApplicableCode",
+                "internal error; the server log has the details",
+            )
+        })
     }
 }
