@@ -366,6 +366,29 @@ def test_a_rate_limit_answers_429_then_lets_the_caller_in_again(tmp_path, tmp_pa
         assert metric(s, "tessera_caller_requests_total", caller="partner-a", outcome="limited") >= 1
 
 
+def test_a_miss_budget_serves_cached_tiles_and_refuses_renders_past_it(tmp_path, tmp_path_factory):
+    cfg = config(tmp_path, rate=", rate: { per_second: 100, misses_per_second: 0.05, miss_burst: 2 }")
+    path = "/tiles/relief/WebMercatorQuad/5/{}/0.png"
+    with serving(tmp_path_factory, "--config", str(cfg)) as s:
+        key = {"X-API-Key": KEY_A}
+        # Two renders (tiles of two metatiles) within the budget, a third past it.
+        for x in (0, 4):
+            status, headers, _ = get(s, path.format(x), key)
+            assert status == 200 and headers["X-Cache"] == "MISS", (x, status)
+        status, headers, _ = get(s, path.format(8), key)
+        assert status == 429 and int(headers["Retry-After"]) >= 1, status
+        # What is cached is still served (once its save landed).
+        deadline = time.monotonic() + 30
+        while (answer := get(s, path.format(0), key))[0] != 200:
+            assert answer[0] == 429 and time.monotonic() < deadline, answer[0]
+            time.sleep(0.2)
+        assert answer[1]["X-Cache"] == "HIT"
+        assert get(s, path.format(1), key)[1]["X-Cache"] == "HIT", "a sibling of the same metatile"
+        # Another caller renders as it may.
+        assert get(s, path.format(8), {"X-API-Key": KEY_B})[0] == 200
+        assert metric(s, "tessera_caller_requests_total", caller="partner-a", outcome="limited") >= 1
+
+
 def test_the_admin_token_and_the_api_keys_stay_apart(tmp_path, tmp_path_factory, s3):
     admin_token = "admin-token-0123456789abcdef"
     cfg = config(tmp_path)

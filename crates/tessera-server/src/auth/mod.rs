@@ -49,6 +49,10 @@ fn matches_any(patterns: &[String], name: &str) -> bool {
         .any(|p| p == name || tessera_source::wildcard(p, name))
 }
 
+/// A caller's buckets: its requests', and its cache misses' when they are
+/// limited apart.
+type Buckets = (Bucket, Option<Bucket>);
+
 /// Someone known: an API key's holder or a token's subject.
 #[derive(Debug)]
 pub struct Grantee {
@@ -56,7 +60,9 @@ pub struct Grantee {
     pub id: String,
     layers: Vec<String>,
     grants: Vec<Grant>,
-    bucket: Option<Arc<Bucket>>,
+    /// Its requests' bucket, and its cache misses' (both shared by its
+    /// requests).
+    bucket: Option<Arc<Buckets>>,
 }
 
 /// One API key, by its hash.
@@ -72,7 +78,7 @@ pub struct Access {
     keys: Vec<ApiKey>,
     jwt: Option<jwt::Verifier>,
     jwt_rate: Option<crate::config::auth::RateConfig>,
-    subjects: Mutex<HashMap<String, Arc<Bucket>>>,
+    subjects: Mutex<HashMap<String, Arc<Buckets>>>,
     public: Vec<String>,
     query_parameters: bool,
     /// Caller ids the metrics name (the first seen), the others `other`.
@@ -123,7 +129,7 @@ impl Access {
                         id: k.id.clone(),
                         layers: k.layers.clone(),
                         grants: k.grants.clone(),
-                        bucket: k.rate.as_ref().map(|r| Arc::new(Bucket::new(r))),
+                        bucket: k.rate.as_ref().map(buckets),
                     }),
                 })
             })
@@ -229,7 +235,7 @@ impl Access {
             }
             subjects
                 .entry(claims.subject.clone())
-                .or_insert_with(|| Arc::new(Bucket::new(rate)))
+                .or_insert_with(|| buckets(rate))
                 .clone()
         });
         Ok(Arc::new(Grantee {
@@ -253,6 +259,11 @@ impl Access {
         }
         "other"
     }
+}
+
+/// The buckets of `rate`: requests, and misses when it limits them.
+fn buckets(rate: &crate::config::auth::RateConfig) -> Arc<Buckets> {
+    Arc::new((Bucket::new(rate), Bucket::misses(rate)))
 }
 
 /// The first `key` or `token` parameter of `query`.
@@ -321,7 +332,30 @@ impl Caller {
     /// Takes a request from the caller's rate; 429 when it is past it.
     pub fn admit(&self) -> Result<(), Refusal> {
         match self.grantee.as_ref().and_then(|g| g.bucket.as_ref()) {
-            Some(bucket) => bucket.take().map_err(Refusal::RateLimited),
+            Some(buckets) => buckets.0.take().map_err(Refusal::RateLimited),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the caller's cache misses are limited apart from its
+    /// requests ([`Caller::admit_miss`] before rendering for it).
+    pub fn limits_misses(&self) -> bool {
+        self.grantee
+            .as_ref()
+            .and_then(|g| g.bucket.as_ref())
+            .is_some_and(|b| b.1.is_some())
+    }
+
+    /// Takes a cache miss from the caller's miss budget; 429 when it is
+    /// past it (what is cached is still served to it).
+    pub fn admit_miss(&self) -> Result<(), Refusal> {
+        match self
+            .grantee
+            .as_ref()
+            .and_then(|g| g.bucket.as_ref())
+            .and_then(|b| b.1.as_ref())
+        {
+            Some(misses) => misses.take().map_err(Refusal::RateLimited),
             None => Ok(()),
         }
     }

@@ -15,13 +15,23 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    /// A full bucket for `rate`.
+    /// A full bucket of requests for `rate`.
     pub fn new(rate: &RateConfig) -> Bucket {
-        let burst = rate
-            .burst
-            .map_or_else(|| rate.per_second.ceil().max(1.0), f64::from);
+        Bucket::of(rate.per_second, rate.burst)
+    }
+
+    /// A full bucket of cache misses for `rate`, when it has one.
+    pub fn misses(rate: &RateConfig) -> Option<Bucket> {
+        rate.misses_per_second
+            .map(|per_second| Bucket::of(per_second, rate.miss_burst))
+    }
+
+    /// A full bucket refilled at `per_second`, holding `burst` (default a
+    /// second's worth, at least 1).
+    fn of(per_second: f64, burst: Option<u32>) -> Bucket {
+        let burst = burst.map_or_else(|| per_second.ceil().max(1.0), f64::from);
         Bucket {
-            per_second: rate.per_second,
+            per_second,
             burst,
             state: Mutex::new((burst, Instant::now())),
         }
@@ -57,6 +67,8 @@ mod tests {
         let bucket = Bucket::new(&RateConfig {
             per_second: 10.0,
             burst: Some(3),
+            misses_per_second: None,
+            miss_burst: None,
         });
         let start = Instant::now();
         for _ in 0..3 {
@@ -80,6 +92,8 @@ mod tests {
         let bucket = Bucket::new(&RateConfig {
             per_second: 2.5,
             burst: None,
+            misses_per_second: None,
+            miss_burst: None,
         });
         assert!((bucket.burst - 3.0).abs() < f64::EPSILON);
     }

@@ -76,7 +76,11 @@ pub struct KeyConfig {
     pub rate: Option<RateConfig>,
 }
 
-/// A token bucket: `per_second` requests on average, `burst` at once.
+/// A token bucket: `per_second` requests on average, `burst` at once;
+/// cache misses (tiles rendered or fetched for the caller) may have a
+/// bucket of their own, counted apart from the requests: past it the
+/// caller is served what is cached and refused (429) what would be
+/// rendered.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RateConfig {
@@ -85,6 +89,12 @@ pub struct RateConfig {
     /// Requests at once (default: one second's worth, at least 1).
     #[serde(default)]
     pub burst: Option<u32>,
+    /// Tile cache misses per second (default: no bucket of their own).
+    #[serde(default)]
+    pub misses_per_second: Option<f64>,
+    /// Misses at once (default: one second's worth, at least 1).
+    #[serde(default)]
+    pub miss_burst: Option<u32>,
 }
 
 /// JSON Web Tokens: `Authorization: Bearer <jwt>` (or `?token=`).
@@ -215,11 +225,15 @@ impl AuthConfig {
 
 impl RateConfig {
     fn check(&self) -> Result<(), String> {
-        if !(self.per_second.is_finite() && self.per_second > 0.0) {
-            return Err("per_second must be above 0".into());
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.per_second) || self.misses_per_second.is_some_and(|m| !positive(m)) {
+            return Err("per_second and misses_per_second must be above 0".into());
         }
-        if self.burst == Some(0) {
-            return Err("burst must be at least 1".into());
+        if self.burst == Some(0) || self.miss_burst == Some(0) {
+            return Err("burst and miss_burst must be at least 1".into());
+        }
+        if self.miss_burst.is_some() && self.misses_per_second.is_none() {
+            return Err("miss_burst needs misses_per_second".into());
         }
         Ok(())
     }

@@ -426,7 +426,8 @@ fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue> {
 /// later than its `If-Modified-Since` (RFC 9110, 13.2.2).
 ///
 /// The caller must be granted the layer's tiles (asked before the cache
-/// is); a protected layer's tile is `Cache-Control: private`.
+/// is), and within its miss budget for a tile the cache does not hold; a
+/// protected layer's tile is `Cache-Control: private`.
 pub async fn serve_tile(
     cache: &TileCache,
     tile: TileRequest,
@@ -435,6 +436,14 @@ pub async fn serve_tile(
 ) -> Result<Response, ApiError> {
     caller.may(&tile.layer.name, Grant::Tiles)?;
     let private = caller.protects(&tile.layer.name);
+    // A caller whose misses are limited apart: what is cached first, then
+    // a render only within its miss budget.
+    if caller.limits_misses() {
+        if let Some(held) = cache.held(&tile).await {
+            return tile_response(tile, held, request_headers, private);
+        }
+        caller.admit_miss()?;
+    }
     let result = cache.get(&tile).await?;
     tile_response(tile, result, request_headers, private)
 }

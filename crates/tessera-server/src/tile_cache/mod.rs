@@ -138,6 +138,20 @@ impl TileCache {
         result
     }
 
+    /// The tile when its layer's store holds it fresh (read as
+    /// [`TileCache::get`] reads it, counted as a hit), else `None`: nothing
+    /// is rendered. A layer without a cache holds nothing.
+    pub async fn held(&self, req: &TileRequest) -> Option<Tile> {
+        let cache = req.layer.cache.as_ref()?;
+        let held = self.lookup(&cache.store, &req.key_of(req.coord)).await?;
+        if !cache.freshness.is_fresh(held.stored_at, SystemTime::now()) {
+            return None;
+        }
+        self.metrics
+            .tile_request(&req.layer.name, RequestResult::Hit);
+        Some(Tile::hit(held))
+    }
+
     /// The tile when its layer's store holds it fresh and answers without
     /// blocking (memory, or a file in the page cache), counted as a hit;
     /// `None` when [`TileCache::get`] must be asked.
