@@ -142,7 +142,7 @@ gdal: {{ allowed_private_hosts: ["{web.authority}"] }}
 server: {{ access_log: false }}
 layers:
   - name: relief
-    source: {{ type: pmtiles, path: "{web.url}/relief.pmtiles" }}
+    source: {{ type: pmtiles, path: "{web.url}/relief.pmtiles", check_secs: 3600 }}
     grids: [WebMercatorQuad]
     formats: [png]
     max_zoom: 4

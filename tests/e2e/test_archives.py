@@ -141,18 +141,21 @@ def test_vector_archives_pass_through_gzip_with_their_layers(archives, tmp_path_
 
 def test_an_archive_over_http_is_read_by_ranges_once_per_tile(archives, tmp_path_factory, tmp_path):
     web = start_cog_server(archives)
+    # The archives are looked at for replacement only every hour here: each
+    # look is a range request, which the counts below would see.
     cfg = tmp_path / "http.yaml"
     cfg.write_text(f"""
 gdal: {{ allowed_private_hosts: ["{web.authority}"] }}
 layers:
   - name: relief
-    source: {{ type: pmtiles, path: "{web.url}/relief.pmtiles" }}
+    source: {{ type: pmtiles, path: "{web.url}/relief.pmtiles", check_secs: 3600 }}
     grids: [WebMercatorQuad]
     formats: [png]
     max_zoom: 3
     cache: {{ store: none }}
   - name: relief-mb
-    source: {{ type: mbtiles, path: "{web.url}/relief.mbtiles", download_dir: "{tmp_path / 'copies'}" }}
+    source: {{ type: mbtiles, path: "{web.url}/relief.mbtiles", download_dir: "{tmp_path / 'copies'}",
+              check_secs: 3600 }}
     grids: [WebMercatorQuad]
     formats: [png]
     max_zoom: 3
@@ -216,12 +219,13 @@ def leaf_archive(path):
 def test_leaf_directories_are_read_once_however_many_ask(tmp_path, tmp_path_factory):
     tiles, (leaf_start, leaf_len) = leaf_archive(tmp_path / "leaf.pmtiles")
     web = start_cog_server(tmp_path)
+    # Looked at for replacement only every hour: a look is a range request.
     cfg = tmp_path / "leaf.yaml"
     cfg.write_text(f"""
 gdal: {{ allowed_private_hosts: ["{web.authority}"] }}
 layers:
   - name: leaf
-    source: {{ type: pmtiles, path: "{web.url}/leaf.pmtiles" }}
+    source: {{ type: pmtiles, path: "{web.url}/leaf.pmtiles", check_secs: 3600 }}
     grids: [WebMercatorQuad]
     formats: [mvt]
     max_zoom: 7

@@ -173,7 +173,7 @@ def test_a_holder_killed_mid_render_is_taken_over_after_the_ttl(s3, tmp_path, tm
         with serving(tmp_path_factory, "--config", str(holder_cfg)) as holder, \
                 serving(tmp_path_factory, "--config", str(taker_cfg)) as taker:
             cog.delay = 0.5  # each range read of the source: a slow source
-            threading.Thread(target=quietly, args=(get, holder, tile_path(*META_TILES[0]), 30),
+            threading.Thread(target=quietly, args=(get, holder, tile_path(*META_TILES[0]), None, 30),
                              daemon=True).start()
             wait_until(lambda: leases_left(c, prefix), 30, "the holder's lease")
             start = time.monotonic()
