@@ -21,6 +21,10 @@ const CHUNK: usize = 2048;
 /// Most operations in one expression (a guard against pathological input).
 const MAX_OPS: usize = 512;
 
+/// Deepest nesting of parentheses, calls and unary operators (the parser
+/// recurses once per level).
+const MAX_NESTING: usize = 64;
+
 /// One step of a compiled expression.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -87,6 +91,7 @@ impl Expression {
             tokens: &tokens,
             at: 0,
             program: Vec::new(),
+            nesting: 0,
         };
         parser.or()?;
         if parser.at != tokens.len() {
@@ -332,6 +337,8 @@ struct Parser<'a> {
     tokens: &'a [Token],
     at: usize,
     program: Vec<Op>,
+    /// Levels of recursion now.
+    nesting: usize,
 }
 
 impl Parser<'_> {
@@ -411,6 +418,18 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<(), String> {
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            return Err(format!(
+                "the expression nests deeper than {MAX_NESTING} levels"
+            ));
+        }
+        let parsed = self.unary_here();
+        self.nesting -= 1;
+        parsed
+    }
+
+    fn unary_here(&mut self) -> Result<(), String> {
         if self.eat("-") {
             self.unary()?;
             self.program.push(Op::Unary(Unary::Neg));
@@ -615,6 +634,8 @@ mod tests {
             ("(b1", "expected \")\""),
             ("b1 $ 2", "unexpected '$'"),
             ("b1 b2", "unexpected name"),
+            (&"(".repeat(10_000), "deeper than"),
+            (&"-".repeat(10_000), "deeper than"),
         ] {
             let e = Expression::parse(text).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
