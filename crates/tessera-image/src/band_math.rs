@@ -400,7 +400,6 @@ impl Style for ExpressionStyle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::BandData;
 
     fn spec(yaml_like: serde_json::Value) -> ExpressionSpec {
         serde_json::from_value(yaml_like).unwrap()
@@ -415,16 +414,6 @@ mod tests {
         }
     }
 
-    fn raster(bands: Vec<Vec<f32>>) -> Raster {
-        let n = bands[0].len();
-        Raster {
-            width: u32::try_from(n).unwrap(),
-            height: 1,
-            bands: bands.into_iter().map(BandData::F32).collect(),
-            valid: vec![255; n],
-        }
-    }
-
     #[test]
     fn ndvi_through_a_named_map_takes_its_ends_and_middle() {
         let style = ExpressionStyle::new(
@@ -434,7 +423,7 @@ mod tests {
         .unwrap();
         let img = style
             .apply(
-                &raster(vec![vec![1.0, 0.0, 1.0, 0.0], vec![0.0, 1.0, 1.0, 0.0]]),
+                &Raster::row(vec![vec![1.0, 0.0, 1.0, 0.0], vec![0.0, 1.0, 1.0, 0.0]]),
                 scale(),
             )
             .unwrap();
@@ -460,7 +449,7 @@ mod tests {
         )
         .unwrap();
         let img = style
-            .apply(&raster(vec![vec![-5.0, 0.0, 10.0]]), scale())
+            .apply(&Raster::row(vec![vec![-5.0, 0.0, 10.0]]), scale())
             .unwrap();
         assert_eq!(img.as_raw(), &[0, 0, 255, 255, 0, 255, 0, 255, 0, 0, 0, 0]);
         let rgb = ExpressionStyle::new(
@@ -468,7 +457,7 @@ mod tests {
             1,
         )
         .unwrap();
-        let img = rgb.apply(&raster(vec![vec![50.0]]), scale()).unwrap();
+        let img = rgb.apply(&Raster::row(vec![vec![50.0]]), scale()).unwrap();
         assert_eq!(img.as_raw(), &[128, 255, 0, 255]);
     }
 

@@ -274,6 +274,20 @@ fn fold_pixels(row: &[u8], init: u32, f: impl Fn(u32, u32) -> u32) -> u32 {
         .fold(init, f)
 }
 
+impl Raster {
+    /// One row of float samples, every pixel valid (for tests).
+    #[cfg(test)]
+    pub(crate) fn row(bands: Vec<Vec<f32>>) -> Raster {
+        let n = bands[0].len();
+        Raster {
+            width: u32::try_from(n).unwrap(),
+            height: 1,
+            bands: bands.into_iter().map(BandData::F32).collect(),
+            valid: vec![255; n],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

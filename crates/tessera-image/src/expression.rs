@@ -550,20 +550,10 @@ impl Parser<'_> {
 mod tests {
     use super::*;
 
-    fn raster(bands: Vec<Vec<f32>>) -> Raster {
-        let n = bands[0].len();
-        Raster {
-            width: u32::try_from(n).unwrap(),
-            height: 1,
-            bands: bands.into_iter().map(BandData::F32).collect(),
-            valid: vec![255; n],
-        }
-    }
-
     fn eval(text: &str, bands: Vec<Vec<f32>>) -> Vec<f32> {
         Expression::parse(text)
             .unwrap()
-            .evaluate(&raster(bands), None)
+            .evaluate(&Raster::row(bands), None)
             .unwrap()
     }
 
@@ -613,7 +603,7 @@ mod tests {
 
     #[test]
     fn invalid_pixels_and_nodata_have_no_value() {
-        let mut r = raster(vec![vec![1.0, -9999.0, 3.0, f32::NAN]]);
+        let mut r = Raster::row(vec![vec![1.0, -9999.0, 3.0, f32::NAN]]);
         r.valid[2] = 0;
         let out = Expression::parse("b1 + 1")
             .unwrap()
@@ -642,7 +632,7 @@ mod tests {
         }
         let e = Expression::parse("b5")
             .unwrap()
-            .evaluate(&raster(vec![vec![1.0]]), None)
+            .evaluate(&Raster::row(vec![vec![1.0]]), None)
             .unwrap_err();
         assert!(e.contains("b5"), "{e}");
     }
