@@ -55,12 +55,12 @@ fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
 }
 
 impl Mbtiles {
-    /// Opens `file` (read as `name` says, a copy of `remote` when given)
-    /// and reads its metadata.
+    /// Opens `file` (read as `name` says; a copy of `remote` when given,
+    /// with the version the copy was made at) and reads its metadata.
     pub fn open(
         file: &Path,
         name: &str,
-        remote: Option<Arc<dyn ArchiveBytes>>,
+        remote: Option<(Arc<dyn ArchiveBytes>, Option<String>)>,
     ) -> Result<Mbtiles, String> {
         let fail = |what: String| format!("{name}: {what}");
         if !file.is_file() {
@@ -180,15 +180,14 @@ impl Mbtiles {
             attribution: meta("attribution"),
             vector_layers: json.and_then(|j| j.get("vector_layers").cloned()),
             version: match &remote {
-                Some(r) => super::bytes::version_of(r.as_ref())
-                    .map_err(|e| fail(format!("its version: {e}")))?,
+                Some((_, copied)) => copied.clone(),
                 None => stamp_text(file),
             },
         };
         Ok(Mbtiles {
             file: file.to_path_buf(),
             name: name.to_string(),
-            remote,
+            remote: remote.map(|(bytes, _)| bytes),
             idle: Mutex::new((vec![conn], stamp(file))),
             metadata,
         })
@@ -309,8 +308,11 @@ impl TileArchive for Mbtiles {
 /// Copies the archive in `bytes` to a local file under `dir` (default the
 /// system's temporary directory), named after the archive and its version
 /// (so a copy of the same version is reused), by chunks of
-/// [`COPY_CHUNK`] bytes; returns its path.
-pub fn download(bytes: &dyn ArchiveBytes, dir: Option<&str>) -> Result<PathBuf, String> {
+/// [`COPY_CHUNK`] bytes; returns its path and the version it copied.
+pub fn download(
+    bytes: &dyn ArchiveBytes,
+    dir: Option<&str>,
+) -> Result<(PathBuf, Option<String>), String> {
     let name = bytes.name();
     let dir = dir.map_or_else(
         || std::env::temp_dir().join("tessera-archives"),
@@ -322,7 +324,7 @@ pub fn download(bytes: &dyn ArchiveBytes, dir: Option<&str>) -> Result<PathBuf, 
     let id = crc32fast::hash(format!("{name}\n{version}").as_bytes());
     let target = dir.join(format!("{id:08x}.mbtiles"));
     if target.is_file() && !version.is_empty() {
-        return Ok(target);
+        return Ok((target, first_version(&version)));
     }
     let partial = dir.join(format!("{id:08x}.mbtiles.part"));
     let mut out = std::fs::File::create(&partial)
@@ -347,7 +349,7 @@ pub fn download(bytes: &dyn ArchiveBytes, dir: Option<&str>) -> Result<PathBuf, 
     std::fs::rename(&partial, &target)
         .map_err(|e| format!("cannot rename {}: {e}", partial.display()))?;
     tracing::info!(archive = %name, copy = %target.display(), bytes = offset, "copied the archive to read it");
-    Ok(target)
+    Ok((target, first_version(&version)))
 }
 
 /// The version a chunk must carry: the first chunk's (none when it had

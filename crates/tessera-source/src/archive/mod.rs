@@ -202,13 +202,16 @@ pub fn open(
             Arc::new(pmtiles::Pmtiles::open(bytes, spec.directory_cache_bytes).map_err(open_err)?)
         }
         ArchiveKind::Mbtiles => {
-            let local = match &bytes {
-                None => std::path::PathBuf::from(&spec.path),
+            let (local, remote) = match bytes {
+                None => (std::path::PathBuf::from(&spec.path), None),
                 Some(b) => {
-                    mbtiles::download(b.as_ref(), spec.download_dir.as_deref()).map_err(open_err)?
+                    let (copy, version) =
+                        mbtiles::download(b.as_ref(), spec.download_dir.as_deref())
+                            .map_err(open_err)?;
+                    (copy, Some((b, version)))
                 }
             };
-            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, bytes).map_err(open_err)?)
+            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, remote).map_err(open_err)?)
         }
     };
     crate::vector::style::check_rules(&spec.style).map_err(open_err)?;
