@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use clap::Args;
-use tessera_server::plan::{PlanArea, TilePlan, layers_at, polygons_from_geojson};
+use tessera_server::plan::{PlanArea, TilePlan, polygons_from_geojson, styled_layers_at};
 use tessera_server::tessera_grid::{BBox, TileFormat};
 use tessera_server::{Config, Service};
 
@@ -40,13 +40,17 @@ pub struct AreaArgs {
     /// of the values is planned) [default: each dimension's default value].
     #[arg(long)]
     pub dimension: Vec<String>,
+    /// A named style of the layer, or `all`; once per style [default: the
+    /// layer's default style].
+    #[arg(long)]
+    pub style: Vec<String>,
 }
 
 impl AreaArgs {
     /// Loads the configuration, opens the layer's source and store (no
     /// other layer's) and plans the tiles named in tile format `format`
     /// (png, png8, jpg, webp; `None`: the layer's first): one plan per
-    /// dimension value named by `--dimension`.
+    /// dimension value named by `--dimension` and style named by `--style`.
     pub fn plans(&self, format: Option<&str>) -> Result<(Service, Vec<TilePlan>), CliError> {
         let config = Config::from_file(&self.config)?;
         let service = Service::batch(config, &self.layer)?;
@@ -82,7 +86,8 @@ impl AreaArgs {
             &area,
         )?;
         let specs: Vec<&str> = self.dimension.iter().map(String::as_str).collect();
-        let layers = layers_at(&plan.layer, &specs)?;
+        let styles: Vec<&str> = self.style.iter().map(String::as_str).collect();
+        let layers = styled_layers_at(&plan.layer, &styles, &specs)?;
         Ok((service, plan.at_each(layers)))
     }
 }

@@ -96,6 +96,37 @@ pub struct Layer {
     /// (`TIME=2024-01-01/2024-01-31`), for sources that can filter by one
     /// (vector layers); `None` otherwise.
     pub ranges: Option<Ranges>,
+    /// The name of the style it draws with (`default` for a layer without
+    /// named styles).
+    pub style_name: String,
+    /// The layer's other named styles in order, each the layer drawn with
+    /// it (its own tiles, fingerprint and legend); empty for a layer with
+    /// one style, and in the layers held here.
+    pub other_styles: Vec<(String, Arc<Layer>)>,
+}
+
+/// A style a layer does not have (WMS and WMTS `StyleNotDefined`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownStyle {
+    /// The style asked for (at most 64 characters of it).
+    pub asked: String,
+    /// The styles the layer has, the default first.
+    pub known: Vec<String>,
+}
+
+impl std::fmt::Display for UnknownStyle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown style {:?}; the layer's styles are {} (empty for the first)",
+            self.asked,
+            self.known
+                .iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
 }
 
 /// Builds the layer at one combination of values.
@@ -273,6 +304,38 @@ impl Freshness {
 }
 
 impl Layer {
+    /// The names of its styles, the one it draws with (the default) first.
+    pub fn style_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.style_name.as_str())
+            .chain(self.other_styles.iter().map(|(n, _)| n.as_str()))
+    }
+
+    /// The layer drawn with the style `asked` names (ASCII case ignored):
+    /// itself for `None`, an empty name, its own style's name or `default`
+    /// (unless another style has that name).
+    pub fn styled(self: &Arc<Self>, asked: Option<&str>) -> Result<Arc<Layer>, UnknownStyle> {
+        let Some(asked) = asked.filter(|a| !a.is_empty()) else {
+            return Ok(self.clone());
+        };
+        if asked.eq_ignore_ascii_case(&self.style_name) {
+            return Ok(self.clone());
+        }
+        if let Some((_, layer)) = self
+            .other_styles
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(asked))
+        {
+            return Ok(layer.clone());
+        }
+        if asked.eq_ignore_ascii_case("default") {
+            return Ok(self.clone());
+        }
+        Err(UnknownStyle {
+            asked: asked.chars().take(64).collect(),
+            known: self.style_names().map(str::to_string).collect(),
+        })
+    }
+
     /// The layer at the dimension values a request asks for: `asked` gives
     /// the text a request has for a dimension's name (`None`: the
     /// default). A layer without dimensions is itself whatever is asked.
@@ -327,10 +390,15 @@ impl Layer {
         })
     }
 
-    /// The layer's name, with the dimension values it is at (`ndvi at
+    /// The layer's name, with its style unless that is `default` and the
+    /// dimension values it is at (`scene in style ndvi at
     /// time=2024-01-01T00:00:00Z`), for messages.
     pub fn label(&self) -> String {
         let mut label = self.name.clone();
+        if self.style_name != "default" {
+            label.push_str(" in style ");
+            label.push_str(&self.style_name);
+        }
         for (i, (name, value)) in self.values.iter().enumerate() {
             label.push_str(if i == 0 { " at " } else { ", " });
             label.push_str(name);

@@ -47,6 +47,38 @@ impl TilePlan {
     }
 }
 
+/// The layer drawn with each style `styles` names (`all`: every one of
+/// them; none: its default), at each combination of the values `specs`
+/// name ([`layers_at`]).
+pub fn styled_layers_at(
+    layer: &Arc<Layer>,
+    styles: &[&str],
+    specs: &[&str],
+) -> Result<Vec<Arc<Layer>>, PlanError> {
+    let mut styled: Vec<Arc<Layer>> = Vec::new();
+    for name in styles {
+        if name.eq_ignore_ascii_case("all") {
+            styled.push(layer.clone());
+            styled.extend(layer.other_styles.iter().map(|(_, l)| l.clone()));
+        } else {
+            styled.push(
+                layer
+                    .styled(Some(name))
+                    .map_err(|e| PlanError::Refused(e.to_string()))?,
+            );
+        }
+    }
+    if styled.is_empty() {
+        styled.push(layer.clone());
+    }
+    styled.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    let mut layers = Vec::new();
+    for l in &styled {
+        layers.extend(layers_at(l, specs)?);
+    }
+    Ok(layers)
+}
+
 /// The layer at each combination of the values `specs` name, one spec per
 /// dimension: `NAME=V1,V2`, `NAME=all`, or `NAME=A/B` (the layer's values
 /// from A to B); a dimension no spec names is at its default value.

@@ -189,10 +189,50 @@ pub fn layer(
     config: &Config,
     wrap_source: &Arc<WrapSource>,
 ) -> Result<Arc<Layer>, ConfigError> {
-    if lc.dimensions.is_empty() {
-        return plain_layer(registry, lc, config, wrap_source, &[], &[], None).map(Arc::new);
+    let names = lc.style_names();
+    let mut styled = Vec::with_capacity(names.len());
+    // Styles that draw from the same source spec share its opening.
+    let mut opened: Option<(tessera_source::SourceSpec, Arc<dyn Source>)> = None;
+    for (i, name) in names.into_iter().enumerate() {
+        let slc = lc.with_style(i);
+        let layer = if slc.dimensions.is_empty() {
+            let source = match &opened {
+                Some((spec, source)) if *spec == slc.source => source.clone(),
+                _ => {
+                    let source = wrap_source(
+                        &lc.name,
+                        open_layer_source(&slc.source, &config.gdal).map_err(|source| {
+                            ConfigError::Source {
+                                layer: lc.name.clone(),
+                                source,
+                            }
+                        })?,
+                    );
+                    opened = Some((slc.source.clone(), source.clone()));
+                    source
+                }
+            };
+            Arc::new(plain_layer(
+                registry,
+                &slc,
+                config,
+                wrap_source,
+                &[],
+                &[],
+                Some(source),
+            )?)
+        } else {
+            dimensions::layer(registry, &slc, config, wrap_source)?
+        };
+        styled.push((name, layer));
     }
-    dimensions::layer(registry, lc, config, wrap_source)
+    let (_, first) = styled.remove(0);
+    if styled.is_empty() {
+        return Ok(first);
+    }
+    let mut layer = Arc::unwrap_or_clone(first);
+    layer.other_styles = styled;
+    Ok(Arc::new(layer))
 }
 
 /// Builds `lc` as one layer at `values` (name, canonical value; none for a
@@ -352,6 +392,8 @@ fn plain_layer(
         dimensions: Vec::new(),
         at_values: HashMap::new(),
         ranges: None,
+        style_name: lc.style_names().swap_remove(0),
+        other_styles: Vec::new(),
         values: values.to_vec(),
     })
 }

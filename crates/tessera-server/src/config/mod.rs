@@ -9,12 +9,14 @@ mod dimensions;
 mod env;
 mod error;
 mod postgis_auto;
+mod styles;
 
 pub use postgis_auto::default_vector_rule;
 
 pub use cors::CorsSettings;
 pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
 pub use error::ConfigError;
+pub use styles::{DEFAULT_STYLE, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -497,6 +499,10 @@ pub struct LayerConfig {
     /// How bands become colors (default RGB passthrough).
     #[serde(default)]
     pub style: StyleSpec,
+    /// Several named styles instead of `style:`, in the order written; the
+    /// first is the default (see [`NamedStyles`]).
+    #[serde(default)]
+    pub styles: Option<NamedStyles>,
     /// Grids the layer is tiled in (default WebMercatorQuad and WorldCRS84Quad).
     #[serde(default = "default_grids")]
     pub grids: Vec<String>,
@@ -675,6 +681,7 @@ impl Config {
                     layer.name
                 ));
             }
+            layer.check_styles().or_else(invalid)?;
             if layer.min_zoom > layer.max_zoom {
                 return invalid(format!(
                     "layer {:?}: min_zoom is above max_zoom",

@@ -2,7 +2,7 @@
 //! TMS, WMTS RESTful; WMTS KVP builds the same type from its query), and
 //! its resolution against the registry into a [`TileRequest`].
 //!
-//! Resolution checks, in order: the style (WMTS), the layer, the grid, the
+//! Resolution checks, in order: the layer, the grid, the style, the
 //! format, the coordinate in the grid, and the zoom in the layer's range.
 //! Every failure is a [`TileLookupError`]; `error.rs` turns it into the
 //! reply of the protocol that asked.
@@ -50,7 +50,8 @@ pub struct TileAddress {
     pub layer: String,
     /// Grid (TileMatrixSet) identifier.
     pub grid: String,
-    /// WMTS style (`None` for XYZ/TMS).
+    /// The style written in the path or as WMTS `STYLE` (`None` for
+    /// XYZ/TMS, whose `?style=` is among `params`).
     pub style: Option<String>,
     /// Zoom level or matrix identifier.
     pub level: Level,
@@ -84,8 +85,8 @@ pub fn dimension_param<'a>(get: impl Fn(&str) -> Option<&'a str>, name: &str) ->
 /// Why a tile address does not name a tile.
 #[derive(Debug)]
 pub enum TileLookupError {
-    /// No such style (WMTS offers `default` only).
-    UnknownStyle(String),
+    /// The layer has no such style.
+    UnknownStyle(crate::model::UnknownStyle),
     /// No such layer.
     UnknownLayer(String),
     /// No such grid, or the layer is not tiled in it.
@@ -152,6 +153,17 @@ pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
 }
 
 impl TileAddress {
+    /// The style the address asks for: its WMTS style, else a `style`
+    /// parameter (XYZ, TMS and OGC API `?style=`).
+    pub fn style_asked(&self) -> Option<&str> {
+        self.style.as_deref().or_else(|| {
+            self.params
+                .iter()
+                .find(|(k, _)| k == "style")
+                .map(|(_, v)| v.as_str())
+        })
+    }
+
     /// The value the address gives for dimension `name`, if any: a
     /// parameter, else (for the layer's first dimension, `first`) the value
     /// in its path.
@@ -267,11 +279,6 @@ impl TileAddress {
     /// Looks the address up: a tile of a layer, in a grid and format the
     /// layer offers, at a zoom in its range.
     pub fn resolve(&self, registry: &Registry, rows: Rows) -> Result<TileRequest, TileLookupError> {
-        if let Some(style) = &self.style
-            && !(style.is_empty() || style.eq_ignore_ascii_case("default"))
-        {
-            return Err(TileLookupError::UnknownStyle(style.clone()));
-        }
         let zoom = match (&self.level, registry.grid(&self.grid)) {
             (Level::Zoom(z), _) => z.clone(),
             // TileMatrix identifiers are looked up in the grid; an unknown
@@ -289,6 +296,9 @@ impl TileAddress {
             (Level::Matrix(_), None) => String::new(),
         };
         let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid)?;
+        let layer = layer
+            .styled(self.style_asked())
+            .map_err(TileLookupError::UnknownStyle)?;
         if let Some(value) = &self.path_dimension
             && layer.dimensions.is_empty()
         {

@@ -214,9 +214,10 @@ pub async fn cancel_truncate(
 }
 
 /// The plans a truncate request names: one per dimension value
-/// (`dimension=NAME=VALUES`, as `tessera truncate --dimension`).
+/// (`dimension=NAME=VALUES`, as `tessera truncate --dimension`) and style
+/// (`style=NAME,...` or `all`, as `--style`).
 fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan>, String> {
-    use crate::plan::{PlanArea, TilePlan, layers_at, parse_bbox, parse_zooms};
+    use crate::plan::{PlanArea, TilePlan, parse_bbox, parse_zooms, styled_layers_at};
     let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         args.insert(k.to_ascii_lowercase(), v.into_owned());
@@ -259,7 +260,13 @@ fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan
         .get("dimension")
         .map(|d| d.split(';').filter(|s| !s.trim().is_empty()).collect())
         .unwrap_or_default();
-    let layers = layers_at(&plan.layer, &specs).map_err(|e| tessera_source::error_chain(&e))?;
+    // `style=ndvi,red` or `style=all`.
+    let styles: Vec<&str> = args
+        .get("style")
+        .map(|s| s.split(',').filter(|s| !s.trim().is_empty()).collect())
+        .unwrap_or_default();
+    let layers = styled_layers_at(&plan.layer, &styles, &specs)
+        .map_err(|e| tessera_source::error_chain(&e))?;
     Ok(plan.at_each(layers))
 }
 

@@ -375,10 +375,9 @@ fn plain_lookup_error(e: TileLookupError) -> ApiError {
             "InvalidParameterValue",
             format!("grid {name:?} is not offered for this layer"),
         ),
-        TileLookupError::UnknownStyle(style) => ApiError::not_found(
-            "InvalidParameterValue",
-            format!("unknown style {style:?}; use \"default\""),
-        ),
+        TileLookupError::UnknownStyle(unknown) => {
+            ApiError::not_found("StyleNotDefined", unknown.to_string())
+        }
         TileLookupError::UnknownMatrix { matrix, grid } => ApiError::not_found(
             "InvalidParameterValue",
             format!("unknown TileMatrix {matrix:?} in {grid:?}"),
@@ -403,9 +402,8 @@ fn wmts_lookup_error(e: TileLookupError) -> ApiError {
     let invalid =
         |message: String, at: &str| ApiError::bad_request("InvalidParameterValue", message).at(at);
     match e {
-        TileLookupError::UnknownStyle(style) => {
-            invalid(format!("unknown style {style:?}; use \"default\""), "STYLE")
-        }
+        // WMTS 1.0.0 has no StyleNotDefined: a bad STYLE is an invalid value.
+        TileLookupError::UnknownStyle(unknown) => invalid(unknown.to_string(), "STYLE"),
         TileLookupError::UnknownMatrix { matrix, grid } => invalid(
             format!("unknown TileMatrix {matrix:?} in {grid:?}"),
             "TILEMATRIX",

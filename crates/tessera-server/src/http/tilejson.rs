@@ -1,5 +1,7 @@
 //! TileJSON 3.0.0 per layer and grid.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::HeaderMap;
@@ -30,7 +32,8 @@ pub struct TileJsonQuery {
 /// For vector tiles, `vector_layers` lists each data layer with its fields.
 /// A layer with dimensions lists them (`dimensions`: values and default);
 /// its tile URLs carry the value the request names (`?time=...`), or the
-/// default.
+/// default. A layer with named styles lists them (`styles`), and its tile
+/// URLs carry the style the request names (`?style=...`).
 pub async fn tilejson(
     State(state): State<Catalog>,
     caller: Caller,
@@ -49,6 +52,22 @@ pub async fn tilejson(
     if !credential.is_empty() {
         tile_query.push(credential);
     }
+    // A style asked for goes on in the tile URLs too.
+    let asked_style = params
+        .iter()
+        .find(|(k, _)| k == "style")
+        .map(|(_, v)| v.as_str());
+    let styled = layer
+        .styled(asked_style)
+        .map_err(|e| ApiError::not_found("StyleNotDefined", e.to_string()))?;
+    if !Arc::ptr_eq(&styled, &layer) {
+        tile_query.push(format!(
+            "style={}",
+            url::form_urlencoded::byte_serialize(styled.style_name.as_bytes()).collect::<String>()
+        ));
+    }
+    let styles: Vec<&str> = layer.style_names().collect();
+    let layer = styled;
     let mut dimensions = serde_json::Map::new();
     for d in &layer.dimensions {
         let asked = dimension_param(
@@ -150,6 +169,11 @@ pub async fn tilejson(
     }
     if !dimensions.is_empty() {
         doc["dimensions"] = Value::Object(dimensions);
+    }
+    // Not in TileJSON 3.0.0: a layer's named styles (`?style=` picks one).
+    if styles.len() > 1 {
+        doc["styles"] = json!(styles);
+        doc["style"] = json!(layer.style_name);
     }
     if let Some(a) = &layer.attribution {
         doc["attribution"] = Value::String(a.clone());

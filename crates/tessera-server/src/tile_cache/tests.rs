@@ -156,6 +156,8 @@ fn layer(
         dimensions: Vec::new(),
         at_values: HashMap::new(),
         ranges: None,
+        style_name: "default".into(),
+        other_styles: Vec::new(),
         values: Vec::new(),
     })
 }

@@ -240,6 +240,25 @@ fn describe(layer: &Layer, base: &str) -> Value {
         },
         "links": links,
     });
+    if !layer.other_styles.is_empty() && layer.formats.iter().any(|f| !f.is_vector()) {
+        // The named styles, each with its map and map tilesets
+        // (`/styles/{styleId}/map`, as OGC API - Maps and Tiles name them).
+        let styles: Vec<Value> = layer
+            .style_names()
+            .map(|id| {
+                json!({
+                    "id": id,
+                    "title": id,
+                    "links": [
+                        link(format!("{href}/styles/{id}/map?f=png"), REL_MAP, "image/png", &format!("a map in style {id}")),
+                        link(format!("{href}/styles/{id}/map/tiles"), REL_MAP_TILESETS, "application/json", &format!("map tilesets in style {id}")),
+                    ],
+                })
+            })
+            .collect();
+        doc["styles"] = json!(styles);
+        doc["defaultStyle"] = json!(layer.style_name);
+    }
     if let Some(d) = &layer.description {
         doc["description"] = json!(d);
     }

@@ -45,6 +45,28 @@ pub async fn collection_map(
     .await
 }
 
+/// `GET /ogcapi/collections/{collection}/styles/{style}/map`: the layer
+/// drawn with one of its named styles.
+pub async fn styled_collection_map(
+    State(state): State<Maps>,
+    Path((collection, style)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let layer = state
+        .registry
+        .layer(&collection)
+        .ok_or_else(|| unknown(&collection))?;
+    let layer = super::tiles::styled(&layer, Some(&style))?;
+    map(
+        &state,
+        vec![layer],
+        query_params(query.as_deref()),
+        &headers,
+    )
+    .await
+}
+
 /// `GET /ogcapi/map`: the layers `collections=` names (default: every
 /// layer with images), bottom first.
 pub async fn dataset_map(

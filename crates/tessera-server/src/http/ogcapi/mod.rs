@@ -73,6 +73,22 @@ pub fn routes() -> Router<AppState> {
             get(tiles::map_tile),
         )
         .route(
+            "/ogcapi/collections/{collection}/styles/{style}/map",
+            get(maps::styled_collection_map),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/styles/{style}/map/tiles",
+            get(tiles::styled_map_tilesets),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}",
+            get(tiles::styled_map_tileset),
+        )
+        .route(
+            "/ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}/{matrix}/{row}/{col}",
+            get(tiles::styled_map_tile),
+        )
+        .route(
             "/ogcapi/collections/{collection}/tiles",
             get(tiles::vector_tilesets),
         )
@@ -109,6 +125,11 @@ pub async fn guard(
     let path = request.uri().path();
     if let Some(rest) = path.strip_prefix("/ogcapi/collections/") {
         let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        // A styled resource is guarded as its unstyled one.
+        let tail = tail
+            .strip_prefix("styles/")
+            .and_then(|t| t.split_once('/'))
+            .map_or(tail, |(_, t)| t);
         let id = percent_decode(id);
         if state.registry.layer(&id).is_some() {
             let allowed = if tail.starts_with("map/tiles") || tail.starts_with("tiles") {

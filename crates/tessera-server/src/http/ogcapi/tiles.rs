@@ -62,8 +62,74 @@ pub async fn map_tilesets(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    tilesets(&state, &collection, query.as_deref(), &headers, Kind::Map)
+    tilesets(
+        &state,
+        &collection,
+        None,
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+    )
 }
+
+/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles`.
+pub async fn styled_map_tilesets(
+    State(state): State<Catalog>,
+    Path((collection, style)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tilesets(
+        &state,
+        &collection,
+        Some(&style),
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+    )
+}
+
+/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}`.
+pub async fn styled_map_tileset(
+    State(state): State<Catalog>,
+    Path((collection, style, tms)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tileset(
+        &state,
+        &collection,
+        Some(&style),
+        &tms,
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+    )
+}
+
+/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}/{matrix}/{row}/{col}`.
+pub async fn styled_map_tile(
+    State(state): State<Tiles>,
+    caller: Caller,
+    Path((collection, style, tms, matrix, row, col)): Path<StyledTilePath>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    tile(
+        &state,
+        Some(style),
+        (collection, tms, matrix, row, col),
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+        &caller,
+    )
+    .await
+}
+
+/// A styled tile's path: collection, style, tile matrix set, matrix, row,
+/// column.
+type StyledTilePath = (String, String, String, String, String, String);
 
 /// `GET /ogcapi/collections/{collection}/tiles`.
 pub async fn vector_tilesets(
@@ -75,6 +141,7 @@ pub async fn vector_tilesets(
     tilesets(
         &state,
         &collection,
+        None,
         query.as_deref(),
         &headers,
         Kind::Vector,
@@ -91,6 +158,7 @@ pub async fn map_tileset(
     tileset(
         &state,
         &collection,
+        None,
         &tms,
         query.as_deref(),
         &headers,
@@ -108,6 +176,7 @@ pub async fn vector_tileset(
     tileset(
         &state,
         &collection,
+        None,
         &tms,
         query.as_deref(),
         &headers,
@@ -123,7 +192,16 @@ pub async fn map_tile(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    tile(&state, path, query.as_deref(), &headers, Kind::Map, &caller).await
+    tile(
+        &state,
+        None,
+        path,
+        query.as_deref(),
+        &headers,
+        Kind::Map,
+        &caller,
+    )
+    .await
 }
 
 /// `GET /ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}`.
@@ -136,6 +214,7 @@ pub async fn vector_tile(
 ) -> Result<Response, ApiError> {
     tile(
         &state,
+        None,
         path,
         query.as_deref(),
         &headers,
@@ -143,6 +222,22 @@ pub async fn vector_tile(
         &caller,
     )
     .await
+}
+
+/// `layer` drawn with the style `style` names (`None`: its default).
+pub(super) fn styled(
+    layer: &std::sync::Arc<Layer>,
+    style: Option<&str>,
+) -> Result<std::sync::Arc<Layer>, ApiError> {
+    layer
+        .styled(style)
+        .map_err(|e| problem(ApiError::not_found("StyleNotDefined", e.to_string())))
+}
+
+/// The path segments that name `style` under a collection (`styles/{style}/`),
+/// empty for none.
+pub(super) fn style_segment(style: Option<&str>) -> String {
+    style.map_or_else(String::new, |s| format!("styles/{s}/"))
 }
 
 /// The layer named, when it has tiles of `kind`.
@@ -167,14 +262,19 @@ fn f_of(query: Option<&str>) -> Option<String> {
 fn tilesets(
     state: &Catalog,
     name: &str,
+    style: Option<&str>,
     query: Option<&str>,
     headers: &HeaderMap,
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let form = Form::of(f_of(query).as_deref(), headers)?;
-    let layer = layer_of(state, name, kind)?;
+    let layer = styled(&layer_of(state, name, kind)?, style)?;
     let base = format!("{}/ogcapi", base_url(&state.config, headers));
-    let here = format!("{base}/collections/{name}/{}", kind.path());
+    let here = format!(
+        "{base}/collections/{name}/{}{}",
+        style_segment(style),
+        kind.path()
+    );
     let sets: Vec<Value> = grids_of(state, &layer)
         .iter()
         .map(|g| {
@@ -351,13 +451,14 @@ fn grids_of<'a>(state: &'a Catalog, layer: &Layer) -> Vec<&'a Grid> {
 fn tileset(
     state: &Catalog,
     name: &str,
+    style: Option<&str>,
     tms: &str,
     query: Option<&str>,
     headers: &HeaderMap,
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let form = Form::of(f_of(query).as_deref(), headers)?;
-    let layer = layer_of(state, name, kind)?;
+    let layer = styled(&layer_of(state, name, kind)?, style)?;
     let Some(grid) = grids_of(state, &layer)
         .into_iter()
         .find(|g| g.tms.id == tms)
@@ -371,7 +472,11 @@ fn tileset(
         )));
     };
     let base = format!("{}/ogcapi", base_url(&state.config, headers));
-    let here = format!("{base}/collections/{name}/{}/{tms}", kind.path());
+    let here = format!(
+        "{base}/collections/{name}/{}{}/{tms}",
+        style_segment(style),
+        kind.path()
+    );
     let limits: Vec<Value> = layer
         .tile_limits(tms, grid)
         .into_iter()
@@ -452,6 +557,7 @@ fn tileset(
 
 async fn tile(
     state: &Tiles,
+    style: Option<String>,
     (collection, tms, matrix, row, col): (String, String, String, String, String),
     query: Option<&str>,
     headers: &HeaderMap,
@@ -503,7 +609,7 @@ async fn tile(
     let address = TileAddress {
         layer: collection,
         grid: tms,
-        style: None,
+        style,
         level: Level::Matrix(matrix),
         col,
         row,

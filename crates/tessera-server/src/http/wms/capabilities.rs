@@ -7,6 +7,7 @@ use serde::Serialize;
 use tessera_grid::{BBox, TileFormat, WEB_MERCATOR_QUAD};
 
 use super::Version;
+use super::legend::ListedStyle;
 use crate::auth::Caller;
 use crate::config::auth::Grant;
 use crate::config::{MetadataUrl, ServiceMetadata};
@@ -45,7 +46,7 @@ struct WmsLayer {
     lonlat: Extent,
     mercator: Option<Extent>,
     metadata_url: Option<MetadataUrl>,
-    legend: Option<LegendSize>,
+    styles: Vec<ListedStyle>,
     dimensions: Vec<WmsDimension>,
 }
 
@@ -76,12 +77,6 @@ impl WmsDimension {
             })
             .collect()
     }
-}
-
-#[derive(Debug, Serialize)]
-struct LegendSize {
-    width: u32,
-    height: u32,
 }
 
 /// The capabilities document of `version`.
@@ -156,8 +151,7 @@ pub fn response(
                     .find(|l| l.name == layer.name)
                     .and_then(|l| l.metadata_url.clone())
                     .and_then(|m| metadata_url_in(version, m)),
-                legend: super::legend::legend_size(layer)
-                    .map(|(width, height)| LegendSize { width, height }),
+                styles: ListedStyle::of(layer),
                 dimensions: WmsDimension::of(layer),
             })
             .collect(),

@@ -37,7 +37,6 @@ impl GetMap {
         limits: &Limits,
     ) -> Result<GetMap, ApiError> {
         let layers = layers(kvp, registry, limits)?;
-        check_styles(kvp, layers.len())?;
         let crs = crs(kvp, version, registry)?;
         let bbox = bbox(kvp, version, &crs)?;
         let (width, height) = size(kvp, limits)?;
@@ -56,7 +55,9 @@ impl GetMap {
     }
 }
 
-/// LAYERS: known layers, at most `wms_max_layers`.
+/// LAYERS: known layers, at most `wms_max_layers`, each drawn with its
+/// style in STYLES (one per layer, or one for all; empty: the defaults) at
+/// the dimension values the request gives.
 pub(super) fn layers(
     kvp: &Kvp,
     registry: &Registry,
@@ -70,12 +71,32 @@ pub(super) fn layers(
         )
         .at("LAYERS"));
     }
+    let styles: Vec<&str> = kvp
+        .get("styles")
+        .map_or_else(Vec::new, |s| s.split(',').collect());
+    if styles.len() > 1 && styles.len() != names.len() {
+        return Err(ApiError::bad_request(
+            "StyleNotDefined",
+            format!(
+                "STYLES lists {} styles for {} layers: give one per layer, or leave it empty",
+                styles.len(),
+                names.len()
+            ),
+        )
+        .at("STYLES"));
+    }
     names
         .iter()
-        .map(|name| {
+        .enumerate()
+        .map(|(i, name)| {
             let layer = registry.layer(name).ok_or_else(|| {
                 ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}"))
                     .at("LAYERS")
+            })?;
+            let style = styles.get(i).or(styles.first()).copied();
+            let layer = layer.styled(style).map_err(|e| {
+                ApiError::bad_request("StyleNotDefined", format!("layer {name:?}: {e}"))
+                    .at("STYLES")
             })?;
             // Each layer at the values the request gives for its dimensions.
             layer
@@ -83,32 +104,6 @@ pub(super) fn layers(
                 .map_err(|e| ApiError::from_dimension(&e))
         })
         .collect()
-}
-
-/// STYLES: empty or `default`, one per layer when more than one is given.
-pub(super) fn check_styles(kvp: &Kvp, layer_count: usize) -> Result<(), ApiError> {
-    let Some(styles) = kvp.get("styles") else {
-        return Ok(());
-    };
-    let styles: Vec<&str> = styles.split(',').collect();
-    if styles.len() > 1 && styles.len() != layer_count {
-        return Err(ApiError::bad_request(
-            "StyleNotDefined",
-            "STYLES must list one style per layer",
-        )
-        .at("STYLES"));
-    }
-    match styles
-        .iter()
-        .find(|s| !(s.is_empty() || s.eq_ignore_ascii_case("default")))
-    {
-        Some(bad) => Err(ApiError::bad_request(
-            "StyleNotDefined",
-            format!("unknown style {bad:?}; use \"default\" or leave it empty"),
-        )
-        .at("STYLES")),
-        None => Ok(()),
-    }
 }
 
 /// CRS (1.3.0) or SRS (1.1.1); the other name is accepted too.

@@ -21,6 +21,39 @@ const MAX_SIZE: u32 = 512;
 /// Pixels between two symbols.
 const GAP: u32 = 4;
 
+/// One of a layer's styles as capabilities documents list it, with its
+/// legend's size when it has one.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct ListedStyle {
+    name: String,
+    legend: Option<LegendSize>,
+}
+
+/// A legend's size in pixels.
+#[derive(Debug, serde::Serialize)]
+struct LegendSize {
+    width: u32,
+    height: u32,
+}
+
+impl ListedStyle {
+    /// `layer`'s styles, the default first.
+    pub(crate) fn of(layer: &Layer) -> Vec<ListedStyle> {
+        std::iter::once((layer.style_name.as_str(), layer))
+            .chain(
+                layer
+                    .other_styles
+                    .iter()
+                    .map(|(n, l)| (n.as_str(), l.as_ref())),
+            )
+            .map(|(name, styled)| ListedStyle {
+                name: name.to_string(),
+                legend: legend_size(styled).map(|(width, height)| LegendSize { width, height }),
+            })
+            .collect()
+    }
+}
+
 /// The default legend's size in pixels, when the layer has one (a styled
 /// vector layer, or a ramp).
 pub(super) fn legend_size(layer: &Layer) -> Option<(u32, u32)> {
@@ -43,6 +76,9 @@ pub(super) fn respond(kvp: &Kvp, registry: &Registry) -> Result<Response, ApiErr
     let name = kvp.required("LAYER")?;
     let layer = registry.layer(name).ok_or_else(|| {
         ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")).at("LAYER")
+    })?;
+    let layer = layer.styled(kvp.get("style")).map_err(|e| {
+        ApiError::bad_request("StyleNotDefined", format!("layer {name:?}: {e}")).at("STYLE")
     })?;
     let json = match kvp.get("format") {
         None => false,

@@ -6,7 +6,7 @@
 mod capabilities;
 mod feature_info;
 pub mod get_map;
-mod legend;
+pub(crate) mod legend;
 
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;

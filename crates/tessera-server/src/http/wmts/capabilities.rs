@@ -43,6 +43,7 @@ struct WmtsLayer {
     description: Option<String>,
     keywords: Vec<String>,
     lonlat: Extent,
+    styles: Vec<crate::http::wms::legend::ListedStyle>,
     formats: Vec<Format>,
     links: Vec<MatrixSetLink>,
     dimensions: Vec<WmtsDimension>,
@@ -220,6 +221,7 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
         description: layer.description.clone(),
         keywords: layer.keywords.clone(),
         lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
+        styles: crate::http::wms::legend::ListedStyle::of(layer),
         formats: layer
             .formats
             .iter()
