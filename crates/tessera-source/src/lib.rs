@@ -136,6 +136,12 @@ pub struct TileRows {
 }
 
 impl TileRows {
+    /// Rows above the first tile (a metatile's gutter): the margin of the
+    /// window that belongs to its neighbours.
+    pub fn margin(&self) -> u32 {
+        self.first.saturating_sub(self.height)
+    }
+
     /// The bands of a window of `total` rows: (first row, rows), top first,
     /// the last one cut at `total`; a last band shorter than a quarter of
     /// `height` (a metatile's bottom gutter) joins the one before.

@@ -215,6 +215,12 @@ pub fn open(
         }
     };
     crate::vector::style::check_rules(&spec.style).map_err(open_err)?;
+    if spec.style.iter().any(|r| r.label.is_some()) {
+        return Err(open_err(
+            "labels are drawn for vector sources only, not for tile archives drawn as images"
+                .into(),
+        ));
+    }
     let rules = if spec.style.is_empty() {
         draw::default_rules()
     } else {

@@ -45,6 +45,16 @@ impl Canvas {
         });
     }
 
+    /// Places `labels` without overlaps, off the outer `margin` pixels,
+    /// and draws them over what is drawn ([`super::label::place_and_draw`]).
+    pub fn place_labels(
+        &mut self,
+        labels: Vec<super::label::Candidate<'_>>,
+        margin: f32,
+    ) -> Vec<super::label::Placed> {
+        super::label::place_and_draw(&mut self.pixmap, labels, margin)
+    }
+
     /// Draws `shapes` with `rule`'s symbols.
     pub fn draw(&mut self, shapes: &Shapes, rule: &Rule) {
         match shapes {

@@ -11,11 +11,13 @@
 mod auto;
 pub mod draw;
 mod error;
+pub mod label;
 mod mvt;
 mod pg;
 mod pool;
 mod spec;
 pub mod style;
+mod text;
 mod values;
 
 use gdal::vector::{FieldValue, Geometry, LayerAccess, OGRFieldType, OGRwkbGeometryType};
@@ -486,13 +488,15 @@ impl VectorSource {
         Ok(mvt::gzip(&out))
     }
 
-    /// Draws `dl`'s features that its rules at `zoom` select.
-    fn draw_layer(
+    /// Draws `dl`'s features that its rules at `zoom` select, and adds
+    /// their labels to `labels` (placed once every layer is drawn).
+    fn draw_layer<'a>(
         &self,
         canvas: &mut Canvas,
-        dl: &DataLayer,
+        dl: &'a DataLayer,
         req: &WindowRequest<'_>,
         zoom: f64,
+        labels: &mut Vec<label::Candidate<'a>>,
     ) -> Result<(), SourceError> {
         let rules: Vec<&Rule> = dl.style.iter().filter(|r| r.draws_at(zoom)).collect();
         if rules.is_empty() {
@@ -540,6 +544,19 @@ impl VectorSource {
                 if !passes {
                     continue;
                 }
+                if let Some(l) = rule.label.as_ref().filter(|l| l.draws_at(zoom)) {
+                    labels.extend(label_candidate(
+                        l,
+                        dl,
+                        &attributes,
+                        &points,
+                        &lines,
+                        &polygons,
+                    ));
+                }
+                if !rule.has_symbols() {
+                    continue;
+                }
                 if !polygons.is_empty() {
                     canvas.draw(&Shapes::Polygons(polygons.clone()), rule);
                 }
@@ -553,6 +570,58 @@ impl VectorSource {
         }
         Ok(())
     }
+}
+
+/// The label `style` gives a feature (its `attributes`, in the order of
+/// `dl.style_fields`) of these parts: on its first point, at the pole of
+/// its polygons, or along its longest line; `None` without text or room.
+fn label_candidate<'a>(
+    style: &'a label::Label,
+    dl: &DataLayer,
+    attributes: &[Attribute],
+    points: &[(f32, f32)],
+    lines: &[Vec<(f32, f32)>],
+    polygons: &[Vec<Vec<(f32, f32)>>],
+) -> Option<label::Candidate<'a>> {
+    let value = |name: &str| {
+        dl.style_fields
+            .iter()
+            .position(|n| n == name)
+            .map(|i| &attributes[i])
+    };
+    let text = style.text_of(value)?;
+    let priority = match &style.priority {
+        Some(label::Priority::Value(v)) => *v,
+        Some(label::Priority::Field(f)) => match value(f) {
+            Some(Attribute::Number(n)) => *n,
+            Some(Attribute::Text(t)) => t.parse().unwrap_or(f64::MIN),
+            _ => f64::MIN,
+        },
+        None => f64::MIN,
+    };
+    let anchor = if let Some(&(x, y)) = points.first() {
+        label::Anchor::Point(x, y)
+    } else if !polygons.is_empty() {
+        label::polygon_anchor(polygons, style.size / 2.0)?
+    } else {
+        let longest = lines
+            .iter()
+            .max_by(|a, b| line_length(a).total_cmp(&line_length(b)))?;
+        label::Anchor::Line(longest.clone())
+    };
+    Some(label::Candidate {
+        style,
+        text,
+        priority,
+        anchor,
+    })
+}
+
+/// The length of a line in pixels.
+fn line_length(line: &[(f32, f32)]) -> f32 {
+    line.windows(2)
+        .map(|w| (w[1].0 - w[0].0).hypot(w[1].1 - w[0].1))
+        .sum()
 }
 
 /// The Web Mercator zoom level (fractional) of a map of `resolution`
@@ -809,11 +878,32 @@ impl Source for VectorSource {
             height: req.height,
         })?;
         let zoom = zoom_of(req.bbox.width() / f64::from(req.width), req.crs);
+        let mut labels = Vec::new();
         for dl in &self.layers {
-            self.draw_layer(&mut canvas, dl, req, zoom)?;
+            self.draw_layer(&mut canvas, dl, req, zoom, &mut labels)?;
         }
         if cancelled(req.cancel) {
             return Err(SourceError::Cancelled);
+        }
+        if !labels.is_empty() {
+            // A metatile's labels stay off its gutter (its neighbours').
+            let margin = req.tile_rows.map_or(0, |r| r.margin());
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "a gutter is at most a few hundred pixels"
+            )]
+            let placed = canvas.place_labels(labels, margin as f32);
+            for p in &placed {
+                tracing::debug!(
+                    target: "tessera::labels",
+                    text = %p.text,
+                    boxes = ?p.boxes,
+                    width = req.width,
+                    height = req.height,
+                    margin,
+                    "label placed"
+                );
+            }
         }
         Ok(canvas.into_raster())
     }
@@ -908,13 +998,17 @@ impl FeatureSource for VectorSource {
     }
 
     fn rule_count(&self) -> usize {
-        self.layers.iter().map(|l| l.style.len()).sum()
+        // Rules that draw only labels have no legend symbol.
+        self.layers
+            .iter()
+            .map(|l| l.style.iter().filter(|r| r.has_symbols()).count())
+            .sum()
     }
 
     fn legend(&self, size: u32) -> Vec<LegendSymbol> {
         let mut out = Vec::new();
         for dl in &self.layers {
-            for rule in &dl.style {
+            for rule in dl.style.iter().filter(|r| r.has_symbols()) {
                 if let Some(symbol) = draw::symbol(rule, dl.geometry, size) {
                     out.push(LegendSymbol {
                         layer: dl.name.clone(),

@@ -514,7 +514,7 @@ fn build_lines(lines: &[Vec<(f64, f64)>]) -> geos::GResult<geos::Geometry> {
 /// of the topology-preserving kind: what it breaks, snap-rounding
 /// repairs); smaller ones are kept as they are, so that a small island
 /// stays in the tile as PostGIS keeps it.
-fn build_polygons(
+pub(super) fn build_polygons(
     polygons: &[Vec<Vec<(f64, f64)>>],
     tolerance: f64,
 ) -> geos::GResult<geos::Geometry> {

@@ -202,9 +202,18 @@ pub struct Rule {
     /// How points are drawn (a 6-pixel circle when absent).
     #[serde(default)]
     pub marker: Option<Marker>,
+    /// Text drawn for each feature the rule selects.
+    #[serde(default)]
+    pub label: Option<super::label::Label>,
 }
 
 impl Rule {
+    /// Whether the rule draws symbols (a fill or a stroke), not only a
+    /// label.
+    pub fn has_symbols(&self) -> bool {
+        self.fill.is_some() || self.stroke.is_some()
+    }
+
     /// Whether the rule draws at `zoom`.
     pub fn draws_at(&self, zoom: f64) -> bool {
         self.min_zoom.is_none_or(|z| zoom >= z) && self.max_zoom.is_none_or(|z| zoom < z)
@@ -278,8 +287,13 @@ pub fn check_rules(rules: &[Rule]) -> Result<(), String> {
         {
             return Err(at("dash needs an even count of positive lengths".into()));
         }
-        if r.fill.is_none() && r.stroke.is_none() {
-            return Err(at("a rule draws nothing without fill or stroke".into()));
+        if r.fill.is_none() && r.stroke.is_none() && r.label.is_none() {
+            return Err(at(
+                "a rule draws nothing without fill, stroke or label".into()
+            ));
+        }
+        if let Some(l) = &r.label {
+            l.check().map_err(at)?;
         }
     }
     Ok(())
@@ -290,6 +304,11 @@ pub fn fields_used(rules: &[Rule]) -> Vec<String> {
     let mut fields: Vec<String> = rules
         .iter()
         .filter_map(|r| r.filter.as_ref().map(|f| f.field.clone()))
+        .chain(
+            rules
+                .iter()
+                .flat_map(|r| r.label.iter().flat_map(super::label::Label::fields)),
+        )
         .collect();
     fields.sort();
     fields.dedup();
