@@ -33,7 +33,15 @@ pub fn of_layer(layer: &LayerConfig, encoding: &EncodeOptions, grids: &[&TileMat
     if let Some((len, modified)) = layer.source.local_file().and_then(file_stamp) {
         let _ = writeln!(parts, "file {len} {modified}");
     }
-    let _ = writeln!(parts, "style {:?}", layer.style);
+    match &layer.style {
+        crate::config::LayerStyle::Raster(s) => {
+            let _ = writeln!(parts, "style {s:?}");
+        }
+        // The document itself is in the source's identity.
+        crate::config::LayerStyle::MapLibre(m) => {
+            let _ = writeln!(parts, "style maplibre {:?}", m.source);
+        }
+    }
     let _ = writeln!(parts, "encoding {encoding:?}");
     for grid in grids {
         let _ = writeln!(parts, "grid {grid:?}");

@@ -156,6 +156,9 @@ impl SourceSpec {
                     v.fields,
                     serde_json::to_string(&v.style).unwrap_or_default()
                 );
+                if let Some(m) = &v.maplibre {
+                    let _ = write!(id, " maplibre {:?} {}", m.source, m.document);
+                }
                 if let Some(f) = &v.value_filter {
                     let _ = write!(
                         id,

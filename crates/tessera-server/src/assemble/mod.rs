@@ -194,7 +194,11 @@ pub fn layer(
     // Styles that draw from the same source spec share its opening.
     let mut opened: Option<(tessera_source::SourceSpec, Arc<dyn Source>)> = None;
     for (i, name) in names.into_iter().enumerate() {
-        let slc = lc.with_style(i);
+        let mut slc = lc.with_style(i);
+        let drawn = slc.style.clone();
+        drawn
+            .apply_to(&mut slc.source)
+            .map_err(|m| ConfigError::Invalid(format!("layer {:?}: {m}", lc.name)))?;
         let layer = if slc.dimensions.is_empty() {
             let source = match &opened {
                 Some((spec, source)) if *spec == slc.source => source.clone(),
@@ -262,7 +266,8 @@ fn plain_layer(
             })?,
         ),
     };
-    let style: Arc<dyn tessera_image::Style> = build_style(&lc.style, source.info().band_count)
+    let raster_style = lc.style.raster();
+    let style: Arc<dyn tessera_image::Style> = build_style(&raster_style, source.info().band_count)
         .map_err(|source| ConfigError::Style {
             layer: lc.name.clone(),
             source,
@@ -362,7 +367,7 @@ fn plain_layer(
             .or_else(|| source.tile_metadata().and_then(|m| m.attribution.clone())),
         source,
         style,
-        ramp: match &lc.style {
+        ramp: match &raster_style {
             tessera_image::StyleSpec::Ramp(r) => ColorRamp::new(r.stops.clone()).ok(),
             tessera_image::StyleSpec::Hillshade(h) => {
                 h.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
@@ -381,7 +386,7 @@ fn plain_layer(
         fingerprint,
         kind: lc.source.kind(),
         passthrough: matches!(lc.source, tessera_source::SourceSpec::Vector(_))
-            || lc.style == tessera_image::StyleSpec::default()
+            || raster_style == tessera_image::StyleSpec::default()
                 && matches!(
                     lc.source,
                     tessera_source::SourceSpec::Xyz(_)
@@ -393,6 +398,10 @@ fn plain_layer(
         at_values: HashMap::new(),
         ranges: None,
         style_name: lc.style_names().swap_remove(0),
+        maplibre: match &lc.source {
+            tessera_source::SourceSpec::Vector(v) => v.maplibre.clone(),
+            _ => None,
+        },
         other_styles: Vec::new(),
         values: values.to_vec(),
     })

@@ -16,14 +16,16 @@ pub use postgis_auto::default_vector_rule;
 pub use cors::CorsSettings;
 pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
 pub use error::ConfigError;
-pub use styles::{DEFAULT_STYLE, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw};
+pub use styles::{
+    DEFAULT_STYLE, LayerStyle, MapLibreRef, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
-use tessera_image::{EncodeOptions, StyleSpec};
+use tessera_image::EncodeOptions;
 use tessera_source::{GdalSettings, SourceSpec};
 use tessera_store::{Durability, MemorySpec, OptionValue, Size, StoreSpec};
 
@@ -496,9 +498,10 @@ pub struct LayerConfig {
     /// Where the pixels come from: a raster GDAL reads (the default, or
     /// `type: gdal`) or an upstream WMS (`type: wms`).
     pub source: SourceSpec,
-    /// How bands become colors (default RGB passthrough).
+    /// How bands become colors (default RGB passthrough), or a MapLibre
+    /// style document a vector source draws with.
     #[serde(default)]
-    pub style: StyleSpec,
+    pub style: LayerStyle,
     /// Several named styles instead of `style:`, in the order written; the
     /// first is the default (see [`NamedStyles`]).
     #[serde(default)]
@@ -614,6 +617,11 @@ impl Config {
             {
                 *path = base.join(&*path).display().to_string();
             }
+            if let LayerStyle::MapLibre(m) = &mut layer.style
+                && Path::new(&m.maplibre).is_relative()
+            {
+                m.maplibre = base.join(&m.maplibre).display().to_string();
+            }
             for path in layer
                 .dimensions
                 .values_mut()
@@ -682,6 +690,14 @@ impl Config {
                 ));
             }
             layer.check_styles().or_else(invalid)?;
+            if matches!(layer.style, LayerStyle::MapLibre(_))
+                && !matches!(layer.source, SourceSpec::Vector(_))
+            {
+                return invalid(format!(
+                    "layer {:?}: a MapLibre style is drawn by vector sources (type: vector) only",
+                    layer.name
+                ));
+            }
             if layer.min_zoom > layer.max_zoom {
                 return invalid(format!(
                     "layer {:?}: min_zoom is above max_zoom",

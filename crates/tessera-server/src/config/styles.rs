@@ -11,6 +11,7 @@
 use serde::{Deserialize, Deserializer};
 use tessera_image::StyleSpec;
 use tessera_source::SourceSpec;
+use tessera_source::vector::maplibre::MapLibreSpec;
 use tessera_source::vector::style::Rule;
 
 use super::{LayerConfig, valid_name};
@@ -19,6 +20,79 @@ use super::{LayerConfig, valid_name};
 /// `{key}~style={name}`. `~` is not allowed in a key, so it cannot clash
 /// with a configured one.
 pub const STYLE_KEY: &str = "style";
+
+/// A layer's `style:`: a raster style (tagged by `type`), or a MapLibre
+/// style document drawn by a vector source (`{ maplibre: style.json,
+/// source: name }`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerStyle {
+    /// A raster style.
+    Raster(StyleSpec),
+    /// A MapLibre style document.
+    MapLibre(MapLibreRef),
+}
+
+impl Default for LayerStyle {
+    fn default() -> Self {
+        LayerStyle::Raster(StyleSpec::default())
+    }
+}
+
+/// `style: { maplibre: style.json, source: name }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapLibreRef {
+    /// The style document's file (relative to the configuration file).
+    pub maplibre: String,
+    /// The name of the document's source this layer's data is.
+    pub source: String,
+}
+
+impl<'de> Deserialize<'de> for LayerStyle {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if value.get("maplibre").is_some() {
+            return serde_json::from_value(value)
+                .map(LayerStyle::MapLibre)
+                .map_err(D::Error::custom);
+        }
+        serde_json::from_value(value)
+            .map(LayerStyle::Raster)
+            .map_err(D::Error::custom)
+    }
+}
+
+impl LayerStyle {
+    /// The raster style it is (the default RGB for a MapLibre document,
+    /// which the vector source draws).
+    pub fn raster(&self) -> StyleSpec {
+        match self {
+            LayerStyle::Raster(s) => s.clone(),
+            LayerStyle::MapLibre(_) => StyleSpec::default(),
+        }
+    }
+
+    /// Reads a MapLibre document into the source spec `source` (a vector
+    /// source's) draws with; nothing for a raster style.
+    pub fn apply_to(&self, source: &mut SourceSpec) -> Result<(), String> {
+        let LayerStyle::MapLibre(m) = self else {
+            return Ok(());
+        };
+        let SourceSpec::Vector(v) = source else {
+            return Err("a MapLibre style is drawn by vector sources (type: vector) only".into());
+        };
+        let text = std::fs::read_to_string(&m.maplibre)
+            .map_err(|e| format!("cannot read the MapLibre style {}: {e}", m.maplibre))?;
+        let document: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("the MapLibre style {} is not JSON: {e}", m.maplibre))?;
+        v.maplibre = Some(MapLibreSpec {
+            document: std::sync::Arc::new(document),
+            source: m.source.clone(),
+        });
+        Ok(())
+    }
+}
 
 /// One named style.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +144,7 @@ impl LayerConfig {
             return Ok(());
         };
         let at = |m: String| format!("layer {:?}: {m}", self.name);
-        if self.style != StyleSpec::default() {
+        if self.style != LayerStyle::default() {
             return Err(at("give `style:` or `styles:`, not both".into()));
         }
         if styles.0.is_empty() {
@@ -149,7 +223,7 @@ impl LayerConfig {
             ..self.clone()
         };
         match &named.draw {
-            StyleDraw::Raster(spec) => styled.style = spec.clone(),
+            StyleDraw::Raster(spec) => styled.style = LayerStyle::Raster(spec.clone()),
             StyleDraw::Rules(rules) => match &mut styled.source {
                 SourceSpec::Vector(v) => v.style.clone_from(rules),
                 SourceSpec::Archive(_, a) => a.style.clone_from(rules),

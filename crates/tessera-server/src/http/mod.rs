@@ -13,6 +13,7 @@ mod fast;
 pub mod guard;
 pub mod listener;
 pub mod live;
+mod map_styles;
 mod ogcapi;
 pub mod params;
 mod preview;
@@ -171,6 +172,7 @@ pub fn router(state: AppState) -> Router {
             "/tiles/{layer}/{grid}/tilejson.json",
             get(tilejson::tilejson),
         )
+        .route("/styles/{file}", get(map_styles::style))
         .route("/tiles/{layer}/{grid}/{z}/{x}/{file}", get(tiles::xyz))
         .route("/tms/1.0.0/{layer}/{grid}/{z}/{x}/{file}", get(tiles::tms))
         .route("/wmts", get(wmts::kvp))

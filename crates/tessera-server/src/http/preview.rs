@@ -223,14 +223,19 @@ fn vector_page(layer: &Layer) -> Html<String> {
         }
     }
     let b = layer.source.info().lonlat_bounds;
+    // A layer drawn with a MapLibre style shows that style.
+    let own_style = layer
+        .maplibre
+        .as_ref()
+        .map(|_| json!(format!("/styles/{}.json", layer.name)));
     let config = json!({
-        "style": {
+        "style": own_style.unwrap_or_else(|| json!({
             "version": 8,
             "sources": {"tessera": {"type": "vector",
                 "url": format!("/tiles/{}/{WEB_MERCATOR_QUAD}/tilejson.json?format=mvt", layer.name)}},
             "layers": std::iter::once(json!({"id": "background", "type": "background",
                 "paint": {"background-color": "#202024"}})).chain(layers).collect::<Vec<_>>(),
-        },
+        })),
         "bounds": [b.min_x.max(-180.0), b.min_y.max(-85.0), b.max_x.min(180.0), b.max_y.min(85.0)],
     });
     let config = config.to_string().replace("</", "<\\/");

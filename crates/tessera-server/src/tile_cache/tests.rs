@@ -158,6 +158,7 @@ fn layer(
         ranges: None,
         style_name: "default".into(),
         other_styles: Vec::new(),
+        maplibre: None,
         values: Vec::new(),
     })
 }

@@ -55,6 +55,25 @@ impl Canvas {
         super::label::place_and_draw(&mut self.pixmap, labels, margin)
     }
 
+    /// Paints the whole canvas in `color` at `opacity` over what is drawn
+    /// (a style's background).
+    pub fn fill_all(&mut self, color: Color, opacity: f32) {
+        let rect = Rect::from_xywh(
+            0.0,
+            0.0,
+            self.pixmap.width() as f32,
+            self.pixmap.height() as f32,
+        );
+        if let Some(rect) = rect {
+            self.pixmap.fill_rect(
+                rect,
+                &paint(color, opacity),
+                Transform::identity(),
+                self.clip.as_ref(),
+            );
+        }
+    }
+
     /// Draws `shapes` with `rule`'s symbols.
     pub fn draw(&mut self, shapes: &Shapes, rule: &Rule) {
         match shapes {

@@ -235,8 +235,9 @@ pub enum Anchor {
 /// A label that may be placed.
 #[derive(Debug, Clone)]
 pub struct Candidate<'a> {
-    /// Its style.
-    pub style: &'a Label,
+    /// Its style (a rule's, or one made for the feature by a MapLibre
+    /// symbol layer).
+    pub style: std::borrow::Cow<'a, Label>,
     /// Its text.
     pub text: String,
     /// Its priority (higher first).
@@ -246,10 +247,30 @@ pub struct Candidate<'a> {
 }
 
 /// The anchor of a polygon's label: its pole of inaccessibility (GEOS's
-/// maximum inscribed circle, to a pixel), when the circle is at least
-/// `min_radius` pixels across (a country too small at this scale for its
-/// name gets none).
-pub fn polygon_anchor(polygons: &[Vec<Vec<(f32, f32)>>], min_radius: f32) -> Option<Anchor> {
+/// maximum inscribed circle, to a pixel or to 1/200 of the polygon's
+/// size, whichever is coarser: the same for the polygon wherever it is
+/// drawn), when the circle is at least `min_radius` pixels across (a
+/// country too small at this scale for its name gets none). `None` also
+/// when the polygon's box misses `within` (left, top, right, bottom): its
+/// label could not lie there.
+pub fn polygon_anchor(
+    polygons: &[Vec<Vec<(f32, f32)>>],
+    min_radius: f32,
+    within: [f32; 4],
+) -> Option<Anchor> {
+    let mut bounds = [f32::MAX, f32::MAX, f32::MIN, f32::MIN];
+    for &(x, y) in polygons.iter().filter_map(|rings| rings.first()).flatten() {
+        bounds = [
+            bounds[0].min(x),
+            bounds[1].min(y),
+            bounds[2].max(x),
+            bounds[3].max(y),
+        ];
+    }
+    if !overlaps(&bounds, &within) {
+        return None;
+    }
+    let size = f64::from((bounds[2] - bounds[0]).max(bounds[3] - bounds[1]));
     let wide: Vec<Vec<Vec<(f64, f64)>>> = polygons
         .iter()
         .map(|rings| {
@@ -267,7 +288,9 @@ pub fn polygon_anchor(polygons: &[Vec<Vec<(f32, f32)>>], min_radius: f32) -> Opt
     if shape.is_empty().ok()? {
         return None;
     }
-    let circle = shape.maximum_inscribed_circle(1.0).ok()?;
+    let circle = shape
+        .maximum_inscribed_circle((size / 200.0).max(1.0))
+        .ok()?;
     let radius = circle.length().ok()?;
     let seq = circle.get_coord_seq().ok()?;
     let (x, y) = (seq.get_x(0).ok()?, seq.get_y(0).ok()?);
@@ -349,7 +372,7 @@ pub fn place_and_draw(
         if !fits || padded.iter().any(|b| taken.iter().any(|t| overlaps(b, t))) {
             continue;
         }
-        draw(pixmap, &line, &drawing, c.style);
+        draw(pixmap, &line, &drawing, &c.style);
         taken.extend(padded);
         placed.push(Placed {
             text: c.text,
@@ -531,26 +554,26 @@ mod tests {
         let mut pixmap = Pixmap::new(200, 100).unwrap();
         let candidates = vec![
             Candidate {
-                style: &style,
+                style: std::borrow::Cow::Borrowed(&style),
                 text: "Low".into(),
                 priority: 1.0,
                 anchor: Anchor::Point(100.0, 50.0),
             },
             Candidate {
-                style: &style,
+                style: std::borrow::Cow::Borrowed(&style),
                 text: "High".into(),
                 priority: 9.0,
                 anchor: Anchor::Point(104.0, 52.0),
             },
             Candidate {
-                style: &style,
+                style: std::borrow::Cow::Borrowed(&style),
                 text: "Apart".into(),
                 priority: 0.0,
                 anchor: Anchor::Point(40.0, 20.0),
             },
             // Past the margin: left out.
             Candidate {
-                style: &style,
+                style: std::borrow::Cow::Borrowed(&style),
                 text: "Edge".into(),
                 priority: 5.0,
                 anchor: Anchor::Point(195.0, 50.0),
@@ -594,7 +617,7 @@ mod tests {
             .into_iter()
             .zip([long, short, zigzag])
             .map(|(t, a)| Candidate {
-                style: &style,
+                style: std::borrow::Cow::Borrowed(&style),
                 text: format!("River {t}"),
                 priority: 0.0,
                 anchor: a,

@@ -12,6 +12,7 @@ mod auto;
 pub mod draw;
 mod error;
 pub mod label;
+pub mod maplibre;
 mod mvt;
 mod pg;
 mod pool;
@@ -56,6 +57,8 @@ pub struct VectorSource {
     /// settings allow them (else `pool` runs the tile queries).
     tiles: Option<std::sync::Arc<Pool<pg::Connection>>>,
     report: Vec<String>,
+    /// The MapLibre style it draws with instead of its rules, if any.
+    maplibre: Option<std::sync::Arc<maplibre::MapLibreStyle>>,
 }
 
 /// One data layer, as opened.
@@ -277,6 +280,29 @@ impl VectorSource {
                 true,
             ))
         });
+        let maplibre = match &spec.maplibre {
+            None => None,
+            Some(m) => {
+                let names: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
+                let style = maplibre::MapLibreStyle::read(m, &names)
+                    .map_err(|e| open_err(format!("MapLibre style: {e}")))?;
+                if !style.unsupported.is_empty() {
+                    // Once, at start: what the document has that is not drawn.
+                    tracing::warn!(
+                        source = %shown,
+                        "MapLibre style: not drawn: {}",
+                        style.unsupported.join("; ")
+                    );
+                    report.extend(
+                        style
+                            .unsupported
+                            .iter()
+                            .map(|u| format!("MapLibre style: not drawn: {u}")),
+                    );
+                }
+                Some(std::sync::Arc::new(style))
+            }
+        };
         let source = VectorSource {
             spec: spec.clone(),
             shown,
@@ -285,6 +311,7 @@ impl VectorSource {
             pool,
             tiles,
             report,
+            maplibre,
         };
         match &spec.value_filter {
             Some(filter) => source.at_values(filter.clone()),
@@ -333,6 +360,7 @@ impl VectorSource {
             pool: self.pool.clone(),
             tiles: self.tiles.clone(),
             report: self.report.clone(),
+            maplibre: self.maplibre.clone(),
         })
     }
 
@@ -527,6 +555,7 @@ impl VectorSource {
             res_x,
             res_y,
         };
+        let within = label_area(req);
         for (values, geometry) in features {
             let attributes: Vec<Attribute> = values.into_iter().map(attribute).collect();
             let mut parts = Parts::new();
@@ -547,6 +576,7 @@ impl VectorSource {
                 if let Some(l) = rule.label.as_ref().filter(|l| l.draws_at(zoom)) {
                     labels.extend(label_candidate(
                         l,
+                        within,
                         dl,
                         &attributes,
                         &points,
@@ -577,6 +607,7 @@ impl VectorSource {
 /// its polygons, or along its longest line; `None` without text or room.
 fn label_candidate<'a>(
     style: &'a label::Label,
+    within: [f32; 4],
     dl: &DataLayer,
     attributes: &[Attribute],
     points: &[(f32, f32)],
@@ -602,7 +633,7 @@ fn label_candidate<'a>(
     let anchor = if let Some(&(x, y)) = points.first() {
         label::Anchor::Point(x, y)
     } else if !polygons.is_empty() {
-        label::polygon_anchor(polygons, style.size / 2.0)?
+        label::polygon_anchor(polygons, style.size / 2.0, within)?
     } else {
         let longest = lines
             .iter()
@@ -610,11 +641,26 @@ fn label_candidate<'a>(
         label::Anchor::Line(longest.clone())
     };
     Some(label::Candidate {
-        style,
+        style: std::borrow::Cow::Borrowed(style),
         text,
         priority,
         anchor,
     })
+}
+
+/// Where a window's labels may lie: the window but its margin (a
+/// metatile's gutter), left, top, right, bottom in pixels.
+fn label_area(req: &WindowRequest<'_>) -> [f32; 4] {
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "window sizes are far below 2^24"
+    )]
+    let (margin, width, height) = (
+        req.tile_rows.map_or(0, |r| r.margin()) as f32,
+        req.width as f32,
+        req.height as f32,
+    );
+    [margin, margin, width - margin, height - margin]
 }
 
 /// The length of a line in pixels.
@@ -879,8 +925,13 @@ impl Source for VectorSource {
         })?;
         let zoom = zoom_of(req.bbox.width() / f64::from(req.width), req.crs);
         let mut labels = Vec::new();
-        for dl in &self.layers {
-            self.draw_layer(&mut canvas, dl, req, zoom, &mut labels)?;
+        match &self.maplibre {
+            Some(style) => labels = self.draw_maplibre(style, &mut canvas, req, zoom)?,
+            None => {
+                for dl in &self.layers {
+                    self.draw_layer(&mut canvas, dl, req, zoom, &mut labels)?;
+                }
+            }
         }
         if cancelled(req.cancel) {
             return Err(SourceError::Cancelled);

@@ -41,6 +41,10 @@ pub struct VectorSpec {
     /// a layer at a value, never configured).
     #[serde(skip)]
     pub value_filter: Option<super::ValueFilter>,
+    /// A MapLibre style document to draw with instead of the rules (set by
+    /// the server from a layer's `style: { maplibre: ... }`).
+    #[serde(skip)]
+    pub maplibre: Option<super::maplibre::MapLibreSpec>,
     /// Most features one read may draw (default 200,000): more is an error
     /// that says to narrow the window or the `where`.
     #[serde(default = "default_max_features")]
@@ -277,6 +281,7 @@ pub(super) fn spec_for_tests(path: &str) -> VectorSpec {
         layers: vec![],
         mvt: MvtSettings::default(),
         value_filter: None,
+        maplibre: None,
         max_features: 1,
         info_max_chars: default_info_max_chars(),
         max_connections: 1,
