@@ -76,15 +76,19 @@ def server(tmp_path_factory):
     grids: [WebMercatorQuad]
     cache: {{ store: mem }}"""
     cfg = d / "maplibre.yaml"
+    styled = layer("styled", "style.json").replace(
+        "    style: { maplibre: style.json, source: world }",
+        "    styles:\n      plain: { maplibre: style.json, source: world }\n"
+        "      named: { maplibre: named.json, source: world }")
     cfg.write_text("stores: { mem: { type: memory } }\nlayers:" + layer("world", "style.json")
-                   + layer("named", "named.json") + "\n")
+                   + layer("named", "named.json") + styled + "\n")
     with serving(tmp_path_factory, "--config", str(cfg)) as s:
         yield s
 
 
 def test_what_is_not_drawn_is_listed_once_at_start(server):
     log = server.log_text()
-    assert log.count("MapLibre style: not drawn") == 2, "once per layer: " + log
+    assert log.count("MapLibre style: not drawn") == 4, "once per layer and style: " + log
     for part in ['layer "imagery": type raster is not drawn', "property fill-translate is not drawn"]:
         assert part in log, log
 
@@ -169,3 +173,13 @@ def test_symbol_layers_are_drawn_as_labels_in_tesseras_font(server):
     assert dark.sum() > 300, "city names drawn in black"
     changed = np.abs(named - plain).max(axis=0) > 0
     assert changed.mean() < 0.15, "only the names differ"
+
+
+def test_named_styles_may_be_maplibre_documents(server):
+    tile = "/tiles/{}/WebMercatorQuad/4/8/5.png"
+    plain, named = http_get(server, tile.format("world"))[2], http_get(server, tile.format("named"))[2]
+    assert plain != named
+    assert http_get(server, tile.format("styled"))[2] == plain
+    assert http_get(server, tile.format("styled") + "?style=named")[2] == named
+    doc = json.loads(http_get(server, "/styles/styled.json?style=named")[2])
+    assert doc["sources"]["world"]["tiles"][0].endswith(".mvt?style=named")

@@ -617,10 +617,20 @@ impl Config {
             {
                 *path = base.join(&*path).display().to_string();
             }
-            if let LayerStyle::MapLibre(m) = &mut layer.style
-                && Path::new(&m.maplibre).is_relative()
-            {
-                m.maplibre = base.join(&m.maplibre).display().to_string();
+            let named = layer.styles.iter_mut().flat_map(|s| &mut s.0);
+            let documents = named
+                .filter_map(|s| match &mut s.draw {
+                    StyleDraw::MapLibre(m) => Some(m),
+                    _ => None,
+                })
+                .chain(match &mut layer.style {
+                    LayerStyle::MapLibre(m) => Some(m),
+                    LayerStyle::Raster(_) => None,
+                });
+            for m in documents {
+                if Path::new(&m.maplibre).is_relative() {
+                    m.maplibre = base.join(&m.maplibre).display().to_string();
+                }
             }
             for path in layer
                 .dimensions

@@ -6,7 +6,8 @@
 //! A style is what the layer's `style:` would be: a raster style (`type:
 //! rgb`, `ramp`, `hillshade`, `expression`) for raster sources, a list of
 //! drawing rules for vector sources and vector tile archives (what their
-//! source's `style:` takes).
+//! source's `style:` takes), or a MapLibre style document for vector
+//! sources.
 
 use serde::{Deserialize, Deserializer};
 use tessera_image::StyleSpec;
@@ -110,6 +111,8 @@ pub enum StyleDraw {
     Raster(StyleSpec),
     /// Vector drawing rules (what a vector source's `style:` takes).
     Rules(Vec<Rule>),
+    /// A MapLibre style document (`{ maplibre: style.json, source: name }`).
+    MapLibre(MapLibreRef),
 }
 
 /// A layer's named styles in the order written; the first is the default.
@@ -126,6 +129,9 @@ impl<'de> Deserialize<'de> for NamedStyles {
         for (name, value) in map {
             let draw = match value {
                 serde_json::Value::Array(_) => serde_json::from_value(value).map(StyleDraw::Rules),
+                other if other.get("maplibre").is_some() => {
+                    serde_json::from_value(other).map(StyleDraw::MapLibre)
+                }
                 other => serde_json::from_value(other).map(StyleDraw::Raster),
             }
             .map_err(|e| D::Error::custom(format!("style {name:?}: {e}")))?;
@@ -192,6 +198,13 @@ impl LayerConfig {
                     )));
                 }
                 StyleDraw::Raster(_) => {}
+                StyleDraw::MapLibre(_) if matches!(self.source, SourceSpec::Vector(_)) => {}
+                StyleDraw::MapLibre(_) => {
+                    return Err(at(format!(
+                        "style {:?}: a MapLibre style is drawn by vector sources (type: vector) only",
+                        s.name
+                    )));
+                }
             }
         }
         Ok(())
@@ -224,6 +237,7 @@ impl LayerConfig {
         };
         match &named.draw {
             StyleDraw::Raster(spec) => styled.style = LayerStyle::Raster(spec.clone()),
+            StyleDraw::MapLibre(m) => styled.style = LayerStyle::MapLibre(m.clone()),
             StyleDraw::Rules(rules) => match &mut styled.source {
                 SourceSpec::Vector(v) => v.style.clone_from(rules),
                 SourceSpec::Archive(_, a) => a.style.clone_from(rules),

@@ -3,7 +3,7 @@
 //! MapLibre in a browser and tessera's PNG and WMS show one style.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
@@ -16,13 +16,15 @@ use crate::config::auth::Grant;
 
 /// The document with its source (`source:` of the layer's style) made a
 /// vector source of the layer's WebMercatorQuad MVT tiles (with the
-/// caller's query credential), its other sources as written. Symbol
+/// caller's query credential), its other sources as written; `?style=`
+/// names one of the layer's named styles. Symbol
 /// layers stay only when the document names `glyphs` (MapLibre needs
 /// glyphs to draw text; tessera serves none).
 pub async fn style(
     State(state): State<Catalog>,
     caller: Caller,
     Path(file): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let name = file.strip_suffix(".json").unwrap_or(&file);
@@ -31,6 +33,14 @@ pub async fn style(
         .layer(name)
         .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
     caller.may(&layer.name, Grant::Tiles)?;
+    // `?style=`: one of the layer's named styles.
+    let asked = super::address::query_params(query.as_deref())
+        .into_iter()
+        .find(|(k, _)| k == "style")
+        .map(|(_, v)| v);
+    let layer = layer
+        .styled(asked.as_deref())
+        .map_err(|e| ApiError::not_found("StyleNotDefined", e.to_string()))?;
     let Some(spec) = &layer.maplibre else {
         return Err(ApiError::not_found(
             "NotFound",
@@ -51,10 +61,20 @@ pub async fn style(
     }
     let mut doc = (*spec.document).clone();
     let credential = caller.link_query();
-    let query = if credential.is_empty() {
+    let mut tile_query: Vec<String> = Vec::new();
+    if !credential.is_empty() {
+        tile_query.push(credential);
+    }
+    if !layer.other_styles.is_empty() || asked.is_some() {
+        tile_query.push(format!(
+            "style={}",
+            url::form_urlencoded::byte_serialize(layer.style_name.as_bytes()).collect::<String>()
+        ));
+    }
+    let query = if tile_query.is_empty() {
         String::new()
     } else {
-        format!("?{credential}")
+        format!("?{}", tile_query.join("&"))
     };
     let b = layer.source.info().lonlat_bounds;
     let max_zoom = state
