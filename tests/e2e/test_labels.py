@@ -8,23 +8,19 @@ same layer without labels exactly inside the placed boxes, every box has
 its text drawn (on both sides of a tile edge it crosses). The same places
 drawn by MapServer with the same font are kept beside tessera's picture in
 var/test-output/ for a look, and both carry about as much text."""
+import io
 import json
 import os
-import io
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from osgeo import gdal
-
 from conftest import ROOT, http_get, server_env, serving
 from imaging import decode
-from vectors import SHAPEFILE
+from vectors import countries_and_places
 
-PLACES = ROOT / "var" / "demo" / "places" / "naturalearth_cities.shp"
 COUNTRY_LABEL = '{ text: "{NAME}", size: 11, color: "#555555", halo: { color: "#ffffff", width: 2 }, priority: POP_EST }'
 PLACE_LABEL = '{ text: "{name}", size: 12, halo: { width: 2 }, priority: 1e12, offset: [0, -9] }'
 
@@ -52,11 +48,8 @@ def layer(name, labels, gpkg):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("labels")
-    # The countries and cities MapServer draws, as two layers of one
-    # dataset (a source's labels are placed together).
-    gpkg = d / "places.gpkg"
-    gdal.VectorTranslate(str(gpkg), str(SHAPEFILE), layerName="countries", format="GPKG")
-    gdal.VectorTranslate(str(gpkg), str(PLACES), layerName="places", accessMode="append", format="GPKG")
+    # The countries and cities MapServer draws.
+    gpkg = countries_and_places(d / "places.gpkg")
     cfg = d / "labels.yaml"
     cfg.write_text("stores: { mem: { type: memory } }\nlayers:" + layer("labelled", True, gpkg)
                    + layer("plain", False, gpkg) + "\n")

@@ -10,13 +10,11 @@ import urllib.parse
 
 import numpy as np
 import pytest
-from osgeo import gdal
 
 from conftest import ROOT, http_get, serving
 from imaging import decode
-from vectors import SHAPEFILE
+from vectors import countries_and_places
 
-PLACES = ROOT / "var" / "demo" / "places" / "naturalearth_cities.shp"
 WORLD = 20037508.342789244
 
 STYLE = {
@@ -56,9 +54,7 @@ NAMED = {**STYLE, "layers": STYLE["layers"] + [
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("maplibre")
-    gpkg = d / "world.gpkg"
-    gdal.VectorTranslate(str(gpkg), str(SHAPEFILE), layerName="countries", format="GPKG")
-    gdal.VectorTranslate(str(gpkg), str(PLACES), layerName="places", accessMode="append", format="GPKG")
+    gpkg = countries_and_places(d / "world.gpkg")
     (d / "style.json").write_text(json.dumps(STYLE))
     (d / "named.json").write_text(json.dumps(NAMED))
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from osgeo import gdal, osr
 
-from conftest import fetch, http_get, serving
+from conftest import http_get, serving
 from imaging import decode
 from test_ogc_conformance import assert_valid, schema, schemas  # noqa: F401 (a fixture)
 from vectors import SHAPEFILE

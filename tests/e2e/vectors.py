@@ -13,6 +13,15 @@ SHAPEFILE = ROOT / "var" / "demo" / "countries" / "ne_50m_admin_0_countries.shp"
 PLACES = ROOT / "var" / "demo" / "places" / "naturalearth_cities.shp"
 
 
+def countries_and_places(path):
+    """The demo countries and cities as the layers `countries` and `places`
+    of one GeoPackage at `path` (a source's labels are placed together)."""
+    from osgeo import gdal
+    gdal.VectorTranslate(str(path), str(SHAPEFILE), layerName="countries", format="GPKG")
+    gdal.VectorTranslate(str(path), str(PLACES), layerName="places", accessMode="append", format="GPKG")
+    return path
+
+
 def env(name):
     """A setting of scripts/postgis; a failure (never a skip) when unset."""
     value = os.environ.get(name)

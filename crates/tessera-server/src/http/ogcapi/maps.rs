@@ -32,17 +32,7 @@ pub async fn collection_map(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let layer = state
-        .registry
-        .layer(&collection)
-        .ok_or_else(|| unknown(&collection))?;
-    map(
-        &state,
-        vec![layer],
-        query_params(query.as_deref()),
-        &headers,
-    )
-    .await
+    one_map(&state, &collection, None, query.as_deref(), &headers).await
 }
 
 /// `GET /ogcapi/collections/{collection}/styles/{style}/map`: the layer
@@ -53,18 +43,30 @@ pub async fn styled_collection_map(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let layer = state
-        .registry
-        .layer(&collection)
-        .ok_or_else(|| unknown(&collection))?;
-    let layer = super::tiles::styled(&layer, Some(&style))?;
-    map(
+    one_map(
         &state,
-        vec![layer],
-        query_params(query.as_deref()),
+        &collection,
+        Some(&style),
+        query.as_deref(),
         &headers,
     )
     .await
+}
+
+/// A map of one collection, in `style` (`None`: its default).
+async fn one_map(
+    state: &Maps,
+    collection: &str,
+    style: Option<&str>,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let layer = state
+        .registry
+        .layer(collection)
+        .ok_or_else(|| unknown(collection))?;
+    let layer = super::tiles::styled(&layer, style)?;
+    map(state, vec![layer], query_params(query), headers).await
 }
 
 /// `GET /ogcapi/map`: the layers `collections=` names (default: every
