@@ -105,9 +105,10 @@ sources:
 
 
 @contextlib.contextmanager
-def nginx_static(work, root, prefix="/tiles/"):
-    """nginx serving directory `root` at `prefix` (sendfile, no access log,
-    one worker per core); yields (port, process)."""
+def nginx_static(work, root, prefix="/tiles/", access_log=None):
+    """nginx serving directory `root` at `prefix` (sendfile, one worker per
+    core, no access log unless `access_log` names its file); yields (port,
+    process)."""
     work = Path(work)
     port = free_port()
     (work / "nginx").mkdir(exist_ok=True)
@@ -123,7 +124,7 @@ pid {work}/nginx-{port}.pid;
 error_log {work}/nginx/error.log;
 events {{ worker_connections 1024; }}
 http {{
-  access_log off;
+  access_log {access_log or "off"};
   sendfile on;
   tcp_nopush on;
   keepalive_requests 1000000;

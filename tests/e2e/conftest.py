@@ -38,8 +38,20 @@ class Server:
         self.proc = proc
         self.log = log
 
-    def log_text(self):
-        """Everything the server wrote to stdout and stderr so far."""
+    def log_text(self, settle=0.2, timeout=10):
+        """Everything the server wrote to stdout and stderr so far, once its
+        log has stopped growing for `settle` seconds (at most `timeout`):
+        `tessera serve` writes its log on a thread of its own, a moment
+        after what it logs."""
+        deadline = time.monotonic() + timeout
+        size, still_since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.log.stat().st_size
+            if now != size:
+                size, still_since = now, time.monotonic()
+            elif time.monotonic() - still_since >= settle:
+                break
+            time.sleep(0.02)
         return self.log.read_text()
 
     def get(self, path):

@@ -57,7 +57,7 @@ layers:
             assert status == 503 and b"writes fail" in body, body
             status, _ = fetch(server, "/health")
             assert status == 200
-        log = server.log.read_text()
+        log = server.log_text()
         warnings = len(re.findall(r"saving a (tile|metatile) failed", log))
         assert 1 <= warnings <= 3, f"{warnings} warnings about failed saves:\n{log[-3000:]}"
 
@@ -99,5 +99,5 @@ layers:
                     break
                 time.sleep(0.1)
             assert status == 503 and b"writes fail" in body, body
-        log = server.log.read_text()
+        log = server.log_text()
         assert log.count("serving its tiles read-only") == 1, log[-2000:]

@@ -245,6 +245,24 @@ def test_one_access_log_line_per_request_in_json_without_colours(tmp_path_factor
     assert len(missing) == 1 and missing[0]["status"] == 404
 
 
+def test_a_full_log_queue_drops_and_counts_lines_and_never_holds_a_request(tmp_path_factory):
+    """With a queue of one line, a burst of requests is answered in full;
+    every access line is either written or counted as dropped."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+    config = config_with(tmp_path_factory, "  access_log: true")
+    with serving(tmp_path_factory, "--config", str(config), "--log-queue-lines", "1") as server:
+        request(server, "GET", TILE)
+        before = server.log_text().count('target="/tiles/')
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: request(server, "GET", TILE)[0], range(400)))
+        assert statuses == [200] * 400
+        written = server.log_text().count('target="/tiles/') - before
+        metrics = request(server, "GET", "/metrics")[2].decode()
+        dropped = int(re.search(r"^tessera_log_lines_dropped_total (\d+)$", metrics, re.M).group(1))
+        assert written <= 400 and written + dropped >= 400, (written, dropped)
+
+
 def test_the_access_log_can_be_switched_off(tmp_path_factory):
     config = config_with(tmp_path_factory, "  access_log: false")
     with serving(tmp_path_factory, "--config", str(config)) as server:

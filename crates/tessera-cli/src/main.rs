@@ -31,6 +31,11 @@ struct Cli {
     /// `info,tessera::access=off`.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TESSERA_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Log lines `serve` queues for its log writer; past them lines are
+    /// dropped and counted, never waited for.
+    #[arg(long, global = true, default_value_t = 65_536, env = "TESSERA_LOG_QUEUE_LINES",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    log_queue_lines: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,20 +51,61 @@ enum LogFormat {
 
 /// Sends logs to stderr in `format`, filtered by `TESSERA_LOG` (or
 /// `RUST_LOG`, default `info`).
-fn init_logging(format: LogFormat) {
+///
+/// With `queue_lines`, lines (the access log's among them) are formatted
+/// on the thread that logs them and written by a thread of their own, in
+/// batches: a request never waits for stderr. The queue holds at most
+/// that many lines; past it lines are dropped and counted
+/// (`tessera_log_lines_dropped_total`), never waited for. Without it
+/// (batch commands, which may exit at once on Ctrl-C), each line is
+/// written where it is logged. The guard returned writes what is queued
+/// when dropped.
+fn init_logging(
+    format: LogFormat,
+    queue_lines: Option<usize>,
+) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     use std::io::IsTerminal;
     let filter = ["TESSERA_LOG", "RUST_LOG"]
         .into_iter()
         .find_map(|var| tracing_subscriber::EnvFilter::try_from_env(var).ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::stderr().is_terminal() && format == LogFormat::Text;
+    let Some(lines) = queue_lines else {
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi);
+        match format {
+            LogFormat::Text => builder.init(),
+            LogFormat::Json => builder.json().init(),
+        }
+        return None;
+    };
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(lines)
+        .lossy(true)
+        .thread_name("tessera-log")
+        .finish(std::io::BufWriter::with_capacity(
+            LOG_BATCH_BYTES,
+            std::io::stderr(),
+        ));
+    let dropped = writer.error_counter();
+    tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
+        dropped.dropped_lines() as u64
+    }));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer)
+        .with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder.json().with_ansi(false).init(),
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
+    Some(guard)
 }
+
+/// The most bytes of log lines written to stderr at once.
+const LOG_BATCH_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -120,7 +166,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Serving logs off the request threads; batch commands where they log.
+    let queue =
+        matches!(cli.command, Command::Serve { .. }).then_some(cli.log_queue_lines as usize);
+    let _log_writer = init_logging(cli.log_format, queue);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

@@ -185,6 +185,17 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 21))
 }
 
+/// How many log lines the process's log writer dropped so far.
+pub type DroppedLogLines = std::sync::Arc<dyn Fn() -> u64 + Send + Sync>;
+
+static DROPPED_LOG_LINES: std::sync::OnceLock<DroppedLogLines> = std::sync::OnceLock::new();
+
+/// Tells the metrics how to count the log lines the process's log writer
+/// dropped (`tessera_log_lines_dropped_total`); set once, at start.
+pub fn count_dropped_log_lines(count: DroppedLogLines) {
+    let _ = DROPPED_LOG_LINES.set(count);
+}
+
 /// Every metric the server exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -204,6 +215,7 @@ pub struct Metrics {
     lease_wait_seconds: Histogram,
     generation_checks: Family<ResultLabels, Counter>,
     caller_requests: Family<CallerLabels, Counter>,
+    log_lines_dropped: Counter,
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -328,6 +340,12 @@ impl Metrics {
             "Requests by caller (an API key's id, jwt:<subject>, anonymous, or other past auth.metric_callers) and outcome (hit, miss, other, unauthorized, forbidden, limited)",
             caller_requests.clone(),
         );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "tessera_log_lines_dropped",
+            "Log lines (access log included) dropped because the log writer's queue was full",
+            log_lines_dropped.clone(),
+        );
         registry.register(
             "tessera_build",
             "The running build",
@@ -345,6 +363,7 @@ impl Metrics {
             lease_wait_seconds,
             generation_checks,
             caller_requests,
+            log_lines_dropped,
             tile_requests,
             metatile_renders,
             tile_encodes,
@@ -359,6 +378,12 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        if let Some(dropped) = DROPPED_LOG_LINES.get() {
+            let (now, seen) = (dropped(), self.log_lines_dropped.get());
+            if now > seen {
+                self.log_lines_dropped.inc_by(now - seen);
+            }
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
