@@ -3,8 +3,9 @@ on and off, and nginx with its access log on and off, serving the same
 341 tiles (the demo relief, zooms 0-4) to wrk, alternating, medians of the
 runs (docs/benchmarks/access-log.md).
 
-tessera keeps the tiles in its memory LRU (every tile held) and, in a
-second configuration, in a file store only; nginx serves the same tiles as
+tessera keeps the tiles in a file store with its memory LRU in front
+(1 GiB, every tile held) and, in a second configuration, in the file store
+only; nginx serves the same tiles as
 files (sendfile, one worker per core). Both write their logs to a file, as
 under systemd or a container runtime (tessera: stderr redirected; nginx:
 `access_log <file>` with its default buffering, none). With `--hog`, a
@@ -33,17 +34,18 @@ def tessera(binary, work, store, access_log):
     work.mkdir(parents=True, exist_ok=True)
     cfg = work / "tessera.yaml"
     tiles = work / "tiles"
-    stores = {"memory": "{ mem: { type: memory, max_size: 1GiB } }",
-              "file": f"{{ disk: {{ type: file, path: {tiles} }} }}"}
+    # As bench/peers.py: the memory LRU in front of a file store holds
+    # every tile; the file store alone reads each hit from its file.
+    memory_mb = 1024 if store == "memory" else 0
     cfg.write_text(f"""
 server: {{ access_log: {str(access_log).lower()} }}
-stores: {stores[store]}
+stores: {{ disk: {{ type: file, path: {tiles}, memory_mb: {memory_mb} }} }}
 layers:
   - name: relief
     source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
     grids: [WebMercatorQuad]
     formats: [png]
-    cache: {{ store: {"mem" if store == "memory" else "disk"} }}
+    cache: {{ store: disk }}
 """)
     port = free_port()
     log = open(work / f"tessera-{port}.log", "w")

@@ -89,6 +89,15 @@ fn init_logging(
             LOG_BATCH_BYTES,
             std::io::stderr(),
         ));
+    // Access-log lines are formatted by the server itself (the same
+    // layout, a fraction of the cost) and queued for the same writer.
+    let lines = writer.clone();
+    tessera_server::http::access::write_lines_to(
+        format == LogFormat::Json,
+        Box::new(move |line| {
+            let _ = std::io::Write::write_all(&mut lines.clone(), &line);
+        }),
+    );
     let dropped = writer.error_counter();
     tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
         dropped.dropped_lines() as u64

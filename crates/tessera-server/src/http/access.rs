@@ -7,6 +7,12 @@
 //! the layer(s) served and the caller's id (never its key: `key` and
 //! `token` query parameters are written as `***`). Handlers name the layer by adding a
 //! [`ServedLayers`] extension to their response.
+//!
+//! When the process hands it a writer ([`write_lines_to`], as `tessera
+//! serve` does), a line is formatted here, in tracing's text or JSON
+//! layout, and given to that writer: a few hundred nanoseconds a request
+//! instead of tracing's field-by-field formatting. `TESSERA_LOG` still
+//! decides whether the target is logged.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -100,6 +106,20 @@ impl Record {
             .extensions()
             .get::<super::guard::CallerId>()
             .map_or("-", |c| c.0.as_str());
+        if let Some(sink) = SINK.get() {
+            let line = Line {
+                method: method.as_str(),
+                target,
+                status: status.as_u16(),
+                bytes,
+                duration_ms: elapsed.as_secs_f64() * 1000.0,
+                cache,
+                layer: layers,
+                caller,
+            };
+            (sink.write)(line.format(sink.json));
+            return;
+        }
         tracing::info!(
             target: "tessera::access",
             method = %method,
@@ -112,6 +132,92 @@ impl Record {
             caller,
             "request"
         );
+    }
+}
+
+/// Where access-log lines go when the process writes them itself.
+struct Sink {
+    json: bool,
+    write: Box<dyn Fn(Vec<u8>) + Send + Sync>,
+}
+
+static SINK: std::sync::OnceLock<Sink> = std::sync::OnceLock::new();
+
+/// From now on, each access-log line is formatted here (tracing's JSON
+/// layout with `json`, else its text layout without colours) and handed
+/// to `write` (a non-blocking log writer: it must not wait). Set once.
+pub fn write_lines_to(json: bool, write: Box<dyn Fn(Vec<u8>) + Send + Sync>) {
+    let _ = SINK.set(Sink { json, write });
+}
+
+/// One access-log line's fields.
+struct Line<'a> {
+    method: &'a str,
+    target: &'a str,
+    status: u16,
+    bytes: Option<u64>,
+    duration_ms: f64,
+    cache: &'a str,
+    layer: &'a str,
+    caller: &'a str,
+}
+
+impl Line<'_> {
+    /// The line as tracing-subscriber writes an info event of target
+    /// `tessera::access` with these fields, newline included.
+    fn format(&self, json: bool) -> Vec<u8> {
+        use std::fmt::Write;
+        let now = time::OffsetDateTime::now_utc();
+        let mut out = String::with_capacity(160 + self.target.len());
+        let _ = write!(
+            out,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            now.year(),
+            u8::from(now.month()),
+            now.day(),
+            now.hour(),
+            now.minute(),
+            now.second(),
+            now.microsecond()
+        );
+        let timestamp = out.clone();
+        out.clear();
+        if json {
+            let text = |s: &str| serde_json::Value::from(s).to_string();
+            let _ = write!(
+                out,
+                "{{\"timestamp\":\"{timestamp}\",\"level\":\"INFO\",\"fields\":{{\"message\":\"request\",\"method\":{},\"target\":{},\"status\":{}",
+                text(self.method),
+                text(self.target),
+                self.status
+            );
+            if let Some(b) = self.bytes {
+                let _ = write!(out, ",\"bytes\":{b}");
+            }
+            let _ = writeln!(
+                out,
+                ",\"duration_ms\":{},\"cache\":{},\"layer\":{},\"caller\":{}}},\"target\":\"tessera::access\"}}",
+                self.duration_ms,
+                text(self.cache),
+                text(self.layer),
+                text(self.caller)
+            );
+        } else {
+            let _ = write!(
+                out,
+                "{timestamp}  INFO tessera::access: request method={} target={:?} status={}",
+                self.method, self.target, self.status
+            );
+            if let Some(b) = self.bytes {
+                let _ = write!(out, " bytes={b}");
+            }
+            let _ = writeln!(
+                out,
+                " duration_ms={} cache={:?} layer={:?} caller={:?}",
+                self.duration_ms, self.cache, self.layer, self.caller
+            );
+        }
+        out.into_bytes()
     }
 }
 
@@ -156,6 +262,77 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line() -> Line<'static> {
+        Line {
+            method: "GET",
+            target: "/tiles/relief/WebMercatorQuad/2/1/1.png?time=2024",
+            status: 200,
+            bytes: Some(1234),
+            duration_ms: 0.3175,
+            cache: "HIT",
+            layer: "relief",
+            caller: "jwt:a \"b\"",
+        }
+    }
+
+    /// What tracing-subscriber writes for the same event, in `json` or text.
+    fn by_tracing(json: bool) -> String {
+        #[derive(Clone, Default)]
+        struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let out = buffer.clone();
+        let builder = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false);
+        let l = line();
+        let event = || {
+            tracing::info!(
+                target: "tessera::access",
+                method = %l.method,
+                target = l.target,
+                status = l.status,
+                bytes = l.bytes,
+                duration_ms = l.duration_ms,
+                cache = l.cache,
+                layer = l.layer,
+                caller = l.caller,
+                "request"
+            );
+        };
+        if json {
+            tracing::subscriber::with_default(builder.json().finish(), event);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), event);
+        }
+        String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn lines_written_here_read_as_tracings_own() {
+        for json in [false, true] {
+            let ours = String::from_utf8(line().format(json)).unwrap();
+            let theirs = by_tracing(json);
+            // The same but for the moment they were written.
+            let cut = |s: &str| {
+                s.split_once(if json { "Z\"," } else { "Z " })
+                    .unwrap()
+                    .1
+                    .to_string()
+            };
+            assert_eq!(cut(&ours), cut(&theirs), "json: {json}");
+            assert_eq!(ours.len(), theirs.len(), "{ours}{theirs}");
+        }
+    }
 
     #[test]
     fn credentials_in_the_query_are_not_logged() {

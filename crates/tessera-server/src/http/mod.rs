@@ -2,7 +2,7 @@
 //! protocol shares. Each protocol lives in its own module; errors become
 //! responses only in [`error`].
 
-mod access;
+pub mod access;
 pub mod address;
 mod admin;
 pub mod archive_watch;
