@@ -122,7 +122,8 @@ impl Drop for LeaseHolder {
     }
 }
 
-/// Checks every cached layer's generation object every `interval`, and
+/// Checks every cached layer's generation object (each of its named
+/// styles' too) every `interval`, and
 /// drops what this node holds of a layer whose generation changed. Runs
 /// until the task is dropped; `layers` gives the layers served now (they
 /// change on reload).
@@ -135,7 +136,13 @@ pub async fn watch_generations(
     let mut first = true;
     loop {
         let mut targets = Vec::new();
-        for layer in layers() {
+        // Each named style keeps its tiles under a key of its own.
+        let styled = layers().into_iter().flat_map(|layer| {
+            let others: Vec<Arc<Layer>> =
+                layer.other_styles.iter().map(|(_, l)| l.clone()).collect();
+            std::iter::once(layer).chain(others)
+        });
+        for layer in styled {
             if let Some(cache) = &layer.cache
                 && let Some(coordinator) = &cache.coordinator
             {
