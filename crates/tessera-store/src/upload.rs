@@ -1,6 +1,8 @@
 //! [`Upload`]: one large object written to an object store as it arrives,
 //! as a multipart upload with a bounded number of parts in flight (memory
-//! bound: `parts_in_flight` x `part_size`), or as a single PUT when it turns
+//! bound: `parts_in_flight` x `part_size`, the part being filled included:
+//! a new part starts filling only when one of them is free), or as a single
+//! PUT when it turns
 //! out smaller than one part. Bytes are sent as they are given: nothing is
 //! compressed. Part uploads are idempotent and the client retries them with
 //! back-off (`object::open_url` options `max_retries`,
@@ -119,6 +121,18 @@ impl Upload {
     /// `parts_in_flight` parts are uploading. On error the upload is
     /// aborted.
     pub async fn write(&mut self, chunk: Bytes) -> object_store::Result<()> {
+        // The first bytes of a new part wait for a free part: the parts
+        // uploading and the one filling are `parts_in_flight` at most (the
+        // body is not read meanwhile).
+        if self.pending.content_length() == 0 && self.multipart.is_some() {
+            let result = self
+                .wait_for_slot(self.options.parts_in_flight.max(1))
+                .await;
+            if result.is_err() {
+                self.abort().await;
+            }
+            result?;
+        }
         self.crc32c = crc32c::crc32c_append(self.crc32c, &chunk);
         self.bytes += chunk.len() as u64;
         self.pending.push(chunk);
@@ -136,16 +150,29 @@ impl Upload {
         if self.multipart.is_none() {
             self.multipart = Some(self.store.put_multipart(&self.path).await?);
         }
-        while self.inflight.len() >= self.options.parts_in_flight.max(1) {
-            if let Some(done) = self.inflight.next().await {
-                done?;
-            }
-        }
+        self.wait_for_slot(self.options.parts_in_flight.max(1))
+            .await?;
         let payload = std::mem::take(&mut self.pending).freeze();
         let mp = self.multipart.as_mut().expect("started above");
         self.inflight.push(mp.put_part(payload));
         self.parts += 1;
         Ok(())
+    }
+
+    /// Waits until fewer than `most` parts are uploading.
+    async fn wait_for_slot(&mut self, most: usize) -> object_store::Result<()> {
+        while self.inflight.len() >= most {
+            if let Some(done) = self.inflight.next().await {
+                done?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The parts held: those uploading and the one being filled (the
+    /// memory bound is `parts_in_flight` of them).
+    pub fn held_parts(&self) -> usize {
+        self.inflight.len() + usize::from(self.pending.content_length() > 0)
     }
 
     /// Sends what is left and completes the object. On error the upload is
@@ -260,4 +287,44 @@ pub async fn verify(
         )
         .into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+
+    #[tokio::test]
+    async fn the_part_filling_counts_among_the_parts_in_flight() {
+        // Parts take 50 ms each: the bound is reached.
+        let slow = ThrottledStore::new(
+            InMemory::new(),
+            ThrottleConfig {
+                wait_put_per_call: std::time::Duration::from_millis(50),
+                ..ThrottleConfig::default()
+            },
+        );
+        let store: Arc<dyn ObjectStore> = Arc::new(slow);
+        let options = UploadOptions {
+            part_size: MIN_PART_SIZE,
+            parts_in_flight: 3,
+        };
+        let path = Path::from("held/parts");
+        let mut up = Upload::new(store.clone(), path.clone(), options);
+        let chunk = Bytes::from(vec![7u8; 256 << 10]);
+        let mut most = 0;
+        for _ in 0..(8 * MIN_PART_SIZE / chunk.len()) {
+            up.write(chunk.clone()).await.unwrap();
+            most = most.max(up.held_parts());
+        }
+        assert_eq!(
+            most, 3,
+            "three parts held at most, the filling one included"
+        );
+        let done = up.finish().await.unwrap();
+        assert_eq!(done.parts, 8);
+        let stored = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(stored.len(), 8 * MIN_PART_SIZE);
+    }
 }
