@@ -141,6 +141,7 @@ def main():
     ap.add_argument("--inflight", default="1,2,4,8")
     ap.add_argument("--work", default="/var/tmp/tessera-bench-uploads")
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks/uploads.md"))
+    ap.add_argument("--skip-single", action="store_true", help="leave out tessera's single-PUT setting")
     args = ap.parse_args()
     env = {"endpoint": os.environ["TESSERA_TEST_S3_ENDPOINT"], "key": os.environ["TESSERA_TEST_S3_ACCESS_KEY"],
            "secret": os.environ["TESSERA_TEST_S3_SECRET_KEY"]}
@@ -149,7 +150,7 @@ def main():
     if BUCKET not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
         c.create_bucket(Bucket=BUCKET)
 
-    settings = [("single PUT", 8192, 1)] + [
+    settings = ([] if args.skip_single else [("single PUT", 8192, 1)]) + [
         (f"multipart {p} MiB x {n}", p, n) for p in map(int, args.parts.split(",")) for n in map(int, args.inflight.split(","))]
     rows = []
     for label in args.sizes.split(","):
