@@ -168,9 +168,7 @@ impl Line<'_> {
     fn format(&self, json: bool) -> Vec<u8> {
         use std::fmt::Write;
         let now = time::OffsetDateTime::now_utc();
-        let mut out = String::with_capacity(160 + self.target.len());
-        let _ = write!(
-            out,
+        let timestamp = format!(
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
             now.year(),
             u8::from(now.month()),
@@ -180,8 +178,7 @@ impl Line<'_> {
             now.second(),
             now.microsecond()
         );
-        let timestamp = out.clone();
-        out.clear();
+        let mut out = String::with_capacity(160 + self.target.len());
         if json {
             let text = |s: &str| serde_json::Value::from(s).to_string();
             let _ = write!(
