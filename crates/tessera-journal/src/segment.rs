@@ -54,21 +54,95 @@ pub fn retire(dir: &Path, id: u64) -> io::Result<()> {
     sync_dir(dir)
 }
 
+/// A file ready to become a segment: a released one from the free pool
+/// first, else a spare made ahead by [`prepare_spare`].
 fn take_free(dir: &Path) -> io::Result<Option<PathBuf>> {
+    let mut spare = None;
     for e in std::fs::read_dir(dir)? {
         let name = e?.file_name();
         let name = name.to_string_lossy();
         if name.starts_with("free-") && name.ends_with(".log") {
             return Ok(Some(dir.join(name.as_ref())));
         }
+        if name.starts_with("spare-") && name.ends_with(".log") {
+            spare = Some(dir.join(name.as_ref()));
+        }
     }
-    Ok(None)
+    Ok(spare)
 }
 
-/// Creates segment `id` in `dir`: a recycled file from the free pool when
-/// there is one (its old records carry another segment id and are never
-/// read as records), else a new pre-allocated file; header written and
-/// synced, directory synced.
+/// Whether a spare segment file (`spare-*.log`) is waiting in `dir`.
+pub fn has_spare(dir: &Path) -> io::Result<bool> {
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if (name.starts_with("spare-") || name.starts_with("free-")) && name.ends_with(".log") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Makes a spare segment file ahead of need, so that a segment roll only
+/// renames it and writes a header: reserved with `fallocate`, and when
+/// `zero` is set also written through with zeros (ext4 then has no
+/// unwritten extents to convert, so a later `fdatasync` writes data only).
+/// Built under a temporary name and renamed into place once synced, so a
+/// crash never leaves half a spare; `stop` abandons it between chunks.
+pub fn prepare_spare(
+    dir: &Path,
+    size: u64,
+    zero: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> io::Result<()> {
+    let tmp = dir.join(SPARE_TMP);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let result = (|| {
+        preallocate(&file, size)?;
+        if zero {
+            let chunk = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < size {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(io::Error::other("journal closing"));
+                }
+                let n = (size - at).min(chunk.len() as u64) as usize;
+                file.write_all_at(&chunk[..n], at)?;
+                at += n as u64;
+            }
+        }
+        file.sync_all()?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::fs::rename(&tmp, dir.join(format!("spare-{nanos:032x}.log")))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Removes a spare left half made by a crash.
+pub fn remove_unfinished_spare(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(SPARE_TMP)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+const SPARE_TMP: &str = "spare.tmp";
+
+/// Creates segment `id` in `dir`: a recycled file from the free pool or a
+/// spare when there is one (a recycled file's old records carry another
+/// segment id and are never read as records), else a new pre-allocated
+/// file; header written and synced, directory synced.
 pub fn create(dir: &Path, id: u64, size: u64) -> io::Result<File> {
     let path = dir.join(file_name(id));
     if let Some(free) = take_free(dir)? {

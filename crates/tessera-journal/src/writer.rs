@@ -5,9 +5,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::format::{FRAME_LEN, Frame, HEADER_LEN, encode, global};
 use crate::recovery::Recovered;
@@ -34,14 +34,24 @@ pub(crate) struct WriterState {
     // Reused every batch: in steady state the writer allocates nothing.
     requests: Vec<Request>,
     batch: Vec<u8>,
-    done: Vec<(Arc<Slot>, Position)>,
+    /// Completions of the batch: slot, position, when it was queued.
+    done: Vec<(Arc<Slot>, Position, Instant)>,
     /// Records in the previous batch: the adaptive window waits only while
     /// appends arrive concurrently.
     last_batch_len: usize,
+    /// Recent time to write and sync a batch (moving average): the window
+    /// leaves this much of `max_latency` for the sync.
+    expected_sync: Duration,
+    /// Wakes the spare maker after a roll took the spare.
+    spare: Option<Sender<()>>,
 }
 
 impl WriterState {
-    pub fn new(shared: Arc<Shared>, recovered: &Recovered) -> Result<WriterState, JournalError> {
+    pub fn new(
+        shared: Arc<Shared>,
+        recovered: &Recovered,
+        spare: Option<Sender<()>>,
+    ) -> Result<WriterState, JournalError> {
         let (active_id, offset, active) = match recovered.active {
             Some((id, offset)) if recovered.files.contains_key(&id) => {
                 (id, offset, recovered.files[&id].clone())
@@ -79,6 +89,8 @@ impl WriterState {
             batch: Vec::with_capacity(shared.options.max_batch_bytes),
             done: Vec::with_capacity(shared.options.queue_len.max(1)),
             last_batch_len: 0,
+            expected_sync: Duration::ZERO,
+            spare,
             shared,
         })
     }
@@ -102,7 +114,16 @@ impl WriterState {
                 && synced
                 && self.last_batch_len > 1
             {
-                let deadline = Instant::now() + window;
+                // Never wait so long that the oldest record, with the sync
+                // still to come, would be acknowledged after max_latency.
+                let deadline = (Instant::now() + window).min(
+                    self.requests[0].queued_at
+                        + self
+                            .shared
+                            .options
+                            .max_latency
+                            .saturating_sub(self.expected_sync),
+                );
                 while bytes < self.shared.options.max_batch_bytes {
                     match inbox.recv_deadline(deadline) {
                         Ok(r) => {
@@ -114,7 +135,12 @@ impl WriterState {
                 }
             }
             self.last_batch_len = self.requests.len();
+            let started = Instant::now();
             self.commit();
+            if synced {
+                // A moving average over about eight batches.
+                self.expected_sync = (self.expected_sync * 7 + started.elapsed()) / 8;
+            }
         }
     }
 
@@ -129,12 +155,17 @@ impl WriterState {
         self.shared
             .appended
             .fetch_add(committed as u64, Ordering::Relaxed);
-        for (i, (slot, position)) in self.done.drain(..).enumerate() {
+        let now = Instant::now();
+        let max_latency = self.shared.options.max_latency;
+        let mut late = 0;
+        for (i, (slot, position, queued_at)) in self.done.drain(..).enumerate() {
+            late += u64::from(now.duration_since(queued_at) > max_latency);
             match &failure {
                 Some(e) if i >= committed => slot.complete(Err(e.clone())),
                 _ => slot.complete(Ok(position)),
             }
         }
+        self.shared.late.fetch_add(late, Ordering::Relaxed);
     }
 
     /// Writes the batch. On failure, returns how many of `done` (from the
@@ -168,6 +199,7 @@ impl WriterState {
                         segment: self.active_id,
                         offset: batch_start + self.batch.len() as u32,
                     },
+                    r.queued_at,
                 ));
                 continue;
             };
@@ -204,7 +236,7 @@ impl WriterState {
                 encode(&mut self.batch, &frame, &r.payload);
                 self.next_seq += 1;
                 need_sync |= r.persist == Persist::Synced;
-                self.done.push((r.slot, position));
+                self.done.push((r.slot, position, r.queued_at));
             } else {
                 self.done.push((
                     r.slot,
@@ -212,6 +244,7 @@ impl WriterState {
                         segment: 0,
                         offset: 0,
                     },
+                    r.queued_at,
                 ));
             }
             let _ = self.shared.pool_tx.try_send(r.payload);
@@ -294,6 +327,9 @@ impl WriterState {
         self.offset = HEADER_LEN;
         self.durable = global(id, HEADER_LEN);
         self.shared.durable.store(self.durable, Ordering::Release);
+        if let Some(spare) = &self.spare {
+            let _ = spare.try_send(());
+        }
         Ok(())
     }
 

@@ -165,11 +165,130 @@ fn the_adaptive_window_keeps_every_record_and_its_latency_bound() {
     assert_eq!(replay_all(dir.path(), options).unwrap().len(), 400);
 }
 
+#[test]
+fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
+    // A window of a minute would hold every batch of concurrent writers for
+    // a minute; max_latency lets none wait past 20 ms plus the sync.
+    let dir = tempfile::tempdir().unwrap();
+    let options = JournalOptions {
+        sync_window: Some(std::time::Duration::from_mins(1)),
+        max_latency: std::time::Duration::from_millis(20),
+        ..JournalOptions::default()
+    };
+    let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
+    let j = Arc::new(j);
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                for n in 0..20 {
+                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_mins(1),
+        "no batch waited out the window"
+    );
+    assert_eq!(j.stats().0, 80);
+    drop(j);
+
+    // With a bound of zero every acknowledgement is late, and counted.
+    let dir = tempfile::tempdir().unwrap();
+    let options = JournalOptions {
+        max_latency: std::time::Duration::ZERO,
+        ..JournalOptions::default()
+    };
+    let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
+    for n in 0..10 {
+        j.append(RecordKind::Add, &payload(n), Persist::Synced)
+            .unwrap();
+    }
+    j.sync().unwrap();
+    assert_eq!(j.late_acks(), 11);
+    let relaxed = JournalOptions {
+        max_latency: std::time::Duration::from_hours(1),
+        ..JournalOptions::default()
+    };
+    drop(j);
+    let (j, _) = Journal::open(dir.path(), relaxed, None, |_| {}).unwrap();
+    j.append(RecordKind::Add, &payload(99), Persist::Synced)
+        .unwrap();
+    assert_eq!(j.late_acks(), 0);
+}
+
+#[test]
+fn a_spare_segment_is_kept_ready_and_a_half_made_one_is_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let wait_for_spare = |dir: &Path| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !names(dir).iter().any(|n| n.starts_with("spare-")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no spare made: {:?}",
+                names(dir)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let (j, _) = Journal::open(dir.path(), small(), None, |_| {}).unwrap();
+    wait_for_spare(dir.path());
+    let spare = names(dir.path())
+        .into_iter()
+        .find(|n| n.starts_with("spare-"))
+        .unwrap();
+    // Enough to roll: the roll takes the spare, and a new one is made.
+    let first = j
+        .append(RecordKind::Add, &payload(0), Persist::Synced)
+        .unwrap();
+    let mut last = first;
+    for n in 1..400 {
+        last = j
+            .append(RecordKind::Add, &payload(n), Persist::Synced)
+            .unwrap();
+    }
+    assert!(last.segment > first.segment);
+    wait_for_spare(dir.path());
+    assert!(!names(dir.path()).contains(&spare), "the spare was used");
+    j.close();
+    // A crash while a spare was being made leaves spare.tmp: removed.
+    std::fs::write(dir.path().join("spare.tmp"), b"half").unwrap();
+    assert_eq!(replay_all(dir.path(), small()).unwrap().len(), 400);
+    assert!(!names(dir.path()).contains(&"spare.tmp".to_string()));
+    assert_eq!(
+        names(dir.path())
+            .iter()
+            .filter(|n| n.starts_with("spare-"))
+            .count(),
+        1,
+        "one spare waits: {:?}",
+        names(dir.path())
+    );
+}
+
 fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "log")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("seg-"))
+        })
         .collect();
     v.sort();
     v

@@ -77,11 +77,35 @@ struct Cell {
     p50_ms: f64,
     p99_ms: f64,
     p999_ms: f64,
+    /// The disk's own p99 for one batch of `writers` records, measured
+    /// just before the cell.
+    disk_p99_ms: f64,
 }
 
 fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
     match name {
         "journal" => Arc::new(JournalStore::open(dir, JournalOptions::default()).expect("journal")),
+        "journal (no spare segment)" => Arc::new(
+            JournalStore::open(
+                dir,
+                JournalOptions {
+                    spare_segment: false,
+                    zero_segments: false,
+                    ..JournalOptions::default()
+                },
+            )
+            .expect("journal"),
+        ),
+        "journal (spare zeroed)" => Arc::new(
+            JournalStore::open(
+                dir,
+                JournalOptions {
+                    zero_segments: true,
+                    ..JournalOptions::default()
+                },
+            )
+            .expect("journal"),
+        ),
         "journal+window" => Arc::new(
             JournalStore::open(
                 dir,
@@ -210,6 +234,39 @@ fn reads_per_s(store: &Arc<dyn TileStore>, threads: u64, secs: f64) -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
+/// The disk's own cost of a durable write of `bytes`: one thread writing
+/// that many bytes with `pwrite` into an allocated file and calling
+/// `fdatasync`, back to back for `secs`. Returns (p50, p99) in ms: the floor
+/// under any store's latency for a batch of that size.
+fn device_sync_ms(bytes: usize, secs: f64) -> (f64, f64) {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("floor"))
+        .expect("file");
+    let size = 256u64 << 20;
+    file.set_len(size).expect("size");
+    let data = common::noise(bytes, 7);
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut at = 0u64;
+    while Instant::now() < end {
+        if at + bytes as u64 > size {
+            at = 0;
+        }
+        let t = Instant::now();
+        file.write_all_at(&data, at).expect("write");
+        file.sync_data().expect("fdatasync");
+        h.record(t.elapsed().as_micros() as u64).expect("record");
+        at += bytes as u64;
+    }
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    (ms(0.5), ms(0.99))
+}
+
 fn allocations_per_record() -> (f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (journal, _) =
@@ -258,15 +315,29 @@ fn main() {
         .unwrap_or(3.0);
     let payloads: Vec<Bytes> = (0..16).map(tile).collect();
     let stores = [
+        "journal (no spare segment)",
         "journal",
         "journal+window",
         "file (fsync per tile)",
         "mbtiles (synchronous=FULL)",
+        // Last: its zeroing leaves the disk busy for a while.
+        "journal (spare zeroed)",
     ];
+    // BENCH_STORES: a comma-separated subset of the stores (names as in the table).
+    let only: Option<Vec<String>> = std::env::var("BENCH_STORES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     let mut cells = Vec::new();
     let mut reads = Vec::new();
-    for name in stores {
+    for name in stores
+        .into_iter()
+        .filter(|n| only.as_ref().is_none_or(|o| o.iter().any(|x| x == n)))
+    {
         for writers in [1u64, 8, 64] {
+            // Let the previous cell's writes settle before measuring.
+            let _ = std::process::Command::new("sync").status();
+            std::thread::sleep(Duration::from_secs(1));
+            let (_, disk_p99_ms) = device_sync_ms(TILE_BYTES * writers as usize, secs / 3.0);
             let dir = tempfile::tempdir().expect("tempdir");
             let store = make_store(name, dir.path());
             let rate = closed_loop(&store, writers, secs, &payloads);
@@ -285,6 +356,7 @@ fn main() {
                 p50_ms: ms(0.5),
                 p99_ms: ms(0.99),
                 p999_ms: ms(0.999),
+                disk_p99_ms,
             });
             if writers == 8 {
                 reads.push((name, reads_per_s(&store, 8, secs)));
@@ -292,6 +364,10 @@ fn main() {
         }
     }
     let (raw, per_put) = allocations_per_record();
+    let floors: Vec<(usize, (f64, f64))> = [20_000usize, 160_000, 1_280_000]
+        .into_iter()
+        .map(|b| (b, device_sync_ms(b, secs)))
+        .collect();
 
     println!("# Durable tile writes: journal (group commit) vs file (fsync per tile) vs MBTiles\n");
     println!(
@@ -307,14 +383,25 @@ fn main() {
         "that throughput on a fixed schedule, and latency is measured from the intended start of each write"
     );
     println!(
-        "(HdrHistogram), so time spent queueing counts. `journal+window`: adaptive sync window of 0.5 ms.\n"
+        "(HdrHistogram), so time spent queueing counts. `journal`: the defaults (a spare segment kept ready"
     );
-    println!("| store | writers | durable writes/s | p50 ms | p99 ms | p99.9 ms |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "by a background thread, `max_latency` 5 ms, no window); `journal (no spare segment)`: each roll"
+    );
+    println!(
+        "allocates its segment while writers wait (the journal before spares); `journal (spare zeroed)`:"
+    );
+    println!(
+        "the spare also written through with zeros; `journal+window`: adaptive sync window of 0.5 ms.\n"
+    );
+    println!(
+        "| store | writers | durable writes/s | p50 ms | p99 ms | p99.9 ms | disk p99 ms, one batch of `writers` records |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for c in &cells {
         println!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} |",
-            c.store, c.writers, c.writes_per_s, c.p50_ms, c.p99_ms, c.p999_ms
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            c.store, c.writers, c.writes_per_s, c.p50_ms, c.p99_ms, c.p999_ms, c.disk_p99_ms
         );
     }
     println!("\n## Reads (8 threads, tiles just written, page cache warm)\n");
@@ -322,6 +409,12 @@ fn main() {
     println!("|---|---:|");
     for (name, r) in &reads {
         println!("| {name} | {r:.0} |");
+    }
+    println!("\n## The disk's floor: one `pwrite` + `fdatasync` of a batch, back to back\n");
+    println!("| batch bytes | records of 20 kB | p50 ms | p99 ms |");
+    println!("|---:|---:|---:|---:|");
+    for (bytes, (p50, p99)) in &floors {
+        println!("| {bytes} | {} | {p50:.2} | {p99:.2} |", bytes / TILE_BYTES);
     }
     println!("\n## Allocations per record (counting global allocator, steady state)\n");
     println!("| path | allocations per record |");

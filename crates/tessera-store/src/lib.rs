@@ -20,6 +20,7 @@ pub mod object;
 mod object_io;
 mod object_tiles;
 pub mod pack;
+mod pack_cache;
 mod packs;
 mod spec;
 pub mod upload;

@@ -1,7 +1,7 @@
 //! [`ObjectIo`]: the blocking face of an async object store client that
 //! the stores on object storage share ([`crate::PackStore`],
 //! [`crate::TileObjectStore`]): its own small runtime, request counts, and
-//! the few calls they make (whole-object GET, conditional PUT, batch
+//! the few calls they make (whole-object and ranged GET, conditional PUT, batch
 //! DELETE, the create-only fingerprint record).
 
 use std::future::Future;
@@ -12,7 +12,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
-    Attributes, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+    Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    UpdateVersion,
 };
 
 use crate::object::{CountingStore, ObjectLocation, RequestCounts, RequestSnapshot};
@@ -24,6 +25,17 @@ pub(crate) struct Fetched {
     pub bytes: Bytes,
     pub version: UpdateVersion,
     pub modified: SystemTime,
+}
+
+/// What a ranged read found.
+#[derive(Debug)]
+pub(crate) enum RangeRead {
+    /// The bytes, and the object's ETag when the store gives one.
+    Bytes(Bytes, Option<String>),
+    /// No such object.
+    Missing,
+    /// The object is no longer the version asked for.
+    Changed,
 }
 
 /// An object store client driven from blocking threads.
@@ -104,6 +116,36 @@ impl ObjectIo {
                     })
                 }
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        got.map_err(|e| Self::io("get", path.as_ref(), e))
+    }
+
+    /// Bytes `range` of the object at `path` (fewer when the object ends
+    /// first) with the object's ETag; when `if_match` is given, only from
+    /// that version of the object.
+    pub fn fetch_range(
+        &self,
+        path: &Path,
+        range: std::ops::Range<u64>,
+        if_match: Option<String>,
+    ) -> Result<RangeRead, StoreError> {
+        let store = self.store.clone();
+        let p = path.clone();
+        let got = self.run(async move {
+            let options = GetOptions {
+                range: Some(range.into()),
+                if_match,
+                ..GetOptions::default()
+            };
+            match store.get_opts(&p, options).await {
+                Ok(r) => {
+                    let e_tag = r.meta.e_tag.clone();
+                    r.bytes().await.map(|b| RangeRead::Bytes(b, e_tag))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(RangeRead::Missing),
+                Err(object_store::Error::Precondition { .. }) => Ok(RangeRead::Changed),
                 Err(e) => Err(e),
             }
         });

@@ -13,11 +13,14 @@
 //! conditional put on the version read (If-Match), retrying on conflict, so
 //! two writers never lose each other's tiles; a write that fills the whole
 //! block (a metatile the size of the pack) is a single unconditional PUT.
-//! Reads go through an optional [`DiskCache`].
+//! Packs read are held decoded in memory (a tile is then one lookup), and
+//! reads go through an optional [`DiskCache`]. Without a local cache, a
+//! pack of more than `range_reads_above` tiles is read by range: its header
+//! (the tile index) once, then only the asked tile's bytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -26,8 +29,9 @@ use object_store::{Attributes, PutMode, PutPayload, UpdateVersion};
 use tessera_grid::{Curve, TileRange, order_for};
 
 use crate::object::{ObjectLocation, RequestSnapshot};
-use crate::object_io::ObjectIo;
-use crate::pack::{PackedTile, merge, read_pack, write_pack};
+use crate::object_io::{ObjectIo, RangeRead};
+use crate::pack::{HeaderRead, PackIndex, PackedTile, merge, read_pack, write_pack};
+use crate::pack_cache::{DecodedPacks, Found, Held};
 use crate::{
     AreaRange, DiskCache, Durability, StoreError, StoredTile, TileArea, TileKey, TileStore,
     TruncateReport, check_not_empty,
@@ -54,6 +58,11 @@ pub struct PackOptions {
     /// A truncated zoom touching more packs than this finds them by
     /// listing its prefix instead of by computed keys.
     pub list_above: u64,
+    /// Memory for packs held decoded, in bytes (0: none; default 64 MiB).
+    pub decoded_bytes: usize,
+    /// Without a local cache, packs of more tiles than this are read by
+    /// range (header, then the tile) instead of whole (default 16).
+    pub range_reads_above: u32,
 }
 
 impl Default for PackOptions {
@@ -67,6 +76,8 @@ impl Default for PackOptions {
             max_ranges: 256,
             io_threads: 2,
             list_above: crate::object_tiles::LIST_ABOVE_KEYS,
+            decoded_bytes: 64 << 20,
+            range_reads_above: 16,
         }
     }
 }
@@ -81,6 +92,9 @@ pub struct PackStore {
     level: u8,
     curve: Curve,
     cache: Option<DiskCache>,
+    decoded: DecodedPacks,
+    /// Whether packs are read by range (header, then the tile).
+    range_reads: bool,
     /// Writers of one pack in this process take turns (conditional puts
     /// settle conflicts with other processes).
     stripes: Vec<Mutex<()>>,
@@ -128,7 +142,9 @@ impl PackStore {
             io: ObjectIo::new(location, options.io_threads)?,
             level: (tiles.trailing_zeros() / 2) as u8,
             curve: options.curve,
+            range_reads: cache.is_none() && tiles > options.range_reads_above,
             cache,
+            decoded: DecodedPacks::new(options.decoded_bytes),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             merge_attempts: options.merge_attempts.max(1),
             delete_batch: options.delete_batch.max(1),
@@ -236,16 +252,125 @@ impl PackStore {
         }
     }
 
-    fn read_tiles(&self, path: &Path) -> Result<Vec<PackedTile>, StoreError> {
-        let Some(bytes) = self.read_bytes(path)? else {
-            return Ok(Vec::new());
+    /// Tile `key` of `held`, the pack at `path` (`None`: no such object);
+    /// a tile the pack's index places in the object is read by range.
+    fn find_tile(
+        &self,
+        path: &Path,
+        held: Option<Arc<Held>>,
+        key: &TileKey,
+    ) -> Result<Option<StoredTile>, StoreError> {
+        let (z, x, y) = (key.coord.z(), key.coord.x(), key.coord.y());
+        let Some(held) = held else {
+            return Ok(None);
         };
-        read_pack(&bytes).map_err(|e| {
-            if let Some(c) = &self.cache {
-                c.invalidate(path.as_ref());
-            }
-            ObjectIo::io("read", path.as_ref(), e)
+        let (range, created, version) =
+            match held.find(z, x, y).map_err(|e| self.unreadable(path, e))? {
+                Found::Tile(bytes, created) => return Ok(Some(stored_tile(bytes, created))),
+                Found::Absent => return Ok(None),
+                Found::At(range, created, version) => (range, created, version),
+            };
+        let want = range.end - range.start;
+        if let RangeRead::Bytes(bytes, _) = self.io.fetch_range(path, range, version)?
+            && bytes.len() as u64 == want
+        {
+            return Ok(Some(stored_tile(bytes, created)));
+        }
+        // Rewritten or deleted since its header was read: read it whole
+        // (one GET is one version, however often it is rewritten).
+        self.decoded.invalidate(path.as_ref());
+        let generation = self.decoded.generation();
+        let Some(bytes) = self.read_bytes(path)? else {
+            return Ok(None);
+        };
+        let held = Arc::new(Held::from_bytes(bytes).map_err(|e| self.unreadable(path, e))?);
+        let found = held.find(z, x, y).map_err(|e| self.unreadable(path, e))?;
+        self.decoded.insert(path.to_string(), held, generation);
+        Ok(match found {
+            Found::Tile(bytes, created) => Some(stored_tile(bytes, created)),
+            Found::Absent | Found::At(..) => None,
         })
+    }
+
+    /// [`PackStore::held`], once per pack within one call (also when packs
+    /// are not held in memory between calls).
+    fn held_once(
+        &self,
+        packs: &mut HashMap<String, Option<Arc<Held>>>,
+        path: &Path,
+    ) -> Result<Option<Arc<Held>>, StoreError> {
+        if let Some(held) = packs.get(path.as_ref()) {
+            return Ok(held.clone());
+        }
+        let held = self.held(path)?;
+        packs.insert(path.to_string(), held.clone());
+        Ok(held)
+    }
+
+    /// The pack at `path` as held in memory, read first when it is not;
+    /// `None` when it does not exist.
+    fn held(&self, path: &Path) -> Result<Option<Arc<Held>>, StoreError> {
+        if let Some(held) = self.decoded.get(path.as_ref()) {
+            return Ok(Some(held));
+        }
+        let generation = self.decoded.generation();
+        let Some(held) = self.load(path)? else {
+            return Ok(None);
+        };
+        let held = Arc::new(held);
+        self.decoded
+            .insert(path.to_string(), held.clone(), generation);
+        Ok(Some(held))
+    }
+
+    /// Reads the pack at `path` into the form held in memory; `None` when
+    /// it does not exist.
+    fn load(&self, path: &Path) -> Result<Option<Held>, StoreError> {
+        if self.range_reads {
+            let (head, version) = match self.io.fetch_range(path, 0..HEADER_GUESS, None)? {
+                RangeRead::Bytes(head, version) => (head, version),
+                RangeRead::Missing => return Ok(None),
+                // No condition was asked: read whole below.
+                RangeRead::Changed => (Bytes::new(), None),
+            };
+            let mut read = PackIndex::read(&head).map_err(|e| self.unreadable(path, e))?;
+            if let HeaderRead::NeedAtLeast(n) = read
+                && head.len() as u64 == HEADER_GUESS
+            {
+                // A header larger than the guess: fetch up to its end, of
+                // the same version.
+                read =
+                    match self
+                        .io
+                        .fetch_range(path, 0..n as u64 + HEADER_GUESS, version.clone())?
+                    {
+                        RangeRead::Bytes(head, _) => {
+                            PackIndex::read(&head).map_err(|e| self.unreadable(path, e))?
+                        }
+                        // Changed meanwhile: read whole below.
+                        RangeRead::Missing | RangeRead::Changed => HeaderRead::NoIndex,
+                    };
+            }
+            if let HeaderRead::Index(index) = read {
+                return Ok(Some(Held::IndexOnly(index, version)));
+            }
+            // No index (or a header cut short): read whole and decode below.
+        }
+        let Some(bytes) = self.read_bytes(path)? else {
+            return Ok(None);
+        };
+        Held::from_bytes(bytes)
+            .map(Some)
+            .map_err(|e| self.unreadable(path, e))
+    }
+
+    /// The error for a pack that cannot be read; its local copy is dropped.
+    fn unreadable(&self, path: &Path, e: crate::pack::PackError) -> StoreError {
+        self.decoded.invalidate(path.as_ref());
+        if let Some(c) = &self.cache {
+            c.invalidate(path.as_ref());
+        }
+        ObjectIo::io("read", path.as_ref(), e)
     }
 
     /// Writes `body` under `path` with `mode`; `Ok(false)` when the
@@ -254,7 +379,11 @@ impl PackStore {
         let cached = self.cache.is_some().then(|| body.clone());
         let written = self
             .io
-            .put(path, PutPayload::from(body), mode, Attributes::new())?;
+            .put(path, PutPayload::from(body), mode, Attributes::new());
+        // After the write (also a failed one): a read that began before it
+        // and ends after is not kept either.
+        self.decoded.invalidate(path.as_ref());
+        let written = written?;
         if let Some(c) = &self.cache {
             match cached {
                 Some(body) if written => c.replace(path.as_ref(), &body),
@@ -333,20 +462,28 @@ impl PackStore {
                 c.invalidate(p.as_ref());
             }
         }
-        self.io.delete(paths, self.delete_batch)
+        let deleted = self.io.delete(paths, self.delete_batch);
+        for p in paths {
+            self.decoded.invalidate(p.as_ref());
+        }
+        deleted
     }
 }
 
 /// A packed tile as a [`StoredTile`] (its time is the record's `created`).
-fn stored_tile(t: &PackedTile) -> StoredTile {
+fn stored_tile(bytes: Bytes, created_ms: i64) -> StoredTile {
     StoredTile {
-        stored_at: u64::try_from(t.created_ms)
+        stored_at: u64::try_from(created_ms)
             .ok()
             .filter(|ms| *ms > 0)
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-        bytes: t.data.clone(),
+        bytes,
     }
 }
+
+/// Bytes fetched first when a pack's header is read by range: enough for
+/// the schema and the index of 64 tiles.
+const HEADER_GUESS: u64 = 8 << 10;
 
 fn in_ranges(ranges: &[&TileRange], x: u32, y: u32) -> bool {
     ranges
@@ -375,12 +512,8 @@ impl TileStore for PackStore {
     /// The time is the record's `created` field.
     fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
         let pack = self.locate(key);
-        let (x, y, z) = (key.coord.x(), key.coord.y(), key.coord.z());
-        Ok(self
-            .read_tiles(&pack.path)?
-            .iter()
-            .find(|t| t.z == z && t.x == x && t.y == y)
-            .map(stored_tile))
+        let held = self.held(&pack.path)?;
+        self.find_tile(&pack.path, held, key)
     }
 
     /// Kept in the object `<prefix>/<layer>/fingerprint`, created with a
@@ -396,61 +529,50 @@ impl TileStore for PackStore {
         self.level > 0
     }
 
-    /// Drops the local cache's copy of the tile's pack.
+    /// Drops the local cache's and memory's copies of the tile's pack.
     fn forget(&self, key: &TileKey) {
+        let path = self.locate(key).path;
+        self.decoded.invalidate(path.as_ref());
         if let Some(c) = &self.cache {
-            c.invalidate(self.locate(key).path.as_ref());
+            c.invalidate(path.as_ref());
         }
     }
 
     /// Empties the local cache (its files are named by hashes of their
-    /// keys, so one layer's packs cannot be told apart).
+    /// keys, so one layer's packs cannot be told apart) and memory.
     fn forget_layer(&self, _layer: &str) {
+        self.decoded.clear();
         if let Some(c) = &self.cache {
             c.clear();
         }
     }
 
-    /// One read per pack, however many of its tiles are asked.
+    /// One read per pack, however many of its tiles are asked (packs read
+    /// by range: the header once, then each tile asked).
     fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
-        let mut packs: BTreeMap<String, Vec<PackedTile>> = BTreeMap::new();
-        let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            let path = self.locate(k).path;
-            let tiles = match packs.entry(path.to_string()) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => e.insert(self.read_tiles(&path)?),
-            };
-            let (x, y, z) = (k.coord.x(), k.coord.y(), k.coord.z());
-            out.push(
-                tiles
-                    .iter()
-                    .find(|t| t.z == z && t.x == x && t.y == y)
-                    .map(stored_tile),
-            );
-        }
-        Ok(out)
+        let mut packs = HashMap::new();
+        keys.iter()
+            .map(|k| {
+                let path = self.locate(k).path;
+                let held = self.held_once(&mut packs, &path)?;
+                self.find_tile(&path, held, k)
+            })
+            .collect()
     }
 
-    /// One read per pack, however many of its tiles are asked.
+    /// One read per pack (its header, when read by range), however many
+    /// of its tiles are asked.
     fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
-        let mut by_pack: BTreeMap<String, (Path, Vec<&TileKey>)> = BTreeMap::new();
+        let mut packs = HashMap::new();
         for k in keys {
-            let pack = self.locate(k);
-            by_pack
-                .entry(pack.path.to_string())
-                .or_insert_with(|| (pack.path, Vec::new()))
-                .1
-                .push(k);
-        }
-        for (path, wanted) in by_pack.into_values() {
-            let tiles = self.read_tiles(&path)?;
-            let held = |k: &TileKey| {
-                tiles
-                    .iter()
-                    .any(|t| t.z == k.coord.z() && t.x == k.coord.x() && t.y == k.coord.y())
+            let path = self.locate(k).path;
+            let Some(held) = self.held_once(&mut packs, &path)? else {
+                return Ok(false);
             };
-            if !wanted.into_iter().all(held) {
+            let found = held
+                .find(k.coord.z(), k.coord.x(), k.coord.y())
+                .map_err(|e| self.unreadable(&path, e))?;
+            if matches!(found, Found::Absent) {
                 return Ok(false);
             }
         }

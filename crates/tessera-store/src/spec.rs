@@ -77,6 +77,10 @@ pub struct JournalSpec {
     /// milliseconds (default 0: off).
     #[serde(default)]
     pub sync_window_ms: u64,
+    /// The latency synced writes aim for, in milliseconds (default 5): the
+    /// sync window never waits past it.
+    #[serde(default)]
+    pub max_latency_ms: Option<u64>,
     /// In-memory LRU in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
@@ -141,6 +145,19 @@ pub struct ObjectSpec {
     /// zoom holds objects).
     #[serde(default = "default_truncate_list_above")]
     pub truncate_list_above: u64,
+    /// Memory for packs held decoded, so that a tile of a pack read lately
+    /// is one lookup (default 64MiB; 0 = none).
+    #[serde(default)]
+    pub decoded: Option<Size>,
+    /// Without `cache_path`, packs of more tiles than this are read by
+    /// range: their header's tile index once, then each tile's bytes
+    /// (default 16).
+    #[serde(default = "default_range_reads_above")]
+    pub range_reads_above: u32,
+}
+
+fn default_range_reads_above() -> u32 {
+    16
 }
 
 fn default_truncate_list_above() -> u64 {
@@ -372,6 +389,9 @@ impl StoreSpec {
                     segment_size: Size::or(s.segment, DEFAULT_SEGMENT),
                     sync_window: (s.sync_window_ms > 0)
                         .then(|| Duration::from_millis(s.sync_window_ms)),
+                    max_latency: s
+                        .max_latency_ms
+                        .map_or(JournalOptions::default().max_latency, Duration::from_millis),
                     ..JournalOptions::default()
                 };
                 Arc::new(JournalStore::open(&s.path, options)?)
@@ -398,6 +418,9 @@ impl StoreSpec {
                     curve: s.curve,
                     cache: s.cache_path.as_ref().map(|p| (p.clone(), cache_bytes)),
                     list_above: s.truncate_list_above,
+                    decoded_bytes: usize::try_from(Size::or(s.decoded, 64 << 20))
+                        .unwrap_or(usize::MAX),
+                    range_reads_above: s.range_reads_above,
                     ..PackOptions::default()
                 };
                 Arc::new(PackStore::new(location, &packs)?)

@@ -54,7 +54,8 @@ fn pack_store(kind: &str, label: &str, options: &PackOptions) -> PackStore {
 }
 
 fn conformance(kind: &str) {
-    for pack_tiles in [1, 16] {
+    // 64: read by range (header, then the tile) without a local cache.
+    for pack_tiles in [1, 16, 64] {
         let options = PackOptions {
             pack_tiles,
             ..PackOptions::default()
@@ -148,7 +149,11 @@ fn pack_keys_are_computed_and_sort_in_curve_order() {
 /// Reads never list, and a missing pack is one GET answered 404.
 #[test]
 fn reads_never_list() {
-    let options = PackOptions::default();
+    // Without packs held in memory: one GET per read.
+    let options = PackOptions {
+        decoded_bytes: 0,
+        ..PackOptions::default()
+    };
     let (url, opts) = backend("s3", "no-list");
     let writer = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
     let mut tiles = Vec::new();
@@ -193,6 +198,100 @@ fn reads_never_list() {
         "one GET per read without a local cache: {r:?}"
     );
     assert_eq!(r.total(), r.get);
+}
+
+/// Packs read are held in memory: each is fetched once, however many of
+/// its tiles are read or checked, until it is written again.
+#[test]
+fn packs_held_in_memory_are_fetched_once_and_dropped_when_written() {
+    let options = PackOptions::default();
+    let (url, opts) = backend("s3", "held");
+    let writer = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    let tiles: Vec<_> = (0..64u64)
+        .map(|i| {
+            (
+                key("l", 6, i % 8, i / 8, TileFormat::Png),
+                payload(i as u8, 700),
+            )
+        })
+        .collect();
+    writer.put_many(tiles.clone(), Durability::Synced).unwrap();
+    let reader = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    for _ in 0..3 {
+        for (k, data) in &tiles {
+            assert_eq!(reader.get(k).unwrap().as_ref(), Some(data));
+        }
+    }
+    let keys: Vec<_> = tiles.iter().map(|(k, _)| k.clone()).collect();
+    assert!(reader.all_exist(&keys).unwrap());
+    assert_eq!(reader.requests().get, 4, "four packs of 16, one GET each");
+    // A write through this store drops its held copy: the next read sees it.
+    reader
+        .put(&tiles[3].0, payload(99, 500), Durability::Synced)
+        .unwrap();
+    assert_eq!(reader.get(&tiles[3].0).unwrap(), Some(payload(99, 500)));
+    assert_eq!(reader.get(&tiles[4].0).unwrap().as_ref(), Some(&tiles[4].1));
+    // A write by another process is seen once the copy is forgotten (as
+    // the cluster's lease and generation checks do).
+    writer
+        .put(&tiles[5].0, payload(77, 500), Durability::Synced)
+        .unwrap();
+    reader.forget(&tiles[5].0);
+    assert_eq!(reader.get(&tiles[5].0).unwrap(), Some(payload(77, 500)));
+}
+
+/// Packs of 64 read without a local cache fetch their header once, then
+/// each tile by range: never the whole object.
+#[test]
+fn large_packs_are_read_by_range_through_their_header_index() {
+    let options = PackOptions {
+        pack_tiles: 64,
+        ..PackOptions::default()
+    };
+    let (url, opts) = backend("s3", "ranges");
+    let writer = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    let tiles: Vec<_> = (0..64u64)
+        .map(|i| {
+            (
+                key("l", 6, 8 + i % 8, i / 8, TileFormat::Png),
+                payload(i as u8, 20_000 + i as usize),
+            )
+        })
+        .collect();
+    writer.put_many(tiles.clone(), Durability::Synced).unwrap();
+    let reader = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    for (k, data) in tiles.iter().take(10) {
+        assert_eq!(reader.get(k).unwrap().as_ref(), Some(data));
+    }
+    // One header read, then one ranged read per tile.
+    assert_eq!(reader.requests().get, 1 + 10);
+    assert_eq!(
+        reader.get(&key("l", 6, 7, 0, TileFormat::Png)).unwrap(),
+        None
+    );
+    let keys: Vec<_> = tiles.iter().map(|(k, _)| k.clone()).collect();
+    let before = reader.requests();
+    assert!(reader.all_exist(&keys).unwrap());
+    assert_eq!(reader.requests().since(&before).get, 0, "the index answers");
+    // A pack rewritten by another process after its header was read: the
+    // stale range is noticed and the pack read again.
+    // Same sizes, other bytes: only the version tells them apart.
+    let rewritten: Vec<_> = tiles
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), payload(200 - i as u8, 20_000 + i)))
+        .collect();
+    writer
+        .put_many(rewritten.clone(), Durability::Synced)
+        .unwrap();
+    assert_eq!(
+        reader.get(&tiles[40].0).unwrap(),
+        Some(rewritten[40].1.clone())
+    );
+    assert_eq!(
+        reader.get(&tiles[41].0).unwrap(),
+        Some(rewritten[41].1.clone())
+    );
 }
 
 /// With the local cache, a pack is fetched once, also after a restart, and

@@ -21,7 +21,8 @@ with open(sys.argv[1], "rb") as f:
          "data": t["data"].hex(), "created": int(t["created"].timestamp() * 1000), "etag": t["etag"]}
         for t in r
     ]
-print(json.dumps({"codec": r.codec, "schema_name": schema["name"], "tiles": tiles}))
+print(json.dumps({"codec": r.codec, "schema_name": schema["name"], "tiles": tiles,
+                  "metadata": sorted(r.metadata)}))
 "#;
 
 #[test]
@@ -62,6 +63,15 @@ fn fastavro_reads_a_pack_written_by_tessera_byte_for_byte() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["codec"], "null", "payloads are not compressed again");
     assert_eq!(v["schema_name"], "tessera.pack.Tile");
+    assert!(
+        v["metadata"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "tessera.index"),
+        "the tile index is header metadata: {}",
+        v["metadata"]
+    );
     let read = v["tiles"].as_array().unwrap();
     assert_eq!(read.len(), tiles.len());
     for (t, r) in tiles.iter().zip(read) {
