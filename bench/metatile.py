@@ -68,9 +68,13 @@ def run_scenarios(binary, clients, requests, runs, pool_threads):
         (f"cache, {hit}% hits ({k} per metatile)", k, True) for k, hit in ((1, 0), (2, 50), (4, 75), (16, 94))
     ]
     for name, k, cached in cases:
-        for pool in ((pool_threads, 0) if cached else (pool_threads,)):
-            rates, p50s, p99s, dups, hit_ratios = [], [], [], [], []
-            for run in range(runs):
+        pools = (pool_threads, 0) if cached else (pool_threads,)
+        # Pool on and off alternate run by run, so that a drift in the
+        # machine's speed falls on both alike.
+        results = {pool: ([], [], [], [], []) for pool in pools}
+        for run in range(runs):
+            for pool in pools:
+                rates, p50s, p99s, dups, hit_ratios = results[pool]
                 paths, metatiles = scenario_paths(k, requests)
                 with tempfile.TemporaryDirectory() as work:
                     with tessera(binary, config(Path(work) / "cache", pool, cached), work) as port:
@@ -87,11 +91,13 @@ def run_scenarios(binary, clients, requests, runs, pool_threads):
                 p99s.append(percentile(lat, 99))
                 dups.append(int(renders - (len(paths) if not cached else metatiles)))
                 hit_ratios.append(hits / len(paths))
-            row = (name, "-" if not cached else ("on" if pool else "off"), len(paths), statistics.median(rates),
+        for pool in pools:
+            rates, p50s, p99s, dups, hit_ratios = results[pool]
+            row = (name, "-" if not cached else ("on" if pool else "off"), requests, statistics.median(rates),
                    statistics.median(p50s), statistics.median(p99s), statistics.median(hit_ratios), max(dups))
             rows.append(row)
             print(f"{name:36} pool={row[1]:3} {row[3]:8.1f} tiles/s  p50 {row[4]:6.1f} ms  p99 {row[5]:7.1f} ms"
-                  f"  hits {row[6]:.0%}  duplicates {row[7]}", flush=True)
+                  f"  hits {row[6]:.0%}  duplicates {row[7]}  runs {[round(r, 1) for r in rates]}", flush=True)
     return rows
 
 
@@ -169,6 +175,17 @@ def main():
     ]
     for name, pool, n, rate, p50, p99, hits, dups in scenario_rows:
         lines.append(f"| {name} | {pool} | {n} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {hits:.0%} | {dups} |")
+    rate_of = {(name, pool): rate for name, pool, _, rate, *_ in scenario_rows}
+    lines += [
+        "",
+        "Pool on against off, same scenario (runs alternate on and off):",
+        "",
+        "| scenario | tiles/s on / off |",
+        "|---|---:|",
+    ]
+    for name, pool, *_ in scenario_rows:
+        if pool == "on" and (name, "off") in rate_of:
+            lines.append(f"| {name} | {rate_of[(name, 'on')] / rate_of[(name, 'off')]:.2f} |")
     lines += [
         "",
         f"## Cache hits over HTTP ({args.connections} connections, wrk, medians of {args.runs} runs of {args.seconds} s)",

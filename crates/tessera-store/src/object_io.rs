@@ -161,6 +161,18 @@ impl ObjectIo {
         mode: PutMode,
         attributes: Attributes,
     ) -> Result<bool, StoreError> {
+        Ok(self.put_versioned(path, body, mode, attributes)?.is_some())
+    }
+
+    /// [`ObjectIo::put`] returning the version written (`None`: the
+    /// condition failed).
+    pub fn put_versioned(
+        &self,
+        path: &Path,
+        body: PutPayload,
+        mode: PutMode,
+        attributes: Attributes,
+    ) -> Result<Option<UpdateVersion>, StoreError> {
         let store = self.store.clone();
         let p = path.clone();
         let result = self.run(async move {
@@ -172,11 +184,14 @@ impl ObjectIo {
             store.put_opts(&p, body, opts).await
         });
         match result {
-            Ok(_) => Ok(true),
+            Ok(r) => Ok(Some(UpdateVersion {
+                e_tag: r.e_tag,
+                version: r.version,
+            })),
             Err(
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. },
-            ) => Ok(false),
+            ) => Ok(None),
             Err(e) => Err(Self::io("put", path.as_ref(), e)),
         }
     }

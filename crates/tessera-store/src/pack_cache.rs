@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use lru::LruCache;
+use object_store::UpdateVersion;
 
 use crate::pack::{HeaderRead, PackError, PackIndex, PackedTile, read_pack};
 
@@ -13,7 +14,13 @@ use crate::pack::{HeaderRead, PackError, PackIndex, PackedTile, read_pack};
 #[derive(Debug)]
 pub(crate) enum Held {
     /// The whole object with its index: a tile is a slice of the bytes.
-    Whole { bytes: Bytes, index: PackIndex },
+    /// With the object's version when known (read or written by this
+    /// store), a write can merge into it without reading it again.
+    Whole {
+        bytes: Bytes,
+        index: PackIndex,
+        version: Option<UpdateVersion>,
+    },
     /// Only the header's index (the pack was read by range): a tile is one
     /// ranged read of the object, of the version (ETag) the index is from.
     IndexOnly(PackIndex, Option<String>),
@@ -37,9 +44,13 @@ pub(crate) enum Found {
 impl Held {
     /// The whole pack `bytes` made ready for lookups: sliced by its index
     /// when it has one, else decoded.
-    pub fn from_bytes(bytes: Bytes) -> Result<Held, PackError> {
+    pub fn from_bytes(bytes: Bytes, version: Option<UpdateVersion>) -> Result<Held, PackError> {
         match PackIndex::read(&bytes)? {
-            HeaderRead::Index(index) => Ok(Held::Whole { bytes, index }),
+            HeaderRead::Index(index) => Ok(Held::Whole {
+                bytes,
+                index,
+                version,
+            }),
             HeaderRead::NoIndex => Ok(Held::Decoded(read_pack(&bytes)?)),
             HeaderRead::NeedAtLeast(_) => Err(PackError::Shape("pack header is cut short".into())),
         }
@@ -48,7 +59,7 @@ impl Held {
     /// Tile `z/x/y`.
     pub fn find(&self, z: u8, x: u32, y: u32) -> Result<Found, PackError> {
         Ok(match self {
-            Held::Whole { bytes, index } => match index.slice(bytes, z, x, y)? {
+            Held::Whole { bytes, index, .. } => match index.slice(bytes, z, x, y)? {
                 Some((tile, created)) => Found::Tile(tile, created),
                 None => Found::Absent,
             },
@@ -72,7 +83,7 @@ impl Held {
         const OVERHEAD: usize = 128;
         OVERHEAD
             + match self {
-                Held::Whole { bytes, index } => bytes.len() + index.heap_bytes(),
+                Held::Whole { bytes, index, .. } => bytes.len() + index.heap_bytes(),
                 Held::IndexOnly(index, _) => index.heap_bytes(),
                 Held::Decoded(tiles) => tiles
                     .iter()
@@ -197,7 +208,7 @@ mod tests {
     #[test]
     fn a_held_pack_answers_tiles_as_slices_of_its_bytes() {
         let bytes = pack(16, 1000);
-        let held = Held::from_bytes(bytes.clone()).unwrap();
+        let held = Held::from_bytes(bytes.clone(), None).unwrap();
         match held.find(5, 2, 3).unwrap() {
             Found::Tile(t, _) => {
                 assert_eq!(t, vec![14u8; 1000]);
@@ -213,7 +224,7 @@ mod tests {
 
     #[test]
     fn the_cache_stays_within_its_bytes_and_a_racing_read_is_not_kept() {
-        let one = Arc::new(Held::from_bytes(pack(4, 10_000)).unwrap());
+        let one = Arc::new(Held::from_bytes(pack(4, 10_000), None).unwrap());
         let weight = one.weight();
         let cache = DecodedPacks::new(weight * 3);
         for i in 0..10 {

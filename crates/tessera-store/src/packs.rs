@@ -13,10 +13,10 @@
 //! conditional put on the version read (If-Match), retrying on conflict, so
 //! two writers never lose each other's tiles; a write that fills the whole
 //! block (a metatile the size of the pack) is a single unconditional PUT.
-//! Packs read are held decoded in memory (a tile is then one lookup), and
-//! reads go through an optional [`DiskCache`]. Without a local cache, a
-//! pack of more than `range_reads_above` tiles is read by range: its header
-//! (the tile index) once, then only the asked tile's bytes.
+//! Packs read are held in memory (a tile is then one lookup), and reads go
+//! through an optional [`DiskCache`]. Without a local cache and with
+//! `range_reads_above` set, a larger pack is read by range: its header (the
+//! tile index) once, then only the asked tile's bytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -61,8 +61,10 @@ pub struct PackOptions {
     /// Memory for packs held decoded, in bytes (0: none; default 64 MiB).
     pub decoded_bytes: usize,
     /// Without a local cache, packs of more tiles than this are read by
-    /// range (header, then the tile) instead of whole (default 16).
-    pub range_reads_above: u32,
+    /// range (header, then the tile) instead of whole and held (default
+    /// `None`: never; on the benchmark's MinIO a ranged GET per tile cost
+    /// more than one whole GET per pack, see docs/benchmarks/packs.md).
+    pub range_reads_above: Option<u32>,
 }
 
 impl Default for PackOptions {
@@ -77,7 +79,7 @@ impl Default for PackOptions {
             io_threads: 2,
             list_above: crate::object_tiles::LIST_ABOVE_KEYS,
             decoded_bytes: 64 << 20,
-            range_reads_above: 16,
+            range_reads_above: None,
         }
     }
 }
@@ -142,7 +144,7 @@ impl PackStore {
             io: ObjectIo::new(location, options.io_threads)?,
             level: (tiles.trailing_zeros() / 2) as u8,
             curve: options.curve,
-            range_reads: cache.is_none() && tiles > options.range_reads_above,
+            range_reads: cache.is_none() && options.range_reads_above.is_some_and(|n| tiles > n),
             cache,
             decoded: DecodedPacks::new(options.decoded_bytes),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -242,13 +244,17 @@ impl PackStore {
         Ok(self.io.fetch(path)?.map(|f| (f.bytes, f.version)))
     }
 
-    /// The pack's bytes for reading, through the local cache.
-    fn read_bytes(&self, path: &Path) -> Result<Option<Bytes>, StoreError> {
+    /// The pack's bytes for reading, through the local cache, with their
+    /// version when read from the object store itself.
+    fn read_bytes(
+        &self,
+        path: &Path,
+    ) -> Result<Option<(Bytes, Option<UpdateVersion>)>, StoreError> {
         match &self.cache {
-            Some(cache) => {
-                cache.get_or_fetch(path.as_ref(), || Ok(self.fetch(path)?.map(|(b, _)| b)))
-            }
-            None => Ok(self.fetch(path)?.map(|(b, _)| b)),
+            Some(cache) => Ok(cache
+                .get_or_fetch(path.as_ref(), || Ok(self.fetch(path)?.map(|(b, _)| b)))?
+                .map(|b| (b, None))),
+            None => Ok(self.fetch(path)?.map(|(b, v)| (b, Some(v)))),
         }
     }
 
@@ -280,10 +286,11 @@ impl PackStore {
         // (one GET is one version, however often it is rewritten).
         self.decoded.invalidate(path.as_ref());
         let generation = self.decoded.generation();
-        let Some(bytes) = self.read_bytes(path)? else {
+        let Some((bytes, version)) = self.read_bytes(path)? else {
             return Ok(None);
         };
-        let held = Arc::new(Held::from_bytes(bytes).map_err(|e| self.unreadable(path, e))?);
+        let held =
+            Arc::new(Held::from_bytes(bytes, version).map_err(|e| self.unreadable(path, e))?);
         let found = held.find(z, x, y).map_err(|e| self.unreadable(path, e))?;
         self.decoded.insert(path.to_string(), held, generation);
         Ok(match found {
@@ -356,10 +363,10 @@ impl PackStore {
             }
             // No index (or a header cut short): read whole and decode below.
         }
-        let Some(bytes) = self.read_bytes(path)? else {
+        let Some((bytes, version)) = self.read_bytes(path)? else {
             return Ok(None);
         };
-        Held::from_bytes(bytes)
+        Held::from_bytes(bytes, version)
             .map(Some)
             .map_err(|e| self.unreadable(path, e))
     }
@@ -375,22 +382,52 @@ impl PackStore {
 
     /// Writes `body` under `path` with `mode`; `Ok(false)` when the
     /// condition failed (someone else wrote first).
+    /// A pack written whole is then held in memory with the version
+    /// written, so the next write into it merges without reading it again.
     fn put_object(&self, path: &Path, body: Vec<u8>, mode: PutMode) -> Result<bool, StoreError> {
-        let cached = self.cache.is_some().then(|| body.clone());
-        let written = self
-            .io
-            .put(path, PutPayload::from(body), mode, Attributes::new());
+        let body = Bytes::from(body);
+        let written = self.io.put_versioned(
+            path,
+            PutPayload::from(body.clone()),
+            mode,
+            Attributes::new(),
+        );
         // After the write (also a failed one): a read that began before it
         // and ends after is not kept either.
         self.decoded.invalidate(path.as_ref());
         let written = written?;
         if let Some(c) = &self.cache {
-            match cached {
-                Some(body) if written => c.replace(path.as_ref(), &body),
-                _ => c.invalidate(path.as_ref()),
+            match written {
+                Some(_) => c.replace(path.as_ref(), &body),
+                None => c.invalidate(path.as_ref()),
             }
         }
-        Ok(written)
+        if let Some(version) = written.clone() {
+            let generation = self.decoded.generation();
+            if let Ok(held) = Held::from_bytes(body, Some(version)) {
+                self.decoded
+                    .insert(path.to_string(), Arc::new(held), generation);
+            }
+        }
+        Ok(written.is_some())
+    }
+
+    /// The tiles and version of the pack as this store last read or wrote
+    /// it, when held whole with a known version.
+    fn held_for_merge(&self, path: &Path) -> Option<(Vec<PackedTile>, UpdateVersion)> {
+        let held = self.decoded.get(path.as_ref())?;
+        let Held::Whole {
+            bytes,
+            version: Some(version),
+            ..
+        } = held.as_ref()
+        else {
+            return None;
+        };
+        if version.e_tag.is_none() && version.version.is_none() {
+            return None;
+        }
+        Some((read_pack(bytes).ok()?, version.clone()))
     }
 
     /// Reads the pack, applies `change` to its tiles and writes it back on
@@ -403,15 +440,27 @@ impl PackStore {
     ) -> Result<(), StoreError> {
         let _turn = self.stripe(&pack.path);
         for attempt in 0..self.merge_attempts {
-            let (tiles, mode) = match self.fetch(&pack.path)? {
-                None => (Vec::new(), PutMode::Create),
-                Some((bytes, version)) => {
+            // The pack as last read or written here, when its version is
+            // known: a conditional write on it needs no read; a lost
+            // condition reads it again below.
+            let held = if attempt == 0 && self.io.conditional_put {
+                self.held_for_merge(&pack.path)
+            } else {
+                None
+            };
+            let fetched = match held {
+                Some((tiles, version)) => Some((tiles, version)),
+                None => self.fetch(&pack.path)?.map(|(bytes, version)| {
                     let tiles = read_pack(&bytes).unwrap_or_else(|e| {
                         tracing::warn!(key = %pack.path, error = %e, "replacing an unreadable pack");
                         Vec::new()
                     });
-                    (tiles, PutMode::Update(version))
-                }
+                    (tiles, version)
+                }),
+            };
+            let (tiles, mode) = match fetched {
+                None => (Vec::new(), PutMode::Create),
+                Some((tiles, version)) => (tiles, PutMode::Update(version)),
             };
             let Some(tiles) = change(tiles) else {
                 return Ok(());

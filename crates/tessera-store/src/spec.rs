@@ -151,13 +151,9 @@ pub struct ObjectSpec {
     pub decoded: Option<Size>,
     /// Without `cache_path`, packs of more tiles than this are read by
     /// range: their header's tile index once, then each tile's bytes
-    /// (default 16).
-    #[serde(default = "default_range_reads_above")]
-    pub range_reads_above: u32,
-}
-
-fn default_range_reads_above() -> u32 {
-    16
+    /// (default: never; packs are read whole and held).
+    #[serde(default)]
+    pub range_reads_above: Option<u32>,
 }
 
 fn default_truncate_list_above() -> u64 {

@@ -58,6 +58,7 @@ fn conformance(kind: &str) {
     for pack_tiles in [1, 16, 64] {
         let options = PackOptions {
             pack_tiles,
+            range_reads_above: Some(16),
             ..PackOptions::default()
         };
         let store: Arc<dyn TileStore> = Arc::new(pack_store(
@@ -246,6 +247,7 @@ fn packs_held_in_memory_are_fetched_once_and_dropped_when_written() {
 fn large_packs_are_read_by_range_through_their_header_index() {
     let options = PackOptions {
         pack_tiles: 64,
+        range_reads_above: Some(16),
         ..PackOptions::default()
     };
     let (url, opts) = backend("s3", "ranges");
@@ -447,7 +449,9 @@ fn truncate_deletes_computed_keys_without_listing() {
     // Border packs: 8 x 7 touched in all, minus 36 whole ones.
     assert_eq!(report.objects_rewritten, 8 * 7 - 36, "{report:?}");
     assert_eq!(used.delete, 36);
-    assert_eq!((used.get, used.put), (20, 20), "{used:?}");
+    // This store wrote the border packs, so it rewrites them on the
+    // version it holds: no read first.
+    assert_eq!((used.get, used.put), (0, 20), "{used:?}");
     for (k, data) in &tiles {
         let got = store.get(k).unwrap();
         if area.contains(k) {
