@@ -441,6 +441,33 @@ mod tests {
     }
 
     #[test]
+    fn journal_latency_and_pack_memory_settings_are_read_with_their_defaults() {
+        let StoreSpec::Journal(j) = spec(serde_json::json!({
+            "type": "journal", "path": "/j", "max_latency_ms": 12
+        })) else {
+            panic!()
+        };
+        assert_eq!(j.max_latency_ms, Some(12));
+        let StoreSpec::Journal(j) = spec(serde_json::json!({"type": "journal", "path": "/j"}))
+        else {
+            panic!()
+        };
+        assert_eq!(j.max_latency_ms, None);
+        let StoreSpec::Object(o) = spec(serde_json::json!({
+            "type": "object", "url": "file:///o", "decoded": "8MiB", "range_reads_above": 16
+        })) else {
+            panic!()
+        };
+        assert_eq!(Size::or(o.decoded, 0), 8 << 20);
+        assert_eq!(o.range_reads_above, Some(16));
+        let StoreSpec::Object(o) = spec(serde_json::json!({"type": "object", "url": "file:///o"}))
+        else {
+            panic!()
+        };
+        assert_eq!((o.decoded, o.range_reads_above), (None, None));
+    }
+
+    #[test]
     fn sizes_with_units_and_the_older_mib_keys_mean_the_same() {
         let units = spec(serde_json::json!({"type": "file", "path": "/c", "memory": "64MiB"}));
         let mib = spec(serde_json::json!({"type": "file", "path": "/c", "memory_mb": 64}));
