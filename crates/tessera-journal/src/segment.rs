@@ -71,7 +71,8 @@ fn take_free(dir: &Path) -> io::Result<Option<PathBuf>> {
     Ok(spare)
 }
 
-/// Whether a spare segment file (`spare-*.log`) is waiting in `dir`.
+/// Whether a file ready to become a segment waits in `dir`: a spare
+/// (`spare-*.log`) or a released segment (`free-*.log`).
 pub fn has_spare(dir: &Path) -> io::Result<bool> {
     for e in std::fs::read_dir(dir)? {
         let name = e?.file_name();
