@@ -104,9 +104,17 @@ pub(crate) struct DecodedPacks {
 struct State {
     packs: LruCache<String, (Arc<Held>, usize)>,
     bytes: usize,
-    /// Bumped by every invalidation, so a read that raced with a write does
-    /// not put the pack it read before the write into memory.
-    generation: u64,
+    /// Per stripe of keys, bumped by every invalidation of a key of the
+    /// stripe, so a read that raced with a write does not put the pack it
+    /// read before the write into memory (striped so that writes to other
+    /// packs rarely turn a read's pack away).
+    generations: [u64; STRIPES],
+}
+
+const STRIPES: usize = 64;
+
+fn stripe(key: &str) -> usize {
+    xxhash_rust::xxh3::xxh3_64(key.as_bytes()) as usize % STRIPES
 }
 
 impl DecodedPacks {
@@ -117,7 +125,7 @@ impl DecodedPacks {
             state: Mutex::new(State {
                 packs: LruCache::unbounded(),
                 bytes: 0,
-                generation: 0,
+                generations: [0; STRIPES],
             }),
         }
     }
@@ -132,21 +140,22 @@ impl DecodedPacks {
     }
 
     /// The generation to hand back to [`DecodedPacks::insert`] for a read
-    /// starting now.
-    pub fn generation(&self) -> u64 {
-        self.state().generation
+    /// of `key` starting now.
+    pub fn generation(&self, key: &str) -> u64 {
+        self.state().generations[stripe(key)]
     }
 
-    /// Holds `held` under `key` unless something was invalidated since
-    /// `generation` was taken (the read may predate a write) or it alone
-    /// exceeds the capacity; evicts the least recently used to make room.
+    /// Holds `held` under `key` unless a key of its stripe was invalidated
+    /// since `generation` was taken (the read may predate a write) or it
+    /// alone exceeds the capacity; evicts the least recently used to make
+    /// room.
     pub fn insert(&self, key: String, held: Arc<Held>, generation: u64) {
         let weight = held.weight();
         if weight > self.capacity {
             return;
         }
         let mut s = self.state();
-        if s.generation != generation {
+        if s.generations[stripe(&key)] != generation {
             return;
         }
         if let Some((_, old)) = s.packs.put(key, (held, weight)) {
@@ -164,7 +173,7 @@ impl DecodedPacks {
     /// Forgets the pack under `key` (it was written or deleted).
     pub fn invalidate(&self, key: &str) {
         let mut s = self.state();
-        s.generation += 1;
+        s.generations[stripe(key)] += 1;
         if let Some((_, w)) = s.packs.pop(key) {
             s.bytes -= w;
         }
@@ -173,7 +182,9 @@ impl DecodedPacks {
     /// Forgets every pack.
     pub fn clear(&self) {
         let mut s = self.state();
-        s.generation += 1;
+        for g in &mut s.generations {
+            *g += 1;
+        }
         s.packs.clear();
         s.bytes = 0;
     }
@@ -228,20 +239,29 @@ mod tests {
         let weight = one.weight();
         let cache = DecodedPacks::new(weight * 3);
         for i in 0..10 {
-            let g = cache.generation();
+            let g = cache.generation(&format!("p{i}"));
             cache.insert(format!("p{i}"), one.clone(), g);
             assert!(cache.resident_bytes() <= weight * 3);
         }
         assert!(cache.get("p9").is_some());
         assert!(cache.get("p0").is_none(), "least recently used went first");
         // A read that started before a write must not be kept.
-        let g = cache.generation();
+        let g = cache.generation("p9");
         cache.invalidate("p9");
         cache.insert("p9".into(), one.clone(), g);
         assert!(cache.get("p9").is_none());
+        // A write to a pack of another stripe does not turn a read away.
+        let other = (1..1000)
+            .map(|i| format!("q{i}"))
+            .find(|k| stripe(k) != stripe("q0"))
+            .unwrap();
+        let g = cache.generation("q0");
+        cache.invalidate(&other);
+        cache.insert("q0".into(), one.clone(), g);
+        assert!(cache.get("q0").is_some());
         // Larger than the whole cache: not held.
         let tiny = DecodedPacks::new(10);
-        tiny.insert("p".into(), one, tiny.generation());
+        tiny.insert("p".into(), one, tiny.generation("p"));
         assert!(tiny.get("p").is_none());
     }
 }

@@ -285,7 +285,7 @@ impl PackStore {
         // Rewritten or deleted since its header was read: read it whole
         // (one GET is one version, however often it is rewritten).
         self.decoded.invalidate(path.as_ref());
-        let generation = self.decoded.generation();
+        let generation = self.decoded.generation(path.as_ref());
         let Some((bytes, version)) = self.read_bytes(path)? else {
             return Ok(None);
         };
@@ -320,7 +320,7 @@ impl PackStore {
         if let Some(held) = self.decoded.get(path.as_ref()) {
             return Ok(Some(held));
         }
-        let generation = self.decoded.generation();
+        let generation = self.decoded.generation(path.as_ref());
         let Some(held) = self.load(path)? else {
             return Ok(None);
         };
@@ -403,7 +403,7 @@ impl PackStore {
             }
         }
         if let Some(version) = written.clone() {
-            let generation = self.decoded.generation();
+            let generation = self.decoded.generation(path.as_ref());
             if let Ok(held) = Held::from_bytes(body, Some(version)) {
                 self.decoded
                     .insert(path.to_string(), Arc::new(held), generation);
