@@ -155,17 +155,22 @@ impl WriterState {
         self.shared
             .appended
             .fetch_add(committed as u64, Ordering::Relaxed);
+        // Counted before any caller is completed, so a caller reading the
+        // count after its append returned sees its own record in it.
         let now = Instant::now();
         let max_latency = self.shared.options.max_latency;
-        let mut late = 0;
-        for (i, (slot, position, queued_at)) in self.done.drain(..).enumerate() {
-            late += u64::from(now.duration_since(queued_at) > max_latency);
+        let late = self
+            .done
+            .iter()
+            .filter(|(_, _, queued_at)| now.duration_since(*queued_at) > max_latency)
+            .count();
+        self.shared.late.fetch_add(late as u64, Ordering::Relaxed);
+        for (i, (slot, position, _)) in self.done.drain(..).enumerate() {
             match &failure {
                 Some(e) if i >= committed => slot.complete(Err(e.clone())),
                 _ => slot.complete(Ok(position)),
             }
         }
-        self.shared.late.fetch_add(late, Ordering::Relaxed);
     }
 
     /// Writes the batch. On failure, returns how many of `done` (from the
