@@ -57,6 +57,7 @@ class FaultyWms:
 
             def reply(self, status, ctype, body):
                 self.send_response(status)
+                self.done_in_flight()
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -66,6 +67,7 @@ class FaultyWms:
                 query = urllib.parse.urlsplit(self.path).query
                 is_map = "request=getmap" in query.lower()
                 mode = proxy.mode if is_map else "pass"
+                self.counted = is_map
                 if is_map:
                     with proxy.lock:
                         proxy.getmaps += 1
@@ -75,9 +77,16 @@ class FaultyWms:
                 try:
                     self.answer(mode, query)
                 finally:
-                    if is_map:
-                        with proxy.lock:
-                            proxy.in_flight -= 1
+                    self.done_in_flight()
+
+            def done_in_flight(self):
+                # A GetMap stops counting once its answer starts: the client
+                # may have the whole body (and send its next request) before
+                # this thread runs again.
+                if getattr(self, "counted", False):
+                    self.counted = False
+                    with proxy.lock:
+                        proxy.in_flight -= 1
 
             def answer(self, mode, query):
                 if mode == "reset":
