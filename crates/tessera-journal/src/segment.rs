@@ -74,14 +74,7 @@ fn take_free(dir: &Path) -> io::Result<Option<PathBuf>> {
 /// Whether a file ready to become a segment waits in `dir`: a spare
 /// (`spare-*.log`) or a released segment (`free-*.log`).
 pub fn has_spare(dir: &Path) -> io::Result<bool> {
-    for e in std::fs::read_dir(dir)? {
-        let name = e?.file_name();
-        let name = name.to_string_lossy();
-        if (name.starts_with("spare-") || name.starts_with("free-")) && name.ends_with(".log") {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    Ok(take_free(dir)?.is_some())
 }
 
 /// Makes a spare segment file ahead of need, so that a segment roll only
