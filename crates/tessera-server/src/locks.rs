@@ -87,19 +87,7 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
 
     /// Takes the lock of `key`, waiting at most `timeout`.
     pub async fn lock(&self, key: K, timeout: Duration) -> Result<KeyGuard<K>, LockTimeout> {
-        let (lock, reference) = {
-            let mut table = lock_table(&self.table);
-            let entry = table.entry(key.clone()).or_insert_with(|| Entry {
-                lock: Arc::new(tokio::sync::Mutex::new(())),
-                refs: 0,
-            });
-            entry.refs += 1;
-            let reference = Reference {
-                table: self.table.clone(),
-                key: Some(key),
-            };
-            (entry.lock.clone(), reference)
-        };
+        let (lock, reference) = self.enter(key);
         match tokio::time::timeout(timeout, lock.lock_owned()).await {
             Ok(held) => Ok(KeyGuard {
                 _held: held,
@@ -107,6 +95,32 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
             }),
             Err(_) => Err(LockTimeout(timeout)),
         }
+    }
+
+    /// Takes the lock of `key` if nobody holds it, without waiting; `None`
+    /// when it is held (or awaited by someone ahead).
+    pub fn try_lock(&self, key: K) -> Option<KeyGuard<K>> {
+        let (lock, reference) = self.enter(key);
+        let held = lock.try_lock_owned().ok()?;
+        Some(KeyGuard {
+            _held: held,
+            _reference: reference,
+        })
+    }
+
+    /// The lock of `key` and a counted interest in its entry.
+    fn enter(&self, key: K) -> (Arc<tokio::sync::Mutex<()>>, Reference<K>) {
+        let mut table = lock_table(&self.table);
+        let entry = table.entry(key.clone()).or_insert_with(|| Entry {
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            refs: 0,
+        });
+        entry.refs += 1;
+        let reference = Reference {
+            table: self.table.clone(),
+            key: Some(key),
+        };
+        (entry.lock.clone(), reference)
     }
 
     /// Keys currently held or awaited.
@@ -125,6 +139,19 @@ mod tests {
     use super::*;
 
     const LONG: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn try_lock_takes_a_free_key_and_leaves_a_held_one() {
+        let locks = KeyedLocks::new();
+        let a = locks.try_lock("a").expect("a is free");
+        assert!(locks.try_lock("a").is_none());
+        assert_eq!(locks.len(), 1, "a failed try leaves no entry behind");
+        let b = locks.try_lock("b").expect("b is free");
+        drop(a);
+        assert!(locks.try_lock("a").is_some());
+        drop(b);
+        assert!(locks.is_empty());
+    }
 
     #[tokio::test]
     async fn entries_live_only_while_held_or_awaited() {

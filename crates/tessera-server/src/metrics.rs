@@ -638,6 +638,10 @@ impl TileStore for TimedStore {
         self.inner.prefers_batches()
     }
 
+    fn write_group(&self, key: &TileKey) -> Option<String> {
+        self.inner.write_group(key)
+    }
+
     fn forget_layer(&self, layer: &str) {
         self.inner.forget_layer(layer);
     }

@@ -16,6 +16,12 @@ use crate::metatile::Metatile;
 use crate::model::{Grid, Layer};
 use crate::registry::Registry;
 
+/// Side, in metatiles, of the blocks a plan's metatiles are walked in
+/// ([`TilePlan::metatiles`]): along the Hilbert curve inside a block, every
+/// aligned square of 2, 4, 8 or 16 metatiles a side comes in one run.
+pub const BLOCK: u32 = 1 << BLOCK_ORDER;
+const BLOCK_ORDER: u8 = 4;
+
 /// The tiles a batch command works on.
 #[derive(Debug, Clone)]
 pub struct TilePlan {
@@ -489,9 +495,12 @@ impl TilePlan {
         }
     }
 
-    /// Every metatile to render, each once: zoom by zoom, row by row; with
-    /// a shard, its run of the plan in curve order.
-    pub fn metatiles(&self) -> Box<dyn Iterator<Item = Metatile> + '_> {
+    /// Every metatile to render, each once: zoom by zoom, in blocks of
+    /// [`BLOCK`] metatiles a side taken row by row, along the Hilbert curve
+    /// inside a block (so the metatiles of one pack of a store that packs
+    /// tiles come one after the other); with a shard, its run of the plan in
+    /// curve order.
+    pub fn metatiles(&self) -> Box<dyn Iterator<Item = Metatile> + Send + '_> {
         let mut seen = std::collections::HashSet::new();
         let all = self.metatiles_of_ranges().filter(move |m| seen.insert(*m));
         let Some(Shard { index, count }) = self.shard else {
@@ -532,13 +541,22 @@ impl TilePlan {
             .expect("a plan is only made for a cached layer")
     }
 
-    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + '_ {
+    fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + Send + '_ {
         let spec = self.metatile_spec();
         let tms = &self.grid.tms;
         self.ranges.iter().flat_map(move |r| {
             let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
-            (r.min_y / rows..=r.max_y / rows).flat_map(move |my| {
-                (r.min_x / cols..=r.max_x / cols).map(move |mx| {
+            let (mx0, mx1) = (r.min_x / cols, r.max_x / cols);
+            let (my0, my1) = (r.min_y / rows, r.max_y / rows);
+            let blocks = (my0 / BLOCK..=my1 / BLOCK)
+                .flat_map(move |by| (mx0 / BLOCK..=mx1 / BLOCK).map(move |bx| (bx, by)));
+            blocks.flat_map(move |(bx, by)| {
+                (0..u64::from(BLOCK * BLOCK)).filter_map(move |d| {
+                    let (dx, dy) = Curve::Hilbert.coords(BLOCK_ORDER, d);
+                    let (mx, my) = (bx * BLOCK + dx, by * BLOCK + dy);
+                    if !(mx0..=mx1).contains(&mx) || !(my0..=my1).contains(&my) {
+                        return None;
+                    }
                     let first = tms
                         .tile(
                             u32::from(r.z),
@@ -546,7 +564,7 @@ impl TilePlan {
                             u64::from((my * rows).max(r.min_y)),
                         )
                         .expect("inside the range");
-                    Metatile::containing(tms, first, spec)
+                    Some(Metatile::containing(tms, first, spec))
                 })
             })
         })

@@ -1,15 +1,23 @@
 //! Seeding: render every metatile of a [`TilePlan`] into its layer's
 //! store, on the same locks as serving, each metatile stored durably before
-//! it counts as done; storing one overlaps rendering the next.
+//! it counts as done; storing one overlaps rendering the next. Where the
+//! store writes tiles in groups (packs), the metatiles of one group are
+//! gathered and stored together ([`crate::tile_cache::TileCache::write_group`]).
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 
+use crate::metatile::Metatile;
 use crate::plan::TilePlan;
-use crate::tile_cache::{SeedStep, TileCache, TileError};
+use crate::tile_cache::{Locking, SeedStep, TileCache, TileError, Unstored};
+
+/// Most tiles a gathered write group holds before it is stored anyway (a
+/// store whose groups are far larger than a few metatiles).
+const MAX_GATHERED_TILES: usize = 1024;
 
 /// Counts after a seed (or so far).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,8 +48,20 @@ pub enum SeedEnd {
 /// fetch started: it waits for a worker), and up to `concurrency` more
 /// being stored: a metatile's upstream fetch and its durable write (with
 /// its syncs) overlap other metatiles' renders, and a metatile counts as
-/// done only once stored. `cancel` stops the dispatch of new metatiles;
-/// those in flight finish. `progress` is called after every metatile.
+/// done only once stored.
+///
+/// When the layer's store writes tiles in groups, the metatiles of a group
+/// (consecutive in the plan's order) are taken with [`Locking::Try`] and
+/// kept, locked and unstored, until the plan moves past the group; then
+/// they are stored with one `put_many`. A metatile whose locks are held by
+/// someone else is taken again afterwards, alone and waiting for its
+/// locks, and only once every group gathered so far is on its way to the
+/// store: a seed never waits for a lock while it holds a group open, so
+/// two seeds (or a seed and requests) over one group cannot deadlock.
+///
+/// `cancel` stops the dispatch of new metatiles; those in flight finish.
+/// `progress` is called after every metatile (or group) is stored or
+/// skipped.
 pub async fn run(
     tiles: &Arc<TileCache>,
     plan: &TilePlan,
@@ -54,16 +74,45 @@ pub async fn run(
     let workers = Arc::new(Semaphore::new(concurrency));
     let mut stats = SeedStats::default();
     let mut rendering = JoinSet::new();
+    // Each rendering metatile's write group, and whether it is a retry.
+    let mut in_flight: HashMap<Id, (Option<String>, bool)> = HashMap::new();
     let mut storing = JoinSet::new();
+    let mut groups = Groups::default();
+    let mut retry: VecDeque<Metatile> = VecDeque::new();
+    let mut waiting = 0usize;
+    let mut exhausted = false;
     let mut failure = None;
     let mut pending = plan.metatiles();
     loop {
-        while rendering.len() < concurrency + 1
-            && storing.len() < concurrency
-            && failure.is_none()
-            && !cancel.load(Ordering::SeqCst)
-        {
-            let Some(meta) = pending.next() else { break };
+        let stopping = || failure.is_some() || cancel.load(Ordering::SeqCst);
+        while rendering.len() < concurrency + 1 && storing.len() < concurrency && !stopping() {
+            let (meta, group, is_retry) = if waiting == 0
+                && let Some(meta) = retry.pop_front()
+            {
+                // It will wait for its locks: nothing may stay gathered.
+                for flush in groups.close_all() {
+                    storing.spawn(flush.store());
+                }
+                waiting += 1;
+                (meta, None, true)
+            } else if exhausted {
+                break;
+            } else {
+                let Some(meta) = pending.next() else {
+                    exhausted = true;
+                    break;
+                };
+                let group = tiles.write_group(&plan.layer, &plan.grid, plan.format, &meta);
+                for flush in groups.dispatched(group.as_deref()) {
+                    storing.spawn(flush.store());
+                }
+                (meta, group, false)
+            };
+            let locking = if group.is_some() {
+                Locking::Try
+            } else {
+                Locking::Wait
+            };
             let (tiles, layer, grid, format) = (
                 tiles.clone(),
                 plan.layer.clone(),
@@ -72,44 +121,72 @@ pub async fn run(
             );
             let n = u64::from(meta.cols() * meta.rows());
             let workers = workers.clone();
-            rendering.spawn(async move {
-                (
-                    n,
-                    tiles
-                        .seed_metatile(&layer, &grid, format, meta, force, &workers)
-                        .await,
-                )
+            let handle = rendering.spawn(async move {
+                let step = tiles
+                    .seed_metatile(&layer, &grid, format, meta, force, locking, &workers)
+                    .await;
+                (n, meta, step)
             });
+            in_flight.insert(handle.id(), (group, is_retry));
         }
-        if rendering.is_empty() && storing.is_empty() {
+        if exhausted || stopping() {
+            for flush in groups.close_all() {
+                storing.spawn(flush.store());
+            }
+        }
+        if rendering.is_empty() && storing.is_empty() && (retry.is_empty() || stopping()) {
             break;
         }
         tokio::select! {
-            Some(joined) = rendering.join_next() => match joined {
-                Ok((n, Ok(SeedStep::Skipped))) => {
-                    stats.metatiles_done += 1;
-                    stats.tiles_done += n;
-                    progress(&stats);
+            Some(joined) = rendering.join_next_with_id() => {
+                let id = match &joined {
+                    Ok((id, _)) => *id,
+                    Err(e) => e.id(),
+                };
+                let (group, was_retry) = in_flight.remove(&id).unwrap_or((None, false));
+                if was_retry {
+                    waiting -= 1;
                 }
-                Ok((n, Ok(SeedStep::Rendered(unstored)))) => {
-                    storing.spawn(async move { (n, unstored.store().await) });
+                let mut rendered = None;
+                match joined {
+                    Ok((_, (n, _, Ok(SeedStep::Skipped)))) => {
+                        stats.metatiles_done += 1;
+                        stats.tiles_done += n;
+                        progress(&stats);
+                    }
+                    Ok((_, (n, _, Ok(SeedStep::Rendered(unstored))))) => {
+                        rendered = Some(Gathered { metatiles: 1, tiles: n, unstored });
+                    }
+                    Ok((_, (_, meta, Ok(SeedStep::Busy)))) => {
+                        retry.push_back(meta);
+                        if let Some(g) = &group {
+                            groups.close(g);
+                        }
+                    }
+                    Ok((_, (_, _, Err(e)))) => {
+                        failure.get_or_insert(e);
+                    }
+                    Err(join) => {
+                        failure.get_or_insert(TileError::Task(join));
+                    }
                 }
-                Ok((_, Err(e))) => {
-                    failure.get_or_insert(e);
-                }
-                Err(join) => {
-                    failure.get_or_insert(TileError::Task(join));
+                let flush = match &group {
+                    Some(g) => groups.finished(g, rendered),
+                    None => rendered,
+                };
+                if let Some(flush) = flush {
+                    storing.spawn(flush.store());
                 }
             },
             Some(joined) = storing.join_next() => match joined {
-                Ok((n, Ok(written))) => {
-                    stats.metatiles_done += 1;
-                    stats.metatiles_rendered += 1;
+                Ok((m, n, Ok(written))) => {
+                    stats.metatiles_done += m;
+                    stats.metatiles_rendered += m;
                     stats.tiles_done += n;
                     stats.tiles_written += written as u64;
                     progress(&stats);
                 }
-                Ok((_, Err(e))) => {
+                Ok((_, _, Err(e))) => {
                     failure.get_or_insert(e);
                 }
                 Err(join) => {
@@ -121,9 +198,120 @@ pub async fn run(
     }
     match failure {
         Some(e) => SeedEnd::Failed(stats, e),
-        None if cancel.load(Ordering::SeqCst) && pending.next().is_some() => {
+        None if cancel.load(Ordering::SeqCst)
+            && (!retry.is_empty() || pending.next().is_some()) =>
+        {
             SeedEnd::Cancelled(stats)
         }
         None => SeedEnd::Complete(stats),
+    }
+}
+
+/// Rendered metatiles waiting to be stored together.
+#[derive(Debug)]
+struct Gathered {
+    metatiles: u64,
+    tiles: u64,
+    unstored: Unstored,
+}
+
+impl Gathered {
+    /// Stores the tiles; answers the counts with the result.
+    async fn store(self) -> (u64, u64, Result<usize, TileError>) {
+        (self.metatiles, self.tiles, self.unstored.store().await)
+    }
+
+    fn absorb(&mut self, other: Gathered) {
+        self.metatiles += other.metatiles;
+        self.tiles += other.tiles;
+        self.unstored.absorb(other.unstored);
+    }
+}
+
+/// One write group a seed is gathering.
+#[derive(Debug, Default)]
+struct Group {
+    gathered: Option<Gathered>,
+    /// Its metatiles being rendered.
+    rendering: usize,
+    /// Whether more of its metatiles may still be dispatched.
+    open: bool,
+}
+
+/// The write groups a seed is gathering: a group is stored once it is
+/// closed (the plan moved past it, a lock of it was busy, or the seed is
+/// ending) and none of its metatiles is still rendering. At most the last
+/// dispatched group is open.
+#[derive(Debug, Default)]
+struct Groups {
+    by_name: HashMap<String, Group>,
+    open: Option<String>,
+}
+
+impl Groups {
+    /// A metatile of `group` (or of none) is being dispatched: the group
+    /// open before, if another, closes. Answers what is now to be stored.
+    fn dispatched(&mut self, group: Option<&str>) -> Vec<Gathered> {
+        let mut flushed = Vec::new();
+        if self.open.as_deref() != group
+            && let Some(previous) = self.open.take()
+        {
+            flushed.extend(self.close(&previous));
+        }
+        if let Some(name) = group {
+            let entry = self.by_name.entry(name.to_string()).or_default();
+            entry.rendering += 1;
+            entry.open = true;
+            self.open = Some(name.to_string());
+        }
+        flushed
+    }
+
+    /// A metatile of `group` is done rendering (`rendered`, or skipped,
+    /// busy or failed). Answers what is now to be stored.
+    fn finished(&mut self, group: &str, rendered: Option<Gathered>) -> Option<Gathered> {
+        let entry = self.by_name.entry(group.to_string()).or_default();
+        entry.rendering = entry.rendering.saturating_sub(1);
+        if let Some(rendered) = rendered {
+            match &mut entry.gathered {
+                Some(g) => g.absorb(rendered),
+                None => entry.gathered = Some(rendered),
+            }
+        }
+        let full = entry
+            .gathered
+            .as_ref()
+            .is_some_and(|g| g.unstored.len() >= MAX_GATHERED_TILES);
+        if full {
+            return entry.gathered.take();
+        }
+        self.take_if_done(group)
+    }
+
+    /// No more metatiles of `group` are gathered. Answers what is now to be
+    /// stored.
+    fn close(&mut self, group: &str) -> Option<Gathered> {
+        if let Some(entry) = self.by_name.get_mut(group) {
+            entry.open = false;
+        }
+        if self.open.as_deref() == Some(group) {
+            self.open = None;
+        }
+        self.take_if_done(group)
+    }
+
+    /// Closes every group. Answers what is now to be stored (groups with
+    /// metatiles still rendering are stored when those finish).
+    fn close_all(&mut self) -> Vec<Gathered> {
+        let names: Vec<String> = self.by_name.keys().cloned().collect();
+        names.iter().filter_map(|g| self.close(g)).collect()
+    }
+
+    fn take_if_done(&mut self, group: &str) -> Option<Gathered> {
+        let entry = self.by_name.get(group)?;
+        if entry.open || entry.rendering > 0 {
+            return None;
+        }
+        self.by_name.remove(group)?.gathered
     }
 }

@@ -833,3 +833,147 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     );
     assert_eq!(s.probe.reads.load(Ordering::SeqCst) as u64, metatiles);
 }
+
+/// The demo relief cached in 64-tile packs on a `file://` object store.
+fn setup_packs(delay: Duration, packs: &std::path::Path) -> Setup {
+    let url = format!("file://{}", packs.display());
+    setup(delay, true, |c| {
+        c.stores.insert(
+            "disk".into(),
+            spec(serde_json::json!({"type": "object", "url": url, "pack_tiles": 64, "memory": 0})),
+        );
+    })
+}
+
+/// `put_many` calls the stores have answered so far.
+fn puts_of_many(s: &Setup) -> u64 {
+    let text = s.state.service().metrics.render();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("tessera_store_op_seconds_count{") && l.contains("op=\"put_many\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The relief's plan at zooms 0 to 5 (16 packs of 64 tiles at zoom 5).
+fn relief_plan(s: &Setup) -> tessera_server::plan::TilePlan {
+    use tessera_server::plan::{PlanArea, TilePlan};
+    TilePlan::new(
+        &s.state.service().registry,
+        "relief",
+        "WebMercatorQuad",
+        None,
+        0..=5,
+        &PlanArea::Extent,
+    )
+    .unwrap()
+}
+
+/// A seed into packs hands the store each pack's metatiles together: one
+/// write per pack, not one per metatile (each growing the pack again),
+/// every metatile rendered once and every tile readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_into_packs_writes_each_pack_once() {
+    use std::sync::atomic::AtomicBool;
+    use tessera_server::seed::{self, SeedEnd};
+
+    let packs = tempfile::tempdir().unwrap();
+    let s = setup_packs(Duration::ZERO, packs.path());
+    let plan = relief_plan(&s);
+    let tiles = &s.state.service().tiles;
+    let metatiles: Vec<_> = plan.metatiles().collect();
+    let groups: HashSet<String> = metatiles
+        .iter()
+        .map(|m| {
+            tiles
+                .write_group(&plan.layer, &plan.grid, plan.format, m)
+                .expect("packs of 64 tiles group metatiles")
+        })
+        .collect();
+    assert!(
+        groups.len() * 2 < metatiles.len(),
+        "{} packs for {} metatiles",
+        groups.len(),
+        metatiles.len()
+    );
+    let cancel = AtomicBool::new(false);
+    let end = seed::run(tiles, &plan, 2, false, &cancel, |_| {}).await;
+    let SeedEnd::Complete(stats) = end else {
+        panic!("the seed did not complete: {end:?}");
+    };
+    assert_eq!(stats.metatiles_rendered, metatiles.len() as u64);
+    assert_eq!(stats.tiles_written, stats.tiles_done);
+    assert_eq!(
+        s.probe.reads.load(Ordering::SeqCst),
+        metatiles.len(),
+        "one render per metatile"
+    );
+    assert_eq!(puts_of_many(&s), groups.len() as u64, "one write per pack");
+    assert_eq!(tiles.locks_in_use(), (0, 0));
+    for uri in [
+        "/tiles/relief/WebMercatorQuad/5/0/0.png",
+        "/tiles/relief/WebMercatorQuad/5/13/9.png",
+        "/tiles/relief/WebMercatorQuad/4/15/15.png",
+    ] {
+        let hit = fetch(&s.app, uri, None).await;
+        assert_eq!(hit.status, StatusCode::OK, "{uri}");
+        assert_eq!(header_of(&hit, "x-cache"), "HIT", "{uri}");
+    }
+}
+
+/// Two seeds walking the same packs in different orders, with requests
+/// for their tiles meanwhile, never deadlock (each gathers a pack's
+/// metatiles under their locks, and a busy lock makes it store what it
+/// holds before it waits) and never render a metatile twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
+    use std::sync::atomic::AtomicBool;
+    use tessera_server::plan::Shard;
+    use tessera_server::seed::{self, SeedEnd};
+
+    let packs = tempfile::tempdir().unwrap();
+    let s = setup_packs(Duration::from_millis(3), packs.path());
+    let plan = relief_plan(&s);
+    // One plan walks blocks of the plan's curve, the other one curve over
+    // each whole zoom: the same packs, met in another order.
+    let other = plan.clone().sharded(Shard { index: 0, count: 1 });
+    let metatiles = plan.metatiles().count();
+    let tiles = s.state.service().tiles.clone();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let run = |plan: tessera_server::plan::TilePlan, threads| {
+        let (tiles, cancel) = (tiles.clone(), cancel.clone());
+        tokio::spawn(async move { seed::run(&tiles, &plan, threads, false, &cancel, |_| {}).await })
+    };
+    let (a, b) = (run(plan, 2), run(other, 3));
+    let app = s.app.clone();
+    let requests = tokio::spawn(async move {
+        for i in 0..64u32 {
+            let uri = format!(
+                "/tiles/relief/WebMercatorQuad/5/{}/{}.png",
+                (i * 7) % 32,
+                (i * 5) % 32
+            );
+            let r = fetch(&app, &uri, None).await;
+            assert_eq!(r.status, StatusCode::OK, "{uri}");
+        }
+    });
+    let within = Duration::from_mins(5);
+    for (name, seed) in [("first", a), ("second", b)] {
+        let end = tokio::time::timeout(within, seed)
+            .await
+            .unwrap_or_else(|_| panic!("the {name} seed did not end within {within:?}: a deadlock"))
+            .unwrap();
+        assert!(matches!(end, SeedEnd::Complete(_)), "{name}: {end:?}");
+    }
+    tokio::time::timeout(within, requests)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        s.probe.reads.load(Ordering::SeqCst),
+        metatiles,
+        "every metatile rendered once"
+    );
+    assert_eq!(locks_drain(&s.state).await, (0, 0));
+}

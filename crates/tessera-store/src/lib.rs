@@ -241,6 +241,17 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The name of the object `key` is written into together with other
+    /// tiles (its pack), when one `put_many` of a whole group costs about
+    /// one write while each part written alone costs a write of the group
+    /// so far: a seed then hands the store a group's metatiles together.
+    /// `None` (the default) when every tile is its own write, or a write
+    /// costs the same however tiles are batched.
+    fn write_group(&self, key: &TileKey) -> Option<String> {
+        let _ = key;
+        None
+    }
+
     /// Drops every copy of the tile of `key` held in this process (in
     /// memory, or the whole group it belongs to in a local cache of a
     /// shared store), so the next read asks the store itself: another

@@ -277,6 +277,10 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().is_some_and(|i| i.prefers_batches())
     }
 
+    fn write_group(&self, key: &TileKey) -> Option<String> {
+        self.inner.as_ref().and_then(|i| i.write_group(key))
+    }
+
     /// Drops the held copy when there is a store behind (alone, memory is
     /// the only copy and is kept).
     fn forget(&self, key: &TileKey) {

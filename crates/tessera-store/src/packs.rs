@@ -578,6 +578,13 @@ impl TileStore for PackStore {
         self.level > 0
     }
 
+    /// The pack's object key, for packs of more than one tile: a metatile
+    /// written alone into a pack its siblings fill later is a merge (read,
+    /// write the pack so far) each time.
+    fn write_group(&self, key: &TileKey) -> Option<String> {
+        (self.level > 0).then(|| self.pack_key(key))
+    }
+
     /// Drops the local cache's and memory's copies of the tile's pack.
     fn forget(&self, key: &TileKey) {
         let path = self.locate(key).path;

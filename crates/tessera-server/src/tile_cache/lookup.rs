@@ -22,6 +22,20 @@ pub(super) struct MetaKey {
     range: TileRange,
 }
 
+/// A tile's key and its held lock.
+pub(super) type LockedTile = (TileKey, KeyGuard<TileKey>);
+
+impl MetaKey {
+    fn of(req: &TileRequest, meta: &Metatile) -> MetaKey {
+        MetaKey {
+            layer: req.layer.cache_key.clone(),
+            grid: req.grid.tms.id.clone(),
+            format: req.format,
+            range: meta.range,
+        }
+    }
+}
+
 impl TileCache {
     /// Reads the store: from memory inline when it holds the tile, else on a
     /// blocking thread. A failing store is logged and treated as a miss: the
@@ -67,12 +81,7 @@ impl TileCache {
         req: &TileRequest,
         meta: &Metatile,
     ) -> Result<KeyGuard<MetaKey>, TileError> {
-        let key = MetaKey {
-            layer: req.layer.cache_key.clone(),
-            grid: req.grid.tms.id.clone(),
-            format: req.format,
-            range: meta.range,
-        };
+        let key = MetaKey::of(req, meta);
         let start = Instant::now();
         let result = self.metatile_locks.lock(key, self.lock_timeout).await;
         self.metrics.lock_waited(LockKind::Metatile, start);
@@ -80,6 +89,23 @@ impl TileCache {
             kind: "metatile",
             after,
         })
+    }
+
+    /// Takes the metatile's lock and its tiles' locks (keys from `keys`)
+    /// if none is held, without waiting; `None` (and nothing held) when one
+    /// is.
+    pub(super) fn try_lock_all(
+        &self,
+        req: &TileRequest,
+        meta: &Metatile,
+        keys: impl IntoIterator<Item = TileKey>,
+    ) -> Option<(KeyGuard<MetaKey>, Vec<LockedTile>)> {
+        let meta_guard = self.metatile_locks.try_lock(MetaKey::of(req, meta))?;
+        let tiles = keys
+            .into_iter()
+            .map(|key| Some((key.clone(), self.tile_locks.try_lock(key)?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some((meta_guard, tiles))
     }
 
     pub(super) async fn lock_tile(&self, key: TileKey) -> Result<KeyGuard<TileKey>, TileError> {

@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 use tessera_image::Color;
 use tessera_store::{MemoryStore, Peeked, TileKey};
 
-pub use seed::{SeedStep, Unstored};
+pub use seed::{Locking, SeedStep, Unstored};
 pub use types::{CacheStatus, Tile, TileError, TileRequest};
 
 use crate::encode_pool::EncodePool;

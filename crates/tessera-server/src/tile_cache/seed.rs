@@ -18,7 +18,7 @@ use super::{TileCache, TileError, TileRequest, run_blocking};
 use crate::cluster::LeaseHolder;
 use crate::locks::KeyGuard;
 use crate::metatile::Metatile;
-use crate::model::{Freshness, Grid, Layer, LayerCache};
+use crate::model::{Freshness, Grid, Layer, LayerCache, tile_key};
 use crate::render::{self, RenderError};
 
 /// What a seed step did with one metatile.
@@ -28,6 +28,22 @@ pub enum SeedStep {
     Skipped,
     /// Rendered and encoded; still to be stored.
     Rendered(Unstored),
+    /// Asked with [`Locking::Try`], and a lock was held by someone else:
+    /// nothing was done and nothing is held.
+    Busy,
+}
+
+/// How a seed step takes its metatile's locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locking {
+    /// Waits for each (bounded by the cache's lock timeout), as requests do.
+    Wait,
+    /// Takes them only if all are free at once, else answers
+    /// [`SeedStep::Busy`]: for a seed that holds other metatiles' locks
+    /// while it gathers a store's write group, which must never wait for a
+    /// lock meanwhile (another seed gathering the same group would wait
+    /// for it in turn).
+    Try,
 }
 
 /// A seeded metatile's tiles, encoded and not yet stored. The tiles' locks
@@ -38,7 +54,7 @@ pub enum SeedStep {
 pub struct Unstored {
     batch: Vec<(TileKey, Bytes)>,
     guards: Vec<KeyGuard<TileKey>>,
-    lease: Option<Arc<LeaseHolder>>,
+    leases: Vec<Arc<LeaseHolder>>,
     store: Arc<dyn TileStore>,
     unsaved: Arc<MemoryStore>,
 }
@@ -47,12 +63,31 @@ impl std::fmt::Debug for Unstored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Unstored")
             .field("tiles", &self.batch.len())
-            .field("leased", &self.lease.is_some())
+            .field("leases", &self.leases.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Unstored {
+    /// The tiles to store.
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Whether there is no tile to store.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// Adds `other`'s tiles, locks and leases (a metatile of the same write
+    /// group, [`TileCache::write_group`]): one [`Unstored::store`] then
+    /// writes both with one `put_many`.
+    pub fn absorb(&mut self, other: Unstored) {
+        self.batch.extend(other.batch);
+        self.guards.extend(other.guards);
+        self.leases.extend(other.leases);
+    }
+
     /// Stores every tile with [`Durability::Synced`] in one `put_many`,
     /// then releases the locks and the lease; returns the count. A failed
     /// write keeps the tiles in memory before their locks go (as a
@@ -61,7 +96,7 @@ impl Unstored {
         let Unstored {
             batch,
             guards,
-            lease,
+            leases,
             store,
             unsaved,
         } = self;
@@ -75,7 +110,7 @@ impl Unstored {
         })
         .await;
         drop(guards);
-        if let Some(lease) = lease {
+        for lease in leases {
             lease.release().await;
         }
         stored??;
@@ -84,11 +119,34 @@ impl Unstored {
 }
 
 impl TileCache {
-    /// Seeds one metatile: takes its locks, skips it when every tile is
-    /// stored (unless `force`), otherwise asks its source to fetch ahead
-    /// ([`render::prefetch_layer`]), renders it and encodes every tile
-    /// under one of `slots` (the seed's workers), and returns them for
-    /// [`Unstored::store`] (under their locks).
+    /// The store's write group of `meta`'s tiles
+    /// ([`TileStore::write_group`] of its first tile), when the seed should
+    /// gather the group's metatiles and store them together: the layer is
+    /// cached, its store groups tiles, and no cluster leases are asked (a
+    /// lease is waited for, which a gathering seed must not do).
+    pub fn write_group(
+        &self,
+        layer: &Arc<Layer>,
+        grid: &Arc<Grid>,
+        format: TileFormat,
+        meta: &Metatile,
+    ) -> Option<String> {
+        let cache = layer.cache.as_ref()?;
+        if cache.leases.is_some() {
+            return None;
+        }
+        let first = meta.tiles(&grid.tms).next()?;
+        cache
+            .store
+            .write_group(&tile_key(layer, grid, format, first))
+    }
+
+    /// Seeds one metatile: takes its locks as `locking` says, skips it when
+    /// every tile is stored (unless `force`), otherwise asks its source to
+    /// fetch ahead ([`render::prefetch_layer`]), renders it and encodes
+    /// every tile under one of `slots` (the seed's workers), and returns
+    /// them for [`Unstored::store`] (under their locks).
+    #[allow(clippy::too_many_arguments)]
     pub async fn seed_metatile(
         &self,
         layer: &Arc<Layer>,
@@ -96,6 +154,7 @@ impl TileCache {
         format: TileFormat,
         meta: Metatile,
         force: bool,
+        locking: Locking,
         slots: &Semaphore,
     ) -> Result<SeedStep, TileError> {
         let cache = layer
@@ -110,18 +169,40 @@ impl TileCache {
             coord: first,
             format,
         };
-        let meta_guard = self.lock_metatile(&req, &meta).await?;
-        let mut tiles = Vec::new();
-        for coord in meta.tiles(tms) {
-            let key = req.key_of(coord);
-            let guard = self.lock_tile(key.clone()).await?;
-            tiles.push(Owned {
-                coord,
-                key,
-                guard,
-                lease: None,
-            });
-        }
+        let (meta_guard, tiles) = match locking {
+            Locking::Wait => {
+                let meta_guard = self.lock_metatile(&req, &meta).await?;
+                let mut tiles = Vec::new();
+                for coord in meta.tiles(tms) {
+                    let key = req.key_of(coord);
+                    let guard = self.lock_tile(key.clone()).await?;
+                    tiles.push(Owned {
+                        coord,
+                        key,
+                        guard,
+                        lease: None,
+                    });
+                }
+                (meta_guard, tiles)
+            }
+            Locking::Try => {
+                let keys = meta.tiles(tms).map(|coord| req.key_of(coord));
+                let Some((meta_guard, guards)) = self.try_lock_all(&req, &meta, keys) else {
+                    return Ok(SeedStep::Busy);
+                };
+                let tiles = meta
+                    .tiles(tms)
+                    .zip(guards)
+                    .map(|(coord, (key, guard))| Owned {
+                        coord,
+                        key,
+                        guard,
+                        lease: None,
+                    })
+                    .collect();
+                (meta_guard, tiles)
+            }
+        };
         if !force {
             let store = cache.store.clone();
             let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
@@ -152,7 +233,7 @@ impl TileCache {
             .await
         {
             Ok(mut unstored) => {
-                unstored.lease = lease;
+                unstored.leases.extend(lease);
                 Ok(SeedStep::Rendered(unstored))
             }
             Err(e) => {
@@ -177,7 +258,7 @@ impl TileCache {
         let unstored = |batch, guards| Unstored {
             batch,
             guards,
-            lease: None,
+            leases: Vec::new(),
             store: cache.store.clone(),
             unsaved: self.unsaved.clone(),
         };

@@ -19,7 +19,7 @@ use tessera_store::object::ObjectLocation;
 use tessera_store::{Durability, MemoryStore, TileStore};
 use tokio::sync::Semaphore;
 
-use super::{CacheStatus, SeedStep, TileCache, TileCacheSettings, TileError, TileRequest};
+use super::{CacheStatus, Locking, SeedStep, TileCache, TileCacheSettings, TileError, TileRequest};
 use crate::metatile::{Metatile, MetatileSpec};
 use crate::metrics::Metrics;
 use crate::model::{Freshness, Grid, Layer, LayerCache, Leases};
@@ -262,11 +262,19 @@ async fn a_seed_stores_a_metatile_and_skips_it_the_next_time() {
         layer.cache.as_ref().unwrap().metatile,
     );
     let slots = Semaphore::new(1);
-    let seed = |force| cache.seed_metatile(&layer, &grid, TileFormat::Png, meta, force, &slots);
-    let SeedStep::Rendered(unstored) = seed(false).await.unwrap() else {
+    let seed = |force, locking| {
+        cache.seed_metatile(&layer, &grid, TileFormat::Png, meta, force, locking, &slots)
+    };
+    let SeedStep::Rendered(unstored) = seed(false, Locking::Try).await.unwrap() else {
         panic!("an empty cache was not rendered");
     };
-    // Under its locks until stored: a request waits rather than renders.
+    // Under its locks until stored: a request waits rather than renders,
+    // and a seed that may not wait finds it busy, holding nothing.
+    assert_eq!(cache.locks_in_use().1, 4);
+    assert!(matches!(
+        seed(true, Locking::Try).await.unwrap(),
+        SeedStep::Busy
+    ));
     assert_eq!(cache.locks_in_use().1, 4);
     assert_eq!(unstored.store().await.unwrap(), 4);
     assert_eq!(cache.locks_in_use(), (0, 0));
@@ -275,10 +283,13 @@ async fn a_seed_stores_a_metatile_and_skips_it_the_next_time() {
         .map(|c| request(&layer, c.z(), c.x(), c.y()))
         .collect();
     until_stored(&store, &reqs).await;
-    assert!(matches!(seed(false).await.unwrap(), SeedStep::Skipped));
+    assert!(matches!(
+        seed(false, Locking::Wait).await.unwrap(),
+        SeedStep::Skipped
+    ));
     assert_eq!(source.reads.load(Ordering::SeqCst), 1);
     // Forced: rendered again whatever is stored.
-    let SeedStep::Rendered(again) = seed(true).await.unwrap() else {
+    let SeedStep::Rendered(again) = seed(true, Locking::Wait).await.unwrap() else {
         panic!("a forced seed skipped");
     };
     again.store().await.unwrap();
@@ -286,7 +297,15 @@ async fn a_seed_stores_a_metatile_and_skips_it_the_next_time() {
     // A layer without a cache cannot be seeded.
     let uncached = self::layer(source, None, None);
     let err = cache
-        .seed_metatile(&uncached, &grid, TileFormat::Png, meta, false, &slots)
+        .seed_metatile(
+            &uncached,
+            &grid,
+            TileFormat::Png,
+            meta,
+            false,
+            Locking::Wait,
+            &slots,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, TileError::NotCached(_)), "{err}");
