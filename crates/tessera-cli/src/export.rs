@@ -110,7 +110,12 @@ fn export_one(
     let runtime = runtime()?;
     let threads = args.threads.unwrap_or_else(cores);
     if args.render_missing {
-        let code = seed_plan(&runtime, service, plan, threads, false)?;
+        let code = seed_plan(
+            &runtime,
+            service,
+            plan,
+            &tessera_server::seed::SeedOptions::with_concurrency(threads),
+        )?;
         if code != 0 {
             return Ok(code);
         }

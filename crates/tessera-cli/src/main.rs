@@ -295,6 +295,13 @@ async fn serve(
     let settings = listener_settings(&service.config.server);
     let (live, routers) = http::live::Live::start(service, source, listen_override);
     let state = live.current();
+    // Admin jobs that were running when the process stopped go on.
+    if let Some(jobs) = &state.jobs {
+        let resumed = jobs.resume(&state.registry, &state.tiles, &state.config.cluster.node());
+        if !resumed.is_empty() {
+            tracing::info!(jobs = resumed.join(", "), "resumed admin jobs");
+        }
+    }
     let first = state
         .registry
         .layers()

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 use tessera_server::Service;
 use tessera_server::plan::{Shard, TilePlan};
-use tessera_server::seed::{SeedEnd, SeedStats, run};
+use tessera_server::seed::{SeedEnd, SeedOptions, SeedStats, run};
 
 use crate::area::AreaArgs;
 use crate::progress::{Progress, rate_and_eta};
@@ -30,6 +30,10 @@ pub struct SeedArgs {
     /// Render metatiles whose tiles are all stored already.
     #[arg(long)]
     force: bool,
+    /// Most tiles rendered per second (so that a seed does not overwhelm
+    /// an upstream service); tiles found stored do not count.
+    #[arg(long, value_parser = positive_rate)]
+    rate: Option<f64>,
     /// Seed part I of N (`I/N`, I from 0): a contiguous run of the plan's
     /// metatiles along the Hilbert curve; `auto/N` reads I from
     /// JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID.
@@ -46,11 +50,16 @@ pub fn seed(args: &SeedArgs) -> CliResult {
         plans = plans.into_iter().map(|p| p.sharded(shard)).collect();
     }
     let runtime = runtime()?;
-    let threads = args.threads.unwrap_or_else(cores);
+    let options = SeedOptions {
+        concurrency: args.threads.unwrap_or_else(cores),
+        force: args.force,
+        rate: args.rate,
+        ..SeedOptions::default()
+    };
     // One dimension value after the other; the first that does not end
     // well ends the seed.
     for plan in &plans {
-        let status = seed_plan(&runtime, &service, plan, threads, args.force)?;
+        let status = seed_plan(&runtime, &service, plan, &options)?;
         if status != 0 {
             return Ok(status);
         }
@@ -58,16 +67,16 @@ pub fn seed(args: &SeedArgs) -> CliResult {
     Ok(0)
 }
 
-/// Renders `plan` with `threads` metatiles at once, showing progress and a
-/// summary; returns the process exit status (0 when every tile is stored,
+/// Renders `plan` as `options` say, showing progress and a summary;
+/// returns the process exit status (0 when every tile is stored,
 /// [`CANCELLED`] after Ctrl-C).
 pub fn seed_plan(
     runtime: &tokio::runtime::Runtime,
     service: &Service,
     plan: &TilePlan,
-    threads: usize,
-    force: bool,
+    options: &SeedOptions,
 ) -> CliResult {
+    let threads = options.concurrency;
     let size = plan.size();
     let (metatiles, total) = (size.metatiles, size.tiles);
     let zooms = (
@@ -96,7 +105,7 @@ pub fn seed_plan(
                 }
             }
         });
-        run(&service.tiles, plan, threads, force, &cancel, |s| {
+        run(&service.tiles, plan, options, &cancel, |s, _| {
             display.update(s.tiles_done, start);
         })
         .await
@@ -127,5 +136,15 @@ pub fn seed_plan(
             println!("{}", summary("seed failed", &s));
             Err(e.into())
         }
+    }
+}
+
+/// Parses `--rate`: a positive number of tiles per second.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a positive number of tiles per second"
+        )),
     }
 }

@@ -14,6 +14,7 @@ pub mod encode_pool;
 pub mod export;
 pub mod fingerprint;
 pub mod http;
+pub mod jobs;
 pub mod locks;
 pub mod metatile;
 pub mod metrics;

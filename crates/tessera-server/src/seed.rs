@@ -4,12 +4,14 @@
 //! store writes tiles in groups (packs), the metatiles of one group are
 //! gathered and stored together ([`crate::tile_cache::TileCache::write_group`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
+use tokio::time::Instant;
 
 use crate::metatile::Metatile;
 use crate::plan::TilePlan;
@@ -30,6 +32,35 @@ pub struct SeedStats {
     pub tiles_done: u64,
     /// Tiles written.
     pub tiles_written: u64,
+    /// Tiles of the metatiles [`SeedOptions::skip`] named (counted in
+    /// `tiles_done` too).
+    pub tiles_skipped: u64,
+}
+
+/// How a seed runs.
+#[derive(Debug, Clone, Default)]
+pub struct SeedOptions {
+    /// Metatiles rendered at once (at least 1).
+    pub concurrency: usize,
+    /// Render metatiles whose tiles are all stored already.
+    pub force: bool,
+    /// Most tiles rendered per second, so that a seed does not overwhelm
+    /// an upstream service; `None`: as fast as it goes. Tiles found stored
+    /// do not count.
+    pub rate: Option<f64>,
+    /// Metatiles not to take, by their place in the plan's order (those a
+    /// job had done before a restart); they count as done.
+    pub skip: HashSet<u64>,
+}
+
+impl SeedOptions {
+    /// `concurrency` metatiles at once, nothing else set.
+    pub fn with_concurrency(concurrency: usize) -> SeedOptions {
+        SeedOptions {
+            concurrency,
+            ..SeedOptions::default()
+        }
+    }
 }
 
 /// How a seed ended.
@@ -59,18 +90,28 @@ pub enum SeedEnd {
 /// store: a seed never waits for a lock while it holds a group open, so
 /// two seeds (or a seed and requests) over one group cannot deadlock.
 ///
+/// With a `rate`, metatiles are dispatched no faster than it allows, and a
+/// metatile found stored gives its share back.
+///
 /// `cancel` stops the dispatch of new metatiles; those in flight finish.
 /// `progress` is called after every metatile (or group) is stored or
-/// skipped.
+/// found stored, with the places in the plan's order of the metatiles
+/// that are now done.
 pub async fn run(
     tiles: &Arc<TileCache>,
     plan: &TilePlan,
-    concurrency: usize,
-    force: bool,
+    options: &SeedOptions,
     cancel: &AtomicBool,
-    mut progress: impl FnMut(&SeedStats),
+    mut progress: impl FnMut(&SeedStats, &[u64]),
 ) -> SeedEnd {
-    let concurrency = concurrency.max(1);
+    let (concurrency, force) = (options.concurrency.max(1), options.force);
+    let pace = |tiles: u64| {
+        options
+            .rate
+            .filter(|r| *r > 0.0)
+            .map(|r| Duration::from_secs_f64(tiles as f64 / r))
+    };
+    let mut next_dispatch = Instant::now();
     let workers = Arc::new(Semaphore::new(concurrency));
     let mut stats = SeedStats::default();
     let mut rendering = JoinSet::new();
@@ -78,15 +119,19 @@ pub async fn run(
     let mut in_flight: HashMap<Id, (Option<String>, bool)> = HashMap::new();
     let mut storing = JoinSet::new();
     let mut groups = Groups::default();
-    let mut retry: VecDeque<Metatile> = VecDeque::new();
+    let mut retry: VecDeque<(u64, Metatile)> = VecDeque::new();
     let mut waiting = 0usize;
     let mut exhausted = false;
     let mut failure = None;
-    let mut pending = plan.metatiles();
+    let mut pending = plan.metatiles().enumerate().map(|(i, m)| (i as u64, m));
     loop {
         let stopping = || failure.is_some() || cancel.load(Ordering::SeqCst);
-        while rendering.len() < concurrency + 1 && storing.len() < concurrency && !stopping() {
-            let (meta, group, is_retry) = if waiting == 0
+        while rendering.len() < concurrency + 1
+            && storing.len() < concurrency
+            && !stopping()
+            && Instant::now() >= next_dispatch
+        {
+            let ((place, meta), group, is_retry) = if waiting == 0
                 && let Some(meta) = retry.pop_front()
             {
                 // It will wait for its locks: nothing may stay gathered.
@@ -98,15 +143,22 @@ pub async fn run(
             } else if exhausted {
                 break;
             } else {
-                let Some(meta) = pending.next() else {
+                let Some((place, meta)) = pending.next() else {
                     exhausted = true;
                     break;
                 };
+                if options.skip.contains(&place) {
+                    let n = u64::from(meta.cols() * meta.rows());
+                    stats.metatiles_done += 1;
+                    stats.tiles_done += n;
+                    stats.tiles_skipped += n;
+                    continue;
+                }
                 let group = tiles.write_group(&plan.layer, &plan.grid, plan.format, &meta);
                 for flush in groups.dispatched(group.as_deref()) {
                     storing.spawn(flush.store());
                 }
-                (meta, group, false)
+                ((place, meta), group, false)
             };
             let locking = if group.is_some() {
                 Locking::Try
@@ -120,12 +172,17 @@ pub async fn run(
                 plan.format,
             );
             let n = u64::from(meta.cols() * meta.rows());
+            if let Some(share) = pace(n) {
+                // Unused time is kept for at most one metatile.
+                let now = Instant::now();
+                next_dispatch = next_dispatch.max(now.checked_sub(share).unwrap_or(now)) + share;
+            }
             let workers = workers.clone();
             let handle = rendering.spawn(async move {
                 let step = tiles
                     .seed_metatile(&layer, &grid, format, meta, force, locking, &workers)
                     .await;
-                (n, meta, step)
+                (n, place, meta, step)
             });
             in_flight.insert(handle.id(), (group, is_retry));
         }
@@ -135,9 +192,16 @@ pub async fn run(
             }
         }
         if rendering.is_empty() && storing.is_empty() && (retry.is_empty() || stopping()) {
-            break;
+            if exhausted || stopping() {
+                break;
+            }
+            // Only the rate holds the next metatile back.
+            tokio::time::sleep_until(next_dispatch).await;
+            continue;
         }
+        let paced = !stopping() && Instant::now() < next_dispatch;
         tokio::select! {
+            () = tokio::time::sleep_until(next_dispatch), if paced => {},
             Some(joined) = rendering.join_next_with_id() => {
                 let id = match &joined {
                     Ok((id, _)) => *id,
@@ -149,21 +213,28 @@ pub async fn run(
                 }
                 let mut rendered = None;
                 match joined {
-                    Ok((_, (n, _, Ok(SeedStep::Skipped)))) => {
+                    Ok((_, (n, place, _, Ok(SeedStep::Skipped)))) => {
+                        if let Some(share) = pace(n) {
+                            next_dispatch = next_dispatch.checked_sub(share).unwrap_or(next_dispatch);
+                        }
                         stats.metatiles_done += 1;
                         stats.tiles_done += n;
-                        progress(&stats);
+                        progress(&stats, &[place]);
                     }
-                    Ok((_, (n, _, Ok(SeedStep::Rendered(unstored))))) => {
-                        rendered = Some(Gathered { metatiles: 1, tiles: n, unstored });
+                    Ok((_, (n, place, _, Ok(SeedStep::Rendered(unstored))))) => {
+                        rendered = Some(Gathered { places: vec![place], tiles: n, unstored });
                     }
-                    Ok((_, (_, meta, Ok(SeedStep::Busy)))) => {
-                        retry.push_back(meta);
+                    Ok((_, (n, place, meta, Ok(SeedStep::Busy)))) => {
+                        // Dispatched again: its share is taken again then.
+                        if let Some(share) = pace(n) {
+                            next_dispatch = next_dispatch.checked_sub(share).unwrap_or(next_dispatch);
+                        }
+                        retry.push_back((place, meta));
                         if let Some(g) = &group {
                             groups.close(g);
                         }
                     }
-                    Ok((_, (_, _, Err(e)))) => {
+                    Ok((_, (_, _, _, Err(e)))) => {
                         failure.get_or_insert(e);
                     }
                     Err(join) => {
@@ -179,12 +250,13 @@ pub async fn run(
                 }
             },
             Some(joined) = storing.join_next() => match joined {
-                Ok((m, n, Ok(written))) => {
+                Ok((places, n, Ok(written))) => {
+                    let m = places.len() as u64;
                     stats.metatiles_done += m;
                     stats.metatiles_rendered += m;
                     stats.tiles_done += n;
                     stats.tiles_written += written as u64;
-                    progress(&stats);
+                    progress(&stats, &places);
                 }
                 Ok((_, _, Err(e))) => {
                     failure.get_or_insert(e);
@@ -210,19 +282,20 @@ pub async fn run(
 /// Rendered metatiles waiting to be stored together.
 #[derive(Debug)]
 struct Gathered {
-    metatiles: u64,
+    /// The metatiles' places in the plan's order.
+    places: Vec<u64>,
     tiles: u64,
     unstored: Unstored,
 }
 
 impl Gathered {
-    /// Stores the tiles; answers the counts with the result.
-    async fn store(self) -> (u64, u64, Result<usize, TileError>) {
-        (self.metatiles, self.tiles, self.unstored.store().await)
+    /// Stores the tiles; answers the places and tile count with the result.
+    async fn store(self) -> (Vec<u64>, u64, Result<usize, TileError>) {
+        (self.places, self.tiles, self.unstored.store().await)
     }
 
     fn absorb(&mut self, other: Gathered) {
-        self.metatiles += other.metatiles;
+        self.places.extend(other.places);
         self.tiles += other.tiles;
         self.unstored.absorb(other.unstored);
     }

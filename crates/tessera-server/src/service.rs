@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::assemble::{self, WrapSource};
 use crate::auth::Access;
 use crate::config::{Config, ConfigError};
+use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 pub use crate::model::LayerSelection;
 use crate::registry::Registry;
@@ -53,6 +54,9 @@ pub struct Service {
     pub mode: Mode,
     /// Access control on reads, when the config has an `auth:` section.
     pub access: Option<Arc<Access>>,
+    /// Admin jobs (`/admin/jobs`), when serving with `admin:`; a reload
+    /// keeps them while their directory is unchanged.
+    pub jobs: Option<Arc<Jobs>>,
 }
 
 impl Service {
@@ -179,6 +183,22 @@ impl Service {
             }
             _ => None,
         };
+        let jobs = match (&config.admin, mode) {
+            (Some(admin), Mode::Serving) => {
+                let dir = admin.jobs_dir_path();
+                match previous.and_then(|p| p.jobs.clone()) {
+                    Some(kept) if kept.dir() == dir => Some(kept),
+                    _ => {
+                        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                        let jobs = Jobs::open(&dir, threads).map_err(|e| {
+                            ConfigError::Invalid(format!("admin.jobs_dir {}: {e}", dir.display()))
+                        })?;
+                        Some(Arc::new(jobs))
+                    }
+                }
+            }
+            _ => None,
+        };
         let access = match &config.auth {
             Some(auth) => {
                 let access = Access::new(auth).map_err(ConfigError::Invalid)?;
@@ -204,6 +224,7 @@ impl Service {
             config: Arc::new(config),
             uploads,
             mode,
+            jobs,
         })
     }
 }

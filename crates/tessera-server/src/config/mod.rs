@@ -178,9 +178,25 @@ pub struct AdminConfig {
     /// exists, otherwise none).
     #[serde(default)]
     pub cache_store: Option<String>,
+    /// Directory of the records of admin jobs (`/admin/jobs`), from which
+    /// jobs running when the process stopped go on after a restart
+    /// (default: `jobs` in the directory of `sources_file`).
+    #[serde(default)]
+    pub jobs_dir: Option<String>,
 }
 
 impl AdminConfig {
+    /// The directory of the jobs' records.
+    pub fn jobs_dir_path(&self) -> std::path::PathBuf {
+        match &self.jobs_dir {
+            Some(d) => d.into(),
+            None => std::path::Path::new(&self.sources_file)
+                .parent()
+                .unwrap_or_else(|| std::path::Path::new("."))
+                .join("jobs"),
+        }
+    }
+
     /// The largest upload in bytes.
     pub fn max_upload_bytes(&self) -> u64 {
         Size::or(self.max_upload, 4096 << 20)

@@ -279,7 +279,7 @@ fn query_value(query: Option<&str>, name: &str) -> Option<String> {
 
 /// The answer refusing a request to an admin endpoint: 404 when the admin
 /// API is off, 401 without the token; `None` lets it through.
-fn refusal(state: &Admin, headers: &HeaderMap) -> Option<Response> {
+pub(super) fn refusal(state: &Admin, headers: &HeaderMap) -> Option<Response> {
     let Some(admin) = &state.config.admin else {
         return Some(
             ApiError::not_found(

@@ -11,6 +11,7 @@ mod cors;
 pub mod error;
 mod fast;
 pub mod guard;
+mod jobs;
 pub mod listener;
 pub mod live;
 mod map_styles;
@@ -215,6 +216,15 @@ pub fn router(state: AppState) -> Router {
             axum::routing::put(admin::put_source),
         )
         .route("/admin/reload", axum::routing::post(admin::reload))
+        .route("/admin", axum::routing::get(jobs::page))
+        .route(
+            "/admin/jobs",
+            axum::routing::post(jobs::start).get(jobs::list),
+        )
+        .route(
+            "/admin/jobs/{id}",
+            axum::routing::get(jobs::report).delete(jobs::cancel),
+        )
         .route(
             "/admin/truncate",
             axum::routing::post(admin::truncate)

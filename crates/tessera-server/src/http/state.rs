@@ -75,6 +75,10 @@ pub struct Admin {
     pub uploads: Option<Arc<Uploads>>,
     /// The reloadable service, when it is one.
     pub live: Option<Weak<Live>>,
+    /// Admin jobs, when the admin API is on.
+    pub jobs: Option<Arc<crate::jobs::Jobs>>,
+    /// The cached tile path jobs seed through.
+    pub tiles: Arc<TileCache>,
 }
 
 impl Maps {
@@ -149,6 +153,8 @@ impl FromRef<AppState> for Admin {
             config: state.service.config.clone(),
             uploads: state.service.uploads.clone(),
             live: state.live.clone(),
+            jobs: state.service.jobs.clone(),
+            tiles: state.service.tiles.clone(),
         }
     }
 }

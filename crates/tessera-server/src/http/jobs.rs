@@ -1,0 +1,133 @@
+//! `/admin/jobs`: seed, reseed and truncate jobs started, watched and
+//! cancelled over HTTP ([`crate::jobs`]), and `/admin`, a small page that
+//! shows them with progress bars (it asks for the admin token and sends it
+//! as a bearer token; the page itself holds nothing secret).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+
+use super::admin::refusal;
+use super::error::ApiError;
+use super::state::Admin;
+use crate::jobs::{JobSpec, Jobs};
+
+/// The admin page.
+const PAGE: &str = include_str!("admin.html");
+
+/// The jobs, or the answer refusing the request (admin API off, no token,
+/// or not serving).
+fn jobs<'a>(
+    state: &'a Admin,
+    headers: &HeaderMap,
+) -> Result<&'a std::sync::Arc<Jobs>, Box<Response>> {
+    if let Some(refused) = refusal(state, headers) {
+        return Err(Box::new(refused));
+    }
+    state.jobs.as_ref().ok_or_else(|| {
+        Box::new(
+            ApiError::not_found("NotFound", "jobs run only in a serving process").into_response(),
+        )
+    })
+}
+
+fn unknown(id: &str) -> Response {
+    ApiError::not_found("NotFound", format!("no job {id:?}")).into_response()
+}
+
+/// Handles `POST /admin/jobs` with a JSON [`JobSpec`] (`kind` seed,
+/// reseed or truncate; `layer`; `zoom`; optional `grid`, `format`, `bbox`
+/// with `bbox_crs`, `polygon` (GeoJSON), `dimensions`, `styles`,
+/// `threads`, `rate`): 201 with the job's report and its URL in
+/// `Location`; 400 for a spec that does not plan.
+pub async fn start(State(state): State<Admin>, headers: HeaderMap, body: Bytes) -> Response {
+    let jobs = match jobs(&state, &headers) {
+        Ok(j) => j,
+        Err(refused) => return *refused,
+    };
+    let spec: JobSpec = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            return ApiError::bad_request("InvalidParameterValue", format!("job: {e}"))
+                .into_response();
+        }
+    };
+    match jobs.start(
+        spec,
+        &state.registry,
+        &state.tiles,
+        &state.config.cluster.node(),
+    ) {
+        Ok(report) => {
+            let mut r = (StatusCode::CREATED, Json(&report)).into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("/admin/jobs/{}", report.id)) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Err(message) => ApiError::bad_request("InvalidParameterValue", message).into_response(),
+    }
+}
+
+/// Handles `GET /admin/jobs`: every job of this process and those recorded
+/// before it, oldest first.
+pub async fn list(State(state): State<Admin>, headers: HeaderMap) -> Response {
+    match jobs(&state, &headers) {
+        Ok(jobs) => Json(jobs.list()).into_response(),
+        Err(refused) => *refused,
+    }
+}
+
+/// Handles `GET /admin/jobs/{id}`: how the job stands (state, tiles
+/// planned and done, tiles per second, ETA, errors); 404 for an unknown id.
+pub async fn report(
+    State(state): State<Admin>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match jobs(&state, &headers) {
+        Ok(jobs) => jobs
+            .report(&id)
+            .map_or_else(|| unknown(&id), |r| Json(r).into_response()),
+        Err(refused) => *refused,
+    }
+}
+
+/// Handles `DELETE /admin/jobs/{id}`: asks the job to stop (no new
+/// metatile starts; those in flight finish, so what is counted done is
+/// stored); 202 with its report, 404 for an unknown id.
+pub async fn cancel(
+    State(state): State<Admin>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match jobs(&state, &headers) {
+        Ok(jobs) => jobs.cancel(&id).map_or_else(
+            || unknown(&id),
+            |r| (StatusCode::ACCEPTED, Json(r)).into_response(),
+        ),
+        Err(refused) => *refused,
+    }
+}
+
+/// Handles `GET /admin`: the jobs page (404 when the admin API is off).
+pub async fn page(State(state): State<Admin>) -> Response {
+    if state.config.admin.is_none() {
+        return ApiError::not_found(
+            "NotFound",
+            "the admin API is not enabled (no `admin:` section)",
+        )
+        .into_response();
+    }
+    let mut r = Html(PAGE).into_response();
+    // The page runs its own script only, and is never framed.
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+        ),
+    );
+    r
+}
