@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use super::admin::refusal;
 use super::error::ApiError;
 use super::state::Admin;
-use crate::jobs::{JobSpec, Jobs};
+use crate::jobs::{JobSpec, Jobs, StartError};
 
 /// The admin page.
 const PAGE: &str = include_str!("admin.html");
@@ -67,7 +67,18 @@ pub async fn start(State(state): State<Admin>, headers: HeaderMap, body: Bytes) 
             }
             r
         }
-        Err(message) => ApiError::bad_request("InvalidParameterValue", message).into_response(),
+        Err(StartError::Refused(message)) => {
+            ApiError::bad_request("InvalidParameterValue", message).into_response()
+        }
+        Err(StartError::Record(message)) => {
+            tracing::error!(error = %message, "a job could not be recorded");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "NoApplicableCode",
+                message,
+            )
+            .into_response()
+        }
     }
 }
 

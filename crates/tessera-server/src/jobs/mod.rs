@@ -63,6 +63,17 @@ struct Status {
     finished: Option<Instant>,
 }
 
+/// Why a job was not started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// The spec does not plan (unknown layer, bad zoom, ...).
+    #[error("{0}")]
+    Refused(String),
+    /// The job could not be recorded.
+    #[error("{0}")]
+    Record(String),
+}
+
 /// How a job stands, as `GET /admin/jobs/{id}` answers.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobReport {
@@ -98,17 +109,20 @@ pub struct JobReport {
 }
 
 impl Jobs {
-    /// The jobs whose records are in `dir` (created if missing); jobs that
-    /// ended are listed, those that were running are not started until
-    /// [`Jobs::resume`]. `threads` is the default concurrency of a job.
+    /// The jobs whose records are in `dir` (created when the first job
+    /// starts); jobs that ended are listed, those that were running are not
+    /// started until [`Jobs::resume`]. `threads` is the default concurrency
+    /// of a job.
     pub fn open(dir: &Path, threads: usize) -> std::io::Result<Jobs> {
-        std::fs::create_dir_all(dir)?;
         let jobs = Jobs {
             dir: dir.to_path_buf(),
             by_id: Mutex::new(BTreeMap::new()),
             threads: threads.max(1),
             next: AtomicU64::new(0),
         };
+        if !dir.exists() {
+            return Ok(jobs);
+        }
         for (id, recorded) in RecordPath::read_all(dir)? {
             if recorded.state != JobState::Running {
                 let job = jobs.job(&id, recorded.spec, recorded.created, false);
@@ -139,17 +153,22 @@ impl Jobs {
         registry: &Registry,
         tiles: &Arc<TileCache>,
         node: &str,
-    ) -> Result<JobReport, String> {
-        let plans = spec.plans(registry)?;
+    ) -> Result<JobReport, StartError> {
+        let plans = spec.plans(registry).map_err(StartError::Refused)?;
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
         let id = self.new_id();
         let job = self.job(&id, spec, created, false);
-        job.record
-            .write(&job.recorded(JobState::Running, None))
-            .map_err(|e| format!("cannot record the job in {}: {e}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir)
+            .and_then(|()| job.record.write(&job.recorded(JobState::Running, None)))
+            .map_err(|e| {
+                StartError::Record(format!(
+                    "cannot record the job in {}: {e}",
+                    self.dir.display()
+                ))
+            })?;
         self.lock().insert(id, job.clone());
         self.spawn(job.clone(), plans, HashMap::new(), tiles, node);
         Ok(job.report())
@@ -165,6 +184,9 @@ impl Jobs {
         tiles: &Arc<TileCache>,
         node: &str,
     ) -> Vec<String> {
+        if !self.dir.exists() {
+            return Vec::new();
+        }
         let records = match RecordPath::read_all(&self.dir) {
             Ok(r) => r,
             Err(e) => {
