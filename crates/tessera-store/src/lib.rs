@@ -22,6 +22,7 @@ mod object_tiles;
 pub mod pack;
 mod pack_cache;
 mod packs;
+pub mod quota;
 mod spec;
 pub mod upload;
 
@@ -33,6 +34,7 @@ pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
 pub use object_tiles::{DEFAULT_CACHE_CONTROL, TileObjectStore};
 pub use packs::{PackOptions, PackStore};
+pub use quota::{Eviction, QuotaOptions, QuotaStore};
 pub use spec::{
     FileSpec, JournalSpec, MbtilesSpec, MemorySpec, ObjectLayout, ObjectSpec, OptionValue, Size,
     StoreSpec, option_strings,
@@ -249,6 +251,13 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// costs the same however tiles are batched.
     fn write_group(&self, key: &TileKey) -> Option<String> {
         let _ = key;
+        None
+    }
+
+    /// How full the store is against its quota, with the tiles and bytes
+    /// it holds per layer key and zoom, when it has one
+    /// ([`quota::QuotaStore`]). The default has none.
+    fn quota(&self) -> Option<(quota::QuotaUsage, Vec<quota::ZoomUsage>)> {
         None
     }
 

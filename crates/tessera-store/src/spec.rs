@@ -21,6 +21,7 @@ use crate::{
     MbtilesStore, MemoryStore, PackOptions, PackStore, StoreError, Synchronous, TileObjectStore,
     TileStore,
 };
+use crate::quota::{Eviction, QuotaOptions};
 
 /// One store under `stores:`, tagged by `type`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -42,6 +43,10 @@ pub enum StoreSpec {
     Memory(MemorySpec),
 }
 
+/// The file a quota's index is kept in, in the store's directory, unless
+/// `quota_index` names another.
+pub const QUOTA_INDEX: &str = ".quota.sqlite";
+
 /// `type: file`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +64,16 @@ pub struct FileSpec {
     /// entries, 80 bytes each; 0 = every hit is read).
     #[serde(default)]
     pub hash_cache: Option<usize>,
+    /// Most bytes of tiles kept (a disk quota, enforced by evicting as
+    /// `eviction` says; default: no quota).
+    #[serde(default)]
+    pub max_size: Option<Size>,
+    /// Which tiles a quota evicts first: `lru` (default), `lfu` or `oldest`.
+    #[serde(default)]
+    pub eviction: Eviction,
+    /// The quota's index file (default `.quota.sqlite` in `path`).
+    #[serde(default)]
+    pub quota_index: Option<PathBuf>,
 }
 
 /// Most content hashes a file store keeps (1.25 GiB of table).
@@ -84,6 +99,16 @@ pub struct JournalSpec {
     /// In-memory LRU in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+    /// Most bytes of tiles kept (a disk quota, enforced by evicting as
+    /// `eviction` says; default: no quota).
+    #[serde(default)]
+    pub max_size: Option<Size>,
+    /// Which tiles a quota evicts first: `lru` (default), `lfu` or `oldest`.
+    #[serde(default)]
+    pub eviction: Eviction,
+    /// The quota's index file (default `.quota.sqlite` in `path`).
+    #[serde(default)]
+    pub quota_index: Option<PathBuf>,
 }
 
 /// `type: mbtiles`.
@@ -99,6 +124,16 @@ pub struct MbtilesSpec {
     /// In-memory LRU in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
+    /// Most bytes of tiles kept (a disk quota, enforced by evicting as
+    /// `eviction` says; default: no quota).
+    #[serde(default)]
+    pub max_size: Option<Size>,
+    /// Which tiles a quota evicts first: `lru` (default), `lfu` or `oldest`.
+    #[serde(default)]
+    pub eviction: Eviction,
+    /// The quota's index file (default `.quota.sqlite` in `path`).
+    #[serde(default)]
+    pub quota_index: Option<PathBuf>,
 }
 
 /// `type: object`.
@@ -294,6 +329,9 @@ impl StoreSpec {
     /// Checks the values that do not need the store to be opened; the
     /// message says what to change.
     pub fn validate(&self) -> Result<(), String> {
+        if self.quota().is_some_and(|q| q.max_bytes == 0) {
+            return Err("max_size must be more than 0 (leave it out for no quota)".into());
+        }
         match self {
             StoreSpec::File(f) => match f.hash_cache {
                 Some(n) if n > MAX_HASH_CACHE => Err(format!(
@@ -345,9 +383,34 @@ impl StoreSpec {
         Size::or(memory, DEFAULT_FRONT)
     }
 
+    /// The disk quota in front of the opened store, when `max_size` is
+    /// set (file, journal and MBTiles stores).
+    pub fn quota(&self) -> Option<QuotaOptions> {
+        let (max, eviction, index, path) = match self {
+            StoreSpec::File(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
+            StoreSpec::Journal(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
+            StoreSpec::Mbtiles(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
+            StoreSpec::Object(_) | StoreSpec::Memory(_) => return None,
+        };
+        let max = max?;
+        let index = index.clone().unwrap_or_else(|| path.join(QUOTA_INDEX));
+        Some(QuotaOptions::new(Size::or(Some(max), 0), eviction, index))
+    }
+
     /// Resolves relative local paths against `base` (the directory of the
     /// configuration file).
     pub fn resolve_paths(&mut self, base: &Path) {
+        let index = match self {
+            StoreSpec::File(s) => s.quota_index.as_mut(),
+            StoreSpec::Journal(s) => s.quota_index.as_mut(),
+            StoreSpec::Mbtiles(s) => s.quota_index.as_mut(),
+            StoreSpec::Object(_) | StoreSpec::Memory(_) => None,
+        };
+        if let Some(index) = index
+            && index.is_relative()
+        {
+            *index = base.join(&*index);
+        }
         let path = match self {
             StoreSpec::File(s) => &mut s.path,
             StoreSpec::Journal(s) => &mut s.path,

@@ -15,7 +15,7 @@ use tessera_source::{Crs, Source, open_source};
 
 use crate::archive_objects::ObjectBytes;
 use tessera_store::cluster::Coordinator;
-use tessera_store::{MemoryStore, StoreSpec, TileStore};
+use tessera_store::{MemoryStore, QuotaStore, StoreSpec, TileStore};
 
 mod dimensions;
 
@@ -504,6 +504,11 @@ fn open_stores(
         } else {
             let bytes = usize::try_from(front).unwrap_or(usize::MAX);
             timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
+        };
+        // The quota sees every hit and write, the memory's included.
+        let store: Arc<dyn TileStore> = match spec.quota() {
+            Some(options) => Arc::new(QuotaStore::open(store, options).map_err(failed)?),
+            None => store,
         };
         stores.insert(name.clone(), store);
     }

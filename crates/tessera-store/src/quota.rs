@@ -1,0 +1,857 @@
+//! A disk quota in front of a store (`max_size`): every tile written is
+//! recorded with its size in an index beside the store (a small SQLite
+//! file), hits are recorded there too (sampled and batched: a few per
+//! second in one transaction, never a sync per hit), and a write that takes
+//! the store past its quota first evicts tiles, least recently used (`lru`),
+//! least often used (`lfu`) or oldest stored (`oldest`), down to 95 % of it.
+//! The index survives restarts, so what was used lately is kept after one.
+//!
+//! The store keeps serving and rendering at its quota: a write is never
+//! refused for lack of room it can make. Tiles the index does not know
+//! (stored before the quota was set) are not counted and not evicted.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use tessera_grid::{TileCoord, TileFormat};
+
+use crate::{
+    Durability, HeldTile, Peeked, StoreError, StoredTile, TileArea, TileKey, TileStore,
+    TruncateReport,
+};
+
+/// Which tiles go first when a store is over its quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Eviction {
+    /// Least recently read or written.
+    #[default]
+    Lru,
+    /// Least often read (then least recently).
+    Lfu,
+    /// Stored longest ago.
+    Oldest,
+}
+
+/// A quota's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaOptions {
+    /// Most bytes of tiles kept.
+    pub max_bytes: u64,
+    /// Which tiles go first.
+    pub eviction: Eviction,
+    /// The index file (created if missing).
+    pub index: PathBuf,
+    /// How often recorded hits are written to the index.
+    pub flush_every: Duration,
+    /// One hit in `sample` is recorded (counted `sample` times).
+    pub sample: u32,
+}
+
+impl QuotaOptions {
+    /// `max_bytes` with `eviction`, the index at `index`, hits written every
+    /// second, one in four recorded.
+    pub fn new(max_bytes: u64, eviction: Eviction, index: PathBuf) -> QuotaOptions {
+        QuotaOptions {
+            max_bytes,
+            eviction,
+            index,
+            flush_every: Duration::from_secs(1),
+            sample: 4,
+        }
+    }
+}
+
+/// How full a store with a quota is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct QuotaUsage {
+    /// The quota in bytes.
+    pub max_bytes: u64,
+    /// Bytes of the tiles the index knows.
+    pub used_bytes: u64,
+    /// Tiles the index knows.
+    pub tiles: u64,
+    /// Tiles evicted since the store opened.
+    pub evicted_tiles: u64,
+    /// Bytes evicted since the store opened.
+    pub evicted_bytes: u64,
+}
+
+/// Tiles and bytes stored at one zoom of one layer key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ZoomUsage {
+    /// The layer key.
+    pub layer: String,
+    /// The zoom.
+    pub z: u8,
+    /// Tiles.
+    pub tiles: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// Hits recorded and not yet written, striped by key.
+type Hits = Vec<Mutex<HashMap<TileKey, (u64, u64)>>>;
+
+const STRIPES: usize = 16;
+/// Rows taken per eviction round.
+const EVICT_BATCH: usize = 256;
+
+/// A store with a quota ([`QuotaOptions`]) in front of `inner`.
+#[derive(Debug)]
+pub struct QuotaStore {
+    inner: Arc<dyn TileStore>,
+    shared: Arc<Shared>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    options: QuotaOptions,
+    index: Mutex<Connection>,
+    /// Held by the one evicting (others wait and see it done).
+    evicting: Mutex<()>,
+    used: AtomicU64,
+    tiles: AtomicU64,
+    evicted_tiles: AtomicU64,
+    evicted_bytes: AtomicU64,
+    hits: Hits,
+    hashing: RandomState,
+    seen: AtomicU64,
+    /// The last time handed out (milliseconds since the epoch), so that
+    /// times only grow, across restarts too.
+    clock: AtomicU64,
+    stop: (Mutex<bool>, Condvar),
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn as_sql(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl QuotaStore {
+    /// Puts a quota in front of `inner`, opening (or creating) its index.
+    pub fn open(inner: Arc<dyn TileStore>, options: QuotaOptions) -> Result<QuotaStore, StoreError> {
+        let name = inner.name().to_string();
+        let index_path = options.index.display().to_string();
+        let fail = |e: &dyn std::fmt::Display| StoreError::Io {
+            store: name.clone(),
+            op: "quota index",
+            key: index_path.clone(),
+            source: e.to_string().into(),
+        };
+        if let Some(dir) = options.index.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
+        }
+        let conn = open_index(&options.index, options.eviction).map_err(|e| fail(&e))?;
+        let (tiles, used, last): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(size), 0), coalesce(max(max(access, stored)), 0) FROM tiles",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| fail(&e))?;
+        let shared = Arc::new(Shared {
+            options,
+            index: Mutex::new(conn),
+            evicting: Mutex::new(()),
+            used: AtomicU64::new(u64::try_from(used).unwrap_or(0)),
+            tiles: AtomicU64::new(u64::try_from(tiles).unwrap_or(0)),
+            evicted_tiles: AtomicU64::new(0),
+            evicted_bytes: AtomicU64::new(0),
+            hits: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+            hashing: RandomState::new(),
+            seen: AtomicU64::new(0),
+            clock: AtomicU64::new(u64::try_from(last).unwrap_or(0)),
+            stop: (Mutex::new(false), Condvar::new()),
+        });
+        let flushing = shared.clone();
+        let flusher = std::thread::Builder::new()
+            .name("tessera-quota".into())
+            .spawn(move || flushing.flush_until_stopped())
+            .map_err(|e| fail(&e))?;
+        let store = QuotaStore {
+            inner,
+            shared,
+            flusher: Some(flusher),
+        };
+        // A quota lowered since the last run applies at once.
+        store.make_room()?;
+        Ok(store)
+    }
+
+    /// How full the store is.
+    pub fn usage(&self) -> QuotaUsage {
+        self.shared.usage()
+    }
+
+    /// Writes the hits recorded so far to the index (they are otherwise
+    /// written every `flush_every`).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.shared.flush_hits().map_err(|e| self.index_error(&e))
+    }
+
+    fn index_error(&self, e: &rusqlite::Error) -> StoreError {
+        StoreError::Io {
+            store: self.inner.name().to_string(),
+            op: "quota index",
+            key: self.shared.options.index.display().to_string(),
+            source: e.to_string().into(),
+        }
+    }
+
+    /// Records tiles written, then evicts if the store is over its quota.
+    fn written(&self, tiles: &[(TileKey, u64)]) -> Result<(), StoreError> {
+        self.shared
+            .record_writes(tiles)
+            .map_err(|e| self.index_error(&e))?;
+        self.make_room()
+    }
+
+    /// Evicts down to 95 % of the quota when over it.
+    fn make_room(&self) -> Result<(), StoreError> {
+        let max = self.shared.options.max_bytes;
+        if self.shared.used.load(Ordering::SeqCst) <= max {
+            return Ok(());
+        }
+        let _one = lock(&self.shared.evicting);
+        let target = max - max / 20;
+        // Recent hits first, so the order is up to date.
+        self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
+        while self.shared.used.load(Ordering::SeqCst) > target {
+            let victims = self
+                .shared
+                .victims(EVICT_BATCH)
+                .map_err(|e| self.index_error(&e))?;
+            if victims.is_empty() {
+                break;
+            }
+            let mut gone = Vec::with_capacity(victims.len());
+            for (key, size) in victims {
+                if self.shared.used.load(Ordering::SeqCst) <= target {
+                    break;
+                }
+                self.inner.delete(&key)?;
+                self.shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
+                self.shared.evicted_bytes.fetch_add(size, Ordering::SeqCst);
+                gone.push(key);
+                // Counted as it goes, so the loop stops at the target.
+                self.shared.used.fetch_sub(size, Ordering::SeqCst);
+            }
+            self.shared
+                .forget_rows(&gone)
+                .map_err(|e| self.index_error(&e))?;
+        }
+        Ok(())
+    }
+
+    fn hit(&self, key: &TileKey) {
+        self.shared.hit(key);
+    }
+}
+
+impl Drop for QuotaStore {
+    fn drop(&mut self) {
+        {
+            let (stop, wake) = &self.shared.stop;
+            *lock(stop) = true;
+            wake.notify_all();
+        }
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        if let Err(e) = self.shared.flush_hits() {
+            tracing::warn!(error = %e, "the quota index's last hits were not written");
+        }
+    }
+}
+
+fn open_index(path: &Path, eviction: Eviction) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    // WAL with `synchronous = NORMAL`: a commit is a write to the log, not
+    // a sync, and survives a killed process (a power cut may lose the last
+    // ones: hits and a few tiles' rows, which only makes the order older).
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS tiles (
+            layer TEXT NOT NULL, grid TEXT NOT NULL, format TEXT NOT NULL,
+            z INTEGER NOT NULL, x INTEGER NOT NULL, y INTEGER NOT NULL,
+            mw INTEGER NOT NULL, mh INTEGER NOT NULL,
+            size INTEGER NOT NULL, stored INTEGER NOT NULL,
+            access INTEGER NOT NULL, hits INTEGER NOT NULL,
+            PRIMARY KEY (layer, grid, format, z, x, y)) WITHOUT ROWID;",
+    )?;
+    let order = match eviction {
+        Eviction::Lru => "CREATE INDEX IF NOT EXISTS by_access ON tiles (access)",
+        Eviction::Lfu => "CREATE INDEX IF NOT EXISTS by_hits ON tiles (hits, access)",
+        Eviction::Oldest => "CREATE INDEX IF NOT EXISTS by_stored ON tiles (stored)",
+    };
+    conn.execute_batch(order)?;
+    Ok(conn)
+}
+
+fn key_params(key: &TileKey) -> (String, String, &'static str, u8, u32, u32) {
+    (
+        key.layer.clone(),
+        key.grid.clone(),
+        key.format.extension(),
+        key.coord.z(),
+        key.coord.x(),
+        key.coord.y(),
+    )
+}
+
+impl Shared {
+    /// Now, in milliseconds since the epoch, and later than any time
+    /// handed out before (so that the order of writes and hits is kept even
+    /// within a millisecond, or when the clock steps back).
+    fn tick(&self) -> u64 {
+        let now = now_millis();
+        let mut last = self.clock.load(Ordering::SeqCst);
+        loop {
+            let next = now.max(last + 1);
+            match self
+                .clock
+                .compare_exchange(last, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    fn usage(&self) -> QuotaUsage {
+        QuotaUsage {
+            max_bytes: self.options.max_bytes,
+            used_bytes: self.used.load(Ordering::SeqCst),
+            tiles: self.tiles.load(Ordering::SeqCst),
+            evicted_tiles: self.evicted_tiles.load(Ordering::SeqCst),
+            evicted_bytes: self.evicted_bytes.load(Ordering::SeqCst),
+        }
+    }
+
+    fn record_writes(&self, tiles: &[(TileKey, u64)]) -> rusqlite::Result<()> {
+        let mut conn = lock(&self.index);
+        let tx = conn.transaction()?;
+        {
+            let mut old = tx.prepare_cached(
+                "SELECT size FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6",
+            )?;
+            let mut put = tx.prepare_cached(
+                "INSERT INTO tiles (layer, grid, format, z, x, y, mw, mh, size, stored, access, hits)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, 0)
+                 ON CONFLICT DO UPDATE SET size = excluded.size, stored = excluded.stored,
+                     access = excluded.access, mw = excluded.mw, mh = excluded.mh",
+            )?;
+            for (key, size) in tiles {
+                let (l, g, f, z, x, y) = key_params(key);
+                let before: Option<i64> = old
+                    .query_row(params![l, g, f, z, x, y], |r| r.get(0))
+                    .optional()?;
+                put.execute(params![
+                    l,
+                    g,
+                    f,
+                    z,
+                    x,
+                    y,
+                    key.matrix_width,
+                    key.matrix_height,
+                    as_sql(*size),
+                    as_sql(self.tick())
+                ])?;
+                match before {
+                    Some(b) => {
+                        self.used.fetch_sub(u64::try_from(b).unwrap_or(0), Ordering::SeqCst);
+                    }
+                    None => {
+                        self.tiles.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                self.used.fetch_add(*size, Ordering::SeqCst);
+            }
+        }
+        tx.commit()
+    }
+
+    fn forget_rows(&self, keys: &[TileKey]) -> rusqlite::Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut conn = lock(&self.index);
+        let tx = conn.transaction()?;
+        {
+            let mut gone = tx.prepare_cached(
+                "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6",
+            )?;
+            for key in keys {
+                let (l, g, f, z, x, y) = key_params(key);
+                if gone.execute(params![l, g, f, z, x, y])? > 0 {
+                    self.tiles.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+        tx.commit()
+    }
+
+    /// Removes a tile's row (deleted from the store), counting its bytes off.
+    fn deleted(&self, key: &TileKey) -> rusqlite::Result<()> {
+        let conn = lock(&self.index);
+        let (l, g, f, z, x, y) = key_params(key);
+        let size: Option<i64> = conn
+            .query_row(
+                "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6 RETURNING size",
+                params![l, g, f, z, x, y],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(size) = size {
+            self.used
+                .fetch_sub(u64::try_from(size).unwrap_or(0), Ordering::SeqCst);
+            self.tiles.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Removes the rows of a truncated area and counts again.
+    fn truncated(&self, area: &TileArea) -> rusqlite::Result<()> {
+        let mut conn = lock(&self.index);
+        let tx = conn.transaction()?;
+        {
+            let mut cut = tx.prepare_cached(
+                "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4
+                 AND x BETWEEN ?5 AND ?6 AND y BETWEEN ?7 AND ?8",
+            )?;
+            for r in &area.ranges {
+                let range = &r.range;
+                cut.execute(params![
+                    area.layer,
+                    area.grid,
+                    area.format.extension(),
+                    range.z,
+                    range.min_x,
+                    range.max_x,
+                    range.min_y,
+                    range.max_y
+                ])?;
+            }
+        }
+        let (tiles, used): (i64, i64) = tx.query_row(
+            "SELECT count(*), coalesce(sum(size), 0) FROM tiles",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        tx.commit()?;
+        self.tiles
+            .store(u64::try_from(tiles).unwrap_or(0), Ordering::SeqCst);
+        self.used
+            .store(u64::try_from(used).unwrap_or(0), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The next tiles to evict, in the policy's order.
+    fn victims(&self, n: usize) -> rusqlite::Result<Vec<(TileKey, u64)>> {
+        let order = match self.options.eviction {
+            Eviction::Lru => "access",
+            Eviction::Lfu => "hits, access",
+            Eviction::Oldest => "stored",
+        };
+        let conn = lock(&self.index);
+        let mut q = conn.prepare_cached(&format!(
+            "SELECT layer, grid, format, z, x, y, mw, mh, size FROM tiles ORDER BY {order} LIMIT ?1"
+        ))?;
+        let rows = q.query_map(params![i64::try_from(n).unwrap_or(i64::MAX)], |r| {
+            let format: String = r.get(2)?;
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                format,
+                r.get::<_, u8>(3)?,
+                r.get::<_, u32>(4)?,
+                r.get::<_, u32>(5)?,
+                r.get::<_, u32>(6)?,
+                r.get::<_, u32>(7)?,
+                r.get::<_, i64>(8)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (layer, grid, format, z, x, y, mw, mh, size) = row?;
+            let Some(format) = TileFormat::from_extension(&format) else {
+                continue;
+            };
+            out.push((
+                TileKey {
+                    layer,
+                    grid,
+                    coord: TileCoord::restored(z, x, y),
+                    matrix_height: mh,
+                    matrix_width: mw,
+                    format,
+                },
+                u64::try_from(size).unwrap_or(0),
+            ));
+        }
+        Ok(out)
+    }
+
+    fn hit(&self, key: &TileKey) {
+        let sample = u64::from(self.options.sample.max(1));
+        if !self.seen.fetch_add(1, Ordering::Relaxed).is_multiple_of(sample) {
+            return;
+        }
+        let stripe = usize::try_from(self.hashing.hash_one(key) % STRIPES as u64).unwrap_or(0);
+        let now = self.tick();
+        let mut hits = lock(&self.hits[stripe]);
+        let entry = hits.entry(key.clone()).or_insert((now, 0));
+        entry.0 = now;
+        entry.1 += sample;
+    }
+
+    fn flush_hits(&self) -> rusqlite::Result<()> {
+        let taken: Vec<HashMap<TileKey, (u64, u64)>> = self
+            .hits
+            .iter()
+            .map(|s| std::mem::take(&mut *lock(s)))
+            .collect();
+        if taken.iter().all(HashMap::is_empty) {
+            return Ok(());
+        }
+        let mut conn = lock(&self.index);
+        let tx = conn.transaction()?;
+        {
+            let mut touch = tx.prepare_cached(
+                "UPDATE tiles SET access = max(access, ?7), hits = hits + ?8
+                 WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6",
+            )?;
+            for (key, (at, count)) in taken.iter().flatten() {
+                let (l, g, f, z, x, y) = key_params(key);
+                touch.execute(params![l, g, f, z, x, y, as_sql(*at), as_sql(*count)])?;
+            }
+        }
+        tx.commit()
+    }
+
+    fn flush_until_stopped(&self) {
+        let (stop, wake) = &self.stop;
+        loop {
+            let stopped = lock(stop);
+            let (stopped, _) = wake
+                .wait_timeout_while(stopped, self.options.flush_every, |s| !*s)
+                .unwrap_or_else(PoisonError::into_inner);
+            if *stopped {
+                return;
+            }
+            drop(stopped);
+            if let Err(e) = self.flush_hits() {
+                tracing::warn!(error = %e, "cannot write hits to the quota index");
+            }
+        }
+    }
+
+    /// Tiles and bytes per layer key and zoom, from the index.
+    fn by_zoom(&self) -> rusqlite::Result<Vec<ZoomUsage>> {
+        let conn = lock(&self.index);
+        let mut q = conn.prepare_cached(
+            "SELECT layer, z, count(*), coalesce(sum(size), 0) FROM tiles GROUP BY layer, z ORDER BY layer, z",
+        )?;
+        let rows = q.query_map([], |r| {
+            Ok(ZoomUsage {
+                layer: r.get(0)?,
+                z: r.get(1)?,
+                tiles: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                bytes: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+            })
+        })?;
+        rows.collect()
+    }
+}
+
+impl QuotaStore {
+    /// Tiles and bytes stored per layer key and zoom (those the index knows).
+    pub fn by_zoom(&self) -> Result<Vec<ZoomUsage>, StoreError> {
+        self.shared.by_zoom().map_err(|e| self.index_error(&e))
+    }
+}
+
+impl TileStore for QuotaStore {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn is_volatile(&self) -> bool {
+        self.inner.is_volatile()
+    }
+
+    fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+        let found = self.inner.get(key)?;
+        if found.is_some() {
+            self.hit(key);
+        }
+        Ok(found)
+    }
+
+    fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
+        let found = self.inner.get_stored(key)?;
+        if found.is_some() {
+            self.hit(key);
+        }
+        Ok(found)
+    }
+
+    fn get_many(&self, keys: &[TileKey]) -> Result<Vec<Option<StoredTile>>, StoreError> {
+        let found = self.inner.get_many(keys)?;
+        for (key, tile) in keys.iter().zip(&found) {
+            if tile.is_some() {
+                self.hit(key);
+            }
+        }
+        Ok(found)
+    }
+
+    fn claim_fingerprint(&self, layer: &str, fingerprint: &str) -> Result<String, StoreError> {
+        self.inner.claim_fingerprint(layer, fingerprint)
+    }
+
+    fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        let held = self.inner.peek(key)?;
+        self.hit(key);
+        Some(held)
+    }
+
+    fn peek_file(&self, key: &TileKey) -> Option<Peeked> {
+        let peeked = self.inner.peek_file(key)?;
+        self.hit(key);
+        Some(peeked)
+    }
+
+    fn prefers_batches(&self) -> bool {
+        self.inner.prefers_batches()
+    }
+
+    fn write_group(&self, key: &TileKey) -> Option<String> {
+        self.inner.write_group(key)
+    }
+
+    fn forget(&self, key: &TileKey) {
+        self.inner.forget(key);
+    }
+
+    fn forget_layer(&self, layer: &str) {
+        self.inner.forget_layer(layer);
+    }
+
+    fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
+        let size = data.len() as u64;
+        self.inner.put(key, data, durability)?;
+        self.written(&[(key.clone(), size)])
+    }
+
+    fn put_many(
+        &self,
+        tiles: Vec<(TileKey, Bytes)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let sizes: Vec<(TileKey, u64)> = tiles
+            .iter()
+            .map(|(k, d)| (k.clone(), d.len() as u64))
+            .collect();
+        self.inner.put_many(tiles, durability)?;
+        self.written(&sizes)
+    }
+
+    fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+        self.inner.delete(key)?;
+        self.shared.deleted(key).map_err(|e| self.index_error(&e))
+    }
+
+    fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
+        self.inner.exists(key)
+    }
+
+    fn all_exist(&self, keys: &[TileKey]) -> Result<bool, StoreError> {
+        self.inner.all_exist(keys)
+    }
+
+    fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
+        let report = self.inner.truncate(area)?;
+        self.shared
+            .truncated(area)
+            .map_err(|e| self.index_error(&e))?;
+        Ok(report)
+    }
+
+    fn quota(&self) -> Option<(QuotaUsage, Vec<ZoomUsage>)> {
+        Some((self.usage(), self.by_zoom().unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    fn key(x: u32) -> TileKey {
+        TileKey {
+            layer: "l".into(),
+            grid: "g".into(),
+            coord: TileCoord::restored(10, x, 7),
+            matrix_height: 1024,
+            matrix_width: 1024,
+            format: TileFormat::Png,
+        }
+    }
+
+    fn tile() -> Bytes {
+        Bytes::from(vec![7u8; 1000])
+    }
+
+    fn open(dir: &Path, max: u64, eviction: Eviction, inner: &Arc<MemoryStore>) -> QuotaStore {
+        let mut options = QuotaOptions::new(max, eviction, dir.join("quota.sqlite"));
+        options.sample = 1;
+        QuotaStore::open(inner.clone(), options).unwrap()
+    }
+
+    fn stored(inner: &MemoryStore, n: u32) -> Vec<u32> {
+        (0..n).filter(|x| inner.get(&key(*x)).unwrap().is_some()).collect()
+    }
+
+    #[test]
+    fn a_store_over_its_quota_evicts_the_least_recently_used_and_stays_within_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 5_500, Eviction::Lru, &inner);
+        for x in 0..5 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        assert_eq!(quota.usage().used_bytes, 5_000);
+        // Tile 0 is read: the next write evicts tile 1, the least recent.
+        assert!(quota.get(&key(0)).unwrap().is_some());
+        quota.put(&key(5), tile(), Durability::Synced).unwrap();
+        assert_eq!(stored(&inner, 6), vec![0, 2, 3, 4, 5]);
+        for x in 6..40 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+            assert!(quota.usage().used_bytes <= 5_500);
+            assert!(quota.get(&key(x)).unwrap().is_some(), "a tile just written is kept");
+        }
+        let usage = quota.usage();
+        assert_eq!(usage.tiles + usage.evicted_tiles, 40);
+        assert_eq!(usage.used_bytes, usage.tiles * 1_000);
+        assert_eq!(usage.evicted_bytes, usage.evicted_tiles * 1_000);
+        assert_eq!(stored(&inner, 40).len() as u64, usage.tiles);
+        // Rewriting a tile counts its new size, not both.
+        let before = usage.used_bytes;
+        quota.put(&key(39), Bytes::from(vec![1u8; 500]), Durability::Synced).unwrap();
+        assert_eq!(quota.usage().used_bytes, before - 500);
+        quota.delete(&key(39)).unwrap();
+        assert_eq!(quota.usage().used_bytes, before - 1_000);
+        assert_eq!(quota.usage().tiles, usage.tiles - 1);
+        let zooms = quota.by_zoom().unwrap();
+        assert_eq!(
+            zooms,
+            vec![ZoomUsage {
+                layer: "l".into(),
+                z: 10,
+                tiles: usage.tiles - 1,
+                bytes: before - 1_000
+            }]
+        );
+    }
+
+    #[test]
+    fn the_order_survives_a_restart_and_a_lowered_quota_applies_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 10_000, Eviction::Lru, &inner);
+        for x in 0..10 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        // Read the oldest three: they are now the most recently used.
+        for x in 0..3 {
+            assert!(quota.get(&key(x)).unwrap().is_some());
+        }
+        drop(quota);
+        let quota = open(dir.path(), 4_000, Eviction::Lru, &inner);
+        let usage = quota.usage();
+        assert!(usage.used_bytes <= 4_000, "{usage:?}");
+        let kept = stored(&inner, 10);
+        assert!(kept.iter().all(|x| [0, 1, 2, 9].contains(x)), "{kept:?}");
+        assert!(kept.contains(&0) && kept.contains(&1) && kept.contains(&2), "{kept:?}");
+    }
+
+    #[test]
+    fn lfu_keeps_the_tiles_read_most_and_oldest_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 3_500, Eviction::Lfu, &inner);
+        for x in 0..3 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        for _ in 0..3 {
+            quota.get(&key(0)).unwrap();
+        }
+        quota.get(&key(2)).unwrap();
+        quota.put(&key(3), tile(), Durability::Synced).unwrap();
+        assert_eq!(stored(&inner, 4), vec![0, 2, 3]);
+        drop(quota);
+
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 3_500, Eviction::Oldest, &inner);
+        for x in 0..3 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        quota.get(&key(0)).unwrap();
+        quota.put(&key(3), tile(), Durability::Synced).unwrap();
+        assert_eq!(stored(&inner, 4), vec![1, 2, 3], "read or not, the oldest goes");
+    }
+
+    #[test]
+    fn a_truncated_area_is_counted_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 100_000, Eviction::Lru, &inner);
+        for x in 0..10 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        let area = TileArea {
+            progress: Arc::default(),
+            layer: "l".into(),
+            grid: "g".into(),
+            format: TileFormat::Png,
+            ranges: vec![crate::AreaRange {
+                range: tessera_grid::TileRange {
+                    z: 10,
+                    min_x: 0,
+                    max_x: 5,
+                    min_y: 0,
+                    max_y: 1023,
+                },
+                matrix_width: 1024,
+                matrix_height: 1024,
+            }],
+        };
+        quota.truncate(&area).unwrap();
+        assert_eq!(quota.usage().used_bytes, 4_000);
+        assert_eq!(stored(&inner, 10), vec![6, 7, 8, 9]);
+    }
+}
