@@ -14,8 +14,12 @@
 //! lost, taken_over, error), `tessera_lease_wait_seconds` (a node that lost
 //! a lease, until the holder's tiles were there),
 //! `tessera_generation_checks_total{result}` (unchanged, changed, error),
-//! `tessera_tile_files_sent_total` (file-store hits sent by `sendfile`)
-//! and `tessera_build_info{version}`.
+//! `tessera_tile_files_sent_total` (file-store hits sent by `sendfile`),
+//! for stores with a quota `tessera_store_quota_bytes{store}`,
+//! `tessera_store_used_bytes{store}`, `tessera_store_quota_tiles{store}`,
+//! `tessera_store_evicted_tiles{store}` and
+//! `tessera_store_evicted_bytes{store}` (since the store opened), and
+//! `tessera_build_info{version}`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +31,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::stats::{LastError, LayerStats, RenderTimes};
 use tessera_store::{
     Durability, HeldTile, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
 };
@@ -218,6 +224,38 @@ pub struct Metrics {
     log_lines_dropped: Counter,
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    quota: QuotaGauges,
+    /// Render times and last errors by layer, for `/admin/stats`.
+    layer_stats: LayerStats,
+}
+
+/// The gauges of stores with a quota.
+#[derive(Debug, Default)]
+struct QuotaGauges {
+    max_bytes: Family<DegradedLabels, Gauge>,
+    used_bytes: Family<DegradedLabels, Gauge>,
+    tiles: Family<DegradedLabels, Gauge>,
+    evicted_tiles: Family<DegradedLabels, Gauge>,
+    evicted_bytes: Family<DegradedLabels, Gauge>,
+}
+
+/// A layer's counts and times, as `/admin/stats` reports them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LayerCounts {
+    /// Tile requests answered from the store.
+    pub hits: u64,
+    /// Tile requests rendered.
+    pub misses: u64,
+    /// Tile requests that failed.
+    pub errors: u64,
+    /// `hits / (hits + misses)`; `None` before any.
+    pub hit_ratio: Option<f64>,
+    /// Metatiles rendered.
+    pub metatile_renders: u64,
+    /// Render times (every render of the layer: tiles, metatiles, maps).
+    pub render_times: Option<RenderTimes>,
+    /// The last error a tile request met.
+    pub last_error: Option<LastError>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -346,6 +384,36 @@ impl Metrics {
             "Log lines (access log included) dropped because the log writer's queue was full",
             log_lines_dropped.clone(),
         );
+        let quota = QuotaGauges::default();
+        for (name, help, family) in [
+            (
+                "tessera_store_quota_bytes",
+                "The quota (max_size) of stores that have one",
+                &quota.max_bytes,
+            ),
+            (
+                "tessera_store_used_bytes",
+                "Bytes of tiles in stores with a quota, as their index counts them",
+                &quota.used_bytes,
+            ),
+            (
+                "tessera_store_quota_tiles",
+                "Tiles in stores with a quota",
+                &quota.tiles,
+            ),
+            (
+                "tessera_store_evicted_tiles",
+                "Tiles evicted by a store's quota since the store opened",
+                &quota.evicted_tiles,
+            ),
+            (
+                "tessera_store_evicted_bytes",
+                "Bytes evicted by a store's quota since the store opened",
+                &quota.evicted_bytes,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         registry.register(
             "tessera_build",
             "The running build",
@@ -373,6 +441,8 @@ impl Metrics {
             encode_queue_depth,
             store_degraded,
             degraded: std::sync::Mutex::default(),
+            quota,
+            layer_stats: LayerStats::default(),
         }
     }
 
@@ -425,6 +495,53 @@ impl Metrics {
                 layer: layer.into(),
             })
             .observe(elapsed.as_secs_f64());
+        self.layer_stats.rendered(layer, elapsed);
+    }
+
+    /// Records the error a tile request of `layer` met (the last one is in
+    /// `/admin/stats`).
+    pub fn tile_failed(&self, layer: &str, message: String) {
+        self.layer_stats.failed(layer, message);
+    }
+
+    /// Sets the quota gauges of store `store`.
+    pub fn observe_quota(&self, store: &str, usage: &tessera_store::quota::QuotaUsage) {
+        let labels = DegradedLabels {
+            store: store.to_string(),
+        };
+        let set = |family: &Family<DegradedLabels, Gauge>, value: u64| {
+            family
+                .get_or_create(&labels)
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        set(&self.quota.max_bytes, usage.max_bytes);
+        set(&self.quota.used_bytes, usage.used_bytes);
+        set(&self.quota.tiles, usage.tiles);
+        set(&self.quota.evicted_tiles, usage.evicted_tiles);
+        set(&self.quota.evicted_bytes, usage.evicted_bytes);
+    }
+
+    /// `layer`'s counts, hit ratio, render times and last error.
+    pub fn layer_counts(&self, layer: &str) -> LayerCounts {
+        let count = |result: &'static str| {
+            self.tile_requests
+                .get_or_create(&RequestLabels {
+                    layer: layer.into(),
+                    result,
+                })
+                .get()
+        };
+        let (hits, misses, errors) = (count("hit"), count("miss"), count("error"));
+        let (render_times, last_error) = self.layer_stats.of(layer);
+        LayerCounts {
+            hits,
+            misses,
+            errors,
+            hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
+            metatile_renders: self.metatile_renders(layer),
+            render_times,
+            last_error,
+        }
     }
 
     /// Counts a metatile render.

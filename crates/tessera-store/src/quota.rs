@@ -148,7 +148,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl QuotaStore {
     /// Puts a quota in front of `inner`, opening (or creating) its index.
-    pub fn open(inner: Arc<dyn TileStore>, options: QuotaOptions) -> Result<QuotaStore, StoreError> {
+    pub fn open(
+        inner: Arc<dyn TileStore>,
+        options: QuotaOptions,
+    ) -> Result<QuotaStore, StoreError> {
         let name = inner.name().to_string();
         let index_path = options.index.display().to_string();
         let fail = |e: &dyn std::fmt::Display| StoreError::Io {
@@ -381,7 +384,8 @@ impl Shared {
                 ])?;
                 match before {
                     Some(b) => {
-                        self.used.fetch_sub(u64::try_from(b).unwrap_or(0), Ordering::SeqCst);
+                        self.used
+                            .fetch_sub(u64::try_from(b).unwrap_or(0), Ordering::SeqCst);
                     }
                     None => {
                         self.tiles.fetch_add(1, Ordering::SeqCst);
@@ -516,7 +520,11 @@ impl Shared {
 
     fn hit(&self, key: &TileKey) {
         let sample = u64::from(self.options.sample.max(1));
-        if !self.seen.fetch_add(1, Ordering::Relaxed).is_multiple_of(sample) {
+        if !self
+            .seen
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(sample)
+        {
             return;
         }
         let stripe = usize::try_from(self.hashing.hash_one(key) % STRIPES as u64).unwrap_or(0);
@@ -732,7 +740,9 @@ mod tests {
     }
 
     fn stored(inner: &MemoryStore, n: u32) -> Vec<u32> {
-        (0..n).filter(|x| inner.get(&key(*x)).unwrap().is_some()).collect()
+        (0..n)
+            .filter(|x| inner.get(&key(*x)).unwrap().is_some())
+            .collect()
     }
 
     #[test]
@@ -751,7 +761,10 @@ mod tests {
         for x in 6..40 {
             quota.put(&key(x), tile(), Durability::Synced).unwrap();
             assert!(quota.usage().used_bytes <= 5_500);
-            assert!(quota.get(&key(x)).unwrap().is_some(), "a tile just written is kept");
+            assert!(
+                quota.get(&key(x)).unwrap().is_some(),
+                "a tile just written is kept"
+            );
         }
         let usage = quota.usage();
         assert_eq!(usage.tiles + usage.evicted_tiles, 40);
@@ -760,7 +773,9 @@ mod tests {
         assert_eq!(stored(&inner, 40).len() as u64, usage.tiles);
         // Rewriting a tile counts its new size, not both.
         let before = usage.used_bytes;
-        quota.put(&key(39), Bytes::from(vec![1u8; 500]), Durability::Synced).unwrap();
+        quota
+            .put(&key(39), Bytes::from(vec![1u8; 500]), Durability::Synced)
+            .unwrap();
         assert_eq!(quota.usage().used_bytes, before - 500);
         quota.delete(&key(39)).unwrap();
         assert_eq!(quota.usage().used_bytes, before - 1_000);
@@ -795,7 +810,10 @@ mod tests {
         assert!(usage.used_bytes <= 4_000, "{usage:?}");
         let kept = stored(&inner, 10);
         assert!(kept.iter().all(|x| [0, 1, 2, 9].contains(x)), "{kept:?}");
-        assert!(kept.contains(&0) && kept.contains(&1) && kept.contains(&2), "{kept:?}");
+        assert!(
+            kept.contains(&0) && kept.contains(&1) && kept.contains(&2),
+            "{kept:?}"
+        );
     }
 
     #[test]
@@ -822,7 +840,11 @@ mod tests {
         }
         quota.get(&key(0)).unwrap();
         quota.put(&key(3), tile(), Durability::Synced).unwrap();
-        assert_eq!(stored(&inner, 4), vec![1, 2, 3], "read or not, the oldest goes");
+        assert_eq!(
+            stored(&inner, 4),
+            vec![1, 2, 3],
+            "read or not, the oldest goes"
+        );
     }
 
     #[test]

@@ -16,12 +16,12 @@ use serde::{Deserialize, Deserializer};
 use tessera_grid::Curve;
 
 use crate::object::{ObjectLocation, open_url};
+use crate::quota::{Eviction, QuotaOptions};
 use crate::{
     DEFAULT_CACHE_CONTROL, FileLayout, FileStore, JournalOptions, JournalStore, MbtilesOptions,
     MbtilesStore, MemoryStore, PackOptions, PackStore, StoreError, Synchronous, TileObjectStore,
     TileStore,
 };
-use crate::quota::{Eviction, QuotaOptions};
 
 /// One store under `stores:`, tagged by `type`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

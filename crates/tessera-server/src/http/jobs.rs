@@ -1,7 +1,8 @@
 //! `/admin/jobs`: seed, reseed and truncate jobs started, watched and
-//! cancelled over HTTP ([`crate::jobs`]), and `/admin`, a small page that
-//! shows them with progress bars (it asks for the admin token and sends it
-//! as a bearer token; the page itself holds nothing secret).
+//! cancelled over HTTP ([`crate::jobs`]); `/admin/stats`: per layer and per
+//! store statistics; and `/admin`, a small page that shows both, jobs with
+//! progress bars (it asks for the admin token and sends it as a bearer
+//! token; the page itself holds nothing secret).
 
 use axum::Json;
 use axum::body::Bytes;
@@ -141,4 +142,102 @@ pub async fn page(State(state): State<Admin>) -> Response {
         ),
     );
     r
+}
+
+/// One layer in `/admin/stats`.
+#[derive(Debug, serde::Serialize)]
+struct LayerReport {
+    layer: String,
+    store: Option<String>,
+    #[serde(flatten)]
+    counts: crate::metrics::LayerCounts,
+    /// Tiles and bytes stored per zoom, for layers whose store has a quota
+    /// (its index counts them); `null` otherwise.
+    stored: Option<Vec<ZoomStored>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ZoomStored {
+    z: u8,
+    tiles: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct StoreReport {
+    store: String,
+    quota: Option<tessera_store::quota::QuotaUsage>,
+}
+
+/// Whether index layer key `key` is one of layer key `cache_key`'s (itself,
+/// or one of its dimension values' or fingerprints', which extend it).
+fn of_layer(key: &str, cache_key: &str) -> bool {
+    key.strip_prefix(cache_key).is_some_and(|rest| {
+        rest.is_empty() || !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
+    })
+}
+
+/// Handles `GET /admin/stats`: per layer, tile requests (hits, misses,
+/// errors, hit ratio), metatiles rendered, render time percentiles, the
+/// last error, and for a store with a quota the tiles and bytes stored per
+/// zoom; per store with a quota, how full it is and what it evicted.
+pub async fn stats(State(state): State<Admin>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
+    let registry = state.registry.clone();
+    let metrics = state.metrics.clone();
+    // Reading the quota indexes is blocking work.
+    let built = tokio::task::spawn_blocking(move || {
+        let quotas: std::collections::BTreeMap<String, _> = registry
+            .stores
+            .iter()
+            .filter_map(|(name, store)| Some((name.clone(), store.quota()?)))
+            .collect();
+        let layers: Vec<LayerReport> = registry
+            .layers()
+            .iter()
+            .map(|layer| {
+                let store = layer.cache.as_ref().map(|c| c.store_name.clone());
+                let stored = store
+                    .as_ref()
+                    .and_then(|s| quotas.get(s))
+                    .map(|(_, zooms)| {
+                        let mut by_zoom: std::collections::BTreeMap<u8, (u64, u64)> =
+                            std::collections::BTreeMap::new();
+                        for z in zooms
+                            .iter()
+                            .filter(|z| of_layer(&z.layer, &layer.cache_key))
+                        {
+                            let e = by_zoom.entry(z.z).or_default();
+                            e.0 += z.tiles;
+                            e.1 += z.bytes;
+                        }
+                        by_zoom
+                            .into_iter()
+                            .map(|(z, (tiles, bytes))| ZoomStored { z, tiles, bytes })
+                            .collect()
+                    });
+                LayerReport {
+                    layer: layer.name.clone(),
+                    store,
+                    counts: metrics.layer_counts(&layer.name),
+                    stored,
+                }
+            })
+            .collect();
+        let stores: Vec<StoreReport> = quotas
+            .into_iter()
+            .map(|(store, (usage, _))| StoreReport {
+                store,
+                quota: Some(usage),
+            })
+            .collect();
+        serde_json::json!({ "layers": layers, "stores": stores })
+    })
+    .await;
+    match built {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => ApiError::internal(&e).into_response(),
+    }
 }

@@ -225,6 +225,7 @@ pub fn router(state: AppState) -> Router {
             "/admin/jobs/{id}",
             axum::routing::get(jobs::report).delete(jobs::cancel),
         )
+        .route("/admin/stats", axum::routing::get(jobs::stats))
         .route(
             "/admin/truncate",
             axum::routing::post(admin::truncate)
@@ -295,6 +296,11 @@ async fn ready(State(state): State<state::Status>) -> Response {
 }
 
 async fn metrics(State(state): State<state::Status>) -> Response {
+    for (name, store) in &state.registry.stores {
+        if let Some((usage, _)) = store.quota() {
+            state.metrics.observe_quota(name, &usage);
+        }
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -48,6 +48,8 @@ pub struct Maps {
 /// What the health and metrics endpoints read.
 #[derive(Debug, Clone)]
 pub struct Status {
+    /// Layers and stores (the quotas' gauges are read from the stores).
+    pub registry: Arc<Registry>,
     /// The render pool (its busy slots).
     pub renderer: Renderer,
     /// The metrics.
@@ -79,6 +81,8 @@ pub struct Admin {
     pub jobs: Option<Arc<crate::jobs::Jobs>>,
     /// The cached tile path jobs seed through.
     pub tiles: Arc<TileCache>,
+    /// The metrics (`/admin/stats` reads them).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Maps {
@@ -122,6 +126,7 @@ impl FromRef<AppState> for Maps {
 impl FromRef<AppState> for Status {
     fn from_ref(state: &AppState) -> Status {
         Status {
+            registry: state.service.registry.clone(),
             renderer: state.service.renderer.clone(),
             metrics: state.service.metrics.clone(),
         }
@@ -155,6 +160,7 @@ impl FromRef<AppState> for Admin {
             live: state.live.clone(),
             jobs: state.service.jobs.clone(),
             tiles: state.service.tiles.clone(),
+            metrics: state.service.metrics.clone(),
         }
     }
 }

@@ -132,7 +132,11 @@ impl TileCache {
                 ..
             }) => RequestResult::Hit,
             Ok(_) => RequestResult::Miss,
-            Err(_) => RequestResult::Error,
+            Err(e) => {
+                self.metrics
+                    .tile_failed(&req.layer.name, tessera_source::error_chain(e));
+                RequestResult::Error
+            }
         };
         self.metrics.tile_request(&req.layer.name, outcome);
         result
