@@ -44,13 +44,30 @@ pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
+/// Released segments kept for reuse; more are deleted, so that a journal
+/// whose tiles were deleted (a quota's evictions) shrinks once compacted.
+pub const MAX_FREE: usize = 2;
+
 /// Moves a segment to the free pool (`free-<id>.log`), to be reused by
-/// [`create`] instead of allocating a new file.
+/// [`create`] instead of allocating a new file; with [`MAX_FREE`] there
+/// already, deletes it instead.
 pub fn retire(dir: &Path, id: u64) -> io::Result<()> {
-    std::fs::rename(
-        dir.join(file_name(id)),
-        dir.join(format!("free-{id:016x}.log")),
-    )?;
+    let mut free = 0;
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("free-") && name.ends_with(".log") {
+            free += 1;
+        }
+    }
+    if free >= MAX_FREE {
+        std::fs::remove_file(dir.join(file_name(id)))?;
+    } else {
+        std::fs::rename(
+            dir.join(file_name(id)),
+            dir.join(format!("free-{id:016x}.log")),
+        )?;
+    }
     sync_dir(dir)
 }
 

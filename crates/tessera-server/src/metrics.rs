@@ -759,6 +759,11 @@ impl TileStore for TimedStore {
         self.inner.write_group(key)
     }
 
+    fn reclaim(&self) -> Result<(), StoreError> {
+        self.metrics
+            .store_op(self.name(), "reclaim", || self.inner.reclaim())
+    }
+
     fn forget_layer(&self, layer: &str) {
         self.inner.forget_layer(layer);
     }

@@ -375,6 +375,19 @@ impl JournalStore {
 }
 
 impl TileStore for JournalStore {
+    /// Compacts the segments whose live share fell below `compact_below`.
+    fn reclaim(&self) -> Result<(), StoreError> {
+        let s = self.compact(self.compact_below)?;
+        if s.segments_released > 0 {
+            tracing::info!(
+                released = s.segments_released,
+                copied = s.records_copied,
+                "journal compacted after evictions"
+            );
+        }
+        Ok(())
+    }
+
     #[allow(clippy::unnecessary_literal_bound)] // the trait allows owned names
     fn name(&self) -> &str {
         "journal"

@@ -254,6 +254,13 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Gives back the space of tiles deleted, where deleting leaves it
+    /// taken (a journal compacts the segments mostly dead); called after a
+    /// quota evicted. The default has nothing to give back.
+    fn reclaim(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// How full the store is against its quota, with the tiles and bytes
     /// it holds per layer key and zoom, when it has one
     /// ([`quota::QuotaStore`]). The default has none.

@@ -281,6 +281,10 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().and_then(|i| i.write_group(key))
     }
 
+    fn reclaim(&self) -> Result<(), StoreError> {
+        self.inner.as_ref().map_or(Ok(()), |i| i.reclaim())
+    }
+
     /// Drops the held copy when there is a store behind (alone, memory is
     /// the only copy and is kept).
     fn forget(&self, key: &TileKey) {

@@ -3,7 +3,9 @@
 //! file), hits are recorded there too (sampled and batched: a few per
 //! second in one transaction, never a sync per hit), and a write that takes
 //! the store past its quota first evicts tiles, least recently used (`lru`),
-//! least often used (`lfu`) or oldest stored (`oldest`), down to 95 % of it.
+//! least often used (`lfu`) or oldest stored (`oldest`), down to 95 % of it
+//! with the tiles being written counted: what the store holds stays within
+//! its quota.
 //! The index survives restarts, so what was used lately is kept after one.
 //!
 //! The store keeps serving and rendering at its quota: a write is never
@@ -123,6 +125,10 @@ struct Shared {
     tiles: AtomicU64,
     evicted_tiles: AtomicU64,
     evicted_bytes: AtomicU64,
+    /// Bytes being written, counted before they are.
+    reserved: AtomicU64,
+    /// `evicted_bytes` when the store last reclaimed space.
+    reclaimed_at: AtomicU64,
     hits: Hits,
     hashing: RandomState,
     seen: AtomicU64,
@@ -179,6 +185,8 @@ impl QuotaStore {
             tiles: AtomicU64::new(u64::try_from(tiles).unwrap_or(0)),
             evicted_tiles: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
+            reclaimed_at: AtomicU64::new(0),
             hits: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
             hashing: RandomState::new(),
             seen: AtomicU64::new(0),
@@ -220,25 +228,42 @@ impl QuotaStore {
         }
     }
 
-    /// Records tiles written, then evicts if the store is over its quota.
-    fn written(&self, tiles: &[(TileKey, u64)]) -> Result<(), StoreError> {
-        self.shared
-            .record_writes(tiles)
-            .map_err(|e| self.index_error(&e))?;
-        self.make_room()
+    /// Writes `tiles` with `write`: room for them is made first (the bytes
+    /// are reserved, and the store evicts while what it holds and what is
+    /// being written pass the quota), then they are recorded.
+    fn write(
+        &self,
+        tiles: &[(TileKey, u64)],
+        write: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let incoming: u64 = tiles.iter().map(|(_, n)| n).sum();
+        self.shared.reserved.fetch_add(incoming, Ordering::SeqCst);
+        let written = self.make_room().and_then(|()| write()).and_then(|()| {
+            self.shared
+                .record_writes(tiles)
+                .map_err(|e| self.index_error(&e))
+        });
+        self.shared.reserved.fetch_sub(incoming, Ordering::SeqCst);
+        written
     }
 
-    /// Evicts down to 95 % of the quota when over it.
+    /// Bytes held plus bytes being written.
+    fn taken(&self) -> u64 {
+        self.shared.used.load(Ordering::SeqCst) + self.shared.reserved.load(Ordering::SeqCst)
+    }
+
+    /// Evicts down to 95 % of the quota when what is held and being written
+    /// passes it.
     fn make_room(&self) -> Result<(), StoreError> {
         let max = self.shared.options.max_bytes;
-        if self.shared.used.load(Ordering::SeqCst) <= max {
+        if self.taken() <= max {
             return Ok(());
         }
         let _one = lock(&self.shared.evicting);
         let target = max - max / 20;
         // Recent hits first, so the order is up to date.
         self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
-        while self.shared.used.load(Ordering::SeqCst) > target {
+        while self.taken() > target {
             let victims = self
                 .shared
                 .victims(EVICT_BATCH)
@@ -248,7 +273,7 @@ impl QuotaStore {
             }
             let mut gone = Vec::with_capacity(victims.len());
             for (key, size) in victims {
-                if self.shared.used.load(Ordering::SeqCst) <= target {
+                if self.taken() <= target {
                     break;
                 }
                 self.inner.delete(&key)?;
@@ -261,6 +286,13 @@ impl QuotaStore {
             self.shared
                 .forget_rows(&gone)
                 .map_err(|e| self.index_error(&e))?;
+        }
+        // Space deleting leaves taken (a journal's) is given back once a
+        // quarter of the quota was evicted since the last time.
+        let evicted = self.shared.evicted_bytes.load(Ordering::SeqCst);
+        if evicted - self.shared.reclaimed_at.load(Ordering::SeqCst) >= max / 4 {
+            self.shared.reclaimed_at.store(evicted, Ordering::SeqCst);
+            self.inner.reclaim()?;
         }
         Ok(())
     }
@@ -660,6 +692,10 @@ impl TileStore for QuotaStore {
         self.inner.write_group(key)
     }
 
+    fn reclaim(&self) -> Result<(), StoreError> {
+        self.inner.reclaim()
+    }
+
     fn forget(&self, key: &TileKey) {
         self.inner.forget(key);
     }
@@ -670,8 +706,9 @@ impl TileStore for QuotaStore {
 
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError> {
         let size = data.len() as u64;
-        self.inner.put(key, data, durability)?;
-        self.written(&[(key.clone(), size)])
+        self.write(&[(key.clone(), size)], || {
+            self.inner.put(key, data, durability)
+        })
     }
 
     fn put_many(
@@ -683,8 +720,7 @@ impl TileStore for QuotaStore {
             .iter()
             .map(|(k, d)| (k.clone(), d.len() as u64))
             .collect();
-        self.inner.put_many(tiles, durability)?;
-        self.written(&sizes)
+        self.write(&sizes, || self.inner.put_many(tiles, durability))
     }
 
     fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
