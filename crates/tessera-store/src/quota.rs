@@ -56,6 +56,19 @@ pub struct QuotaOptions {
     pub flush_every: Duration,
     /// One hit in `sample` is recorded (counted `sample` times).
     pub sample: u32,
+    /// Quotas of single layers in the store: a layer key (with its
+    /// dimension values' and fingerprints' keys, [`is_key_of`]) and its
+    /// most bytes. A write passing a layer's quota evicts that layer's
+    /// tiles only.
+    pub layers: Vec<(String, u64)>,
+}
+
+/// Whether index key `key` is kept under layer key `base`: `base` itself,
+/// or one of its dimension values' (`base~name=value`) or fingerprints'
+/// (`base@fingerprint`) keys.
+pub fn is_key_of(key: &str, base: &str) -> bool {
+    key.strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['~', '@']))
 }
 
 impl QuotaOptions {
@@ -68,6 +81,7 @@ impl QuotaOptions {
             index,
             flush_every: Duration::from_secs(1),
             sample: 4,
+            layers: Vec::new(),
         }
     }
 }
@@ -127,6 +141,8 @@ struct Shared {
     evicted_bytes: AtomicU64,
     /// Bytes being written, counted before they are.
     reserved: AtomicU64,
+    /// Bytes held per layer quota (`options.layers`), by its key.
+    layer_used: Mutex<HashMap<String, u64>>,
     /// `evicted_bytes` when the store last reclaimed space.
     reclaimed_at: AtomicU64,
     hits: Hits,
@@ -186,6 +202,7 @@ impl QuotaStore {
             evicted_tiles: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
             reserved: AtomicU64::new(0),
+            layer_used: Mutex::new(HashMap::new()),
             reclaimed_at: AtomicU64::new(0),
             hits: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
             hashing: RandomState::new(),
@@ -203,8 +220,15 @@ impl QuotaStore {
             shared,
             flusher: Some(flusher),
         };
+        store
+            .shared
+            .count_layers()
+            .map_err(|e| store.index_error(&e))?;
         // A quota lowered since the last run applies at once.
         store.make_room()?;
+        for (base, _) in &store.shared.options.layers {
+            store.make_layer_room(base, 0)?;
+        }
         Ok(store)
     }
 
@@ -237,6 +261,16 @@ impl QuotaStore {
         write: impl FnOnce() -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let incoming: u64 = tiles.iter().map(|(_, n)| n).sum();
+        for (base, _) in &self.shared.options.layers {
+            let theirs: u64 = tiles
+                .iter()
+                .filter(|(k, _)| is_key_of(&k.layer, base))
+                .map(|(_, n)| n)
+                .sum();
+            if theirs > 0 {
+                self.make_layer_room(base, theirs)?;
+            }
+        }
         self.shared.reserved.fetch_add(incoming, Ordering::SeqCst);
         let written = self.make_room().and_then(|()| write()).and_then(|()| {
             self.shared
@@ -279,7 +313,7 @@ impl QuotaStore {
                 self.inner.delete(&key)?;
                 self.shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
                 self.shared.evicted_bytes.fetch_add(size, Ordering::SeqCst);
-                gone.push(key);
+                gone.push((key, size));
                 // Counted as it goes, so the loop stops at the target.
                 self.shared.used.fetch_sub(size, Ordering::SeqCst);
             }
@@ -293,6 +327,49 @@ impl QuotaStore {
         if evicted - self.shared.reclaimed_at.load(Ordering::SeqCst) >= max / 4 {
             self.shared.reclaimed_at.store(evicted, Ordering::SeqCst);
             self.inner.reclaim()?;
+        }
+        Ok(())
+    }
+
+    /// Evicts tiles of layer quota `base` down to 95 % of it, less
+    /// `incoming` bytes about to be written, when they would pass it.
+    fn make_layer_room(&self, base: &str, incoming: u64) -> Result<(), StoreError> {
+        let Some(max) = self
+            .shared
+            .options
+            .layers
+            .iter()
+            .find(|(b, _)| b == base)
+            .map(|(_, m)| *m)
+        else {
+            return Ok(());
+        };
+        let held = |shared: &Shared| lock(&shared.layer_used).get(base).copied().unwrap_or(0);
+        if held(&self.shared) + incoming <= max {
+            return Ok(());
+        }
+        let _one = lock(&self.shared.evicting);
+        let target = (max - max / 20).saturating_sub(incoming);
+        self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
+        while held(&self.shared) > target {
+            let victims = self
+                .shared
+                .victims_of(Some(base), EVICT_BATCH)
+                .map_err(|e| self.index_error(&e))?;
+            if victims.is_empty() {
+                break;
+            }
+            for (key, size) in victims {
+                if held(&self.shared) <= target {
+                    break;
+                }
+                self.inner.delete(&key)?;
+                self.shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
+                self.shared.evicted_bytes.fetch_add(size, Ordering::SeqCst);
+                self.shared
+                    .deleted(&key)
+                    .map_err(|e| self.index_error(&e))?;
+            }
         }
         Ok(())
     }
@@ -398,6 +475,7 @@ impl Shared {
                      access = excluded.access, mw = excluded.mw, mh = excluded.mh",
             )?;
             for (key, size) in tiles {
+                self.add_to_layer(&key.layer, *size, true);
                 let (l, g, f, z, x, y) = key_params(key);
                 let before: Option<i64> = old
                     .query_row(params![l, g, f, z, x, y], |r| r.get(0))
@@ -416,8 +494,9 @@ impl Shared {
                 ])?;
                 match before {
                     Some(b) => {
-                        self.used
-                            .fetch_sub(u64::try_from(b).unwrap_or(0), Ordering::SeqCst);
+                        let b = u64::try_from(b).unwrap_or(0);
+                        self.used.fetch_sub(b, Ordering::SeqCst);
+                        self.add_to_layer(&key.layer, b, false);
                     }
                     None => {
                         self.tiles.fetch_add(1, Ordering::SeqCst);
@@ -429,7 +508,7 @@ impl Shared {
         tx.commit()
     }
 
-    fn forget_rows(&self, keys: &[TileKey]) -> rusqlite::Result<()> {
+    fn forget_rows(&self, keys: &[(TileKey, u64)]) -> rusqlite::Result<()> {
         if keys.is_empty() {
             return Ok(());
         }
@@ -439,10 +518,11 @@ impl Shared {
             let mut gone = tx.prepare_cached(
                 "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6",
             )?;
-            for key in keys {
+            for (key, size) in keys {
                 let (l, g, f, z, x, y) = key_params(key);
                 if gone.execute(params![l, g, f, z, x, y])? > 0 {
                     self.tiles.fetch_sub(1, Ordering::SeqCst);
+                    self.add_to_layer(&key.layer, *size, false);
                 }
             }
         }
@@ -461,10 +541,58 @@ impl Shared {
             )
             .optional()?;
         if let Some(size) = size {
-            self.used
-                .fetch_sub(u64::try_from(size).unwrap_or(0), Ordering::SeqCst);
+            let size = u64::try_from(size).unwrap_or(0);
+            self.used.fetch_sub(size, Ordering::SeqCst);
+            self.add_to_layer(&key.layer, size, false);
             self.tiles.fetch_sub(1, Ordering::SeqCst);
         }
+        Ok(())
+    }
+
+    /// Adds (or takes off) `bytes` of a tile of layer key `layer` to the
+    /// layer quota it falls under, if any.
+    fn add_to_layer(&self, layer: &str, bytes: u64, add: bool) {
+        let Some((base, _)) = self
+            .options
+            .layers
+            .iter()
+            .find(|(b, _)| is_key_of(layer, b))
+        else {
+            return;
+        };
+        let mut used = lock(&self.layer_used);
+        let held = used.entry(base.clone()).or_insert(0);
+        *held = if add {
+            *held + bytes
+        } else {
+            held.saturating_sub(bytes)
+        };
+    }
+
+    /// Counts the bytes of every layer quota from the index.
+    fn count_layers(&self) -> rusqlite::Result<()> {
+        if self.options.layers.is_empty() {
+            return Ok(());
+        }
+        let mut totals: HashMap<String, u64> = HashMap::new();
+        {
+            let conn = lock(&self.index);
+            let mut q = conn
+                .prepare_cached("SELECT layer, coalesce(sum(size), 0) FROM tiles GROUP BY layer")?;
+            let rows = q.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            for row in rows {
+                let (layer, bytes) = row?;
+                if let Some((base, _)) = self
+                    .options
+                    .layers
+                    .iter()
+                    .find(|(b, _)| is_key_of(&layer, b))
+                {
+                    *totals.entry(base.clone()).or_insert(0) += u64::try_from(bytes).unwrap_or(0);
+                }
+            }
+        }
+        *lock(&self.layer_used) = totals;
         Ok(())
     }
 
@@ -501,21 +629,32 @@ impl Shared {
             .store(u64::try_from(tiles).unwrap_or(0), Ordering::SeqCst);
         self.used
             .store(u64::try_from(used).unwrap_or(0), Ordering::SeqCst);
-        Ok(())
+        self.count_layers()
     }
 
     /// The next tiles to evict, in the policy's order.
     fn victims(&self, n: usize) -> rusqlite::Result<Vec<(TileKey, u64)>> {
+        self.victims_of(None, n)
+    }
+
+    /// The next tiles to evict, of the layer quota `base` only when given.
+    fn victims_of(&self, base: Option<&str>, n: usize) -> rusqlite::Result<Vec<(TileKey, u64)>> {
         let order = match self.options.eviction {
             Eviction::Lru => "access",
             Eviction::Lfu => "hits, access",
             Eviction::Oldest => "stored",
         };
+        // A layer's keys: itself, `base~...` and `base@...`.
+        let filter = if base.is_some() {
+            "WHERE layer = ?2 OR substr(layer, 1, length(?2) + 1) IN (?2 || '~', ?2 || '@')"
+        } else {
+            "WHERE ?2 IS NULL"
+        };
         let conn = lock(&self.index);
         let mut q = conn.prepare_cached(&format!(
-            "SELECT layer, grid, format, z, x, y, mw, mh, size FROM tiles ORDER BY {order} LIMIT ?1"
+            "SELECT layer, grid, format, z, x, y, mw, mh, size FROM tiles {filter} ORDER BY {order} LIMIT ?1"
         ))?;
-        let rows = q.query_map(params![i64::try_from(n).unwrap_or(i64::MAX)], |r| {
+        let rows = q.query_map(params![i64::try_from(n).unwrap_or(i64::MAX), base], |r| {
             let format: String = r.get(2)?;
             Ok((
                 r.get::<_, String>(0)?,
@@ -881,6 +1020,54 @@ mod tests {
             vec![1, 2, 3],
             "read or not, the oldest goes"
         );
+    }
+
+    fn key_of(layer: &str, x: u32) -> TileKey {
+        TileKey {
+            layer: layer.into(),
+            ..key(x)
+        }
+    }
+
+    #[test]
+    fn a_layer_over_its_own_quota_evicts_its_own_tiles_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let mut options = QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("q.sqlite"));
+        options.sample = 1;
+        options.layers = vec![("a".into(), 3_500)];
+        let quota = QuotaStore::open(inner.clone(), options.clone()).unwrap();
+        // Layer b first (older), then a and its dimension values' keys.
+        for x in 0..5 {
+            quota
+                .put(&key_of("b", x), tile(), Durability::Synced)
+                .unwrap();
+        }
+        for (i, layer) in ["a", "a~time=2024", "a@f00d", "a", "a.hd"]
+            .iter()
+            .enumerate()
+        {
+            let x = u32::try_from(i).unwrap();
+            quota
+                .put(&key_of(layer, x), tile(), Durability::Synced)
+                .unwrap();
+        }
+        let has = |layer: &str, x| inner.get(&key_of(layer, x)).unwrap().is_some();
+        assert!(
+            (0..5).all(|x| has("b", x)),
+            "another layer's tiles are not evicted"
+        );
+        assert!(has("a.hd", 4), "a.hd is another layer, not a's");
+        assert!(!has("a", 0), "a's least recently used went");
+        assert!(has("a~time=2024", 1) && has("a@f00d", 2) && has("a", 3));
+        assert_eq!(quota.usage().evicted_tiles, 1);
+        drop(quota);
+        // Counted again at open: a lower layer quota applies at once.
+        options.layers = vec![("a".into(), 1_500)];
+        let quota = QuotaStore::open(inner.clone(), options).unwrap();
+        assert_eq!(quota.usage().evicted_tiles, 2);
+        assert!(has("a", 3) && !has("a~time=2024", 1) && !has("a@f00d", 2));
+        assert!((0..5).all(|x| has("b", x)) && has("a.hd", 4));
     }
 
     #[test]

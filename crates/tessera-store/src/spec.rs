@@ -386,15 +386,31 @@ impl StoreSpec {
     /// The disk quota in front of the opened store, when `max_size` is
     /// set (file, journal and MBTiles stores).
     pub fn quota(&self) -> Option<QuotaOptions> {
+        self.quota_with(Vec::new())
+    }
+
+    /// The disk quota in front of the opened store, with the quotas of
+    /// single layers in it (`layers`: layer key, bytes): `None` when the
+    /// store has no `max_size` and no layer a quota, or when the store is
+    /// not a file, journal or MBTiles store.
+    pub fn quota_with(&self, layers: Vec<(String, u64)>) -> Option<QuotaOptions> {
         let (max, eviction, index, path) = match self {
             StoreSpec::File(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
             StoreSpec::Journal(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
             StoreSpec::Mbtiles(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
             StoreSpec::Object(_) | StoreSpec::Memory(_) => return None,
         };
-        let max = max?;
+        if max.is_none() && layers.is_empty() {
+            return None;
+        }
         let index = index.clone().unwrap_or_else(|| path.join(QUOTA_INDEX));
-        Some(QuotaOptions::new(Size::or(Some(max), 0), eviction, index))
+        let mut options = QuotaOptions::new(
+            max.map_or(u64::MAX, |m| Size::or(Some(m), 0)),
+            eviction,
+            index,
+        );
+        options.layers = layers;
+        Some(options)
     }
 
     /// Resolves relative local paths against `base` (the directory of the

@@ -506,7 +506,16 @@ fn open_stores(
             timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
         };
         // The quota sees every hit and write, the memory's included.
-        let store: Arc<dyn TileStore> = match spec.quota() {
+        let layer_quotas: Vec<(String, u64)> = config
+            .layers
+            .iter()
+            .filter(|l| &l.cache.store == name)
+            .filter_map(|l| {
+                let max = tessera_store::Size::or(l.cache.max_size, 0);
+                (max > 0).then(|| (l.cache.key.clone().unwrap_or_else(|| l.name.clone()), max))
+            })
+            .collect();
+        let store: Arc<dyn TileStore> = match spec.quota_with(layer_quotas) {
             Some(options) => Arc::new(QuotaStore::open(store, options).map_err(failed)?),
             None => store,
         };

@@ -464,11 +464,17 @@ pub struct LayerCacheConfig {
     /// are rendered again when asked for, and by `tessera seed`.
     #[serde(deserialize_with = "optional_timestamp")]
     pub refresh_before: Option<std::time::SystemTime>,
+    /// Most bytes of this layer's tiles in its store (a quota of the layer
+    /// alone, all its dimension values counted; its least recently used
+    /// tiles, or as the store's `eviction` says, go first). A file, journal
+    /// or MBTiles store only.
+    pub max_size: Option<tessera_store::Size>,
 }
 
 impl Default for LayerCacheConfig {
     fn default() -> Self {
         Self {
+            max_size: None,
             key: None,
             max_stored_age: None,
             refresh_before: None,
@@ -767,6 +773,24 @@ impl Config {
                     "layer {:?}: cache.gutter must be at most {MAX_GUTTER} pixels",
                     layer.name
                 ));
+            }
+            if let Some(max) = c.max_size {
+                let quotable = matches!(
+                    self.stores.get(&c.store),
+                    Some(StoreSpec::File(_) | StoreSpec::Journal(_) | StoreSpec::Mbtiles(_))
+                );
+                if !quotable {
+                    return invalid(format!(
+                        "layer {:?}: cache.max_size needs a file, journal or mbtiles store (store {:?} is not one)",
+                        layer.name, c.store
+                    ));
+                }
+                if tessera_store::Size::or(Some(max), 0) == 0 {
+                    return invalid(format!(
+                        "layer {:?}: cache.max_size must be more than 0 (leave it out for no quota)",
+                        layer.name
+                    ));
+                }
             }
             if c.max_stored_age
                 .is_some_and(|a| !(a.is_finite() && a > 0.0))

@@ -169,14 +169,6 @@ struct StoreReport {
     quota: Option<tessera_store::quota::QuotaUsage>,
 }
 
-/// Whether index layer key `key` is one of layer key `cache_key`'s (itself,
-/// or one of its dimension values' or fingerprints', which extend it).
-fn of_layer(key: &str, cache_key: &str) -> bool {
-    key.strip_prefix(cache_key).is_some_and(|rest| {
-        rest.is_empty() || !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
-    })
-}
-
 /// Handles `GET /admin/stats`: per layer, tile requests (hits, misses,
 /// errors, hit ratio), metatiles rendered, render time percentiles, the
 /// last error, and for a store with a quota the tiles and bytes stored per
@@ -207,7 +199,7 @@ pub async fn stats(State(state): State<Admin>, headers: HeaderMap) -> Response {
                             std::collections::BTreeMap::new();
                         for z in zooms
                             .iter()
-                            .filter(|z| of_layer(&z.layer, &layer.cache_key))
+                            .filter(|z| tessera_store::quota::is_key_of(&z.layer, &layer.cache_key))
                         {
                             let e = by_zoom.entry(z.z).or_default();
                             e.0 += z.tiles;
