@@ -60,9 +60,9 @@ fn hits_per_second(store: &Arc<dyn TileStore>, file_path: bool) -> f64 {
                         x ^= x << 17;
                         let k = key((x % u64::from(TILES)) as u32);
                         let found = if file_path {
-                            store.peek_file(&k).is_some() || store.get(&k).unwrap().is_some()
+                            store.peek_file(&k).is_some() || store.get(&k).expect("read").is_some()
                         } else {
-                            store.peek(&k).is_some() || store.get(&k).unwrap().is_some()
+                            store.peek(&k).is_some() || store.get(&k).expect("read").is_some()
                         };
                         assert!(found);
                         n += 1;
@@ -76,7 +76,7 @@ fn hits_per_second(store: &Arc<dyn TileStore>, file_path: bool) -> f64 {
     std::thread::sleep(Duration::from_secs_f64(HIT_SECONDS));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
-        t.join().unwrap();
+        t.join().expect("reader");
     }
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
@@ -94,11 +94,13 @@ fn fill(store: &dyn TileStore, n: u32, bytes: usize) {
         if batch.len() == 1000 {
             store
                 .put_many(std::mem::take(&mut batch), Durability::Buffered)
-                .unwrap();
+                .expect("benchmark step");
         }
     }
     if !batch.is_empty() {
-        store.put_many(batch, Durability::Buffered).unwrap();
+        store
+            .put_many(batch, Durability::Buffered)
+            .expect("benchmark step");
     }
 }
 
@@ -129,7 +131,7 @@ fn compare(
 }
 
 fn main() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("benchmark step");
     let mut rows = Vec::new();
 
     // The memory LRU.
@@ -141,12 +143,14 @@ fn main() {
             memory.clone(),
             QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("memory.sqlite")),
         )
-        .unwrap(),
+        .expect("benchmark step"),
     );
     rows.push(("memory LRU", compare("memory", &plain, &quota, false)));
 
     // The file store, hits by `peek_file` (pages in the page cache).
-    let files = Arc::new(FileStore::open(&dir.path().join("files"), FileLayout::Xyz).unwrap());
+    let files = Arc::new(
+        FileStore::open(dir.path().join("files"), FileLayout::Xyz).expect("benchmark step"),
+    );
     fill(files.as_ref(), TILES, 20_000);
     let plain: Arc<dyn TileStore> = files.clone();
     let quota: Arc<dyn TileStore> = Arc::new(
@@ -154,7 +158,7 @@ fn main() {
             files.clone(),
             QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("files.sqlite")),
         )
-        .unwrap(),
+        .expect("benchmark step"),
     );
     // Warm the page cache and the hash cache.
     hits_per_second(&plain, true);
@@ -172,14 +176,15 @@ fn main() {
             inner.clone(),
             QuotaOptions::new(u64::MAX, Eviction::Lru, index.clone()),
         )
-        .unwrap();
+        .expect("benchmark step");
         fill(&q, EVICT_TILES, 100);
         assert_eq!(q.usage().tiles, u64::from(EVICT_TILES));
     }
     let filled = start.elapsed().as_secs_f64();
     let half = u64::from(EVICT_TILES) * 100 / 2;
     let start = Instant::now();
-    let q = QuotaStore::open(inner.clone(), QuotaOptions::new(half, Eviction::Lru, index)).unwrap();
+    let q = QuotaStore::open(inner.clone(), QuotaOptions::new(half, Eviction::Lru, index))
+        .expect("benchmark step");
     let evicting = start.elapsed().as_secs_f64();
     let usage = q.usage();
     assert!(usage.used_bytes <= half);

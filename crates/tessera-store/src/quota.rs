@@ -13,7 +13,6 @@
 //! (stored before the quota was set) are not counted and not evicted.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -24,6 +23,7 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use tessera_grid::{TileCoord, TileFormat};
+use xxhash_rust::xxh3::Xxh3Builder;
 
 use crate::{
     Durability, HeldTile, Peeked, StoreError, StoredTile, TileArea, TileKey, TileStore,
@@ -114,8 +114,18 @@ pub struct ZoomUsage {
     pub bytes: u64,
 }
 
-/// Hits recorded and not yet written, striped by key.
-type Hits = Vec<Mutex<HashMap<TileKey, (u64, u64)>>>;
+/// Hits recorded and not yet written, striped by thread (a key hit on two
+/// threads may be in two stripes; writing them takes the latest time and
+/// adds the counts).
+type Hits = Vec<Mutex<HashMap<TileKey, (u64, u64), Xxh3Builder>>>;
+
+thread_local! {
+    /// This thread's hits seen (for sampling) and its stripe of `Hits`.
+    static SAMPLER: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, usize::MAX)) };
+}
+
+/// Stripes handed to threads in turn.
+static NEXT_STRIPE: AtomicU64 = AtomicU64::new(0);
 
 const STRIPES: usize = 16;
 /// Rows taken per eviction round.
@@ -146,8 +156,6 @@ struct Shared {
     /// `evicted_bytes` when the store last reclaimed space.
     reclaimed_at: AtomicU64,
     hits: Hits,
-    hashing: RandomState,
-    seen: AtomicU64,
     /// The last time handed out (milliseconds since the epoch), so that
     /// times only grow, across restarts too.
     clock: AtomicU64,
@@ -204,9 +212,9 @@ impl QuotaStore {
             reserved: AtomicU64::new(0),
             layer_used: Mutex::new(HashMap::new()),
             reclaimed_at: AtomicU64::new(0),
-            hits: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
-            hashing: RandomState::new(),
-            seen: AtomicU64::new(0),
+            hits: (0..STRIPES)
+                .map(|_| Mutex::new(HashMap::with_hasher(Xxh3Builder::new())))
+                .collect(),
             clock: AtomicU64::new(u64::try_from(last).unwrap_or(0)),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -689,25 +697,35 @@ impl Shared {
         Ok(out)
     }
 
+    /// Records a hit, one in `sample` of this thread's: nothing shared is
+    /// touched for the others, and a recorded one takes its thread's
+    /// stripe (uncontended) and clones the key only the first time.
     fn hit(&self, key: &TileKey) {
         let sample = u64::from(self.options.sample.max(1));
-        if !self
-            .seen
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(sample)
-        {
-            return;
-        }
-        let stripe = usize::try_from(self.hashing.hash_one(key) % STRIPES as u64).unwrap_or(0);
-        let now = self.tick();
+        let stripe = SAMPLER.with(|cell| {
+            let (seen, mut stripe) = cell.get();
+            if stripe == usize::MAX {
+                stripe = usize::try_from(NEXT_STRIPE.fetch_add(1, Ordering::Relaxed)).unwrap_or(0)
+                    % STRIPES;
+            }
+            cell.set((seen + 1, stripe));
+            seen.is_multiple_of(sample).then_some(stripe)
+        });
+        let Some(stripe) = stripe else { return };
+        // After the last write (of this tile too) without a shared
+        // read-modify-write: a write in the same millisecond may tie.
+        let now = now_millis().max(self.clock.load(Ordering::Relaxed) + 1);
         let mut hits = lock(&self.hits[stripe]);
-        let entry = hits.entry(key.clone()).or_insert((now, 0));
-        entry.0 = now;
-        entry.1 += sample;
+        if let Some(entry) = hits.get_mut(key) {
+            entry.0 = entry.0.max(now);
+            entry.1 += sample;
+        } else {
+            hits.insert(key.clone(), (now, sample));
+        }
     }
 
     fn flush_hits(&self) -> rusqlite::Result<()> {
-        let taken: Vec<HashMap<TileKey, (u64, u64)>> = self
+        let taken: Vec<HashMap<TileKey, (u64, u64), Xxh3Builder>> = self
             .hits
             .iter()
             .map(|s| std::mem::take(&mut *lock(s)))
