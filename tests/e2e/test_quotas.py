@@ -22,9 +22,9 @@ SEED = {"kind": "seed", "layer": "relief", "zoom": "4..5", "bbox": "-180,-85,-0.
 
 def write_config(tmp_path, s3, kind):
     store = {
-        "file": f"{{ type: file, path: {tmp_path / 'store'}, memory: 0, max_size: 2MiB }}",
-        "mbtiles": f"{{ type: mbtiles, path: {tmp_path / 'store'}, memory: 0, max_size: 2MiB }}",
-        "journal": f"{{ type: journal, path: {tmp_path / 'store'}, segment: 1MiB, memory: 0, max_size: 2MiB }}",
+        "file": f"{{ type: file, path: {tmp_path / 'store'}, memory: 0, max_size: 2MiB, quota_sample: 1 }}",
+        "mbtiles": f"{{ type: mbtiles, path: {tmp_path / 'store'}, memory: 0, max_size: 2MiB, quota_sample: 1 }}",
+        "journal": f"{{ type: journal, path: {tmp_path / 'store'}, segment: 1MiB, memory: 0, max_size: 2MiB, quota_sample: 1 }}",
     }[kind]
     config = tmp_path / "tessera.yaml"
     config.write_text(f"""
@@ -141,8 +141,8 @@ def test_a_store_at_its_quota_stays_within_it_and_keeps_what_was_read_last(kind,
         assert f'tessera_store_quota_bytes{{store="disk"}} {QUOTA}' in metrics
         assert 'tessera_store_evicted_tiles{store="disk"}' in metrics
 
-        # Find five stored tiles and read them (more than the one-in-four
-        # sampling needs), then wait for the hits to reach the index.
+        # Find five stored tiles and read them (every hit recorded:
+        # `quota_sample: 1`), then wait for the hits to reach the index.
         kept = []
         for x in range(16):
             for y in range(32):

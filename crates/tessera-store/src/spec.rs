@@ -74,6 +74,10 @@ pub struct FileSpec {
     /// The quota's index file (default `.quota.sqlite` in `path`).
     #[serde(default)]
     pub quota_index: Option<PathBuf>,
+    /// One hit in this many is recorded for the quota's order (default 4;
+    /// 1 records every hit).
+    #[serde(default)]
+    pub quota_sample: Option<u32>,
 }
 
 /// Most content hashes a file store keeps (1.25 GiB of table).
@@ -109,6 +113,10 @@ pub struct JournalSpec {
     /// The quota's index file (default `.quota.sqlite` in `path`).
     #[serde(default)]
     pub quota_index: Option<PathBuf>,
+    /// One hit in this many is recorded for the quota's order (default 4;
+    /// 1 records every hit).
+    #[serde(default)]
+    pub quota_sample: Option<u32>,
 }
 
 /// `type: mbtiles`.
@@ -134,6 +142,10 @@ pub struct MbtilesSpec {
     /// The quota's index file (default `.quota.sqlite` in `path`).
     #[serde(default)]
     pub quota_index: Option<PathBuf>,
+    /// One hit in this many is recorded for the quota's order (default 4;
+    /// 1 records every hit).
+    #[serde(default)]
+    pub quota_sample: Option<u32>,
 }
 
 /// `type: object`.
@@ -394,10 +406,28 @@ impl StoreSpec {
     /// store has no `max_size` and no layer a quota, or when the store is
     /// not a file, journal or MBTiles store.
     pub fn quota_with(&self, layers: Vec<(String, u64)>) -> Option<QuotaOptions> {
-        let (max, eviction, index, path) = match self {
-            StoreSpec::File(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
-            StoreSpec::Journal(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
-            StoreSpec::Mbtiles(s) => (s.max_size, s.eviction, &s.quota_index, &s.path),
+        let (max, eviction, index, path, sample) = match self {
+            StoreSpec::File(s) => (
+                s.max_size,
+                s.eviction,
+                &s.quota_index,
+                &s.path,
+                s.quota_sample,
+            ),
+            StoreSpec::Journal(s) => (
+                s.max_size,
+                s.eviction,
+                &s.quota_index,
+                &s.path,
+                s.quota_sample,
+            ),
+            StoreSpec::Mbtiles(s) => (
+                s.max_size,
+                s.eviction,
+                &s.quota_index,
+                &s.path,
+                s.quota_sample,
+            ),
             StoreSpec::Object(_) | StoreSpec::Memory(_) => return None,
         };
         if max.is_none() && layers.is_empty() {
@@ -410,6 +440,9 @@ impl StoreSpec {
             index,
         );
         options.layers = layers;
+        if let Some(n) = sample {
+            options.sample = n.max(1);
+        }
         Some(options)
     }
 
