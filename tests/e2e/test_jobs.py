@@ -240,3 +240,41 @@ layers:
          "--grid", "WebMercatorQuad", "--zoom", "0", "--rate", "0"],
         capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "positive number of tiles per second" in bad.stderr, bad.stderr
+
+
+def test_the_admin_page_logs_in_starts_a_job_and_shows_its_progress(s3, tmp_path, tmp_path_factory, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    s3_bucket(s3, "tessera-test")
+    config, cache = write_config(tmp_path, s3)
+    server = start_server(tmp_path_factory, "--config", str(config))
+    try:
+        browser.get(server.url + "/admin")
+        wait = WebDriverWait(browser, 60)
+        # A wrong token is refused, and the login form comes back.
+        browser.find_element(By.ID, "token").send_keys("not-the-token-0123456789")
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait.until(lambda d: "refused" in d.find_element(By.ID, "error").text)
+        assert browser.find_element(By.ID, "login").is_displayed()
+        token = browser.find_element(By.ID, "token")
+        token.clear()
+        token.send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait.until(lambda d: d.find_element(By.ID, "main").is_displayed())
+        # Start a seed from the page's form.
+        browser.find_element(By.ID, "layer").send_keys("relief")
+        browser.find_element(By.ID, "zoom").send_keys("0..3")
+        browser.find_element(By.CSS_SELECTOR, "#new button").click()
+        row = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs tr"))[0]
+        job_id = row.get_attribute("data-id")
+        done = wait_for(lambda: (r := report(server, job_id))["state"] == "done" and r, "the page's job")
+        assert done["tiles_done"] == 85 and done["kind"] == "seed"
+        # The page shows it done, its bar full, and the layer's statistics.
+        wait.until(lambda d: "done" in d.find_element(By.CSS_SELECTOR, f"#jobs tr[data-id='{job_id}']").text)
+        bar = browser.find_element(By.CSS_SELECTOR, f"#jobs tr[data-id='{job_id}'] progress")
+        assert bar.get_attribute("value") == bar.get_attribute("max") == "85"
+        wait.until(lambda d: "relief" in d.find_element(By.ID, "layers").text)
+        assert len(tile_files(cache)) == 85
+    finally:
+        stop(server)
