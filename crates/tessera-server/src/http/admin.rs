@@ -217,57 +217,40 @@ pub async fn cancel_truncate(
 /// (`dimension=NAME=VALUES`, as `tessera truncate --dimension`) and style
 /// (`style=NAME,...` or `all`, as `--style`).
 fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan>, String> {
-    use crate::plan::{PlanArea, TilePlan, parse_bbox, parse_zooms, styled_layers_at};
     let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         args.insert(k.to_ascii_lowercase(), v.into_owned());
     }
-    let layer_name = args.get("layer").ok_or("missing `layer`")?;
-    let layer = state
-        .registry
-        .layer(layer_name)
-        .ok_or_else(|| format!("unknown layer {layer_name:?}"))?
-        .clone();
-    let zooms = parse_zooms(args.get("zoom").ok_or("missing `zoom` (A..B or Z)")?)?;
-    let grid = match args.get("grid") {
-        Some(g) => g.clone(),
-        None => layer
-            .grids
-            .first()
-            .cloned()
-            .ok_or("the layer has no grid")?,
+    let split = |name: &str, by: char| -> Vec<String> {
+        args.get(name)
+            .map(|v| {
+                v.split(by)
+                    .filter(|s| !s.trim().is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
     };
-    let format = match args.get("format") {
-        Some(f) => Some(
-            tessera_grid::TileFormat::from_extension(f)
-                .ok_or_else(|| format!("unknown format {f:?}"))?,
-        ),
-        None => None,
+    let spec = crate::jobs::JobSpec {
+        kind: crate::jobs::JobKind::Truncate,
+        layer: args.get("layer").ok_or("missing `layer`")?.clone(),
+        zoom: args
+            .get("zoom")
+            .ok_or("missing `zoom` (A..B or Z)")?
+            .clone(),
+        grid: args.get("grid").cloned(),
+        format: args.get("format").cloned(),
+        bbox: args.get("bbox").cloned(),
+        bbox_crs: args.get("bbox_crs").cloned(),
+        polygon: None,
+        // `dimension=time=all;elevation=0,500`: one spec per dimension;
+        // `style=ndvi,red` or `style=all`.
+        dimensions: split("dimension", ';'),
+        styles: split("style", ','),
+        threads: None,
+        rate: None,
     };
-    let area = match args.get("bbox") {
-        Some(b) => PlanArea::BBox(
-            parse_bbox(b)?,
-            args.get("bbox_crs")
-                .cloned()
-                .unwrap_or_else(|| "EPSG:4326".into()),
-        ),
-        None => PlanArea::Extent,
-    };
-    let plan = TilePlan::new(&state.registry, layer_name, &grid, format, zooms, &area)
-        .map_err(|e| tessera_source::error_chain(&e))?;
-    // `dimension=time=all;elevation=0,500`: one spec per dimension.
-    let specs: Vec<&str> = args
-        .get("dimension")
-        .map(|d| d.split(';').filter(|s| !s.trim().is_empty()).collect())
-        .unwrap_or_default();
-    // `style=ndvi,red` or `style=all`.
-    let styles: Vec<&str> = args
-        .get("style")
-        .map(|s| s.split(',').filter(|s| !s.trim().is_empty()).collect())
-        .unwrap_or_default();
-    let layers = styled_layers_at(&plan.layer, &styles, &specs)
-        .map_err(|e| tessera_source::error_chain(&e))?;
-    Ok(plan.at_each(layers))
+    spec.plans(&state.registry)
 }
 
 /// The value of the query parameter `name` (in any case), decoded.
