@@ -116,6 +116,15 @@ def test_a_seed_job_reports_its_progress_and_stores_every_tile(s3, tmp_path, tmp
         assert done["errors"] == []
         assert done["eta_seconds"] is None and done["tiles_per_second"] > 0
         assert len(tile_files(cache)) == TILES_0_4
+        # Statistics: the store (no quota) counted by zoom, the renders.
+        status, stats, _ = call(server, "GET", "/admin/stats")
+        assert status == 200, stats
+        (relief,) = [layer for layer in stats["layers"] if layer["layer"] == "relief"]
+        assert [(z["z"], z["tiles"]) for z in relief["stored"]] == [(0, 1), (1, 4), (2, 16), (3, 64), (4, 256)]
+        assert sum(z["bytes"] for z in relief["stored"]) == sum(f.stat().st_size for f in tile_files(cache))
+        assert relief["metatile_renders"] == 1 + 1 + 1 + 4 + 16
+        assert relief["render_times"]["count"] >= 23 and relief["render_times"]["p50_ms"] > 0
+        assert stats["stores"] == []
         status, listed, _ = call(server, "GET", "/admin/jobs")
         assert status == 200 and [j["id"] for j in listed] == [job["id"]]
 
@@ -266,15 +275,19 @@ def test_the_admin_page_logs_in_starts_a_job_and_shows_its_progress(s3, tmp_path
         browser.find_element(By.ID, "layer").send_keys("relief")
         browser.find_element(By.ID, "zoom").send_keys("0..3")
         browser.find_element(By.CSS_SELECTOR, "#new button").click()
-        row = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs tr"))[0]
-        job_id = row.get_attribute("data-id")
+        # The page redraws its tables every second: read them in one script.
+        job_id = wait.until(lambda d: d.execute_script(
+            "const r = document.querySelector('#jobs tr'); return r && r.dataset.id;"))
         done = wait_for(lambda: (r := report(server, job_id))["state"] == "done" and r, "the page's job")
         assert done["tiles_done"] == 85 and done["kind"] == "seed"
         # The page shows it done, its bar full, and the layer's statistics.
-        wait.until(lambda d: "done" in d.find_element(By.CSS_SELECTOR, f"#jobs tr[data-id='{job_id}']").text)
-        bar = browser.find_element(By.CSS_SELECTOR, f"#jobs tr[data-id='{job_id}'] progress")
-        assert bar.get_attribute("value") == bar.get_attribute("max") == "85"
-        wait.until(lambda d: "relief" in d.find_element(By.ID, "layers").text)
+        row = f"#jobs tr[data-id='{job_id}']"
+        wait.until(lambda d: d.execute_script(
+            f"const r = document.querySelector(\"{row}\"); return !!r && r.textContent.includes('done');"))
+        assert browser.execute_script(
+            f"const b = document.querySelector(\"{row} progress\"); return [b.value, b.max];") == [85, 85]
+        wait.until(lambda d: d.execute_script(
+            "return document.getElementById('layers').textContent.includes('relief');"))
         assert len(tile_files(cache)) == 85
     finally:
         stop(server)

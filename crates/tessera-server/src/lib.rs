@@ -26,7 +26,6 @@ pub mod render;
 pub mod seed;
 pub mod service;
 pub mod sources;
-pub mod stats;
 pub mod throttle;
 pub mod tile_cache;
 pub mod truncate;

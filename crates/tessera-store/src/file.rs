@@ -467,6 +467,54 @@ impl FileStore {
 }
 
 impl TileStore for FileStore {
+    /// A walk of `root/layer/grid/z/x/`, summing the files' sizes (the
+    /// store's own directories, whose names start with a dot, left out).
+    fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
+        let fail = |e: &io::Error| StoreError::Io {
+            store: "file".into(),
+            op: "count",
+            key: self.root.display().to_string(),
+            source: e.to_string().into(),
+        };
+        let dirs = |p: &Path| -> io::Result<Vec<(String, PathBuf)>> {
+            let mut out = Vec::new();
+            for e in std::fs::read_dir(p)? {
+                let e = e?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') && e.file_type()?.is_dir() {
+                    out.push((name, e.path()));
+                }
+            }
+            Ok(out)
+        };
+        let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
+            std::collections::BTreeMap::new();
+        let mut walk = || -> io::Result<()> {
+            for (layer, layer_dir) in dirs(&self.root)? {
+                for (_, grid_dir) in dirs(&layer_dir)? {
+                    for (z, z_dir) in dirs(&grid_dir)? {
+                        let Ok(z) = z.parse::<u8>() else { continue };
+                        let c = counts.entry((layer.clone(), z)).or_default();
+                        for (_, x_dir) in dirs(&z_dir)? {
+                            for f in std::fs::read_dir(&x_dir)? {
+                                let f = f?;
+                                let meta = f.metadata()?;
+                                if meta.is_file() {
+                                    c.0 += 1;
+                                    c.1 += meta.len();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        walk().map_err(|e| fail(&e))?;
+        counts.retain(|_, c| c.0 > 0);
+        Ok(Some(crate::quota::zoom_usage(counts)))
+    }
+
     #[allow(clippy::unnecessary_literal_bound)] // the trait allows owned names
     fn name(&self) -> &str {
         "file"

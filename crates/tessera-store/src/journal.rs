@@ -375,6 +375,21 @@ impl JournalStore {
 }
 
 impl TileStore for JournalStore {
+    /// From the index in memory.
+    fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
+        let index = read_lock(&self.index);
+        let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
+            std::collections::BTreeMap::new();
+        for (key, entry) in &index.live {
+            let c = counts
+                .entry((key.layer.clone(), key.coord.z()))
+                .or_default();
+            c.0 += 1;
+            c.1 += u64::from(entry.len).saturating_sub(stamped_head_len(key));
+        }
+        Ok(Some(crate::quota::zoom_usage(counts)))
+    }
+
     /// Compacts the segments whose live share fell below `compact_below`.
     fn reclaim(&self) -> Result<(), StoreError> {
         let s = self.compact(self.compact_below)?;
@@ -585,6 +600,12 @@ fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
 
 /// `[u16 length][layer][0][grid][0][extension][0][z u8][x u32][y u32][matrix height u32][matrix width u32]`,
 /// little endian (the form the index checkpoint keeps).
+/// The length of [`encode_head`] with a time stamp (a record written
+/// before stamps existed has 8 bytes less).
+fn stamped_head_len(key: &TileKey) -> u64 {
+    (2 + key.layer.len() + key.grid.len() + key.format.extension().len() + 3 + 25) as u64
+}
+
 fn encode_key(key: &TileKey) -> Vec<u8> {
     encode_head(key, None)
 }

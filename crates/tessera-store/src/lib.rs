@@ -261,6 +261,15 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Tiles and bytes the store holds per layer key and zoom, counted from
+    /// what it holds (a directory walk, a query per MBTiles file, the
+    /// journal's index, a quota's index): `None` for a store that cannot
+    /// count without reading everything (object stores, memory alone).
+    /// Costs what the store holds: call it now and then, not per request.
+    fn count_by_zoom(&self) -> Result<Option<Vec<quota::ZoomUsage>>, StoreError> {
+        Ok(None)
+    }
+
     /// How full the store is against its quota, with the tiles and bytes
     /// it holds per layer key and zoom, when it has one
     /// ([`quota::QuotaStore`]). The default has none.

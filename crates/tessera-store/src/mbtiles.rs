@@ -384,6 +384,54 @@ fn open_reader(path: &Path, options: &MbtilesOptions) -> rusqlite::Result<Connec
 }
 
 impl TileStore for MbtilesStore {
+    /// One query per file (`layer.grid.ext.mbtiles`), read-only.
+    fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
+        let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
+            std::collections::BTreeMap::new();
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| StoreError::Io {
+            store: "mbtiles".into(),
+            op: "count",
+            key: self.dir.display().to_string(),
+            source: e.to_string().into(),
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `layer.grid.ext.mbtiles`: the layer may hold dots, not the
+            // grid or the extension.
+            let Some(layer) = name
+                .strip_suffix(".mbtiles")
+                .and_then(|n| n.rsplit_once('.'))
+                .and_then(|(rest, _ext)| rest.rsplit_once('.'))
+                .map(|(layer, _grid)| layer.to_string())
+            else {
+                continue;
+            };
+            let conn = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .map_err(|e| sql_err("count", &path.display(), &e))?;
+            let mut q = conn
+                .prepare(
+                    "SELECT zoom_level, count(*), coalesce(sum(length(tile_data)), 0) FROM tiles GROUP BY zoom_level",
+                )
+                .map_err(|e| sql_err("count", &path.display(), &e))?;
+            let rows = q
+                .query_map([], |r| {
+                    Ok((r.get::<_, u8>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                })
+                .map_err(|e| sql_err("count", &path.display(), &e))?;
+            for row in rows {
+                let (z, n, bytes) = row.map_err(|e| sql_err("count", &path.display(), &e))?;
+                let c = counts.entry((layer.clone(), z)).or_default();
+                c.0 += u64::try_from(n).unwrap_or(0);
+                c.1 += u64::try_from(bytes).unwrap_or(0);
+            }
+        }
+        Ok(Some(crate::quota::zoom_usage(counts)))
+    }
+
     #[allow(clippy::unnecessary_literal_bound)] // the trait allows owned names
     fn name(&self) -> &str {
         "mbtiles"

@@ -285,6 +285,10 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().map_or(Ok(()), |i| i.reclaim())
     }
 
+    fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
+        self.inner.as_ref().map_or(Ok(None), |i| i.count_by_zoom())
+    }
+
     /// Drops the held copy when there is a store behind (alone, memory is
     /// the only copy and is kept).
     fn forget(&self, key: &TileKey) {

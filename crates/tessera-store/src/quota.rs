@@ -114,6 +114,19 @@ pub struct ZoomUsage {
     pub bytes: u64,
 }
 
+/// Counts by (layer key, zoom) as [`ZoomUsage`] rows, in key order.
+pub fn zoom_usage(counts: std::collections::BTreeMap<(String, u8), (u64, u64)>) -> Vec<ZoomUsage> {
+    counts
+        .into_iter()
+        .map(|((layer, z), (tiles, bytes))| ZoomUsage {
+            layer,
+            z,
+            tiles,
+            bytes,
+        })
+        .collect()
+}
+
 /// Hits recorded and not yet written, striped by thread (a key hit on two
 /// threads may be in two stripes; writing them takes the latest time and
 /// adds the counts).
@@ -901,6 +914,11 @@ impl TileStore for QuotaStore {
         Ok(report)
     }
 
+    /// From the index (cheap): the tiles the quota knows.
+    fn count_by_zoom(&self) -> Result<Option<Vec<ZoomUsage>>, StoreError> {
+        self.by_zoom().map(Some)
+    }
+
     fn quota(&self) -> Option<(QuotaUsage, Vec<ZoomUsage>)> {
         Some((self.usage(), self.by_zoom().unwrap_or_default()))
     }
@@ -1086,6 +1104,80 @@ mod tests {
         assert_eq!(quota.usage().evicted_tiles, 2);
         assert!(has("a", 3) && !has("a~time=2024", 1) && !has("a@f00d", 2));
         assert!((0..5).all(|x| has("b", x)) && has("a.hd", 4));
+    }
+
+    #[test]
+    fn file_journal_and_mbtiles_stores_count_what_they_hold_by_layer_and_zoom() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores: Vec<(&str, Arc<dyn TileStore>)> = vec![
+            (
+                "file",
+                Arc::new(
+                    crate::FileStore::open(dir.path().join("f"), crate::FileLayout::Tms).unwrap(),
+                ),
+            ),
+            (
+                "journal",
+                Arc::new(
+                    crate::JournalStore::open(
+                        dir.path().join("j"),
+                        crate::JournalOptions::default(),
+                    )
+                    .unwrap(),
+                ),
+            ),
+            (
+                "mbtiles",
+                Arc::new(
+                    crate::MbtilesStore::open(
+                        dir.path().join("m"),
+                        crate::MbtilesOptions::default(),
+                    )
+                    .unwrap(),
+                ),
+            ),
+        ];
+        let at = |layer: &str, z: u8, x: u32| TileKey {
+            layer: layer.into(),
+            coord: TileCoord::restored(z, x, 0),
+            matrix_height: 1 << z,
+            matrix_width: 1 << z,
+            ..key(0)
+        };
+        for (name, store) in &stores {
+            for x in 0..3 {
+                store
+                    .put(&at("a.b", 2, x), tile(), Durability::Synced)
+                    .unwrap();
+            }
+            store
+                .put(
+                    &at("a.b", 3, 0),
+                    Bytes::from(vec![1u8; 10]),
+                    Durability::Synced,
+                )
+                .unwrap();
+            store
+                .put(&at("c", 2, 1), tile(), Durability::Synced)
+                .unwrap();
+            store.delete(&at("a.b", 2, 2)).unwrap();
+            let counted = store.count_by_zoom().unwrap().unwrap();
+            let row = |layer: &str, z, tiles, bytes| ZoomUsage {
+                layer: layer.into(),
+                z,
+                tiles,
+                bytes,
+            };
+            assert_eq!(
+                counted,
+                vec![
+                    row("a.b", 2, 2, 2_000),
+                    row("a.b", 3, 1, 10),
+                    row("c", 2, 1, 1_000)
+                ],
+                "{name}"
+            );
+        }
     }
 
     #[test]

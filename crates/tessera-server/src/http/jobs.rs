@@ -14,6 +14,7 @@ use super::admin::refusal;
 use super::error::ApiError;
 use super::state::Admin;
 use crate::jobs::{JobSpec, Jobs, StartError};
+use tessera_store::quota::ZoomUsage;
 
 /// The admin page.
 const PAGE: &str = include_str!("admin.html");
@@ -151,8 +152,9 @@ struct LayerReport {
     store: Option<String>,
     #[serde(flatten)]
     counts: crate::metrics::LayerCounts,
-    /// Tiles and bytes stored per zoom, for layers whose store has a quota
-    /// (its index counts them); `null` otherwise.
+    /// Tiles and bytes stored per zoom (from a quota's index, or counted
+    /// from the store at most every 30 s); `null` for stores that cannot
+    /// count (object stores, memory).
     stored: Option<Vec<ZoomStored>>,
 }
 
@@ -169,10 +171,43 @@ struct StoreReport {
     quota: Option<tessera_store::quota::QuotaUsage>,
 }
 
+/// How long a store's own count (a directory walk, ...) is reused.
+const COUNT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Counts of stores without a quota, with when they were made.
+type Counted = std::collections::HashMap<String, (std::time::Instant, Option<Vec<ZoomUsage>>)>;
+
+static COUNTED: std::sync::LazyLock<std::sync::Mutex<Counted>> =
+    std::sync::LazyLock::new(std::sync::Mutex::default);
+
+/// Store `name`'s count by layer key and zoom, made at most every
+/// [`COUNT_FOR`]; `None` when it cannot count (or failed: logged).
+fn counted(name: &str, store: &dyn tessera_store::TileStore) -> Option<Vec<ZoomUsage>> {
+    let mut cache = COUNTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, zooms)) = cache.get(name)
+        && at.elapsed() < COUNT_FOR
+    {
+        return zooms.clone();
+    }
+    let zooms = store.count_by_zoom().unwrap_or_else(|e| {
+        tracing::warn!(
+            store = name,
+            error = &e as &dyn std::error::Error,
+            "cannot count the store's tiles"
+        );
+        None
+    });
+    cache.insert(name.to_string(), (std::time::Instant::now(), zooms.clone()));
+    zooms
+}
+
 /// Handles `GET /admin/stats`: per layer, tile requests (hits, misses,
 /// errors, hit ratio), metatiles rendered, render time percentiles, the
-/// last error, and for a store with a quota the tiles and bytes stored per
-/// zoom; per store with a quota, how full it is and what it evicted.
+/// last error, and the tiles and bytes stored per zoom (file, journal and
+/// MBTiles stores); per store with a quota, how full it is and what it
+/// evicted.
 pub async fn stats(State(state): State<Admin>, headers: HeaderMap) -> Response {
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
@@ -186,6 +221,17 @@ pub async fn stats(State(state): State<Admin>, headers: HeaderMap) -> Response {
             .iter()
             .filter_map(|(name, store)| Some((name.clone(), store.quota()?)))
             .collect();
+        // Per store, what it holds by layer key and zoom: a quota's index,
+        // else the store's own count (a walk: kept for a while).
+        let mut held: std::collections::BTreeMap<String, Option<Vec<ZoomUsage>>> =
+            std::collections::BTreeMap::new();
+        for (name, store) in &registry.stores {
+            let zooms = match quotas.get(name) {
+                Some((_, zooms)) => Some(zooms.clone()),
+                None => counted(name, store.as_ref()),
+            };
+            held.insert(name.clone(), zooms);
+        }
         let layers: Vec<LayerReport> = registry
             .layers()
             .iter()
@@ -193,8 +239,8 @@ pub async fn stats(State(state): State<Admin>, headers: HeaderMap) -> Response {
                 let store = layer.cache.as_ref().map(|c| c.store_name.clone());
                 let stored = store
                     .as_ref()
-                    .and_then(|s| quotas.get(s))
-                    .map(|(_, zooms)| {
+                    .and_then(|s| held.get(s)?.as_ref())
+                    .map(|zooms| {
                         let mut by_zoom: std::collections::BTreeMap<u8, (u64, u64)> =
                             std::collections::BTreeMap::new();
                         for z in zooms

@@ -32,7 +32,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::stats::{LastError, LayerStats, RenderTimes};
+pub mod stats;
+
+use self::stats::{LastError, LayerStats, RenderTimes};
 use tessera_store::{
     Durability, HeldTile, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
 };
@@ -762,6 +764,10 @@ impl TileStore for TimedStore {
     fn reclaim(&self) -> Result<(), StoreError> {
         self.metrics
             .store_op(self.name(), "reclaim", || self.inner.reclaim())
+    }
+
+    fn count_by_zoom(&self) -> Result<Option<Vec<tessera_store::quota::ZoomUsage>>, StoreError> {
+        self.inner.count_by_zoom()
     }
 
     fn forget_layer(&self, layer: &str) {

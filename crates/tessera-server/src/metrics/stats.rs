@@ -1,7 +1,7 @@
 //! Per-layer statistics for `/admin/stats`: render time percentiles (an
 //! HDR histogram per layer, in microseconds) and the last error a tile
 //! request of the layer met. Counts (hits, misses, renders) are the
-//! Prometheus counters', read back by [`crate::metrics::Metrics`].
+//! Prometheus counters', read back by [`super::Metrics`].
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
