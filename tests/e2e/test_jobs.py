@@ -127,6 +127,20 @@ def test_a_seed_job_reports_its_progress_and_stores_every_tile(s3, tmp_path, tmp
         assert stats["stores"] == []
         status, listed, _ = call(server, "GET", "/admin/jobs")
         assert status == 200 and [j["id"] for j in listed] == [job["id"]]
+        assert listed[0]["spec"]["zoom"] == "0..4"
+
+        # A polygon plans only the metatiles it touches.
+        triangle = {"type": "Polygon", "coordinates": [[[5, 45], [11, 45], [8, 48], [5, 45]]]}
+        status, shaped, _ = call(server, "POST", "/admin/jobs",
+                                 {"kind": "seed", "layer": "relief", "zoom": "5", "polygon": triangle})
+        assert status == 201, shaped
+        shaped = wait_for(lambda: (r := report(server, shaped["id"]))["state"] != "running" and r, "the polygon")
+        assert shaped["state"] == "done" and shaped["tiles_planned"] == 16, shaped
+        status, both, _ = call(server, "POST", "/admin/jobs",
+                               {"kind": "seed", "layer": "relief", "zoom": "5", "polygon": triangle, "bbox": "5,45,11,48"})
+        assert status == 400 and "not both" in both, both
+        status, body, _ = call(server, "DELETE", f"/admin/jobs/{shaped['id']}")
+        assert status == 202 and body["state"] == "done", body
 
         # A reseed renders every tile again; a truncate removes them.
         status, again, _ = call(server, "POST", "/admin/jobs", {"kind": "reseed", "layer": "relief", "zoom": "3"})
@@ -137,7 +151,7 @@ def test_a_seed_job_reports_its_progress_and_stores_every_tile(s3, tmp_path, tmp
         assert status == 201, cut
         cut = wait_for(lambda: (r := report(server, cut["id"]))["state"] != "running" and r, "the truncate")
         assert cut["state"] == "done" and cut["objects_removed"] >= 1, cut
-        assert len(tile_files(cache)) == TILES_0_4 - 256
+        assert len(tile_files(cache)) == TILES_0_4 - 256 + 16
 
         # The page is served with the admin API on (the data needs the token).
         status, page, _ = call(server, "GET", "/admin", token=None)
@@ -149,7 +163,8 @@ def test_a_seed_job_reports_its_progress_and_stores_every_tile(s3, tmp_path, tmp
     try:
         status, listed, _ = call(server, "GET", "/admin/jobs")
         assert status == 200
-        assert [(j["kind"], j["state"]) for j in listed] == [("seed", "done"), ("reseed", "done"), ("truncate", "done")]
+        assert [(j["kind"], j["state"]) for j in listed] == [
+            ("seed", "done"), ("seed", "done"), ("reseed", "done"), ("truncate", "done")]
     finally:
         stop(server)
 
