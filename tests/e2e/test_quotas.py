@@ -173,3 +173,30 @@ def test_a_store_at_its_quota_stays_within_it_and_keeps_what_was_read_last(kind,
             assert cache_state(server, *t) == "HIT", f"{t}, read last before the restart, was evicted"
     finally:
         stop(server)
+
+
+def test_a_quota_set_on_a_store_that_has_tiles_counts_them_and_evicts_them_first(s3, tmp_path, tmp_path_factory):
+    import os
+    import subprocess
+    s3_bucket(s3, "tessera-test")
+    config, store = write_config(tmp_path, s3, "file")
+    # The store filled without a quota (zooms 0..4: about 14 MiB).
+    unlimited = tmp_path / "unlimited.yaml"
+    unlimited.write_text(config.read_text().replace(", max_size: 2MiB, quota_sample: 1", ""))
+    seeded = subprocess.run(
+        [os.environ["TESSERA_BIN"], "seed", "--config", str(unlimited), "--layer", "relief",
+         "--grid", "WebMercatorQuad", "--zoom", "0..4"], capture_output=True, text=True, timeout=600)
+    assert seeded.returncode == 0, seeded.stderr
+    before = stored_bytes("file", store)
+    assert before > 4 * QUOTA
+    assert not (store / ".quota.sqlite").exists()
+    # With the quota: indexed at start and brought within it.
+    server = start_server(tmp_path_factory, "--config", str(config))
+    try:
+        usage, _ = quota_of(server)
+        on_disk = stored_bytes("file", store)
+        assert on_disk == usage["used_bytes"] <= QUOTA, (on_disk, usage)
+        assert usage["evicted_bytes"] == before - on_disk, (before, on_disk, usage)
+        assert "indexed the store's tiles for its quota" in server.log_text()
+    finally:
+        stop(server)

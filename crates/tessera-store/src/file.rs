@@ -466,7 +466,86 @@ impl FileStore {
     }
 }
 
+/// The subdirectories of `dir` with their names, the store's own (whose
+/// names start with a dot) left out.
+fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && e.file_type()?.is_dir() {
+            out.push((name, e.path()));
+        }
+    }
+    Ok(out)
+}
+
 impl TileStore for FileStore {
+    /// A walk of `root/layer/grid/z/x/row.ext`.
+    fn scan(
+        &self,
+        matrix: crate::MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        let fail = |e: &io::Error| StoreError::Io {
+            store: "file".into(),
+            op: "scan",
+            key: self.root.display().to_string(),
+            source: e.to_string().into(),
+        };
+        let mut walk = || -> io::Result<()> {
+            for (layer, layer_dir) in subdirs(&self.root)? {
+                for (grid, grid_dir) in subdirs(&layer_dir)? {
+                    for (z, z_dir) in subdirs(&grid_dir)? {
+                        let Ok(z) = z.parse::<u8>() else { continue };
+                        let Some((width, height)) = matrix(&grid, z) else {
+                            continue;
+                        };
+                        for (x, x_dir) in subdirs(&z_dir)? {
+                            let Ok(x) = x.parse::<u32>() else { continue };
+                            for e in std::fs::read_dir(&x_dir)? {
+                                let e = e?;
+                                let name = e.file_name().to_string_lossy().into_owned();
+                                let Some((row, ext)) = name.split_once('.') else {
+                                    continue;
+                                };
+                                let (Ok(row), Some(format)) = (
+                                    row.parse::<u32>(),
+                                    tessera_grid::TileFormat::from_extension(ext),
+                                ) else {
+                                    continue;
+                                };
+                                let y = match self.layout {
+                                    FileLayout::Xyz => row,
+                                    FileLayout::Tms => match height.checked_sub(1 + row) {
+                                        Some(y) => y,
+                                        None => continue,
+                                    },
+                                };
+                                let meta = e.metadata()?;
+                                if !meta.is_file() {
+                                    continue;
+                                }
+                                let key = TileKey {
+                                    layer: layer.clone(),
+                                    grid: grid.clone(),
+                                    coord: tessera_grid::TileCoord::restored(z, x, y),
+                                    matrix_height: height,
+                                    matrix_width: width,
+                                    format,
+                                };
+                                f(key, meta.len());
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        walk().map_err(|e| fail(&e))?;
+        Ok(true)
+    }
+
     /// A walk of `root/layer/grid/z/x/`, summing the files' sizes (the
     /// store's own directories, whose names start with a dot, left out).
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
@@ -476,26 +555,15 @@ impl TileStore for FileStore {
             key: self.root.display().to_string(),
             source: e.to_string().into(),
         };
-        let dirs = |p: &Path| -> io::Result<Vec<(String, PathBuf)>> {
-            let mut out = Vec::new();
-            for e in std::fs::read_dir(p)? {
-                let e = e?;
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with('.') && e.file_type()?.is_dir() {
-                    out.push((name, e.path()));
-                }
-            }
-            Ok(out)
-        };
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();
         let mut walk = || -> io::Result<()> {
-            for (layer, layer_dir) in dirs(&self.root)? {
-                for (_, grid_dir) in dirs(&layer_dir)? {
-                    for (z, z_dir) in dirs(&grid_dir)? {
+            for (layer, layer_dir) in subdirs(&self.root)? {
+                for (_, grid_dir) in subdirs(&layer_dir)? {
+                    for (z, z_dir) in subdirs(&grid_dir)? {
                         let Ok(z) = z.parse::<u8>() else { continue };
                         let c = counts.entry((layer.clone(), z)).or_default();
-                        for (_, x_dir) in dirs(&z_dir)? {
+                        for (_, x_dir) in subdirs(&z_dir)? {
                             for f in std::fs::read_dir(&x_dir)? {
                                 let f = f?;
                                 let meta = f.metadata()?;

@@ -375,6 +375,28 @@ impl JournalStore {
 }
 
 impl TileStore for JournalStore {
+    /// From the index in memory (keys whole).
+    fn scan(
+        &self,
+        _matrix: crate::MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        let live: Vec<(TileKey, u64)> = read_lock(&self.index)
+            .live
+            .iter()
+            .map(|(k, e)| {
+                (
+                    k.clone(),
+                    u64::from(e.len).saturating_sub(stamped_head_len(k)),
+                )
+            })
+            .collect();
+        for (key, len) in live {
+            f(key, len);
+        }
+        Ok(true)
+    }
+
     /// From the index in memory.
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         let index = read_lock(&self.index);

@@ -261,6 +261,22 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Calls `f` with the key and byte length of every tile the store
+    /// holds, rebuilding keys with `matrix` (a grid's columns and rows at a
+    /// zoom) where the store keeps rows flipped (TMS layout, MBTiles) or
+    /// does not record the matrix; tiles of grids `matrix` does not know
+    /// are left out. `Ok(false)`: the store cannot list its tiles (object
+    /// stores, memory alone). Costs what the store holds: for indexing a
+    /// store once (a quota set on a store that has tiles).
+    fn scan(
+        &self,
+        matrix: MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        let _ = (matrix, f);
+        Ok(false)
+    }
+
     /// Tiles and bytes the store holds per layer key and zoom, counted from
     /// what it holds (a directory walk, a query per MBTiles file, the
     /// journal's index, a quota's index): `None` for a store that cannot
@@ -360,6 +376,10 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(report)
     }
 }
+
+/// A grid's matrix size (columns, rows) at a zoom, by grid id; `None` for
+/// a grid or zoom it does not know ([`TileStore::scan`]).
+pub type MatrixOf<'a> = &'a dyn Fn(&str, u8) -> Option<(u32, u32)>;
 
 /// Progress of a truncation, shared with whoever watches it: what has been
 /// removed so far, and a flag that stops it.

@@ -124,6 +124,35 @@ impl MbtilesStore {
         })
     }
 
+    /// The files in the directory: path, layer key, grid and format, from
+    /// their names (`layer.grid.ext.mbtiles`: the layer may hold dots, not
+    /// the grid or the extension).
+    fn files_here(&self) -> Result<Vec<(PathBuf, String, String, TileFormat)>, StoreError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| StoreError::Io {
+            store: "mbtiles".into(),
+            op: "list",
+            key: self.dir.display().to_string(),
+            source: e.to_string().into(),
+        })?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((rest, ext)) = name
+                .strip_suffix(".mbtiles")
+                .and_then(|n| n.rsplit_once('.'))
+            else {
+                continue;
+            };
+            let (Some((layer, grid)), Some(format)) =
+                (rest.rsplit_once('.'), TileFormat::from_extension(ext))
+            else {
+                continue;
+            };
+            out.push((entry.path(), layer.to_string(), grid.to_string(), format));
+        }
+        Ok(out)
+    }
+
     /// The file holding `key`'s layer, grid and format.
     pub fn path_of(&self, key: &TileKey) -> PathBuf {
         self.dir.join(format!(
@@ -384,29 +413,61 @@ fn open_reader(path: &Path, options: &MbtilesOptions) -> rusqlite::Result<Connec
 }
 
 impl TileStore for MbtilesStore {
+    /// Every row of every file (`layer.grid.ext.mbtiles`), read-only; rows
+    /// flipped back with the grid's matrix height.
+    fn scan(
+        &self,
+        matrix: crate::MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        for (path, layer, grid, format) in self.files_here()? {
+            let conn = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .map_err(|e| sql_err("scan", &path.display(), &e))?;
+            let mut q = conn
+                .prepare("SELECT zoom_level, tile_column, tile_row, length(tile_data) FROM tiles")
+                .map_err(|e| sql_err("scan", &path.display(), &e))?;
+            let rows = q
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, u8>(0)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, u32>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
+                })
+                .map_err(|e| sql_err("scan", &path.display(), &e))?;
+            for row in rows {
+                let (z, x, tms_row, len) = row.map_err(|e| sql_err("scan", &path.display(), &e))?;
+                let Some((width, height)) = matrix(&grid, z) else {
+                    continue;
+                };
+                let Some(y) = height.checked_sub(1 + tms_row) else {
+                    continue;
+                };
+                f(
+                    TileKey {
+                        layer: layer.clone(),
+                        grid: grid.clone(),
+                        coord: tessera_grid::TileCoord::restored(z, x, y),
+                        matrix_height: height,
+                        matrix_width: width,
+                        format,
+                    },
+                    u64::try_from(len).unwrap_or(0),
+                );
+            }
+        }
+        Ok(true)
+    }
+
     /// One query per file (`layer.grid.ext.mbtiles`), read-only.
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| StoreError::Io {
-            store: "mbtiles".into(),
-            op: "count",
-            key: self.dir.display().to_string(),
-            source: e.to_string().into(),
-        })?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // `layer.grid.ext.mbtiles`: the layer may hold dots, not the
-            // grid or the extension.
-            let Some(layer) = name
-                .strip_suffix(".mbtiles")
-                .and_then(|n| n.rsplit_once('.'))
-                .and_then(|(rest, _ext)| rest.rsplit_once('.'))
-                .map(|(layer, _grid)| layer.to_string())
-            else {
-                continue;
-            };
+        for (path, layer, _, _) in self.files_here()? {
             let conn = rusqlite::Connection::open_with_flags(
                 &path,
                 rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,

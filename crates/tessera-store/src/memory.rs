@@ -285,6 +285,14 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().map_or(Ok(()), |i| i.reclaim())
     }
 
+    fn scan(
+        &self,
+        matrix: crate::MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        self.inner.as_ref().map_or(Ok(false), |i| i.scan(matrix, f))
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         self.inner.as_ref().map_or(Ok(None), |i| i.count_by_zoom())
     }

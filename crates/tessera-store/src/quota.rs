@@ -150,6 +150,8 @@ pub struct QuotaStore {
     inner: Arc<dyn TileStore>,
     shared: Arc<Shared>,
     flusher: Option<JoinHandle<()>>,
+    /// The index was created by this open.
+    new_index: bool,
 }
 
 #[derive(Debug)]
@@ -206,6 +208,7 @@ impl QuotaStore {
         if let Some(dir) = options.index.parent() {
             std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
         }
+        let new_index = !options.index.exists();
         let conn = open_index(&options.index, options.eviction).map_err(|e| fail(&e))?;
         let (tiles, used, last): (i64, i64, i64) = conn
             .query_row(
@@ -240,6 +243,7 @@ impl QuotaStore {
             inner,
             shared,
             flusher: Some(flusher),
+            new_index,
         };
         store
             .shared
@@ -251,6 +255,51 @@ impl QuotaStore {
             store.make_layer_room(base, 0)?;
         }
         Ok(store)
+    }
+
+    /// Whether this open created the index: tiles the store held before
+    /// are not in it until [`QuotaStore::index_existing`].
+    pub fn is_new(&self) -> bool {
+        self.new_index
+    }
+
+    /// Records every tile the store holds that the index lacks
+    /// ([`TileStore::scan`], keys rebuilt with `matrix`) as written and read
+    /// before anything since, so that they are evicted first; then evicts
+    /// if the store is over its quota. Answers the tiles added (0 when the
+    /// store cannot list its tiles).
+    pub fn index_existing(&self, matrix: crate::MatrixOf<'_>) -> Result<u64, StoreError> {
+        const BATCH: usize = 10_000;
+        let mut batch: Vec<(TileKey, u64)> = Vec::with_capacity(BATCH);
+        let mut added = 0u64;
+        let mut failed = None;
+        let mut flush = |batch: &mut Vec<(TileKey, u64)>, failed: &mut Option<rusqlite::Error>| {
+            if failed.is_none() {
+                match self.shared.record_existing(batch) {
+                    Ok(n) => added += n,
+                    Err(e) => *failed = Some(e),
+                }
+            }
+            batch.clear();
+        };
+        let listed = self.inner.scan(matrix, &mut |key, size| {
+            batch.push((key, size));
+            if batch.len() >= BATCH {
+                flush(&mut batch, &mut failed);
+            }
+        })?;
+        flush(&mut batch, &mut failed);
+        if let Some(e) = failed {
+            return Err(self.index_error(&e));
+        }
+        if !listed {
+            return Ok(0);
+        }
+        self.make_room()?;
+        for (base, _) in &self.shared.options.layers {
+            self.make_layer_room(base, 0)?;
+        }
+        Ok(added)
     }
 
     /// How full the store is.
@@ -527,6 +576,43 @@ impl Shared {
             }
         }
         tx.commit()
+    }
+
+    /// Records tiles found in the store (not written through the quota) as
+    /// written and read at time 0, keeping rows the index has; answers the
+    /// rows added.
+    fn record_existing(&self, tiles: &[(TileKey, u64)]) -> rusqlite::Result<u64> {
+        let mut added = 0;
+        let mut conn = lock(&self.index);
+        let tx = conn.transaction()?;
+        {
+            let mut put = tx.prepare_cached(
+                "INSERT OR IGNORE INTO tiles (layer, grid, format, z, x, y, mw, mh, size, stored, access, hits)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, 0)",
+            )?;
+            for (key, size) in tiles {
+                let (l, g, f, z, x, y) = key_params(key);
+                if put.execute(params![
+                    l,
+                    g,
+                    f,
+                    z,
+                    x,
+                    y,
+                    key.matrix_width,
+                    key.matrix_height,
+                    as_sql(*size)
+                ])? > 0
+                {
+                    added += 1;
+                    self.tiles.fetch_add(1, Ordering::SeqCst);
+                    self.used.fetch_add(*size, Ordering::SeqCst);
+                    self.add_to_layer(&key.layer, *size, true);
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(added)
     }
 
     fn forget_rows(&self, keys: &[(TileKey, u64)]) -> rusqlite::Result<()> {
@@ -1177,7 +1263,75 @@ mod tests {
                 ],
                 "{name}"
             );
+            // The scan rebuilds each key, rows flipped back.
+            let matrix = |grid: &str, z: u8| (grid == "g").then_some((1u32 << z, 1u32 << z));
+            let mut scanned = Vec::new();
+            assert!(
+                store
+                    .scan(&matrix, &mut |k, n| scanned.push((k, n)))
+                    .unwrap()
+            );
+            scanned.sort_by_key(|(k, _)| (k.layer.clone(), k.coord.z(), k.coord.x()));
+            assert_eq!(
+                scanned,
+                vec![
+                    (at("a.b", 2, 0), 1_000),
+                    (at("a.b", 2, 1), 1_000),
+                    (at("a.b", 3, 0), 10),
+                    (at("c", 2, 1), 1_000)
+                ],
+                "{name}"
+            );
+            let unknown = |_: &str, _: u8| None;
+            let mut none = 0;
+            store.scan(&unknown, &mut |_, _| none += 1).unwrap();
+            if *name != "journal" {
+                assert_eq!(none, 0, "{name}: tiles of grids not known are left out");
+            }
         }
+    }
+
+    #[test]
+    fn a_quota_set_on_a_store_with_tiles_indexes_them_and_evicts_them_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let files =
+            Arc::new(crate::FileStore::open(dir.path().join("f"), crate::FileLayout::Tms).unwrap());
+        let at = |x: u32, y: u32| TileKey {
+            coord: TileCoord::restored(3, x, y),
+            matrix_height: 8,
+            matrix_width: 8,
+            ..key(0)
+        };
+        for x in 0..4 {
+            files.put(&at(x, 1), tile(), Durability::Synced).unwrap();
+        }
+        let matrix = |grid: &str, z: u8| (grid == "g").then_some((1u32 << z, 1u32 << z));
+        let mut options = QuotaOptions::new(4_500, Eviction::Lru, dir.path().join("q.sqlite"));
+        options.sample = 1;
+        let quota = QuotaStore::open(files.clone(), options.clone()).unwrap();
+        assert!(quota.is_new());
+        assert_eq!(quota.usage().tiles, 0);
+        assert_eq!(quota.index_existing(&matrix).unwrap(), 4);
+        assert_eq!(quota.usage().used_bytes, 4_000);
+        // A new tile goes past the quota: an old one goes, not the new one,
+        // and the key rebuilt from the TMS row names the right file.
+        quota.put(&at(7, 7), tile(), Durability::Synced).unwrap();
+        assert_eq!(quota.usage().evicted_tiles, 1);
+        assert!(files.get(&at(7, 7)).unwrap().is_some());
+        let left = (0..4)
+            .filter(|x| files.get(&at(*x, 1)).unwrap().is_some())
+            .count();
+        assert_eq!(left, 3);
+        drop(quota);
+        // Opened again, the index is not new and holds them all.
+        let quota = QuotaStore::open(files, options).unwrap();
+        assert!(!quota.is_new());
+        assert_eq!(quota.usage().tiles, 4);
+        assert_eq!(
+            quota.index_existing(&matrix).unwrap(),
+            0,
+            "nothing is indexed twice"
+        );
     }
 
     #[test]

@@ -76,7 +76,8 @@ pub fn registry(
             .into_iter()
             .collect(),
     };
-    let stores = open_stores(config, &wanted_stores, metrics, kept)?;
+    let grids = grids(config)?;
+    let stores = open_stores(config, &wanted_stores, metrics, kept, &grids)?;
     let mut coordinators = HashMap::new();
     for name in stores.keys() {
         let failed = |source| ConfigError::Store {
@@ -87,7 +88,7 @@ pub fn registry(
             coordinators.insert(name.clone(), Arc::new(c));
         }
     }
-    let mut registry = Registry::new(grids(config)?, stores, coordinators);
+    let mut registry = Registry::new(grids, stores, coordinators);
     for lc in layers {
         let layer = layer(&registry, lc, config, wrap_source)?;
         registry.push_layer(layer);
@@ -479,6 +480,7 @@ fn open_stores(
     wanted: &[&str],
     metrics: &Arc<Metrics>,
     mut kept: HashMap<String, Arc<dyn TileStore>>,
+    grids: &HashMap<String, Arc<Grid>>,
 ) -> Result<HashMap<String, Arc<dyn TileStore>>, ConfigError> {
     let timed = |s: Arc<dyn TileStore>| -> Arc<dyn TileStore> {
         Arc::new(TimedStore::new(s, metrics.clone()))
@@ -516,7 +518,21 @@ fn open_stores(
             })
             .collect();
         let store: Arc<dyn TileStore> = match spec.quota_with(layer_quotas) {
-            Some(options) => Arc::new(QuotaStore::open(store, options).map_err(failed)?),
+            Some(options) => {
+                let quota = QuotaStore::open(store, options).map_err(failed)?;
+                if quota.is_new() {
+                    // A quota set on a store that has tiles: index them.
+                    let matrix = |grid: &str, z: u8| {
+                        let m = grids.get(grid)?.tms.matrix(z)?;
+                        Some((m.matrix_width, m.matrix_height))
+                    };
+                    let added = quota.index_existing(&matrix).map_err(failed)?;
+                    if added > 0 {
+                        tracing::info!(store = %name, tiles = added, "indexed the store's tiles for its quota");
+                    }
+                }
+                Arc::new(quota)
+            }
             None => store,
         };
         stores.insert(name.clone(), store);

@@ -766,6 +766,14 @@ impl TileStore for TimedStore {
             .store_op(self.name(), "reclaim", || self.inner.reclaim())
     }
 
+    fn scan(
+        &self,
+        matrix: tessera_store::MatrixOf<'_>,
+        f: &mut dyn FnMut(TileKey, u64),
+    ) -> Result<bool, StoreError> {
+        self.inner.scan(matrix, f)
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<tessera_store::quota::ZoomUsage>>, StoreError> {
         self.inner.count_by_zoom()
     }
