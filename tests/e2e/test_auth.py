@@ -360,10 +360,17 @@ def test_a_rate_limit_answers_429_then_lets_the_caller_in_again(tmp_path, tmp_pa
         wait = int(limited["Retry-After"])
         assert 1 <= wait <= 3, wait
         # Another caller is not held back.
-        assert get(s, TILE.format("relief"), {"X-API-Key": KEY_B})[0] == 200
+        other = get(s, TILE.format("relief"), {"X-API-Key": KEY_B})
+        assert other[0] == 200
         time.sleep(wait)
-        assert get(s, TILE.format("relief"), {"X-API-Key": KEY_A})[0] == 200
+        again = get(s, TILE.format("relief"), {"X-API-Key": KEY_A})
+        assert again[0] == 200
         assert metric(s, "tessera_caller_requests_total", caller="partner-a", outcome="limited") >= 1
+        # Only answered hits count as hits: one refused for its rate (the
+        # tile is held in memory, so it was found the short way) does not.
+        answered_hits = sum(1 for st, h, _ in statuses + [other, again] if st == 200 and h["X-Cache"] == "HIT")
+        assert answered_hits >= 2
+        assert metric(s, "tessera_tile_requests_total", layer="relief", result="hit") == answered_hits
 
 
 def test_a_miss_budget_serves_cached_tiles_and_refuses_renders_past_it(tmp_path, tmp_path_factory):

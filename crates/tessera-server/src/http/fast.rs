@@ -105,7 +105,7 @@ impl FastTiles {
                     Peeked::File(mut held) => match FileBodies::stand_in(held.len) {
                         Some(stand_in) => (file_hit(&held, stand_in), Some(held)),
                         // Too large for a stand-in: its cached pages are read
-                        // here (the hit is counted already).
+                        // here.
                         None => {
                             let bytes = read_whole(&mut held.file).ok()?;
                             (file_hit(&held, bytes), None)
@@ -118,6 +118,8 @@ impl FastTiles {
         if let Some(caller) = &caller {
             caller.admit().ok()?;
         }
+        // Counted only now: a request refused for its rate is no hit.
+        self.tiles.cache.count_hit(&tile.layer.name);
         let private = caller
             .as_ref()
             .is_some_and(|c| c.protects(&tile.layer.name));

@@ -157,10 +157,12 @@ impl TileCache {
     }
 
     /// The tile when its layer's store holds it fresh and answers without
-    /// blocking (memory, or a file in the page cache), counted as a hit;
-    /// `None` when [`TileCache::get`] must be asked.
+    /// blocking (memory, or a file in the page cache); `None` when
+    /// [`TileCache::get`] must be asked. Not counted: the caller counts it
+    /// with [`TileCache::count_hit`] once it answers with it (a caller may
+    /// still refuse the request, for its rate).
     pub fn peek_hit(&self, req: &TileRequest) -> Option<Tile> {
-        match self.peek_hit_as(req, false)? {
+        match Self::peek_hit_as(req, false)? {
             Peeked::Held(held) => Some(Tile::hit(held)),
             Peeked::File(_) => None,
         }
@@ -170,10 +172,10 @@ impl TileCache {
     /// file (see [`TileStore::peek_file`]); a [`Peeked::Held`] becomes a
     /// [`Tile`] with [`Tile::hit`].
     pub fn peek_hit_file(&self, req: &TileRequest) -> Option<Peeked> {
-        self.peek_hit_as(req, true)
+        Self::peek_hit_as(req, true)
     }
 
-    fn peek_hit_as(&self, req: &TileRequest, file: bool) -> Option<Peeked> {
+    fn peek_hit_as(req: &TileRequest, file: bool) -> Option<Peeked> {
         let cache = req.layer.cache.as_ref()?;
         let key = req.key_of(req.coord);
         let peeked = if file {
@@ -188,9 +190,13 @@ impl TileCache {
         if !cache.freshness.is_fresh(stored_at, SystemTime::now()) {
             return None;
         }
-        self.metrics
-            .tile_request(&req.layer.name, RequestResult::Hit);
         Some(peeked)
+    }
+
+    /// Counts a tile request of `layer` answered from
+    /// [`TileCache::peek_hit`] or [`TileCache::peek_hit_file`] as a hit.
+    pub fn count_hit(&self, layer: &str) {
+        self.metrics.tile_request(layer, RequestResult::Hit);
     }
 }
 
