@@ -659,7 +659,9 @@ def test_openlayers_draws_the_ogc_tiles_vector_tiles_and_map(page_server, browse
     counts = browser.execute_script("return window.counts")
     assert counts["errors"] == [], counts
     # Rendered: the relief under the magenta countries (Africa at the map's middle right).
-    browser.execute_script("window.map.renderSync()")
+    # OpenLayers fades new tiles in (250 ms): wait until both are opaque.
+    wait_for("(window.map.renderSync(), window.pixel(300, 250)[3] === 255 && window.pixel(221, 285)[3] === 255)",
+             "tiles faded in")
     africa = browser.execute_script("return window.pixel(300, 250)")
     assert africa[:3] == [255, 0, 255], africa
     ocean = browser.execute_script("return window.pixel(221, 285)")
@@ -669,7 +671,7 @@ def test_openlayers_draws_the_ogc_tiles_vector_tiles_and_map(page_server, browse
                            "window.layers.image.setVisible(true)")
     wait_for("window.counts.image >= 1", "the map loaded")
     assert browser.execute_script("return window.counts.errors") == []
-    browser.execute_script("window.map.renderSync()")
+    wait_for("(window.map.renderSync(), window.pixel(221, 285)[3] === 255)", "the map drawn")
     drawn = browser.execute_script("return window.pixel(221, 285)")
     assert drawn[3] == 255 and max(abs(a - b) for a, b in zip(drawn[:3], ocean[:3])) <= 12, (drawn, ocean)
 
