@@ -144,6 +144,27 @@ const STRIPES: usize = 16;
 /// Rows taken per eviction round.
 const EVICT_BATCH: usize = 256;
 
+/// Bytes admitted to be written and not yet recorded.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: u64,
+    /// Per layer quota, by its key.
+    layers: HashMap<String, u64>,
+}
+
+/// A write's bytes: in all, and per layer quota (key, quota, bytes).
+struct Incoming {
+    bytes: u64,
+    layers: Vec<(String, u64, u64)>,
+}
+
+/// A tile chosen for eviction, as its row read.
+struct Victim {
+    key: TileKey,
+    size: u64,
+    stored: i64,
+}
+
 /// A store with a quota ([`QuotaOptions`]) in front of `inner`.
 #[derive(Debug)]
 pub struct QuotaStore {
@@ -158,14 +179,16 @@ pub struct QuotaStore {
 struct Shared {
     options: QuotaOptions,
     index: Mutex<Connection>,
-    /// Held by the one evicting (others wait and see it done).
-    evicting: Mutex<()>,
+    /// Bytes admitted and not yet recorded; held by the one admitting or
+    /// evicting (writers are admitted one at a time).
+    pending: Mutex<Pending>,
+    /// Signalled when a write's bytes are recorded (a writer waiting for
+    /// room may find some to evict).
+    written: Condvar,
     used: AtomicU64,
     tiles: AtomicU64,
     evicted_tiles: AtomicU64,
     evicted_bytes: AtomicU64,
-    /// Bytes being written, counted before they are.
-    reserved: AtomicU64,
     /// Bytes held per layer quota (`options.layers`), by its key.
     layer_used: Mutex<HashMap<String, u64>>,
     /// `evicted_bytes` when the store last reclaimed space.
@@ -220,12 +243,12 @@ impl QuotaStore {
         let shared = Arc::new(Shared {
             options,
             index: Mutex::new(conn),
-            evicting: Mutex::new(()),
+            pending: Mutex::new(Pending::default()),
+            written: Condvar::new(),
             used: AtomicU64::new(u64::try_from(used).unwrap_or(0)),
             tiles: AtomicU64::new(u64::try_from(tiles).unwrap_or(0)),
             evicted_tiles: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
-            reserved: AtomicU64::new(0),
             layer_used: Mutex::new(HashMap::new()),
             reclaimed_at: AtomicU64::new(0),
             hits: (0..STRIPES)
@@ -251,9 +274,6 @@ impl QuotaStore {
             .map_err(|e| store.index_error(&e))?;
         // A quota lowered since the last run applies at once.
         store.make_room()?;
-        for (base, _) in &store.shared.options.layers {
-            store.make_layer_room(base, 0)?;
-        }
         Ok(store)
     }
 
@@ -296,9 +316,6 @@ impl QuotaStore {
             return Ok(0);
         }
         self.make_room()?;
-        for (base, _) in &self.shared.options.layers {
-            self.make_layer_room(base, 0)?;
-        }
         Ok(added)
     }
 
@@ -322,77 +339,113 @@ impl QuotaStore {
         }
     }
 
-    /// Writes `tiles` with `write`: room for them is made first (the bytes
-    /// are reserved, and the store evicts while what it holds and what is
-    /// being written pass the quota), then they are recorded.
+    /// Writes `tiles` with `write`: the write is admitted first (the store
+    /// evicting until what it holds, what is being written and these
+    /// tiles fit its quotas, or waiting for writes in flight when evicting
+    /// cannot make room before they land), then the tiles are recorded.
     fn write(
         &self,
         tiles: &[(TileKey, u64)],
         write: impl FnOnce() -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let incoming: u64 = tiles.iter().map(|(_, n)| n).sum();
-        for (base, _) in &self.shared.options.layers {
-            let theirs: u64 = tiles
-                .iter()
-                .filter(|(k, _)| is_key_of(&k.layer, base))
-                .map(|(_, n)| n)
-                .sum();
-            if theirs > 0 {
-                self.make_layer_room(base, theirs)?;
-            }
-        }
-        self.shared.reserved.fetch_add(incoming, Ordering::SeqCst);
-        let written = self.make_room().and_then(|()| write()).and_then(|()| {
+        let incoming = self.incoming(tiles);
+        self.admit(&incoming)?;
+        let written = write().and_then(|()| {
             self.shared
                 .record_writes(tiles)
                 .map_err(|e| self.index_error(&e))
         });
-        self.shared.reserved.fetch_sub(incoming, Ordering::SeqCst);
+        {
+            let mut pending = lock(&self.shared.pending);
+            pending.bytes -= incoming.bytes;
+            for (base, _, bytes) in &incoming.layers {
+                if let Some(p) = pending.layers.get_mut(base) {
+                    *p -= bytes;
+                }
+            }
+        }
+        self.shared.written.notify_all();
         written
     }
 
-    /// Bytes held plus bytes being written.
-    fn taken(&self) -> u64 {
-        self.shared.used.load(Ordering::SeqCst) + self.shared.reserved.load(Ordering::SeqCst)
+    /// The bytes of `tiles`, in all and per layer quota they fall under.
+    fn incoming(&self, tiles: &[(TileKey, u64)]) -> Incoming {
+        let layers = self
+            .shared
+            .options
+            .layers
+            .iter()
+            .filter_map(|(base, max)| {
+                let theirs: u64 = tiles
+                    .iter()
+                    .filter(|(k, _)| is_key_of(&k.layer, base))
+                    .map(|(_, n)| n)
+                    .sum();
+                (theirs > 0).then(|| (base.clone(), *max, theirs))
+            })
+            .collect();
+        Incoming {
+            bytes: tiles.iter().map(|(_, n)| n).sum(),
+            layers,
+        }
     }
 
-    /// Evicts down to 95 % of the quota when what is held and being written
-    /// passes it.
-    fn make_room(&self) -> Result<(), StoreError> {
-        let max = self.shared.options.max_bytes;
-        if self.taken() <= max {
-            return Ok(());
-        }
-        let _one = lock(&self.shared.evicting);
-        let target = max - max / 20;
-        // Recent hits first, so the order is up to date.
-        self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
-        while self.taken() > target {
-            let victims = self
-                .shared
-                .victims(EVICT_BATCH)
-                .map_err(|e| self.index_error(&e))?;
-            if victims.is_empty() {
-                break;
-            }
-            let mut gone = Vec::with_capacity(victims.len());
-            for (key, size) in victims {
-                if self.taken() <= target {
-                    break;
+    /// Waits until `incoming` fits beside what is held and being written,
+    /// evicting first, then counts it as being written. A write that
+    /// cannot fit even with nothing else in flight (larger than its quota)
+    /// is let through alone.
+    fn admit(&self, incoming: &Incoming) -> Result<(), StoreError> {
+        let mut pending = lock(&self.shared.pending);
+        let mut flushed = false;
+        loop {
+            if !self.fits(&pending, incoming) {
+                if !flushed {
+                    // Recent hits first, so the order is up to date.
+                    self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
+                    flushed = true;
                 }
-                self.inner.delete(&key)?;
-                self.shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
-                self.shared.evicted_bytes.fetch_add(size, Ordering::SeqCst);
-                gone.push((key, size));
-                // Counted as it goes, so the loop stops at the target.
-                self.shared.used.fetch_sub(size, Ordering::SeqCst);
+                self.evict_for(&pending, incoming)?;
             }
-            self.shared
-                .forget_rows(&gone)
-                .map_err(|e| self.index_error(&e))?;
+            if self.fits(&pending, incoming) || pending.bytes == 0 {
+                pending.bytes += incoming.bytes;
+                for (base, _, bytes) in &incoming.layers {
+                    *pending.layers.entry(base.clone()).or_insert(0) += bytes;
+                }
+                return Ok(());
+            }
+            // What is in flight is not in the index yet: once it is, it
+            // can be evicted.
+            pending = self
+                .shared
+                .written
+                .wait_timeout(pending, Duration::from_millis(100))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
-        // Space deleting leaves taken (a journal's) is given back once a
-        // quarter of the quota was evicted since the last time.
+    }
+
+    /// Whether `incoming` fits every quota beside what is held and pending.
+    fn fits(&self, pending: &Pending, incoming: &Incoming) -> bool {
+        let shared = &self.shared;
+        shared.used.load(Ordering::SeqCst) + pending.bytes + incoming.bytes
+            <= shared.options.max_bytes
+            && incoming.layers.iter().all(|(base, max, bytes)| {
+                shared.layer_held(base) + pending.layers.get(base).copied().unwrap_or(0) + bytes
+                    <= *max
+            })
+    }
+
+    /// Evicts down to 95 % of each quota `incoming` passes, counting what
+    /// is pending and incoming; then gives back space deleting leaves
+    /// taken (a journal's) once a quarter of the quota was evicted since
+    /// the last time.
+    fn evict_for(&self, pending: &Pending, incoming: &Incoming) -> Result<(), StoreError> {
+        let max = self.shared.options.max_bytes;
+        self.evict(None, max - max / 20, pending.bytes + incoming.bytes)?;
+        for (base, max, bytes) in &incoming.layers {
+            let queued = pending.layers.get(base).copied().unwrap_or(0);
+            self.evict(Some(base), max - max / 20, queued + bytes)?;
+        }
         let evicted = self.shared.evicted_bytes.load(Ordering::SeqCst);
         if evicted - self.shared.reclaimed_at.load(Ordering::SeqCst) >= max / 4 {
             self.shared.reclaimed_at.store(evicted, Ordering::SeqCst);
@@ -401,45 +454,60 @@ impl QuotaStore {
         Ok(())
     }
 
-    /// Evicts tiles of layer quota `base` down to 95 % of it, less
-    /// `incoming` bytes about to be written, when they would pass it.
-    fn make_layer_room(&self, base: &str, incoming: u64) -> Result<(), StoreError> {
-        let Some(max) = self
-            .shared
-            .options
-            .layers
-            .iter()
-            .find(|(b, _)| b == base)
-            .map(|(_, m)| *m)
-        else {
-            return Ok(());
+    /// Brings the store and each layer quota within 95 % of their quota
+    /// (a quota lowered since the last run, tiles indexed at first start).
+    fn make_room(&self) -> Result<(), StoreError> {
+        let nothing = Incoming {
+            bytes: 0,
+            layers: self
+                .shared
+                .options
+                .layers
+                .iter()
+                .map(|(base, max)| (base.clone(), *max, 0))
+                .collect(),
         };
-        let held = |shared: &Shared| lock(&shared.layer_used).get(base).copied().unwrap_or(0);
-        if held(&self.shared) + incoming <= max {
+        let pending = lock(&self.shared.pending);
+        if self.fits(&pending, &nothing) {
             return Ok(());
         }
-        let _one = lock(&self.shared.evicting);
-        let target = (max - max / 20).saturating_sub(incoming);
         self.shared.flush_hits().map_err(|e| self.index_error(&e))?;
-        while held(&self.shared) > target {
-            let victims = self
-                .shared
-                .victims_of(Some(base), EVICT_BATCH)
+        self.evict_for(&pending, &nothing)
+    }
+
+    /// Evicts tiles (of layer quota `base` only when given) in the
+    /// policy's order while what they hold plus `pending` bytes passes
+    /// `target`, or until none are left.
+    fn evict(&self, base: Option<&str>, target: u64, pending: u64) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let held = || match base {
+            Some(base) => shared.layer_held(base),
+            None => shared.used.load(Ordering::SeqCst),
+        };
+        while held() + pending > target {
+            let victims = shared
+                .victims_of(base, EVICT_BATCH)
                 .map_err(|e| self.index_error(&e))?;
             if victims.is_empty() {
                 break;
             }
-            for (key, size) in victims {
-                if held(&self.shared) <= target {
+            let mut gone = Vec::with_capacity(victims.len());
+            for victim in victims {
+                if held() + pending <= target {
                     break;
                 }
-                self.inner.delete(&key)?;
-                self.shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
-                self.shared.evicted_bytes.fetch_add(size, Ordering::SeqCst);
-                self.shared
-                    .deleted(&key)
-                    .map_err(|e| self.index_error(&e))?;
+                self.inner.delete(&victim.key)?;
+                shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
+                shared
+                    .evicted_bytes
+                    .fetch_add(victim.size, Ordering::SeqCst);
+                // Counted off as it goes, so the loop stops at the target.
+                shared.count(&victim.key.layer, victim.size, false);
+                gone.push(victim);
             }
+            shared
+                .forget_rows(&gone)
+                .map_err(|e| self.index_error(&e))?;
         }
         Ok(())
     }
@@ -615,25 +683,46 @@ impl Shared {
         Ok(added)
     }
 
-    fn forget_rows(&self, keys: &[(TileKey, u64)]) -> rusqlite::Result<()> {
-        if keys.is_empty() {
+    /// Removes the rows of evicted tiles (whose bytes were counted off).
+    /// A row written again since it was chosen is kept (the tile may be
+    /// there), and as the rewrite took the old bytes off already, they
+    /// are counted back once.
+    fn forget_rows(&self, victims: &[Victim]) -> rusqlite::Result<()> {
+        if victims.is_empty() {
             return Ok(());
         }
         let mut conn = lock(&self.index);
         let tx = conn.transaction()?;
         {
             let mut gone = tx.prepare_cached(
-                "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6",
+                "DELETE FROM tiles WHERE layer=?1 AND grid=?2 AND format=?3 AND z=?4 AND x=?5 AND y=?6 AND stored=?7",
             )?;
-            for (key, size) in keys {
-                let (l, g, f, z, x, y) = key_params(key);
-                if gone.execute(params![l, g, f, z, x, y])? > 0 {
+            for v in victims {
+                let (l, g, f, z, x, y) = key_params(&v.key);
+                if gone.execute(params![l, g, f, z, x, y, v.stored])? > 0 {
                     self.tiles.fetch_sub(1, Ordering::SeqCst);
-                    self.add_to_layer(&key.layer, *size, false);
+                } else {
+                    self.count(&v.key.layer, v.size, true);
                 }
             }
         }
         tx.commit()
+    }
+
+    /// Adds (or takes off) a tile's bytes to what the store and its
+    /// layer's quota hold.
+    fn count(&self, layer: &str, bytes: u64, add: bool) {
+        if add {
+            self.used.fetch_add(bytes, Ordering::SeqCst);
+        } else {
+            self.used.fetch_sub(bytes, Ordering::SeqCst);
+        }
+        self.add_to_layer(layer, bytes, add);
+    }
+
+    /// Bytes held under layer quota `base`.
+    fn layer_held(&self, base: &str) -> u64 {
+        lock(&self.layer_used).get(base).copied().unwrap_or(0)
     }
 
     /// Removes a tile's row (deleted from the store), counting its bytes off.
@@ -739,13 +828,8 @@ impl Shared {
         self.count_layers()
     }
 
-    /// The next tiles to evict, in the policy's order.
-    fn victims(&self, n: usize) -> rusqlite::Result<Vec<(TileKey, u64)>> {
-        self.victims_of(None, n)
-    }
-
     /// The next tiles to evict, of the layer quota `base` only when given.
-    fn victims_of(&self, base: Option<&str>, n: usize) -> rusqlite::Result<Vec<(TileKey, u64)>> {
+    fn victims_of(&self, base: Option<&str>, n: usize) -> rusqlite::Result<Vec<Victim>> {
         let order = match self.options.eviction {
             Eviction::Lru => "access",
             Eviction::Lfu => "hits, access",
@@ -759,7 +843,7 @@ impl Shared {
         };
         let conn = lock(&self.index);
         let mut q = conn.prepare_cached(&format!(
-            "SELECT layer, grid, format, z, x, y, mw, mh, size FROM tiles {filter} ORDER BY {order} LIMIT ?1"
+            "SELECT layer, grid, format, z, x, y, mw, mh, size, stored FROM tiles {filter} ORDER BY {order} LIMIT ?1"
         ))?;
         let rows = q.query_map(params![i64::try_from(n).unwrap_or(i64::MAX), base], |r| {
             let format: String = r.get(2)?;
@@ -773,16 +857,17 @@ impl Shared {
                 r.get::<_, u32>(6)?,
                 r.get::<_, u32>(7)?,
                 r.get::<_, i64>(8)?,
+                r.get::<_, i64>(9)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (layer, grid, format, z, x, y, mw, mh, size) = row?;
+            let (layer, grid, format, z, x, y, mw, mh, size, stored) = row?;
             let Some(format) = TileFormat::from_extension(&format) else {
                 continue;
             };
-            out.push((
-                TileKey {
+            out.push(Victim {
+                key: TileKey {
                     layer,
                     grid,
                     coord: TileCoord::restored(z, x, y),
@@ -790,8 +875,9 @@ impl Shared {
                     matrix_width: mw,
                     format,
                 },
-                u64::try_from(size).unwrap_or(0),
-            ));
+                size: u64::try_from(size).unwrap_or(0),
+                stored,
+            });
         }
         Ok(out)
     }
@@ -1040,6 +1126,74 @@ mod tests {
         (0..n)
             .filter(|x| inner.get(&key(*x)).unwrap().is_some())
             .collect()
+    }
+
+    /// A store whose writes take a while, keeping the most bytes it held.
+    #[derive(Debug, Default)]
+    struct Slow {
+        tiles: Mutex<HashMap<TileKey, u64>>,
+        peak: AtomicU64,
+    }
+
+    impl TileStore for Slow {
+        fn name(&self) -> &'static str {
+            "slow"
+        }
+
+        fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
+            let size = lock(&self.tiles).get(key).copied();
+            Ok(size.map(|n| Bytes::from(vec![0u8; usize::try_from(n).unwrap()])))
+        }
+
+        fn claim_fingerprint(&self, _: &str, fingerprint: &str) -> Result<String, StoreError> {
+            Ok(fingerprint.to_string())
+        }
+
+        fn put(&self, key: &TileKey, data: Bytes, _: Durability) -> Result<(), StoreError> {
+            {
+                let mut tiles = lock(&self.tiles);
+                tiles.insert(key.clone(), data.len() as u64);
+                self.peak.fetch_max(tiles.values().sum(), Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            Ok(())
+        }
+
+        fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
+            lock(&self.tiles).remove(key);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn concurrent_writes_wait_for_room_rather_than_pass_the_quota() {
+        // Eight writers of 4 x 1,000 bytes at once against a quota of
+        // 10,000: what is in flight is not in the index to be evicted, so
+        // writers wait for it to land instead of all going through.
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(Slow::default());
+        let mut options = QuotaOptions::new(10_000, Eviction::Lru, dir.path().join("q.sqlite"));
+        options.sample = 1;
+        let quota = QuotaStore::open(inner.clone(), options).unwrap();
+        std::thread::scope(|s| {
+            for w in 0..8u32 {
+                let quota = &quota;
+                s.spawn(move || {
+                    for b in 0..10u32 {
+                        let tiles = (0..4)
+                            .map(|i| (key(w * 1_000 + b * 10 + i), tile()))
+                            .collect();
+                        quota.put_many(tiles, Durability::Synced).unwrap();
+                    }
+                });
+            }
+        });
+        let peak = inner.peak.load(Ordering::SeqCst);
+        assert!(peak <= 10_000, "the store held {peak} bytes at once");
+        let usage = quota.usage();
+        let held: u64 = lock(&inner.tiles).values().sum();
+        assert_eq!(usage.used_bytes, held);
+        assert_eq!(usage.tiles + usage.evicted_tiles, 320);
     }
 
     #[test]
