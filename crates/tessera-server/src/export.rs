@@ -436,15 +436,16 @@ async fn upload_file(
 ) -> Result<tessera_store::upload::Uploaded, Sent> {
     let mut file = tokio::fs::File::open(path).await.map_err(Sent::Read)?;
     let mut up = Upload::new(store.clone(), object.clone(), options.upload);
+    let mut chunk = Vec::with_capacity(UPLOAD_CHUNK);
     loop {
-        let mut chunk = Vec::with_capacity(UPLOAD_CHUNK);
+        chunk.clear();
         let read = (&mut file)
             .take(UPLOAD_CHUNK as u64)
             .read_to_end(&mut chunk)
             .await;
         match read {
             Ok(0) => break,
-            Ok(_) => up.write(Bytes::from(chunk)).await.map_err(Sent::Store)?,
+            Ok(_) => up.write(&chunk).await.map_err(Sent::Store)?,
             Err(e) => {
                 up.abort().await;
                 return Err(Sent::Read(e));

@@ -15,7 +15,6 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Instant;
 
-use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use object_store::ObjectStoreExt;
@@ -76,15 +75,15 @@ fn upload(rt: &tokio::runtime::Runtime, file: &std::path::Path, gzip: bool) -> R
                 gz.write_all(&chunk).expect("gzip");
                 if gz.get_ref().len() >= CHUNK {
                     let out = std::mem::replace(gz.get_mut(), Vec::with_capacity(2 * CHUNK));
-                    up.write(Bytes::from(out)).await.expect("upload");
+                    up.write(&out).await.expect("upload");
                 }
             } else {
-                up.write(Bytes::from(chunk)).await.expect("upload");
+                up.write(&chunk).await.expect("upload");
             }
         }
         if gzip {
             let rest = gz.finish().expect("gzip");
-            up.write(Bytes::from(rest)).await.expect("upload");
+            up.write(&rest).await.expect("upload");
         }
         up.finish().await.expect("upload").bytes
     });

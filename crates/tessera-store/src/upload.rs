@@ -2,9 +2,12 @@
 //! as a multipart upload with a bounded number of parts in flight (memory
 //! bound: `parts_in_flight` x `part_size`, the part being filled included:
 //! a new part starts filling only when one of them is free), or as a single
-//! PUT when it turns
-//! out smaller than one part. Bytes are sent as they are given: nothing is
-//! compressed. Part uploads are idempotent and the client retries them with
+//! PUT when it turns out smaller than one part. The bytes given are copied
+//! into part buffers of exactly `part_size`, reused from part to part: the
+//! caller's buffers (a request's frames, which would keep whole receive
+//! buffers alive) are free as soon as `write` returns, and no part is
+//! faulted into memory afresh. Bytes are sent as they are given: nothing
+//! is compressed. Part uploads are idempotent and the client retries them with
 //! back-off (`object::open_url` options `max_retries`,
 //! `retry_timeout_secs`); on a final failure, on [`Upload::abort`] or when
 //! an unfinished upload is dropped (a client that went away), the multipart
@@ -12,13 +15,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use object_store::path::Path;
-use object_store::{
-    MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, PutPayloadMut, UploadPart,
-};
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 
 /// The smallest part S3 accepts (except the last).
 pub const MIN_PART_SIZE: usize = 5 << 20;
@@ -26,8 +28,8 @@ pub const MIN_PART_SIZE: usize = 5 << 20;
 /// How an [`Upload`] sends its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadOptions {
-    /// Bytes per part (at least [`MIN_PART_SIZE`]; parts may exceed it by
-    /// less than one input chunk).
+    /// Bytes per part (at least [`MIN_PART_SIZE`]; every part but the last
+    /// is exactly this size).
     pub part_size: usize,
     /// Parts uploading at once (at least 1).
     pub parts_in_flight: usize,
@@ -74,9 +76,15 @@ pub struct Upload {
     store: Arc<dyn ObjectStore>,
     path: Path,
     options: UploadOptions,
-    pending: PutPayloadMut,
+    /// The part being filled (empty and without a buffer between parts).
+    filling: BytesMut,
+    /// Buffers of parts whose upload ended, for the next parts.
+    spare: Vec<BytesMut>,
+    /// Part buffers allocated so far.
+    allocated: usize,
     multipart: Option<Box<dyn MultipartUpload>>,
-    inflight: FuturesUnordered<UploadPart>,
+    /// Parts uploading, each answering with its buffer.
+    inflight: FuturesUnordered<BoxFuture<'static, (object_store::Result<()>, Bytes)>>,
     parts: usize,
     bytes: u64,
     crc32c: u32,
@@ -102,7 +110,9 @@ impl Upload {
             store,
             path,
             options,
-            pending: PutPayloadMut::new(),
+            filling: BytesMut::new(),
+            spare: Vec::new(),
+            allocated: 0,
             multipart: None,
             inflight: FuturesUnordered::new(),
             parts: 0,
@@ -117,31 +127,42 @@ impl Upload {
         self.bytes
     }
 
-    /// Adds `chunk` (kept as it is, not copied). Waits while
-    /// `parts_in_flight` parts are uploading. On error the upload is
-    /// aborted.
-    pub async fn write(&mut self, chunk: Bytes) -> object_store::Result<()> {
-        // The first bytes of a new part wait for a free part: the parts
-        // uploading and the one filling are `parts_in_flight` at most (the
-        // body is not read meanwhile).
-        if self.pending.content_length() == 0 && self.multipart.is_some() {
-            let result = self
-                .wait_for_slot(self.options.parts_in_flight.max(1))
-                .await;
-            if result.is_err() {
-                self.abort().await;
-            }
-            result?;
+    /// Adds `chunk` (copied into the part being filled). Waits while
+    /// `parts_in_flight` parts are held. On error the upload is aborted.
+    pub async fn write(&mut self, chunk: &[u8]) -> object_store::Result<()> {
+        let result = self.fill(chunk).await;
+        if result.is_err() {
+            self.abort().await;
         }
-        self.crc32c = crc32c::crc32c_append(self.crc32c, &chunk);
-        self.bytes += chunk.len() as u64;
-        self.pending.push(chunk);
-        if self.pending.content_length() >= self.options.part_size {
-            let result = self.send_part().await;
-            if result.is_err() {
-                self.abort().await;
+        result
+    }
+
+    async fn fill(&mut self, mut chunk: &[u8]) -> object_store::Result<()> {
+        let size = self.options.part_size;
+        while !chunk.is_empty() {
+            if self.filling.capacity() == 0 {
+                // A new part waits for a free one: the parts uploading and
+                // the one filling are `parts_in_flight` at most (the body is
+                // not read meanwhile).
+                self.wait_for_slot(self.options.parts_in_flight.max(1))
+                    .await?;
+                self.filling = match self.spare.pop() {
+                    Some(buffer) => buffer,
+                    None => {
+                        self.allocated += 1;
+                        BytesMut::with_capacity(size)
+                    }
+                };
             }
-            result?;
+            let n = (size - self.filling.len()).min(chunk.len());
+            let (now, rest) = chunk.split_at(n);
+            self.crc32c = crc32c::crc32c_append(self.crc32c, now);
+            self.bytes += n as u64;
+            self.filling.extend_from_slice(now);
+            chunk = rest;
+            if self.filling.len() >= size {
+                self.send_part().await?;
+            }
         }
         Ok(())
     }
@@ -150,29 +171,50 @@ impl Upload {
         if self.multipart.is_none() {
             self.multipart = Some(self.store.put_multipart(&self.path).await?);
         }
-        self.wait_for_slot(self.options.parts_in_flight.max(1))
-            .await?;
-        let payload = std::mem::take(&mut self.pending).freeze();
+        let part = std::mem::take(&mut self.filling).freeze();
         let mp = self.multipart.as_mut().expect("started above");
-        self.inflight.push(mp.put_part(payload));
+        let sending = mp.put_part(PutPayload::from(part.clone()));
+        self.inflight
+            .push(Box::pin(async move { (sending.await, part) }));
         self.parts += 1;
         Ok(())
     }
 
-    /// Waits until fewer than `most` parts are uploading.
+    /// Waits until fewer than `most` parts are uploading, keeping the
+    /// buffers of those done for the next parts.
     async fn wait_for_slot(&mut self, most: usize) -> object_store::Result<()> {
         while self.inflight.len() >= most {
-            if let Some(done) = self.inflight.next().await {
+            if let Some((done, part)) = self.inflight.next().await {
                 done?;
+                self.keep(part);
             }
         }
         Ok(())
     }
 
+    /// Keeps a sent part's buffer for a next part when nothing else holds
+    /// it any more.
+    fn keep(&mut self, part: Bytes) {
+        if let Ok(mut buffer) = part.try_into_mut() {
+            buffer.clear();
+            if buffer.capacity() >= self.options.part_size
+                && self.spare.len() < self.options.parts_in_flight
+            {
+                self.spare.push(buffer);
+            }
+        }
+    }
+
+    /// Part buffers allocated so far: `parts_in_flight` at most when the
+    /// store lets go of the parts it sent.
+    pub fn part_buffers(&self) -> usize {
+        self.allocated
+    }
+
     /// The parts held: those uploading and the one being filled (the
     /// memory bound is `parts_in_flight` of them).
     pub fn held_parts(&self) -> usize {
-        self.inflight.len() + usize::from(self.pending.content_length() > 0)
+        self.inflight.len() + usize::from(!self.filling.is_empty())
     }
 
     /// Sends what is left and completes the object. On error the upload is
@@ -188,13 +230,13 @@ impl Upload {
     async fn complete(&mut self) -> object_store::Result<Uploaded> {
         if self.multipart.is_none() {
             // Smaller than one part: a single PUT.
-            let payload: PutPayload = std::mem::take(&mut self.pending).freeze();
+            let payload = PutPayload::from(std::mem::take(&mut self.filling).freeze());
             self.store.put(&self.path, payload).await?;
         } else {
-            if self.pending.content_length() > 0 {
+            if !self.filling.is_empty() {
                 self.send_part().await?;
             }
-            while let Some(done) = self.inflight.next().await {
+            while let Some((done, _)) = self.inflight.next().await {
                 done?;
             }
             self.multipart
@@ -315,7 +357,7 @@ mod tests {
         let chunk = Bytes::from(vec![7u8; 256 << 10]);
         let mut most = 0;
         for _ in 0..(8 * MIN_PART_SIZE / chunk.len()) {
-            up.write(chunk.clone()).await.unwrap();
+            up.write(&chunk).await.unwrap();
             most = most.max(up.held_parts());
         }
         assert_eq!(
@@ -326,5 +368,34 @@ mod tests {
         assert_eq!(done.parts, 8);
         let stored = store.get(&path).await.unwrap().bytes().await.unwrap();
         assert_eq!(stored.len(), 8 * MIN_PART_SIZE);
+    }
+
+    #[tokio::test]
+    async fn parts_are_exact_and_their_buffers_reused() {
+        // A local file system store writes each part and lets go of it:
+        // nine parts go through two buffers.
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let options = UploadOptions {
+            part_size: MIN_PART_SIZE,
+            parts_in_flight: 2,
+        };
+        let path = Path::from("reused/parts");
+        let mut up = Upload::new(store.clone(), path.clone(), options);
+        // Chunks that straddle part boundaries, with a short last part.
+        let data: Vec<u8> = (0..(8 * MIN_PART_SIZE + 12_345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        for chunk in data.chunks(100_003) {
+            up.write(chunk).await.unwrap();
+            assert!(up.held_parts() <= 2);
+        }
+        assert_eq!(up.part_buffers(), 2);
+        let done = up.finish().await.unwrap();
+        assert_eq!(done.parts, 9);
+        assert_eq!(done.crc32c, crc32c::crc32c(&data));
+        let stored = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert!(stored == data, "the object is the bytes written");
     }
 }

@@ -12,7 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::minio_options;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -59,7 +58,7 @@ async fn upload(
 ) -> object_store::Result<tessera_store::upload::Uploaded> {
     let mut up = Upload::new(store.clone(), path.clone(), options);
     for chunk in bytes.chunks(64 * 1024) {
-        up.write(Bytes::copy_from_slice(chunk)).await?;
+        up.write(chunk).await?;
     }
     up.finish().await
 }
@@ -266,7 +265,7 @@ fn a_dropped_upload_is_aborted() {
     rt.block_on(async {
         let mut up = Upload::new(store.clone(), path.clone(), options(2));
         for chunk in bytes.chunks(64 * 1024) {
-            up.write(Bytes::copy_from_slice(chunk)).await.unwrap();
+            up.write(chunk).await.unwrap();
         }
         assert_eq!(in_progress_uploads(&path), 1, "the upload is under way");
         drop(up);

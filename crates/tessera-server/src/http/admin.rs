@@ -2,9 +2,10 @@
 //! storage as its body arrives, then served as layer `{name}`.
 //!
 //! The body is pulled from hyper one frame at a time, in order, and each
-//! frame goes into the current part of a multipart upload (`Upload`) without
-//! being copied; the next frame is only read once there is room, so at most
-//! `parts_in_flight` x `part_size` bytes are held ([`super::body`]). No
+//! frame is copied into the current part of a multipart upload (`Upload`)
+//! and dropped, so hyper reuses its receive buffer; the next frame is only
+//! read once there is room, so at most `parts_in_flight` x `part_size`
+//! bytes of parts are held ([`super::body`]). No
 //! task per chunk, no queue. Every failure ends with the upload aborted: nothing partial is
 //! ever visible.
 
@@ -370,7 +371,7 @@ async fn upload(
         };
         match &mut up {
             Some((u, _)) => u
-                .write(data)
+                .write(&data)
                 .await
                 .map_err(|e| ApiError::upstream("storing the upload", &e))?,
             None => {
@@ -490,7 +491,7 @@ async fn start(
         uploads.upload_options(),
     );
     for chunk in head {
-        up.write(chunk)
+        up.write(&chunk)
             .await
             .map_err(|e| ApiError::upstream("storing the upload", &e))?;
     }
