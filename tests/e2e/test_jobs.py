@@ -20,15 +20,15 @@ TILES_0_4 = 341
 TILES_0_5 = 1365
 
 
-def write_config(tmp_path, s3):
-    cache = tmp_path / "cache"
-    config = tmp_path / "tessera.yaml"
-    config.write_text(f"""
+def config_text(tmp_path, s3, store, prefix):
+    """A configuration: the relief layer (zooms 0-8) cached in `store` (a
+    YAML flow mapping), the admin API on with its sources under `prefix`."""
+    return f"""
 stores:
-  disk: {{ type: file, path: {cache}, memory: 0 }}
+  disk: {store}
 admin:
   token: {TOKEN}
-  sources_url: s3://tessera-test/jobs
+  sources_url: s3://tessera-test/{prefix}
   sources_file: {tmp_path / 'sources.json'}
   jobs_dir: {tmp_path / 'jobs'}
   options: {{ endpoint: '{s3['endpoint']}', access_key_id: {s3['key']}, secret_access_key: {s3['secret']}, region: us-east-1, allow_http: true }}
@@ -38,7 +38,13 @@ layers:
     grids: [WebMercatorQuad]
     max_zoom: 8
     cache: {{ store: disk }}
-""")
+"""
+
+
+def write_config(tmp_path, s3):
+    cache = tmp_path / "cache"
+    config = tmp_path / "tessera.yaml"
+    config.write_text(config_text(tmp_path, s3, f"{{ type: file, path: {cache}, memory: 0 }}", "jobs"))
     return config, cache
 
 

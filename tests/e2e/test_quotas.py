@@ -12,8 +12,8 @@ import urllib.parse
 
 import pytest
 
-from conftest import ROOT, s3_bucket, start_server
-from test_jobs import TOKEN, call, report, stop, wait_for
+from conftest import s3_bucket, start_server
+from test_jobs import call, config_text, report, stop, wait_for
 
 QUOTA = 2 * 1024 * 1024
 # Zooms 4..5 of the west half of the world: 128 + 512 tiles, about 20 MiB.
@@ -27,21 +27,7 @@ def write_config(tmp_path, s3, kind):
         "journal": f"{{ type: journal, path: {tmp_path / 'store'}, segment: 1MiB, memory: 0, max_size: 2MiB, quota_sample: 1 }}",
     }[kind]
     config = tmp_path / "tessera.yaml"
-    config.write_text(f"""
-stores:
-  disk: {store}
-admin:
-  token: {TOKEN}
-  sources_url: s3://tessera-test/quotas
-  sources_file: {tmp_path / 'sources.json'}
-  options: {{ endpoint: '{s3['endpoint']}', access_key_id: {s3['key']}, secret_access_key: {s3['secret']}, region: us-east-1, allow_http: true }}
-layers:
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif, resampling: bilinear }}
-    grids: [WebMercatorQuad]
-    max_zoom: 8
-    cache: {{ store: disk }}
-""")
+    config.write_text(config_text(tmp_path, s3, store, "quotas"))
     return config, tmp_path / "store"
 
 

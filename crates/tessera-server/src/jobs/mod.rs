@@ -386,14 +386,18 @@ async fn run(
     };
     job.tiles_planned
         .store(sizes.iter().map(|s| s.tiles).sum(), Ordering::SeqCst);
-    let writer = match job.record.done_writer() {
-        Ok(w) => w,
-        Err(e) => {
-            return (
-                JobState::Failed,
-                Some(format!("cannot record done metatiles: {e}")),
-            );
-        }
+    // Seeds record the metatiles they finish; a truncation starts over.
+    let writer = match job.spec.kind {
+        JobKind::Truncate => None,
+        JobKind::Seed | JobKind::Reseed => match job.record.done_writer() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                return (
+                    JobState::Failed,
+                    Some(format!("cannot record done metatiles: {e}")),
+                );
+            }
+        },
     };
     let mut base = 0u64;
     let mut outcome = (JobState::Done, None);
@@ -403,12 +407,12 @@ async fn run(
             break;
         }
         let index = u32::try_from(index).unwrap_or(u32::MAX);
-        let ended = match job.spec.kind {
-            JobKind::Seed | JobKind::Reseed => {
+        let ended = match &writer {
+            Some(writer) => {
                 let skip = done.remove(&index).unwrap_or_default();
-                seed_plan(job, plan, skip, tiles, threads, &writer, index, base).await
+                seed_plan(job, plan, skip, tiles, threads, writer, index, base).await
             }
-            JobKind::Truncate => truncate_plan(job, plan, node).await,
+            None => truncate_plan(job, plan, node).await,
         };
         match ended {
             Ok(()) => {}
@@ -420,7 +424,9 @@ async fn run(
         base += sizes[index as usize].tiles;
         job.tiles_done.store(base, Ordering::SeqCst);
     }
-    writer.finish();
+    if let Some(writer) = writer {
+        writer.finish();
+    }
     outcome
 }
 
