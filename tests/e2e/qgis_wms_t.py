@@ -12,7 +12,8 @@ import sys
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from qgis.core import (QgsApplication, QgsDateTimeRange, QgsMapRendererSequentialJob,  # noqa: E402
-                       QgsMapSettings, QgsRasterLayer, QgsRectangle, QgsCoordinateReferenceSystem)
+                       QgsMapSettings, QgsNetworkAccessManager, QgsRasterLayer, QgsRectangle,
+                       QgsCoordinateReferenceSystem)
 from qgis.PyQt.QtCore import QDateTime, QSize, Qt  # noqa: E402
 
 
@@ -22,8 +23,16 @@ def main(url, layer_name, extent, *times):
     # What QgsWMSSourceSelect writes for a layer with a time dimension.
     uri = (f"crs=EPSG:4326&format=image/png&layers={layer_name}&styles=&url={url}"
            f"&type=wmst&timeDimensionExtent={extent}&allowTemporalUpdates=true&temporalSource=provider")
+    # Explicit, and longer than QGIS's 60 s default: a loaded machine.
+    QgsNetworkAccessManager.setTimeout(180_000)
     layer = QgsRasterLayer(uri, layer_name, "wms")
     out = {"valid": layer.isValid()}
+    if not layer.isValid():
+        # Why, for the test's message.
+        out["error"] = layer.error().summary()
+        provider = layer.dataProvider()
+        if provider is not None:
+            out["provider_error"] = provider.error().summary()
     caps = layer.dataProvider().temporalCapabilities() if layer.isValid() else None
     out["temporal"] = bool(caps and caps.hasTemporalCapabilities())
     if caps:
