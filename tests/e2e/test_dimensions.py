@@ -328,6 +328,30 @@ admin: {{ token: {token}, sources_url: 's3://unused/sources', sources_file: {tmp
             raise AssertionError("an unknown value was truncated")
         except urllib.error.HTTPError as e:
             assert e.code == 400
+        # A seed job over the admin API at one value stores that value's
+        # tiles only, under its key.
+        job = {"kind": "seed", "layer": "series", "zoom": "0..2", "dimensions": ["time=2024-02-01"]}
+        req = urllib.request.Request(f"{server.url}/admin/jobs", data=json.dumps(job).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 201
+            job_id = json.loads(r.read())["id"]
+        deadline = time.monotonic() + 300
+        while True:
+            req = urllib.request.Request(f"{server.url}/admin/jobs/{job_id}",
+                                         headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                report = json.loads(r.read())
+            if report["state"] != "running" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert report["state"] == "done", report
+        assert report["tiles_planned"] == 21 and report["tiles_done"] == 21, report
+        cached, body = status(server, "2024-02-01")
+        assert cached == "HIT"
+        assert_color(body, DATES["2024-02-01"])
+        value_dir = cache / "series~time=2024-02-01T000000Z"
+        assert len(list(value_dir.rglob("*.png"))) == 21, sorted(value_dir.rglob("*.png"))
 
 
 def test_tilejson_lists_the_values_and_its_tiles_carry_the_value_asked(server):
