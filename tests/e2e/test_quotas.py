@@ -186,3 +186,35 @@ def test_a_quota_set_on_a_store_that_has_tiles_counts_them_and_evicts_them_first
         assert "indexed the store's tiles for its quota" in server.log_text()
     finally:
         stop(server)
+
+
+def test_a_reload_applies_a_layer_quota_to_a_store_it_keeps(s3, tmp_path, tmp_path_factory):
+    import os
+    import subprocess
+    s3_bucket(s3, "tessera-test")
+    config, store = write_config(tmp_path, s3, "file")
+    config.write_text(config.read_text().replace(", max_size: 2MiB, quota_sample: 1", ""))
+    seeded = subprocess.run(
+        [os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "relief",
+         "--grid", "WebMercatorQuad", "--zoom", "0..4"], capture_output=True, text=True, timeout=600)
+    assert seeded.returncode == 0, seeded.stderr
+    before = stored_bytes("file", store)
+    assert before > 4 * QUOTA
+    server = start_server(tmp_path_factory, "--config", str(config))
+    try:
+        plain = config.read_text()
+        # The store is kept open; the layer's new quota puts one in front of it.
+        for size, limit in [("2MiB", QUOTA), ("1MiB", QUOTA // 2)]:
+            config.write_text(plain.replace("cache: { store: disk }", f"cache: {{ store: disk, max_size: {size} }}"))
+            status, body, _ = call(server, "POST", "/admin/reload")
+            assert status == 200, body
+            on_disk = stored_bytes("file", store)
+            assert 0 < on_disk <= limit, (size, on_disk)
+            assert cache_state(server, 0, 0, 0) in ("HIT", "MISS")
+        # The second quota was set on the quota the first reload made.
+        usage, stats = quota_of(server)
+        (relief,) = [layer for layer in stats["layers"] if layer["layer"] == "relief"]
+        assert sum(z["bytes"] for z in relief["stored"]) == stored_bytes("file", store) <= QUOTA // 2
+        assert usage["evicted_bytes"] >= before - QUOTA // 2, usage
+    finally:
+        stop(server)

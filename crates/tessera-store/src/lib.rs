@@ -308,6 +308,15 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         let _ = layer;
     }
 
+    /// Replaces the quotas of single layers (layer key, bytes) of a store
+    /// with a quota ([`QuotaStore`]), evicting at once where one is passed.
+    /// Answers whether the store has a quota to set them on; others answer
+    /// `false` and change nothing.
+    fn set_layer_quotas(&self, layers: &[(String, u64)]) -> Result<bool, StoreError> {
+        let _ = layers;
+        Ok(false)
+    }
+
     /// Writes a tile.
     fn put(&self, key: &TileKey, data: Bytes, durability: Durability) -> Result<(), StoreError>;
 

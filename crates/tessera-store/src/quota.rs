@@ -189,7 +189,10 @@ struct Shared {
     tiles: AtomicU64,
     evicted_tiles: AtomicU64,
     evicted_bytes: AtomicU64,
-    /// Bytes held per layer quota (`options.layers`), by its key.
+    /// The layer quotas (from `options.layers`, replaced by
+    /// [`QuotaStore::set_layer_quotas`]).
+    layers: Mutex<Arc<Vec<(String, u64)>>>,
+    /// Bytes held per layer quota, by its key.
     layer_used: Mutex<HashMap<String, u64>>,
     /// `evicted_bytes` when the store last reclaimed space.
     reclaimed_at: AtomicU64,
@@ -240,6 +243,7 @@ impl QuotaStore {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .map_err(|e| fail(&e))?;
+        let layers = options.layers.clone();
         let shared = Arc::new(Shared {
             options,
             index: Mutex::new(conn),
@@ -249,6 +253,7 @@ impl QuotaStore {
             tiles: AtomicU64::new(u64::try_from(tiles).unwrap_or(0)),
             evicted_tiles: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
+            layers: Mutex::new(Arc::new(layers)),
             layer_used: Mutex::new(HashMap::new()),
             reclaimed_at: AtomicU64::new(0),
             hits: (0..STRIPES)
@@ -372,8 +377,7 @@ impl QuotaStore {
     fn incoming(&self, tiles: &[(TileKey, u64)]) -> Incoming {
         let layers = self
             .shared
-            .options
-            .layers
+            .layer_quotas()
             .iter()
             .filter_map(|(base, max)| {
                 let theirs: u64 = tiles
@@ -461,8 +465,7 @@ impl QuotaStore {
             bytes: 0,
             layers: self
                 .shared
-                .options
-                .layers
+                .layer_quotas()
                 .iter()
                 .map(|(base, max)| (base.clone(), *max, 0))
                 .collect(),
@@ -745,15 +748,16 @@ impl Shared {
         Ok(())
     }
 
+    /// The layer quotas now.
+    fn layer_quotas(&self) -> Arc<Vec<(String, u64)>> {
+        lock(&self.layers).clone()
+    }
+
     /// Adds (or takes off) `bytes` of a tile of layer key `layer` to the
     /// layer quota it falls under, if any.
     fn add_to_layer(&self, layer: &str, bytes: u64, add: bool) {
-        let Some((base, _)) = self
-            .options
-            .layers
-            .iter()
-            .find(|(b, _)| is_key_of(layer, b))
-        else {
+        let quotas = self.layer_quotas();
+        let Some((base, _)) = quotas.iter().find(|(b, _)| is_key_of(layer, b)) else {
             return;
         };
         let mut used = lock(&self.layer_used);
@@ -767,7 +771,9 @@ impl Shared {
 
     /// Counts the bytes of every layer quota from the index.
     fn count_layers(&self) -> rusqlite::Result<()> {
-        if self.options.layers.is_empty() {
+        let quotas = self.layer_quotas();
+        if quotas.is_empty() {
+            lock(&self.layer_used).clear();
             return Ok(());
         }
         let mut totals: HashMap<String, u64> = HashMap::new();
@@ -778,12 +784,7 @@ impl Shared {
             let rows = q.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
             for row in rows {
                 let (layer, bytes) = row?;
-                if let Some((base, _)) = self
-                    .options
-                    .layers
-                    .iter()
-                    .find(|(b, _)| is_key_of(&layer, b))
-                {
+                if let Some((base, _)) = quotas.iter().find(|(b, _)| is_key_of(&layer, b)) {
                     *totals.entry(base.clone()).or_insert(0) += u64::try_from(bytes).unwrap_or(0);
                 }
             }
@@ -1094,6 +1095,19 @@ impl TileStore for QuotaStore {
     fn quota(&self) -> Option<(QuotaUsage, Vec<ZoomUsage>)> {
         Some((self.usage(), self.by_zoom().unwrap_or_default()))
     }
+
+    /// Counts the layers' bytes again under the new quotas, then evicts
+    /// where one is passed.
+    fn set_layer_quotas(&self, layers: &[(String, u64)]) -> Result<bool, StoreError> {
+        if *self.shared.layer_quotas() != layers {
+            *lock(&self.shared.layers) = Arc::new(layers.to_vec());
+            self.shared
+                .count_layers()
+                .map_err(|e| self.index_error(&e))?;
+            self.make_room()?;
+        }
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -1344,6 +1358,43 @@ mod tests {
         assert_eq!(quota.usage().evicted_tiles, 2);
         assert!(has("a", 3) && !has("a~time=2024", 1) && !has("a@f00d", 2));
         assert!((0..5).all(|x| has("b", x)) && has("a.hd", 4));
+    }
+
+    #[test]
+    fn layer_quotas_set_on_an_open_store_apply_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let mut options = QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("q.sqlite"));
+        options.sample = 1;
+        let quota = QuotaStore::open(inner.clone(), options).unwrap();
+        for x in 0..4 {
+            for layer in ["a", "b"] {
+                quota
+                    .put(&key_of(layer, x), tile(), Durability::Synced)
+                    .unwrap();
+            }
+        }
+        let has = |layer: &str, x| inner.get(&key_of(layer, x)).unwrap().is_some();
+        // A reload gives layer a room for two and a half tiles (evicting
+        // down to 95 % of it): its two oldest go.
+        assert!(quota.set_layer_quotas(&[("a".into(), 2_500)]).unwrap());
+        assert!(!has("a", 0) && !has("a", 1) && has("a", 2) && has("a", 3));
+        assert!((0..4).all(|x| has("b", x)));
+        quota
+            .put(&key_of("a", 9), tile(), Durability::Synced)
+            .unwrap();
+        assert!(!has("a", 2) && has("a", 9), "written against the new quota");
+        // Taken off again: a grows freely.
+        assert!(quota.set_layer_quotas(&[]).unwrap());
+        for x in 10..14 {
+            quota
+                .put(&key_of("a", x), tile(), Durability::Synced)
+                .unwrap();
+        }
+        assert!((10..14).all(|x| has("a", x)) && has("a", 9));
+        assert_eq!(quota.usage().evicted_tiles, 3);
+        // A store without a quota has none to set.
+        assert!(!inner.set_layer_quotas(&[("a".into(), 1)]).unwrap());
     }
 
     #[test]

@@ -491,23 +491,10 @@ fn open_stores(
         .iter()
         .filter(|(n, _)| wanted.contains(&n.as_str()))
     {
-        if let Some(store) = kept.remove(name) {
-            stores.insert(name.clone(), store);
-            continue;
-        }
         let failed = |source| ConfigError::Store {
             store: name.clone(),
             source,
         };
-        let backend = timed(spec.open(name).map_err(failed)?);
-        let front = spec.front_bytes();
-        let store = if front == 0 {
-            backend
-        } else {
-            let bytes = usize::try_from(front).unwrap_or(usize::MAX);
-            timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
-        };
-        // The quota sees every hit and write, the memory's included.
         let layer_quotas: Vec<(String, u64)> = config
             .layers
             .iter()
@@ -517,27 +504,57 @@ fn open_stores(
                 (max > 0).then(|| (l.cache.key.clone().unwrap_or_else(|| l.name.clone()), max))
             })
             .collect();
-        let store: Arc<dyn TileStore> = match spec.quota_with(layer_quotas) {
-            Some(options) => {
-                let quota = QuotaStore::open(store, options).map_err(failed)?;
-                if quota.is_new() {
-                    // A quota set on a store that has tiles: index them.
-                    let matrix = |grid: &str, z: u8| {
-                        let m = grids.get(grid)?.tms.matrix(z)?;
-                        Some((m.matrix_width, m.matrix_height))
-                    };
-                    let added = quota.index_existing(&matrix).map_err(failed)?;
-                    if added > 0 {
-                        tracing::info!(store = %name, tiles = added, "indexed the store's tiles for its quota");
-                    }
-                }
-                Arc::new(quota)
-            }
-            None => store,
+        if let Some(store) = kept.remove(name) {
+            // Kept with its quota, which takes the layers' quotas now
+            // configured; one without a quota gets one in front if a layer
+            // now asks for it (the store itself is never opened twice).
+            let store = if store.set_layer_quotas(&layer_quotas).map_err(failed)? {
+                store
+            } else {
+                behind_quota(store, spec.quota_with(layer_quotas), grids).map_err(failed)?
+            };
+            stores.insert(name.clone(), store);
+            continue;
+        }
+        let backend = timed(spec.open(name).map_err(failed)?);
+        let front = spec.front_bytes();
+        let store = if front == 0 {
+            backend
+        } else {
+            let bytes = usize::try_from(front).unwrap_or(usize::MAX);
+            timed(Arc::new(MemoryStore::new(bytes, Some(backend))))
         };
+        // The quota sees every hit and write, the memory's included.
+        let store = behind_quota(store, spec.quota_with(layer_quotas), grids).map_err(failed)?;
         stores.insert(name.clone(), store);
     }
     Ok(stores)
+}
+
+/// `store` behind a quota with `options` (none: as it is); a quota whose
+/// index is new indexes the tiles the store already holds.
+fn behind_quota(
+    store: Arc<dyn TileStore>,
+    options: Option<tessera_store::QuotaOptions>,
+    grids: &HashMap<String, Arc<Grid>>,
+) -> Result<Arc<dyn TileStore>, tessera_store::StoreError> {
+    let Some(options) = options else {
+        return Ok(store);
+    };
+    let name = store.name().to_string();
+    let quota = QuotaStore::open(store, options)?;
+    if quota.is_new() {
+        // A quota set on a store that has tiles: index them.
+        let matrix = |grid: &str, z: u8| {
+            let m = grids.get(grid)?.tms.matrix(z)?;
+            Some((m.matrix_width, m.matrix_height))
+        };
+        let added = quota.index_existing(&matrix)?;
+        if added > 0 {
+            tracing::info!(store = %name, tiles = added, "indexed the store's tiles for its quota");
+        }
+    }
+    Ok(Arc::new(quota))
 }
 
 fn layer_extent(source: &dyn Source, grid: &Grid) -> Option<BBox> {
