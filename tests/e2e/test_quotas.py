@@ -161,20 +161,26 @@ def test_a_store_at_its_quota_stays_within_it_and_keeps_what_was_read_last(kind,
         stop(server)
 
 
-def test_a_quota_set_on_a_store_that_has_tiles_counts_them_and_evicts_them_first(s3, tmp_path, tmp_path_factory):
+def seeded_without_quota(config, store, path):
+    """Writes `config` without its store's quota to `path` and seeds zooms
+    0..4 into the file store with it (about 14 MiB); answers the bytes."""
     import os
     import subprocess
-    s3_bucket(s3, "tessera-test")
-    config, store = write_config(tmp_path, s3, "file")
-    # The store filled without a quota (zooms 0..4: about 14 MiB).
-    unlimited = tmp_path / "unlimited.yaml"
-    unlimited.write_text(config.read_text().replace(", max_size: 2MiB, quota_sample: 1", ""))
+    path.write_text(config.read_text().replace(", max_size: 2MiB, quota_sample: 1", ""))
     seeded = subprocess.run(
-        [os.environ["TESSERA_BIN"], "seed", "--config", str(unlimited), "--layer", "relief",
+        [os.environ["TESSERA_BIN"], "seed", "--config", str(path), "--layer", "relief",
          "--grid", "WebMercatorQuad", "--zoom", "0..4"], capture_output=True, text=True, timeout=600)
     assert seeded.returncode == 0, seeded.stderr
     before = stored_bytes("file", store)
     assert before > 4 * QUOTA
+    return before
+
+
+def test_a_quota_set_on_a_store_that_has_tiles_counts_them_and_evicts_them_first(s3, tmp_path, tmp_path_factory):
+    s3_bucket(s3, "tessera-test")
+    config, store = write_config(tmp_path, s3, "file")
+    # The store filled without a quota.
+    before = seeded_without_quota(config, store, tmp_path / "unlimited.yaml")
     assert not (store / ".quota.sqlite").exists()
     # With the quota: indexed at start and brought within it.
     server = start_server(tmp_path_factory, "--config", str(config))
@@ -189,17 +195,9 @@ def test_a_quota_set_on_a_store_that_has_tiles_counts_them_and_evicts_them_first
 
 
 def test_a_reload_applies_a_layer_quota_to_a_store_it_keeps(s3, tmp_path, tmp_path_factory):
-    import os
-    import subprocess
     s3_bucket(s3, "tessera-test")
     config, store = write_config(tmp_path, s3, "file")
-    config.write_text(config.read_text().replace(", max_size: 2MiB, quota_sample: 1", ""))
-    seeded = subprocess.run(
-        [os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "relief",
-         "--grid", "WebMercatorQuad", "--zoom", "0..4"], capture_output=True, text=True, timeout=600)
-    assert seeded.returncode == 0, seeded.stderr
-    before = stored_bytes("file", store)
-    assert before > 4 * QUOTA
+    before = seeded_without_quota(config, store, config)
     server = start_server(tmp_path_factory, "--config", str(config))
     try:
         plain = config.read_text()
