@@ -1130,10 +1130,15 @@ mod tests {
         Bytes::from(vec![7u8; 1000])
     }
 
-    fn open(dir: &Path, max: u64, eviction: Eviction, inner: &Arc<MemoryStore>) -> QuotaStore {
+    /// Options with every hit recorded, the index in `dir`.
+    fn options(dir: &Path, max: u64, eviction: Eviction) -> QuotaOptions {
         let mut options = QuotaOptions::new(max, eviction, dir.join("quota.sqlite"));
         options.sample = 1;
-        QuotaStore::open(inner.clone(), options).unwrap()
+        options
+    }
+
+    fn open(dir: &Path, max: u64, eviction: Eviction, inner: &Arc<MemoryStore>) -> QuotaStore {
+        QuotaStore::open(inner.clone(), options(dir, max, eviction)).unwrap()
     }
 
     fn stored(inner: &MemoryStore, n: u32) -> Vec<u32> {
@@ -1186,8 +1191,7 @@ mod tests {
         // writers wait for it to land instead of all going through.
         let dir = tempfile::tempdir().unwrap();
         let inner = Arc::new(Slow::default());
-        let mut options = QuotaOptions::new(10_000, Eviction::Lru, dir.path().join("q.sqlite"));
-        options.sample = 1;
+        let options = options(dir.path(), 10_000, Eviction::Lru);
         let quota = QuotaStore::open(inner.clone(), options).unwrap();
         std::thread::scope(|s| {
             for w in 0..8u32 {
@@ -1323,8 +1327,7 @@ mod tests {
     fn a_layer_over_its_own_quota_evicts_its_own_tiles_only() {
         let dir = tempfile::tempdir().unwrap();
         let inner = Arc::new(MemoryStore::new(1 << 30, None));
-        let mut options = QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("q.sqlite"));
-        options.sample = 1;
+        let mut options = options(dir.path(), u64::MAX, Eviction::Lru);
         options.layers = vec![("a".into(), 3_500)];
         let quota = QuotaStore::open(inner.clone(), options.clone()).unwrap();
         // Layer b first (older), then a and its dimension values' keys.
@@ -1364,8 +1367,7 @@ mod tests {
     fn layer_quotas_set_on_an_open_store_apply_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let inner = Arc::new(MemoryStore::new(1 << 30, None));
-        let mut options = QuotaOptions::new(u64::MAX, Eviction::Lru, dir.path().join("q.sqlite"));
-        options.sample = 1;
+        let options = options(dir.path(), u64::MAX, Eviction::Lru);
         let quota = QuotaStore::open(inner.clone(), options).unwrap();
         for x in 0..4 {
             for layer in ["a", "b"] {
@@ -1511,8 +1513,7 @@ mod tests {
             files.put(&at(x, 1), tile(), Durability::Synced).unwrap();
         }
         let matrix = |grid: &str, z: u8| (grid == "g").then_some((1u32 << z, 1u32 << z));
-        let mut options = QuotaOptions::new(4_500, Eviction::Lru, dir.path().join("q.sqlite"));
-        options.sample = 1;
+        let options = options(dir.path(), 4_500, Eviction::Lru);
         let quota = QuotaStore::open(files.clone(), options.clone()).unwrap();
         assert!(quota.is_new());
         assert_eq!(quota.usage().tiles, 0);
