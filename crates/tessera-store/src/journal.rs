@@ -11,7 +11,6 @@
 //! Replaying records whose effect the checkpoint already holds is harmless:
 //! each record sets or removes one key.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -23,6 +22,7 @@ use tessera_grid::{TileCoord, TileFormat};
 use tessera_journal::{Journal, JournalError, JournalOptions, Persist, Position, RecordKind};
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
+use crate::journal_index::{Entry, TileIndex};
 use crate::{
     Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
     check_not_empty,
@@ -34,39 +34,6 @@ const CHECKPOINT_EVERY: u64 = 100_000;
 const COMPACT_CHECK_EVERY: u64 = 10_000;
 const CHECKPOINT_FILE: &str = "index.ckpt";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"TSRIDX2\0";
-
-/// Where a tile's record is and how long its payload is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    at: Position,
-    len: u32,
-}
-
-#[derive(Debug, Default)]
-struct Index {
-    live: HashMap<TileKey, Entry>,
-    /// Delete records of keys that are absent, kept so compaction can carry
-    /// them forward while an older add of the key may still be on disk.
-    tombstones: HashMap<TileKey, Entry>,
-}
-
-impl Index {
-    fn apply(&mut self, key: TileKey, kind: RecordKind, entry: Entry) {
-        match kind {
-            RecordKind::Add | RecordKind::Update => {
-                self.tombstones.remove(&key);
-                self.live.insert(key, entry);
-            }
-            RecordKind::Delete => {
-                self.live.remove(&key);
-                self.tombstones.insert(key, entry);
-            }
-        }
-    }
-}
-
-/// A key and its record.
-type Located = (TileKey, Entry);
 
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,7 +50,7 @@ pub struct CompactStats {
 #[derive(Debug)]
 pub struct JournalStore {
     journal: Journal,
-    index: RwLock<Index>,
+    index: TileIndex,
     dir: PathBuf,
     /// Held shared by every write from its append to its index update, and
     /// exclusively by a checkpoint and by each compaction copy, so neither
@@ -131,12 +98,12 @@ impl JournalStore {
         compact_below: f64,
     ) -> Result<JournalStore, StoreError> {
         let dir = dir.as_ref();
-        let (mut index, from) = match load_checkpoint(&dir.join(CHECKPOINT_FILE)) {
+        let (index, from) = match load_checkpoint(&dir.join(CHECKPOINT_FILE)) {
             Ok(Some((index, from))) => (index, Some(from)),
-            Ok(None) => (Index::default(), None),
+            Ok(None) => (TileIndex::default(), None),
             Err(reason) => {
                 tracing::warn!(dir = %dir.display(), %reason, "ignoring the index checkpoint; replaying the whole journal");
-                (Index::default(), None)
+                (TileIndex::default(), None)
             }
         };
         let mut undecodable = 0u64;
@@ -158,12 +125,11 @@ impl JournalStore {
         }
         if let Some(cut) = recovery.cut_at {
             // Entries of the checkpoint past a torn tail point at nothing.
-            index.live.retain(|_, e| e.at < cut);
-            index.tombstones.retain(|_, e| e.at < cut);
+            index.retain_before(cut);
         }
         Ok(JournalStore {
             journal,
-            index: RwLock::new(index),
+            index,
             dir: dir.to_path_buf(),
             gate: RwLock::new(()),
             writes_since_checkpoint: AtomicU64::new(0),
@@ -174,7 +140,7 @@ impl JournalStore {
 
     /// Tiles indexed.
     pub fn len(&self) -> usize {
-        read_lock(&self.index).live.len()
+        self.index.len()
     }
 
     /// Whether no tile is stored.
@@ -190,16 +156,20 @@ impl JournalStore {
     /// Writes the index with the journal's durable position to
     /// `index.ckpt` (atomically), so the next open replays only what
     /// follows.
+    ///
+    /// Writes are held off only while the position is read (until the
+    /// appends in flight are indexed); the index is then read one shard at
+    /// a time while writes go on. An entry written meanwhile may or may not
+    /// be in the checkpoint: its record is after the position, so the next
+    /// open replays it either way.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        let (position, live, tombstones) = {
+        let position = {
             let _quiet = write_lock(&self.gate);
-            let position = self.journal.durable_position();
-            let index = read_lock(&self.index);
-            (position, index.live.clone(), index.tombstones.clone())
+            self.journal.durable_position()
         };
         self.writes_since_checkpoint.store(0, Ordering::Relaxed);
         let path = self.dir.join(CHECKPOINT_FILE);
-        write_checkpoint(&path, position, &live, &tombstones).map_err(|e| StoreError::Io {
+        write_checkpoint(&path, position, &self.index).map_err(|e| StoreError::Io {
             store: "journal".into(),
             op: "checkpoint",
             key: path.display().to_string(),
@@ -213,13 +183,7 @@ impl JournalStore {
     pub fn compact(&self, below: f64) -> Result<CompactStats, StoreError> {
         let segments = self.journal.segments();
         let oldest = segments.first().map(|s| s.id);
-        let mut live_bytes: HashMap<u64, u64> = HashMap::new();
-        {
-            let index = read_lock(&self.index);
-            for e in index.live.values().chain(index.tombstones.values()) {
-                *live_bytes.entry(e.at.segment).or_default() += u64::from(e.len) + 33;
-            }
-        }
+        let live_bytes = self.index.segment_bytes();
         let mut stats = CompactStats::default();
         for seg in segments.iter().filter(|s| !s.active) {
             let live = live_bytes.get(&seg.id).copied().unwrap_or(0);
@@ -227,27 +191,11 @@ impl JournalStore {
             if live as f64 / used as f64 >= below {
                 continue;
             }
-            let (keys, dead): (Vec<Located>, Vec<Located>) = {
-                let index = read_lock(&self.index);
-                (
-                    index
-                        .live
-                        .iter()
-                        .filter(|(_, e)| e.at.segment == seg.id)
-                        .map(|(k, e)| (k.clone(), *e))
-                        .collect(),
-                    index
-                        .tombstones
-                        .iter()
-                        .filter(|(_, e)| e.at.segment == seg.id)
-                        .map(|(k, e)| (k.clone(), *e))
-                        .collect(),
-                )
-            };
+            let (keys, dead) = self.index.in_segment(seg.id);
             let mut buf = Vec::new();
             for (key, old) in keys {
                 let _quiet = write_lock(&self.gate);
-                if read_lock(&self.index).live.get(&key) != Some(&old) {
+                if self.index.live(&key) != Some(old) {
                     continue; // replaced or deleted meanwhile
                 }
                 self.journal
@@ -257,31 +205,31 @@ impl JournalStore {
                     .journal
                     .append(RecordKind::Update, &buf, Persist::Buffered)
                     .map_err(|e| io("compact", &key, &e))?;
-                write_lock(&self.index)
-                    .live
-                    .insert(key, Entry { at, len: old.len });
+                self.index
+                    .write(&key)
+                    .set_live(key, Entry { at, len: old.len });
                 stats.records_copied += 1;
             }
             for (key, old) in dead {
                 let _quiet = write_lock(&self.gate);
-                let mut index = write_lock(&self.index);
-                if index.tombstones.get(&key) != Some(&old) {
+                let mut shard = self.index.write(&key);
+                if shard.tombstone(&key) != Some(old) {
                     continue;
                 }
                 if Some(seg.id) == oldest {
                     // No older segment can hold an add this delete must hide.
-                    index.tombstones.remove(&key);
+                    shard.remove_tombstone(&key);
                     continue;
                 }
-                drop(index);
+                drop(shard);
                 let head = encode_key(&key);
                 let at = self
                     .journal
                     .append(RecordKind::Delete, &head, Persist::Buffered)
                     .map_err(|e| io("compact", &key, &e))?;
-                write_lock(&self.index)
-                    .tombstones
-                    .insert(key, Entry { at, len: old.len });
+                self.index
+                    .write(&key)
+                    .set_tombstone(key, Entry { at, len: old.len });
                 stats.records_copied += 1;
             }
             // The copies must be on disk before the originals go.
@@ -360,13 +308,14 @@ impl JournalStore {
             };
             {
                 let _gate = read_lock(&self.gate);
-                let kind = if read_lock(&self.index).live.contains_key(key) {
+                let kind = if self.index.live(key).is_some() {
                     RecordKind::Update
                 } else {
                     RecordKind::Add
                 };
                 let entry = self.append(key, kind, data, persist)?;
-                write_lock(&self.index).apply(key.clone(), kind, entry);
+                let key = key.clone();
+                self.index.write(&key).apply(key, kind, entry);
             }
             self.after_write();
         }
@@ -381,16 +330,13 @@ impl TileStore for JournalStore {
         _matrix: crate::MatrixOf<'_>,
         f: &mut dyn FnMut(TileKey, u64),
     ) -> Result<bool, StoreError> {
-        let live: Vec<(TileKey, u64)> = read_lock(&self.index)
-            .live
-            .iter()
-            .map(|(k, e)| {
-                (
-                    k.clone(),
-                    u64::from(e.len).saturating_sub(stamped_head_len(k)),
-                )
-            })
-            .collect();
+        let mut live: Vec<(TileKey, u64)> = Vec::new();
+        self.index.for_each_live(|k, e| {
+            live.push((
+                k.clone(),
+                u64::from(e.len).saturating_sub(stamped_head_len(k)),
+            ));
+        });
         for (key, len) in live {
             f(key, len);
         }
@@ -399,16 +345,15 @@ impl TileStore for JournalStore {
 
     /// From the index in memory.
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
-        let index = read_lock(&self.index);
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();
-        for (key, entry) in &index.live {
+        self.index.for_each_live(|key, entry| {
             let c = counts
                 .entry((key.layer.clone(), key.coord.z()))
                 .or_default();
             c.0 += 1;
             c.1 += u64::from(entry.len).saturating_sub(stamped_head_len(key));
-        }
+        });
         Ok(Some(crate::quota::zoom_usage(counts)))
     }
 
@@ -437,7 +382,7 @@ impl TileStore for JournalStore {
     /// The time is kept in the record's head (records written before
     /// stamps existed answer `None`).
     fn get_stored(&self, key: &TileKey) -> Result<Option<StoredTile>, StoreError> {
-        let Some(position) = read_lock(&self.index).live.get(key).map(|e| e.at) else {
+        let Some(position) = self.index.live(key).map(|e| e.at) else {
             return Ok(None);
         };
         let mut buf = Vec::new();
@@ -474,31 +419,32 @@ impl TileStore for JournalStore {
     }
 
     fn delete(&self, key: &TileKey) -> Result<(), StoreError> {
-        if !read_lock(&self.index).live.contains_key(key) {
+        if self.index.live(key).is_none() {
             return Ok(());
         }
         {
             let _gate = read_lock(&self.gate);
             let entry = self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
-            write_lock(&self.index).apply(key.clone(), RecordKind::Delete, entry);
+            let key = key.clone();
+            self.index.write(&key).apply(key, RecordKind::Delete, entry);
         }
         self.after_write();
         Ok(())
     }
 
     fn exists(&self, key: &TileKey) -> Result<bool, StoreError> {
-        Ok(read_lock(&self.index).live.contains_key(key))
+        Ok(self.index.live(key).is_some())
     }
 
     /// Deletes the live records in the area: a scan of the index (what the
     /// journal holds), never of the area's keys.
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
-        let held: Vec<TileKey> = read_lock(&self.index)
-            .live
-            .keys()
-            .filter(|k| area.contains(k))
-            .cloned()
-            .collect();
+        let mut held: Vec<TileKey> = Vec::new();
+        self.index.for_each_live(|k, _| {
+            if area.contains(k) {
+                held.push(k.clone());
+            }
+        });
         let mut report = TruncateReport::default();
         for key in held {
             area.progress.check(self.name())?;
@@ -534,24 +480,33 @@ impl Drop for JournalStore {
 
 /// `magic, segment u64, offset u32, live count u64, (key, segment u64,
 /// offset u32, len u32)*, tombstone count u64, (same)*, crc32c u32`.
-fn write_checkpoint(
-    path: &Path,
-    at: Position,
-    live: &HashMap<TileKey, Entry>,
-    tombstones: &HashMap<TileKey, Entry>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(40 + (live.len() + tombstones.len()) * 52);
+fn write_checkpoint(path: &Path, at: Position, index: &TileIndex) -> std::io::Result<()> {
+    // Live entries and tombstones gathered apart, each section after its count.
+    let (mut live, mut dead) = (Vec::new(), Vec::new());
+    let (mut live_count, mut dead_count) = (0u64, 0u64);
+    let put = |into: &mut Vec<u8>, key: &TileKey, e: Entry| {
+        into.extend_from_slice(&encode_key(key));
+        into.extend_from_slice(&e.at.segment.to_le_bytes());
+        into.extend_from_slice(&e.at.offset.to_le_bytes());
+        into.extend_from_slice(&e.len.to_le_bytes());
+    };
+    index.for_each(
+        |k, e| {
+            put(&mut live, k, e);
+            live_count += 1;
+        },
+        |k, e| {
+            put(&mut dead, k, e);
+            dead_count += 1;
+        },
+    );
+    let mut buf = Vec::with_capacity(44 + live.len() + dead.len());
     buf.extend_from_slice(CHECKPOINT_MAGIC);
     buf.extend_from_slice(&at.segment.to_le_bytes());
     buf.extend_from_slice(&at.offset.to_le_bytes());
-    for map in [live, tombstones] {
-        buf.extend_from_slice(&(map.len() as u64).to_le_bytes());
-        for (key, e) in map {
-            buf.extend_from_slice(&encode_key(key));
-            buf.extend_from_slice(&e.at.segment.to_le_bytes());
-            buf.extend_from_slice(&e.at.offset.to_le_bytes());
-            buf.extend_from_slice(&e.len.to_le_bytes());
-        }
+    for (count, section) in [(live_count, live), (dead_count, dead)] {
+        buf.extend_from_slice(&count.to_le_bytes());
+        buf.extend_from_slice(&section);
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_le_bytes());
@@ -563,7 +518,7 @@ fn write_checkpoint(
     std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }
 
-fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
+fn load_checkpoint(path: &Path) -> Result<Option<(TileIndex, Position)>, String> {
     let buf = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -598,8 +553,8 @@ fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
         offset: u32_at(16)?,
     };
     let mut off = 20;
-    let mut index = Index::default();
-    for map in [&mut index.live, &mut index.tombstones] {
+    let index = TileIndex::default();
+    for kind in [RecordKind::Add, RecordKind::Delete] {
         let count = u64_at(off)?;
         off += 8;
         for _ in 0..count {
@@ -613,7 +568,7 @@ fn load_checkpoint(path: &Path) -> Result<Option<(Index, Position)>, String> {
                 },
                 len: u32_at(off + 12)?,
             };
-            map.insert(key, entry);
+            index.apply(key, kind, entry);
             off += 16;
         }
     }

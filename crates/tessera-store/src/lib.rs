@@ -14,6 +14,7 @@ mod disk_cache;
 mod file;
 mod fingerprint;
 mod journal;
+mod journal_index;
 mod mbtiles;
 mod memory;
 pub mod object;

@@ -170,6 +170,71 @@ fn journal_store_keeps_tiles_and_deletes_across_reopen() {
     );
 }
 
+/// A checkpoint reads the index one shard at a time while writes go on: a
+/// crash after it loses nothing, whichever of the writes made meanwhile it
+/// holds (their records are replayed on top of it).
+#[test]
+fn a_checkpoint_taken_while_writes_go_on_reopens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = JournalOptions {
+        segment_size: 256 * 1024,
+        ..JournalOptions::default()
+    };
+    let value =
+        |w: u64, i: u64, round: u64| payload((w * 31 + i * 7 + round) as u8, 200 + i as usize);
+    let store = Arc::new(JournalStore::open(dir.path(), options).unwrap());
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let (store, done) = (store.clone(), done.clone());
+            std::thread::spawn(move || {
+                for round in 0..6u64 {
+                    for i in 0..50u64 {
+                        let key = key("k", 10, w * 100 + i, 3, TileFormat::Png);
+                        if round == 5 && i % 5 == 0 {
+                            store.delete(&key).unwrap();
+                        } else {
+                            store
+                                .put(&key, value(w, i, round), Durability::Synced)
+                                .unwrap();
+                        }
+                    }
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        })
+        .collect();
+    let mut checkpoints = 0;
+    while done.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+        store.checkpoint().unwrap();
+        checkpoints += 1;
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(checkpoints > 1, "checkpoints were taken while writing");
+    // The files as a crash would leave them: no checkpoint after the writes.
+    let crashed = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), crashed.path().join(e.file_name())).unwrap();
+        }
+    }
+    drop(store);
+    let store = JournalStore::open(crashed.path(), options).unwrap();
+    assert_eq!(store.len(), 4 * 40);
+    for w in 0..4u64 {
+        for i in 0..50u64 {
+            let got = store
+                .get(&key("k", 10, w * 100 + i, 3, TileFormat::Png))
+                .unwrap();
+            let want = (i % 5 != 0).then(|| value(w, i, 5));
+            assert_eq!(got, want, "writer {w} tile {i}");
+        }
+    }
+}
+
 #[test]
 fn journal_compaction_reclaims_dead_segments_while_writes_go_on() {
     let dir = tempfile::tempdir().unwrap();
