@@ -3,11 +3,9 @@
 //! Records (bytes plus a [`RecordKind`]) are appended to pre-allocated
 //! segment files by one writer thread. Producers hand a record, a
 //! [`Persist`] mode and a completion to the writer through a bounded
-//! channel; the writer drains everything queued, writes it in one go, and
-//! when any record asked for [`Persist::Synced`] hands one `fdatasync` for
-//! the batch to a sync thread (several syncs may be in flight; a sync
-//! answers every batch written before it began) while it writes the next
-//! batch. A failed `fdatasync` poisons the journal:
+//! channel; the writer drains everything queued, writes it in one go, issues
+//! one `fdatasync` for the batch when any record asked for [`Persist::Synced`],
+//! and then completes every caller. A failed `fdatasync` poisons the journal:
 //! it is never retried (the kernel may already have marked the pages clean)
 //! and every later append fails until the journal is reopened.
 //!
@@ -20,7 +18,6 @@
 mod format;
 mod recovery;
 mod segment;
-mod sync;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -109,13 +106,6 @@ pub struct JournalOptions {
     /// roll to a new segment renames a file instead of allocating one while
     /// writers wait. Default on.
     pub spare_segment: bool,
-    /// Threads that run `fdatasync` beside the writer (default 2): the
-    /// writer hands a written batch's sync to a free one and writes the
-    /// next batch meanwhile, so up to this many syncs are in flight and a
-    /// record waits for its own sync only, never for one that began before
-    /// it was written. 0: the writer syncs each batch itself before it
-    /// takes the next.
-    pub sync_threads: usize,
 }
 
 impl Default for JournalOptions {
@@ -128,7 +118,6 @@ impl Default for JournalOptions {
             max_latency: Duration::from_millis(5),
             zero_segments: false,
             spare_segment: true,
-            sync_threads: 2,
         }
     }
 }
@@ -271,9 +260,6 @@ struct Shared {
     appended: AtomicU64,
     /// fdatasync calls since open.
     syncs: AtomicU64,
-    /// Recent time of one `fdatasync`, in nanoseconds (a moving average;
-    /// the sync window leaves this much of `max_latency` for the sync).
-    sync_nanos: AtomicU64,
     /// Appends acknowledged later than `max_latency` after they were queued.
     late: AtomicU64,
     /// Set only by fault-injection tests: the next fdatasync fails with EIO.
@@ -288,82 +274,6 @@ struct Shared {
     roll_lock: Mutex<()>,
     /// Set when the journal closes: the spare maker stops.
     closing: AtomicBool,
-}
-
-impl Shared {
-    /// `fdatasync` of `file` (or the injected failure).
-    fn fdatasync(&self, file: &std::fs::File) -> std::io::Result<()> {
-        if self.fail_next_fsync.swap(false, Ordering::SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        file.sync_data()
-    }
-
-    /// Records a successful sync that made everything up to the global
-    /// position `end` durable and took `took`.
-    fn synced(&self, end: u64, took: Duration) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.durable.fetch_max(end, Ordering::AcqRel);
-        // A moving average over about eight syncs (racing updates only
-        // lose a sample).
-        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let old = self.sync_nanos.load(Ordering::Relaxed);
-        self.sync_nanos.store(
-            (old.saturating_mul(7).saturating_add(took)) / 8,
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Poisons the journal after a failed sync (`reason` says which) and
-    /// returns the error every caller gets from now on.
-    fn poison(&self, reason: &str) -> JournalError {
-        tracing::error!(
-            "journal {}: {reason}; the journal refuses writes until reopened",
-            self.dir.display()
-        );
-        {
-            let mut r = self
-                .poison_reason
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if r.is_empty() {
-                *r = reason.to_string();
-            }
-        }
-        self.poisoned.store(true, Ordering::Release);
-        self.poison_error()
-    }
-
-    fn poison_error(&self) -> JournalError {
-        JournalError::Poisoned(
-            self.poison_reason
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
-        )
-    }
-
-    /// Answers the callers in `done` (left empty): the first `committed`
-    /// of them succeed when `failure` is given, all of them otherwise.
-    /// Acknowledgements are counted, and those later than `max_latency`,
-    /// before any caller is answered, so a caller reading the counts after
-    /// its append returned sees its own record in them.
-    fn answer(&self, done: &mut sync::Done, failure: Option<(usize, &JournalError)>) {
-        let committed = failure.map_or(done.len(), |(n, _)| n);
-        self.appended.fetch_add(committed as u64, Ordering::Relaxed);
-        let now = std::time::Instant::now();
-        let late = done
-            .iter()
-            .filter(|(_, _, queued_at)| now.duration_since(*queued_at) > self.options.max_latency)
-            .count();
-        self.late.fetch_add(late as u64, Ordering::Relaxed);
-        for (i, (slot, position, _)) in done.drain(..).enumerate() {
-            match failure {
-                Some((committed, e)) if i >= committed => slot.complete(Err(e.clone())),
-                _ => slot.complete(Ok(position)),
-            }
-        }
-    }
 }
 
 /// The journal: appends from any thread, reads by position.
@@ -433,7 +343,6 @@ impl Journal {
             pool_rx,
             appended: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
-            sync_nanos: AtomicU64::new(0),
             late: AtomicU64::new(0),
             fail_next_fsync: AtomicBool::new(false),
             durable: AtomicU64::new(0),

@@ -1,7 +1,5 @@
 //! The writer thread: drains the queue, writes a batch at once, one
-//! `fdatasync` per batch that needs it (run by a sync thread, see
-//! [`crate::sync`], or by the writer itself when there are none), then
-//! completes every caller.
+//! `fdatasync` per batch that needs it, then completes every caller.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -14,8 +12,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use crate::format::{FRAME_LEN, Frame, HEADER_LEN, encode, global};
 use crate::recovery::Recovered;
 use crate::segment;
-use crate::sync::{Done, SyncFiles, SyncPool};
-use crate::{JournalError, Persist, Position, Request, Shared};
+use crate::{JournalError, Persist, Position, Request, Shared, Slot};
+
+fn fdatasync(file: &File, shared: &Shared) -> std::io::Result<()> {
+    if shared.fail_next_fsync.swap(false, Ordering::SeqCst) {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO));
+    }
+    file.sync_data()
+}
 
 pub(crate) struct WriterState {
     shared: Arc<Shared>,
@@ -31,18 +35,15 @@ pub(crate) struct WriterState {
     requests: Vec<Request>,
     batch: Vec<u8>,
     /// Completions of the batch: slot, position, when it was queued.
-    done: Done,
+    done: Vec<(Arc<Slot>, Position, Instant)>,
     /// Records in the previous batch: the adaptive window waits only while
     /// appends arrive concurrently.
     last_batch_len: usize,
+    /// Recent time to write and sync a batch (moving average): the window
+    /// leaves this much of `max_latency` for the sync.
+    expected_sync: Duration,
     /// Wakes the spare maker after a roll took the spare.
     spare: Option<Sender<()>>,
-    /// The sync threads, when `sync_threads` > 0.
-    syncs: Option<SyncPool>,
-    /// The active segment's descriptors for the sync threads.
-    sync_files: Option<Arc<SyncFiles>>,
-    /// Batches written since open (numbers the batches handed to syncs).
-    batches: u64,
 }
 
 impl WriterState {
@@ -70,23 +71,13 @@ impl WriterState {
         };
         shared
             .durable
-            .fetch_max(global(active_id, offset), Ordering::AcqRel);
+            .store(global(active_id, offset), Ordering::Release);
         shared.active.store(active_id, Ordering::Release);
         shared
             .ends
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(active_id, offset);
-        let threads = shared.options.sync_threads;
-        let (syncs, sync_files) = if threads > 0 {
-            let files = SyncFiles::open(&shared.dir, active_id, threads)
-                .map_err(|e| JournalError::io("open segment for syncs", e))?;
-            let pool = SyncPool::start(&shared, threads)
-                .map_err(|e| JournalError::io("start sync threads", e))?;
-            (Some(pool), Some(files))
-        } else {
-            (None, None)
-        };
         Ok(WriterState {
             max_id: recovered.max_id.max(active_id),
             durable: global(active_id, offset),
@@ -98,10 +89,8 @@ impl WriterState {
             batch: Vec::with_capacity(shared.options.max_batch_bytes),
             done: Vec::with_capacity(shared.options.queue_len.max(1)),
             last_batch_len: 0,
+            expected_sync: Duration::ZERO,
             spare,
-            syncs,
-            sync_files,
-            batches: 0,
             shared,
         })
     }
@@ -127,15 +116,13 @@ impl WriterState {
             {
                 // Never wait so long that the oldest record, with the sync
                 // still to come, would be acknowledged after max_latency.
-                let expected_sync =
-                    Duration::from_nanos(self.shared.sync_nanos.load(Ordering::Relaxed));
                 let deadline = (Instant::now() + window).min(
                     self.requests[0].queued_at
                         + self
                             .shared
                             .options
                             .max_latency
-                            .saturating_sub(expected_sync),
+                            .saturating_sub(self.expected_sync),
                 );
                 while bytes < self.shared.options.max_batch_bytes {
                     match inbox.recv_deadline(deadline) {
@@ -148,48 +135,54 @@ impl WriterState {
                 }
             }
             self.last_batch_len = self.requests.len();
+            let started = Instant::now();
             self.commit();
-        }
-        // The syncs in flight answer their callers before the journal closes.
-        if let Some(syncs) = self.syncs.take() {
-            syncs.stop();
+            if synced {
+                // A moving average over about eight batches.
+                self.expected_sync = (self.expected_sync * 7 + started.elapsed()) / 8;
+            }
         }
     }
 
     /// Writes the queued requests as one batch (two when the segment fills)
     /// and completes them: the ones written before a failure (made durable
-    /// when the segment filled) succeed, the others get the error. A batch
-    /// whose sync goes to a sync thread is completed by it.
+    /// when the segment filled) succeed, the others get the error.
     fn commit(&mut self) {
-        self.batches += 1;
-        match self.write_batch() {
-            Ok(false) => self.shared.answer(&mut self.done, None),
-            Ok(true) => {
-                let end = global(self.active_id, self.offset);
-                if let (Some(syncs), Some(files)) = (&self.syncs, &self.sync_files) {
-                    syncs.submit(self.batches, end, files, &mut self.done);
-                }
+        let (committed, failure) = match self.write_batch() {
+            Ok(()) => (self.done.len(), None),
+            Err((committed, e)) => (committed, Some(e)),
+        };
+        self.shared
+            .appended
+            .fetch_add(committed as u64, Ordering::Relaxed);
+        // Counted before any caller is completed, so a caller reading the
+        // count after its append returned sees its own record in it.
+        let now = Instant::now();
+        let max_latency = self.shared.options.max_latency;
+        let late = self
+            .done
+            .iter()
+            .filter(|(_, _, queued_at)| now.duration_since(*queued_at) > max_latency)
+            .count();
+        self.shared.late.fetch_add(late as u64, Ordering::Relaxed);
+        for (i, (slot, position, _)) in self.done.drain(..).enumerate() {
+            match &failure {
+                Some(e) if i >= committed => slot.complete(Err(e.clone())),
+                _ => slot.complete(Ok(position)),
             }
-            Err((committed, e)) => self.shared.answer(&mut self.done, Some((committed, &e))),
         }
     }
 
-    /// Writes the batch; returns whether its sync is left to a sync thread
-    /// (written, not yet durable). On failure, returns how many of `done`
-    /// (from the front) are nevertheless written and synced, and the error.
+    /// Writes the batch. On failure, returns how many of `done` (from the
+    /// front) are nevertheless written and synced, and the error.
     ///
     /// The invariant recovery relies on: sequence numbers on disk only grow.
     /// So when the segment fills in the middle of a batch, the part before
     /// is written and synced and counts as committed whatever happens next;
     /// only the part after it is retried with the same sequence numbers.
-    fn write_batch(&mut self) -> Result<bool, (usize, JournalError)> {
+    fn write_batch(&mut self) -> Result<(), (usize, JournalError)> {
         self.batch.clear();
         self.done.clear();
-        // What the sync threads made durable since the last batch: the
-        // frames written now carry it.
-        self.durable = self
-            .durable
-            .max(self.shared.durable.load(Ordering::Acquire));
         let poisoned = self.shared.poisoned.load(Ordering::Acquire);
         let mut need_sync = false;
         let mut failure = None;
@@ -269,15 +262,12 @@ impl WriterState {
             self.next_seq = first_seq;
             return Err((committed, e));
         }
-        let later = need_sync && self.syncs.is_some();
-        self.flush(batch_start, need_sync && !later)
-            .map_err(|e| {
-                // Nothing of this part counts: the next batch overwrites it.
-                self.offset = batch_start;
-                self.next_seq = first_seq;
-                (committed, e)
-            })
-            .map(|()| later)
+        self.flush(batch_start, need_sync).map_err(|e| {
+            // Nothing of this part counts: the next batch overwrites it.
+            self.offset = batch_start;
+            self.next_seq = first_seq;
+            (committed, e)
+        })
     }
 
     /// Writes the batch buffer at `start` and syncs when asked.
@@ -295,14 +285,20 @@ impl WriterState {
                 .insert(self.active_id, self.offset);
         }
         if sync {
-            let started = Instant::now();
-            if let Err(e) = self.shared.fdatasync(&self.active) {
-                return Err(self
+            if let Err(e) = fdatasync(&self.active, &self.shared) {
+                let reason = format!("fdatasync of segment {}: {e}", self.active_id);
+                tracing::error!("{reason}; the journal refuses writes until reopened");
+                *self
                     .shared
-                    .poison(&format!("fdatasync of segment {}: {e}", self.active_id)));
+                    .poison_reason
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
+                self.shared.poisoned.store(true, Ordering::Release);
+                return Err(self.poison_error());
             }
+            self.shared.syncs.fetch_add(1, Ordering::Relaxed);
             self.durable = global(self.active_id, self.offset);
-            self.shared.synced(self.durable, started.elapsed());
+            self.shared.durable.store(self.durable, Ordering::Release);
         }
         Ok(())
     }
@@ -318,15 +314,6 @@ impl WriterState {
             segment::create(&self.shared.dir, id, self.shared.options.segment_size)
                 .map_err(|e| JournalError::io("create segment", e))?
         };
-        // Opened before any record is written to it (see crate::sync). A
-        // sync of the new segment may answer batches of the old one: the
-        // roll's own sync (in write_batch) already made them durable.
-        if self.syncs.is_some() {
-            self.sync_files = Some(
-                SyncFiles::open(&self.shared.dir, id, self.shared.options.sync_threads)
-                    .map_err(|e| JournalError::io("open segment for syncs", e))?,
-            );
-        }
         let file = Arc::new(file);
         self.shared
             .files
@@ -344,9 +331,7 @@ impl WriterState {
             .insert(id, HEADER_LEN);
         self.offset = HEADER_LEN;
         self.durable = global(id, HEADER_LEN);
-        self.shared
-            .durable
-            .fetch_max(self.durable, Ordering::AcqRel);
+        self.shared.durable.store(self.durable, Ordering::Release);
         if let Some(spare) = &self.spare {
             let _ = spare.try_send(());
         }
@@ -354,6 +339,12 @@ impl WriterState {
     }
 
     fn poison_error(&self) -> JournalError {
-        self.shared.poison_error()
+        JournalError::Poisoned(
+            self.shared
+                .poison_reason
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
     }
 }

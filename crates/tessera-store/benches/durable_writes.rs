@@ -86,16 +86,6 @@ struct Cell {
 fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
     match name {
         "journal" => Arc::new(JournalStore::open(dir, JournalOptions::default()).expect("journal")),
-        "journal (syncs in turn)" => Arc::new(
-            JournalStore::open(
-                dir,
-                JournalOptions {
-                    sync_threads: 0,
-                    ..JournalOptions::default()
-                },
-            )
-            .expect("journal"),
-        ),
         "journal (no spare segment)" => Arc::new(
             JournalStore::open(
                 dir,
@@ -381,7 +371,6 @@ fn main() {
     let payloads: Vec<Bytes> = (0..16).map(tile).collect();
     let stores = [
         "journal (no spare segment)",
-        "journal (syncs in turn)",
         "journal",
         "journal+window",
         "file (fsync per tile)",
@@ -484,12 +473,8 @@ fn main() {
         "(HdrHistogram), so time spent queueing counts. `journal`: the defaults (a spare segment kept ready"
     );
     println!(
-        "by a background thread, two sync threads beside the writer, `max_latency` 5 ms, no window);"
+        "by a background thread, `max_latency` 5 ms, no window); `journal (no spare segment)`: each roll"
     );
-    println!(
-        "`journal (syncs in turn)`: the writer syncs each batch itself before it writes the next (the journal"
-    );
-    println!("before sync threads); `journal (no spare segment)`: each roll");
     println!(
         "allocates its segment while writers wait (the journal before spares); `journal (spare zeroed)`:"
     );

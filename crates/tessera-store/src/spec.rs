@@ -82,8 +82,6 @@ pub struct FileSpec {
 
 /// Most content hashes a file store keeps (1.25 GiB of table).
 const MAX_HASH_CACHE: usize = 1 << 24;
-/// Most sync threads a journal store may run.
-const MAX_SYNC_THREADS: usize = 16;
 
 /// `type: journal`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -102,11 +100,6 @@ pub struct JournalSpec {
     /// sync window never waits past it.
     #[serde(default)]
     pub max_latency_ms: Option<u64>,
-    /// Threads running syncs beside the writer, so up to this many are in
-    /// flight (default 2; 0: the writer syncs each batch itself; at most
-    /// 16).
-    #[serde(default)]
-    pub sync_threads: Option<usize>,
     /// In-memory LRU in front (default 64MiB; 0 = none).
     #[serde(default, alias = "memory_mb")]
     pub memory: Option<Size>,
@@ -364,13 +357,6 @@ impl StoreSpec {
                 if !(64 * 1024..=u64::from(u32::MAX)).contains(&segment) {
                     return Err("segment must be between 64KiB and 4GiB".into());
                 }
-                if let Some(n) = j.sync_threads
-                    && n > MAX_SYNC_THREADS
-                {
-                    return Err(format!(
-                        "sync_threads must be at most {MAX_SYNC_THREADS}, not {n}"
-                    ));
-                }
                 Ok(())
             }
             StoreSpec::Object(o) => {
@@ -514,9 +500,6 @@ impl StoreSpec {
                     max_latency: s
                         .max_latency_ms
                         .map_or(JournalOptions::default().max_latency, Duration::from_millis),
-                    sync_threads: s
-                        .sync_threads
-                        .unwrap_or(JournalOptions::default().sync_threads),
                     ..JournalOptions::default()
                 };
                 Arc::new(JournalStore::open(&s.path, options)?)
@@ -572,16 +555,11 @@ mod tests {
     #[test]
     fn journal_latency_and_pack_memory_settings_are_read_with_their_defaults() {
         let StoreSpec::Journal(j) = spec(serde_json::json!({
-            "type": "journal", "path": "/j", "max_latency_ms": 12, "sync_threads": 0
+            "type": "journal", "path": "/j", "max_latency_ms": 12
         })) else {
             panic!()
         };
         assert_eq!(j.max_latency_ms, Some(12));
-        assert_eq!(j.sync_threads, Some(0));
-        let too_many = spec(serde_json::json!({
-            "type": "journal", "path": "/j", "sync_threads": 64
-        }));
-        assert!(too_many.validate().unwrap_err().contains("sync_threads"));
         let StoreSpec::Journal(j) = spec(serde_json::json!({"type": "journal", "path": "/j"}))
         else {
             panic!()
