@@ -52,18 +52,16 @@ enum LogFormat {
 /// Sends logs to stderr in `format`, filtered by `TESSERA_LOG` (or
 /// `RUST_LOG`, default `info`).
 ///
-/// With `queue_lines`, lines (the access log's among them) are formatted
-/// on the thread that logs them and written by a thread of their own, in
-/// batches: a request never waits for stderr. The queue holds at most
-/// that many lines; past it lines are dropped and counted
-/// (`tessera_log_lines_dropped_total`), never waited for. Without it
-/// (batch commands, which may exit at once on Ctrl-C), each line is
-/// written where it is logged. The guard returned writes what is queued
-/// when dropped.
-fn init_logging(
-    format: LogFormat,
-    queue_lines: Option<usize>,
-) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+/// With `queue_lines`, lines are formatted on the thread that logs them
+/// and written by a thread of their own, in batches: a request never waits
+/// for stderr. Access-log lines go to a writer of their own that wakes a
+/// few dozen times a second (`http::access_lines`), the others to
+/// tracing-appender's. Each queue holds at most that many lines; past it
+/// lines are dropped and counted (`tessera_log_lines_dropped_total`),
+/// never waited for. Without it (batch commands, which may exit at once
+/// on Ctrl-C), each line is written where it is logged. The guards
+/// returned write what is queued when dropped.
+fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuards> {
     use std::io::IsTerminal;
     let filter = ["TESSERA_LOG", "RUST_LOG"]
         .into_iter()
@@ -90,18 +88,36 @@ fn init_logging(
             std::io::stderr(),
         ));
     // Access-log lines are formatted by the server itself (the same
-    // layout, a fraction of the cost) and queued for the same writer.
-    let lines = writer.clone();
-    tessera_server::http::access::write_lines_to(
-        format == LogFormat::Json,
-        Box::new(move |line| {
-            let _ = std::io::Write::write_all(&mut lines.clone(), &line);
+    // layout, a fraction of the cost) and written in batches by a thread
+    // of their own. Both writers go through stderr's lock, so a batch of
+    // whole lines is never split by the other's.
+    let access = match tessera_server::http::access_lines::Writer::start(
+        lines,
+        Box::new(|batch| {
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), batch);
         }),
-    );
-    let dropped = writer.error_counter();
-    tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
-        dropped.dropped_lines() as u64
-    }));
+    ) {
+        Ok((access_lines, access)) => {
+            tessera_server::http::access::write_lines_to(
+                format == LogFormat::Json,
+                access_lines.clone(),
+            );
+            let dropped = writer.error_counter();
+            tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
+                dropped.dropped_lines() as u64 + access_lines.dropped()
+            }));
+            Some(access)
+        }
+        Err(e) => {
+            // Access lines then go through tracing, like any other line.
+            eprintln!("cannot start the access-log writer ({e}); access lines go through tracing");
+            let dropped = writer.error_counter();
+            tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
+                dropped.dropped_lines() as u64
+            }));
+            None
+        }
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
@@ -110,7 +126,17 @@ fn init_logging(
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-    Some(guard)
+    Some(LogGuards {
+        _access: access,
+        _other: guard,
+    })
+}
+
+/// Kept while the process runs; dropped, they write the lines still queued.
+struct LogGuards {
+    // Dropped first: its last lines are written before the other writer's.
+    _access: Option<tessera_server::http::access_lines::Writer>,
+    _other: tracing_appender::non_blocking::WorkerGuard,
 }
 
 /// The most bytes of log lines written to stderr at once.

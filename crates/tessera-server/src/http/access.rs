@@ -117,7 +117,7 @@ impl Record {
                 layer: layers,
                 caller,
             };
-            (sink.write)(line.format(sink.json));
+            sink.lines.push(&line.format(sink.json));
             return;
         }
         tracing::info!(
@@ -138,16 +138,17 @@ impl Record {
 /// Where access-log lines go when the process writes them itself.
 struct Sink {
     json: bool,
-    write: Box<dyn Fn(Vec<u8>) + Send + Sync>,
+    lines: super::access_lines::Lines,
 }
 
 static SINK: std::sync::OnceLock<Sink> = std::sync::OnceLock::new();
 
 /// From now on, each access-log line is formatted here (tracing's JSON
-/// layout with `json`, else its text layout without colours) and handed
-/// to `write` (a non-blocking log writer: it must not wait). Set once.
-pub fn write_lines_to(json: bool, write: Box<dyn Fn(Vec<u8>) + Send + Sync>) {
-    let _ = SINK.set(Sink { json, write });
+/// layout with `json`, else its text layout without colours) and queued
+/// on `lines` (see [`super::access_lines`]: batched for a writer thread,
+/// dropped and counted past its limit, never waited for). Set once.
+pub fn write_lines_to(json: bool, lines: super::access_lines::Lines) {
+    let _ = SINK.set(Sink { json, lines });
 }
 
 /// One access-log line's fields.

@@ -3,6 +3,7 @@
 //! responses only in [`error`].
 
 pub mod access;
+pub mod access_lines;
 pub mod address;
 mod admin;
 pub mod archive_watch;
