@@ -89,8 +89,8 @@ fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuar
         ));
     // Access-log lines are formatted by the server itself (the same
     // layout, a fraction of the cost) and written in batches by a thread
-    // of their own. Both writers go through stderr's lock, so a batch of
-    // whole lines is never split by the other's.
+    // of their own. Each batch is written whole under stderr's lock, so
+    // the other writer's lines never land inside it.
     let access = match tessera_server::http::access_lines::Writer::start(
         lines,
         Box::new(|batch| {
