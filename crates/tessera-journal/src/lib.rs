@@ -85,9 +85,11 @@ pub struct JournalOptions {
     pub max_batch_bytes: usize,
     /// When set, a batch holding a synced record waits up to this long for
     /// more records before its `fdatasync`, but only while appends are
-    /// arriving concurrently (adaptive), and never so long that its oldest
-    /// record would be acknowledged after `max_latency` (the recent sync
-    /// time is left for the sync). Default off.
+    /// arriving concurrently (adaptive), only until every producer that
+    /// appended within `max_latency` has a record in the batch, and never
+    /// so long that its oldest record would be acknowledged after
+    /// `max_latency` (the recent sync time is left for the sync). Default
+    /// off.
     pub sync_window: Option<Duration>,
     /// The latency the journal aims to acknowledge synced appends within,
     /// from the moment they are queued (default 5 ms). The writer never

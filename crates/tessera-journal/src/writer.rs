@@ -44,6 +44,55 @@ pub(crate) struct WriterState {
     expected_sync: Duration,
     /// Wakes the spare maker after a roll took the spare.
     spare: Option<Sender<()>>,
+    /// Who has been appending lately: the window stops waiting once each
+    /// of them has a record in the batch.
+    producers: Producers,
+}
+
+/// Producers (the address of each one's completion slot) with when each
+/// last queued a record and the last batch it had one in.
+#[derive(Default)]
+struct Producers {
+    seen: Vec<(usize, Instant, u64)>,
+    /// Numbers the batches.
+    batch: u64,
+    /// Distinct producers with a record in the batch being gathered.
+    in_batch: usize,
+}
+
+impl Producers {
+    /// Starts gathering a batch: forgets producers quiet for `horizon`.
+    fn begin(&mut self, horizon: Duration) {
+        let now = Instant::now();
+        self.seen
+            .retain(|(_, at, _)| now.saturating_duration_since(*at) <= horizon);
+        self.batch += 1;
+        self.in_batch = 0;
+    }
+
+    /// Counts a record of the batch being gathered.
+    fn note(&mut self, request: &Request) {
+        let id = Arc::as_ptr(&request.slot) as usize;
+        let batch = self.batch;
+        match self.seen.iter_mut().find(|(p, _, _)| *p == id) {
+            Some((_, at, last)) => {
+                *at = request.queued_at;
+                if *last != batch {
+                    *last = batch;
+                    self.in_batch += 1;
+                }
+            }
+            None => {
+                self.seen.push((id, request.queued_at, batch));
+                self.in_batch += 1;
+            }
+        }
+    }
+
+    /// Whether a producer active lately has no record in the batch yet.
+    fn someone_missing(&self) -> bool {
+        self.in_batch < self.seen.len()
+    }
 }
 
 impl WriterState {
@@ -91,6 +140,7 @@ impl WriterState {
             last_batch_len: 0,
             expected_sync: Duration::ZERO,
             spare,
+            producers: Producers::default(),
             shared,
         })
     }
@@ -99,12 +149,15 @@ impl WriterState {
         while let Ok(first) = inbox.recv() {
             let mut bytes = first.payload.len();
             let mut synced = first.persist == Persist::Synced;
+            self.producers.begin(self.shared.options.max_latency);
+            self.producers.note(&first);
             self.requests.push(first);
             while bytes < self.shared.options.max_batch_bytes {
                 match inbox.try_recv() {
                     Ok(r) => {
                         bytes += r.payload.len();
                         synced |= r.persist == Persist::Synced;
+                        self.producers.note(&r);
                         self.requests.push(r);
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
@@ -124,10 +177,15 @@ impl WriterState {
                             .max_latency
                             .saturating_sub(self.expected_sync),
                 );
-                while bytes < self.shared.options.max_batch_bytes {
+                // Everyone appending lately is in the batch (writers in
+                // lockstep): nobody is coming, so the window ends.
+                while bytes < self.shared.options.max_batch_bytes
+                    && self.producers.someone_missing()
+                {
                     match inbox.recv_deadline(deadline) {
                         Ok(r) => {
                             bytes += r.payload.len();
+                            self.producers.note(&r);
                             self.requests.push(r);
                         }
                         Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,

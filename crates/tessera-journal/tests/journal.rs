@@ -223,6 +223,48 @@ fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
     assert_eq!(j.late_acks(), 0);
 }
 
+/// Writers in lockstep (each waits for its record, then appends the next)
+/// all have a record in every batch: the window ends as soon as the last
+/// of them is in, instead of running to its bound each time.
+#[test]
+fn the_window_ends_once_every_recent_writer_is_in_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = JournalOptions {
+        sync_window: Some(std::time::Duration::from_hours(1)),
+        max_latency: std::time::Duration::from_secs(10),
+        ..JournalOptions::default()
+    };
+    let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
+    let j = Arc::new(j);
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                for n in 0..30 {
+                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Waiting out the bound (10 s) in each of the 30 rounds would take 5
+    // minutes.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(100),
+        "{:?}",
+        started.elapsed()
+    );
+    let (appended, syncs) = j.stats();
+    assert_eq!(appended, 120);
+    assert!(syncs < 60, "{syncs} syncs: batches gathered the writers");
+    drop(j);
+    assert_eq!(replay_all(dir.path(), options).unwrap().len(), 120);
+}
+
 #[test]
 fn a_spare_segment_is_kept_ready_and_a_half_made_one_is_removed_at_open() {
     let dir = tempfile::tempdir().unwrap();
