@@ -149,15 +149,21 @@ impl WriterState {
         while let Ok(first) = inbox.recv() {
             let mut bytes = first.payload.len();
             let mut synced = first.persist == Persist::Synced;
-            self.producers.begin(self.shared.options.max_latency);
-            self.producers.note(&first);
+            // Producers are only tracked for the window.
+            let window = self.shared.options.sync_window.is_some();
+            if window {
+                self.producers.begin(self.shared.options.max_latency);
+                self.producers.note(&first);
+            }
             self.requests.push(first);
             while bytes < self.shared.options.max_batch_bytes {
                 match inbox.try_recv() {
                     Ok(r) => {
                         bytes += r.payload.len();
                         synced |= r.persist == Persist::Synced;
-                        self.producers.note(&r);
+                        if window {
+                            self.producers.note(&r);
+                        }
                         self.requests.push(r);
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
