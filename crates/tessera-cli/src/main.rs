@@ -54,8 +54,8 @@ enum LogFormat {
 ///
 /// With `queue_lines`, lines are formatted on the thread that logs them
 /// and written by a thread of their own, in batches: a request never waits
-/// for stderr. Access-log lines go to a writer of their own that wakes a
-/// few dozen times a second (`http::access_lines`), the others to
+/// for stderr. Access-log lines go to a writer of their own that writes
+/// them in batches of up to 50 ms or 64 KiB (`http::access_lines`), the others to
 /// tracing-appender's. Each queue holds at most that many lines; past it
 /// lines are dropped and counted (`tessera_log_lines_dropped_total`),
 /// never waited for. Without it (batch commands, which may exit at once
