@@ -35,6 +35,25 @@ fn replay_all(
     Ok(out)
 }
 
+/// `threads` threads each append `each` synced records (payload
+/// `t * 1000 + n`) to `j`, and are waited for.
+fn append_from_threads(j: &Arc<Journal>, threads: u64, each: u64) {
+    let threads: Vec<_> = (0..threads)
+        .map(|t| {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                for n in 0..each {
+                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 #[test]
 fn records_come_back_in_order_across_segments_and_reopens() {
     let dir = tempfile::tempdir().unwrap();
@@ -108,20 +127,7 @@ fn concurrent_synced_appends_share_fsyncs() {
     let dir = tempfile::tempdir().unwrap();
     let (j, _) = Journal::open(dir.path(), JournalOptions::default(), None, |_| {}).unwrap();
     let j = Arc::new(j);
-    let threads: Vec<_> = (0..16u64)
-        .map(|t| {
-            let j = j.clone();
-            std::thread::spawn(move || {
-                for n in 0..100 {
-                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    append_from_threads(&j, 16, 100);
     let (appended, syncs) = j.stats();
     assert_eq!(appended, 1600);
     assert!(
@@ -146,20 +152,7 @@ fn the_adaptive_window_keeps_every_record_and_its_latency_bound() {
     };
     let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
     let j = Arc::new(j);
-    let threads: Vec<_> = (0..8u64)
-        .map(|t| {
-            let j = j.clone();
-            std::thread::spawn(move || {
-                for n in 0..50 {
-                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    append_from_threads(&j, 8, 50);
     assert_eq!(j.stats().0, 400);
     drop(j);
     assert_eq!(replay_all(dir.path(), options).unwrap().len(), 400);
@@ -178,20 +171,7 @@ fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
     let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
     let j = Arc::new(j);
     let started = std::time::Instant::now();
-    let threads: Vec<_> = (0..4u64)
-        .map(|t| {
-            let j = j.clone();
-            std::thread::spawn(move || {
-                for n in 0..20 {
-                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    append_from_threads(&j, 4, 20);
     assert!(
         started.elapsed() < std::time::Duration::from_mins(1),
         "no batch waited out the window"
@@ -237,20 +217,7 @@ fn the_window_ends_once_every_recent_writer_is_in_the_batch() {
     let (j, _) = Journal::open(dir.path(), options, None, |_| {}).unwrap();
     let j = Arc::new(j);
     let started = std::time::Instant::now();
-    let threads: Vec<_> = (0..4u64)
-        .map(|t| {
-            let j = j.clone();
-            std::thread::spawn(move || {
-                for n in 0..30 {
-                    j.append(RecordKind::Add, &payload(t * 1000 + n), Persist::Synced)
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    append_from_threads(&j, 4, 30);
     // Waiting out the bound (10 s) in each of the 30 rounds would take 5
     // minutes.
     assert!(
