@@ -91,33 +91,29 @@ fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuar
     // layout, a fraction of the cost) and written in batches by a thread
     // of their own. Each batch is written whole under stderr's lock, so
     // the other writer's lines never land inside it.
-    let access = match tessera_server::http::access_lines::Writer::start(
+    let started = tessera_server::http::access_lines::Writer::start(
         lines,
         Box::new(|batch| {
             let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), batch);
         }),
-    ) {
-        Ok((access_lines, access)) => {
-            tessera_server::http::access::write_lines_to(
-                format == LogFormat::Json,
-                access_lines.clone(),
-            );
-            let dropped = writer.error_counter();
-            tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
-                dropped.dropped_lines() as u64 + access_lines.dropped()
-            }));
-            Some(access)
-        }
-        Err(e) => {
-            // Access lines then go through tracing, like any other line.
-            eprintln!("cannot start the access-log writer ({e}); access lines go through tracing");
-            let dropped = writer.error_counter();
-            tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
-                dropped.dropped_lines() as u64
-            }));
-            None
-        }
-    };
+    )
+    .map_err(|e| {
+        // Access lines then go through tracing, like any other line.
+        eprintln!("cannot start the access-log writer ({e}); access lines go through tracing");
+    })
+    .ok();
+    let access_lines = started.as_ref().map(|(lines, _)| lines.clone());
+    if let Some(lines) = &access_lines {
+        tessera_server::http::access::write_lines_to(format == LogFormat::Json, lines.clone());
+    }
+    let dropped = writer.error_counter();
+    tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
+        dropped.dropped_lines() as u64
+            + access_lines
+                .as_ref()
+                .map_or(0, tessera_server::http::access_lines::Lines::dropped)
+    }));
+    let access = started.map(|(_, writer)| writer);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

@@ -314,8 +314,7 @@ impl JournalStore {
                     RecordKind::Add
                 };
                 let entry = self.append(key, kind, data, persist)?;
-                let key = key.clone();
-                self.index.write(&key).apply(key, kind, entry);
+                self.index.apply(key.clone(), kind, entry);
             }
             self.after_write();
         }
@@ -425,8 +424,7 @@ impl TileStore for JournalStore {
         {
             let _gate = read_lock(&self.gate);
             let entry = self.append(key, RecordKind::Delete, &[], Persist::Buffered)?;
-            let key = key.clone();
-            self.index.write(&key).apply(key, RecordKind::Delete, entry);
+            self.index.apply(key.clone(), RecordKind::Delete, entry);
         }
         self.after_write();
         Ok(())

@@ -113,21 +113,17 @@ impl Shard {
 
     /// Drops the entries at or past `cut` (a torn tail: they point at nothing).
     fn retain_before(&mut self, cut: Position) {
-        let live: Vec<Entry> = self
-            .live
-            .values()
-            .filter(|e| e.at >= cut)
-            .copied()
-            .collect();
-        let dead: Vec<Entry> = self
-            .tombstones
-            .values()
-            .filter(|e| e.at >= cut)
-            .copied()
-            .collect();
-        self.live.retain(|_, e| e.at < cut);
-        self.tombstones.retain(|_, e| e.at < cut);
-        for e in live.into_iter().chain(dead) {
+        let mut gone = Vec::new();
+        for map in [&mut self.live, &mut self.tombstones] {
+            map.retain(|_, e| {
+                let keep = e.at < cut;
+                if !keep {
+                    gone.push(*e);
+                }
+                keep
+            });
+        }
+        for e in gone {
             self.forget(Some(e));
         }
     }
