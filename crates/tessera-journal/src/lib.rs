@@ -89,7 +89,11 @@ pub struct JournalOptions {
     /// appended within `max_latency` has a record in the batch, and never
     /// so long that its oldest record would be acknowledged after
     /// `max_latency` (the recent sync time is left for the sync). Default
-    /// off.
+    /// off: it pays when writers come back at once after each
+    /// acknowledgement (a seed's threads), and costs when they come on a
+    /// schedule of their own, since a batch then waits for writers not yet
+    /// due (docs/benchmarks/durable-writes.md: eight such writers queue up
+    /// at 70 % of the peak with a 0.5 ms window, where no window keeps up).
     pub sync_window: Option<Duration>,
     /// The latency the journal aims to acknowledge synced appends within,
     /// from the moment they are queued (default 5 ms). The writer never
@@ -264,6 +268,8 @@ struct Shared {
     syncs: AtomicU64,
     /// Appends acknowledged later than `max_latency` after they were queued.
     late: AtomicU64,
+    /// fdatasync calls that alone took longer than `max_latency`.
+    slow_syncs: AtomicU64,
     /// Set only by fault-injection tests: the next fdatasync fails with EIO.
     fail_next_fsync: AtomicBool,
     /// Global position (`segment << 32 | offset`) up to which everything is synced.
@@ -346,6 +352,7 @@ impl Journal {
             appended: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             late: AtomicU64::new(0),
+            slow_syncs: AtomicU64::new(0),
             fail_next_fsync: AtomicBool::new(false),
             durable: AtomicU64::new(0),
             ends: Mutex::new(recovered.ends.clone()),
@@ -561,6 +568,14 @@ impl Journal {
     /// [`JournalOptions::max_latency`] after they were queued, since open.
     pub fn late_acks(&self) -> u64 {
         self.shared.late.load(Ordering::Relaxed)
+    }
+
+    /// `fdatasync` calls that alone took longer than
+    /// [`JournalOptions::max_latency`], since open: acknowledgements late
+    /// because the disk itself was slower than the bound, whatever the
+    /// batching did.
+    pub fn slow_syncs(&self) -> u64 {
+        self.shared.slow_syncs.load(Ordering::Relaxed)
     }
 
     /// The directory holding the segments.

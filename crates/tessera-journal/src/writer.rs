@@ -349,6 +349,7 @@ impl WriterState {
                 .insert(self.active_id, self.offset);
         }
         if sync {
+            let began = Instant::now();
             if let Err(e) = fdatasync(&self.active, &self.shared) {
                 let reason = format!("fdatasync of segment {}: {e}", self.active_id);
                 tracing::error!("{reason}; the journal refuses writes until reopened");
@@ -361,6 +362,9 @@ impl WriterState {
                 return Err(self.poison_error());
             }
             self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+            if began.elapsed() > self.shared.options.max_latency {
+                self.shared.slow_syncs.fetch_add(1, Ordering::Relaxed);
+            }
             self.durable = global(self.active_id, self.offset);
             self.shared.durable.store(self.durable, Ordering::Release);
         }

@@ -159,7 +159,7 @@ fn the_adaptive_window_keeps_every_record_and_its_latency_bound() {
 }
 
 #[test]
-fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
+fn max_latency_cuts_a_long_window_short_and_late_acks_and_slow_syncs_are_counted() {
     // A window of a minute would hold every batch of concurrent writers for
     // a minute; max_latency lets none wait past 20 ms plus the sync.
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +192,10 @@ fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
     }
     j.sync().unwrap();
     assert_eq!(j.late_acks(), 11);
+    // Every sync took longer than zero by itself: the disk is counted too.
+    let syncs = j.stats().1;
+    assert!(syncs >= 1);
+    assert_eq!(j.slow_syncs(), syncs);
     let relaxed = JournalOptions {
         max_latency: std::time::Duration::from_hours(1),
         ..JournalOptions::default()
@@ -201,6 +205,7 @@ fn max_latency_cuts_a_long_window_short_and_late_acks_are_counted() {
     j.append(RecordKind::Add, &payload(99), Persist::Synced)
         .unwrap();
     assert_eq!(j.late_acks(), 0);
+    assert_eq!(j.slow_syncs(), 0);
 }
 
 /// Writers in lockstep (each waits for its record, then appends the next)

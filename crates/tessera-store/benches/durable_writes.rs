@@ -81,42 +81,51 @@ struct Cell {
     /// The disk's own p99 for one batch of `writers` records, measured
     /// just before the cell.
     disk_p99_ms: f64,
+    /// The disk alone offered the same bytes/s (see [`device_open_loop_ms`]).
+    disk_open_p99_ms: f64,
+    /// The latency run's `fdatasync` calls (see [`syncs_between`]).
+    syncs: String,
 }
 
-fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
+/// The journal variants' options by name; `None` for the other stores.
+fn journal_options(name: &str) -> Option<JournalOptions> {
+    let defaults = JournalOptions::default();
     match name {
-        "journal" => Arc::new(JournalStore::open(dir, JournalOptions::default()).expect("journal")),
-        "journal (no spare segment)" => Arc::new(
-            JournalStore::open(
-                dir,
-                JournalOptions {
-                    spare_segment: false,
-                    zero_segments: false,
-                    ..JournalOptions::default()
-                },
-            )
-            .expect("journal"),
-        ),
-        "journal (spare zeroed)" => Arc::new(
-            JournalStore::open(
-                dir,
-                JournalOptions {
-                    zero_segments: true,
-                    ..JournalOptions::default()
-                },
-            )
-            .expect("journal"),
-        ),
-        "journal+window" => Arc::new(
-            JournalStore::open(
-                dir,
-                JournalOptions {
-                    sync_window: Some(Duration::from_micros(500)),
-                    ..JournalOptions::default()
-                },
-            )
-            .expect("journal"),
-        ),
+        "journal" => Some(defaults),
+        "journal (no spare segment)" => Some(JournalOptions {
+            spare_segment: false,
+            zero_segments: false,
+            ..defaults
+        }),
+        "journal (spare zeroed)" => Some(JournalOptions {
+            zero_segments: true,
+            ..defaults
+        }),
+        // BENCH_WINDOW_US: the window's length (default 500 us).
+        "journal+window" => Some(JournalOptions {
+            sync_window: Some(Duration::from_micros(
+                std::env::var("BENCH_WINDOW_US")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(500),
+            )),
+            ..defaults
+        }),
+        _ => None,
+    }
+}
+
+/// A store by name, and the same store as a journal when it is one (for
+/// its sync counts).
+fn make_store(
+    name: &str,
+    dir: &std::path::Path,
+) -> (Arc<dyn TileStore>, Option<Arc<JournalStore>>) {
+    if let Some(options) = journal_options(name) {
+        let journal = Arc::new(JournalStore::open(dir, options).expect("journal"));
+        return (journal.clone(), Some(journal));
+    }
+    let store: Arc<dyn TileStore> = match name {
         "file (fsync per tile)" => Arc::new(FileStore::open(dir, FileLayout::Xyz).expect("file")),
         "mbtiles (synchronous=FULL)" => Arc::new(
             MbtilesStore::open(
@@ -129,6 +138,17 @@ fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
             .expect("mbtiles"),
         ),
         other => panic!("unknown store {other}"),
+    };
+    (store, None)
+}
+
+/// `fdatasync` calls a journal made between two of its
+/// [`JournalStore::sync_stats`], as "calls (slower than max_latency alone)";
+/// empty for other stores.
+fn syncs_between(before: Option<(u64, u64, u64)>, after: Option<(u64, u64, u64)>) -> String {
+    match (before, after) {
+        (Some((_, s0, slow0)), Some((_, s1, slow1))) => format!("{} ({})", s1 - s0, slow1 - slow0),
+        _ => String::new(),
     }
 }
 
@@ -284,6 +304,39 @@ fn device_sync_ms(bytes: usize, secs: f64) -> (f64, f64) {
     (ms(0.5), ms(0.99))
 }
 
+/// The disk alone under the latency run's load, measured right after it:
+/// one thread writes `batch` bytes with `pwrite` + `fdatasync` into fresh
+/// blocks on a fixed schedule of `bytes_per_s` for `secs`. Returns the p99
+/// in ms from each write's intended start: what a store writing those
+/// bytes in batches of that size cannot beat while the disk is in the
+/// state the store just left it in.
+fn device_open_loop_ms(batch: usize, bytes_per_s: f64, secs: f64) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("open"))
+        .expect("file");
+    let data = common::noise(batch, 13);
+    let interval = Duration::from_secs_f64(batch as f64 / bytes_per_s);
+    let count = (secs / interval.as_secs_f64()).max(1.0) as u32;
+    let mut h = Histogram::<u64>::new(3).expect("histogram");
+    let start = Instant::now() + Duration::from_millis(50);
+    for n in 0..count {
+        let intended = start + interval * n;
+        if let Some(wait) = intended.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        file.write_all_at(&data, u64::from(n) * batch as u64)
+            .expect("write");
+        file.sync_data().expect("fdatasync");
+        h.record(intended.elapsed().as_micros() as u64)
+            .expect("record");
+    }
+    h.value_at_quantile(0.99) as f64 / 1000.0
+}
+
 /// The disk's sustained bandwidth in MB/s: back-to-back `pwrite` +
 /// `fdatasync` of `bytes` into a fresh file, counted after `warmup` seconds
 /// (see [`closed_loop`]) for `secs`. No store writes faster for long.
@@ -386,6 +439,12 @@ fn main() {
     // loads, each on a fresh store, one line per load (for comparing two
     // builds at the same load, which a rate taken from a noisy disk's peak
     // would not give).
+    // BENCH_PREFILL: seconds of closed-loop writes into each fixed load's
+    // store before its latency is measured (as the full run does).
+    let prefill: f64 = std::env::var("BENCH_PREFILL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     if let Ok(loads) = std::env::var("BENCH_FIXED") {
         for name in stores
             .into_iter()
@@ -397,11 +456,16 @@ fn main() {
                     .and_then(|(w, r)| Some((w.trim().parse().ok()?, r.trim().parse().ok()?)))
                     .expect("BENCH_FIXED is writers:rate,...");
                 let dir = tempfile::tempdir().expect("tempdir");
-                let store = make_store(name, dir.path());
+                let (store, journal) = make_store(name, dir.path());
+                if prefill > 0.0 {
+                    closed_loop(&store, writers, prefill, 0.0, &payloads);
+                }
+                let before = journal.as_ref().map(|j| j.sync_stats());
                 let h = open_loop(&store, writers, rate, secs, &payloads);
+                let syncs = syncs_between(before, journal.as_ref().map(|j| j.sync_stats()));
                 let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
                 println!(
-                    "| {name} | {writers} | {rate:.0} | {:.2} | {:.2} | {:.2} |",
+                    "| {name} | {writers} | {rate:.0} | {:.2} | {:.2} | {:.2} | {syncs} |",
                     ms(0.5),
                     ms(0.99),
                     ms(0.999)
@@ -422,10 +486,17 @@ fn main() {
             std::thread::sleep(Duration::from_secs(1));
             let (_, disk_p99_ms) = device_sync_ms(TILE_BYTES * writers as usize, secs / 3.0);
             let dir = tempfile::tempdir().expect("tempdir");
-            let store = make_store(name, dir.path());
+            let (store, journal) = make_store(name, dir.path());
             let rate = closed_loop(&store, writers, warmup, secs, &payloads);
+            let before = journal.as_ref().map(|j| j.sync_stats());
             let h = open_loop(&store, writers, rate * 0.7, secs, &payloads);
+            let syncs = syncs_between(before, journal.as_ref().map(|j| j.sync_stats()));
             let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+            let disk_open_p99_ms = device_open_loop_ms(
+                TILE_BYTES * writers as usize,
+                rate * 0.7 * TILE_BYTES as f64,
+                secs,
+            );
             eprintln!(
                 "{name:28} writers={writers:3} {rate:9.0} writes/s  p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms",
                 ms(0.5),
@@ -440,6 +511,8 @@ fn main() {
                 p99_ms: ms(0.99),
                 p999_ms: ms(0.999),
                 disk_p99_ms,
+                disk_open_p99_ms,
+                syncs,
             });
             if writers == 8 {
                 reads.push((name, reads_per_s(&store, 8, secs)));
@@ -479,16 +552,37 @@ fn main() {
         "allocates its segment while writers wait (the journal before spares); `journal (spare zeroed)`:"
     );
     println!(
-        "the spare also written through with zeros; `journal+window`: adaptive sync window of 0.5 ms.\n"
+        "the spare also written through with zeros; `journal+window`: adaptive sync window of 0.5 ms."
     );
     println!(
-        "| store | writers | durable writes/s | p50 ms | p99 ms | p99.9 ms | disk p99 ms, one batch of `writers` records |"
+        "The last two columns are the disk alone: one batch of `writers` records written and synced back to"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "back just before the cell, and the same bytes/s as the latency run offered, in batches of `writers`"
+    );
+    println!(
+        "records on a fixed schedule, just after it (p99 from the intended start, as for the store). The last"
+    );
+    println!(
+        "is the journal's own `fdatasync` calls during the latency run, and how many of them alone took longer"
+    );
+    println!("than `max_latency` (5 ms): there the disk, not the batching, made writes late.\n");
+    println!(
+        "| store | writers | durable writes/s | p50 ms | p99 ms | p99.9 ms | disk p99 ms, one batch of `writers` records | disk p99 ms, same bytes/s | syncs (over max_latency) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for c in &cells {
         println!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            c.store, c.writers, c.writes_per_s, c.p50_ms, c.p99_ms, c.p999_ms, c.disk_p99_ms
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            c.store,
+            c.writers,
+            c.writes_per_s,
+            c.p50_ms,
+            c.p99_ms,
+            c.p999_ms,
+            c.disk_p99_ms,
+            c.disk_open_p99_ms,
+            c.syncs
         );
     }
     println!("\n## Reads (8 threads, tiles just written, page cache warm)\n");

@@ -148,6 +148,14 @@ impl JournalStore {
         self.len() == 0
     }
 
+    /// Records acknowledged, `fdatasync` calls, and those of the syncs that
+    /// alone took longer than `max_latency`, since open (see
+    /// [`Journal::stats`] and [`Journal::slow_syncs`]).
+    pub fn sync_stats(&self) -> (u64, u64, u64) {
+        let (appended, syncs) = self.journal.stats();
+        (appended, syncs, self.journal.slow_syncs())
+    }
+
     /// Segment files the journal holds (for tests and reports).
     pub fn segment_count(&self) -> usize {
         self.journal.segments().len()
