@@ -1,8 +1,10 @@
 //! [`DecodedPacks`]: packs already read, held in memory in the form a tile
 //! is found in with one lookup, bounded in bytes, least recently used
-//! evicted first. The [`crate::PackStore`] owns it.
+//! evicted first; concurrent reads of one pack share one load. The
+//! [`crate::PackStore`] owns it.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use lru::LruCache;
@@ -98,6 +100,58 @@ impl Held {
 pub(crate) struct DecodedPacks {
     capacity: usize,
     state: Mutex<State>,
+    /// Loads in flight by key (see [`DecodedPacks::get_or_load`]).
+    loading: Mutex<HashMap<String, Arc<Loading>>>,
+}
+
+/// One load of a pack, shared by the reads that came while it ran.
+#[derive(Debug)]
+struct Loading {
+    /// The key's generation when the load began: only reads that find the
+    /// same generation share it (a read arriving after a write must not
+    /// take a load begun before the write).
+    generation: u64,
+    outcome: Mutex<Option<Outcome>>,
+    landed: Condvar,
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The pack (`None`: there is no such object).
+    Loaded(Option<Arc<Held>>),
+    /// The load failed (or panicked): each waiting read loads for itself,
+    /// so each gets its own error.
+    Failed,
+}
+
+/// Ends a load when dropped, however the loader returns: the load leaves
+/// the map, and the reads waiting for it get its outcome (`Failed` if none
+/// was set).
+struct Landing<'a> {
+    packs: &'a DecodedPacks,
+    key: &'a str,
+    loading: Arc<Loading>,
+    outcome: Outcome,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        {
+            let mut loading = lock(&self.packs.loading);
+            if loading
+                .get(self.key)
+                .is_some_and(|l| Arc::ptr_eq(l, &self.loading))
+            {
+                loading.remove(self.key);
+            }
+        }
+        *lock(&self.loading.outcome) = Some(self.outcome.clone());
+        self.loading.landed.notify_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[derive(Debug)]
@@ -127,11 +181,89 @@ impl DecodedPacks {
                 bytes: 0,
                 generations: [0; STRIPES],
             }),
+            loading: Mutex::new(HashMap::new()),
         }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
+    }
+
+    /// The pack under `key`: held, or read by `load` (`Ok(None)`: no such
+    /// object) and then held. Reads of one key that come while its load
+    /// runs, at the same generation, wait for that load and share what it
+    /// read instead of each fetching the pack again; if it fails, each
+    /// loads for itself. A read arriving after an invalidation of its
+    /// stripe does not share a load begun before it.
+    pub fn get_or_load<E>(
+        &self,
+        key: &str,
+        load: impl FnOnce() -> Result<Option<Held>, E>,
+    ) -> Result<Option<Arc<Held>>, E> {
+        if let Some(held) = self.get(key) {
+            return Ok(Some(held));
+        }
+        let generation = self.generation(key);
+        let (loading, leader) = {
+            let mut loads = lock(&self.loading);
+            match loads.get(key) {
+                Some(l) if l.generation == generation => (Some(l.clone()), false),
+                // A load of an older generation runs: this read loads alone.
+                Some(_) => (None, false),
+                None => {
+                    let l = Arc::new(Loading {
+                        generation,
+                        outcome: Mutex::new(None),
+                        landed: Condvar::new(),
+                    });
+                    loads.insert(key.to_string(), l.clone());
+                    (Some(l), true)
+                }
+            }
+        };
+        let Some(loading) = loading else {
+            return self.load_and_hold(key, generation, load);
+        };
+        if !leader {
+            let mut outcome = lock(&loading.outcome);
+            while outcome.is_none() {
+                outcome = loading
+                    .landed
+                    .wait(outcome)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if let Some(Outcome::Loaded(held)) = outcome.clone() {
+                return Ok(held);
+            }
+            drop(outcome);
+            return self.load_and_hold(key, generation, load);
+        }
+        let mut landing = Landing {
+            packs: self,
+            key,
+            loading,
+            outcome: Outcome::Failed,
+        };
+        let result = self.load_and_hold(key, generation, load);
+        if let Ok(held) = &result {
+            landing.outcome = Outcome::Loaded(held.clone());
+        }
+        result
+    }
+
+    /// Runs `load` and holds what it read (see [`DecodedPacks::insert`]).
+    fn load_and_hold<E>(
+        &self,
+        key: &str,
+        generation: u64,
+        load: impl FnOnce() -> Result<Option<Held>, E>,
+    ) -> Result<Option<Arc<Held>>, E> {
+        let Some(held) = load()? else {
+            return Ok(None);
+        };
+        let held = Arc::new(held);
+        self.insert(key.to_string(), held.clone(), generation);
+        Ok(Some(held))
     }
 
     /// The pack under `key`, marked recently used.
@@ -263,5 +395,144 @@ mod tests {
         let tiny = DecodedPacks::new(10);
         tiny.insert("p".into(), one, tiny.generation("p"));
         assert!(tiny.get("p").is_none());
+    }
+
+    /// A thread reading a pack, and what it read.
+    type Reader = std::thread::JoinHandle<Result<Option<Arc<Held>>, String>>;
+
+    /// Starts `readers` threads reading `key` through `cache`; each load
+    /// (counted) waits until the returned sender is dropped, then reads a
+    /// pack or, with `fail`, an error. Answers the sender, the count of
+    /// loads begun and the threads.
+    fn readers(
+        cache: &Arc<DecodedPacks>,
+        key: &'static str,
+        readers: usize,
+        fail: bool,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Vec<Reader>,
+    ) {
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let loads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads = (0..readers)
+            .map(|_| {
+                let (cache, gate, loads) = (cache.clone(), gate.clone(), loads.clone());
+                std::thread::spawn(move || {
+                    cache.get_or_load(key, || {
+                        loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = lock(&gate).recv();
+                        if fail {
+                            return Err("unreachable store".to_string());
+                        }
+                        Ok(Some(Held::from_bytes(pack(4, 100), None).unwrap()))
+                    })
+                })
+            })
+            .collect();
+        (open, loads, threads)
+    }
+
+    /// Waits (with a deadline) until `loads` loads have begun.
+    fn until_loads(loads: &std::sync::atomic::AtomicUsize, n: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while loads.load(std::sync::atomic::Ordering::SeqCst) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} loads never began"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Waits (with a deadline) until `readers` reads of `key` are in its
+    /// load: its loader and the reads waiting for it each hold the load,
+    /// as does the map of loads.
+    fn until_in_load(cache: &DecodedPacks, key: &str, readers: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while lock(&cache.loading).get(key).map(Arc::strong_count) != Some(readers + 1) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{readers} reads never met"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn concurrent_reads_of_one_pack_share_one_load_even_when_nothing_is_held() {
+        for capacity in [64 << 20, 0] {
+            let cache = Arc::new(DecodedPacks::new(capacity));
+            let (open, loads, threads) = readers(&cache, "p", 8, false);
+            until_in_load(&cache, "p", 8);
+            drop(open);
+            let got: Vec<_> = threads
+                .into_iter()
+                .map(|t| t.join().unwrap().unwrap().unwrap())
+                .collect();
+            assert_eq!(loads.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert!(
+                got.iter().all(|h| Arc::ptr_eq(h, &got[0])),
+                "one pack shared"
+            );
+            assert_eq!(cache.get("p").is_some(), capacity > 0);
+        }
+    }
+
+    #[test]
+    fn a_failed_load_leaves_each_waiting_read_to_load_for_itself() {
+        let cache = Arc::new(DecodedPacks::new(64 << 20));
+        let (open, loads, threads) = readers(&cache, "p", 4, true);
+        until_in_load(&cache, "p", 4);
+        drop(open);
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap_err(), "unreachable store");
+        }
+        // The first load, then one by each of the three that waited for it.
+        assert_eq!(loads.load(std::sync::atomic::Ordering::SeqCst), 4);
+        // A loader that panics ends its load too: nobody waits for ever.
+        let panicked = std::thread::spawn({
+            let cache = cache.clone();
+            move || cache.get_or_load::<String>("q", || panic!("loader panicked"))
+        })
+        .join();
+        assert!(panicked.is_err());
+        let again = cache.get_or_load::<String>("q", || Ok(None)).unwrap();
+        assert!(again.is_none());
+    }
+
+    #[test]
+    fn a_read_after_an_invalidation_does_not_share_a_load_begun_before_it() {
+        let cache = Arc::new(DecodedPacks::new(64 << 20));
+        let (open, loads, threads) = readers(&cache, "p", 1, false);
+        until_loads(&loads, 1);
+        // A write to the pack lands while the first load runs.
+        cache.invalidate("p");
+        let fresh = Arc::new(Held::from_bytes(pack(8, 100), None).unwrap());
+        let late = cache
+            .get_or_load::<String>("p", || {
+                Ok(Some(Held::from_bytes(pack(8, 100), None).unwrap()))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            late.weight(),
+            fresh.weight(),
+            "the read after the write loaded for itself"
+        );
+        drop(open);
+        let early = threads
+            .into_iter()
+            .next()
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_ne!(early.weight(), late.weight());
+        // The load begun before the write was not kept over the later one.
+        assert_eq!(cache.get("p").unwrap().weight(), late.weight());
     }
 }

@@ -314,20 +314,11 @@ impl PackStore {
         Ok(held)
     }
 
-    /// The pack at `path` as held in memory, read first when it is not;
-    /// `None` when it does not exist.
+    /// The pack at `path` as held in memory, read first when it is not
+    /// (concurrent reads of one pack share one read); `None` when it does
+    /// not exist.
     fn held(&self, path: &Path) -> Result<Option<Arc<Held>>, StoreError> {
-        if let Some(held) = self.decoded.get(path.as_ref()) {
-            return Ok(Some(held));
-        }
-        let generation = self.decoded.generation(path.as_ref());
-        let Some(held) = self.load(path)? else {
-            return Ok(None);
-        };
-        let held = Arc::new(held);
-        self.decoded
-            .insert(path.to_string(), held.clone(), generation);
-        Ok(Some(held))
+        self.decoded.get_or_load(path.as_ref(), || self.load(path))
     }
 
     /// Reads the pack at `path` into the form held in memory; `None` when

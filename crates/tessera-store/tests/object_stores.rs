@@ -241,6 +241,45 @@ fn packs_held_in_memory_are_fetched_once_and_dropped_when_written() {
     assert_eq!(reader.get(&tiles[5].0).unwrap(), Some(payload(77, 500)));
 }
 
+/// Reads of one pack that arrive together (a screen of tiles) make one GET
+/// between them, each answered with its own tile.
+#[test]
+fn concurrent_reads_of_one_pack_make_one_get() {
+    let options = PackOptions {
+        pack_tiles: 64,
+        ..PackOptions::default()
+    };
+    let (url, opts) = backend("s3", "together");
+    let writer = PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap();
+    let tiles: Vec<_> = (0..64u64)
+        .map(|i| {
+            (
+                key("l", 6, i % 8, i / 8, TileFormat::Png),
+                payload(i as u8, 20_000),
+            )
+        })
+        .collect();
+    writer.put_many(tiles.clone(), Durability::Synced).unwrap();
+    let reader = Arc::new(PackStore::new(open_url(&url, &opts).unwrap(), &options).unwrap());
+    let start = Arc::new(std::sync::Barrier::new(16));
+    let threads: Vec<_> = tiles
+        .iter()
+        .step_by(4)
+        .cloned()
+        .map(|(k, data)| {
+            let (reader, start) = (reader.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                assert_eq!(reader.get(&k).unwrap(), Some(data));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(reader.requests().get, 1, "sixteen reads, one pack, one GET");
+}
+
 /// Packs of 64 read without a local cache fetch their header once, then
 /// each tile by range: never the whole object.
 #[test]
