@@ -299,6 +299,44 @@ def test_a_truncate_on_one_node_is_seen_by_the_others_within_the_interval(kind, 
         wait_until(lambda: get(a, path)[1]["X-Cache"] == "MISS", 5, "a MISS on the node after the CLI truncate")
 
 
+def test_a_truncate_of_one_dimension_value_is_seen_by_the_other_nodes(s3, tmp_path, tmp_path_factory):
+    """Each dimension value keeps its tiles under a key of its own, but a
+    node watches one generation per configured layer: a truncate of one
+    value on one node drops the copies another node holds in memory."""
+    from test_dimensions import solid
+    series = tmp_path / "series"
+    series.mkdir()
+    for date, color in {"2024-01-01": (200, 30, 30), "2024-02-01": (30, 200, 30)}.items():
+        solid(series / f"day_{date}.tif", color, -180, 180)
+    store = object_store(s3, f"gen-dim-{uuid.uuid4().hex[:8]}")
+    extra = f"""  - name: series
+    source: {{ type: mosaic, dir: {series}, glob: '*.tif' }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: shared, metatile: [2, 2] }}
+    dimensions:
+      time: {{ from_path: 'day_(.*)\\.tif' }}
+cache: {{ metatile_threads: 0 }}
+"""
+    configs = [node_config(tmp_path, f"n{i}", store, extra=extra) for i in range(2)]
+    paths = {d: f"/tiles/series/WebMercatorQuad/2/1/2.png?time={d}" for d in ("2024-01-01", "2024-02-01")}
+    with serving(tmp_path_factory, "--config", str(configs[0])) as a, \
+            serving(tmp_path_factory, "--config", str(configs[1])) as b:
+        bodies = {}
+        for d, p in paths.items():
+            assert get(a, p)[1]["X-Cache"] == "MISS"
+            for _ in range(2):  # from the shared store, then from its memory
+                _, headers, bodies[d] = get(b, p)
+                assert headers["X-Cache"] == "HIT", (d, headers)
+        query = "layer=series&zoom=2&dimension=" + urllib.parse.quote("time=2024-01-01")
+        status, text = admin_truncate(a, query)
+        assert status == 200 and "other nodes told" in text, text
+        wait_until(lambda: get(b, paths["2024-01-01"])[1]["X-Cache"] == "MISS", 5,
+                   "a MISS on the other node for the truncated value")
+        # The other value's tiles are still in the shared store.
+        _, headers, body = get(b, paths["2024-02-01"])
+        assert headers["X-Cache"] == "HIT" and body == bodies["2024-02-01"], headers
+
+
 def seed(cfg, *args, env=None):
     return subprocess.Popen([os.environ["TESSERA_BIN"], "seed", "--config", str(cfg), "--layer", LAYER,
                              "--zoom", "0..5", "--threads", "2", *args],

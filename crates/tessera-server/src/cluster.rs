@@ -8,7 +8,7 @@
 //! is held (and renewed every third of its time to live) until every tile
 //! of the metatile is stored, and deleted then.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -122,11 +122,12 @@ impl Drop for LeaseHolder {
     }
 }
 
-/// Checks every cached layer's generation object (each of its named
-/// styles' too) every `interval`, and
-/// drops what this node holds of a layer whose generation changed. Runs
-/// until the task is dropped; `layers` gives the layers served now (they
-/// change on reload).
+/// Checks the generation object of every cached configured layer every
+/// `interval` (one per layer: its named styles and dimension values
+/// announce under the same key, [`generation_key`]), and drops what this
+/// node holds of a layer whose generation changed, of every style and
+/// value. Runs until the task is dropped; `layers` gives the layers served
+/// now (they change on reload).
 pub async fn watch_generations(
     layers: impl Fn() -> Vec<Arc<Layer>>,
     metrics: Arc<Metrics>,
@@ -136,7 +137,8 @@ pub async fn watch_generations(
     let mut first = true;
     loop {
         let mut targets = Vec::new();
-        // Each named style keeps its tiles under a key of its own.
+        let mut watched = HashSet::new();
+        // A named style may be cached in a store of its own.
         let styled = layers().into_iter().flat_map(|layer| {
             let others: Vec<Arc<Layer>> =
                 layer.other_styles.iter().map(|(_, l)| l.clone()).collect();
@@ -146,11 +148,10 @@ pub async fn watch_generations(
             if let Some(cache) = &layer.cache
                 && let Some(coordinator) = &cache.coordinator
             {
-                targets.push((
-                    coordinator.clone(),
-                    cache.store.clone(),
-                    layer.cache_key.clone(),
-                ));
+                let key = generation_key(&layer.cache_key).to_string();
+                if watched.insert((coordinator.name().to_string(), key.clone())) {
+                    targets.push((coordinator.clone(), cache.store.clone(), key));
+                }
             }
         }
         for (coordinator, store, key) in targets {
@@ -186,6 +187,15 @@ pub async fn watch_generations(
         first = false;
         tokio::time::sleep(interval).await;
     }
+}
+
+/// The key whose generation announces a truncation of tiles under layer
+/// key `cache_key`: the configured layer's (without its style, dimension
+/// values or fingerprint), so a node watches one generation per layer
+/// however many values it has, and drops every value's and style's copies
+/// when it changes.
+pub fn generation_key(cache_key: &str) -> &str {
+    tessera_store::quota::root_of(cache_key)
 }
 
 /// Records a new generation of the layer key `layer` in `coordinator`, so

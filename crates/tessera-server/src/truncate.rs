@@ -74,7 +74,8 @@ pub async fn truncate_counted(
         .map_err(TruncateError::Task)??;
     let announced = match &cache.coordinator {
         Some(c) => {
-            crate::cluster::bump_generation(c, &plan.layer.cache_key, node, GENERATION_TIMEOUT)
+            let key = crate::cluster::generation_key(&plan.layer.cache_key);
+            crate::cluster::bump_generation(c, key, node, GENERATION_TIMEOUT)
                 .await
                 .map(|()| true)
         }

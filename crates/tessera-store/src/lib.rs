@@ -302,8 +302,10 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         let _ = key;
     }
 
-    /// Drops every copy of the tiles of layer key `layer` held in this
-    /// process, after another process truncated them. The default holds
+    /// Drops every copy of the tiles of layer key `layer` and of the keys
+    /// kept under it (its named styles', dimension values' and
+    /// fingerprints' keys, [`quota::is_key_of`]) held in this process,
+    /// after another process truncated some of them. The default holds
     /// nothing.
     fn forget_layer(&self, layer: &str) {
         let _ = layer;

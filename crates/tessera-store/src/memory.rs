@@ -311,8 +311,8 @@ impl TileStore for MemoryStore {
         }
     }
 
-    /// Drops the layer's held tiles when there is a store behind (a scan
-    /// of what is held).
+    /// Drops the held tiles of the layer and of the keys kept under it
+    /// when there is a store behind (a scan of what is held).
     fn forget_layer(&self, layer: &str) {
         if let Some(inner) = &self.inner {
             let mut lru = self.lock();
@@ -320,7 +320,7 @@ impl TileStore for MemoryStore {
             let gone: Vec<TileKey> = lru
                 .tiles
                 .iter()
-                .filter(|(k, _)| k.layer == layer)
+                .filter(|(k, _)| crate::quota::is_key_of(&k.layer, layer))
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in gone {

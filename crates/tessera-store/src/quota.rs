@@ -71,6 +71,14 @@ pub fn is_key_of(key: &str, base: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(['~', '@']))
 }
 
+/// The configured layer key a layer key is kept under: `key` up to its
+/// first named style, dimension value (`~`) or fingerprint (`@`), so every
+/// key of one configured layer [`is_key_of`] it (layer keys are letters,
+/// digits, `_`, `-` and `.` before those).
+pub fn root_of(key: &str) -> &str {
+    key.split(['~', '@']).next().unwrap_or(key)
+}
+
 impl QuotaOptions {
     /// `max_bytes` with `eviction`, the index at `index`, hits written every
     /// second, one in four recorded.
@@ -1321,6 +1329,38 @@ mod tests {
             layer: layer.into(),
             ..key(x)
         }
+    }
+
+    #[test]
+    fn a_configured_layer_holds_its_styles_values_and_fingerprints_keys() {
+        for key in [
+            "relief",
+            "relief@5f3a",
+            "relief~time=2024-01-01T000000Z",
+            "relief~style=night~time=2024-01-01T000000Z@77aa",
+        ] {
+            assert_eq!(root_of(key), "relief", "{key}");
+            assert!(is_key_of(key, root_of(key)), "{key}");
+        }
+        assert!(!is_key_of("relief2", "relief"));
+        assert!(!is_key_of("relief-night", "relief"));
+    }
+
+    #[test]
+    fn forgetting_a_layer_drops_its_values_and_styles_held_in_memory() {
+        let behind = Arc::new(MemoryStore::new(1 << 30, None));
+        let memory = MemoryStore::new(1 << 30, Some(behind));
+        for (n, layer) in ["a", "a~time=1", "a~style=x@f", "ab", "b~time=1"]
+            .into_iter()
+            .enumerate()
+        {
+            memory
+                .put(&key_of(layer, n as u32), tile(), Durability::Buffered)
+                .unwrap();
+        }
+        assert_eq!(memory.resident_tiles(), 5);
+        memory.forget_layer("a");
+        assert_eq!(memory.resident_tiles(), 2, "ab and b~time=1 stay");
     }
 
     #[test]
