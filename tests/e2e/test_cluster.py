@@ -248,6 +248,7 @@ def admin_truncate(server, query, token="secret-token-0123456789"):
 
 @pytest.mark.parametrize("kind", ["packs", "xyz", "file", "mbtiles"])
 def test_a_truncate_on_one_node_is_seen_by_the_others_within_the_interval(kind, s3, tmp_path, tmp_path_factory):
+    s3_bucket(s3, BUCKET)
     prefix = f"gen-{kind}-{uuid.uuid4().hex[:8]}"
     store = {
         "packs": lambda: object_store(s3, prefix),
@@ -304,6 +305,7 @@ def test_a_truncate_of_one_dimension_value_is_seen_by_the_other_nodes(s3, tmp_pa
     node watches one generation per configured layer: a truncate of one
     value on one node drops the copies another node holds in memory."""
     from test_dimensions import solid
+    s3_bucket(s3, BUCKET)
     series = tmp_path / "series"
     series.mkdir()
     for date, color in {"2024-01-01": (200, 30, 30), "2024-02-01": (30, 200, 30)}.items():
