@@ -555,16 +555,16 @@ fn main() {
         "the spare also written through with zeros; `journal+window`: adaptive sync window of 0.5 ms."
     );
     println!(
-        "The last two columns are the disk alone: one batch of `writers` records written and synced back to"
+        "The two `disk p99` columns are the disk alone: one batch of `writers` records written and synced back to"
     );
     println!(
         "back just before the cell, and the same bytes/s as the latency run offered, in batches of `writers`"
     );
     println!(
-        "records on a fixed schedule, just after it (p99 from the intended start, as for the store). The last"
+        "records on a fixed schedule, just after it (p99 from the intended start, as for the store). The last column"
     );
     println!(
-        "is the journal's own `fdatasync` calls during the latency run, and how many of them alone took longer"
+        "counts the journal's own `fdatasync` calls during the latency run, and how many of them alone took longer"
     );
     println!("than `max_latency` (5 ms): there the disk, not the batching, made writes late.\n");
     println!(
