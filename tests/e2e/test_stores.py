@@ -3,11 +3,12 @@ the MBTiles files read by sqlite3 and by GDAL's MBTiles driver."""
 import os
 import sqlite3
 import subprocess
+import time
 import urllib.request
 
 from osgeo import gdal
 
-from conftest import relief_config, require_tool, serving
+from conftest import ROOT, metric, relief_config, require_tool, serving
 from imaging import decode
 
 gdal.UseExceptions()
@@ -62,6 +63,37 @@ def test_journal_store_survives_a_restart_and_serves_seeded_tiles(tmp_path, tmp_
     # A second seed finds every tile stored.
     r = seed(cfg)
     assert "(0 rendered, 7 already stored" in r.stdout, r.stdout
+
+
+def test_journal_metrics_count_acknowledgements_and_syncs_past_the_latency_bound(tmp_path, tmp_path_factory):
+    """/metrics shows per journal store its acknowledgements and syncs, and
+    those later than `max_latency`: with a bound of 0 every synced write is
+    late and every sync slower than it."""
+    cfg = tmp_path / "tessera.yaml"
+    cfg.write_text(f"""
+stores:
+  disk: {{ type: journal, path: {tmp_path / 'journal'}, max_latency_ms: 0 }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif, resampling: bilinear }}
+    grids: [WebMercatorQuad]
+    max_zoom: 8
+    cache: {{ store: disk, durability: synced }}
+""")
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        status, _, _ = server.get("/tiles/relief/WebMercatorQuad/4/8/4.png")
+        assert status == 200
+        # The metatile's 16 tiles are saved after the answer: wait for them.
+        deadline = time.monotonic() + 60
+        while metric(server, "tessera_journal_late_acks", store="disk") < 16:
+            assert time.monotonic() < deadline, "the metatile's synced saves never showed"
+            time.sleep(0.1)
+        acks = metric(server, "tessera_journal_acks", store="disk")
+        syncs = metric(server, "tessera_journal_syncs", store="disk")
+        late = metric(server, "tessera_journal_late_acks", store="disk")
+        slow = metric(server, "tessera_journal_slow_syncs", store="disk")
+        assert 16 <= late <= acks, (late, acks)
+        assert syncs >= 1 and slow == syncs, (slow, syncs)
 
 
 def test_concurrent_seeds_into_one_mbtiles_file_never_fail_on_a_locked_database(tmp_path):

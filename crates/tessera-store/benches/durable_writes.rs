@@ -22,8 +22,8 @@ use hdrhistogram::Histogram;
 use tessera_grid::{TileFormat, TileMatrixSet};
 use tessera_journal::{Journal, JournalOptions, Persist, RecordKind};
 use tessera_store::{
-    Durability, FileLayout, FileStore, JournalStore, MbtilesOptions, MbtilesStore, Synchronous,
-    TileKey, TileStore,
+    Durability, FileLayout, FileStore, JournalStore, MbtilesOptions, MbtilesStore, SyncCounts,
+    Synchronous, TileKey, TileStore,
 };
 
 struct Counting;
@@ -115,17 +115,12 @@ fn journal_options(name: &str) -> Option<JournalOptions> {
     }
 }
 
-/// A store by name, and the same store as a journal when it is one (for
-/// its sync counts).
-fn make_store(
-    name: &str,
-    dir: &std::path::Path,
-) -> (Arc<dyn TileStore>, Option<Arc<JournalStore>>) {
+/// A store by name.
+fn make_store(name: &str, dir: &std::path::Path) -> Arc<dyn TileStore> {
     if let Some(options) = journal_options(name) {
-        let journal = Arc::new(JournalStore::open(dir, options).expect("journal"));
-        return (journal.clone(), Some(journal));
+        return Arc::new(JournalStore::open(dir, options).expect("journal"));
     }
-    let store: Arc<dyn TileStore> = match name {
+    match name {
         "file (fsync per tile)" => Arc::new(FileStore::open(dir, FileLayout::Xyz).expect("file")),
         "mbtiles (synchronous=FULL)" => Arc::new(
             MbtilesStore::open(
@@ -138,16 +133,15 @@ fn make_store(
             .expect("mbtiles"),
         ),
         other => panic!("unknown store {other}"),
-    };
-    (store, None)
+    }
 }
 
 /// `fdatasync` calls a journal made between two of its
-/// [`JournalStore::sync_stats`], as "calls (slower than max_latency alone)";
+/// [`TileStore::sync_counts`], as "calls (slower than max_latency alone)";
 /// empty for other stores.
-fn syncs_between(before: Option<(u64, u64, u64)>, after: Option<(u64, u64, u64)>) -> String {
+fn syncs_between(before: Option<SyncCounts>, after: Option<SyncCounts>) -> String {
     match (before, after) {
-        (Some((_, s0, slow0)), Some((_, s1, slow1))) => format!("{} ({})", s1 - s0, slow1 - slow0),
+        (Some(b), Some(a)) => format!("{} ({})", a.syncs - b.syncs, a.slow_syncs - b.slow_syncs),
         _ => String::new(),
     }
 }
@@ -456,13 +450,13 @@ fn main() {
                     .and_then(|(w, r)| Some((w.trim().parse().ok()?, r.trim().parse().ok()?)))
                     .expect("BENCH_FIXED is writers:rate,...");
                 let dir = tempfile::tempdir().expect("tempdir");
-                let (store, journal) = make_store(name, dir.path());
+                let store = make_store(name, dir.path());
                 if prefill > 0.0 {
                     closed_loop(&store, writers, prefill, 0.0, &payloads);
                 }
-                let before = journal.as_ref().map(|j| j.sync_stats());
+                let before = store.sync_counts();
                 let h = open_loop(&store, writers, rate, secs, &payloads);
-                let syncs = syncs_between(before, journal.as_ref().map(|j| j.sync_stats()));
+                let syncs = syncs_between(before, store.sync_counts());
                 let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
                 println!(
                     "| {name} | {writers} | {rate:.0} | {:.2} | {:.2} | {:.2} | {syncs} |",
@@ -486,11 +480,11 @@ fn main() {
             std::thread::sleep(Duration::from_secs(1));
             let (_, disk_p99_ms) = device_sync_ms(TILE_BYTES * writers as usize, secs / 3.0);
             let dir = tempfile::tempdir().expect("tempdir");
-            let (store, journal) = make_store(name, dir.path());
+            let store = make_store(name, dir.path());
             let rate = closed_loop(&store, writers, warmup, secs, &payloads);
-            let before = journal.as_ref().map(|j| j.sync_stats());
+            let before = store.sync_counts();
             let h = open_loop(&store, writers, rate * 0.7, secs, &payloads);
-            let syncs = syncs_between(before, journal.as_ref().map(|j| j.sync_stats()));
+            let syncs = syncs_between(before, store.sync_counts());
             let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
             let disk_open_p99_ms = device_open_loop_ms(
                 TILE_BYTES * writers as usize,

@@ -148,14 +148,6 @@ impl JournalStore {
         self.len() == 0
     }
 
-    /// Records acknowledged, `fdatasync` calls, and those of the syncs that
-    /// alone took longer than `max_latency`, since open (see
-    /// [`Journal::stats`] and [`Journal::slow_syncs`]).
-    pub fn sync_stats(&self) -> (u64, u64, u64) {
-        let (appended, syncs) = self.journal.stats();
-        (appended, syncs, self.journal.slow_syncs())
-    }
-
     /// Segment files the journal holds (for tests and reports).
     pub fn segment_count(&self) -> usize {
         self.journal.segments().len()
@@ -351,6 +343,16 @@ impl TileStore for JournalStore {
     }
 
     /// From the index in memory.
+    fn sync_counts(&self) -> Option<crate::SyncCounts> {
+        let (acks, syncs) = self.journal.stats();
+        Some(crate::SyncCounts {
+            acks,
+            syncs,
+            late_acks: self.journal.late_acks(),
+            slow_syncs: self.journal.slow_syncs(),
+        })
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();

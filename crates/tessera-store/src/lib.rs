@@ -42,6 +42,22 @@ pub use spec::{
 };
 pub use tessera_journal::JournalOptions;
 
+/// A journal's group commit since its store opened: writes acknowledged,
+/// `fdatasync` calls, acknowledgements later than `max_latency` after
+/// their write was queued, and syncs that alone took longer than
+/// `max_latency` (late because of the disk, whatever the batching did).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounts {
+    /// Writes (and deletes) acknowledged.
+    pub acks: u64,
+    /// `fdatasync` calls.
+    pub syncs: u64,
+    /// Acknowledgements later than `max_latency`.
+    pub late_acks: u64,
+    /// Syncs that alone took longer than `max_latency`.
+    pub slow_syncs: u64,
+}
+
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -285,6 +301,12 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
     /// Costs what the store holds: call it now and then, not per request.
     fn count_by_zoom(&self) -> Result<Option<Vec<quota::ZoomUsage>>, StoreError> {
         Ok(None)
+    }
+
+    /// How a store that writes through a journal has kept its latency
+    /// bound since it opened ([`SyncCounts`]); `None` for other stores.
+    fn sync_counts(&self) -> Option<SyncCounts> {
+        None
     }
 
     /// How full the store is against its quota, with the tiles and bytes

@@ -297,6 +297,10 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().map_or(Ok(None), |i| i.count_by_zoom())
     }
 
+    fn sync_counts(&self) -> Option<crate::SyncCounts> {
+        self.inner.as_ref().and_then(|i| i.sync_counts())
+    }
+
     /// Drops the held copy when there is a store behind (alone, memory is
     /// the only copy and is kept).
     fn forget(&self, key: &TileKey) {

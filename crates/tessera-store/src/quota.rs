@@ -1100,6 +1100,10 @@ impl TileStore for QuotaStore {
         self.by_zoom().map(Some)
     }
 
+    fn sync_counts(&self) -> Option<crate::SyncCounts> {
+        self.inner.sync_counts()
+    }
+
     fn quota(&self) -> Option<(QuotaUsage, Vec<ZoomUsage>)> {
         Some((self.usage(), self.by_zoom().unwrap_or_default()))
     }

@@ -301,6 +301,9 @@ async fn metrics(State(state): State<state::Status>) -> Response {
         if let Some((usage, _)) = store.quota() {
             state.metrics.observe_quota(name, &usage);
         }
+        if let Some(counts) = store.sync_counts() {
+            state.metrics.observe_sync_counts(name, &counts);
+        }
     }
     (
         [(

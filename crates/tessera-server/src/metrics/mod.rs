@@ -18,7 +18,11 @@
 //! for stores with a quota `tessera_store_quota_bytes{store}`,
 //! `tessera_store_used_bytes{store}`, `tessera_store_quota_tiles{store}`,
 //! `tessera_store_evicted_tiles{store}` and
-//! `tessera_store_evicted_bytes{store}` (since the store opened), and
+//! `tessera_store_evicted_bytes{store}` (since the store opened), for
+//! journal stores `tessera_journal_acks{store}`,
+//! `tessera_journal_syncs{store}`, `tessera_journal_late_acks{store}` and
+//! `tessera_journal_slow_syncs{store}` (since the store opened: how its
+//! `max_latency` held, [`tessera_store::SyncCounts`]), and
 //! `tessera_build_info{version}`.
 
 use std::sync::Arc;
@@ -227,6 +231,7 @@ pub struct Metrics {
     /// Stores whose last write failed.
     degraded: std::sync::Mutex<std::collections::BTreeSet<String>>,
     quota: QuotaGauges,
+    journal: JournalGauges,
     /// Render times and last errors by layer, for `/admin/stats`.
     layer_stats: LayerStats,
 }
@@ -239,6 +244,15 @@ struct QuotaGauges {
     tiles: Family<DegradedLabels, Gauge>,
     evicted_tiles: Family<DegradedLabels, Gauge>,
     evicted_bytes: Family<DegradedLabels, Gauge>,
+}
+
+/// A journal store's group commit, by store (see [`Metrics::observe_sync_counts`]).
+#[derive(Debug, Default)]
+struct JournalGauges {
+    acks: Family<DegradedLabels, Gauge>,
+    syncs: Family<DegradedLabels, Gauge>,
+    late_acks: Family<DegradedLabels, Gauge>,
+    slow_syncs: Family<DegradedLabels, Gauge>,
 }
 
 /// A layer's counts and times, as `/admin/stats` reports them.
@@ -416,6 +430,31 @@ impl Metrics {
         ] {
             registry.register(name, help, family.clone());
         }
+        let journal = JournalGauges::default();
+        for (name, help, family) in [
+            (
+                "tessera_journal_acks",
+                "Writes a journal store acknowledged since it opened",
+                &journal.acks,
+            ),
+            (
+                "tessera_journal_syncs",
+                "fdatasync calls of a journal store since it opened (one per batch of writes)",
+                &journal.syncs,
+            ),
+            (
+                "tessera_journal_late_acks",
+                "Writes a journal store acknowledged later than its max_latency after they were queued",
+                &journal.late_acks,
+            ),
+            (
+                "tessera_journal_slow_syncs",
+                "fdatasync calls of a journal store that alone took longer than its max_latency (the disk, not the batching)",
+                &journal.slow_syncs,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         registry.register(
             "tessera_build",
             "The running build",
@@ -444,6 +483,7 @@ impl Metrics {
             store_degraded,
             degraded: std::sync::Mutex::default(),
             quota,
+            journal,
             layer_stats: LayerStats::default(),
         }
     }
@@ -521,6 +561,23 @@ impl Metrics {
         set(&self.quota.tiles, usage.tiles);
         set(&self.quota.evicted_tiles, usage.evicted_tiles);
         set(&self.quota.evicted_bytes, usage.evicted_bytes);
+    }
+
+    /// Sets the journal gauges of store `store`.
+    pub fn observe_sync_counts(&self, store: &str, counts: &tessera_store::SyncCounts) {
+        let labels = DegradedLabels {
+            store: store.to_string(),
+        };
+        for (family, value) in [
+            (&self.journal.acks, counts.acks),
+            (&self.journal.syncs, counts.syncs),
+            (&self.journal.late_acks, counts.late_acks),
+            (&self.journal.slow_syncs, counts.slow_syncs),
+        ] {
+            family
+                .get_or_create(&labels)
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
     }
 
     /// `layer`'s counts, hit ratio, render times and last error.
@@ -776,6 +833,10 @@ impl TileStore for TimedStore {
 
     fn count_by_zoom(&self) -> Result<Option<Vec<tessera_store::quota::ZoomUsage>>, StoreError> {
         self.inner.count_by_zoom()
+    }
+
+    fn sync_counts(&self) -> Option<tessera_store::SyncCounts> {
+        self.inner.sync_counts()
     }
 
     fn forget_layer(&self, layer: &str) {
