@@ -255,6 +255,21 @@ struct JournalGauges {
     slow_syncs: Family<DegradedLabels, Gauge>,
 }
 
+/// Sets each gauge of `gauges` for store `store` to its value.
+fn set_store_gauges<const N: usize>(
+    store: &str,
+    gauges: [(&Family<DegradedLabels, Gauge>, u64); N],
+) {
+    let labels = DegradedLabels {
+        store: store.to_string(),
+    };
+    for (family, value) in gauges {
+        family
+            .get_or_create(&labels)
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+}
+
 /// A layer's counts and times, as `/admin/stats` reports them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LayerCounts {
@@ -400,7 +415,7 @@ impl Metrics {
             "Log lines (access log included) dropped because the log writer's queue was full",
             log_lines_dropped.clone(),
         );
-        let quota = QuotaGauges::default();
+        let (quota, journal) = (QuotaGauges::default(), JournalGauges::default());
         for (name, help, family) in [
             (
                 "tessera_store_quota_bytes",
@@ -427,11 +442,6 @@ impl Metrics {
                 "Bytes evicted by a store's quota since the store opened",
                 &quota.evicted_bytes,
             ),
-        ] {
-            registry.register(name, help, family.clone());
-        }
-        let journal = JournalGauges::default();
-        for (name, help, family) in [
             (
                 "tessera_journal_acks",
                 "Writes a journal store acknowledged since it opened",
@@ -548,36 +558,29 @@ impl Metrics {
 
     /// Sets the quota gauges of store `store`.
     pub fn observe_quota(&self, store: &str, usage: &tessera_store::quota::QuotaUsage) {
-        let labels = DegradedLabels {
-            store: store.to_string(),
-        };
-        let set = |family: &Family<DegradedLabels, Gauge>, value: u64| {
-            family
-                .get_or_create(&labels)
-                .set(i64::try_from(value).unwrap_or(i64::MAX));
-        };
-        set(&self.quota.max_bytes, usage.max_bytes);
-        set(&self.quota.used_bytes, usage.used_bytes);
-        set(&self.quota.tiles, usage.tiles);
-        set(&self.quota.evicted_tiles, usage.evicted_tiles);
-        set(&self.quota.evicted_bytes, usage.evicted_bytes);
+        set_store_gauges(
+            store,
+            [
+                (&self.quota.max_bytes, usage.max_bytes),
+                (&self.quota.used_bytes, usage.used_bytes),
+                (&self.quota.tiles, usage.tiles),
+                (&self.quota.evicted_tiles, usage.evicted_tiles),
+                (&self.quota.evicted_bytes, usage.evicted_bytes),
+            ],
+        );
     }
 
     /// Sets the journal gauges of store `store`.
     pub fn observe_sync_counts(&self, store: &str, counts: &tessera_store::SyncCounts) {
-        let labels = DegradedLabels {
-            store: store.to_string(),
-        };
-        for (family, value) in [
-            (&self.journal.acks, counts.acks),
-            (&self.journal.syncs, counts.syncs),
-            (&self.journal.late_acks, counts.late_acks),
-            (&self.journal.slow_syncs, counts.slow_syncs),
-        ] {
-            family
-                .get_or_create(&labels)
-                .set(i64::try_from(value).unwrap_or(i64::MAX));
-        }
+        set_store_gauges(
+            store,
+            [
+                (&self.journal.acks, counts.acks),
+                (&self.journal.syncs, counts.syncs),
+                (&self.journal.late_acks, counts.late_acks),
+                (&self.journal.slow_syncs, counts.slow_syncs),
+            ],
+        );
     }
 
     /// `layer`'s counts, hit ratio, render times and last error.
