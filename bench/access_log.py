@@ -62,7 +62,9 @@ layers:
 
 @contextlib.contextmanager
 def hog(on):
-    procs = [subprocess.Popen(["sh", "-c", "yes > /dev/null"]) for _ in range(os.cpu_count() if on else 0)]
+    # `yes` itself, not a shell running it: killing a shell would leave
+    # its `yes` running past the benchmark (and into the next one).
+    procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(os.cpu_count() if on else 0)]
     try:
         yield
     finally:
