@@ -111,3 +111,78 @@ def test_an_idle_keep_alive_connection_is_closed(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def thread_cpu_ticks(pid, prefix):
+    """CPU ticks (user + system) of each of `pid`'s threads whose name
+    starts with `prefix`."""
+    ticks = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        if name.startswith(prefix):
+            ticks.append(int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def test_connections_are_served_by_the_configured_connection_threads(tmp_path, tmp_path_factory):
+    """Each connection is read and answered by one of `connection_threads`
+    threads (each with its own event loop); tile hits are answered there,
+    other requests by the main runtime, and keep-alive connections spread
+    over every thread all get the right answers."""
+    import http.client
+    import threading
+
+    from conftest import serving
+
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+server: {{ connection_threads: 3 }}
+stores: {{ mem: {{ type: memory, memory: 64MiB }} }}
+layers:
+  - name: elevation
+    source: {{ path: {ROOT}/data/elev.tif }}
+    grids: [WebMercatorQuad]
+    cache: {{ store: mem }}
+""")
+    tile = "/tiles/elevation/WebMercatorQuad/8/132/86.png"
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        pid = server.proc.pid
+        assert len(thread_cpu_ticks(pid, "tessera-conn-")) == 3, "three connection threads"
+        with urllib.request.urlopen(server.url + tile, timeout=60) as r:
+            want = r.read()
+        assert want.startswith(b"\x89PNG")
+        port = int(server.url.rsplit(":", 1)[1])
+        failures = []
+
+        def client(n):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                for i in range(300):
+                    path = tile if i % 10 else "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities"
+                    conn.request("GET", path)
+                    r = conn.getresponse()
+                    body = r.read()
+                    if r.status != 200:
+                        failures.append((n, i, r.status))
+                    elif path == tile and (body != want or r.getheader("X-Cache") != "HIT"):
+                        failures.append((n, i, "a wrong tile or a miss"))
+                    elif path != tile and b"<Capabilities" not in body:
+                        failures.append((n, i, "not a capabilities document"))
+            finally:
+                conn.close()
+
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(timeout=300)
+        assert not any(c.is_alive() for c in clients), "a client did not finish in 300 s"
+        assert not failures, failures[:10]
+        # Six connections handed out in turn: each thread served two of
+        # them, and each spent time on it.
+        ticks = thread_cpu_ticks(pid, "tessera-conn-")
+        assert len(ticks) == 3 and all(t > 0 for t in ticks), ticks

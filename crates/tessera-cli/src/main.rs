@@ -569,6 +569,10 @@ fn listener_settings(server: &tessera_server::config::ServerConfig) -> ListenerS
         header_timeout: seconds(server.header_timeout_secs),
         idle_timeout: seconds(server.idle_timeout_secs),
         shutdown_grace: seconds(server.shutdown_grace_secs),
+        connection_threads: match server.connection_threads {
+            0 => crate::runtime::cores(),
+            n => n,
+        },
     }
 }
 

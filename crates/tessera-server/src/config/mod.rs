@@ -253,6 +253,10 @@ pub struct ServerConfig {
     /// Most connections open at once (default 0: most of the open-file
     /// limit); at the limit the connection idle for longest is closed.
     pub max_connections: usize,
+    /// Threads that read connections and answer tile hits, each with its
+    /// own event loop (default 0: one per CPU core). Other requests are
+    /// handed to the main runtime.
+    pub connection_threads: usize,
     /// How long a shutdown waits for requests in flight (default 10).
     #[serde(deserialize_with = "seconds")]
     pub shutdown_grace_secs: f64,
@@ -285,6 +289,7 @@ impl Default for ServerConfig {
             header_timeout_secs: 10.0,
             idle_timeout_secs: 60.0,
             max_connections: 0,
+            connection_threads: 0,
             shutdown_grace_secs: 10.0,
             cors: CorsSettings::default(),
             compression: true,
@@ -819,7 +824,7 @@ impl Config {
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let (s, c, l, e) = (&self.server, &self.cache, &self.limits, &self.encoding);
         let k = &self.cluster;
-        let ranges: [(&str, f64, f64, f64); 23] = [
+        let ranges: [(&str, f64, f64, f64); 24] = [
             (
                 "cluster.lease_ttl_secs",
                 k.lease_ttl_secs,
@@ -861,6 +866,12 @@ impl Config {
                 s.max_connections as f64,
                 0.0,
                 1_000_000.0,
+            ),
+            (
+                "server.connection_threads",
+                s.connection_threads as f64,
+                0.0,
+                1024.0,
             ),
             (
                 "server.render_timeout_secs",

@@ -44,6 +44,76 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Threads that serve connections, each with its own runtime.
+    pub connection_threads: usize,
+}
+
+/// Threads that each serve connections on a runtime of their own, with its
+/// own IO driver, as nginx's workers each have their own event loop: a
+/// connection's socket is read, its tile hits answered and its responses
+/// written by one thread, and a thread held up (by the scheduler, on a busy
+/// machine) holds up only its own connections. Requests the short way does
+/// not answer are handed to the main runtime (see [`App::call_on`]).
+struct ConnectionThreads {
+    handles: Vec<tokio::runtime::Handle>,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    next: AtomicUsize,
+}
+
+impl ConnectionThreads {
+    fn start(count: usize) -> std::io::Result<ConnectionThreads> {
+        let mut threads = ConnectionThreads {
+            handles: Vec::new(),
+            stops: Vec::new(),
+            threads: Vec::new(),
+            next: AtomicUsize::new(0),
+        };
+        for i in 0..count.max(1) {
+            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("tessera-conn-{i}"))
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => {
+                            let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                            runtime.block_on(async {
+                                let _ = stopped.await;
+                            });
+                        }
+                        Err(e) => {
+                            let _ = handle_tx.send(Err(e));
+                        }
+                    }
+                })?;
+            threads.threads.push(thread);
+            threads.stops.push(stop);
+            let handle = handle_rx
+                .recv()
+                .map_err(|_| std::io::Error::other("a connection thread ended at start"))??;
+            threads.handles.push(handle);
+        }
+        Ok(threads)
+    }
+
+    /// The runtime of the thread to serve the next connection (in turn).
+    fn next(&self) -> &tokio::runtime::Handle {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        &self.handles[i]
+    }
+}
+
+impl Drop for ConnectionThreads {
+    fn drop(&mut self) {
+        self.stops.clear();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How often connections check their idle time.
@@ -159,6 +229,14 @@ pub async fn serve(
         open: Mutex::new(BTreeMap::new()),
     });
     let mut tasks = tokio::task::JoinSet::new();
+    let main = tokio::runtime::Handle::current();
+    let threads = match ConnectionThreads::start(settings.connection_threads) {
+        Ok(threads) => threads,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the connection threads");
+            return;
+        }
+    };
     let accept_warnings = Throttle::new(ACCEPT_LOG_EVERY);
     tokio::pin!(shutdown);
     loop {
@@ -191,7 +269,19 @@ pub async fn serve(
             drop(stream);
             continue;
         }
-        tasks.spawn(connection(stream, routers.clone(), table.clone(), settings));
+        let (routers, table, main) = (routers.clone(), table.clone(), main.clone());
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        tasks.spawn_on(
+            async move {
+                // Registered with the reactor of the thread that serves it.
+                if let Ok(stream) = TcpStream::from_std(stream) {
+                    connection(stream, routers, table, settings, main).await;
+                }
+            },
+            threads.next(),
+        );
     }
     drop(listener);
     table.close_all();
@@ -214,6 +304,7 @@ async fn connection(
     routers: watch::Receiver<Arc<App>>,
     table: Arc<Connections>,
     settings: ListenerSettings,
+    main: tokio::runtime::Handle,
 ) {
     let _ = stream.set_nodelay(true);
     let id = table.next_id.fetch_add(1, Ordering::Relaxed);
@@ -248,7 +339,7 @@ async fn connection(
                 (in_flight.clone(), last_active.clone(), table.clone());
             // The router current now serves this request to its end.
             let app = routers.borrow().clone();
-            let response = app.call_with(request, Some(&files));
+            let response = app.call_on(request, Some(&files), &main);
             async move {
                 let response = response.await;
                 last_active.store(table.now_ms(), Ordering::Release);

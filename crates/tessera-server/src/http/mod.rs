@@ -154,6 +154,52 @@ impl App {
             ),
         }
     }
+    /// [`App::call_with`] run from a connection thread: a tile hit is
+    /// answered here, anything else is handed to `runtime` (where the
+    /// handlers run), and a handler that panics is a 500.
+    pub fn call_on<B>(
+        &self,
+        request: axum::http::Request<B>,
+        files: Option<&sendfile::FileBodies>,
+        runtime: &tokio::runtime::Handle,
+    ) -> impl Future<Output = Result<Response, std::convert::Infallible>> + use<B>
+    where
+        B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        use futures::future::{Either, ready};
+        use tower::ServiceExt;
+        match self.try_fast_with(&request, files) {
+            Some(response) => Either::Left(ready(Ok(response))),
+            None => {
+                // Dropped with the connection's future, as the handler
+                // would be if it ran here.
+                let mut routed = AbortOnDrop(
+                    runtime.spawn(
+                        self.router
+                            .clone()
+                            .oneshot(request.map(axum::body::Body::new)),
+                    ),
+                );
+                Either::Right(async move {
+                    Ok(match (&mut routed.0).await {
+                        Ok(Ok(response)) => response,
+                        Ok(Err(never)) => match never {},
+                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Builds the router with every endpoint: the read endpoints with CORS
