@@ -357,7 +357,7 @@ async fn serve(
     tokio::spawn(http::archive_watch::watch_archives(live.clone()));
     tokio::spawn(refresh_jwks(live.clone()));
     tokio::spawn(reload_on_hangup(live));
-    http::listener::serve(listener, routers, settings, shutdown_signal()).await;
+    http::listener::serve(listener, routers, settings, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -14,6 +14,9 @@
 //!   seconds;
 //! - the soft open-file limit is raised to the hard limit at start.
 //!
+//! Each accepted connection is served, from then on, by one of the
+//! [`ConnectionThreads`] (in turn), each with an event loop of its own.
+//!
 //! On shutdown the listener stops accepting, every connection finishes its
 //! request in flight and closes, and what is still open after the grace
 //! period is dropped.
@@ -44,7 +47,8 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
-    /// Threads that serve connections, each with its own runtime.
+    /// Threads that serve connections, each with its own runtime (at
+    /// least one).
     pub connection_threads: usize,
 }
 
@@ -216,13 +220,14 @@ pub fn default_max_connections(open_files: u64) -> usize {
 
 /// Serves each request with the router current in `routers` on `listener`
 /// until `shutdown` completes, then lets
-/// requests in flight finish for at most the grace period.
+/// requests in flight finish for at most the grace period. Fails only when
+/// the connection threads cannot be started.
 pub async fn serve(
     listener: TcpListener,
     routers: watch::Receiver<Arc<App>>,
     settings: ListenerSettings,
     shutdown: impl Future<Output = ()>,
-) {
+) -> std::io::Result<()> {
     let table = Arc::new(Connections {
         start: Instant::now(),
         next_id: AtomicU64::new(0),
@@ -230,13 +235,8 @@ pub async fn serve(
     });
     let mut tasks = tokio::task::JoinSet::new();
     let main = tokio::runtime::Handle::current();
-    let threads = match ConnectionThreads::start(settings.connection_threads) {
-        Ok(threads) => threads,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the connection threads");
-            return;
-        }
-    };
+    let threads = ConnectionThreads::start(settings.connection_threads)
+        .map_err(|e| std::io::Error::other(format!("cannot start the connection threads: {e}")))?;
     let accept_warnings = Throttle::new(ACCEPT_LOG_EVERY);
     tokio::pin!(shutdown);
     loop {
@@ -295,6 +295,10 @@ pub async fn serve(
             "connections still open after the shutdown grace period are dropped"
         );
     }
+    // What is left is dropped with the tasks, then the threads end.
+    drop(tasks);
+    drop(threads);
+    Ok(())
 }
 
 /// Serves one connection until the client closes it, it stays idle too
