@@ -993,3 +993,43 @@ async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
     );
     assert_eq!(locks_drain(&s.state).await, (0, 0));
 }
+
+/// What a connection thread hands to the main runtime (`App::call_with`
+/// with a runtime) is answered as the router answers it inline: a
+/// document, a miss rendered there, then the hit the short way takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_handed_to_another_runtime_answer_as_the_router_does() {
+    let s = setup(Duration::ZERO, true, |_| {});
+    let app = http::App::new(s.state.clone());
+    let handlers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let call = |uri: &str| {
+        app.call_with(
+            Request::get(uri).body(Body::empty()).unwrap(),
+            None,
+            Some(handlers.handle()),
+        )
+    };
+    let capabilities = "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities";
+    let handed = call(capabilities).await.unwrap();
+    let inline = fetch(&s.app, capabilities, None).await;
+    assert_eq!(handed.status(), StatusCode::OK);
+    let body = to_bytes(handed.into_body(), 16 << 20).await.unwrap();
+    assert_eq!(body.as_ref(), inline.body.as_slice());
+
+    let tile = "/tiles/relief/WebMercatorQuad/2/1/1.png";
+    let miss = call(tile).await.unwrap();
+    assert_eq!(miss.status(), StatusCode::OK);
+    assert_eq!(miss.headers()["x-cache"], "MISS");
+    let rendered = to_bytes(miss.into_body(), 16 << 20).await.unwrap();
+    locks_drain(&s.state).await;
+    let hit = call(tile).await.unwrap();
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    let kept = to_bytes(hit.into_body(), 16 << 20).await.unwrap();
+    assert_eq!(kept, rendered);
+    assert_eq!(s.probe.reads.load(Ordering::SeqCst), 1, "one render");
+    handlers.shutdown_background();
+}

@@ -57,7 +57,7 @@ pub struct ListenerSettings {
 /// connection's socket is read, its tile hits answered and its responses
 /// written by one thread, and a thread held up (by the scheduler, on a busy
 /// machine) holds up only its own connections. Requests the short way does
-/// not answer are handed to the main runtime (see [`App::call_on`]).
+/// not answer are handed to the main runtime (see [`App::call_with`]).
 struct ConnectionThreads {
     handles: Vec<tokio::runtime::Handle>,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -343,7 +343,7 @@ async fn connection(
                 (in_flight.clone(), last_active.clone(), table.clone());
             // The router current now serves this request to its end.
             let app = routers.borrow().clone();
-            let response = app.call_on(request, Some(&files), &main);
+            let response = app.call_with(request, Some(&files), Some(&main));
             async move {
                 let response = response.await;
                 last_active.store(table.now_ms(), Ordering::Release);

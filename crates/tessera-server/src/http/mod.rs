@@ -129,15 +129,20 @@ impl App {
         B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
-        self.call_with(request, None)
+        self.call_with(request, None, None)
     }
 
     /// [`App::call`] for a connection whose file bodies wait in `files`
-    /// (see [`sendfile`]).
+    /// (see [`sendfile`]). With `runtime` (from a connection thread, see
+    /// [`listener`]), a request the short way does not answer is handed to
+    /// `runtime`, where the handlers run, as a task aborted when the
+    /// returned future is dropped (as the handler's own future would be);
+    /// a task that panics there is a 500.
     pub fn call_with<B>(
         &self,
         request: axum::http::Request<B>,
         files: Option<&sendfile::FileBodies>,
+        runtime: Option<&tokio::runtime::Handle>,
     ) -> impl Future<Output = Result<Response, std::convert::Infallible>> + use<B>
     where
         B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
@@ -145,51 +150,24 @@ impl App {
     {
         use futures::future::{Either, ready};
         use tower::ServiceExt;
-        match self.try_fast_with(&request, files) {
-            Some(response) => Either::Left(ready(Ok(response))),
-            None => Either::Right(
-                self.router
-                    .clone()
-                    .oneshot(request.map(axum::body::Body::new)),
-            ),
+        if let Some(response) = self.try_fast_with(&request, files) {
+            return Either::Left(ready(Ok(response)));
         }
-    }
-    /// [`App::call_with`] run from a connection thread: a tile hit is
-    /// answered here, anything else is handed to `runtime` (where the
-    /// handlers run), and a handler that panics is a 500.
-    pub fn call_on<B>(
-        &self,
-        request: axum::http::Request<B>,
-        files: Option<&sendfile::FileBodies>,
-        runtime: &tokio::runtime::Handle,
-    ) -> impl Future<Output = Result<Response, std::convert::Infallible>> + use<B>
-    where
-        B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
-        B::Error: Into<axum::BoxError>,
-    {
-        use futures::future::{Either, ready};
-        use tower::ServiceExt;
-        match self.try_fast_with(&request, files) {
-            Some(response) => Either::Left(ready(Ok(response))),
-            None => {
-                // Dropped with the connection's future, as the handler
-                // would be if it ran here.
-                let mut routed = AbortOnDrop(
-                    runtime.spawn(
-                        self.router
-                            .clone()
-                            .oneshot(request.map(axum::body::Body::new)),
-                    ),
-                );
-                Either::Right(async move {
-                    Ok(match (&mut routed.0).await {
-                        Ok(Ok(response)) => response,
-                        Ok(Err(never)) => match never {},
-                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    })
-                })
-            }
-        }
+        let routed = self
+            .router
+            .clone()
+            .oneshot(request.map(axum::body::Body::new));
+        let Some(runtime) = runtime else {
+            return Either::Right(Either::Left(routed));
+        };
+        let mut task = AbortOnDrop(runtime.spawn(routed));
+        Either::Right(Either::Right(async move {
+            Ok(match (&mut task.0).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(never)) => match never {},
+                Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            })
+        }))
     }
 }
 
