@@ -1,17 +1,19 @@
 """Connections are bounded: a flood of half-sent requests under a 1,024
 open-file limit does not lock other clients out (slowloris), and idle
 connections are closed."""
+import http.client
 import os
 import resource
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, serving
 
 
 HEADER_TIMEOUT = 2
@@ -133,11 +135,6 @@ def test_connections_are_served_by_the_configured_connection_threads(tmp_path, t
     threads (each with its own event loop); tile hits are answered there,
     other requests by the main runtime, and keep-alive connections spread
     over every thread all get the right answers."""
-    import http.client
-    import threading
-
-    from conftest import serving
-
     config = tmp_path / "tessera.yaml"
     config.write_text(f"""
 server: {{ connection_threads: 3 }}
