@@ -1033,3 +1033,35 @@ async fn requests_handed_to_another_runtime_answer_as_the_router_does() {
     assert_eq!(s.probe.reads.load(Ordering::SeqCst), 1, "one render");
     handlers.shutdown_background();
 }
+
+/// A request handed to another runtime is aborted there when the
+/// connection drops its future, as a handler running on the connection's
+/// own runtime would be dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_request_is_aborted_when_its_connection_drops_it() {
+    let s = setup(Duration::ZERO, false, |_| {});
+    let _open = OpenOnDrop(s.probe.clone());
+    let app = http::App::new(s.state.clone());
+    let handlers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let request = Request::get("/tiles/relief/WebMercatorQuad/2/1/1.png")
+        .body(Body::empty())
+        .unwrap();
+    let pending = app.call_with(request, None, Some(handlers.handle()));
+    // The render waits at the closed gate: the request's task stays alive.
+    let waited = tokio::time::timeout(Duration::from_millis(300), pending).await;
+    assert!(waited.is_err(), "the render is held by the gate");
+    // The timeout dropped the future: its task ends without the render.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while handlers.metrics().num_alive_tasks() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the handed request's task is still alive 10 s after it was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    handlers.shutdown_background();
+}
