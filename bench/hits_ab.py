@@ -11,7 +11,6 @@ request (all its threads, from /proc), medians of the rounds
 answers (not the short way); nginx is then left out.
 """
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -21,20 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from access_log import PATHS, hog, tessera  # noqa: E402
 from common import curl_pass, ensure_tools, machine, nginx_static, wrk  # noqa: E402
+from log_thread_cpu import thread_cpu  # noqa: E402
 
 
 def cpu_seconds(pids):
     """User and system CPU seconds of every thread of `pids`."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue  # the thread ended meanwhile
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return sum(sum(thread_cpu(pid).values()) for pid in pids)
 
 
 def measure(base, paths, pids, connections, seconds):

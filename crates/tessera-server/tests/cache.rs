@@ -994,6 +994,16 @@ async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
     assert_eq!(locks_drain(&s.state).await, (0, 0));
 }
 
+/// A runtime of its own standing for the main runtime a connection thread
+/// hands requests to.
+fn handler_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// What a connection thread hands to the main runtime (`App::call_with`
 /// with a runtime) is answered as the router answers it inline: a
 /// document, a miss rendered there, then the hit the short way takes.
@@ -1001,11 +1011,7 @@ async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
 async fn requests_handed_to_another_runtime_answer_as_the_router_does() {
     let s = setup(Duration::ZERO, true, |_| {});
     let app = http::App::new(s.state.clone());
-    let handlers = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let handlers = handler_runtime();
     let call = |uri: &str| {
         app.call_with(
             Request::get(uri).body(Body::empty()).unwrap(),
@@ -1042,11 +1048,7 @@ async fn a_handed_request_is_aborted_when_its_connection_drops_it() {
     let s = setup(Duration::ZERO, false, |_| {});
     let _open = OpenOnDrop(s.probe.clone());
     let app = http::App::new(s.state.clone());
-    let handlers = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let handlers = handler_runtime();
     let request = Request::get("/tiles/relief/WebMercatorQuad/2/1/1.png")
         .body(Body::empty())
         .unwrap();
