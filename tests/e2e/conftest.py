@@ -5,6 +5,7 @@ tool is a failure, never a skip.
 """
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -152,6 +153,37 @@ def serving(tmp_path_factory, *args):
     finally:
         server.proc.terminate()
         server.proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def nginx_running(tmp_path, conf):
+    """Debian's nginx started on `conf` (a whole nginx.conf, listening on
+    127.0.0.1) with `tmp_path` as its prefix, stopped when the block ends;
+    yields once it is accepting connections."""
+    nginx = require_tool("nginx")
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    conf_path = tmp_path / "nginx.conf"
+    conf_path.write_text(conf)
+    base = [nginx, "-p", str(tmp_path), "-c", str(conf_path), "-e", "stderr"]
+    check = subprocess.run([*base, "-t"], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    proc = subprocess.Popen([*base, "-g", f"daemon off; pid {tmp_path}/nginx.pid;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        port = int(re.search(r"listen 127\.0\.0\.1:(\d+)", conf).group(1))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                assert time.monotonic() < deadline, "nginx is not accepting connections"
+                time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def relief_config(tmp_path, store_yaml):

@@ -186,6 +186,86 @@ def test_a_query_key_is_carried_by_the_capabilities_and_kept_out_of_the_log(serv
     assert KEY_A not in log and KEY_B not in log and "key=***" in log
 
 
+def test_a_percent_encoded_credential_name_is_read_and_kept_out_of_the_log_alike(server):
+    # `%6bey` is `key`: the caller is identified by it, and the log hides
+    # it as it hides `key=`.
+    for name, key in [("%6bey", KEY_A), ("k%65y", KEY_B), ("%4B%45%59", KEY_C)]:
+        status, _, _ = get(server, TILE.format("open") + f"?{name}={key}")
+        assert status == 200, name
+    status, _, _ = get(server, TILE.format("relief") + f"?k%65y={KEY_A}")
+    assert status == 200, "the encoded name is a credential"
+    jwt_token = token()
+    assert get(server, TILE.format("relief") + f"?t%6fken={jwt_token}")[0] == 200
+    deadline = time.monotonic() + 10
+    while "t%6fken=***" not in server.log.read_text():
+        assert time.monotonic() < deadline, "no access-log line with the redacted token"
+        time.sleep(0.1)
+    log = server.log.read_text()
+    for secret in (KEY_A, KEY_B, KEY_C, jwt_token):
+        assert secret not in log, secret[:8]
+    assert "%6bey=***" in log and "k%65y=***" in log
+
+
+def test_a_token_naming_critical_extensions_is_refused(server):
+    crit = jwt.encode({"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": int(time.time()) + 300,
+                       "layers": ["relief"]}, SECRET, algorithm="HS256",
+                      headers={"crit": ["http://example.test/unknown"], "http://example.test/unknown": True})
+    status, _, body = get(server, TILE.format("relief"), {"Authorization": f"Bearer {crit}"})
+    assert status == 401, body
+    assert get(server, TILE.format("relief"), {"Authorization": f"Bearer {token()}"})[0] == 200
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1.nip.io/jwks.json", "http://localhost.attacker.test/jwks.json",
+                                 "http://127.0.0.1@attacker.test/jwks.json", "http://localhost:80@attacker.test/jwks.json"])
+def test_a_jwks_url_in_clear_is_only_taken_from_this_machine(tmp_path, url):
+    cfg = config(tmp_path, url)
+    result = subprocess.run([os.environ["TESSERA_BIN"], "check", str(cfg)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0, result.stdout
+    assert "auth.jwt.jwks" in result.stderr and url in result.stderr, result.stderr
+
+
+class HugeJwks(http.server.BaseHTTPRequestHandler):
+    """Answers a JWKS that never ends, without a Content-Length, counting
+    the bytes it could send."""
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        chunk = b" " * (1 << 16)
+        try:
+            self.wfile.write(b'{"keys": [')
+            for _ in range(1 << 15):   # up to 2 GiB
+                self.wfile.write(chunk)
+                self.server.sent += len(chunk)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_endless_jwks_is_refused_as_it_streams_in(tmp_path, tmp_path_factory, signing_keys):
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HugeJwks)
+    web.sent = 0
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{web.server_address[1]}/jwks.json"
+    try:
+        with serving(tmp_path_factory, "--config", str(config(tmp_path, url))) as s:
+            deadline = time.monotonic() + 30
+            while "more than 1 MiB" not in s.log_text(settle=0.1):
+                assert time.monotonic() < deadline, s.log_text()
+                time.sleep(0.2)
+            rss = int(next(line.split()[1] for line in open(f"/proc/{s.proc.pid}/status")
+                           if line.startswith("VmHWM:")))
+            # Refused within a few MiB of the cap, not after the whole body.
+            assert web.sent < 256 << 20, web.sent
+            assert rss < 512 * 1024, f"peak RSS {rss} kB"
+            assert get(s, TILE.format("relief"), {"X-API-Key": KEY_A})[0] == 200
+    finally:
+        web.shutdown()
+
+
 def test_owslib_and_gdal_send_keys_in_headers(server, tmp_path):
     wms = WebMapService(f"{server.url}/wms", version="1.3.0", headers={"X-API-Key": KEY_B})
     assert set(wms.contents) == {"relief", "open"}

@@ -14,7 +14,7 @@ import uuid
 import pytest
 import yaml
 
-from conftest import ROOT, free_port, require_tool, s3_bucket, serving
+from conftest import ROOT, free_port, nginx_running, s3_bucket, serving
 from test_cluster import BUCKET, get, leases_left, metric, renders, wait_until
 
 DEPLOY = ROOT / "docs" / "deploy"
@@ -44,7 +44,6 @@ def shared_config(tmp_path, prefix):
 
 
 def test_nginx_example_in_front_of_three_nodes_renders_a_metatile_once(aws_env, tmp_path, tmp_path_factory):
-    nginx = require_tool("nginx")
     prefix = f"deploy-{uuid.uuid4().hex[:8]}"
     config = shared_config(tmp_path, prefix)
     with serving(tmp_path_factory, "--config", str(config)) as n1, \
@@ -57,15 +56,7 @@ def test_nginx_example_in_front_of_three_nodes_renders_a_metatile_once(aws_env, 
         port = free_port()
         assert "listen 80;" in conf
         conf = conf.replace("listen 80;", f"listen 127.0.0.1:{port};")
-        (tmp_path / "logs").mkdir()
-        conf_path = tmp_path / "nginx.conf"
-        conf_path.write_text(conf)
-        base = [nginx, "-p", str(tmp_path), "-c", str(conf_path), "-e", "stderr"]
-        check = subprocess.run([*base, "-t"], capture_output=True, text=True, timeout=30)
-        assert check.returncode == 0, check.stderr
-        proc = subprocess.Popen([*base, "-g", f"daemon off; pid {tmp_path}/nginx.pid;"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
+        with nginx_running(tmp_path, conf):
             class Front:
                 url = f"http://127.0.0.1:{port}"
             wait_until(lambda: _answers(Front), 10, "nginx answering")
@@ -77,9 +68,6 @@ def test_nginx_example_in_front_of_three_nodes_renders_a_metatile_once(aws_env, 
             served = [metric(n, "tessera_tile_requests_total", layer="relief") for n in (n1, n2, n3)]
             assert sum(served) == 160 and min(served) > 0, f"every node served: {served}"
             assert get(Front, "/admin/reload")[0] == 403, "the admin API stays behind nginx"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 def _answers(server):

@@ -24,8 +24,8 @@ pub struct SeedArgs {
     /// Tile format (png, jpg, webp) [default: the layer's first format].
     #[arg(long)]
     format: Option<String>,
-    /// Metatiles rendered at once [default: CPU cores].
-    #[arg(long)]
+    /// Metatiles rendered at once, 1 to 1024 [default: CPU cores].
+    #[arg(long, value_parser = thread_count)]
     threads: Option<usize>,
     /// Render metatiles whose tiles are all stored already.
     #[arg(long)]
@@ -139,12 +139,18 @@ pub fn seed_plan(
     }
 }
 
-/// Parses `--rate`: a positive number of tiles per second.
+/// Parses `--rate`: tiles per second, in the range the jobs API takes.
 fn positive_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!(
-            "{text:?} is not a positive number of tiles per second"
-        )),
-    }
+    let rate = text
+        .parse::<f64>()
+        .map_err(|_| format!("{text:?} is not a number of tiles per second"))?;
+    tessera_server::seed::check_options(None, Some(rate)).map(|()| rate)
+}
+
+/// Parses `--threads`: metatiles at once, in the range the jobs API takes.
+fn thread_count(text: &str) -> Result<usize, String> {
+    let threads = text
+        .parse::<usize>()
+        .map_err(|_| format!("{text:?} is not a number of metatiles"))?;
+    tessera_server::seed::check_options(Some(threads), None).map(|()| threads)
 }

@@ -105,8 +105,56 @@ pub struct RgbaImage {
     data: Vec<u8>,
 }
 
+/// A canvas that cannot be made: larger than [`MAX_CANVAS_PIXELS`], or
+/// more than the allocator gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a {width}x{height} image is larger than can be made (at most {MAX_CANVAS_PIXELS} pixels, memory permitting)"
+)]
+pub struct CanvasTooLarge {
+    /// The width asked for.
+    pub width: u64,
+    /// The height asked for.
+    pub height: u64,
+}
+
+/// Most pixels of a canvas sized from outside input (an upstream's tile
+/// size, a stitched range): 256 Mpixel, 1 GiB of RGBA. Configured limits
+/// (the WMS size, the metatile) are far below it; it is the last line for
+/// sizes nothing else bounded.
+pub const MAX_CANVAS_PIXELS: u64 = 1 << 28;
+
 impl RgbaImage {
-    /// A fully transparent image.
+    /// A fully transparent image of a size from outside input: the size is
+    /// checked (with no overflow) against [`MAX_CANVAS_PIXELS`] and the
+    /// memory reserved fallibly, so that no input can make the allocation
+    /// abort the process.
+    pub fn try_transparent(width: u64, height: u64) -> Result<Self, CanvasTooLarge> {
+        let too_large = CanvasTooLarge { width, height };
+        let pixels = width.checked_mul(height).ok_or(too_large)?;
+        if pixels > MAX_CANVAS_PIXELS {
+            return Err(too_large);
+        }
+        let (Ok(w), Ok(h), Ok(len)) = (
+            u32::try_from(width),
+            u32::try_from(height),
+            usize::try_from(pixels * 4),
+        ) else {
+            return Err(too_large);
+        };
+        let mut data = Vec::new();
+        data.try_reserve_exact(len).map_err(|_| too_large)?;
+        data.resize(len, 0);
+        Ok(Self {
+            width: w,
+            height: h,
+            data,
+        })
+    }
+
+    /// A fully transparent image, of a size the program bounded (a tile, a
+    /// metatile, a map within the configured limits); a size from outside
+    /// input goes through [`RgbaImage::try_transparent`].
     pub fn transparent(width: u32, height: u32) -> Self {
         Self {
             width,

@@ -15,7 +15,7 @@ pub mod expression;
 mod plain_png;
 mod style;
 
-pub use buffer::{BandData, ImageView, Raster, RgbaImage};
+pub use buffer::{BandData, CanvasTooLarge, ImageView, MAX_CANVAS_PIXELS, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
 pub use decode::{DecodeError, declared_size, decode};
 pub use encode::{EncodeError, EncodeOptions, PngCompression, encode};

@@ -501,8 +501,7 @@ impl TilePlan {
     /// tiles come one after the other); with a shard, its run of the plan in
     /// curve order.
     pub fn metatiles(&self) -> Box<dyn Iterator<Item = Metatile> + Send + '_> {
-        let mut seen = std::collections::HashSet::new();
-        let all = self.metatiles_of_ranges().filter(move |m| seen.insert(*m));
+        let all = self.metatiles_of_ranges();
         let Some(Shard { index, count }) = self.shard else {
             return Box::new(all);
         };
@@ -541,20 +540,35 @@ impl TilePlan {
             .expect("a plan is only made for a cached layer")
     }
 
+    /// The metatiles of every range, each once: a metatile that an
+    /// earlier range of its zoom also reaches is left to that range (found
+    /// by looking at the earlier ranges that can reach it, not by
+    /// remembering every metatile: a whole-world plan to z24 holds 2^44 of
+    /// them). [`TilePlan::new`] makes one range a zoom, or one-row spans
+    /// top row first: the earlier ranges that can share a metatile with a
+    /// range are the ones just before it ([`earlier_run`]).
     fn metatiles_of_ranges(&self) -> impl Iterator<Item = Metatile> + Send + '_ {
         let spec = self.metatile_spec();
         let tms = &self.grid.tms;
-        self.ranges.iter().flat_map(move |r| {
+        let blocks = self.metatile_blocks();
+        self.ranges.iter().enumerate().flat_map(move |(i, r)| {
             let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
             let (mx0, mx1) = (r.min_x / cols, r.max_x / cols);
             let (my0, my1) = (r.min_y / rows, r.max_y / rows);
-            let blocks = (my0 / BLOCK..=my1 / BLOCK)
+            let earlier: std::sync::Arc<[MetatileBlock]> =
+                blocks[earlier_run(&blocks, i)..i].into();
+            let z = r.z;
+            let curve_blocks = (my0 / BLOCK..=my1 / BLOCK)
                 .flat_map(move |by| (mx0 / BLOCK..=mx1 / BLOCK).map(move |bx| (bx, by)));
-            blocks.flat_map(move |(bx, by)| {
+            curve_blocks.flat_map(move |(bx, by)| {
+                let earlier = earlier.clone();
                 (0..u64::from(BLOCK * BLOCK)).filter_map(move |d| {
                     let (dx, dy) = Curve::Hilbert.coords(BLOCK_ORDER, d);
                     let (mx, my) = (bx * BLOCK + dx, by * BLOCK + dy);
-                    if !(mx0..=mx1).contains(&mx) || !(my0..=my1).contains(&my) {
+                    if !(mx0..=mx1).contains(&mx)
+                        || !(my0..=my1).contains(&my)
+                        || earlier.iter().any(|b| b.holds(z, mx, my))
+                    {
                         return None;
                     }
                     let first = tms
@@ -594,13 +608,105 @@ impl TilePlan {
         }
     }
 
+    /// Each range's metatiles as a block of metatile columns and rows.
+    fn metatile_blocks(&self) -> Vec<MetatileBlock> {
+        let spec = self.metatile_spec();
+        let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
+        self.ranges
+            .iter()
+            .map(|r| MetatileBlock {
+                z: r.z,
+                x: r.min_x / cols..=r.max_x / cols,
+                y: r.min_y / rows..=r.max_y / rows,
+            })
+            .collect()
+    }
+
     /// Number of metatiles and of tiles they hold.
     pub fn size(&self) -> PlanSize {
-        self.metatiles()
-            .fold(PlanSize::default(), |size, meta| PlanSize {
-                metatiles: size.metatiles + 1,
-                tiles: size.tiles + u64::from(meta.cols() * meta.rows()),
-            })
+        self.size_unless(&std::sync::atomic::AtomicBool::new(false))
+            .unwrap_or_default()
+    }
+
+    /// [`TilePlan::size`], or `None` once `cancel` is set. Counted without
+    /// walking the metatiles when no two ranges of a zoom share one (the
+    /// plans of an extent or a bbox: one range a zoom) and the plan is not
+    /// sharded; walked otherwise, looking at `cancel` as it goes.
+    pub fn size_unless(&self, cancel: &std::sync::atomic::AtomicBool) -> Option<PlanSize> {
+        use std::sync::atomic::Ordering;
+        let blocks = self.metatile_blocks();
+        let disjoint = blocks.iter().enumerate().all(|(i, a)| {
+            blocks[earlier_run(&blocks, i)..i]
+                .iter()
+                .all(|b| !a.meets(b))
+        });
+        if disjoint && self.shard.is_none() {
+            let spec = self.metatile_spec();
+            let (cols, rows) = (spec.cols.max(1), spec.rows.max(1));
+            let tms = &self.grid.tms;
+            let mut size = PlanSize::default();
+            for block in &blocks {
+                let m = tms.matrix(block.z)?;
+                // A metatile at the matrix's edge holds the tiles left.
+                let span = |metatiles: &std::ops::RangeInclusive<u32>, side: u32, matrix: u32| {
+                    let first = u64::from(*metatiles.start()) * u64::from(side);
+                    let end = ((u64::from(*metatiles.end()) + 1) * u64::from(side))
+                        .min(u64::from(matrix));
+                    end.saturating_sub(first)
+                };
+                let n = |r: &std::ops::RangeInclusive<u32>| u64::from(r.end() - r.start() + 1);
+                size.metatiles += n(&block.x) * n(&block.y);
+                size.tiles += span(&block.x, cols, m.matrix_width)
+                    * span(&block.y, rows, m.matrix_height);
+            }
+            return Some(size);
+        }
+        let mut size = PlanSize::default();
+        for meta in self.metatiles() {
+            if size.metatiles % 4096 == 0 && cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+            size.metatiles += 1;
+            size.tiles += u64::from(meta.cols() * meta.rows());
+        }
+        Some(size)
+    }
+}
+
+/// Where the run of ranges before `blocks[i]` that can share a metatile
+/// with it starts: those of its zoom whose rows reach down to its first
+/// row (ranges of a zoom come top row first).
+fn earlier_run(blocks: &[MetatileBlock], i: usize) -> usize {
+    let block = &blocks[i];
+    let mut start = i;
+    while start > 0
+        && blocks[start - 1].z == block.z
+        && blocks[start - 1].y.end() >= block.y.start()
+    {
+        start -= 1;
+    }
+    start
+}
+
+/// The metatiles of one range: a zoom, and the metatile columns and rows.
+#[derive(Debug, Clone)]
+struct MetatileBlock {
+    z: u8,
+    x: std::ops::RangeInclusive<u32>,
+    y: std::ops::RangeInclusive<u32>,
+}
+
+impl MetatileBlock {
+    fn holds(&self, z: u8, mx: u32, my: u32) -> bool {
+        self.z == z && self.x.contains(&mx) && self.y.contains(&my)
+    }
+
+    fn meets(&self, other: &MetatileBlock) -> bool {
+        self.z == other.z
+            && self.x.start() <= other.x.end()
+            && other.x.start() <= self.x.end()
+            && self.y.start() <= other.y.end()
+            && other.y.start() <= self.y.end()
     }
 }
 

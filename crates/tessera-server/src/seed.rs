@@ -53,6 +53,34 @@ pub struct SeedOptions {
     pub skip: HashSet<u64>,
 }
 
+/// Most metatiles a seed renders at once (`--threads`, a job's `threads`).
+pub const MAX_CONCURRENCY: usize = 1024;
+
+/// Slowest seed rate, in tiles per second (one a day; `--rate`, a job's
+/// `rate`).
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+
+/// Checks a seed's concurrency and rate as the CLI and the jobs API take
+/// them: threads from 1 to [`MAX_CONCURRENCY`], a rate of at least
+/// [`MIN_RATE`] tiles per second (finite). The message names the value.
+pub fn check_options(threads: Option<usize>, rate: Option<f64>) -> Result<(), String> {
+    if let Some(threads) = threads
+        && !(1..=MAX_CONCURRENCY).contains(&threads)
+    {
+        return Err(format!(
+            "`threads` {threads}: from 1 to {MAX_CONCURRENCY} metatiles at once"
+        ));
+    }
+    if let Some(rate) = rate
+        && !(rate.is_finite() && rate >= MIN_RATE)
+    {
+        return Err(format!(
+            "`rate` {rate}: a number of tiles per second, at least {MIN_RATE:e} (one a day)"
+        ));
+    }
+    Ok(())
+}
+
 impl SeedOptions {
     /// `concurrency` metatiles at once, nothing else set.
     pub fn with_concurrency(concurrency: usize) -> SeedOptions {
@@ -104,12 +132,15 @@ pub async fn run(
     cancel: &AtomicBool,
     mut progress: impl FnMut(&SeedStats, &[u64]),
 ) -> SeedEnd {
-    let (concurrency, force) = (options.concurrency.max(1), options.force);
+    let (concurrency, force) = (
+        options.concurrency.clamp(1, MAX_CONCURRENCY),
+        options.force,
+    );
     let pace = |tiles: u64| {
         options
             .rate
             .filter(|r| *r > 0.0)
-            .map(|r| Duration::from_secs_f64(tiles as f64 / r))
+            .map(|r| Duration::try_from_secs_f64(tiles as f64 / r).unwrap_or(Duration::MAX))
     };
     let mut next_dispatch = Instant::now();
     let workers = Arc::new(Semaphore::new(concurrency));

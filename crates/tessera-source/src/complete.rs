@@ -6,7 +6,7 @@
 //! markers up to the scan and the end-of-image marker, the RIFF length of a
 //! WebP, the protobuf of an MVT) without decoding pixels.
 
-use std::io::Read;
+
 
 use geozero::mvt::{Message, Tile};
 use tessera_grid::TileFormat;
@@ -158,15 +158,12 @@ pub fn mvt_layer_features(bytes: &[u8]) -> Result<Vec<(String, usize)>, Incomple
     let bad = |r: String| incomplete("MVT", r);
     let unpacked;
     let raw = if bytes.starts_with(&[0x1F, 0x8B]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(bytes)
-            .take(MOST_MVT_BYTES + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| bad(format!("the gzip stream is damaged: {e}")))?;
-        if out.len() as u64 > MOST_MVT_BYTES {
-            return Err(bad(format!("more than {MOST_MVT_BYTES} bytes unpacked")));
-        }
-        unpacked = out;
+        unpacked = crate::inflate::gunzip_capped(bytes, MOST_MVT_BYTES).map_err(|e| match e {
+            crate::inflate::InflateError::TooLarge { .. } => {
+                bad(format!("more than {MOST_MVT_BYTES} bytes unpacked"))
+            }
+            damaged @ crate::inflate::InflateError::Damaged(_) => bad(damaged.to_string()),
+        })?;
         unpacked.as_slice()
     } else {
         bytes

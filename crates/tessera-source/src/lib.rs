@@ -16,6 +16,8 @@ mod egress;
 mod error;
 mod features;
 mod gdal;
+pub mod inflate;
+pub mod local_file;
 mod location;
 mod mosaic;
 mod settings;

@@ -428,6 +428,10 @@ fn group<T>(
 ) -> Result<BTreeMap<Values, Vec<T>>, String> {
     let mut groups: BTreeMap<Values, Vec<T>> = BTreeMap::new();
     let mut lacking = 0;
+    // Items whose value is not one (`2024-13-45` for a date): left out
+    // with a warning, so that one odd file name does not stop the layer.
+    let mut unreadable = 0;
+    let mut first_unreadable = None;
     'items: for (raw, item) in items {
         let mut values = Vec::with_capacity(dimensions.len());
         for (d, raw) in dimensions.iter().zip(raw) {
@@ -435,14 +439,26 @@ fn group<T>(
                 lacking += 1;
                 continue 'items;
             };
-            let value = canonical(d.kind, d.name, &raw)
-                .map_err(|e| format!("{what} with {:?} {raw:?}: {e}", d.name))?;
-            values.push((d.name.to_string(), value));
+            match canonical(d.kind, d.name, &raw) {
+                Ok(value) => values.push((d.name.to_string(), value)),
+                Err(e) => {
+                    unreadable += 1;
+                    first_unreadable
+                        .get_or_insert_with(|| format!("{what} with {:?} {raw:?}: {e}", d.name));
+                    continue 'items;
+                }
+            }
         }
         groups.entry(values).or_default().push(item);
     }
+    if let Some(first) = &first_unreadable {
+        tracing::warn!(layer = %lc.name, unreadable, first = %first, what, "left out: their dimension value is not one");
+    }
     if groups.is_empty() {
-        return Err(format!("no {what} has a value for every dimension"));
+        return Err(match first_unreadable {
+            Some(first) => format!("no {what} has a value for every dimension ({first})"),
+            None => format!("no {what} has a value for every dimension"),
+        });
     }
     if lacking > 0 {
         tracing::warn!(layer = %lc.name, lacking, what, "left out: they have no value for some dimension");

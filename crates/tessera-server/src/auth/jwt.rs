@@ -6,7 +6,8 @@
 //! algorithm but the four, an HS256 token when no secret is configured (a
 //! public key is never used as an HMAC secret: the JWKS's symmetric keys
 //! are dropped), an asymmetric token whose key (by `kid`, or the one key of
-//! its type) is not in the JWKS or is of another family.
+//! its type) is not in the JWKS or is of another family, a header naming
+//! critical extensions (`crit`: none is implemented, RFC 7515 4.1.11).
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -15,6 +16,10 @@ use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
 use crate::config::auth::{Grant, JwtConfig};
+
+/// Longest JWKS read from a URL; a longer one is refused as it streams
+/// in, not after it was read.
+const MAX_JWKS_BYTES: usize = 1 << 20;
 
 /// A key of the JWKS: its id, the algorithm it verifies, the key.
 struct PublicKey {
@@ -65,8 +70,11 @@ impl Verifier {
             keys: RwLock::new(Arc::new(Vec::new())),
         };
         if let Some(path) = config.jwks.as_deref().filter(|j| !j.contains("://")) {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("auth.jwt.jwks: cannot read {path}: {e}"))?;
+            let text = tessera_source::local_file::read_regular_text(
+                std::path::Path::new(path),
+                MAX_JWKS_BYTES as u64,
+            )
+            .map_err(|e| format!("auth.jwt.jwks: {e}"))?;
             verifier.install(&text)?;
         }
         Ok(verifier)
@@ -117,10 +125,14 @@ impl Verifier {
         if !response.status().is_success() {
             return Err(format!("{url} answered {}", response.status()));
         }
-        let text = response.text().await.map_err(|e| format!("{url}: {e}"))?;
-        if text.len() > 1 << 20 {
-            return Err(format!("{url}: a JWKS of more than 1 MiB"));
-        }
+        use tessera_source::upstream::client::{CappedReadError, read_capped};
+        let body = read_capped(response, MAX_JWKS_BYTES)
+            .await
+            .map_err(|e| match e {
+                CappedReadError::TooLarge => format!("{url}: a JWKS of more than 1 MiB"),
+                CappedReadError::Transport(e) => format!("{url}: {e}"),
+            })?;
+        let text = String::from_utf8(body).map_err(|_| format!("{url}: a JWKS not in UTF-8"))?;
         self.install(&text)
     }
 
@@ -158,6 +170,15 @@ impl Verifier {
     /// The claims of `token` when it is valid; else why not (for the log).
     pub fn verify(&self, token: &str) -> Result<Claims, String> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| format!("its header: {e}"))?;
+        // RFC 7515, 4.1.11: extensions named critical that the recipient
+        // does not understand make the token invalid; none is understood
+        // here.
+        if let Some(crit) = &header.crit {
+            return Err(format!(
+                "its header names critical extensions this server does not implement: {:?}",
+                crit.iter().take(4).collect::<Vec<_>>()
+            ));
+        }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);

@@ -25,6 +25,9 @@ use axum::http::HeaderMap;
 use crate::config::auth::{AuthConfig, Grant};
 use rate::Bucket;
 
+/// The pixels of one tile: what a render costs per miss of the budget.
+const TILE_PIXELS: u64 = 256 * 256;
+
 /// Most JWT subjects whose rate buckets are kept; past it, the idlest half
 /// is dropped.
 const MAX_SUBJECT_BUCKETS: usize = 10_000;
@@ -107,6 +110,11 @@ pub struct Caller {
     /// The query parameter the credential came in (`key=...`), to carry
     /// on in the links of documents served to this caller.
     pub query_credential: Option<(&'static str, String)>,
+    /// Set once anything was asked about a protected layer for this
+    /// request: the answer depends on who asks (see
+    /// [`Caller::answer_depends_on_caller`]). Shared by the clones of one
+    /// request's caller.
+    consulted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Access {
@@ -190,6 +198,7 @@ impl Access {
                 access: Some(self.clone()),
                 grantee: None,
                 query_credential: None,
+                consulted: Arc::default(),
             });
         };
         let grantee = if is_bearer && credential.split('.').count() == 3 {
@@ -201,6 +210,7 @@ impl Access {
             access: Some(self.clone()),
             grantee: Some(grantee),
             query_credential,
+            consulted: Arc::default(),
         })
     }
 
@@ -268,15 +278,34 @@ fn buckets(rate: &crate::config::auth::RateConfig) -> Arc<Buckets> {
 
 /// The first `key` or `token` parameter of `query`.
 fn credential_parameter(query: &str) -> Option<(&'static str, String)> {
-    url::form_urlencoded::parse(query.as_bytes()).find_map(|(k, v)| {
-        if k.eq_ignore_ascii_case("key") {
-            Some(("key", v.into_owned()))
-        } else if k.eq_ignore_ascii_case("token") {
-            Some(("token", v.into_owned()))
-        } else {
-            None
-        }
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = credential_name(name)?;
+        let value: String = url::form_urlencoded::parse(format!("v={value}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
+        Some((name, value))
     })
+}
+
+/// `key` or `token` when `raw` (a query parameter's name as it stands in
+/// the URL, percent-encoded or not, in any case) names a credential. The
+/// one test of what a credential parameter is: the caller is identified
+/// and the access log redacts by it, so that a name like `%6bey` is either
+/// both read and hidden, or neither.
+pub fn credential_name(raw: &str) -> Option<&'static str> {
+    let decoded: String = url::form_urlencoded::parse(raw.as_bytes())
+        .next()
+        .map(|(name, _)| name.into_owned())
+        .unwrap_or_default();
+    if decoded.eq_ignore_ascii_case("key") {
+        Some("key")
+    } else if decoded.eq_ignore_ascii_case("token") {
+        Some("token")
+    } else {
+        None
+    }
 }
 
 impl Caller {
@@ -298,6 +327,8 @@ impl Caller {
         if access.is_public(layer) {
             return Ok(());
         }
+        self.consulted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         match &self.grantee {
             None => Err(Refusal::Unauthenticated(format!(
                 "layer {layer:?} needs a credential: an API key (X-API-Key, or ?key=) or a token (Authorization: Bearer)"
@@ -326,7 +357,22 @@ impl Caller {
     /// Whether `layer` is protected (not public where access is
     /// controlled): its answers are `Cache-Control: private`.
     pub fn protects(&self, layer: &str) -> bool {
-        self.access.as_ref().is_some_and(|a| !a.is_public(layer))
+        let protected = self.access.as_ref().is_some_and(|a| !a.is_public(layer));
+        if protected {
+            self.consulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        protected
+    }
+
+    /// Whether the answer to this request depends on who asks: something
+    /// was asked about a protected layer while making it (a grant
+    /// checked, a layer listed or left out of a document). Such an answer
+    /// is never kept by a shared cache ([`crate::http::guard`] marks it
+    /// `private` and `Vary: Authorization, X-API-Key`), whether it was
+    /// served, refused or filtered.
+    pub fn answer_depends_on_caller(&self) -> bool {
+        self.consulted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Takes a request from the caller's rate; 429 when it is past it.
@@ -358,6 +404,26 @@ impl Caller {
             Some(misses) => misses.take().map_err(Refusal::RateLimited),
             None => Ok(()),
         }
+    }
+
+    /// Takes a render of `pixels` pixels that no cache answers (a WMS
+    /// GetMap, an OGC API map or dataset tile) from the caller's miss
+    /// budget: one miss per tile's worth of pixels (256 x 256), rounded
+    /// up; 429 when the budget is spent. A render heavier than what is
+    /// left is served once the budget holds a miss, and paid for by the
+    /// waits after it.
+    pub fn admit_render(&self, pixels: u64) -> Result<(), Refusal> {
+        let Some(misses) = self
+            .grantee
+            .as_ref()
+            .and_then(|g| g.bucket.as_ref())
+            .and_then(|b| b.1.as_ref())
+        else {
+            return Ok(());
+        };
+        #[allow(clippy::cast_precision_loss, reason = "a count of tiles")]
+        let tiles = pixels.div_ceil(TILE_PIXELS) as f64;
+        misses.take_weighted(tiles).map_err(Refusal::RateLimited)
     }
 
     /// The caller's id for logs (`-` when anonymous).
@@ -456,6 +522,12 @@ mod tests {
             .unwrap();
         assert_eq!(query.id(), "partner-a");
         assert_eq!(query.link_query(), "key=secret-a");
+        for encoded in ["%6bey=secret-a", "k%65y=secret-a", "%4B%45%59=secret-a"] {
+            let caller = a.identify(&HeaderMap::new(), Some(encoded)).unwrap();
+            assert_eq!(caller.id(), "partner-a", "{encoded}");
+        }
+        assert_eq!(credential_name("t%6fken"), Some("token"));
+        assert_eq!(credential_name("keys"), None);
         assert!(matches!(
             a.identify(&headers(&[("x-api-key", "secret-b")]), None),
             Err(Refusal::Unauthenticated(_))

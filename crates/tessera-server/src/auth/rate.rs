@@ -5,6 +5,10 @@ use std::time::{Duration, Instant};
 
 use crate::config::auth::RateConfig;
 
+/// The longest wait a refusal names (a day): `Retry-After` stays a number
+/// clients can act on.
+const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
 /// A token bucket: refilled at `per_second`, holding at most `burst`.
 #[derive(Debug)]
 pub struct Bucket {
@@ -39,21 +43,33 @@ impl Bucket {
 
     /// Takes a token; when none is left, how long until one is.
     pub fn take(&self) -> Result<(), Duration> {
-        self.take_at(Instant::now())
+        self.take_at(Instant::now(), 1.0)
     }
 
-    fn take_at(&self, now: Instant) -> Result<(), Duration> {
+    /// Takes `weight` tokens (a render of many tiles' pixels) once at
+    /// least one is there, leaving the bucket in debt when it held fewer:
+    /// the caller waits that much longer for the next. A weight above the
+    /// burst is thus served once, then paid for, never refused for ever.
+    pub fn take_weighted(&self, weight: f64) -> Result<(), Duration> {
+        self.take_at(Instant::now(), weight.max(1.0))
+    }
+
+    fn take_at(&self, now: Instant, weight: f64) -> Result<(), Duration> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (tokens, then) = *state;
         let refilled = (tokens
             + now.saturating_duration_since(then).as_secs_f64() * self.per_second)
             .min(self.burst);
         if refilled >= 1.0 {
-            *state = (refilled - 1.0, now);
+            *state = (refilled - weight, now);
             Ok(())
         } else {
             *state = (refilled, now);
-            Err(Duration::from_secs_f64((1.0 - refilled) / self.per_second))
+            // Whatever the rate, a wait that is a Duration (no panic on a
+            // rate configured past the checked range).
+            Err(Duration::try_from_secs_f64((1.0 - refilled) / self.per_second)
+                .unwrap_or(MAX_WAIT)
+                .min(MAX_WAIT))
         }
     }
 }
@@ -72,19 +88,38 @@ mod tests {
         });
         let start = Instant::now();
         for _ in 0..3 {
-            assert!(bucket.take_at(start).is_ok());
+            assert!(bucket.take_at(start, 1.0).is_ok());
         }
-        let wait = bucket.take_at(start).unwrap_err();
+        let wait = bucket.take_at(start, 1.0).unwrap_err();
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
         // A tenth of a second later, one more token; never more than the
         // burst however long the bucket rests.
-        assert!(bucket.take_at(start + Duration::from_millis(100)).is_ok());
-        assert!(bucket.take_at(start + Duration::from_millis(100)).is_err());
+        assert!(bucket.take_at(start + Duration::from_millis(100), 1.0).is_ok());
+        assert!(bucket.take_at(start + Duration::from_millis(100), 1.0).is_err());
         let later = start + Duration::from_mins(1);
         for _ in 0..3 {
-            assert!(bucket.take_at(later).is_ok());
+            assert!(bucket.take_at(later, 1.0).is_ok());
         }
-        assert!(bucket.take_at(later).is_err());
+        assert!(bucket.take_at(later, 1.0).is_err());
+    }
+
+    #[test]
+    fn a_rate_far_below_one_a_day_waits_a_day_without_panicking() {
+        let bucket = Bucket::of(1e-300, Some(1));
+        let start = Instant::now();
+        assert!(bucket.take_at(start, 1.0).is_ok());
+        assert_eq!(bucket.take_at(start, 1.0), Err(MAX_WAIT));
+    }
+
+    #[test]
+    fn a_heavy_take_is_served_then_paid_for() {
+        let bucket = Bucket::of(10.0, Some(10));
+        let start = Instant::now();
+        // 64 tiles' worth with 10 in the bucket: served, 54 owed.
+        assert!(bucket.take_at(start, 64.0).is_ok());
+        let wait = bucket.take_at(start, 1.0).unwrap_err();
+        assert!((wait.as_secs_f64() - 5.5).abs() < 1e-9, "{wait:?}");
+        assert!(bucket.take_at(start + Duration::from_millis(5500), 1.0).is_ok());
     }
 
     #[test]

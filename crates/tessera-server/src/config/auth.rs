@@ -197,14 +197,8 @@ impl AuthConfig {
             if jwt.secret.as_ref().is_some_and(|s| s.len() < 32) {
                 return Err("auth.jwt.secret must be at least 32 bytes".into());
             }
-            if let Some(url) = jwt.jwks.as_deref().filter(|j| j.contains("://"))
-                && !url.starts_with("https://")
-                && !url.starts_with("http://127.0.0.1")
-                && !url.starts_with("http://localhost")
-            {
-                return Err(format!(
-                    "auth.jwt.jwks {url:?}: keys are read over https (or from a local file)"
-                ));
+            if let Some(url) = jwt.jwks.as_deref().filter(|j| j.contains("://")) {
+                check_jwks_url(url)?;
             }
             if jwt.issuer.is_empty() || jwt.audience.is_empty() {
                 return Err("auth.jwt: issuer and audience may not be empty".into());
@@ -223,11 +217,47 @@ impl AuthConfig {
     }
 }
 
+/// A JWKS URL keys may be read from: `https://` anywhere, or `http://` to
+/// this machine only (a loopback address, or the host `localhost`
+/// exactly), never with user information. Parsed, not compared as a
+/// string: `http://127.0.0.1.example.test/` and `http://localhost@host/`
+/// name other machines.
+fn check_jwks_url(text: &str) -> Result<(), String> {
+    let refused = |why: &str| Err(format!("auth.jwt.jwks {text:?}: {why}"));
+    let Ok(url) = url::Url::parse(text) else {
+        return refused("not a URL");
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return refused("a URL with user information is not accepted");
+    }
+    match url.scheme() {
+        "https" if url.host().is_some() => Ok(()),
+        "http" => match url.host() {
+            Some(url::Host::Domain(host)) if host.eq_ignore_ascii_case("localhost") => Ok(()),
+            Some(url::Host::Ipv4(ip)) if ip.is_loopback() => Ok(()),
+            Some(url::Host::Ipv6(ip)) if ip.is_loopback() => Ok(()),
+            _ => refused(
+                "keys are read over https; http only from this machine (127.0.0.1, [::1] or localhost)",
+            ),
+        },
+        _ => refused("keys are read over https (or from a local file)"),
+    }
+}
+
+/// Slowest rate a bucket may be given: one a day.
+const MIN_RATE: f64 = 1.0 / 86_400.0;
+
+/// Fastest rate a bucket may be given.
+const MAX_RATE: f64 = 1e6;
+
 impl RateConfig {
     fn check(&self) -> Result<(), String> {
-        let positive = |v: f64| v.is_finite() && v > 0.0;
-        if !positive(self.per_second) || self.misses_per_second.is_some_and(|m| !positive(m)) {
-            return Err("per_second and misses_per_second must be above 0".into());
+        // From one a day to a million a second: outside it, a typo.
+        let in_range = |v: f64| (MIN_RATE..=MAX_RATE).contains(&v);
+        if !in_range(self.per_second) || self.misses_per_second.is_some_and(|m| !in_range(m)) {
+            return Err(format!(
+                "per_second and misses_per_second must be between {MIN_RATE:e} (one a day) and {MAX_RATE:e}"
+            ));
         }
         if self.burst == Some(0) || self.miss_burst == Some(0) {
             return Err("burst and miss_burst must be at least 1".into());
@@ -236,5 +266,37 @@ impl RateConfig {
             return Err("miss_burst needs misses_per_second".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_jwks_url;
+
+    #[test]
+    fn a_jwks_url_is_https_or_this_machine_by_its_parsed_host() {
+        for good in [
+            "https://id.example.test/.well-known/jwks.json",
+            "http://127.0.0.1:8080/jwks",
+            "http://127.9.9.9/jwks",
+            "http://localhost/jwks",
+            "http://LOCALHOST:9/jwks",
+            "http://[::1]:9/jwks",
+        ] {
+            assert_eq!(check_jwks_url(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "http://127.0.0.1.nip.io/",
+            "http://localhost.attacker.test/",
+            "http://127.0.0.1@attacker.test/",
+            "http://localhost:80@attacker.test/",
+            "https://user:pw@id.example.test/",
+            "http://id.example.test/",
+            "ftp://localhost/jwks",
+            "http://10.0.0.1/jwks",
+        ] {
+            let err = check_jwks_url(bad).expect_err(bad);
+            assert!(err.contains(bad), "{err}");
+        }
     }
 }

@@ -83,8 +83,12 @@ impl LayerStyle {
         let SourceSpec::Vector(v) = source else {
             return Err("a MapLibre style is drawn by vector sources (type: vector) only".into());
         };
-        let text = std::fs::read_to_string(&m.maplibre)
-            .map_err(|e| format!("cannot read the MapLibre style {}: {e}", m.maplibre))?;
+        // A style document is small; 64 MiB is far past any real one.
+        let text = tessera_source::local_file::read_regular_text(
+            std::path::Path::new(&m.maplibre),
+            64 << 20,
+        )
+        .map_err(|e| format!("the MapLibre style: {e}"))?;
         let document: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| format!("the MapLibre style {} is not JSON: {e}", m.maplibre))?;
         v.maplibre = Some(MapLibreSpec {

@@ -226,8 +226,7 @@ fn redact_credentials(target: &str) -> std::borrow::Cow<'_, str> {
         return target.into();
     };
     let secret = |pair: &str| {
-        let name = pair.split('=').next().unwrap_or_default();
-        name.eq_ignore_ascii_case("key") || name.eq_ignore_ascii_case("token")
+        crate::auth::credential_name(pair.split('=').next().unwrap_or_default()).is_some()
     };
     if !query.split('&').any(secret) {
         return target.into();
@@ -341,6 +340,10 @@ mod tests {
         assert_eq!(
             redact_credentials("/t/1/2/3.png?TOKEN=a.b.c"),
             "/t/1/2/3.png?TOKEN=***"
+        );
+        assert_eq!(
+            redact_credentials("/t?%6bey=s3cret&k%65y=s3cret&t%6Fken=a.b.c"),
+            "/t?%6bey=***&k%65y=***&t%6Fken=***"
         );
         assert_eq!(redact_credentials("/t?keys=1"), "/t?keys=1");
         assert_eq!(redact_credentials("/t"), "/t");

@@ -1,7 +1,9 @@
 //! Archives replaced while served: every few seconds (the shortest
 //! `check_secs` of the archive sources), each layer whose source is a tile
 //! archive is asked for the archive's version now; one that differs from
-//! the version it was opened at reloads the configuration. The reload
+//! the version it was opened at, and that has held for the archive's
+//! `settle_secs` (an ETag that changes at every look is no new version),
+//! reloads the configuration. The reload
 //! opens the new archive and gives the layer a new fingerprint, so that
 //! tiles cached from the old archive are never served again (its reads
 //! already notice the new archive on their own; its cached tiles and its
@@ -9,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tessera_source::SourceSpec;
 
@@ -23,6 +25,8 @@ use crate::model::Layer;
 pub async fn watch_archives(live: Arc<Live>) {
     // Versions whose reload failed, by layer: logged once.
     let mut refused: HashMap<String, Option<String>> = HashMap::new();
+    // New versions not yet held for their `settle_secs`, by layer.
+    let mut pending = Pending::default();
     loop {
         let service = live.current();
         let Some(secs) = check_interval(&service.config) else {
@@ -37,6 +41,8 @@ pub async fn watch_archives(live: Arc<Live>) {
         let Ok(replaced) = tokio::task::spawn_blocking(move || replaced(&layers)).await else {
             continue;
         };
+        let settle = settle_times(&live.current().config);
+        let replaced = pending.settled(replaced, &settle, Instant::now());
         let fresh: Vec<(String, Option<String>)> = replaced
             .into_iter()
             .filter(|(layer, version)| refused.get(layer) != Some(version))
@@ -78,6 +84,57 @@ fn check_interval(config: &crate::config::Config) -> Option<f64> {
         .reduce(f64::min)
 }
 
+/// The `settle_secs` of each layer whose source is an archive.
+fn settle_times(config: &crate::config::Config) -> HashMap<String, Duration> {
+    config
+        .layers
+        .iter()
+        .filter_map(|l| match &l.source {
+            SourceSpec::Archive(_, spec) => Some((
+                l.name.clone(),
+                Duration::try_from_secs_f64(spec.settle_secs).unwrap_or(Duration::MAX),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// New archive versions waiting to hold: each layer's version as first
+/// seen, and when.
+#[derive(Debug, Default)]
+struct Pending(HashMap<String, (Option<String>, Instant)>);
+
+impl Pending {
+    /// Of `replaced` (layers whose archive's version now differs from the
+    /// one served), those whose version now is the one seen at least
+    /// `settle` (the layer's) before `now`; a version seen for the first
+    /// time starts waiting, a layer no longer replaced stops.
+    fn settled(
+        &mut self,
+        replaced: Vec<(String, Option<String>)>,
+        settle: &HashMap<String, Duration>,
+        now: Instant,
+    ) -> Vec<(String, Option<String>)> {
+        self.0
+            .retain(|layer, _| replaced.iter().any(|(l, _)| l == layer));
+        replaced
+            .into_iter()
+            .filter(|(layer, version)| {
+                let wait = settle.get(layer).copied().unwrap_or(Duration::ZERO);
+                match self.0.get(layer) {
+                    Some((seen, since)) if seen == version => {
+                        now.saturating_duration_since(*since) >= wait
+                    }
+                    _ => {
+                        self.0.insert(layer.clone(), (version.clone(), now));
+                        wait.is_zero()
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
 /// The layers among `layers` whose archive's version now differs from the
 /// one it was opened at, with the version now. An archive that cannot be
 /// looked at now is not taken as replaced (its reads fail on their own).
@@ -100,4 +157,31 @@ fn replaced(layers: &[Arc<Layer>]) -> Vec<(String, Option<String>)> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_reloads_once_it_held_and_one_that_keeps_changing_never() {
+        let settle = HashMap::from([("a".to_string(), Duration::from_secs(10))]);
+        let mut pending = Pending::default();
+        let t0 = Instant::now();
+        let seen = |v: &str| vec![("a".to_string(), Some(v.to_string()))];
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Changing at every look: never held.
+        for (i, s) in [0, 4, 8, 12, 16, 20].iter().enumerate() {
+            assert!(pending.settled(seen(&format!("v{i}")), &settle, at(*s)).is_empty());
+        }
+        // Held from 24 s: taken at 34 s, not before.
+        assert!(pending.settled(seen("w"), &settle, at(24)).is_empty());
+        assert!(pending.settled(seen("w"), &settle, at(30)).is_empty());
+        assert_eq!(pending.settled(seen("w"), &settle, at(34)), seen("w"));
+        // Back to the version served: nothing waits any more.
+        assert!(pending.settled(Vec::new(), &settle, at(40)).is_empty());
+        assert!(pending.0.is_empty());
+        // No settle time: at once.
+        assert_eq!(pending.settled(seen("x"), &HashMap::new(), at(50)), seen("x"));
+    }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -59,12 +60,59 @@ pub async fn identify(State(guard): State<Guard>, mut request: Request, next: Ne
     }
     request.extensions_mut().insert(caller.clone());
     let mut response = next.run(request).await;
+    if caller.answer_depends_on_caller() {
+        keep_from_shared_caches(response.headers_mut());
+    }
     count(&guard.metrics, &caller, &response);
     response
         .extensions_mut()
         .insert(CallerId(caller.id().to_string()));
     response
 }
+
+/// Marks an answer that depends on its caller (a protected layer's data,
+/// a refusal, a document filtered for the caller) so that no shared cache
+/// (a CDN, nginx's `proxy_cache`) keeps it for another caller: a
+/// `Cache-Control` it has turns `public` into `private` (a tile keeps its
+/// `max-age` for the caller's own cache); one without becomes `private,
+/// no-store`; `Vary` gains `Authorization, X-API-Key`. Idempotent.
+pub fn keep_from_shared_caches(headers: &mut HeaderMap) {
+    let control = match headers
+        .get(header::CACHE_CONTROL)
+        .and_then(|v| v.to_str().ok())
+    {
+        None => Some(HeaderValue::from_static("private, no-store")),
+        Some(v) if v.split(',').any(|d| d.trim() == "private") => None,
+        Some(v) => {
+            let directives: Vec<&str> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty() && *d != "public")
+                .collect();
+            let value = if directives.is_empty() {
+                "private".to_string()
+            } else {
+                format!("private, {}", directives.join(", "))
+            };
+            HeaderValue::from_str(&value).ok()
+        }
+    };
+    if let Some(control) = control {
+        headers.insert(header::CACHE_CONTROL, control);
+    }
+    let varies = headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|name| name.trim().eq_ignore_ascii_case("authorization"));
+    if !varies {
+        headers.append(header::VARY, CALLER_HEADERS);
+    }
+}
+
+/// The request headers a caller-dependent answer varies on.
+const CALLER_HEADERS: HeaderValue = HeaderValue::from_static("Authorization, X-API-Key");
 
 /// Counts `response` under its caller: a tile hit or miss, a refusal by
 /// the handler, or another answer.

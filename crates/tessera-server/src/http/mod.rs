@@ -434,14 +434,23 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
-/// A stored vector tile unpacked, for clients that do not take gzip.
+/// A stored vector tile unpacked, for clients that do not take gzip; one
+/// that unpacks past [`tessera_source::complete::MOST_MVT_BYTES`] is a 406
+/// (it is served packed only), never a body of any size.
 fn gunzip(packed: &[u8]) -> Result<Bytes, ApiError> {
-    use std::io::Read;
-    let mut out = Vec::with_capacity(packed.len() * 3);
-    flate2::read::GzDecoder::new(packed)
-        .read_to_end(&mut out)
-        .map_err(|e| ApiError::internal(&e))?;
-    Ok(Bytes::from(out))
+    use tessera_source::complete::MOST_MVT_BYTES;
+    use tessera_source::inflate::{InflateError, gunzip_capped};
+    match gunzip_capped(packed, MOST_MVT_BYTES) {
+        Ok(out) => Ok(Bytes::from(out)),
+        Err(InflateError::TooLarge { cap }) => Err(ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "NotAcceptable",
+            format!(
+                "this vector tile unpacks to more than {cap} bytes; ask for it with Accept-Encoding: gzip"
+            ),
+        )),
+        Err(e @ InflateError::Damaged(_)) => Err(ApiError::internal(&e)),
+    }
 }
 
 /// An encoded image as a response.
@@ -560,9 +569,11 @@ fn tile_response(
     if let Some(v) = last_modified.and_then(|m| header_value(format_args!("{m}"))) {
         headers.insert(header::LAST_MODIFIED, v);
     }
-    let scope = if private { "private" } else { "public" };
-    if let Some(v) = header_value(format_args!("{scope}, max-age={}", tile.layer.max_age_secs)) {
+    if let Some(v) = header_value(format_args!("public, max-age={}", tile.layer.max_age_secs)) {
         headers.insert(header::CACHE_CONTROL, v);
+    }
+    if private {
+        guard::keep_from_shared_caches(headers);
     }
     headers.insert(
         "x-cache",

@@ -289,8 +289,25 @@ impl Jobs {
         node: &str,
     ) {
         let (tiles, node, threads) = (tiles.clone(), node.to_string(), self.threads);
+        let running = job.clone();
+        let work = tokio::spawn(async move {
+            run(&running, plans, done, &tiles, &node, threads).await
+        });
         tokio::spawn(async move {
-            let (state, error) = run(&job, plans, done, &tiles, &node, threads).await;
+            // A job that panics ends `failed` with the reason, never
+            // `running` for ever (resumed, to panic again, at the next
+            // start).
+            let (state, error) = match work.await {
+                Ok(ended) => ended,
+                Err(e) => {
+                    let reason = panic_reason(e);
+                    tracing::error!(job = %job.id, reason, "a job stopped on an internal error");
+                    (
+                        JobState::Failed,
+                        Some(format!("stopped on an internal error: {reason}")),
+                    )
+                }
+            };
             job.finish(state, error);
         });
     }
@@ -365,6 +382,20 @@ impl Job {
     }
 }
 
+/// What a task that did not finish says: its panic's message, or that it
+/// was cancelled.
+fn panic_reason(e: tokio::task::JoinError) -> String {
+    if !e.is_panic() {
+        return "its task was cancelled".into();
+    }
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
 /// Runs a job's plans one after the other; answers how it ended.
 async fn run(
     job: &Arc<Job>,
@@ -374,14 +405,20 @@ async fn run(
     node: &str,
     threads: usize,
 ) -> (JobState, Option<String>) {
-    // Counting the plan walks every metatile: off the runtime.
+    // Counting a plan may walk its metatiles: off the runtime, and
+    // stopped by a cancel.
     let sized: Vec<TilePlan> = plans.clone();
+    let counting = job.clone();
     let sizes = match tokio::task::spawn_blocking(move || {
-        sized.iter().map(TilePlan::size).collect::<Vec<_>>()
+        sized
+            .iter()
+            .map(|plan| plan.size_unless(&counting.cancel))
+            .collect::<Option<Vec<_>>>()
     })
     .await
     {
-        Ok(s) => s,
+        Ok(Some(s)) => s,
+        Ok(None) => return (JobState::Cancelled, None),
         Err(e) => return (JobState::Failed, Some(format!("cannot plan the job: {e}"))),
     };
     job.tiles_planned

@@ -65,16 +65,7 @@ impl JobSpec {
     /// (each plan's metatiles in their fixed order, which the record of
     /// done metatiles refers to), or why the spec is refused.
     pub fn plans(&self, registry: &Registry) -> Result<Vec<TilePlan>, String> {
-        if self.threads == Some(0) {
-            return Err("`threads` must be at least 1".into());
-        }
-        if let Some(rate) = self.rate
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            return Err(format!(
-                "`rate` must be a positive number of tiles per second, not {rate}"
-            ));
-        }
+        crate::seed::check_options(self.threads, self.rate)?;
         let layer = registry
             .layer(&self.layer)
             .ok_or_else(|| format!("unknown layer {:?}", self.layer))?;

@@ -148,16 +148,11 @@ pub fn draw(
 }
 
 fn gunzip(packed: &[u8]) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
     if !packed.starts_with(&[0x1f, 0x8b]) {
         return Ok(packed.to_vec());
     }
-    let mut out = Vec::with_capacity(packed.len() * 3);
-    flate2::read::GzDecoder::new(packed)
-        .take(64 << 20)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("a vector tile that does not gunzip: {e}"))?;
-    Ok(out)
+    crate::inflate::gunzip_capped(packed, crate::complete::MOST_MVT_BYTES)
+        .map_err(|e| format!("a vector tile that does not gunzip: {e}"))
 }
 
 fn value(v: &Value) -> Attribute {

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use tessera_grid::{BBox, TileCoord, TileFormat};
 
-use super::{ArchiveBytes, TileArchive, format_named, gzipped};
+use super::{
+    ArchiveBytes, MAX_METADATA_BYTES, MAX_TILE_BYTES, TileArchive, format_named, gzipped, quoted,
+};
 use crate::{SourceError, TileMetadata};
 
 /// Connections kept open for reads (more are opened while busy).
@@ -81,18 +83,34 @@ impl Mbtiles {
                 )));
             }
         }
-        let rows: Vec<(String, String)> = conn
-            .prepare("SELECT name, value FROM metadata")
+        // A value past the cap is not read (SQLite knows a value's length
+        // without loading it).
+        let rows: Vec<(String, Option<String>, i64)> = conn
+            .prepare(
+                "SELECT name, CASE WHEN length(CAST(value AS BLOB)) <= ?1 THEN value END, \
+                 length(CAST(value AS BLOB)) FROM metadata",
+            )
             .and_then(|mut s| {
-                s.query_map([], |r| {
+                s.query_map([MAX_METADATA_BYTES as i64], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
-                        r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Option<i64>>(2)?.unwrap_or(0),
                     ))
                 })?
                 .collect::<Result<_, _>>()
             })
             .map_err(|e| fail(format!("its metadata table cannot be read: {e}")))?;
+        if let Some((key, _, len)) = rows.iter().find(|(_, v, _)| v.is_none()).filter(|(_, _, len)| *len > 0) {
+            return Err(fail(format!(
+                "metadata {} holds {len} bytes, more than {MAX_METADATA_BYTES}",
+                quoted(key)
+            )));
+        }
+        let rows: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|(k, v, _)| (k, v.unwrap_or_default()))
+            .collect();
         let meta = |k: &str| {
             rows.iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(k))
@@ -107,7 +125,7 @@ impl Mbtiles {
                 .collect();
             match v {
                 Some(v) if v.len() == n => Ok(Some(v)),
-                _ => Err(fail(format!("metadata {k} {text:?} is not {n} numbers"))),
+                _ => Err(fail(format!("metadata {k} {} is not {n} numbers", quoted(&text)))),
             }
         };
         let zoom = |k: &str| -> Result<Option<u8>, String> {
@@ -116,7 +134,9 @@ impl Mbtiles {
                     t.parse::<u8>()
                         .ok()
                         .filter(|z| *z <= 30)
-                        .ok_or_else(|| fail(format!("metadata {k} {t:?} is not a zoom level")))
+                        .ok_or_else(|| {
+                            fail(format!("metadata {k} {} is not a zoom level", quoted(&t)))
+                        })
                 })
                 .transpose()
         };
@@ -141,10 +161,12 @@ impl Mbtiles {
         }
         let format = match meta("format") {
             Some(f) => format_named(&f)
-                .ok_or_else(|| fail(format!("metadata format {f:?}: png, jpg, webp or pbf")))?,
+                .ok_or_else(|| {
+                    fail(format!("metadata format {}: png, jpg, webp or pbf", quoted(&f)))
+                })?,
             None => {
                 let first: Option<Vec<u8>> = conn
-                    .query_row("SELECT tile_data FROM tiles LIMIT 1", [], |r| r.get(0))
+                    .query_row("SELECT substr(tile_data, 1, 64) FROM tiles LIMIT 1", [], |r| r.get(0))
                     .optional()
                     .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
                 first
@@ -241,8 +263,10 @@ impl TileArchive for Mbtiles {
             .connection()
             .map_err(|e| failed(format!("cannot open it: {e}")))?;
         let found = (|| {
+            // A blob past the cap is not read: its length comes alone.
             let mut stmt = conn.prepare_cached(
-                "SELECT tile_data FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
+                "SELECT length(tile_data), CASE WHEN length(tile_data) <= ?4 THEN tile_data END \
+                 FROM tiles WHERE zoom_level = ?1 AND tile_column = ?2 AND tile_row = ?3",
             )?;
             coords
                 .iter()
@@ -250,8 +274,10 @@ impl TileArchive for Mbtiles {
                     // MBTiles counts rows from the bottom.
                     let rows = 1u64 << c.z();
                     let row = rows - 1 - u64::from(c.y());
-                    stmt.query_row((c.z(), c.x(), row), |r| r.get::<_, Vec<u8>>(0))
-                        .optional()
+                    stmt.query_row((c.z(), c.x(), row, MAX_TILE_BYTES as i64), |r| {
+                        Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?))
+                    })
+                    .optional()
                 })
                 .collect::<Result<Vec<_>, _>>()
         })();
@@ -265,6 +291,15 @@ impl TileArchive for Mbtiles {
         found
             .into_iter()
             .map(|t| {
+                let t = match t {
+                    None | Some((None, _)) => None,
+                    Some((Some(len), None)) if len > 0 => {
+                        return Err(failed(format!(
+                            "a tile of {len} bytes, more than {MAX_TILE_BYTES}"
+                        )));
+                    }
+                    Some((_, b)) => Some(b.unwrap_or_default()),
+                };
                 t.map(|b| {
                     let b = Bytes::from(b);
                     if self.metadata.format == TileFormat::Mvt {
@@ -308,10 +343,17 @@ impl TileArchive for Mbtiles {
 /// Copies the archive in `bytes` to a local file under `dir` (default the
 /// system's temporary directory), named after the archive and its version
 /// (so a copy of the same version is reused), by chunks of
-/// [`COPY_CHUNK`] bytes; returns its path and the version it copied.
+/// [`COPY_CHUNK`] bytes, refusing an archive longer than `max_bytes`;
+/// returns its path and the version it copied.
+///
+/// Nothing is left behind but the one copy: a copy that fails (or passes
+/// the cap) is removed, and once a new version is copied the copies of
+/// the archive's earlier versions are removed (a reader still holding one
+/// open keeps it until it closes it).
 pub fn download(
     bytes: &dyn ArchiveBytes,
     dir: Option<&str>,
+    max_bytes: u64,
 ) -> Result<(PathBuf, Option<String>), String> {
     let name = bytes.name();
     let dir = dir.map_or_else(
@@ -321,24 +363,58 @@ pub fn download(
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let first = futures::executor::block_on(bytes.read(0, COPY_CHUNK))?;
     let version = first.version.clone().unwrap_or_default();
-    let id = crc32fast::hash(format!("{name}\n{version}").as_bytes());
-    let target = dir.join(format!("{id:08x}.mbtiles"));
+    let archive = format!("{:08x}-", crc32fast::hash(name.as_bytes()));
+    let stem = format!("{archive}{:08x}", crc32fast::hash(version.as_bytes()));
+    let target = dir.join(format!("{stem}.mbtiles"));
     if target.is_file() && !version.is_empty() {
         return Ok((target, first_version(&version)));
     }
-    let partial = dir.join(format!("{id:08x}.mbtiles.part"));
-    let mut out = std::fs::File::create(&partial)
+    let partial = dir.join(format!("{stem}.mbtiles.part"));
+    let copied = copy_chunks(bytes, first, &partial, max_bytes).and_then(|len| {
+        std::fs::rename(&partial, &target)
+            .map_err(|e| format!("cannot rename {}: {e}", partial.display()))?;
+        Ok(len)
+    });
+    let len = match copied {
+        Ok(len) => len,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    tracing::info!(archive = %name, copy = %target.display(), bytes = len, "copied the archive to read it");
+    remove_other_copies(&dir, &archive, &target);
+    Ok((target, first_version(&version)))
+}
+
+/// Writes the archive in `bytes`, from its `first` chunk on, to `partial`
+/// and syncs it; its length, or why not (it changed while copied, it is
+/// longer than `max_bytes`, a read or a write failed).
+fn copy_chunks(
+    bytes: &dyn ArchiveBytes,
+    first: super::Ranged,
+    partial: &Path,
+    max_bytes: u64,
+) -> Result<u64, String> {
+    use std::io::Write as _;
+    let name = bytes.name();
+    let version = first.version.clone();
+    let mut out = std::fs::File::create(partial)
         .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
     let mut offset = 0u64;
     let mut chunk = first;
     loop {
-        use std::io::Write as _;
-        if chunk.version != first_version(&version) {
+        if chunk.version != version {
             return Err(format!("{name} changed while it was copied; try again"));
+        }
+        offset += chunk.bytes.len() as u64;
+        if offset > max_bytes {
+            return Err(format!(
+                "{name} is longer than max_copy_bytes ({max_bytes} bytes); raise it to copy it"
+            ));
         }
         out.write_all(&chunk.bytes)
             .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-        offset += chunk.bytes.len() as u64;
         if (chunk.bytes.len() as u64) < COPY_CHUNK {
             break;
         }
@@ -346,10 +422,26 @@ pub fn download(
     }
     out.sync_all()
         .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    std::fs::rename(&partial, &target)
-        .map_err(|e| format!("cannot rename {}: {e}", partial.display()))?;
-    tracing::info!(archive = %name, copy = %target.display(), bytes = offset, "copied the archive to read it");
-    Ok((target, first_version(&version)))
+    Ok(offset)
+}
+
+/// Removes the copies of the archive whose copies are named `archive*`
+/// under `dir`, but `keep`.
+fn remove_other_copies(dir: &Path, archive: &str, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        if path != keep && file_name.starts_with(archive) && file_name.ends_with(".mbtiles") {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!(copy = %path.display(), "removed the copy of an earlier version"),
+                Err(e) => tracing::warn!(copy = %path.display(), error = %e, "cannot remove the copy of an earlier version"),
+            }
+        }
+    }
 }
 
 /// The version a chunk must carry: the first chunk's (none when it had

@@ -37,6 +37,24 @@ fn default_directory_cache_bytes() -> u64 {
     DEFAULT_DIRECTORY_CACHE_BYTES
 }
 
+/// Most bytes of one tile read from an archive (a PMTiles range, an
+/// MBTiles blob): a longer one is refused before it is read.
+pub const MAX_TILE_BYTES: usize = 64 << 20;
+
+/// Most bytes of archive metadata read (an MBTiles value, a PMTiles
+/// metadata section once unpacked): a planet's is some kilobytes.
+pub const MAX_METADATA_BYTES: u64 = 16 << 20;
+
+/// `text` quoted for a message, cut to its first 80 characters (with its
+/// length) when longer: a broken value is named, not repeated.
+fn quoted(text: &str) -> String {
+    const SHOWN: usize = 80;
+    match text.char_indices().nth(SHOWN) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &text[..end], text.len()),
+    }
+}
+
 /// Seconds between looks at whether an archive was replaced.
 pub const DEFAULT_CHECK_SECS: f64 = 5.0;
 
@@ -80,6 +98,28 @@ pub struct ArchiveSpec {
     /// archive notice a replacement at once whatever this is.
     #[serde(default = "default_check_secs")]
     pub check_secs: f64,
+    /// Seconds a new version of the archive must hold (seen the same at
+    /// looks this far apart) before it replaces the one served (default
+    /// 10): an archive whose version changes at every look (an ETag that
+    /// is not a version) reloads nothing.
+    #[serde(default = "default_settle_secs")]
+    pub settle_secs: f64,
+    /// Longest MBTiles archive copied from elsewhere to be read, in bytes
+    /// (default 32 GiB): a longer one is refused, its partial copy
+    /// removed.
+    #[serde(default = "default_max_copy_bytes")]
+    pub max_copy_bytes: u64,
+}
+
+/// Seconds a new archive version must hold by default.
+pub const DEFAULT_SETTLE_SECS: f64 = 10.0;
+
+fn default_settle_secs() -> f64 {
+    DEFAULT_SETTLE_SECS
+}
+
+fn default_max_copy_bytes() -> u64 {
+    32 << 30
 }
 
 /// Which kind of archive.
@@ -181,6 +221,15 @@ pub fn open(
             spec.check_secs
         )));
     }
+    if !(spec.settle_secs.is_finite() && spec.settle_secs >= 0.0) {
+        return Err(open_err(format!(
+            "settle_secs {}: a number of seconds, 0 or more",
+            spec.settle_secs
+        )));
+    }
+    if spec.max_copy_bytes == 0 {
+        return Err(open_err("max_copy_bytes must be at least 1".into()));
+    }
     let bytes: Option<Arc<dyn ArchiveBytes>> = match (spec.place(), object) {
         (_, Some(o)) => Some(o),
         (Place::Http, None) => Some(Arc::new(
@@ -206,8 +255,12 @@ pub fn open(
                 None => (std::path::PathBuf::from(&spec.path), None),
                 Some(b) => {
                     let (copy, version) =
-                        mbtiles::download(b.as_ref(), spec.download_dir.as_deref())
-                            .map_err(open_err)?;
+                        mbtiles::download(
+                            b.as_ref(),
+                            spec.download_dir.as_deref(),
+                            spec.max_copy_bytes,
+                        )
+                        .map_err(open_err)?;
                     (copy, Some((b, version)))
                 }
             };
@@ -281,6 +334,8 @@ mod tests {
             download_dir: None,
             style: Vec::new(),
             check_secs: DEFAULT_CHECK_SECS,
+            settle_secs: DEFAULT_SETTLE_SECS,
+            max_copy_bytes: default_max_copy_bytes(),
         };
         assert_eq!(spec("/data/x.pmtiles").place(), Place::Local);
         assert_eq!(spec("HTTPS://h/x.pmtiles").place(), Place::Http);

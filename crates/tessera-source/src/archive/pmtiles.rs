@@ -20,10 +20,109 @@ use crate::{SourceError, TileMetadata};
 /// The longest read the reader may ask in one piece (a tile or a leaf
 /// directory): a corrupt directory naming gigabytes is refused, not
 /// allocated.
-const MAX_READ_BYTES: usize = 64 << 20;
+const MAX_READ_BYTES: usize = super::MAX_TILE_BYTES;
 
-/// The `pmtiles` crate's view of an archive's bytes.
-struct Backend(Arc<dyn ArchiveBytes>);
+/// Most bytes a directory (the root or a leaf) may unpack to: 8 MiB is 2M
+/// entries at least, some twenty times a planet archive's largest leaf.
+/// The crate unpacks directories itself, without a bound; each one is
+/// unpacked here first, counting, and refused past this.
+pub const MAX_DIRECTORY_BYTES: u64 = 8 << 20;
+
+use super::MAX_METADATA_BYTES;
+
+/// Where the sections whose bytes the crate unpacks lie (from the header),
+/// and whether they are gzip-packed.
+#[derive(Debug, Clone, Copy)]
+struct Sections {
+    root: (u64, u64),
+    metadata: (u64, u64),
+    leaves: (u64, u64),
+    gzip: bool,
+}
+
+impl Sections {
+    /// The sections of a PMTiles v3 header (its first 127 bytes); `None`
+    /// when `bytes` is no such header (the crate says what is wrong).
+    fn of(bytes: &[u8]) -> Option<Sections> {
+        if bytes.len() < 127 || &bytes[..8] != b"PMTiles\x03" {
+            return None;
+        }
+        let u64_at = |at: usize| {
+            u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+        };
+        Some(Sections {
+            root: (u64_at(8), u64_at(16)),
+            metadata: (u64_at(24), u64_at(32)),
+            leaves: (u64_at(40), u64_at(48)),
+            // Internal compression 2 is gzip (1 none; brotli and zstd are
+            // refused by the crate as built).
+            gzip: bytes[97] == 2,
+        })
+    }
+
+    /// The cap of what the read of `length` bytes at `offset` unpacks to,
+    /// when the crate will unpack it (a directory or the metadata).
+    fn cap_of(&self, offset: u64) -> Option<u64> {
+        let within = |(start, len): (u64, u64)| offset >= start && offset < start.saturating_add(len);
+        if !self.gzip {
+            None
+        } else if offset == self.metadata.0 && self.metadata.1 > 0 {
+            Some(MAX_METADATA_BYTES)
+        } else if within(self.leaves) || offset == self.root.0 {
+            Some(MAX_DIRECTORY_BYTES)
+        } else {
+            None
+        }
+    }
+}
+
+/// The `pmtiles` crate's view of an archive's bytes: every read a
+/// directory or the metadata is checked to unpack within its cap before
+/// the crate gets it.
+struct Backend {
+    bytes: Arc<dyn ArchiveBytes>,
+    sections: std::sync::OnceLock<Sections>,
+}
+
+impl Backend {
+    fn new(bytes: Arc<dyn ArchiveBytes>) -> Backend {
+        Backend {
+            bytes,
+            sections: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Refuses `bytes`, read at `offset`, when they are a packed section
+    /// that unpacks past its cap.
+    fn check_unpacked(&self, offset: u64, bytes: &[u8]) -> PmtResult<()> {
+        let refuse = |what: String| Err(PmtError::Reading(io::Error::other(what)));
+        if offset == 0 {
+            let Some(sections) = Sections::of(bytes) else {
+                return Ok(());
+            };
+            let _ = self.sections.set(sections);
+            // The root directory comes within the first read.
+            let (start, len) = sections.root;
+            let root = usize::try_from(start)
+                .ok()
+                .zip(usize::try_from(start.saturating_add(len)).ok())
+                .and_then(|(a, b)| bytes.get(a..b));
+            if let (true, Some(root)) = (sections.gzip, root)
+                && let Err(e) = crate::inflate::gunzipped_len(root, MAX_DIRECTORY_BYTES)
+            {
+                return refuse(format!("the root directory: {e}"));
+            }
+            return Ok(());
+        }
+        let Some(cap) = self.sections.get().and_then(|s| s.cap_of(offset)) else {
+            return Ok(());
+        };
+        match crate::inflate::gunzipped_len(bytes, cap) {
+            Ok(_) => Ok(()),
+            Err(e) => refuse(format!("the section at byte {offset}: {e}")),
+        }
+    }
+}
 
 impl AsyncBackend for Backend {
     async fn read(&self, offset: u64, length: usize) -> PmtResult<BackendResponse> {
@@ -33,10 +132,11 @@ impl AsyncBackend for Backend {
             ))));
         }
         let ranged = self
-            .0
+            .bytes
             .read(offset, length as u64)
             .await
             .map_err(|m| PmtError::Reading(io::Error::other(m)))?;
+        self.check_unpacked(offset, &ranged.bytes)?;
         Ok(match ranged.version {
             Some(v) => BackendResponse::new_with_version(ranged.bytes, v),
             None => BackendResponse::new(ranged.bytes),
@@ -170,7 +270,7 @@ impl Pmtiles {
 
     fn reader(bytes: &Arc<dyn ArchiveBytes>, cache_bytes: u64) -> Result<Reader, String> {
         futures::executor::block_on(Reader::try_from_cached_source(
-            Backend(bytes.clone()),
+            Backend::new(bytes.clone()),
             MokaCache::with_max_bytes(cache_bytes),
         ))
         .map_err(|e| explain(&e))

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tessera_grid::BBox;
 
-/// Catalog files followed at most (a catalog linking to itself, or a huge
-/// tree, stops here with an error).
+/// Distinct catalog files followed at most (a huge tree stops here with an
+/// error; links to a file already followed are not followed again).
 const MAX_FILES: usize = 10_000;
 
 /// Bytes of one STAC file read at most.
@@ -29,12 +29,11 @@ pub(crate) struct Item {
 pub(crate) fn read_items(root: &str, asset: Option<&str>) -> Result<Vec<Item>, String> {
     let mut items = Vec::new();
     let mut queue = vec![PathBuf::from(root)];
-    let mut seen = 0;
+    // Every file queued, by its canonical path: a link back to a file
+    // already queued (a catalog linking to itself or its parent, `./a`
+    // and `a`) is not followed again.
+    let mut queued = std::collections::HashSet::from([canonical(Path::new(root))]);
     while let Some(file) = queue.pop() {
-        seen += 1;
-        if seen > MAX_FILES {
-            return Err(format!("{root}: more than {MAX_FILES} catalog files"));
-        }
         let doc = read_json(&file)?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         match doc.get("type").and_then(Value::as_str) {
@@ -60,7 +59,15 @@ pub(crate) fn read_items(root: &str, asset: Option<&str>) -> Result<Vec<Item>, S
                     if let (Some("item" | "child"), Some(href)) =
                         (rel, link.get("href").and_then(Value::as_str))
                     {
-                        queue.push(PathBuf::from(resolve(&base, href)));
+                        let next = PathBuf::from(resolve(&base, href));
+                        if queued.insert(canonical(&next)) {
+                            if queued.len() > MAX_FILES {
+                                return Err(format!(
+                                    "{root}: more than {MAX_FILES} catalog files"
+                                ));
+                            }
+                            queue.push(next);
+                        }
                     }
                 }
             }
@@ -79,15 +86,8 @@ pub(crate) fn read_items(root: &str, asset: Option<&str>) -> Result<Vec<Item>, S
 }
 
 fn read_json(file: &Path) -> Result<Value, String> {
-    let shown = file.display();
-    let len = std::fs::metadata(file)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?
-        .len();
-    if len > MAX_FILE_BYTES {
-        return Err(format!("{shown} is larger than {MAX_FILE_BYTES} bytes"));
-    }
-    let text = std::fs::read(file).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("{shown} is not JSON: {e}"))
+    let text = crate::local_file::read_regular_file(file, MAX_FILE_BYTES)?;
+    serde_json::from_slice(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))
 }
 
 fn item(feature: &Value, base: &Path, asset: Option<&str>, file: &Path) -> Result<Item, String> {
@@ -134,6 +134,13 @@ fn item(feature: &Value, base: &Path, asset: Option<&str>, file: &Path) -> Resul
             .cloned()
             .unwrap_or_default(),
     })
+}
+
+/// `path` with its links and `.`/`..` resolved, to tell two names of one
+/// file apart; as given when it cannot be (it does not exist: reading it
+/// says so).
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// `href` taken against `base` when it is a relative local path
@@ -228,5 +235,38 @@ mod tests {
         std::fs::write(&f, "{\"type\": \"Polygon\"}").unwrap();
         let e = read_items(f.to_str().unwrap(), None).err().unwrap();
         assert!(e.contains("not a STAC"), "{e}");
+    }
+
+    #[test]
+    fn a_catalog_linking_to_itself_a_thousand_times_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let item = serde_json::json!({
+            "type": "Feature", "id": "a", "bbox": [0, 0, 1, 1], "properties": {},
+            "assets": { "data": { "href": "a.tif" } } });
+        std::fs::write(dir.path().join("a.json"), item.to_string()).unwrap();
+        let mut links = vec![serde_json::json!({ "rel": "item", "href": "a.json" })];
+        for i in 0..1000 {
+            let href = if i % 2 == 0 { "catalog.json" } else { "./sub/../catalog.json" };
+            links.push(serde_json::json!({ "rel": "child", "href": href }));
+        }
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let catalog = serde_json::json!({ "type": "Catalog", "id": "c", "links": links });
+        let root = dir.path().join("catalog.json");
+        std::fs::write(&root, catalog.to_string()).unwrap();
+        let items = read_items(root.to_str().unwrap(), None).unwrap();
+        assert_eq!(items.len(), 1);
+    }
+
+    #[test]
+    fn links_to_devices_are_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = serde_json::json!({ "type": "Catalog", "id": "c", "links": [
+            { "rel": "child", "href": "/dev/zero" } ] });
+        let root = dir.path().join("catalog.json");
+        std::fs::write(&root, catalog.to_string()).unwrap();
+        let e = read_items(root.to_str().unwrap(), None).err().unwrap();
+        assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+        let e = read_items("/dev/urandom", None).err().unwrap();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

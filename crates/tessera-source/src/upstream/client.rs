@@ -599,25 +599,15 @@ impl UpstreamClient {
                     .to_ascii_lowercase()
             })
             .unwrap_or_default();
-        if let Some(len) = response.content_length()
-            && len > self.settings.max_body_bytes as u64
-        {
-            return Err(FetchError::Failed(format!(
-                "{url} answered {len} bytes, more than http.max_body_bytes ({})",
-                self.settings.max_body_bytes
-            )));
-        }
-        let mut body = Vec::new();
-        let mut response = response;
-        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&url, &e))? {
-            if body.len() + chunk.len() > self.settings.max_body_bytes {
-                return Err(FetchError::Failed(format!(
+        let body = read_capped(response, self.settings.max_body_bytes)
+            .await
+            .map_err(|e| match e {
+                CappedReadError::TooLarge => FetchError::Failed(format!(
                     "{url} answered more than http.max_body_bytes ({})",
                     self.settings.max_body_bytes
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
+                )),
+                CappedReadError::Transport(e) => describe(&url, &e),
+            })?;
         if status >= 500 {
             return Err(FetchError::Failed(format!(
                 "{} answered {status}: {}",
@@ -704,6 +694,39 @@ pub fn redacted(url: &reqwest::Url) -> String {
     let _ = u.set_password(None);
     u.set_query(None);
     u.to_string()
+}
+
+/// Why [`read_capped`] gave up.
+#[derive(Debug)]
+pub enum CappedReadError {
+    /// The body (declared or as read) is longer than the cap.
+    TooLarge,
+    /// The transfer failed.
+    Transport(reqwest::Error),
+}
+
+/// The body of `response`, read chunk by chunk and refused as soon as it
+/// would pass `cap` bytes (a declared `Content-Length` over it is refused
+/// before anything is read), so that no answer costs more memory than its
+/// cap. The one bounded read of every HTTP body tessera fetches.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, CappedReadError> {
+    if response
+        .content_length()
+        .is_some_and(|len| len > cap as u64)
+    {
+        return Err(CappedReadError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(CappedReadError::Transport)? {
+        if body.len() + chunk.len() > cap {
+            return Err(CappedReadError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn describe(url: &reqwest::Url, e: &reqwest::Error) -> FetchError {

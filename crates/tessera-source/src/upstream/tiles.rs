@@ -564,10 +564,19 @@ impl TileSource {
         let (tw, th) = (self.grid.tile_width, self.grid.tile_height);
         let cols = range.max_x - range.min_x + 1;
         let rows = range.max_y - range.min_y + 1;
+        // Sized from the upstream's tile size: checked before anything is
+        // fetched or allocated.
+        let mut out = RgbaImage::try_transparent(
+            u64::from(cols) * u64::from(tw),
+            u64::from(rows) * u64::from(th),
+        )
+        .map_err(|e| SourceError::Upstream {
+            url: self.name.clone(),
+            message: e.to_string(),
+        })?;
         let coords = range_coords(range);
         let tiles = self.fetch_tiles(&coords, cancel)?;
-        let mut out = RgbaImage::transparent(cols * tw, rows * th);
-        let stride = (cols * tw * 4) as usize;
+        let stride = out.width() as usize * 4;
         for (coord, bytes) in coords.iter().zip(tiles) {
             let Some(bytes) = bytes else { continue };
             let image = decode(&bytes, tw, th).map_err(|e| SourceError::Upstream {

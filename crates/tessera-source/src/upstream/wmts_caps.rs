@@ -39,6 +39,11 @@ pub struct WmtsLayer {
     matrices: Vec<Matrix>,
 }
 
+/// Largest tile side read from an upstream's capabilities, in pixels:
+/// tiles are stitched into canvases sized from it, so it is checked before
+/// anything is allocated (real servers use 256 or 512).
+pub const MAX_TILE_SIDE: u32 = 4096;
+
 impl WmtsLayer {
     /// The tile matrix set as a grid (matrices sharing one tile size and
     /// one top-left corner, as tessera's grids do).
@@ -52,6 +57,14 @@ impl WmtsLayer {
         } else {
             first.top_left
         };
+        if !(1..=MAX_TILE_SIDE).contains(&first.tile_width)
+            || !(1..=MAX_TILE_SIDE).contains(&first.tile_height)
+        {
+            return Err(format!(
+                "tile matrix set {}: tiles of {}x{} pixels (at most {MAX_TILE_SIDE} a side is read)",
+                self.matrix_set, first.tile_width, first.tile_height
+            ));
+        }
         let mut matrices = Vec::with_capacity(self.matrices.len());
         for m in &self.matrices {
             if (m.tile_width, m.tile_height) != (first.tile_width, first.tile_height)
@@ -83,8 +96,8 @@ impl WmtsLayer {
         let m0 = &matrices[0];
         let extent = BBox::new(
             ox,
-            oy - f64::from(m0.matrix_height * first.tile_height) * m0.resolution,
-            ox + f64::from(m0.matrix_width * first.tile_width) * m0.resolution,
+            oy - f64::from(m0.matrix_height) * f64::from(first.tile_height) * m0.resolution,
+            ox + f64::from(m0.matrix_width) * f64::from(first.tile_width) * m0.resolution,
             oy,
         )
         .map_err(|e| format!("tile matrix set {}: {e}", self.matrix_set))?;
@@ -247,6 +260,8 @@ pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String>
             id: text(m, "Identifier").unwrap_or_default().to_string(),
             scale_denominator: number(m, "ScaleDenominator")?,
             top_left: (corner[0], corner[1]),
+            // Saturating: a negative or huge size stays out of range for
+            // `grid` to refuse.
             tile_width: number(m, "TileWidth")? as u32,
             tile_height: number(m, "TileHeight")? as u32,
             columns: number(m, "MatrixWidth")? as u32,

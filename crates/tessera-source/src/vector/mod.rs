@@ -180,10 +180,24 @@ impl VectorSource {
                 .to_wkt()
                 .map_err(|e| open_err(format!("its CRS cannot be read: {e}")))?;
             let crs = Crs::from_wkt(&wkt)?;
+            pool::reset_gdal_error();
             let extent = layer.get_extent().map_err(|e| {
-                open_err(format!(
-                    "layer {layer_name:?} has no extent (is it empty?): {e}"
-                ))
+                // The database's own words first: a statement cancelled by
+                // `statement_timeout_ms` is no empty table.
+                match pool::gdal_failure() {
+                    Some(why) if why.contains("statement timeout") || why.contains("canceling statement") => {
+                        open_err(format!(
+                            "layer {layer_name:?}: the query of its extent timed out ({why}); \
+                             raise statement_timeout_ms"
+                        ))
+                    }
+                    Some(why) => open_err(format!(
+                        "layer {layer_name:?}: its extent cannot be read: {why}"
+                    )),
+                    None => open_err(format!(
+                        "layer {layer_name:?} has no extent (is it empty?): {e}"
+                    )),
+                }
             })?;
             let bounds = extent_bbox(&extent, &crs)
                 .map_err(|e| open_err(format!("layer {layer_name:?} has a bad extent: {e}")))?;
@@ -556,7 +570,10 @@ impl VectorSource {
             res_y,
         };
         let within = label_area(req);
-        for (values, geometry) in features {
+        for (n, (values, geometry)) in features.into_iter().enumerate() {
+            if n % 1024 == 1023 && cancelled(req.cancel) {
+                return Err(SourceError::Cancelled);
+            }
             let attributes: Vec<Attribute> = values.into_iter().map(attribute).collect();
             let mut parts = Parts::new();
             split(&geometry, &|g, ring| projector.ring(g, ring), &mut parts)?;
@@ -929,6 +946,9 @@ impl Source for VectorSource {
             Some(style) => labels = self.draw_maplibre(style, &mut canvas, req, zoom)?,
             None => {
                 for dl in &self.layers {
+                    if cancelled(req.cancel) {
+                        return Err(SourceError::Cancelled);
+                    }
                     self.draw_layer(&mut canvas, dl, req, zoom, &mut labels)?;
                 }
             }

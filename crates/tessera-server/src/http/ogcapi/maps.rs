@@ -19,6 +19,7 @@ use super::documents::unknown;
 use super::map_view::{self, Scene, bad, param};
 use super::{problem, subset};
 use crate::http::address::{dimension_param, query_params};
+use crate::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::image_response;
 use crate::http::state::Maps;
@@ -28,29 +29,42 @@ use crate::render::{Demand, ImageRequest};
 /// `GET /ogcapi/collections/{collection}/map`.
 pub async fn collection_map(
     State(state): State<Maps>,
+    caller: Caller,
     Path(collection): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    one_map(&state, &collection, None, query.as_deref(), &headers).await
+    let asked = Asked {
+        caller: &caller,
+        query: query.as_deref(),
+        headers: &headers,
+    };
+    one_map(&state, &collection, None, asked).await
 }
 
 /// `GET /ogcapi/collections/{collection}/styles/{style}/map`: the layer
 /// drawn with one of its named styles.
 pub async fn styled_collection_map(
     State(state): State<Maps>,
+    caller: Caller,
     Path((collection, style)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    one_map(
-        &state,
-        &collection,
-        Some(&style),
-        query.as_deref(),
-        &headers,
-    )
-    .await
+    let asked = Asked {
+        caller: &caller,
+        query: query.as_deref(),
+        headers: &headers,
+    };
+    one_map(&state, &collection, Some(&style), asked).await
+}
+
+/// Who asked for a map, and how.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    caller: &'a Caller,
+    query: Option<&'a str>,
+    headers: &'a HeaderMap,
 }
 
 /// A map of one collection, in `style` (`None`: its default).
@@ -58,27 +72,32 @@ async fn one_map(
     state: &Maps,
     collection: &str,
     style: Option<&str>,
-    query: Option<&str>,
-    headers: &HeaderMap,
+    asked: Asked<'_>,
 ) -> Result<Response, ApiError> {
     let layer = state
         .registry
         .layer(collection)
         .ok_or_else(|| unknown(collection))?;
     let layer = super::tiles::styled(&layer, style)?;
-    map(state, vec![layer], query_params(query), headers).await
+    map(state, vec![layer], query_params(asked.query), asked).await
 }
 
 /// `GET /ogcapi/map`: the layers `collections=` names (default: every
 /// layer with images), bottom first.
 pub async fn dataset_map(
     State(state): State<Maps>,
+    caller: Caller,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let params = query_params(query.as_deref());
     let layers = dataset_layers(&state, &params)?;
-    map(&state, layers, params, &headers).await
+    let asked = Asked {
+        caller: &caller,
+        query: query.as_deref(),
+        headers: &headers,
+    };
+    map(&state, layers, params, asked).await
 }
 
 /// `GET /ogcapi/map/tiles/{tms}/{tileMatrix}/{tileRow}/{tileCol}`: a tile
@@ -87,6 +106,7 @@ pub async fn dataset_map(
 /// Not cached: any combination of layers may be asked, as for a GetMap.
 pub async fn dataset_tile(
     State(state): State<Maps>,
+    caller: Caller,
     Path((tms, matrix, row, col)): Path<(String, String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -142,7 +162,12 @@ pub async fn dataset_tile(
         })
         .collect();
     all.extend(extra);
-    map(&state, layers, all, &headers).await
+    let asked = Asked {
+        caller: &caller,
+        query: query.as_deref(),
+        headers: &headers,
+    };
+    map(&state, layers, all, asked).await
 }
 
 /// The layers `collections=` names among `params`, or every layer with
@@ -168,8 +193,9 @@ async fn map(
     state: &Maps,
     layers: Vec<Arc<Layer>>,
     params: Vec<(String, String)>,
-    headers: &HeaderMap,
+    asked: Asked<'_>,
 ) -> Result<Response, ApiError> {
+    let headers = asked.headers;
     let limits = &state.config.limits;
     if layers.is_empty() {
         return Err(bad("no collection to draw".into()));
@@ -243,6 +269,10 @@ async fn map(
         transparent: background.transparent,
         background: background.color,
     };
+    asked
+        .caller
+        .admit_render(u64::from(image.width) * u64::from(image.height))
+        .map_err(|r| problem(r.into()))?;
     let bytes = state
         .renderer
         .render(image, Demand::Map)

@@ -121,19 +121,15 @@ pub async fn kvp(
             let format = map.image.format;
             let names: Vec<&str> = map.image.layers.iter().map(|l| l.name.as_str()).collect();
             let served = ServedLayers::Named(names.join(",").into());
-            let private = names.iter().any(|n| caller.protects(n));
+            caller
+                .admit_render(u64::from(map.image.width) * u64::from(map.image.height))
+                .map_err(|r| err(ApiError::from(r)))?;
             let bytes = state
                 .renderer
                 .render(map.image, Demand::Map)
                 .await
                 .map_err(|e| err(e.into()))?;
             let mut response = image_response(format, bytes);
-            if private {
-                response.headers_mut().insert(
-                    axum::http::header::CACHE_CONTROL,
-                    axum::http::HeaderValue::from_static("private"),
-                );
-            }
             response.extensions_mut().insert(served);
             Ok(response)
         }

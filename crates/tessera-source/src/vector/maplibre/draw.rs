@@ -45,6 +45,11 @@ impl VectorSource {
             .enumerate()
             .filter(|(_, l)| l.draws_at(zoom))
         {
+            // A style of thousands of layers stops between layers once its
+            // render is abandoned (and between features below).
+            if super::super::cancelled(req.cancel) {
+                return Err(SourceError::Cancelled);
+            }
             let Some(source_layer) = layer.source_layer.as_deref() else {
                 let nothing = |_: &str| None;
                 let ctx = Context {
@@ -77,7 +82,10 @@ impl VectorSource {
                 read.insert(source_layer, (fields, features));
             }
             let (fields, features) = &read[source_layer];
-            for f in features {
+            for (n, f) in features.iter().enumerate() {
+                if n % 1024 == 1023 && super::super::cancelled(req.cancel) {
+                    return Err(SourceError::Cancelled);
+                }
                 let get = |name: &str| {
                     fields
                         .iter()
