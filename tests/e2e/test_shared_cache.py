@@ -54,7 +54,10 @@ DOCUMENTS = [
     "/ogcapi/map?width=64&height=32",
 ]
 
+# `user root`: the cache lies under the test's private temporary directory
+# (ignored when nginx is not started as root).
 NGINX = """
+user root;
 worker_processes 1;
 events {{ worker_connections 256; }}
 http {{
@@ -100,18 +103,23 @@ def test_a_public_tile_is_kept_by_the_shared_cache(front):
 @pytest.mark.parametrize("path", PROTECTED + DOCUMENTS)
 def test_an_answer_for_one_caller_is_never_served_to_another(front, path):
     status, headers, body = get(front, path, {"X-API-Key": KEY_B})
+    # Once more with the key, then anonymously.
+    again = get(front, path, {"X-API-Key": KEY_B})
+    anonymous_status, anonymous_headers, anonymous_body = get(front, path)
+    if (status, body) == (anonymous_status, anonymous_body):
+        # The same answer for both (a document naming no layer): nothing
+        # to keep apart, and a shared cache may keep it.
+        assert path in DOCUMENTS, path
+        return
     control = headers.get("Cache-Control", "")
     assert "private" in control or "no-store" in control, (status, control)
     assert "public" not in control, control
     vary = ",".join(headers.get_all("Vary") or [])
     assert "authorization" in vary.lower() and "x-api-key" in vary.lower(), vary
-    # Fetched again with the key, then anonymously: nginx asks tessera
-    # each time.
-    again = get(front, path, {"X-API-Key": KEY_B})
+    # nginx asked tessera each time.
     assert again[1]["X-Shared-Cache"] != "HIT", path
-    anonymous_status, anonymous_headers, anonymous_body = get(front, path)
     assert anonymous_headers["X-Shared-Cache"] != "HIT", path
     if path in PROTECTED and status == 200:
         assert anonymous_status == 401, (path, anonymous_status)
-    if path in DOCUMENTS:
+    if anonymous_status == 200:
         assert b"relief" not in anonymous_body.replace(b"shadedrelief", b""), path

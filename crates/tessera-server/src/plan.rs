@@ -656,8 +656,8 @@ impl TilePlan {
                 };
                 let n = |r: &std::ops::RangeInclusive<u32>| u64::from(r.end() - r.start() + 1);
                 size.metatiles += n(&block.x) * n(&block.y);
-                size.tiles += span(&block.x, cols, m.matrix_width)
-                    * span(&block.y, rows, m.matrix_height);
+                size.tiles +=
+                    span(&block.x, cols, m.matrix_width) * span(&block.y, rows, m.matrix_height);
             }
             return Some(size);
         }

@@ -132,10 +132,7 @@ pub async fn run(
     cancel: &AtomicBool,
     mut progress: impl FnMut(&SeedStats, &[u64]),
 ) -> SeedEnd {
-    let (concurrency, force) = (
-        options.concurrency.clamp(1, MAX_CONCURRENCY),
-        options.force,
-    );
+    let (concurrency, force) = (options.concurrency.clamp(1, MAX_CONCURRENCY), options.force);
     let pace = |tiles: u64| {
         options
             .rate

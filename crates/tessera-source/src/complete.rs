@@ -6,8 +6,6 @@
 //! markers up to the scan and the end-of-image marker, the RIFF length of a
 //! WebP, the protobuf of an MVT) without decoding pixels.
 
-
-
 use geozero::mvt::{Message, Tile};
 use tessera_grid::TileFormat;
 

@@ -7,7 +7,7 @@ use crate::config::auth::RateConfig;
 
 /// The longest wait a refusal names (a day): `Retry-After` stays a number
 /// clients can act on.
-const MAX_WAIT: Duration = Duration::from_secs(86_400);
+const MAX_WAIT: Duration = Duration::from_hours(24);
 
 /// A token bucket: refilled at `per_second`, holding at most `burst`.
 #[derive(Debug)]
@@ -67,9 +67,11 @@ impl Bucket {
             *state = (refilled, now);
             // Whatever the rate, a wait that is a Duration (no panic on a
             // rate configured past the checked range).
-            Err(Duration::try_from_secs_f64((1.0 - refilled) / self.per_second)
-                .unwrap_or(MAX_WAIT)
-                .min(MAX_WAIT))
+            Err(
+                Duration::try_from_secs_f64((1.0 - refilled) / self.per_second)
+                    .unwrap_or(MAX_WAIT)
+                    .min(MAX_WAIT),
+            )
         }
     }
 }
@@ -94,8 +96,16 @@ mod tests {
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
         // A tenth of a second later, one more token; never more than the
         // burst however long the bucket rests.
-        assert!(bucket.take_at(start + Duration::from_millis(100), 1.0).is_ok());
-        assert!(bucket.take_at(start + Duration::from_millis(100), 1.0).is_err());
+        assert!(
+            bucket
+                .take_at(start + Duration::from_millis(100), 1.0)
+                .is_ok()
+        );
+        assert!(
+            bucket
+                .take_at(start + Duration::from_millis(100), 1.0)
+                .is_err()
+        );
         let later = start + Duration::from_mins(1);
         for _ in 0..3 {
             assert!(bucket.take_at(later, 1.0).is_ok());
@@ -119,7 +129,11 @@ mod tests {
         assert!(bucket.take_at(start, 64.0).is_ok());
         let wait = bucket.take_at(start, 1.0).unwrap_err();
         assert!((wait.as_secs_f64() - 5.5).abs() < 1e-9, "{wait:?}");
-        assert!(bucket.take_at(start + Duration::from_millis(5500), 1.0).is_ok());
+        assert!(
+            bucket
+                .take_at(start + Duration::from_millis(5500), 1.0)
+                .is_ok()
+        );
     }
 
     #[test]

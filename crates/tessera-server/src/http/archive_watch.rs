@@ -172,7 +172,11 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         // Changing at every look: never held.
         for (i, s) in [0, 4, 8, 12, 16, 20].iter().enumerate() {
-            assert!(pending.settled(seen(&format!("v{i}")), &settle, at(*s)).is_empty());
+            assert!(
+                pending
+                    .settled(seen(&format!("v{i}")), &settle, at(*s))
+                    .is_empty()
+            );
         }
         // Held from 24 s: taken at 34 s, not before.
         assert!(pending.settled(seen("w"), &settle, at(24)).is_empty());
@@ -182,6 +186,9 @@ mod tests {
         assert!(pending.settled(Vec::new(), &settle, at(40)).is_empty());
         assert!(pending.0.is_empty());
         // No settle time: at once.
-        assert_eq!(pending.settled(seen("x"), &HashMap::new(), at(50)), seen("x"));
+        assert_eq!(
+            pending.settled(seen("x"), &HashMap::new(), at(50)),
+            seen("x")
+        );
     }
 }

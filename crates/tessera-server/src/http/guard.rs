@@ -74,13 +74,19 @@ pub async fn identify(State(guard): State<Guard>, mut request: Request, next: Ne
 /// a refusal, a document filtered for the caller) so that no shared cache
 /// (a CDN, nginx's `proxy_cache`) keeps it for another caller: a
 /// `Cache-Control` it has turns `public` into `private` (a tile keeps its
-/// `max-age` for the caller's own cache); one without becomes `private,
-/// no-store`; `Vary` gains `Authorization, X-API-Key`. Idempotent.
+/// `max-age` for the caller's own cache); an image without one becomes
+/// `private` (the caller's browser may keep it), any other answer (a
+/// document, a refusal) `private, no-store`; `Vary` gains
+/// `Authorization, X-API-Key`. Idempotent.
 pub fn keep_from_shared_caches(headers: &mut HeaderMap) {
+    let image = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"image/"));
     let control = match headers
         .get(header::CACHE_CONTROL)
         .and_then(|v| v.to_str().ok())
     {
+        None if image => Some(HeaderValue::from_static("private")),
         None => Some(HeaderValue::from_static("private, no-store")),
         Some(v) if v.split(',').any(|d| d.trim() == "private") => None,
         Some(v) => {
@@ -157,5 +163,38 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                 "internal error; the server log has the details",
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marked(pairs: &[(header::HeaderName, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        keep_from_shared_caches(&mut headers);
+        keep_from_shared_caches(&mut headers);
+        headers
+    }
+
+    #[test]
+    fn caller_dependent_answers_are_private_and_vary_on_the_credential() {
+        let tile = marked(&[
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+            (header::VARY, "accept-encoding"),
+        ]);
+        assert_eq!(tile[header::CACHE_CONTROL], "private, max-age=3600");
+        let vary: Vec<_> = tile.get_all(header::VARY).iter().collect();
+        assert_eq!(vary, ["accept-encoding", "Authorization, X-API-Key"]);
+        let map = marked(&[(header::CONTENT_TYPE, "image/png")]);
+        assert_eq!(map[header::CACHE_CONTROL], "private");
+        let document = marked(&[(header::CONTENT_TYPE, "application/json")]);
+        assert_eq!(document[header::CACHE_CONTROL], "private, no-store");
+        assert_eq!(document.get_all(header::VARY).iter().count(), 1);
+        let public_only = marked(&[(header::CACHE_CONTROL, "public")]);
+        assert_eq!(public_only[header::CACHE_CONTROL], "private");
     }
 }

@@ -290,9 +290,8 @@ impl Jobs {
     ) {
         let (tiles, node, threads) = (tiles.clone(), node.to_string(), self.threads);
         let running = job.clone();
-        let work = tokio::spawn(async move {
-            run(&running, plans, done, &tiles, &node, threads).await
-        });
+        let work =
+            tokio::spawn(async move { run(&running, plans, done, &tiles, &node, threads).await });
         tokio::spawn(async move {
             // A job that panics ends `failed` with the reason, never
             // `running` for ever (resumed, to panic again, at the next

@@ -101,7 +101,11 @@ impl Mbtiles {
                 .collect::<Result<_, _>>()
             })
             .map_err(|e| fail(format!("its metadata table cannot be read: {e}")))?;
-        if let Some((key, _, len)) = rows.iter().find(|(_, v, _)| v.is_none()).filter(|(_, _, len)| *len > 0) {
+        if let Some((key, _, len)) = rows
+            .iter()
+            .find(|(_, v, _)| v.is_none())
+            .filter(|(_, _, len)| *len > 0)
+        {
             return Err(fail(format!(
                 "metadata {} holds {len} bytes, more than {MAX_METADATA_BYTES}",
                 quoted(key)
@@ -125,18 +129,18 @@ impl Mbtiles {
                 .collect();
             match v {
                 Some(v) if v.len() == n => Ok(Some(v)),
-                _ => Err(fail(format!("metadata {k} {} is not {n} numbers", quoted(&text)))),
+                _ => Err(fail(format!(
+                    "metadata {k} {} is not {n} numbers",
+                    quoted(&text)
+                ))),
             }
         };
         let zoom = |k: &str| -> Result<Option<u8>, String> {
             meta(k)
                 .map(|t| {
-                    t.parse::<u8>()
-                        .ok()
-                        .filter(|z| *z <= 30)
-                        .ok_or_else(|| {
-                            fail(format!("metadata {k} {} is not a zoom level", quoted(&t)))
-                        })
+                    t.parse::<u8>().ok().filter(|z| *z <= 30).ok_or_else(|| {
+                        fail(format!("metadata {k} {} is not a zoom level", quoted(&t)))
+                    })
                 })
                 .transpose()
         };
@@ -160,13 +164,19 @@ impl Mbtiles {
             )));
         }
         let format = match meta("format") {
-            Some(f) => format_named(&f)
-                .ok_or_else(|| {
-                    fail(format!("metadata format {}: png, jpg, webp or pbf", quoted(&f)))
-                })?,
+            Some(f) => format_named(&f).ok_or_else(|| {
+                fail(format!(
+                    "metadata format {}: png, jpg, webp or pbf",
+                    quoted(&f)
+                ))
+            })?,
             None => {
                 let first: Option<Vec<u8>> = conn
-                    .query_row("SELECT substr(tile_data, 1, 64) FROM tiles LIMIT 1", [], |r| r.get(0))
+                    .query_row(
+                        "SELECT substr(tile_data, 1, 64) FROM tiles LIMIT 1",
+                        [],
+                        |r| r.get(0),
+                    )
                     .optional()
                     .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
                 first
@@ -437,8 +447,12 @@ fn remove_other_copies(dir: &Path, archive: &str, keep: &Path) {
         let file_name = file_name.to_string_lossy();
         if path != keep && file_name.starts_with(archive) && file_name.ends_with(".mbtiles") {
             match std::fs::remove_file(&path) {
-                Ok(()) => tracing::info!(copy = %path.display(), "removed the copy of an earlier version"),
-                Err(e) => tracing::warn!(copy = %path.display(), error = %e, "cannot remove the copy of an earlier version"),
+                Ok(()) => {
+                    tracing::info!(copy = %path.display(), "removed the copy of an earlier version")
+                }
+                Err(e) => {
+                    tracing::warn!(copy = %path.display(), error = %e, "cannot remove the copy of an earlier version")
+                }
             }
         }
     }

@@ -254,13 +254,12 @@ pub fn open(
             let (local, remote) = match bytes {
                 None => (std::path::PathBuf::from(&spec.path), None),
                 Some(b) => {
-                    let (copy, version) =
-                        mbtiles::download(
-                            b.as_ref(),
-                            spec.download_dir.as_deref(),
-                            spec.max_copy_bytes,
-                        )
-                        .map_err(open_err)?;
+                    let (copy, version) = mbtiles::download(
+                        b.as_ref(),
+                        spec.download_dir.as_deref(),
+                        spec.max_copy_bytes,
+                    )
+                    .map_err(open_err)?;
                     (copy, Some((b, version)))
                 }
             };

@@ -47,9 +47,8 @@ impl Sections {
         if bytes.len() < 127 || &bytes[..8] != b"PMTiles\x03" {
             return None;
         }
-        let u64_at = |at: usize| {
-            u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
-        };
+        let u64_at =
+            |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
         Some(Sections {
             root: (u64_at(8), u64_at(16)),
             metadata: (u64_at(24), u64_at(32)),
@@ -63,7 +62,8 @@ impl Sections {
     /// The cap of what the read of `length` bytes at `offset` unpacks to,
     /// when the crate will unpack it (a directory or the metadata).
     fn cap_of(&self, offset: u64) -> Option<u64> {
-        let within = |(start, len): (u64, u64)| offset >= start && offset < start.saturating_add(len);
+        let within =
+            |(start, len): (u64, u64)| offset >= start && offset < start.saturating_add(len);
         if !self.gzip {
             None
         } else if offset == self.metadata.0 && self.metadata.1 > 0 {

@@ -62,9 +62,7 @@ pub(crate) fn read_items(root: &str, asset: Option<&str>) -> Result<Vec<Item>, S
                         let next = PathBuf::from(resolve(&base, href));
                         if queued.insert(canonical(&next)) {
                             if queued.len() > MAX_FILES {
-                                return Err(format!(
-                                    "{root}: more than {MAX_FILES} catalog files"
-                                ));
+                                return Err(format!("{root}: more than {MAX_FILES} catalog files"));
                             }
                             queue.push(next);
                         }
@@ -246,7 +244,11 @@ mod tests {
         std::fs::write(dir.path().join("a.json"), item.to_string()).unwrap();
         let mut links = vec![serde_json::json!({ "rel": "item", "href": "a.json" })];
         for i in 0..1000 {
-            let href = if i % 2 == 0 { "catalog.json" } else { "./sub/../catalog.json" };
+            let href = if i % 2 == 0 {
+                "catalog.json"
+            } else {
+                "./sub/../catalog.json"
+            };
             links.push(serde_json::json!({ "rel": "child", "href": href }));
         }
         std::fs::create_dir(dir.path().join("sub")).unwrap();

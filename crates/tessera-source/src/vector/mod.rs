@@ -185,7 +185,10 @@ impl VectorSource {
                 // The database's own words first: a statement cancelled by
                 // `statement_timeout_ms` is no empty table.
                 match pool::gdal_failure() {
-                    Some(why) if why.contains("statement timeout") || why.contains("canceling statement") => {
+                    Some(why)
+                        if why.contains("statement timeout")
+                            || why.contains("canceling statement") =>
+                    {
                         open_err(format!(
                             "layer {layer_name:?}: the query of its extent timed out ({why}); \
                              raise statement_timeout_ms"
