@@ -87,6 +87,17 @@ def write(tmp_path, text):
     return path
 
 
+def limited_binary(tmp_path, gib):
+    """A wrapper of TESSERA_BIN that runs it with `gib` GiB of address
+    space: an allocation of a size read from outside input aborts it."""
+    prlimit = "/usr/bin/prlimit"
+    assert os.access(prlimit, os.X_OK), "prlimit (util-linux) is missing"
+    wrapper = tmp_path / "tessera-limited"
+    wrapper.write_text(f"#!/bin/sh\nexec {prlimit} --as={gib << 30} {os.environ['TESSERA_BIN']} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def test_a_wmts_upstream_cannot_send_tessera_to_a_port_or_address_never_allowed(
         hostile, canary, tmp_path, tmp_path_factory):
     # The capabilities are a real tessera's, with the tile template moved to
@@ -135,13 +146,8 @@ layers:
     source: {{ type: xyz, url: "{hostile.url}/t/{{z}}/{{x}}/{{y}}.png", max_zoom: 8, http: {{ retries: 0 }} }}
     grids: [WebMercatorQuad, WorldCRS84Quad]
 """)
-    prlimit = "/usr/bin/prlimit"
-    assert os.access(prlimit, os.X_OK), "prlimit (util-linux) is missing"
     real = os.environ["TESSERA_BIN"]
-    wrapper = tmp_path / "tessera-limited"
-    wrapper.write_text(f"#!/bin/sh\nexec {prlimit} --as={6 << 30} {real} \"$@\"\n")
-    wrapper.chmod(0o755)
-    os.environ["TESSERA_BIN"] = str(wrapper)
+    os.environ["TESSERA_BIN"] = limited_binary(tmp_path, 6)
     try:
         with serving(tmp_path_factory, "--config", str(config)) as server:
             # Stitched and warped (another grid), and passed through.
@@ -156,6 +162,37 @@ layers:
             assert len(hostile.requests) > asked
     finally:
         os.environ["TESSERA_BIN"] = real
+
+
+@pytest.mark.parametrize("side", [100000, 60000, 0])
+def test_wmts_capabilities_declaring_huge_tiles_are_refused_before_any_canvas(
+        side, hostile, tmp_path, tmp_path_factory):
+    upstream_config = write(tmp_path_factory.mktemp("up"), f"""
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+""")
+    with serving(tmp_path_factory, "--config", str(upstream_config)) as upstream:
+        caps = urllib.request.urlopen(upstream.url + "/wmts/1.0.0/WMTSCapabilities.xml").read().decode()
+    assert "<TileWidth>256</TileWidth>" in caps
+    evil = caps.replace("<TileWidth>256</TileWidth>", f"<TileWidth>{side}</TileWidth>") \
+        .replace("<TileHeight>256</TileHeight>", f"<TileHeight>{side}</TileHeight>")
+    hostile.routes["/wmts"] = (200, "application/xml", evil.encode())
+    config = write(tmp_path, f"""
+gdal: {{ allowed_private_hosts: ["127.0.0.1:{hostile.port}"] }}
+layers:
+  - name: evil
+    source: {{ type: wmts, url: "{hostile.url}/wmts", layer: relief, matrix_set: WebMercatorQuad,
+              http: {{ retries: 0 }} }}
+    grids: [WebMercatorQuad, WorldCRS84Quad]
+""")
+    # The capabilities are read at start: the layer is refused with a
+    # message that names the size, and nothing is allocated for it.
+    result = subprocess.run([limited_binary(tmp_path, 6), "check", str(config)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0, result.stdout
+    assert result.returncode > 0, f"killed by signal {-result.returncode}: {result.stderr[-2000:]}"
+    assert f"tiles of {side}x{side} pixels" in result.stderr, result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("damage", ["html after the signature", "half a png", "wrong size"])
