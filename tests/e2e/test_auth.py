@@ -476,6 +476,40 @@ def test_a_miss_budget_serves_cached_tiles_and_refuses_renders_past_it(tmp_path,
         assert metric(s, "tessera_caller_requests_total", caller="partner-a", outcome="limited") >= 1
 
 
+def test_maps_and_dataset_tiles_are_renders_counted_by_pixels_against_the_miss_budget(tmp_path, tmp_path_factory):
+    cfg = config(tmp_path, rate=", rate: { per_second: 100, misses_per_second: 0.05, miss_burst: 4 }")
+    cfg.write_text(cfg.read_text().replace('layers: ["relief", "relief-*"], grants: [tiles]',
+                                           'layers: ["relief", "relief-*"], grants: [tiles, maps]'))
+    key = {"X-API-Key": KEY_A}
+    getmap = ("/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=EPSG:4326"
+              "&BBOX=-90,-180,90,180&WIDTH={}&HEIGHT={}&FORMAT=image/png")
+    with serving(tmp_path_factory, "--config", str(cfg)) as s:
+        # One map of a tile's worth costs one miss; a 1024x512 map eight:
+        # served (the budget held a miss), then paid for.
+        assert get(s, getmap.format(256, 256), key)[0] == 200
+        assert get(s, getmap.format(1024, 512), key)[0] == 200
+        for path in (getmap.format(64, 64), "/ogcapi/collections/relief/map?width=64&height=64",
+                     "/ogcapi/map/tiles/WebMercatorQuad/1/0/0?collections=relief"):
+            status, headers, _ = get(s, path, key)
+            assert status == 429 and int(headers["Retry-After"]) >= 60, (path, status)
+        # Another caller is not held back.
+        assert get(s, getmap.format(1024, 512), {"X-API-Key": KEY_B})[0] == 200
+
+
+def test_rates_outside_a_sane_range_are_refused_by_check_and_a_slow_one_waits_without_failing(
+        tmp_path, tmp_path_factory):
+    for rate in ("per_second: 1e-20", "per_second: 10, misses_per_second: 1e-20", "per_second: 1e7"):
+        cfg = config(tmp_path, rate=f", rate: {{ {rate} }}")
+        r = subprocess.run([os.environ["TESSERA_BIN"], "check", str(cfg)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and "per_second" in r.stderr, (rate, r.stderr[-1000:])
+    cfg = config(tmp_path, rate=", rate: { per_second: 1.2e-5, burst: 1 }")
+    with serving(tmp_path_factory, "--config", str(cfg)) as s:
+        assert get(s, TILE.format("relief"), {"X-API-Key": KEY_A})[0] == 200
+        status, headers, _ = get(s, TILE.format("relief"), {"X-API-Key": KEY_A})
+        assert status == 429 and 1 <= int(headers["Retry-After"]) <= 86400, (status, dict(headers))
+
+
 def test_the_admin_token_and_the_api_keys_stay_apart(tmp_path, tmp_path_factory, s3):
     admin_token = "admin-token-0123456789abcdef"
     cfg = config(tmp_path)

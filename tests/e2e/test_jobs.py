@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.parse
 
-from conftest import ROOT, s3_bucket, start_server
+from conftest import ROOT, s3_bucket, serving, start_server
 
 TOKEN = "jobs-token-0123456789"
 # relief at zoom 0..4: 1+4+16+64+256 tiles in 1+1+1+4+16 metatiles.
@@ -236,6 +236,46 @@ def test_a_cancelled_job_stops_and_writes_nothing_more(s3, tmp_path, tmp_path_fa
         assert call(server, "DELETE", "/admin/jobs/unknown")[0] == 404
     finally:
         stop(server)
+
+
+def test_job_specs_out_of_range_are_refused_with_the_cli_rules(s3, tmp_path, tmp_path_factory):
+    s3_bucket(s3, "tessera-test")
+    config, _ = write_config(tmp_path, s3)
+    with_seed = {"kind": "seed", "layer": "relief", "zoom": "0..2"}
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        for extra, named in [({"threads": 2 ** 63}, "threads"), ({"threads": 0}, "threads"),
+                             ({"threads": 1025}, "threads"), ({"rate": 1e-300}, "rate"), ({"rate": 0}, "rate")]:
+            status, body, _ = call(server, "POST", "/admin/jobs", {**with_seed, **extra})
+            assert status == 400 and named in json.dumps(body), (extra, status, body)
+        assert call(server, "GET", "/admin/jobs")[1] == [], "a refused spec starts no job"
+    # The CLI takes the same ranges.
+    for flag, value in [("--threads", "1025"), ("--rate", "1e-300")]:
+        r = subprocess.run([os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "relief",
+                            "--zoom", "0..1", flag, value], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and flag.removeprefix("--") in r.stderr, r.stderr[-1000:]
+
+
+def test_whole_world_jobs_to_zoom_24_are_planned_at_once_and_cancelled_by_delete(s3, tmp_path, tmp_path_factory):
+    s3_bucket(s3, "tessera-test")
+    config = tmp_path / "tessera.yaml"
+    config.write_text(config_text(tmp_path, s3, f"{{ type: file, path: {tmp_path / 'cache'}, memory: 0 }}",
+                                  "deep").replace("max_zoom: 8", "max_zoom: 24"))
+    world = sum(4 ** z for z in range(25))
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        for kind in ("seed", "truncate"):
+            status, job, _ = call(server, "POST", "/admin/jobs",
+                                  {"kind": kind, "layer": "relief", "zoom": "0..24", "rate": 10})
+            assert status == 201, job
+            planned = wait_for(lambda: report(server, job["id"])["tiles_planned"], f"the {kind} plan", timeout=20)
+            assert planned == world, (kind, planned)
+            assert call(server, "DELETE", f"/admin/jobs/{job['id']}")[0] == 202
+            ended = wait_for(lambda: (r := report(server, job["id"]))["state"] != "running" and r,
+                             f"the {kind} cancel", timeout=30)
+            # A truncation of an empty cache may end before the DELETE.
+            assert ended["state"] == "cancelled" or (kind, ended["state"]) == ("truncate", "done"), ended
+        rss = int(next(line.split()[1] for line in open(f"/proc/{server.proc.pid}/status")
+                       if line.startswith("VmHWM:")))
+        assert rss < 1024 * 1024, f"peak RSS {rss} kB"
 
 
 def test_seed_rate_holds_the_rate_asked(tmp_path):

@@ -75,7 +75,7 @@ pub fn check_options(threads: Option<usize>, rate: Option<f64>) -> Result<(), St
         && !(rate.is_finite() && rate >= MIN_RATE)
     {
         return Err(format!(
-            "`rate` {rate}: a number of tiles per second, at least {MIN_RATE:e} (one a day)"
+            "`rate` {rate}: a positive number of tiles per second, at least one a day ({MIN_RATE:.1e})"
         ));
     }
     Ok(())

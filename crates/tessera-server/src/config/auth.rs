@@ -256,7 +256,7 @@ impl RateConfig {
         let in_range = |v: f64| (MIN_RATE..=MAX_RATE).contains(&v);
         if !in_range(self.per_second) || self.misses_per_second.is_some_and(|m| !in_range(m)) {
             return Err(format!(
-                "per_second and misses_per_second must be between {MIN_RATE:e} (one a day) and {MAX_RATE:e}"
+                "per_second and misses_per_second must be between one a day ({MIN_RATE:.1e}) and {MAX_RATE:e}"
             ));
         }
         if self.burst == Some(0) || self.miss_burst == Some(0) {
