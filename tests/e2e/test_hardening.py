@@ -155,3 +155,39 @@ layers:
         assert status == 200
         status, _ = get(server, "/tiles/relief/WebMercatorQuad/0/0/0.png")
         assert status == 200
+
+
+def test_a_maplibre_style_of_10000_layers_past_its_timeout_frees_its_slot(tmp_path_factory):
+    from vectors import countries_and_places
+    d = tmp_path_factory.mktemp("slow-style")
+    gpkg = countries_and_places(d / "world.gpkg")
+    layers = [{"id": f"l{i}", "type": "line", "source": "world", "source-layer": "countries",
+               "paint": {"line-color": "#404040", "line-width": 6}} for i in range(10000)]
+    (d / "style.json").write_text(json.dumps({"version": 8, "sources": {"world": {"type": "vector"}},
+                                              "layers": layers}))
+    config = d / "tessera.yaml"
+    # One render slot for WMS maps, a 2 s timeout.
+    config.write_text(f"""
+server: {{ render_timeout_secs: 2, max_concurrent_renders: 2, wms_render_share: 0.5 }}
+layers:
+  - name: slow
+    source: {{ type: vector, path: {gpkg}, layers: [{{ layer: countries }}] }}
+    style: {{ maplibre: {d / 'style.json'}, source: world }}
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+""")
+    getmap = ("/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS={}&STYLES=&CRS=EPSG:4326"
+              "&BBOX=-90,-180,90,180&WIDTH={}&HEIGHT={}&FORMAT=image/png")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, body = get(server, getmap.format("slow", 2048, 1024))
+        assert status == 503, body[:300]
+        # The abandoned render stops between style layers and gives its
+        # slot back: the next map is drawn, not refused for a busy slot.
+        status, body = get(server, getmap.format("relief", 256, 128))
+        assert status == 200, body[:300]
+        deadline = time.monotonic() + 10
+        while "wms maps: 0 of 1 slots busy" not in (ready := get(server, "/ready")[1]):
+            assert time.monotonic() < deadline, ready
+            time.sleep(0.1)
+        burnt = cpu_after(server)
+        assert burnt < 0.5, f"{burnt:.2f} s of CPU spent after the 503"
