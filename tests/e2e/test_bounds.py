@@ -6,10 +6,12 @@ to devices, FIFOs or themselves, and a mosaic piece with an odd name. Each
 is refused with a message that names it, in bounded memory (the peak
 resident size of the process is read from the kernel), and the rest keeps
 being served."""
+import http.server
 import json
 import os
 import sqlite3
 import subprocess
+import threading
 import time
 import zlib
 
@@ -235,3 +237,95 @@ layers:
     with serving(tmp_path_factory, "--config", config) as server:
         caps = get(server, "/wmts/1.0.0/WMTSCapabilities.xml")[2].decode()
         assert "2024-01-01" in caps and "2024-02-01" in caps and "2024-13-45" not in caps
+
+
+class RemoteArchive(http.server.BaseHTTPRequestHandler):
+    """Range requests of `server.body` (bytes), or of endless zeros when it
+    is None; the ETag is `server.etag()`."""
+
+    def do_GET(self):
+        start, _, end = self.headers["Range"].removeprefix("bytes=").partition("-")
+        start, end = int(start), int(end)
+        if self.server.body is None:
+            data, total = b"\0" * (end - start + 1), "*"
+        else:
+            data, total = self.server.body[start:end + 1], str(len(self.server.body))
+        self.server.sent += len(data)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(data) - 1}/{total}")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", self.server.etag())
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def remote_archive(body, etag):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RemoteArchive)
+    server.body, server.etag, server.sent = body, etag, 0
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_remote_mbtiles_that_never_ends_is_copied_up_to_its_cap_and_nothing_is_left(tmp_path):
+    web = remote_archive(None, lambda: '"v1"')
+    copies = tmp_path / "copies"
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{web.url.removeprefix('http://')}"] }}
+layers:
+  - name: endless
+    source: {{ type: mbtiles, path: "{web.url}/endless.mbtiles", download_dir: {copies},
+              max_copy_bytes: 67108864 }}
+""")
+    try:
+        code, stderr, _ = run_check(config)
+        assert code != 0 and "longer than max_copy_bytes (67108864 bytes)" in stderr, stderr[-2000:]
+        assert web.sent <= 80 * MIB, web.sent
+        assert list(copies.iterdir()) == [], "a failed copy was left behind"
+    finally:
+        web.shutdown()
+
+
+def test_a_remote_mbtiles_whose_etag_flaps_is_not_reloaded_and_its_old_copies_go(tmp_path, tmp_path_factory):
+    archive = tmp_path / "small.mbtiles"
+    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256", str(RELIEF), str(archive)],
+                   check=True, timeout=120)
+    state = {"frozen": None}
+    web = remote_archive(archive.read_bytes(),
+                         lambda: state["frozen"] or f'"{time.monotonic_ns() // 500_000_000}"')
+    copies = tmp_path / "copies"
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+gdal: {{ allowed_private_hosts: ["{web.url.removeprefix('http://')}"] }}
+layers:
+  - name: flapping
+    source: {{ type: mbtiles, path: "{web.url}/small.mbtiles", download_dir: {copies},
+              check_secs: 1, settle_secs: 4 }}
+""")
+    try:
+        with serving(tmp_path_factory, "--config", str(config)) as server:
+            # A new ETag every half second, looked at every second: no
+            # version holds for 4 s, nothing is reloaded or copied again.
+            time.sleep(8)
+            log = server.log_text()
+            assert "reloading the configuration" not in log, log[-3000:]
+            assert len(list(copies.glob("*.mbtiles"))) == 1
+            # A version that holds is taken (once), and its copy replaces
+            # the old one.
+            state["frozen"] = '"v2"'
+            deadline = time.monotonic() + 30
+            while "reloading the configuration" not in server.log_text():
+                assert time.monotonic() < deadline, "the settled version was not taken"
+                time.sleep(0.2)
+            deadline = time.monotonic() + 30
+            while len(kept := list(copies.glob("*.mbtiles*"))) != 1 or "removed the copy" not in server.log_text():
+                assert time.monotonic() < deadline, kept
+                time.sleep(0.2)
+            assert server.log_text().count("reloading the configuration") == 1
+            assert get(server, "/tiles/flapping/WebMercatorQuad/0/0/0.png")[0] == 200
+    finally:
+        web.shutdown()
