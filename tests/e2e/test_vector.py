@@ -205,3 +205,20 @@ def test_a_statement_timeout_too_small_to_list_the_tables_says_so_at_start(tmp_p
     assert r.returncode != 0
     assert "its layers: none" not in r.stderr, r.stderr
     assert "statement timeout" in r.stderr or "canceling statement" in r.stderr, r.stderr[-2000:]
+
+
+def test_an_extent_query_past_the_statement_timeout_says_it_timed_out_not_empty(tmp_path):
+    from test_postgis_auto import psql
+    url = env("TESSERA_TEST_PG_URL")
+    # Every row of the view sleeps: the extent, a scan of all of them, runs
+    # past the timeout; listing the tables does not.
+    psql(url, "CREATE OR REPLACE VIEW slow_extent AS SELECT c.* FROM countries c WHERE pg_sleep(0.02) IS NOT NULL")
+    try:
+        source = (f'{{ type: vector, path: "{env("TESSERA_TEST_PG")}", layer: slow_extent, '
+                  f'statement_timeout_ms: 1000, style: {STYLE} }}')
+        r = check(config(tmp_path, source))
+        assert r.returncode != 0
+        assert "the query of its extent timed out" in r.stderr and "statement_timeout_ms" in r.stderr, r.stderr
+        assert "is it empty" not in r.stderr, r.stderr
+    finally:
+        psql(url, "DROP VIEW slow_extent")

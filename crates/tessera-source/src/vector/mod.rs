@@ -190,12 +190,14 @@ impl VectorSource {
                             || why.contains("canceling statement") =>
                     {
                         open_err(format!(
-                            "layer {layer_name:?}: the query of its extent timed out ({why}); \
-                             raise statement_timeout_ms"
+                            "layer {layer_name:?}: the query of its extent timed out ({}); \
+                             raise statement_timeout_ms",
+                            why.trim()
                         ))
                     }
                     Some(why) => open_err(format!(
-                        "layer {layer_name:?}: its extent cannot be read: {why}"
+                        "layer {layer_name:?}: its extent cannot be read: {}",
+                        why.trim()
                     )),
                     None => open_err(format!(
                         "layer {layer_name:?} has no extent (is it empty?): {e}"
