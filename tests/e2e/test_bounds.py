@@ -329,3 +329,48 @@ layers:
             assert get(server, "/tiles/flapping/WebMercatorQuad/0/0/0.png")[0] == 200
     finally:
         web.shutdown()
+
+
+def test_a_slow_local_mbtiles_never_holds_the_thread_other_requests_need(tmp_path, tmp_path_factory):
+    archive = tmp_path / "slow.mbtiles"
+    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256", str(RELIEF), str(archive)],
+                   check=True, timeout=120)
+    # Every query of the `tiles` view counts to 80 million first (seconds).
+    db = sqlite3.connect(archive)
+    db.executescript("""
+        ALTER TABLE tiles RENAME TO tiles_stored;
+        CREATE VIEW tiles AS SELECT * FROM tiles_stored WHERE (WITH RECURSIVE c(x) AS
+            (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40000000) SELECT count(*) FROM c) > 0;
+    """)
+    db.commit()
+    db.close()
+    # One core: one connection thread and one runtime worker, which a read
+    # on either would hold.
+    taskset = "/usr/bin/taskset"
+    assert os.access(taskset, os.X_OK), "taskset (util-linux) is missing"
+    wrapper = tmp_path / "tessera-one-core"
+    wrapper.write_text(f"#!/bin/sh\nexec {taskset} -c 0 {os.environ['TESSERA_BIN']} \"$@\"\n")
+    wrapper.chmod(0o755)
+    real, os.environ["TESSERA_BIN"] = os.environ["TESSERA_BIN"], str(wrapper)
+    try:
+        with serving(tmp_path_factory, archive) as server:
+            slow = {}
+
+            def read_slowly():
+                slow["answer"] = get(server, "/tiles/slow/WebMercatorQuad/1/0/0.png", timeout=300)
+                slow["at"] = time.monotonic()
+
+            reader = threading.Thread(target=read_slowly)
+            reader.start()
+            time.sleep(2)
+            assert reader.is_alive(), "the slow read ended before the test could look"
+            status, _, _ = get(server, "/health", timeout=300)
+            health_at = time.monotonic()
+            assert status == 200
+            reader.join(timeout=300)
+            assert slow["answer"][0] == 200
+            # /health was answered while the archive was still being read
+            # (the read takes seconds), not after it.
+            assert slow["at"] - health_at > 1.0, "/health waited for the slow archive read"
+    finally:
+        os.environ["TESSERA_BIN"] = real

@@ -234,7 +234,8 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     }
 
     /// Whether [`Source::passthrough`] reads only memory and local files
-    /// (a local archive): then it may be called on the caller's thread
+    /// that honour [`archive::without_waiting`] (a local PMTiles): then it
+    /// may be tried on the caller's thread, answering from the page cache,
     /// rather than handed to a blocking one. False by default.
     fn passthrough_is_local(&self) -> bool {
         false

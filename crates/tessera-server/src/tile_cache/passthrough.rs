@@ -35,18 +35,37 @@ impl TileCache {
         self.render_alone(req).await
     }
 
-    /// The source's own tile for `req` (its `passthrough`): read
-    /// on this thread when the source reads only local files (a local
-    /// archive: a page-cache read costs less than a hand-off to a
-    /// blocking thread), on a blocking thread otherwise.
+    /// The source's own tile for `req` (its `passthrough`): read on this
+    /// thread when the source reads only local files and they are in the
+    /// page cache (a page-cache read costs less than a hand-off to a
+    /// blocking thread), on a blocking thread otherwise: a read that would
+    /// wait for the disk never holds this thread (a connection's).
     async fn source_tile(&self, req: &TileRequest) -> Result<Passed, RenderError> {
         let source = &req.layer.source;
-        if source.passthrough_is_local() {
-            return Ok(source.passthrough(&req.grid.tms, req.coord, req.format, None));
+        if source.passthrough_is_local()
+            && let Some(read) = tessera_source::archive::without_waiting(|| {
+                source.passthrough(&req.grid.tms, req.coord, req.format, None)
+            })
+        {
+            return Ok(read);
         }
         let (source, tms, coord, format) =
             (source.clone(), req.grid.tms.clone(), req.coord, req.format);
-        run_blocking(move || source.passthrough(&tms, coord, format, None)).await
+        run_blocking(move || {
+            let read = source.passthrough(&tms, coord, format, None);
+            // A read that joined one tried without waiting (a directory
+            // both needed) took its refusal: read again, waiting.
+            match &read {
+                Some(Err(e))
+                    if tessera_source::error_chain(e)
+                        .contains(tessera_source::archive::WOULD_WAIT_MESSAGE) =>
+                {
+                    source.passthrough(&tms, coord, format, None)
+                }
+                _ => read,
+            }
+        })
+        .await
     }
 
     /// A raster tile rendered alone, not cut from a metatile.

@@ -12,6 +12,65 @@ use futures::future::BoxFuture;
 
 use crate::upstream::client::{HttpSettings, NetworkPolicy, UpstreamClient, redacted};
 
+thread_local! {
+    /// Whether local reads on this thread may only take what the page
+    /// cache holds ([`without_waiting`]).
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether a local read on this thread found a page not in the cache
+    /// since [`without_waiting`] began.
+    static WOULD_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// What a local read that would have waited for the disk fails with,
+/// inside [`without_waiting`].
+pub const WOULD_WAIT_MESSAGE: &str = "a local read would wait for the disk";
+
+/// Runs `read` (reads of local archives) on this thread, answering only
+/// from the page cache: `None` when any local read it made would have
+/// waited for the disk (its result is dropped: run it again where waiting
+/// is fine, a blocking thread), its result otherwise. A connection thread
+/// thus serves warm archive tiles itself and is never held by a cold disk.
+pub fn without_waiting<T>(read: impl FnOnce() -> T) -> Option<T> {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NO_WAIT.set(false);
+        }
+    }
+    NO_WAIT.set(true);
+    WOULD_WAIT.set(false);
+    let restore = Restore;
+    let out = read();
+    drop(restore);
+    (!WOULD_WAIT.replace(false)).then_some(out)
+}
+
+/// Reads `buf.len()` bytes of `file` at `offset` from the page cache only
+/// (`preadv2` with `RWF_NOWAIT`); `false` when some of them are not there.
+fn read_cached(file: &std::fs::File, buf: &mut [u8], offset: u64) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut done = 0usize;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
+            return false;
+        };
+        // SAFETY: `iov` points at `rest`, live and `rest.len()` bytes long
+        // for the whole call; the descriptor is `file`'s, open and owned.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &raw const iov, 1, at, libc::RWF_NOWAIT) };
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => done += n,
+            // 0 (the end, or nothing cached) or an error (EAGAIN).
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Bytes read from an archive, and the version of the archive they came
 /// from (an `ETag`, or a local file's identity, size and time): a version
 /// that changes says the archive was replaced.
@@ -33,8 +92,8 @@ pub trait ArchiveBytes: Send + Sync + Debug {
     fn name(&self) -> String;
 
     /// Whether the bytes are read from a local file (no network): a read
-    /// then takes as long as the page cache or the disk, and may be made
-    /// on the caller's thread.
+    /// then takes as long as the page cache or the disk, and may be tried
+    /// on the caller's thread inside [`without_waiting`].
     fn is_local(&self) -> bool {
         false
     }
@@ -141,9 +200,16 @@ impl ArchiveBytes for LocalBytes {
             let open = self.current()?;
             let want = len.min(open.stamp.len.saturating_sub(offset));
             let mut buf = vec![0u8; usize::try_from(want).map_err(|_| "range too large")?];
-            open.file
-                .read_exact_at(&mut buf, offset)
-                .map_err(|e| format!("cannot read {} at {offset}: {e}", self.path))?;
+            if NO_WAIT.get() {
+                if !read_cached(&open.file, &mut buf, offset) {
+                    WOULD_WAIT.set(true);
+                    return Err(format!("{}: {WOULD_WAIT_MESSAGE}", self.path));
+                }
+            } else {
+                open.file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(|e| format!("cannot read {} at {offset}: {e}", self.path))?;
+            }
             Ok(Ranged {
                 bytes: Bytes::from(buf),
                 version: Some(open.version.clone()),

@@ -346,7 +346,10 @@ impl TileArchive for Mbtiles {
     }
 
     fn is_local(&self) -> bool {
-        self.remote.is_none()
+        // SQLite's reads cannot be told to take only what the page cache
+        // holds, and a query (a `tiles` view) may take any time: never on
+        // the caller's thread.
+        false
     }
 }
 

@@ -24,7 +24,9 @@ use ::bytes::Bytes;
 use serde::Deserialize;
 use tessera_grid::{TileCoord, TileFormat};
 
-pub use self::bytes::{ArchiveBytes, HttpBytes, LocalBytes, Ranged};
+pub use self::bytes::{
+    ArchiveBytes, HttpBytes, LocalBytes, Ranged, WOULD_WAIT_MESSAGE, without_waiting,
+};
 pub(crate) use self::draw::draw as draw_vector_tiles;
 use crate::upstream::client::{HttpSettings, NetworkPolicy};
 use crate::upstream::tiles::TileSource;
@@ -198,7 +200,9 @@ pub trait TileArchive: Send + Sync + Debug {
     /// opened.
     fn version_now(&self) -> Result<Option<String>, String>;
 
-    /// Whether its tiles are read from a local file (no network).
+    /// Whether its tiles are read from a local file (no network) by reads
+    /// that honour [`without_waiting`]: then they may be tried on the
+    /// caller's thread.
     fn is_local(&self) -> bool;
 }
 
