@@ -59,7 +59,7 @@ def signing_keys():
     return keys, {"keys": jwks}
 
 
-def config(tmp_path, jwks_path=None, extra_auth="", rate=""):
+def config(tmp_path, jwks_path=None, extra_auth="", rate="", failed="{ per_second: 1000, burst: 1000 }"):
     jwt_section = ""
     if jwks_path:
         jwt_section = f"""
@@ -76,7 +76,8 @@ auth:
     - {{ id: partner-a, sha256: {sha(KEY_A)}, layers: ["relief", "relief-*"], grants: [tiles]{rate} }}
     - {{ id: partner-b, sha256: {sha(KEY_B)}, layers: [relief] }}
     - {{ id: partner-c, sha256: {sha(KEY_C)}, layers: [open] }}
-  public: [open]{jwt_section}{extra_auth}
+  public: [open]
+  failed_credentials: {failed}{jwt_section}{extra_auth}
 layers:
   - name: relief
     source: {{ path: {RELIEF} }}
@@ -508,6 +509,28 @@ def test_rates_outside_a_sane_range_are_refused_by_check_and_a_slow_one_waits_wi
         assert get(s, TILE.format("relief"), {"X-API-Key": KEY_A})[0] == 200
         status, headers, _ = get(s, TILE.format("relief"), {"X-API-Key": KEY_A})
         assert status == 429 and 1 <= int(headers["Retry-After"]) <= 86400, (status, dict(headers))
+
+
+def test_an_address_guessing_keys_is_held_back_and_metrics_can_need_a_grant(tmp_path, tmp_path_factory):
+    # The defaults: 20 credentials that are not valid at once, then 1 a second.
+    cfg = config(tmp_path, failed="{ per_second: 1, burst: 20 }",
+                 extra_auth="\n  metrics: granted")
+    cfg.write_text(cfg.read_text().replace("layers: [open] }", "layers: [open], grants: [tiles, metrics] }"))
+    with serving(tmp_path_factory, "--config", str(cfg)) as s:
+        codes = [get(s, TILE.format("open"), {"X-API-Key": f"guess-{i:04d}"})[0] for i in range(40)]
+        assert codes[:20] == [401] * 20 and set(codes[20:]) == {429}, codes
+        # While held back, a right key from that address is not even looked at...
+        status, headers, _ = get(s, TILE.format("relief"), {"X-API-Key": KEY_B})
+        assert status == 429 and int(headers["Retry-After"]) >= 1
+        # ...and a request without a credential is served as before.
+        assert get(s, TILE.format("open"))[0] == 200
+        # /metrics only to a caller granted `metrics` (partner-c); the
+        # held-back address is let in again after its wait.
+        time.sleep(int(headers["Retry-After"]))
+        assert get(s, "/metrics")[0] == 401
+        assert get(s, "/metrics", {"X-API-Key": KEY_B})[0] == 403
+        status, _, body = get(s, "/metrics", {"X-API-Key": KEY_C})
+        assert status == 200 and b"tessera_" in body
 
 
 def test_the_admin_token_and_the_api_keys_stay_apart(tmp_path, tmp_path_factory, s3):

@@ -255,6 +255,28 @@ def test_job_specs_out_of_range_are_refused_with_the_cli_rules(s3, tmp_path, tmp
         assert r.returncode != 0 and flag.removeprefix("--") in r.stderr, r.stderr[-1000:]
 
 
+def test_a_job_with_a_polygon_of_real_detail_is_taken_and_the_spec_limit_is_named(s3, tmp_path, tmp_path_factory):
+    import math
+    s3_bucket(s3, "tessera-test")
+    config, _ = write_config(tmp_path, s3)
+    # A ring of 200,000 points around Iceland: some 6 MB of GeoJSON.
+    ring = [[-19 + 4 * math.cos(2 * math.pi * i / 200000), 65 + 1.5 * math.sin(2 * math.pi * i / 200000)]
+            for i in range(200000)]
+    ring.append(ring[0])
+    polygon = {"type": "Polygon", "coordinates": [ring]}
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, job, _ = call(server, "POST", "/admin/jobs",
+                              {"kind": "seed", "layer": "relief", "zoom": "0..3", "polygon": polygon})
+        assert status == 201, str(job)[:500]
+        assert len(json.dumps(polygon)) > 4 << 20
+        status, body, _ = call(server, "POST", "/admin/jobs", {"kind": "seed", "layer": "relief", "zoom": "0..3",
+                                                               "padding": "x" * (33 << 20)})
+        assert status == 413 and "admin.max_job_spec" in json.dumps(body), (status, str(body)[:300])
+        # A parameter given twice is refused, not taken as its last value.
+        status, body, _ = call(server, "POST", "/admin/truncate?layer=relief&layer=other&zoom=0..1")
+        assert status == 400 and "given twice" in json.dumps(body), (status, body)
+
+
 def test_whole_world_jobs_to_zoom_24_are_planned_at_once_and_cancelled_by_delete(s3, tmp_path, tmp_path_factory):
     s3_bucket(s3, "tessera-test")
     config = tmp_path / "tessera.yaml"

@@ -22,7 +22,7 @@ use aws_lc_rs::constant_time::verify_slices_are_equal;
 use aws_lc_rs::digest;
 use axum::http::HeaderMap;
 
-use crate::config::auth::{AuthConfig, Grant};
+use crate::config::auth::{AuthConfig, Grant, MetricsAccess};
 use rate::Bucket;
 
 /// The pixels of one tile: what a render costs per miss of the budget.
@@ -87,6 +87,10 @@ pub struct Access {
     /// Caller ids the metrics name (the first seen), the others `other`.
     named: Mutex<std::collections::HashSet<String>>,
     metric_callers: usize,
+    metrics: MetricsAccess,
+    /// Each client address's budget of credentials that are not valid.
+    failures: Mutex<HashMap<std::net::IpAddr, Arc<Bucket>>>,
+    failed_credentials: crate::config::auth::RateConfig,
 }
 
 /// Why a request is refused.
@@ -151,6 +155,9 @@ impl Access {
             query_parameters: config.query_parameters,
             named: Mutex::new(std::collections::HashSet::new()),
             metric_callers: config.metric_callers,
+            metrics: config.metrics,
+            failures: Mutex::new(HashMap::new()),
+            failed_credentials: config.failed_credentials_rate(),
         })
     }
 
@@ -162,6 +169,17 @@ impl Access {
     /// Whether anyone may read `layer`.
     pub fn is_public(&self, layer: &str) -> bool {
         matches_any(&self.public, layer)
+    }
+
+    /// Whether a request with `headers` and `query` presents a credential
+    /// (valid or not).
+    pub fn has_credential(&self, headers: &HeaderMap, query: Option<&str>) -> bool {
+        headers.contains_key("x-api-key")
+            || headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("bearer "))
+            || self.query_parameters && query.and_then(credential_parameter).is_some()
     }
 
     /// The caller of a request with `headers` and `query`: anonymous
@@ -254,6 +272,37 @@ impl Access {
             grants: claims.grants,
             bucket,
         }))
+    }
+
+    /// Whether `address` may present a credential now: `Err` with the
+    /// wait while it is past its budget of credentials that were not
+    /// valid ([`Access::count_failure`]).
+    pub fn admit_address(&self, address: std::net::IpAddr) -> Result<(), Duration> {
+        let bucket = self
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&address)
+            .cloned();
+        bucket.map_or(Ok(()), |b| b.check())
+    }
+
+    /// Counts a credential that was not valid against `address`'s budget.
+    pub fn count_failure(&self, address: std::net::IpAddr) {
+        let bucket = {
+            let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+            if failures.len() >= MAX_SUBJECT_BUCKETS && !failures.contains_key(&address) {
+                // Addresses not failing now are full again soon enough.
+                failures.retain(|_, b| b.check().is_err());
+            }
+            failures
+                .entry(address)
+                .or_insert_with(|| Arc::new(Bucket::new(&self.failed_credentials)))
+                .clone()
+        };
+        // Refused from now on while empty (`admit_address`): nothing
+        // more is counted until it refills.
+        let _ = bucket.take();
     }
 
     /// The name the metrics give `id`: itself for the first
@@ -375,6 +424,28 @@ impl Caller {
         self.consulted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether the caller may read `/metrics`: always where access is not
+    /// controlled or `auth.metrics` is `open`; else only with the
+    /// `metrics` grant.
+    pub fn may_read_metrics(&self) -> Result<(), Refusal> {
+        let Some(access) = &self.access else {
+            return Ok(());
+        };
+        if access.metrics == MetricsAccess::Open {
+            return Ok(());
+        }
+        match &self.grantee {
+            None => Err(Refusal::Unauthenticated(
+                "/metrics needs a credential with the `metrics` grant".into(),
+            )),
+            Some(g) if g.grants.contains(&Grant::Metrics) => Ok(()),
+            Some(g) => Err(Refusal::Forbidden(format!(
+                "{} may not read /metrics (no `metrics` grant)",
+                g.id
+            ))),
+        }
+    }
+
     /// Takes a request from the caller's rate; 429 when it is past it.
     pub fn admit(&self) -> Result<(), Refusal> {
         match self.grantee.as_ref().and_then(|g| g.bucket.as_ref()) {
@@ -471,6 +542,8 @@ mod tests {
             query_parameters: true,
             metric_callers: 1,
             jwt: None,
+            metrics: MetricsAccess::Open,
+            failed_credentials: None,
         };
         Arc::new(Access::new(&config).unwrap())
     }

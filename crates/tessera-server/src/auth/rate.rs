@@ -54,6 +54,21 @@ impl Bucket {
         self.take_at(Instant::now(), weight.max(1.0))
     }
 
+    /// Whether a token is there now (taking none); when none is, how long
+    /// until one is.
+    pub fn check(&self) -> Result<(), Duration> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, then) = *state;
+        let refilled = (tokens
+            + Instant::now().saturating_duration_since(then).as_secs_f64() * self.per_second)
+            .min(self.burst);
+        if refilled >= 1.0 {
+            Ok(())
+        } else {
+            Err(wait_for(refilled, self.per_second))
+        }
+    }
+
     fn take_at(&self, now: Instant, weight: f64) -> Result<(), Duration> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (tokens, then) = *state;
@@ -65,15 +80,18 @@ impl Bucket {
             Ok(())
         } else {
             *state = (refilled, now);
-            // Whatever the rate, a wait that is a Duration (no panic on a
-            // rate configured past the checked range).
-            Err(
-                Duration::try_from_secs_f64((1.0 - refilled) / self.per_second)
-                    .unwrap_or(MAX_WAIT)
-                    .min(MAX_WAIT),
-            )
+            Err(wait_for(refilled, self.per_second))
         }
     }
+}
+
+/// How long until `tokens` refilled at `per_second` reach one: whatever
+/// the rate, a Duration (no panic on a rate past the checked range), at
+/// most [`MAX_WAIT`].
+fn wait_for(tokens: f64, per_second: f64) -> Duration {
+    Duration::try_from_secs_f64((1.0 - tokens) / per_second)
+        .unwrap_or(MAX_WAIT)
+        .min(MAX_WAIT)
 }
 
 #[cfg(test)]

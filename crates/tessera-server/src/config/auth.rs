@@ -29,6 +29,29 @@ pub struct AuthConfig {
     /// first seen; the others are counted as `other` (default 50).
     #[serde(default = "default_metric_callers")]
     pub metric_callers: usize,
+    /// Who may read `/metrics`, which names every layer and caller:
+    /// `open` (anyone, the default: a scraper on an internal network) or
+    /// `granted` (callers whose key or token has the `metrics` grant).
+    #[serde(default)]
+    pub metrics: MetricsAccess,
+    /// How fast one client address may present credentials that are not
+    /// valid (default 1 a second, a burst of 20): past it, every request
+    /// of that address carrying a credential is a 429 until its budget is
+    /// back, so that keys cannot be guessed at speed. Behind a proxy the
+    /// address is the proxy's.
+    #[serde(default)]
+    pub failed_credentials: Option<RateConfig>,
+}
+
+/// Who may read `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricsAccess {
+    /// Anyone.
+    #[default]
+    Open,
+    /// Callers granted `metrics`.
+    Granted,
 }
 
 fn yes() -> bool {
@@ -51,6 +74,9 @@ pub enum Grant {
     Maps,
     /// Values under a pixel (WMS `GetFeatureInfo`).
     FeatureInfo,
+    /// `/metrics`, where `auth.metrics` is `granted`; given only by name
+    /// (never by a token without a grants claim).
+    Metrics,
 }
 
 /// Every grant: what a credential allows unless it says less.
@@ -149,6 +175,16 @@ fn default_refresh() -> f64 {
 }
 
 impl AuthConfig {
+    /// The budget of credentials that are not valid, per client address.
+    pub fn failed_credentials_rate(&self) -> RateConfig {
+        self.failed_credentials.unwrap_or(RateConfig {
+            per_second: 1.0,
+            burst: Some(20),
+            misses_per_second: None,
+            miss_burst: None,
+        })
+    }
+
     /// Checks what the types cannot: hashes are SHA-256 in hex, ids are
     /// unique and printable, rates are positive, a JWT section has keys.
     pub fn check(&self) -> Result<(), String> {
@@ -213,6 +249,9 @@ impl AuthConfig {
         if self.metric_callers == 0 {
             return Err("auth.metric_callers must be at least 1".into());
         }
+        self.failed_credentials_rate()
+            .check()
+            .map_err(|e| format!("auth.failed_credentials: {e}"))?;
         Ok(())
     }
 }

@@ -183,9 +183,18 @@ pub struct AdminConfig {
     /// (default: `jobs` in the directory of `sources_file`).
     #[serde(default)]
     pub jobs_dir: Option<String>,
+    /// Largest job spec `POST /admin/jobs` takes (default 32MiB: a
+    /// polygon of real detail); larger ones get 413.
+    #[serde(default)]
+    pub max_job_spec: Option<Size>,
 }
 
 impl AdminConfig {
+    /// The largest job spec in bytes.
+    pub fn max_job_spec_bytes(&self) -> usize {
+        usize::try_from(Size::or(self.max_job_spec, 32 << 20)).unwrap_or(usize::MAX)
+    }
+
     /// The directory of the jobs' records.
     pub fn jobs_dir_path(&self) -> std::path::PathBuf {
         match &self.jobs_dir {

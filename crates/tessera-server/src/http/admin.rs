@@ -220,7 +220,15 @@ pub async fn cancel_truncate(
 fn truncate_plan(state: &Admin, query: &str) -> Result<Vec<crate::plan::TilePlan>, String> {
     let mut args: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        args.insert(k.to_ascii_lowercase(), v.into_owned());
+        // A name given twice is refused, as the read endpoints refuse it:
+        // `layer=a&layer=b` truncates neither, not just the last.
+        let name = k.to_ascii_lowercase();
+        if let Some(first) = args.get(&name)
+            && *first != v
+        {
+            return Err(format!("`{name}` is given twice ({first:?} and {v:?})"));
+        }
+        args.insert(name, v.into_owned());
     }
     let split = |name: &str, by: char| -> Vec<String> {
         args.get(name)

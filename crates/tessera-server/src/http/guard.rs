@@ -28,6 +28,11 @@ pub struct Guard {
     pub metrics: Arc<Metrics>,
 }
 
+/// The address of the client a request came from (set by the listener):
+/// what credentials that are not valid are counted against.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::IpAddr);
+
 /// The caller's id, on a response: the access log writes it.
 #[derive(Debug, Clone)]
 pub struct CallerId(pub String);
@@ -39,9 +44,22 @@ pub async fn identify(State(guard): State<Guard>, mut request: Request, next: Ne
         request.extensions_mut().insert(Caller::open());
         return next.run(request).await;
     };
+    // An address past its budget of credentials that were not valid has
+    // none checked until it is back.
+    let address = request.extensions().get::<ClientAddr>().map(|a| a.0);
+    if let Some(address) = address
+        && let Err(wait) = access.admit_address(address)
+        && access.has_credential(request.headers(), request.uri().query())
+    {
+        guard.metrics.caller_request("anonymous", "limited");
+        return ApiError::from(Refusal::RateLimited(wait)).into_response();
+    }
     let caller = match access.identify(request.headers(), request.uri().query()) {
         Ok(caller) => caller,
         Err(refusal) => {
+            if let Some(address) = address {
+                access.count_failure(address);
+            }
             guard
                 .metrics
                 .caller_request("anonymous", outcome_of(&refusal));

@@ -5,7 +5,7 @@
 //! token; the page itself holds nothing secret).
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -44,10 +44,34 @@ fn unknown(id: &str) -> Response {
 /// with `bbox_crs`, `polygon` (GeoJSON), `dimensions`, `styles`,
 /// `threads`, `rate`): 201 with the job's report and its URL in
 /// `Location`; 400 for a spec that does not plan.
-pub async fn start(State(state): State<Admin>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn start(State(state): State<Admin>, headers: HeaderMap, body: Body) -> Response {
     let jobs = match jobs(&state, &headers) {
         Ok(j) => j,
         Err(refused) => return *refused,
+    };
+    // `jobs` answered: the admin API is on.
+    let limit = state
+        .config
+        .admin
+        .as_ref()
+        .map_or(0, crate::config::AdminConfig::max_job_spec_bytes);
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_large {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "InvalidParameterValue",
+                    format!("a job spec of more than {limit} bytes (admin.max_job_spec)"),
+                )
+                .into_response()
+            } else {
+                ApiError::bad_request("InvalidParameterValue", format!("the job spec: {e}"))
+                    .into_response()
+            };
+        }
     };
     let spec: JobSpec = match serde_json::from_slice(&body) {
         Ok(s) => s,

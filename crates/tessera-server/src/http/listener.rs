@@ -245,8 +245,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             Some(_) = tasks.join_next() => continue,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors (or another transient failure): make
                 // room by closing an idle connection, and say so now and
@@ -277,7 +277,7 @@ pub async fn serve(
             async move {
                 // Registered with the reactor of the thread that serves it.
                 if let Ok(stream) = TcpStream::from_std(stream) {
-                    connection(stream, routers, table, settings, main).await;
+                    connection(stream, peer.ip(), routers, table, settings, main).await;
                 }
             },
             threads.next(),
@@ -305,6 +305,7 @@ pub async fn serve(
 /// long, or the table asks it to close.
 async fn connection(
     stream: TcpStream,
+    peer: std::net::IpAddr,
     routers: watch::Receiver<Arc<App>>,
     table: Arc<Connections>,
     settings: ListenerSettings,
@@ -336,7 +337,10 @@ async fn connection(
             table.clone(),
             files.clone(),
         );
-        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request
+                .extensions_mut()
+                .insert(super::guard::ClientAddr(peer));
             in_flight.fetch_add(1, Ordering::AcqRel);
             last_active.store(table.now_ms(), Ordering::Release);
             let (in_flight, last_active, table) =

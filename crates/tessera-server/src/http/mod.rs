@@ -320,7 +320,12 @@ async fn ready(State(state): State<state::Status>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<state::Status>) -> Response {
+/// `GET /metrics`: to anyone, or, with `auth.metrics: granted`, to
+/// callers granted `metrics` (it names every layer and caller).
+async fn metrics(State(state): State<state::Status>, caller: Caller) -> Response {
+    if let Err(refusal) = caller.may_read_metrics() {
+        return ApiError::from(refusal).into_response();
+    }
     for (name, store) in &state.registry.stores {
         if let Some((usage, _)) = store.quota() {
             state.metrics.observe_quota(name, &usage);
