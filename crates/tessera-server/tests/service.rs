@@ -179,3 +179,42 @@ fn shard_arguments_are_checked_and_auto_reads_the_schedulers_index() {
     let e = Shard::parse("auto/2", |_| Some("5".into())).unwrap_err();
     assert!(e.contains("JOB_COMPLETION_INDEX"), "{e}");
 }
+
+/// A plan's size counted from its ranges is the size of its walk, and a
+/// polygon's plan (one-row spans sharing metatiles) lists each metatile
+/// once, without remembering them.
+#[test]
+fn plan_sizes_counted_from_ranges_match_the_walk_and_metatiles_come_once() {
+    use std::collections::HashSet;
+    use std::sync::atomic::AtomicBool;
+    use tessera_server::plan::{PlanSize, polygons_from_geojson};
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::batch(config_with_a_broken_layer(dir.path()), "relief").unwrap();
+    let ring = r#"{"type":"Polygon","coordinates":[[[-10,35],[30,35],[30,60],[5,70],[-10,60],[-10,35]]]}"#;
+    let areas = [
+        PlanArea::Extent,
+        PlanArea::BBox(
+            tessera_grid::BBox::new(-20.0, 30.0, 40.0, 70.0).unwrap(),
+            "EPSG:4326".into(),
+        ),
+        PlanArea::Polygons(polygons_from_geojson(ring).unwrap()),
+    ];
+    for area in &areas {
+        let plan = TilePlan::new(&service.registry, "relief", "WebMercatorQuad", None, 0..=7, area)
+            .unwrap();
+        let walked: Vec<_> = plan.metatiles().collect();
+        let unique: HashSet<_> = walked.iter().map(|m| m.range).collect();
+        assert_eq!(unique.len(), walked.len(), "a metatile twice in {area:?}");
+        let expected = PlanSize {
+            metatiles: walked.len() as u64,
+            tiles: walked.iter().map(|m| u64::from(m.cols() * m.rows())).sum(),
+        };
+        assert_eq!(plan.size(), expected, "{area:?}");
+        // Cancelled before it starts: a walk stops, a count from the
+        // ranges is done at once either way.
+        let cancel = AtomicBool::new(true);
+        if let Some(size) = plan.size_unless(&cancel) {
+            assert_eq!(size, expected);
+        }
+    }
+}

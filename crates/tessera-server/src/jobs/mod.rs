@@ -549,3 +549,27 @@ async fn truncate_plan(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::panic_reason;
+
+    #[tokio::test]
+    async fn a_panicking_task_is_told_by_its_message() {
+        let failed = tokio::spawn(async { panic!("semaphore permits exceeded") })
+            .await
+            .unwrap_err();
+        assert_eq!(panic_reason(failed), "semaphore permits exceeded");
+        let number = 7;
+        let failed = tokio::spawn(async move { panic!("{number} threads") })
+            .await
+            .unwrap_err();
+        assert_eq!(panic_reason(failed), "7 threads");
+        let aborted = tokio::spawn(std::future::pending::<()>());
+        aborted.abort();
+        assert_eq!(
+            panic_reason(aborted.await.unwrap_err()),
+            "its task was cancelled"
+        );
+    }
+}
