@@ -7,11 +7,13 @@ tessera binaries, the same cases each, one table (docs/benchmarks/hostile.md).
    many caller-dependent answers nginx served the anonymous client from
    its cache.
 5. A WMTS upstream declaring tiles of 100000x100000 pixels, the server
-   under `prlimit --as=6G`: what start and a tile got.
+   under `prlimit --as=6G`: what start and a tile in another grid (its
+   tiles stitched) got.
 7. Decompression: a PMTiles leaf directory of 1 MB unpacking to 512 MiB
    (one tile), a gzip MVT unpacking to 1 GiB sent to a client without
    gzip, an MBTiles blob of 256 MiB, PMTiles metadata unpacking to 1 GiB
-   (`tessera check`): the answer and the peak resident memory it cost.
+   (`tessera check`): the answer and the process's peak resident memory
+   (start included).
 9. A WMS GetMap of a 10,000-layer MapLibre style past its 2 s timeout:
    how long the WMS render slot stayed busy after the 503, and the CPU
    seconds spent in the 3 s after it.
@@ -21,7 +23,7 @@ tessera binaries, the same cases each, one table (docs/benchmarks/hostile.md).
     one core: how long `/health` took while a tile of it was read.
 
 Usage (MinIO from `scripts/minio start`, then `source var/minio/env`):
-    cd bench && ../var/venv/bin/python hostile_bounds.py BEFORE_BIN AFTER_BIN
+    cd bench && ../var/venv/bin/python hostile_bounds.py BEFORE_BIN AFTER_BIN [CASES, e.g. 5,7]
 """
 import json
 import os
@@ -127,22 +129,29 @@ def shared_cache(binary, work):
 def huge_wmts_tiles(binary, work):
     up_port, up = start(binary, [ROOT / "data" / "shadedrelief-5400.tif"], work / "up")
     caps = urllib.request.urlopen(f"http://127.0.0.1:{up_port}/wmts/1.0.0/WMTSCapabilities.xml").read().decode()
+    tile = urllib.request.urlopen(f"http://127.0.0.1:{up_port}/tiles/shadedrelief-5400/WebMercatorQuad/0/0/0.png")
+    png = tile.read()
     stop(up)
     evil = caps.replace("<TileWidth>256</TileWidth>", "<TileWidth>100000</TileWidth>") \
         .replace("<TileHeight>256</TileHeight>", "<TileHeight>100000</TileHeight>")
-    hostile = Fixed(evil.encode(), "application/xml")
+    # The capabilities, and a (small) tile at every tile URL they name.
+    hostile = Fixed(evil.encode(), "application/xml", tiles=png)
+    evil = evil.replace(f"127.0.0.1:{up_port}", f"127.0.0.1:{hostile.port}")
+    hostile.body = evil.encode()
     cfg = work / "wmts.yaml"
     cfg.write_text(f"""
 gdal: {{ allowed_private_hosts: ["127.0.0.1:{hostile.port}"] }}
 layers:
   - name: evil
-    source: {{ type: wmts, url: "http://127.0.0.1:{hostile.port}/wmts", layer: relief,
+    source: {{ type: wmts, url: "http://127.0.0.1:{hostile.port}/wmts", layer: shadedrelief-5400,
               matrix_set: WebMercatorQuad, http: {{ retries: 0 }} }}
+    grids: [WorldCRS84Quad]
 """)
     port, proc = start(binary, ["--config", cfg], work, wrap=("prlimit", f"--as={6 << 30}"))
     if port is None:
         return f"refused at start ({proc})"
-    status, _, _, seconds = get(port, "/tiles/evil/WebMercatorQuad/2/1/1.png")
+    # Another grid: the upstream's tiles are stitched into a canvas.
+    status, _, _, seconds = get(port, "/tiles/evil/WorldCRS84Quad/2/1/1.png")
     time.sleep(1)
     alive = proc.poll() is None
     if alive:
@@ -153,18 +162,23 @@ layers:
 
 
 class Fixed:
-    """An HTTP server answering every GET with one body."""
+    """An HTTP server answering every GET with `body` (settable), or with
+    the PNG `tiles` for paths under `/wmts/1.0.0/`."""
 
-    def __init__(self, body, content_type):
+    def __init__(self, body, content_type, tiles=None):
         import http.server
+        self.body = body
+        fixed = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                tile = tiles is not None and self.path.startswith("/wmts/1.0.0/")
+                data = tiles if tile else fixed.body
                 self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "image/png" if tile else content_type)
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -178,12 +192,12 @@ def one_request_cost(binary, work, archive, path, headers):
     port, proc = start(binary, [archive], work)
     if port is None:
         return f"refused at start ({proc})"
-    before = peak_mib(proc.pid)
     status, _, body, _ = get(port, path, headers)
-    grown = peak_mib(proc.pid) - before
+    # The process's peak, start included (a start may read the tile too).
+    peak = peak_mib(proc.pid) if proc.poll() is None else float("nan")
     alive = proc.poll() is None
     stop(proc)
-    return f"{status}, {len(body) / MIB:.1f} MiB body, peak +{grown:.0f} MiB" + ("" if alive else ", server died")
+    return f"{status}, {len(body) / MIB:.1f} MiB body, peak {peak:.0f} MiB" + ("" if alive else ", server died")
 
 
 def decompression(binary, work):
@@ -345,9 +359,13 @@ CASES = [
 
 def main():
     before, after = sys.argv[1:3]
+    # Optionally the numbers of the cases to run (`1,5`).
+    only = sys.argv[3].split(",") if len(sys.argv) > 3 else None
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"hostile-bounds-{os.getpid()}"
     print("| finding | before | after |\n|---|---|---|")
     for name, case in CASES:
+        if only and name.split(".")[0] not in only:
+            continue
         cells = [case(binary, work / f"{case.__name__}-{i}") for i, binary in enumerate((before, after))]
         print(f"| {name} | {cells[0]} | {cells[1]} |", flush=True)
 

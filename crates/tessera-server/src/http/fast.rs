@@ -90,6 +90,11 @@ impl FastTiles {
         let caller = match &self.guard.access {
             None => None,
             Some(access) => {
+                // An address held back for bad credentials is the
+                // router's to refuse.
+                if let Some(address) = request.extensions().get::<super::guard::ClientAddr>() {
+                    access.admit_address(address.0).ok()?;
+                }
                 let caller = access
                     .identify(request.headers(), request.uri().query())
                     .ok()?;
