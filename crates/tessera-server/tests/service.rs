@@ -190,7 +190,8 @@ fn plan_sizes_counted_from_ranges_match_the_walk_and_metatiles_come_once() {
     use tessera_server::plan::{PlanSize, polygons_from_geojson};
     let dir = tempfile::tempdir().unwrap();
     let service = Service::batch(config_with_a_broken_layer(dir.path()), "relief").unwrap();
-    let ring = r#"{"type":"Polygon","coordinates":[[[-10,35],[30,35],[30,60],[5,70],[-10,60],[-10,35]]]}"#;
+    let ring =
+        r#"{"type":"Polygon","coordinates":[[[-10,35],[30,35],[30,60],[5,70],[-10,60],[-10,35]]]}"#;
     let areas = [
         PlanArea::Extent,
         PlanArea::BBox(
@@ -200,8 +201,15 @@ fn plan_sizes_counted_from_ranges_match_the_walk_and_metatiles_come_once() {
         PlanArea::Polygons(polygons_from_geojson(ring).unwrap()),
     ];
     for area in &areas {
-        let plan = TilePlan::new(&service.registry, "relief", "WebMercatorQuad", None, 0..=7, area)
-            .unwrap();
+        let plan = TilePlan::new(
+            &service.registry,
+            "relief",
+            "WebMercatorQuad",
+            None,
+            0..=7,
+            area,
+        )
+        .unwrap();
         let walked: Vec<_> = plan.metatiles().collect();
         let unique: HashSet<_> = walked.iter().map(|m| m.range).collect();
         assert_eq!(unique.len(), walked.len(), "a metatile twice in {area:?}");

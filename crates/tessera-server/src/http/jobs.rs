@@ -59,7 +59,7 @@ pub async fn start(State(state): State<Admin>, headers: HeaderMap, body: Body) -
         Ok(b) => b,
         Err(e) => {
             let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+                .is_some_and(<dyn std::error::Error>::is::<http_body_util::LengthLimitError>);
             return if too_large {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,

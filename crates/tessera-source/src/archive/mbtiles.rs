@@ -449,13 +449,11 @@ fn remove_other_copies(dir: &Path, archive: &str, keep: &Path) {
         let file_name = entry.file_name();
         let file_name = file_name.to_string_lossy();
         if path != keep && file_name.starts_with(archive) && file_name.ends_with(".mbtiles") {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    tracing::info!(copy = %path.display(), "removed the copy of an earlier version")
-                }
-                Err(e) => {
-                    tracing::warn!(copy = %path.display(), error = %e, "cannot remove the copy of an earlier version")
-                }
+            let removed = std::fs::remove_file(&path);
+            if let Err(e) = &removed {
+                tracing::warn!(copy = %path.display(), error = %e, "cannot remove the copy of an earlier version");
+            } else {
+                tracing::info!(copy = %path.display(), "removed the copy of an earlier version");
             }
         }
     }
