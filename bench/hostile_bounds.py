@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from common import ROOT, free_port, wait_http  # noqa: E402
 import test_auth  # noqa: E402
 import test_bounds  # noqa: E402
+import test_hardening  # noqa: E402
 import test_shared_cache  # noqa: E402
 
 MIB = 1 << 20
@@ -226,21 +227,8 @@ def decompression(binary, work):
 
 
 def slow_style(binary, work):
-    from vectors import countries_and_places
     work.mkdir(parents=True, exist_ok=True)
-    gpkg = countries_and_places(work / "world.gpkg")
-    layers = [{"id": f"l{i}", "type": "line", "source": "world", "source-layer": "countries",
-               "paint": {"line-color": "#404040", "line-width": 6}} for i in range(10000)]
-    (work / "style.json").write_text(json.dumps({"version": 8, "sources": {"world": {"type": "vector"}},
-                                                 "layers": layers}))
-    cfg = work / "tessera.yaml"
-    cfg.write_text(f"""
-server: {{ render_timeout_secs: 2, max_concurrent_renders: 2, wms_render_share: 0.5 }}
-layers:
-  - name: slow
-    source: {{ type: vector, path: {gpkg}, layers: [{{ layer: countries }}] }}
-    style: {{ maplibre: {work / 'style.json'}, source: world }}
-""")
+    cfg = test_hardening.slow_style_config(work)
     port, proc = start(binary, ["--config", cfg], work)
     status, _, _, _ = get(port, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=slow&STYLES=&CRS=EPSG:4326"
                                 "&BBOX=-90,-180,90,180&WIDTH=2048&HEIGHT=1024&FORMAT=image/png")

@@ -157,16 +157,17 @@ layers:
         assert status == 200
 
 
-def test_a_maplibre_style_of_10000_layers_past_its_timeout_frees_its_slot(tmp_path_factory):
+def slow_style_config(d):
+    """A configuration in directory `d`: layer `slow`, the demo countries
+    under a MapLibre style of 10,000 line layers (minutes to draw a big
+    map), and the relief; one render slot for WMS maps, a 2 s timeout."""
     from vectors import countries_and_places
-    d = tmp_path_factory.mktemp("slow-style")
     gpkg = countries_and_places(d / "world.gpkg")
     layers = [{"id": f"l{i}", "type": "line", "source": "world", "source-layer": "countries",
                "paint": {"line-color": "#404040", "line-width": 6}} for i in range(10000)]
     (d / "style.json").write_text(json.dumps({"version": 8, "sources": {"world": {"type": "vector"}},
                                               "layers": layers}))
     config = d / "tessera.yaml"
-    # One render slot for WMS maps, a 2 s timeout.
     config.write_text(f"""
 server: {{ render_timeout_secs: 2, max_concurrent_renders: 2, wms_render_share: 0.5 }}
 layers:
@@ -176,6 +177,11 @@ layers:
   - name: relief
     source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
 """)
+    return config
+
+
+def test_a_maplibre_style_of_10000_layers_past_its_timeout_frees_its_slot(tmp_path_factory):
+    config = slow_style_config(tmp_path_factory.mktemp("slow-style"))
     getmap = ("/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS={}&STYLES=&CRS=EPSG:4326"
               "&BBOX=-90,-180,90,180&WIDTH={}&HEIGHT={}&FORMAT=image/png")
     with serving(tmp_path_factory, "--config", str(config)) as server:
