@@ -105,9 +105,15 @@ def test_a_store_at_its_quota_stays_within_it_and_keeps_what_was_read_last(kind,
             asker.join(timeout=60)
         assert r["state"] == "done", r
         assert failures == [] and answered[0] > 0, failures
-        # Requests' tiles are saved after their answers: let them land.
-        time.sleep(1.0)
-        usage, stats = quota_of(server)
+        # Requests' tiles are saved after their answers: wait (with a
+        # deadline, never a fixed sleep) until the saves have landed and
+        # the count stops moving.
+        def settled():
+            first = quota_of(server)[0]
+            time.sleep(0.3)
+            second = quota_of(server)
+            return second if first == second[0] else None
+        usage, stats = wait_for(settled, "the saves after the answers", timeout=60)
         written = r["tiles_written"]
         assert usage["max_bytes"] == QUOTA
         assert usage["used_bytes"] <= QUOTA * 1.1 and peak <= QUOTA * 1.1, (usage, peak)

@@ -174,8 +174,14 @@ def test_bad_uploads_get_clear_errors_and_leave_nothing(s3, bucket, raster, tmp_
         answer = sock.recv(4096).decode(errors="replace")
         sock.close()
         assert answer.startswith("HTTP/1.1 408"), answer
-        time.sleep(2)
-        for name in ["x", "big", "big2", "notes", "broken", "gone", "stalled"]:
+        # The aborts run after the connections closed: waited for with a
+        # deadline, never a fixed sleep.
+        names = ["x", "big", "big2", "notes", "broken", "gone", "stalled"]
+        deadline = time.monotonic() + 60
+        while any(objects(bucket, f"{prefix}/{n}.") or uploads_left(bucket, f"{prefix}/{n}.") for n in names):
+            assert time.monotonic() < deadline, "an object or a multipart upload was left"
+            time.sleep(0.2)
+        for name in names:
             assert objects(bucket, f"{prefix}/{name}.") == [], f"{name}: no object"
             assert uploads_left(bucket, f"{prefix}/{name}.") == [], f"{name}: no multipart upload left"
         for name in ["notes", "broken", "gone", "stalled"]:

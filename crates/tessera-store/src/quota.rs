@@ -158,12 +158,17 @@ struct Pending {
     bytes: u64,
     /// Per layer quota, by its key.
     layers: HashMap<String, u64>,
+    /// The tiles being written (admitted, not yet recorded), with how many
+    /// writes of each are in flight: eviction leaves them alone, or it
+    /// could delete a tile just written again while the index keeps it.
+    writing: HashMap<TileKey, usize>,
 }
 
 /// A write's bytes: in all, and per layer quota (key, quota, bytes).
 struct Incoming {
     bytes: u64,
     layers: Vec<(String, u64, u64)>,
+    keys: Vec<TileKey>,
 }
 
 /// A tile chosen for eviction, as its row read.
@@ -376,6 +381,14 @@ impl QuotaStore {
                     *p -= bytes;
                 }
             }
+            for key in &incoming.keys {
+                if let Some(n) = pending.writing.get_mut(key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        pending.writing.remove(key);
+                    }
+                }
+            }
         }
         self.shared.written.notify_all();
         written
@@ -399,6 +412,7 @@ impl QuotaStore {
         Incoming {
             bytes: tiles.iter().map(|(_, n)| n).sum(),
             layers,
+            keys: tiles.iter().map(|(k, _)| k.clone()).collect(),
         }
     }
 
@@ -422,6 +436,9 @@ impl QuotaStore {
                 pending.bytes += incoming.bytes;
                 for (base, _, bytes) in &incoming.layers {
                     *pending.layers.entry(base.clone()).or_insert(0) += bytes;
+                }
+                for key in &incoming.keys {
+                    *pending.writing.entry(key.clone()).or_insert(0) += 1;
                 }
                 return Ok(());
             }
@@ -453,10 +470,16 @@ impl QuotaStore {
     /// the last time.
     fn evict_for(&self, pending: &Pending, incoming: &Incoming) -> Result<(), StoreError> {
         let max = self.shared.options.max_bytes;
-        self.evict(None, max - max / 20, pending.bytes + incoming.bytes)?;
+        let writing = &pending.writing;
+        self.evict(
+            None,
+            max - max / 20,
+            pending.bytes + incoming.bytes,
+            writing,
+        )?;
         for (base, max, bytes) in &incoming.layers {
             let queued = pending.layers.get(base).copied().unwrap_or(0);
-            self.evict(Some(base), max - max / 20, queued + bytes)?;
+            self.evict(Some(base), max - max / 20, queued + bytes, writing)?;
         }
         let evicted = self.shared.evicted_bytes.load(Ordering::SeqCst);
         if evicted - self.shared.reclaimed_at.load(Ordering::SeqCst) >= max / 4 {
@@ -471,6 +494,7 @@ impl QuotaStore {
     fn make_room(&self) -> Result<(), StoreError> {
         let nothing = Incoming {
             bytes: 0,
+            keys: Vec::new(),
             layers: self
                 .shared
                 .layer_quotas()
@@ -488,8 +512,15 @@ impl QuotaStore {
 
     /// Evicts tiles (of layer quota `base` only when given) in the
     /// policy's order while what they hold plus `pending` bytes passes
-    /// `target`, or until none are left.
-    fn evict(&self, base: Option<&str>, target: u64, pending: u64) -> Result<(), StoreError> {
+    /// `target`, or until none are left; never a tile of `writing` (being
+    /// written again: the write records it after this).
+    fn evict(
+        &self,
+        base: Option<&str>,
+        target: u64,
+        pending: u64,
+        writing: &HashMap<TileKey, usize>,
+    ) -> Result<(), StoreError> {
         let shared = &self.shared;
         let held = || match base {
             Some(base) => shared.layer_held(base),
@@ -507,6 +538,9 @@ impl QuotaStore {
                 if held() + pending <= target {
                     break;
                 }
+                if writing.contains_key(&victim.key) {
+                    continue;
+                }
                 self.inner.delete(&victim.key)?;
                 shared.evicted_tiles.fetch_add(1, Ordering::SeqCst);
                 shared
@@ -515,6 +549,11 @@ impl QuotaStore {
                 // Counted off as it goes, so the loop stops at the target.
                 shared.count(&victim.key.layer, victim.size, false);
                 gone.push(victim);
+            }
+            if gone.is_empty() {
+                // Every candidate is being written: what is left to evict
+                // comes after their writes.
+                break;
             }
             shared
                 .forget_rows(&gone)
@@ -1224,6 +1263,40 @@ mod tests {
         let held: u64 = lock(&inner.tiles).values().sum();
         assert_eq!(usage.used_bytes, held);
         assert_eq!(usage.tiles + usage.evicted_tiles, 320);
+    }
+
+    #[test]
+    fn a_tile_written_again_while_eviction_runs_is_neither_deleted_nor_counted_wrong() {
+        // Writers rewrite tiles 0..4 over and over while others write new
+        // tiles into a quota of ten: eviction picks the rewritten tiles as
+        // victims, and one being written again must not be deleted under
+        // its write (the index would count a tile the store lacks).
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(Slow::default());
+        let quota =
+            QuotaStore::open(inner.clone(), options(dir.path(), 10_000, Eviction::Oldest)).unwrap();
+        std::thread::scope(|s| {
+            for w in 0..4u32 {
+                let quota = &quota;
+                s.spawn(move || {
+                    for _ in 0..60 {
+                        quota.put(&key(w), tile(), Durability::Synced).unwrap();
+                    }
+                });
+                s.spawn(move || {
+                    for n in 0..60u32 {
+                        quota
+                            .put(&key(100 + w * 100 + n), tile(), Durability::Synced)
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let usage = quota.usage();
+        let held: u64 = lock(&inner.tiles).values().sum();
+        assert_eq!(usage.used_bytes, held, "{usage:?}");
+        let indexed: u64 = quota.by_zoom().unwrap().iter().map(|z| z.tiles).sum();
+        assert_eq!(indexed, lock(&inner.tiles).len() as u64);
     }
 
     #[test]
