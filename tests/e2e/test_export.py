@@ -187,3 +187,60 @@ def test_failed_upload_leaves_no_object_and_no_parts(seeded, s3):
     assert "Contents" not in c.list_objects_v2(Bucket=BUCKET, Prefix=key)
     # The upload was aborted before the command exited.
     assert not c.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
+
+
+def test_vector_exports_hold_each_tile_gzip_packed_once_as_the_reference_readers_read_it(tmp_path,
+                                                                                       tmp_path_factory):
+    import gzip
+    import mapbox_vector_tile
+    import sqlite3
+    from vectors import countries_and_places
+    gpkg = countries_and_places(tmp_path / "world.gpkg")
+    cfg = tmp_path / "tessera.yaml"
+    cfg.write_text(f"""
+stores: {{ disk: {{ type: file, path: {tmp_path / 'cache'} }} }}
+layers:
+  - name: world
+    source: {{ type: vector, path: {gpkg}, layers: [{{ layer: countries, fields: [NAME] }}] }}
+    formats: [mvt]
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+""")
+    tessera("seed", "--config", cfg, "--layer", "world", "--format", "mvt", "--zoom", "0..2")
+    archives = {}
+    for kind in ("pmtiles", "mbtiles"):
+        archives[kind] = tmp_path / f"world.{kind}"
+        tessera("export", "--config", cfg, "--layer", "world", "--format", kind, "--zoom", "0..2",
+                "--to", archives[kind])
+    pmtiles("verify", archives["pmtiles"])
+    show = pmtiles("show", archives["pmtiles"]).decode()
+    assert "tile type: mvt" in show and "tile compression: gzip" in show, show
+
+    def unpacked_once(stored, where):
+        assert stored[:2] == b"\x1f\x8b", where
+        raw = gzip.decompress(stored)
+        assert raw[:2] != b"\x1f\x8b", f"{where}: gzip-packed twice"
+        return mapbox_vector_tile.decode(raw)
+
+    db = sqlite3.connect(archives["mbtiles"])
+    checked = 0
+    for z in range(3):
+        for x in range(2 ** z):
+            for y in range(2 ** z):
+                row = db.execute("SELECT tile_data FROM tiles WHERE zoom_level=? AND tile_column=? AND tile_row=?",
+                                 (z, x, (1 << z) - 1 - y)).fetchone()
+                if row is None:
+                    continue
+                from_mbtiles = unpacked_once(row[0], f"mbtiles {z}/{x}/{y}")
+                from_pmtiles = unpacked_once(pmtiles("tile", archives["pmtiles"], z, x, y), f"pmtiles {z}/{x}/{y}")
+                assert from_pmtiles == from_mbtiles and "countries" in from_pmtiles, (z, x, y)
+                checked += 1
+    assert checked >= 10, checked
+    # Served back by tessera: the tiles decode, and its drawing of them too.
+    with serving(tmp_path_factory, archives["pmtiles"]) as server:
+        for z, x, y in [(0, 0, 0), (2, 2, 1)]:
+            status, _, body = server.get(f"/tiles/world/WebMercatorQuad/{z}/{x}/{y}.mvt")
+            assert status == 200 and "countries" in mapbox_vector_tile.decode(
+                gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body), (z, x, y)
+        status, content_type, _ = server.get("/tiles/world/WebMercatorQuad/1/1/0.png")
+        assert status == 200 and content_type == "image/png"

@@ -88,6 +88,9 @@ pub struct ArchiveWriter {
     zooms: Option<(u8, u8)>,
     /// The centre asked for (its zoom is kept within the tiles' zooms).
     center: (f64, f64, u8),
+    /// Whether the tiles are vector tiles, written gzip-packed (as
+    /// tessera keeps them, and as both formats hold them).
+    vector: bool,
 }
 
 impl std::fmt::Debug for ArchiveWriter {
@@ -128,11 +131,13 @@ impl ArchiveWriter {
             tiles: 0,
             zooms: None,
             center: info.center,
+            vector: info.format.is_vector(),
         })
     }
 
     /// Adds tile `coord` (row counted from the top). Empty tiles are
-    /// refused.
+    /// refused; a vector tile is stored gzip-packed (packed here when it
+    /// came unpacked), never packed twice.
     pub fn add(&mut self, coord: TileCoord, data: &[u8]) -> Result<(), StoreError> {
         if data.is_empty() {
             return Err(StoreError::Invalid {
@@ -145,6 +150,13 @@ impl ArchiveWriter {
                 ),
             });
         }
+        let packed;
+        let data = if self.vector && !data.starts_with(&[0x1f, 0x8b]) {
+            packed = gzip(data).map_err(|e| archive_err("add", &self.path, e))?;
+            packed.as_slice()
+        } else {
+            data
+        };
         match &mut self.inner {
             Inner::Pmtiles(w) => {
                 let c = pmtiles::TileCoord::new(coord.z(), coord.x(), coord.y())
@@ -295,7 +307,16 @@ fn create_pmtiles(
         .create(true)
         .open(path)
         .map_err(|e| archive_err("create", path, e))?;
+    // The tiles are written as they come: vector tiles gzip-packed (the
+    // crate's default for MVT would pack them a second time), images as
+    // they are.
+    let compression = if tile_type == TileType::Mvt {
+        pmtiles::Compression::Gzip
+    } else {
+        pmtiles::Compression::None
+    };
     PmTilesWriter::new(tile_type)
+        .precompressed(compression)
         .metadata(metadata.to_string())
         .min_zoom(info.min_zoom)
         .max_zoom(info.max_zoom)
@@ -304,6 +325,17 @@ fn create_pmtiles(
         .center_zoom(info.center.2)
         .create(file)
         .map_err(|e| archive_err("create", path, e))
+}
+
+/// `data` gzip-packed.
+fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut packer = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 2 + 64),
+        flate2::Compression::default(),
+    );
+    packer.write_all(data)?;
+    packer.finish()
 }
 
 fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connection> {
@@ -491,6 +523,47 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_ne!(journal, "wal", "an exported file must not need a WAL");
+    }
+
+    #[test]
+    fn vector_tiles_are_stored_gzip_packed_once_in_both_formats() {
+        use std::io::Read as _;
+        let dir = tempfile::tempdir().unwrap();
+        let info = ArchiveInfo {
+            format: TileFormat::Mvt,
+            ..info()
+        };
+        let raw = b"\x1a\x05layer".to_vec();
+        let packed = gzip(&raw).unwrap();
+        for format in [ArchiveFormat::Pmtiles, ArchiveFormat::Mbtiles] {
+            let path = dir.path().join(format!("v.{}", format.extension()));
+            let mut w = ArchiveWriter::create(format, &path, &info).unwrap();
+            // One packed as tessera keeps them, one unpacked.
+            w.add(TileCoord::restored(1, 0, 0), &packed).unwrap();
+            w.add(TileCoord::restored(1, 1, 0), &raw).unwrap();
+            w.finish().unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let mut found = 0;
+            // Every occurrence of the gzip magic in the file unpacks to
+            // the tile itself, never to another gzip stream.
+            for at in 0..bytes.len().saturating_sub(2) {
+                if bytes[at..].starts_with(&[0x1f, 0x8b, 0x08]) {
+                    let mut out = Vec::new();
+                    if flate2::read::GzDecoder::new(&bytes[at..])
+                        .read_to_end(&mut out)
+                        .is_ok()
+                        && out == raw
+                    {
+                        found += 1;
+                    }
+                }
+            }
+            assert!(found >= 1, "{format:?}: no tile that unpacks once");
+            if format == ArchiveFormat::Pmtiles {
+                assert_eq!(bytes[98], 2, "tile compression gzip");
+                assert_eq!(bytes[99], 1, "tile type mvt");
+            }
+        }
     }
 
     #[test]
