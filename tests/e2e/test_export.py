@@ -4,6 +4,7 @@ opened with the sqlite3 command-line shell, both holding exactly the tiles a
 server answers from the same cache; an export streamed to MinIO as a
 multipart upload; a failing upload (every part refused by a faulty proxy in
 front of MinIO) leaves no object and no parts."""
+import json
 import os
 import subprocess
 import sys
@@ -190,7 +191,8 @@ def test_failed_upload_leaves_no_object_and_no_parts(seeded, s3):
 
 
 def test_vector_exports_hold_each_tile_gzip_packed_once_as_the_reference_readers_read_it(tmp_path,
-                                                                                       tmp_path_factory):
+                                                                                       tmp_path_factory,
+                                                                                       browser):
     import gzip
     import mapbox_vector_tile
     import sqlite3
@@ -236,11 +238,25 @@ layers:
                 assert from_pmtiles == from_mbtiles and "countries" in from_pmtiles, (z, x, y)
                 checked += 1
     assert checked >= 10, checked
-    # Served back by tessera: the tiles decode, and its drawing of them too.
+    # Both say what their tiles hold (MBTiles 1.3's `json` row).
+    (json_row,) = db.execute("SELECT value FROM metadata WHERE name = 'json'").fetchone()
+    metadata = {"mbtiles": json.loads(json_row)["vector_layers"],
+                "pmtiles": json.loads(pmtiles("show", "--metadata", archives["pmtiles"]))["vector_layers"]}
+    for kind, layers in metadata.items():
+        assert [l["id"] for l in layers] == ["countries"], (kind, layers)
+        assert layers[0]["fields"] == {"NAME": "String"}, (kind, layers)
+        assert (layers[0]["minzoom"], layers[0]["maxzoom"]) == (0, 2), (kind, layers)
+    # Served back by tessera: its TileJSON lists the layers, the tiles
+    # decode, and its drawing of them too.
     with serving(tmp_path_factory, archives["pmtiles"]) as server:
+        tilejson = json.loads(server.get("/tiles/world/WebMercatorQuad/tilejson.json")[2])
+        assert [l["id"] for l in tilejson["vector_layers"]] == ["countries"], tilejson
         for z, x, y in [(0, 0, 0), (2, 2, 1)]:
             status, _, body = server.get(f"/tiles/world/WebMercatorQuad/{z}/{x}/{y}.mvt")
             assert status == 200 and "countries" in mapbox_vector_tile.decode(
                 gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body), (z, x, y)
         status, content_type, _ = server.get("/tiles/world/WebMercatorQuad/1/1/0.png")
         assert status == 200 and content_type == "image/png"
+        # MapLibre GL JS (headless Chromium) draws the exported archive.
+        from test_vector_tiles import assert_preview_draws_countries
+        assert_preview_draws_countries(browser, f"{server.url}/preview/world", "NAME", 20)

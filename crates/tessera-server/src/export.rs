@@ -319,6 +319,10 @@ fn archive_info(plan: &TilePlan) -> ArchiveInfo {
         center: (f64::midpoint(w, e), f64::midpoint(s, n), zoom),
         min_zoom,
         max_zoom,
+        vector_layers: plan
+            .format
+            .is_vector()
+            .then(|| plan.layer.vector_layers(min_zoom, max_zoom)),
     }
 }
 

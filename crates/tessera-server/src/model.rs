@@ -307,6 +307,44 @@ impl Freshness {
 }
 
 impl Layer {
+    /// The `vector_layers` of its vector tiles (TileJSON 3.0.0, MBTiles
+    /// 1.3's `json` row, PMTiles' metadata): each data layer's id, fields
+    /// and types, geometry, and zooms within the layer's from `min_zoom`
+    /// to `max_zoom`; an archive's own list when its source is one that
+    /// names none itself. Empty for a layer without vector data.
+    pub fn vector_layers(&self, min_zoom: u8, max_zoom: u8) -> serde_json::Value {
+        let layers: Vec<serde_json::Value> = self
+            .source
+            .as_features()
+            .map(tessera_source::FeatureSource::vector_layers)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| {
+                let fields: serde_json::Map<String, serde_json::Value> = l
+                    .fields
+                    .into_iter()
+                    .map(|(name, kind)| (name, serde_json::Value::String(kind.into())))
+                    .collect();
+                serde_json::json!({
+                    "id": l.name,
+                    "fields": fields,
+                    "minzoom": l.min_zoom.max(min_zoom),
+                    "maxzoom": l.max_zoom.map_or(max_zoom, |m| m.min(max_zoom)),
+                    "description": l.geometry,
+                })
+            })
+            .collect();
+        match self
+            .source
+            .tile_metadata()
+            .and_then(|m| m.vector_layers.clone())
+        {
+            // An archive's, as it lists them.
+            Some(listed) if layers.is_empty() => listed,
+            _ => serde_json::Value::Array(layers),
+        }
+    }
+
     /// The names of its styles, the one it draws with (the default) first.
     pub fn style_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.style_name.as_str())

@@ -70,6 +70,10 @@ pub struct ArchiveInfo {
     pub min_zoom: u8,
     /// Highest zoom.
     pub max_zoom: u8,
+    /// The vector tiles' `vector_layers` (id, fields, zooms of each data
+    /// layer), for vector archives: MBTiles 1.3 requires them in its `json`
+    /// row, and readers (MapLibre styles, TileJSON) look for them.
+    pub vector_layers: Option<serde_json::Value>,
 }
 
 enum Inner {
@@ -300,6 +304,9 @@ fn create_pmtiles(
     if let Some(a) = &info.attribution {
         metadata["attribution"] = a.clone().into();
     }
+    if let Some(layers) = &info.vector_layers {
+        metadata["vector_layers"] = layers.clone();
+    }
     let [w, s, e, n] = info.bounds;
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -350,7 +357,15 @@ fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connectio
     let mut rows = vec![
         ("name", info.name.clone()),
         ("format", info.format.archive_name().to_string()),
-        ("type", "baselayer".to_string()),
+        (
+            "type",
+            if info.format.is_vector() {
+                "overlay"
+            } else {
+                "baselayer"
+            }
+            .to_string(),
+        ),
         ("version", "1.3".to_string()),
         ("bounds", format!("{w},{s},{e},{n}")),
         ("center", format!("{lon},{lat},{zoom}")),
@@ -362,6 +377,12 @@ fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connectio
     }
     if let Some(a) = &info.attribution {
         rows.push(("attribution", a.clone()));
+    }
+    if let Some(layers) = &info.vector_layers {
+        rows.push((
+            "json",
+            serde_json::json!({ "vector_layers": layers }).to_string(),
+        ));
     }
     for (name, value) in rows {
         conn.execute(
@@ -477,6 +498,7 @@ mod tests {
             // Wider than the tiles added: the archive records theirs.
             min_zoom: 0,
             max_zoom: 5,
+            vector_layers: None,
         }
     }
 

@@ -180,36 +180,7 @@ pub async fn tilejson(
     }
     if format.is_vector() {
         doc["format"] = Value::String(format.archive_name().into());
-        let layers: Vec<Value> = layer
-            .source
-            .as_features()
-            .map(tessera_source::FeatureSource::vector_layers)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| {
-                let fields: serde_json::Map<String, Value> = l
-                    .fields
-                    .into_iter()
-                    .map(|(name, kind)| (name, Value::String(kind.into())))
-                    .collect();
-                json!({
-                    "id": l.name,
-                    "fields": fields,
-                    "minzoom": l.min_zoom.max(layer.min_zoom),
-                    "maxzoom": l.max_zoom.map_or(max_zoom, |m| m.min(max_zoom)),
-                    "description": l.geometry,
-                })
-            })
-            .collect();
-        doc["vector_layers"] = match layer
-            .source
-            .tile_metadata()
-            .and_then(|m| m.vector_layers.clone())
-        {
-            // An archive's, as it lists them.
-            Some(listed) if layers.is_empty() => listed,
-            _ => Value::Array(layers),
-        };
+        doc["vector_layers"] = layer.vector_layers(layer.min_zoom, max_zoom);
     }
     Ok(Json(doc))
 }
