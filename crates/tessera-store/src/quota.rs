@@ -152,6 +152,10 @@ const STRIPES: usize = 16;
 /// Rows taken per eviction round.
 const EVICT_BATCH: usize = 256;
 
+/// Bytes the quota index's write-ahead log is cut back to after a
+/// checkpoint.
+const WAL_LIMIT_BYTES: i64 = 1 << 20;
+
 /// Bytes admitted to be written and not yet recorded.
 #[derive(Debug, Default)]
 struct Pending {
@@ -591,6 +595,11 @@ fn open_index(path: &Path, eviction: Eviction) -> rusqlite::Result<Connection> {
     // ones: hits and a few tiles' rows, which only makes the order older).
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // The log beside the tiles stays small: checkpointed every 256 pages
+    // (1 MiB, not SQLite's 4 MiB) and cut back to 1 MiB after each, so the
+    // store's folder holds tiles, not the quota's bookkeeping.
+    conn.pragma_update(None, "wal_autocheckpoint", 256)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_LIMIT_BYTES)?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS tiles (
             layer TEXT NOT NULL, grid TEXT NOT NULL, format TEXT NOT NULL,
@@ -1297,6 +1306,20 @@ mod tests {
         assert_eq!(usage.used_bytes, held, "{usage:?}");
         let indexed: u64 = quota.by_zoom().unwrap().iter().map(|z| z.tiles).sum();
         assert_eq!(indexed, lock(&inner.tiles).len() as u64);
+    }
+
+    #[test]
+    fn the_quota_index_log_stays_small_beside_the_tiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(MemoryStore::new(1 << 30, None));
+        let quota = open(dir.path(), 1 << 30, Eviction::Lru, &inner);
+        for x in 0..6000 {
+            quota.put(&key(x), tile(), Durability::Synced).unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("quota.sqlite-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(wal <= 2 << 20, "a log of {wal} bytes");
     }
 
     #[test]
