@@ -35,6 +35,18 @@ def test_a_missing_source_file_names_the_layer(tmp_path):
     assert 'layer "lost"' in r.stderr and "/nonexistent/x.tif" in r.stderr
 
 
+@pytest.mark.parametrize("name", ["nope.tif", "nope.pmtiles", "nope.mbtiles"])
+def test_a_missing_file_on_the_command_line_is_said_first_in_the_systems_words(tmp_path, name):
+    relief = ROOT / "data" / "shadedrelief-5400.tif"
+    missing = f"../data/{name}"
+    r = subprocess.run([os.environ["TESSERA_BIN"], "serve", str(relief), missing, "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    first = r.stderr.strip().splitlines()[0]
+    assert first == f"error: cannot open {missing}: No such file or directory (os error 2)", r.stderr
+    assert "invalid config" not in r.stderr and "Error msg" not in r.stderr, r.stderr
+
+
 def test_help_lists_the_commands():
     r = tessera("--help")
     assert r.returncode == 0

@@ -26,6 +26,18 @@ use crate::config::{Config, ConfigError, clean_name, default_vector_rule};
 /// A configuration serving each of `paths` as a layer (in the embedded
 /// defaults otherwise: memory store, default limits).
 pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, ConfigError> {
+    // A file that is not there is said first, before any is opened.
+    for path in paths {
+        let written = path.to_string_lossy();
+        let local =
+            !is_database(&written) && !written.contains("://") && !written.starts_with("/vsi");
+        if local && let Err(reason) = std::fs::metadata(path) {
+            return Err(ConfigError::Open {
+                path: path.display().to_string(),
+                reason,
+            });
+        }
+    }
     let mut names = HashSet::new();
     let mut layers = Vec::with_capacity(paths.len());
     for path in paths {

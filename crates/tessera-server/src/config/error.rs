@@ -12,6 +12,15 @@ pub enum ConfigError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A file named on the command line (`tessera serve FILE`) cannot be
+    /// opened: said first, in the system's words.
+    #[error("cannot open {path}: {reason}")]
+    Open {
+        /// The path as given.
+        path: String,
+        /// Why not (`No such file or directory`).
+        reason: std::io::Error,
+    },
     /// `${NAME}` is used but the variable is not set and has no default.
     #[error(
         "config uses ${{{name}}} but the environment variable {name} is not set (write ${{{name}:-default}} to give a default{})",
