@@ -1316,9 +1316,7 @@ mod tests {
         for x in 0..6000 {
             quota.put(&key(x), tile(), Durability::Synced).unwrap();
         }
-        let wal = std::fs::metadata(dir.path().join("quota.sqlite-wal"))
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let wal = std::fs::metadata(dir.path().join("quota.sqlite-wal")).map_or(0, |m| m.len());
         assert!(wal <= 2 << 20, "a log of {wal} bytes");
     }
 
