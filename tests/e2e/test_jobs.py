@@ -238,6 +238,43 @@ def test_a_cancelled_job_stops_and_writes_nothing_more(s3, tmp_path, tmp_path_fa
         stop(server)
 
 
+def test_the_admin_api_is_on_with_a_token_alone_and_uploads_stay_off(tmp_path, tmp_path_factory):
+    # No bucket, no sources file: jobs, stats, reload and truncate work;
+    # uploads say how to turn them on. Jobs are recorded beside the config.
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores:
+  disk: {{ type: file, path: {tmp_path / 'cache'}, memory: 0 }}
+admin: {{ token: {TOKEN} }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    max_zoom: 8
+    cache: {{ store: disk }}
+""")
+    check = subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stderr
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, job, _ = call(server, "POST", "/admin/jobs", {"kind": "seed", "layer": "relief", "zoom": "0..2"})
+        assert status == 201, job
+        done = wait_for(lambda: (r := report(server, job["id"]))["state"] != "running" and r, "the seed")
+        assert done["state"] == "done" and done["tiles_done"] == 21, done
+        assert (tmp_path / "jobs" / f"{job['id']}.json").exists()
+        assert call(server, "GET", "/admin/stats")[0] == 200
+        assert call(server, "POST", "/admin/reload")[0] == 200
+        status, body, _ = call(server, "PUT", "/admin/sources/x", {"not": "a raster"})
+        assert status == 404 and "admin.sources_url" in json.dumps(body), (status, body)
+        assert call(server, "PUT", "/admin/sources/x", {"not": "a raster"}, token="wrong-token-0123456789")[0] == 401
+    # One of the two upload keys alone is refused, naming both.
+    config.write_text(config.read_text().replace(f"admin: {{ token: {TOKEN} }}",
+                                                 f"admin: {{ token: {TOKEN}, sources_url: s3://b/p }}"))
+    check = subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode != 0 and "sources_file" in check.stderr, check.stderr
+
+
 def test_job_specs_out_of_range_are_refused_with_the_cli_rules(s3, tmp_path, tmp_path_factory):
     s3_bucket(s3, "tessera-test")
     config, _ = write_config(tmp_path, s3)

@@ -157,10 +157,13 @@ impl Service {
             }
         };
         let uploads = match (&config.admin, mode, layers) {
-            (Some(admin), Mode::Serving, _) => {
+            (Some(admin), Mode::Serving, _) if admin.uploads().is_some() => {
                 let uploads = match previous.and_then(|p| p.uploads.clone()) {
                     Some(kept) if &kept.config == admin => kept,
-                    _ => Arc::new(Uploads::open(admin)?),
+                    _ => Arc::new(
+                        Uploads::open(admin)?
+                            .ok_or_else(|| ConfigError::Invalid("admin: uploads are off".into()))?,
+                    ),
                 };
                 for (name, file) in uploads.recorded()? {
                     if let Err(e) =
@@ -175,8 +178,9 @@ impl Service {
                 if registry.layer(name).is_none() =>
             {
                 // The layer may be an uploaded source: open just that one.
-                let uploads = Uploads::open(admin)?;
-                if let Some(file) = uploads.recorded()?.get(name) {
+                if let Some(uploads) = Uploads::open(admin)?
+                    && let Some(file) = uploads.recorded()?.get(name)
+                {
                     uploads.serve_as_layer(&registry, name, file, &config, wrap_source)?;
                 }
                 None

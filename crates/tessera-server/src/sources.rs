@@ -27,17 +27,23 @@ pub struct Uploads {
     prefix: Path,
     /// `/vsis3/bucket/prefix` (or `/vsigs/`, `/vsiaz/`).
     vsi_prefix: String,
+    /// `sources_url`.
+    url: String,
     file: PathBuf,
     /// Writers of the sources file take turns.
     file_lock: Mutex<()>,
 }
 
 impl Uploads {
-    /// Opens the sources store named by `config.sources_url`.
-    pub fn open(config: &AdminConfig) -> Result<Uploads, ConfigError> {
+    /// Opens the sources store named by `config.sources_url`; `None` when
+    /// uploads are off (no `sources_url` and `sources_file`).
+    pub fn open(config: &AdminConfig) -> Result<Option<Uploads>, ConfigError> {
+        let Some((sources_url, sources_file)) = config.uploads() else {
+            return Ok(None);
+        };
         let invalid = |m: String| ConfigError::Invalid(format!("admin: {m}"));
-        let url = url::Url::parse(&config.sources_url)
-            .map_err(|e| invalid(format!("sources_url {:?}: {e}", config.sources_url)))?;
+        let url = url::Url::parse(sources_url)
+            .map_err(|e| invalid(format!("sources_url {sources_url:?}: {e}")))?;
         let vsi = match url.scheme() {
             "s3" => "vsis3",
             "gs" => "vsigs",
@@ -49,9 +55,9 @@ impl Uploads {
             }
         };
         let location =
-            open_url(&config.sources_url, &option_strings(&config.options)).map_err(|source| {
+            open_url(sources_url, &option_strings(&config.options)).map_err(|source| {
                 ConfigError::SourcesStore {
-                    url: config.sources_url.clone(),
+                    url: sources_url.to_string(),
                     source: Box::new(source),
                 }
             })?;
@@ -60,14 +66,20 @@ impl Uploads {
         if !location.prefix.as_ref().is_empty() {
             vsi_prefix = format!("{vsi_prefix}/{}", location.prefix);
         }
-        Ok(Uploads {
+        Ok(Some(Uploads {
             config: config.clone(),
             store: location.store,
             prefix: location.prefix,
             vsi_prefix,
-            file: PathBuf::from(&config.sources_file),
+            url: sources_url.to_string(),
+            file: PathBuf::from(sources_file),
             file_lock: Mutex::new(()),
-        })
+        }))
+    }
+
+    /// Where uploads go (`sources_url`).
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// How uploads are sent.

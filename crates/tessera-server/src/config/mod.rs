@@ -148,13 +148,17 @@ pub struct AdminConfig {
     /// Where uploaded sources are stored: `s3://bucket/prefix` (GDAL then
     /// reads them through `/vsis3/`, with the endpoint and credentials of
     /// `gdal.config_options`), `gs://` (`/vsigs/`) or `az://` (`/vsiaz/`).
-    pub sources_url: String,
+    /// Without it (and `sources_file`), uploads are off and the rest of
+    /// the admin API (jobs, stats, reload, truncate) works all the same.
+    #[serde(default)]
+    pub sources_url: Option<String>,
     /// Client options of that store (as for `type: object` stores).
     #[serde(default)]
     pub options: BTreeMap<String, OptionValue>,
     /// JSON file recording the uploaded sources, so that they are served
-    /// again after a restart.
-    pub sources_file: String,
+    /// again after a restart (given with `sources_url`).
+    #[serde(default)]
+    pub sources_file: Option<String>,
     /// Largest upload (default 4GiB; `max_upload_mb` is the older name);
     /// larger ones get 413.
     #[serde(default, alias = "max_upload_mb")]
@@ -180,7 +184,9 @@ pub struct AdminConfig {
     pub cache_store: Option<String>,
     /// Directory of the records of admin jobs (`/admin/jobs`), from which
     /// jobs running when the process stopped go on after a restart
-    /// (default: `jobs` in the directory of `sources_file`).
+    /// (default: `jobs` beside `sources_file` when uploads are on, else
+    /// `jobs` in the config file's directory; a relative path is taken
+    /// from the config file's directory).
     #[serde(default)]
     pub jobs_dir: Option<String>,
     /// Largest job spec `POST /admin/jobs` takes (default 32MiB: a
@@ -195,15 +201,25 @@ impl AdminConfig {
         usize::try_from(Size::or(self.max_job_spec, 32 << 20)).unwrap_or(usize::MAX)
     }
 
-    /// The directory of the jobs' records.
+    /// The directory of the jobs' records (`jobs_dir`, set from its
+    /// defaults when the configuration is read from a file; `jobs` in the
+    /// working directory otherwise).
     pub fn jobs_dir_path(&self) -> std::path::PathBuf {
-        match &self.jobs_dir {
-            Some(d) => d.into(),
-            None => std::path::Path::new(&self.sources_file)
+        match (&self.jobs_dir, &self.sources_file) {
+            (Some(d), _) => d.into(),
+            (None, Some(file)) => std::path::Path::new(file)
                 .parent()
                 .unwrap_or_else(|| std::path::Path::new("."))
                 .join("jobs"),
+            (None, None) => "jobs".into(),
         }
+    }
+
+    /// Where uploads go and are recorded, when uploads are on.
+    pub fn uploads(&self) -> Option<(&str, &str)> {
+        self.sources_url
+            .as_deref()
+            .zip(self.sources_file.as_deref())
     }
 
     /// The largest upload in bytes.
@@ -682,10 +698,22 @@ impl Config {
         for store in self.stores.values_mut() {
             store.resolve_paths(base);
         }
-        if let Some(admin) = &mut self.admin
-            && Path::new(&admin.sources_file).is_relative()
-        {
-            admin.sources_file = base.join(&admin.sources_file).display().to_string();
+        if let Some(admin) = &mut self.admin {
+            if let Some(file) = admin.sources_file.as_mut()
+                && Path::new(file.as_str()).is_relative()
+            {
+                *file = base.join(&*file).display().to_string();
+            }
+            match admin.jobs_dir.as_mut() {
+                Some(dir) if Path::new(dir.as_str()).is_relative() => {
+                    *dir = base.join(&*dir).display().to_string();
+                }
+                Some(_) => {}
+                None if admin.sources_file.is_none() => {
+                    admin.jobs_dir = Some(base.join("jobs").display().to_string());
+                }
+                None => {}
+            }
         }
     }
 
@@ -694,6 +722,13 @@ impl Config {
         if let Some(admin) = &self.admin {
             if admin.token.len() < 16 {
                 return invalid("admin.token must be at least 16 characters".into());
+            }
+            if admin.sources_url.is_some() != admin.sources_file.is_some() {
+                return invalid(
+                    "admin.sources_url and admin.sources_file go together (uploads of sources); \
+                     give both, or neither to keep uploads off"
+                        .into(),
+                );
             }
             if admin.part_size_bytes() < 5 << 20 || admin.parts_in_flight == 0 {
                 return invalid(

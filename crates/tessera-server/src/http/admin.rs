@@ -308,9 +308,12 @@ async fn upload(
     body: Body,
 ) -> Result<Response, ApiError> {
     let Some(uploads) = state.uploads.clone() else {
+        if let Some(refused) = refusal(state, headers) {
+            return Ok(refused);
+        }
         return Err(ApiError::not_found(
             "NotFound",
-            "the admin API is not enabled (no `admin:` section)",
+            "uploads of sources are off: give admin.sources_url and admin.sources_file",
         ));
     };
     if !authorized(headers, &uploads.config.token) {
@@ -413,7 +416,7 @@ async fn upload(
         "bytes": done.bytes,
         "crc32c": format!("{:08x}", done.crc32c),
         "parts": done.parts,
-        "object": format!("{}/{file}", uploads.config.sources_url.trim_end_matches('/')),
+        "object": format!("{}/{file}", uploads.url().trim_end_matches('/')),
         "gdal_path": uploads.gdal_path(&file),
         "tilejson": format!("/tiles/{name}/WebMercatorQuad/tilejson.json"),
     });
