@@ -704,15 +704,12 @@ impl Config {
             {
                 *file = base.join(&*file).display().to_string();
             }
-            match admin.jobs_dir.as_mut() {
-                Some(dir) if Path::new(dir.as_str()).is_relative() => {
+            if let Some(dir) = admin.jobs_dir.as_mut() {
+                if Path::new(dir.as_str()).is_relative() {
                     *dir = base.join(&*dir).display().to_string();
                 }
-                Some(_) => {}
-                None if admin.sources_file.is_none() => {
-                    admin.jobs_dir = Some(base.join("jobs").display().to_string());
-                }
-                None => {}
+            } else if admin.sources_file.is_none() {
+                admin.jobs_dir = Some(base.join("jobs").display().to_string());
             }
         }
     }
