@@ -311,19 +311,8 @@ layers:
 
 
 def slow_archive(binary, work):
-    import sqlite3
     work.mkdir(parents=True, exist_ok=True)
-    archive = work / "slow.mbtiles"
-    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256",
-                    str(ROOT / "data" / "shadedrelief-5400.tif"), str(archive)], check=True)
-    db = sqlite3.connect(archive)
-    db.executescript("""
-        ALTER TABLE tiles RENAME TO tiles_stored;
-        CREATE VIEW tiles AS SELECT * FROM tiles_stored WHERE (WITH RECURSIVE c(x) AS
-            (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40000000) SELECT count(*) FROM c) > 0;
-    """)
-    db.commit()
-    db.close()
+    archive = test_bounds.slow_mbtiles(work / "slow.mbtiles")
     port, proc = start(binary, [archive], work, wrap=("taskset", "-c", "0"))
     slow = {}
     reader = threading.Thread(target=lambda: slow.update(answer=get(port, "/tiles/slow/WebMercatorQuad/1/0/0.png")))

@@ -290,10 +290,30 @@ layers:
         web.shutdown()
 
 
-def test_a_remote_mbtiles_whose_etag_flaps_is_not_reloaded_and_its_old_copies_go(tmp_path, tmp_path_factory):
-    archive = tmp_path / "small.mbtiles"
-    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256", str(RELIEF), str(archive)],
+def small_mbtiles(path):
+    """The relief at 512x256 as an MBTiles written by GDAL (zooms 0-1)."""
+    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256", str(RELIEF), str(path)],
                    check=True, timeout=120)
+    return path
+
+
+def slow_mbtiles(path):
+    """`small_mbtiles` whose `tiles` is a view that counts to 40 million
+    first at every query (seconds)."""
+    small_mbtiles(path)
+    db = sqlite3.connect(path)
+    db.executescript("""
+        ALTER TABLE tiles RENAME TO tiles_stored;
+        CREATE VIEW tiles AS SELECT * FROM tiles_stored WHERE (WITH RECURSIVE c(x) AS
+            (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40000000) SELECT count(*) FROM c) > 0;
+    """)
+    db.commit()
+    db.close()
+    return path
+
+
+def test_a_remote_mbtiles_whose_etag_flaps_is_not_reloaded_and_its_old_copies_go(tmp_path, tmp_path_factory):
+    archive = small_mbtiles(tmp_path / "small.mbtiles")
     state = {"frozen": None}
     web = remote_archive(archive.read_bytes(),
                          lambda: state["frozen"] or f'"{time.monotonic_ns() // 500_000_000}"')
@@ -332,18 +352,7 @@ layers:
 
 
 def test_a_slow_local_mbtiles_never_holds_the_thread_other_requests_need(tmp_path, tmp_path_factory):
-    archive = tmp_path / "slow.mbtiles"
-    subprocess.run(["gdal_translate", "-q", "-of", "MBTiles", "-outsize", "512", "256", str(RELIEF), str(archive)],
-                   check=True, timeout=120)
-    # Every query of the `tiles` view counts to 80 million first (seconds).
-    db = sqlite3.connect(archive)
-    db.executescript("""
-        ALTER TABLE tiles RENAME TO tiles_stored;
-        CREATE VIEW tiles AS SELECT * FROM tiles_stored WHERE (WITH RECURSIVE c(x) AS
-            (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40000000) SELECT count(*) FROM c) > 0;
-    """)
-    db.commit()
-    db.close()
+    archive = slow_mbtiles(tmp_path / "slow.mbtiles")
     # One core: one connection thread and one runtime worker, which a read
     # on either would hold.
     taskset = "/usr/bin/taskset"

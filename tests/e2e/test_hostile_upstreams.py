@@ -98,11 +98,9 @@ def limited_binary(tmp_path, gib):
     return str(wrapper)
 
 
-def test_a_wmts_upstream_cannot_send_tessera_to_a_port_or_address_never_allowed(
-        hostile, canary, tmp_path, tmp_path_factory):
-    # The capabilities are a real tessera's, with the tile template moved to
-    # another port (the canary's), written once as an address literal and
-    # once as the allowed name: neither was ever allowed.
+def tessera_capabilities(tmp_path_factory):
+    """The WMTS capabilities of a real tessera serving the relief as layer
+    `relief` (stopped since), and the port it listened on."""
     upstream_config = write(tmp_path_factory.mktemp("up"), f"""
 layers:
   - name: relief
@@ -110,7 +108,15 @@ layers:
 """)
     with serving(tmp_path_factory, "--config", str(upstream_config)) as upstream:
         caps = urllib.request.urlopen(upstream.url + "/wmts/1.0.0/WMTSCapabilities.xml").read().decode()
-    port = urllib.parse.urlsplit(upstream.url).port
+    return caps, urllib.parse.urlsplit(upstream.url).port
+
+
+def test_a_wmts_upstream_cannot_send_tessera_to_a_port_or_address_never_allowed(
+        hostile, canary, tmp_path, tmp_path_factory):
+    # The capabilities are a real tessera's, with the tile template moved to
+    # another port (the canary's), written once as an address literal and
+    # once as the allowed name: neither was ever allowed.
+    caps, port = tessera_capabilities(tmp_path_factory)
     assert f"127.0.0.1:{port}" in caps
     for host in ("127.0.0.1", "localhost"):
         evil = caps.replace(f"http://127.0.0.1:{port}", f"http://{host}:{canary.port}")
@@ -167,13 +173,7 @@ layers:
 @pytest.mark.parametrize("side", [100000, 60000, 0])
 def test_wmts_capabilities_declaring_huge_tiles_are_refused_before_any_canvas(
         side, hostile, tmp_path, tmp_path_factory):
-    upstream_config = write(tmp_path_factory.mktemp("up"), f"""
-layers:
-  - name: relief
-    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
-""")
-    with serving(tmp_path_factory, "--config", str(upstream_config)) as upstream:
-        caps = urllib.request.urlopen(upstream.url + "/wmts/1.0.0/WMTSCapabilities.xml").read().decode()
+    caps, _ = tessera_capabilities(tmp_path_factory)
     assert "<TileWidth>256</TileWidth>" in caps
     evil = caps.replace("<TileWidth>256</TileWidth>", f"<TileWidth>{side}</TileWidth>") \
         .replace("<TileHeight>256</TileHeight>", f"<TileHeight>{side}</TileHeight>")
