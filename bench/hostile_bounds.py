@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from common import ROOT, free_port, wait_http  # noqa: E402
+from hostile import stop  # noqa: E402
 import test_auth  # noqa: E402
 import test_bounds  # noqa: E402
 import test_hardening  # noqa: E402
@@ -66,14 +67,6 @@ def start(binary, args, work, wrap=()):
             time.sleep(0.2)
     proc.kill()
     return None, "did not start within 120 s"
-
-
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def get(port, path, headers=None, method="GET", body=None, timeout=300):

@@ -58,10 +58,7 @@ impl Bucket {
     /// until one is.
     pub fn check(&self) -> Result<(), Duration> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let (tokens, then) = *state;
-        let refilled = (tokens
-            + Instant::now().saturating_duration_since(then).as_secs_f64() * self.per_second)
-            .min(self.burst);
+        let refilled = self.refilled(*state, Instant::now());
         if refilled >= 1.0 {
             Ok(())
         } else {
@@ -71,10 +68,7 @@ impl Bucket {
 
     fn take_at(&self, now: Instant, weight: f64) -> Result<(), Duration> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let (tokens, then) = *state;
-        let refilled = (tokens
-            + now.saturating_duration_since(then).as_secs_f64() * self.per_second)
-            .min(self.burst);
+        let refilled = self.refilled(*state, now);
         if refilled >= 1.0 {
             *state = (refilled - weight, now);
             Ok(())
@@ -82,6 +76,13 @@ impl Bucket {
             *state = (refilled, now);
             Err(wait_for(refilled, self.per_second))
         }
+    }
+
+    /// The tokens of `(tokens, then)` refilled until `now`, at most the
+    /// burst.
+    fn refilled(&self, (tokens, then): (f64, Instant), now: Instant) -> f64 {
+        (tokens + now.saturating_duration_since(then).as_secs_f64() * self.per_second)
+            .min(self.burst)
     }
 }
 
