@@ -66,24 +66,26 @@ def mbtiles_tile(path, z, x, y):
 
 def test_raster_archives_serve_their_bytes_as_stored(archives, tmp_path_factory):
     with serving(tmp_path_factory, archives / "relief.pmtiles", archives / "relief.mbtiles") as server:
-        status, _, tilejson = get(server, "/tiles/relief/WebMercatorQuad/tilejson.json")
+        # One stem, two archives: each named by stem and extension, never
+        # renamed behind the user's back.
+        status, _, tilejson = get(server, "/tiles/relief-pmtiles/WebMercatorQuad/tilejson.json")
         assert status == 200
         doc = __import__("json").loads(tilejson)
         assert (doc["minzoom"], doc["maxzoom"]) == (0, 3)
-        assert doc["tiles"][0].endswith("/tiles/relief/WebMercatorQuad/{z}/{x}/{y}.png")
+        assert doc["tiles"][0].endswith("/tiles/relief-pmtiles/WebMercatorQuad/{z}/{x}/{y}.png")
         for z, x, y in RASTER_TILES:
             want = pmtiles("tile", archives / "relief.pmtiles", z, x, y)
             assert want == mbtiles_tile(archives / "relief.mbtiles", z, x, y)
-            for layer in ("relief", "relief-2"):
+            for layer in ("relief-pmtiles", "relief-mbtiles"):
                 status, headers, body = get(server, f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.png")
                 assert status == 200 and headers["Content-Type"] == "image/png", (layer, z, x, y, body[:200])
                 assert body == want, (layer, z, x, y)
         # Past the archive's zooms: none.
-        status, _, _ = get(server, "/tiles/relief/WebMercatorQuad/4/0/0.png")
+        status, _, _ = get(server, "/tiles/relief-pmtiles/WebMercatorQuad/4/0/0.png")
         assert status == 404
         # A WMS map of the archive is its tiles decoded and warped.
-        status, headers, png = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES="
-                                           "&CRS=CRS:84&BBOX=-180,-60,180,60&WIDTH=360&HEIGHT=120&FORMAT=image/png")
+        status, headers, png = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief-mbtiles"
+                                           "&STYLES=&CRS=CRS:84&BBOX=-180,-60,180,60&WIDTH=360&HEIGHT=120&FORMAT=image/png")
         assert status == 200 and headers["Content-Type"] == "image/png", png[:300]
         img = decode(png)
         assert img.shape[1:] == (120, 360) and img[:3].std() > 10, "a picture, not a blank"
@@ -113,7 +115,7 @@ layers:
 
 def test_vector_archives_pass_through_gzip_with_their_layers(archives, tmp_path_factory):
     with serving(tmp_path_factory, archives / "countries.pmtiles", archives / "countries.mbtiles") as server:
-        status, _, tilejson = get(server, "/tiles/countries/WebMercatorQuad/tilejson.json")
+        status, _, tilejson = get(server, "/tiles/countries-pmtiles/WebMercatorQuad/tilejson.json")
         doc = __import__("json").loads(tilejson)
         assert status == 200 and doc["format"] == "pbf"
         assert [l["id"] for l in doc["vector_layers"]] == ["countries"], doc["vector_layers"]
@@ -127,7 +129,7 @@ def test_vector_archives_pass_through_gzip_with_their_layers(archives, tmp_path_
                     if stored is None:
                         continue
                     assert pmtiles("tile", archives / "countries.pmtiles", z, x, y) == stored
-                    for layer in ("countries", "countries-2"):
+                    for layer in ("countries-pmtiles", "countries-mbtiles"):
                         path = f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.mvt"
                         status, headers, body = get(server, path, {"Accept-Encoding": "gzip"})
                         assert status == 200 and headers["Content-Encoding"] == "gzip", (path, status)

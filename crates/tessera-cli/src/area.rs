@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tessera_server::plan::{PlanArea, TilePlan, polygons_from_geojson, styled_layers_at};
+use tessera_server::suggest::Unknown;
 use tessera_server::tessera_grid::{BBox, TileFormat};
 use tessera_server::{Config, Service};
 
@@ -14,9 +15,12 @@ use crate::runtime::CliError;
 /// Which tiles of which layer.
 #[derive(Debug, Args)]
 pub struct AreaArgs {
-    /// YAML configuration file.
+    /// YAML configuration file (or give it as the first argument).
     #[arg(short, long, env = "TESSERA_CONFIG")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
+    /// YAML configuration file, as with `-c`.
+    #[arg(value_name = "CONFIG")]
+    pub config_file: Option<PathBuf>,
     /// Layer.
     #[arg(long)]
     pub layer: String,
@@ -46,13 +50,30 @@ pub struct AreaArgs {
     pub style: Vec<String>,
 }
 
+/// The configuration file given positionally or with `-c` (the
+/// positional one first: `TESSERA_CONFIG` fills `-c` too), or a message
+/// saying how to give one.
+pub fn config_path<'a>(
+    positional: Option<&'a PathBuf>,
+    option: Option<&'a PathBuf>,
+) -> Result<&'a PathBuf, CliError> {
+    positional.or(option).ok_or_else(|| {
+        "no configuration file: give it as the first argument or with -c FILE \
+         (or set TESSERA_CONFIG)"
+            .into()
+    })
+}
+
 impl AreaArgs {
     /// Loads the configuration, opens the layer's source and store (no
     /// other layer's) and plans the tiles named in tile format `format`
     /// (png, png8, jpg, webp; `None`: the layer's first): one plan per
     /// dimension value named by `--dimension` and style named by `--style`.
     pub fn plans(&self, format: Option<&str>) -> Result<(Service, Vec<TilePlan>), CliError> {
-        let config = Config::from_file(&self.config)?;
+        let config = Config::from_file(config_path(
+            self.config_file.as_ref(),
+            self.config.as_ref(),
+        )?)?;
         let service = Service::batch(config, &self.layer)?;
         let format = match format {
             Some(f) => {
@@ -66,7 +87,15 @@ impl AreaArgs {
                 .registry
                 .layer(&self.layer)
                 .and_then(|l| l.grids.first().cloned())
-                .ok_or_else(|| format!("unknown layer {:?}", self.layer))?,
+                .ok_or_else(|| {
+                    // Only this layer was opened: the hint comes from the
+                    // configuration's names.
+                    let names = service.config.layers.iter().map(|l| l.name.as_str());
+                    format!(
+                        "unknown layer {}",
+                        Unknown::among(&self.layer, "layers", names)
+                    )
+                })?,
         };
         let area = match (&self.bbox, &self.polygon) {
             (Some(b), _) => PlanArea::BBox(*b, self.bbox_crs.clone()),

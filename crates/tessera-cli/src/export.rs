@@ -131,13 +131,9 @@ fn export_one(
         verify: !args.no_verify,
         temp_dir: args.temp_dir.clone(),
     };
-    let total: u64 = plan
-        .ranges
-        .iter()
-        .map(tessera_server::tessera_grid::TileRange::count)
-        .sum();
+    let total = plan.area_tiles();
     eprintln!(
-        "exporting {} in {} as {} ({}) to {}: up to {total} tiles",
+        "exporting {} in {} as {} ({}) to {}: up to {total} tiles, those of the area",
         plan.layer.label(),
         plan.grid.tms.id,
         args.format.extension(),

@@ -142,7 +142,7 @@ const LOG_BATCH_BYTES: usize = 64 * 1024;
 enum Command {
     /// Serve tiles and maps over HTTP.
     ///
-    /// With raster files, serves each as a layer named after it (a DEM
+    /// With files, serves each as a layer named after it (a DEM
     /// through a stretched grey ramp). Without files or --config, serves
     /// the embedded demo layers (Natural Earth relief, a Luxembourg DEM with
     /// hillshade, a Landsat 7 scene).
@@ -150,10 +150,13 @@ enum Command {
         /// YAML configuration file (`${ENV}` and `${ENV:-default}` are substituted).
         #[arg(short, long, env = "TESSERA_CONFIG", conflicts_with = "files")]
         config: Option<PathBuf>,
-        /// Raster files to serve, one layer each, instead of a config.
+        /// Files to serve, one layer each, instead of a config: rasters
+        /// GDAL reads, PMTiles and MBTiles archives, vector files, STAC
+        /// catalogues and `postgresql://` URLs (a table each). A single
+        /// `.yaml`/`.yml` file is read as the configuration, as with -c.
         files: Vec<PathBuf>,
-        /// Address to listen on, overriding `server.listen` [default: 127.0.0.1:8080].
-        #[arg(short, long, env = "TESSERA_LISTEN")]
+        /// Address to listen on (HOST:PORT), overriding `server.listen` [default: 127.0.0.1:8080].
+        #[arg(short, long, env = "TESSERA_LISTEN", value_parser = tessera_server::config::listen_address)]
         listen: Option<String>,
         /// With a database URL among the files: list its tables again every
         /// few seconds, serving new ones and dropping removed ones.
@@ -163,7 +166,11 @@ enum Command {
     /// Check a configuration file: parse it, open every source, then exit.
     Check {
         /// YAML configuration file.
-        config: PathBuf,
+        #[arg(value_name = "CONFIG")]
+        config_file: Option<PathBuf>,
+        /// YAML configuration file, as the first argument.
+        #[arg(short, long, env = "TESSERA_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Render a layer's tiles into its cache, metatile by metatile.
     ///
@@ -227,6 +234,38 @@ fn main() -> ExitCode {
     }
 }
 
+/// Values `check` lists of a dimension; past them, a count.
+const LISTED_VALUES: usize = 12;
+
+/// What `check` says of a dimension: its values (the first few) and the
+/// value a request that names none gets.
+fn dimension_line(d: &tessera_server::dimension::Dimension) -> String {
+    let listed = d
+        .values
+        .iter()
+        .take(LISTED_VALUES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let values = match d.values.len().checked_sub(LISTED_VALUES) {
+        Some(more) if more > 0 => format!("{listed} and {more} more"),
+        _ => listed,
+    };
+    let default = d.resolve(None).unwrap_or_else(|e| format!("none ({e})"));
+    format!(
+        "dimension {}: {} value(s): {values}; default {default}",
+        d.name,
+        d.values.len()
+    )
+}
+
+/// Whether a file given to `serve` is a configuration (`.yaml`, `.yml`).
+fn is_yaml(path: &std::path::Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
+}
+
 fn load(config: Option<&PathBuf>) -> Result<Config, CliError> {
     Ok(match config {
         Some(path) => Config::from_file(path)?,
@@ -259,16 +298,31 @@ fn run(cli: Cli) -> CliResult {
             println!("{}", tessera_server::auth::hash_key(&key));
             Ok(0)
         }
-        Command::Check { config } => {
-            let service = Service::serving(load(Some(&config))?)?;
+        Command::Check {
+            config_file,
+            config,
+        } => {
+            let config = area::config_path(config_file.as_ref(), config.as_ref())?;
+            let service = Service::serving(load(Some(config))?)?;
             for layer in service.registry.layers() {
                 let b = layer.source.info().lonlat_bounds;
                 println!(
                     "layer {}: {} source, [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
                     layer.name, layer.kind, b.min_x, b.min_y, b.max_x, b.max_y
                 );
+                for d in &layer.dimensions {
+                    println!("  {}", dimension_line(d));
+                }
+                // A layer with dimensions reports its source at the
+                // default values.
+                let indent = if layer.dimensions.is_empty() {
+                    "  "
+                } else {
+                    println!("  at the default value(s):");
+                    "    "
+                };
                 for line in layer.source.report() {
-                    println!("  {line}");
+                    println!("{indent}{line}");
                 }
             }
             println!("ok: {} layer(s)", service.registry.layers().len());
@@ -280,10 +334,11 @@ fn run(cli: Cli) -> CliResult {
             files,
             watch,
         } => {
-            let source = match (config, files.is_empty()) {
+            let source = match (config, files.as_slice()) {
                 (Some(path), _) => ConfigSource::File(path),
-                (None, true) => ConfigSource::Demo,
-                (None, false) => ConfigSource::Rasters(files, watch),
+                (None, []) => ConfigSource::Demo,
+                (None, [one]) if is_yaml(one) => ConfigSource::File(one.clone()),
+                (None, _) => ConfigSource::Rasters(files, watch),
             };
             let mut config = source.load()?;
             warn_if_memory_only(&config);

@@ -83,8 +83,26 @@ pub fn seed_plan(
         plan.ranges.iter().map(|r| r.z).min().unwrap_or(0),
         plan.ranges.iter().map(|r| r.z).max().unwrap_or(0),
     );
+    let (cols, rows) = plan.metatile_size();
+    // Vector tiles are cut one by one, in blocks the size of a metatile
+    // (one lock, one store batch); images are rendered a metatile at once.
+    let (unit, made) = if plan.format.is_vector() {
+        ("blocks", "cut")
+    } else {
+        ("metatiles", "rendered")
+    };
+    let area = plan.area_tiles();
+    let rounded = if area == total {
+        String::new()
+    } else {
+        format!(
+            "; {area} tiles in the area, rounded out to whole {unit} (an export of the area \
+             writes those {area})"
+        )
+    };
     eprintln!(
-        "seeding {} in {} at zoom {}..{} as {}: {total} tiles in {metatiles} metatiles, {threads} at once",
+        "seeding {} in {} at zoom {}..{} as {}: {total} tiles in {metatiles} {unit} of \
+         {cols}x{rows}, {threads} at once{rounded}",
         plan.layer.label(),
         plan.grid.tms.id,
         zooms.0,
@@ -115,7 +133,7 @@ pub fn seed_plan(
         let secs = start.elapsed().as_secs_f64();
         let (rate, _) = rate_and_eta(s.tiles_done, total, start);
         format!(
-            "{verb}: {}/{total} tiles in {}/{metatiles} metatiles ({} rendered, {} already stored, {} tiles written) in {secs:.1} s, {rate:.0} tiles/s",
+            "{verb}: {}/{total} tiles in {}/{metatiles} {unit} ({} {made}, {} already stored, {} tiles written) in {secs:.1} s, {rate:.0} tiles/s",
             s.tiles_done,
             s.metatiles_done,
             s.metatiles_rendered,

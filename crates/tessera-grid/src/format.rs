@@ -25,6 +25,8 @@ pub enum TileFormat {
     /// `image/png8` or `image/png; mode=8bit`; URLs and stores use `.png8`.
     Png8,
     /// JPEG (no transparency; composited over the background color).
+    /// Configs may write it `jpg`, as URLs do.
+    #[serde(alias = "jpg")]
     Jpeg,
     /// Lossy WebP with alpha.
     Webp,

@@ -42,7 +42,7 @@ pub enum GridError {
         value: String,
     },
     /// The zoom level does not exist in this grid.
-    #[error("zoom {z} is outside grid {grid} (levels 0..={max})")]
+    #[error("zoom {z} is outside grid {grid}, whose zoom levels are 0 to {max}")]
     ZoomOutOfRange {
         /// Grid identifier.
         grid: String,

@@ -26,6 +26,7 @@ pub mod render;
 pub mod seed;
 pub mod service;
 pub mod sources;
+pub mod suggest;
 pub mod throttle;
 pub mod tile_cache;
 pub mod truncate;

@@ -15,6 +15,7 @@ use tessera_store::{AreaRange, TileArea};
 use crate::metatile::Metatile;
 use crate::model::{Grid, Layer};
 use crate::registry::Registry;
+use crate::suggest::Unknown;
 
 /// Side, in metatiles, of the blocks a plan's metatiles are walked in
 /// ([`TilePlan::metatiles`]): along the Hilbert curve inside a block, every
@@ -340,7 +341,7 @@ pub fn parse_zooms(text: &str) -> Result<RangeInclusive<u8>, String> {
     let parse = |t: &str| {
         t.trim()
             .parse::<u8>()
-            .map_err(|_| format!("{t:?} is not a zoom level (0..=255)"))
+            .map_err(|_| format!("{t:?} is not a zoom level (a whole number, 0 to 255)"))
     };
     let (a, b) = match text.split_once("..") {
         Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
@@ -388,9 +389,8 @@ impl TilePlan {
     ) -> Result<TilePlan, PlanError> {
         let err = PlanError::Refused;
         let layer = registry
-            .layer(layer)
-            .ok_or_else(|| err(format!("unknown layer {layer:?}")))?
-            .clone();
+            .find_layer(layer, &|_| true)
+            .map_err(|unknown| err(format!("unknown layer {unknown}")))?;
         let cache = layer.cache.as_ref().ok_or_else(|| {
             err(format!(
                 "layer {:?} has no cache (cache.store is none): nothing to seed into",
@@ -404,10 +404,10 @@ impl TilePlan {
             )));
         }
         if !layer.grids.iter().any(|g| g == grid) {
+            let unknown = Unknown::among(grid, "grids", layer.grids.iter().map(String::as_str));
             return Err(err(format!(
-                "layer {:?} is not offered in grid {grid:?} (it is in: {})",
+                "layer {:?} is not offered in grid {unknown}",
                 layer.name,
-                layer.grids.join(", ")
             )));
         }
         let grid = registry
@@ -416,10 +416,14 @@ impl TilePlan {
             .clone();
         let format = format.unwrap_or(layer.formats[0]);
         if !layer.formats.contains(&format) {
-            return Err(err(format!(
-                "format {} is not offered for layer {:?}",
+            let unknown = Unknown::among(
                 format.extension(),
-                layer.name
+                "formats",
+                layer.formats.iter().map(|f| f.extension()),
+            );
+            return Err(err(format!(
+                "layer {:?} is not offered in format {unknown}",
+                layer.name,
             )));
         }
         let max = layer.max_zoom_in(&grid);
@@ -530,6 +534,18 @@ impl TilePlan {
                 .take(usize::try_from(end - start).unwrap_or(usize::MAX))
                 .map(|(_, _, m)| m),
         )
+    }
+
+    /// The tiles of the plan's area (its ranges), without the tiles its
+    /// metatiles add around it.
+    pub fn area_tiles(&self) -> u64 {
+        self.ranges.iter().map(TileRange::count).sum()
+    }
+
+    /// The metatile the plan's tiles are made in: tiles across and down.
+    pub fn metatile_size(&self) -> (u32, u32) {
+        let spec = self.metatile_spec();
+        (spec.cols.max(1), spec.rows.max(1))
     }
 
     fn metatile_spec(&self) -> crate::metatile::MetatileSpec {

@@ -10,8 +10,8 @@
 //! over their common range. Statistics are GDAL's approximate ones (read
 //! from overviews), so a large file opens fast.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
 use gdal::vector::LayerAccess;
@@ -38,16 +38,18 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
             });
         }
     }
-    let mut names = HashSet::new();
+    let bases = base_names(paths);
+    let mut names = Names::default();
     let mut layers = Vec::with_capacity(paths.len());
-    for path in paths {
+    for (path, base) in paths.iter().zip(bases) {
         let written = path.to_string_lossy();
         if is_database(&written) {
             layers.push(database_entry(&written, watch, &mut names));
             continue;
         }
         if let Some(kind) = ArchiveKind::of_path(&written) {
-            layers.push(archive_layer(&written, kind, &mut names)?);
+            let name = names.claim(&base, &written)?;
+            layers.push(archive_layer(&written, kind, &name)?);
             continue;
         }
         let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read {
@@ -73,12 +75,14 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
             }
             for data_layer in &data_layers {
                 // A file of one layer is named after the file, as a raster.
-                let base = if data_layers.len() == 1 {
-                    layer_name(&absolute)
+                let name = if data_layers.len() == 1 {
+                    names.claim(&base, &written)?
                 } else {
-                    clean_name(data_layer)
+                    names.claim(
+                        &clean_name(data_layer),
+                        &format!("{written} ({data_layer})"),
+                    )?
                 };
-                let name = unique_name(&base, &mut names);
                 layers.push(json!({
                     "name": name,
                     "title": if data_layers.len() == 1 { title.clone() } else { format!("{title}: {data_layer}") },
@@ -95,7 +99,7 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
             }
             continue;
         }
-        let name = unique_name(&layer_name(&absolute), &mut names);
+        let name = names.claim(&base, &written)?;
         let style = style_for(&ds).map_err(invalid)?;
         let (width, height) = ds.raster_size();
         let bands = match ds.raster_count() {
@@ -111,6 +115,11 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
         });
         if let Some(style) = style {
             layer["style"] = style;
+        }
+        // Past its pixels a client magnifies tiles itself; the server
+        // draws two zooms more (as gdal2tiles and TiTiler offer).
+        if let Some(native) = native_zoom(&ds) {
+            layer["max_zoom"] = json!(native.saturating_add(ZOOMS_PAST_NATIVE).min(MAX_ZOOM));
         }
         layers.push(layer);
     }
@@ -139,27 +148,23 @@ fn is_database(text: &str) -> bool {
 /// column as a layer (`postgis_auto`), as vector tiles and maps drawn with
 /// a default style; with `watch`, its tables are listed again every
 /// [`WATCH_SECS`].
-fn database_entry(url: &str, watch: bool, names: &mut HashSet<String>) -> Value {
+fn database_entry(url: &str, watch: bool, names: &mut Names) -> Value {
     let mut source = json!({ "type": "postgis_auto", "path": url.replace("${", "$${") });
     if watch {
         source["refresh_secs"] = json!(WATCH_SECS);
     }
     json!({
-        "name": unique_name("postgis", names),
+        "name": names.numbered("postgis", url),
         "source": source,
         "formats": ["mvt", "png"],
         "grids": ["WebMercatorQuad", "WorldCRS84Quad"],
     })
 }
 
-/// A layer serving the tile archive at `written` (a path, an `http(s)://`
-/// URL or an object URL) in its own grid, format and zooms, its tiles
-/// passed through as stored (and kept in the memory cache).
-fn archive_layer(
-    written: &str,
-    kind: ArchiveKind,
-    names: &mut HashSet<String>,
-) -> Result<Value, ConfigError> {
+/// The layer `name` serving the tile archive at `written` (a path, an
+/// `http(s)://` URL or an object URL) in its own grid, format and zooms,
+/// its tiles passed through as stored (and kept in the memory cache).
+fn archive_layer(written: &str, kind: ArchiveKind, name: &str) -> Result<Value, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid(format!("{written}: {reason}"));
     let is_url = written.contains("://");
     let location = if is_url {
@@ -180,15 +185,7 @@ fn archive_layer(
     let meta = source
         .tile_metadata()
         .ok_or_else(|| invalid("not read as a tile archive".into()))?;
-    let file = location
-        .rsplit('/')
-        .next()
-        .unwrap_or(&location)
-        .split(['?', '#'])
-        .next()
-        .unwrap_or_default();
-    let stem = file.rsplit_once('.').map_or(file, |(s, _)| s);
-    let name = unique_name(&clean_name(stem), names);
+    let file = file_name(&location);
     let format = meta.format;
     let layer = json!({
         "name": name,
@@ -208,6 +205,49 @@ fn archive_layer(
     Ok(layer)
 }
 
+/// Zooms a file layer offers past the zoom of its own pixels.
+const ZOOMS_PAST_NATIVE: u8 = 2;
+
+/// The highest zoom any layer offers (WebMercatorQuad's last matrix).
+const MAX_ZOOM: u8 = 24;
+
+/// The Web Mercator zoom whose pixels are as fine as the raster's own at
+/// its centre (the first whose resolution is at or below it), or `None`
+/// for a raster without a georeference.
+fn native_zoom(ds: &Dataset) -> Option<u8> {
+    use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
+    let gt = ds.geo_transform().ok()?;
+    let mut from = ds.spatial_ref().ok()?;
+    from.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+    let mut to = SpatialRef::from_epsg(3857).ok()?;
+    to.set_axis_mapping_strategy(AxisMappingStrategy::TraditionalGisOrder);
+    let transform = CoordTransform::new(&from, &to).ok()?;
+    let (width, height) = ds.raster_size();
+    let (col, row) = (width as f64 / 2.0, height as f64 / 2.0);
+    let x = gt[0] + gt[1] * col + gt[2] * row;
+    let y = gt[3] + gt[4] * col + gt[5] * row;
+    // The centre pixel and its neighbours to the right and below.
+    let mut xs = [x, x + gt[1], x + gt[2]];
+    let mut ys = [y, y + gt[4], y + gt[5]];
+    transform
+        .transform_coords(&mut xs, &mut ys, &mut [0.0; 3])
+        .ok()?;
+    let across = (xs[1] - xs[0]).hypot(ys[1] - ys[0]);
+    let down = (xs[2] - xs[0]).hypot(ys[2] - ys[0]);
+    let resolution = across.min(down);
+    if !resolution.is_finite() || resolution <= 0.0 {
+        return None;
+    }
+    // WebMercatorQuad's zoom 0 pixel, in metres.
+    let zero = 2.0 * std::f64::consts::PI * 6_378_137.0 / 256.0;
+    let zoom = (zero / resolution)
+        .log2()
+        .ceil()
+        .clamp(0.0, f64::from(MAX_ZOOM));
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some(zoom as u8)
+}
+
 /// Opens `path` as raster or vector data, read-only.
 fn open_any(path: &str) -> Result<Dataset, String> {
     let options = DatasetOptions {
@@ -219,25 +259,76 @@ fn open_any(path: &str) -> Result<Dataset, String> {
     Dataset::open_ex(path, options).map_err(|e| format!("GDAL cannot open it: {e}"))
 }
 
-/// The file's stem with every character a layer name may not hold
-/// replaced by `_` (`layer` when nothing is left).
-fn layer_name(path: &Path) -> String {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    clean_name(&stem)
+/// The last segment of a path or URL, without a query or fragment.
+fn file_name(written: &str) -> &str {
+    written
+        .rsplit('/')
+        .next()
+        .unwrap_or(written)
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default()
 }
 
-/// `name`, or `name-2`, `name-3`, ... when taken.
-fn unique_name(name: &str, taken: &mut HashSet<String>) -> String {
-    let mut candidate = name.to_string();
-    let mut n = 1;
-    while !taken.insert(candidate.clone()) {
-        n += 1;
-        candidate = format!("{name}-{n}");
+/// The layer name of each file: its stem with every character a layer
+/// name may not hold replaced by `_` (`layer` when nothing is left); when
+/// two files share a stem (`world.pmtiles`, `world.mbtiles`), stem and
+/// extension (`world-pmtiles`, `world-mbtiles`). Databases get theirs
+/// later, numbered.
+fn base_names(paths: &[PathBuf]) -> Vec<String> {
+    let split: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let file = file_name(&p.to_string_lossy()).to_string();
+            match file.rsplit_once('.') {
+                Some((stem, ext)) if !stem.is_empty() => (clean_name(stem), clean_name(ext)),
+                _ => (clean_name(&file), String::new()),
+            }
+        })
+        .collect();
+    split
+        .iter()
+        .map(|(stem, ext)| {
+            let shared = split.iter().filter(|(s, _)| s == stem).count() > 1;
+            if shared && !ext.is_empty() {
+                format!("{stem}-{ext}")
+            } else {
+                stem.clone()
+            }
+        })
+        .collect()
+}
+
+/// The layer names given so far, each with what it serves.
+#[derive(Default)]
+struct Names(HashMap<String, String>);
+
+impl Names {
+    /// `name` for `what`, or an error naming both when another file has
+    /// it: a layer is never renamed behind its user's back.
+    fn claim(&mut self, name: &str, what: &str) -> Result<String, ConfigError> {
+        if let Some(other) = self.0.get(name) {
+            return Err(ConfigError::Invalid(format!(
+                "{other} and {what} would both be served as layer {name:?}: rename one \
+                 of the files, or write a configuration that names the layers"
+            )));
+        }
+        self.0.insert(name.to_string(), what.to_string());
+        Ok(name.to_string())
     }
-    candidate
+
+    /// `name`, or `name-2`, `name-3`, ... when taken (databases, whose
+    /// layers are named by their tables under this prefix).
+    fn numbered(&mut self, name: &str, what: &str) -> String {
+        let mut candidate = name.to_string();
+        let mut n = 1;
+        while self.0.contains_key(&candidate) {
+            n += 1;
+            candidate = format!("{name}-{n}");
+        }
+        self.0.insert(candidate.clone(), what.to_string());
+        candidate
+    }
 }
 
 /// The style for the raster `ds`: `None` for the default (RGB as it is),
@@ -289,14 +380,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_come_from_file_stems_and_stay_unique() {
-        let mut taken = HashSet::new();
+    fn names_come_from_file_stems_and_extensions_when_stems_clash() {
+        let paths: Vec<PathBuf> = [
+            "/d/My Ortho (2024).tif",
+            "/a/world.pmtiles",
+            "/b/world.mbtiles",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
         assert_eq!(
-            layer_name(Path::new("/d/My Ortho (2024).tif")),
-            "My_Ortho__2024_"
+            base_names(&paths),
+            ["My_Ortho__2024_", "world-pmtiles", "world-mbtiles"]
         );
-        assert_eq!(unique_name("dem", &mut taken), "dem");
-        assert_eq!(unique_name("dem", &mut taken), "dem-2");
-        assert_eq!(unique_name("dem", &mut taken), "dem-3");
+        let mut names = Names::default();
+        assert_eq!(names.claim("dem", "/a/dem.tif").unwrap(), "dem");
+        let clash = names.claim("dem", "/b/dem.tif").unwrap_err().to_string();
+        assert!(clash.contains("/a/dem.tif and /b/dem.tif"), "{clash}");
+        assert_eq!(names.numbered("postgis", "pg1"), "postgis");
+        assert_eq!(names.numbered("postgis", "pg2"), "postgis-2");
     }
 }

@@ -10,6 +10,7 @@ use tessera_store::TileStore;
 use tessera_store::cluster::Coordinator;
 
 use crate::model::{Grid, Layer};
+use crate::suggest::Unknown;
 
 /// CRSs remembered from requests; further distinct CRSs are parsed per request.
 const MAX_CACHED_CRS: usize = 256;
@@ -82,6 +83,22 @@ impl Registry {
             .iter()
             .find(|l| l.name == name)
             .cloned()
+    }
+
+    /// A layer by name, or what the name could have meant among the
+    /// layers `sees` lets the asker know of (a caller's
+    /// [`crate::auth::Caller::sees`]: a hint never names a layer the
+    /// caller may not read).
+    pub fn find_layer(
+        &self,
+        name: &str,
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<Arc<Layer>, Unknown> {
+        self.layer(name).ok_or_else(|| {
+            let layers = self.layers();
+            let seen = layers.iter().map(|l| l.name.as_str()).filter(|n| sees(n));
+            Unknown::among(name, "layers", seen)
+        })
     }
 
     /// Names of the opened stores.

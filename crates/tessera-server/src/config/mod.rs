@@ -415,6 +415,19 @@ pub struct ClusterSettings {
     pub generation_check_secs: f64,
 }
 
+/// `listen` when it is an address to listen on (`IP:PORT`, `[IPv6]:PORT`
+/// or `NAME:PORT`), or a message saying how to write one.
+pub fn listen_address(listen: &str) -> Result<String, String> {
+    if is_listen_address(listen) {
+        Ok(listen.to_string())
+    } else {
+        Err(format!(
+            "{listen:?} is not an address to listen on: write HOST:PORT, for \
+             example 127.0.0.1:8080, [::1]:8080 or localhost:8080"
+        ))
+    }
+}
+
 /// Whether `listen` is `IP:PORT`, `[IPv6]:PORT` or `NAME:PORT`.
 fn is_listen_address(listen: &str) -> bool {
     if listen.parse::<std::net::SocketAddr>().is_ok() {
@@ -656,7 +669,7 @@ impl Config {
                 } else {
                     format!(" at {path}")
                 },
-                message: e.into_inner().to_string(),
+                message: crate::suggest::serde_message(&e.into_inner().to_string()),
             }
         })
     }
@@ -737,12 +750,8 @@ impl Config {
         if self.layers.is_empty() {
             return invalid("`layers` is empty: add at least one layer".into());
         }
-        if !is_listen_address(&self.server.listen) {
-            return invalid(format!(
-                "server.listen {:?} is not an address to listen on: write HOST:PORT, for \
-                 example 127.0.0.1:8080, [::1]:8080 or localhost:8080",
-                self.server.listen
-            ));
+        if let Err(message) = listen_address(&self.server.listen) {
+            return invalid(format!("server.listen {message}"));
         }
         self.server.cors.check().or_else(invalid)?;
         if let Some(auth) = &self.auth {

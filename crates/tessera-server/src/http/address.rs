@@ -19,6 +19,7 @@ use super::params::Kvp;
 use crate::dimension::DimensionError;
 use crate::model::{Grid, HIDPI_SUFFIX, Layer};
 use crate::registry::Registry;
+use crate::suggest::Unknown;
 use crate::tile_cache::TileRequest;
 
 /// Which way a tile address counts rows.
@@ -88,18 +89,18 @@ pub enum TileLookupError {
     /// The layer has no such style.
     UnknownStyle(crate::model::UnknownStyle),
     /// No such layer.
-    UnknownLayer(String),
+    UnknownLayer(Unknown),
     /// No such grid, or the layer is not tiled in it.
-    UnknownGrid(String),
+    UnknownGrid(Unknown),
     /// No such TileMatrix in the grid.
     UnknownMatrix {
-        /// The identifier asked for.
-        matrix: String,
+        /// The identifier asked for, with the grid's identifiers.
+        matrix: Unknown,
         /// The grid.
         grid: String,
     },
     /// Format not offered by the layer.
-    UnknownFormat(String),
+    UnknownFormat(Unknown),
     /// The coordinate is malformed or outside the grid.
     Coord(GridError),
     /// A dimension value the layer does not have, or not written as one.
@@ -278,7 +279,15 @@ impl TileAddress {
 
     /// Looks the address up: a tile of a layer, in a grid and format the
     /// layer offers, at a zoom in its range.
-    pub fn resolve(&self, registry: &Registry, rows: Rows) -> Result<TileRequest, TileLookupError> {
+    ///
+    /// An unknown layer's hint names only layers `sees` lets the caller
+    /// know of.
+    pub fn resolve(
+        &self,
+        registry: &Registry,
+        rows: Rows,
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<TileRequest, TileLookupError> {
         let zoom = match (&self.level, registry.grid(&self.grid)) {
             (Level::Zoom(z), _) => z.clone(),
             // TileMatrix identifiers are looked up in the grid; an unknown
@@ -289,13 +298,17 @@ impl TileAddress {
                 .iter()
                 .position(|m| m.id == *id)
                 .ok_or_else(|| TileLookupError::UnknownMatrix {
-                    matrix: id.clone(),
+                    matrix: Unknown::among(
+                        id,
+                        "TileMatrix identifiers",
+                        grid.tms.matrices.iter().map(|m| m.id.as_str()),
+                    ),
                     grid: self.grid.clone(),
                 })?
                 .to_string(),
             (Level::Matrix(_), None) => String::new(),
         };
-        let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid)?;
+        let (layer, grid) = resolve_layer_grid(registry, &self.layer, &self.grid, sees)?;
         let layer = layer
             .styled(self.style_asked())
             .map_err(TileLookupError::UnknownStyle)?;
@@ -317,7 +330,18 @@ impl TileAddress {
         let format = self
             .format
             .filter(|f| layer.formats.contains(f))
-            .ok_or_else(|| TileLookupError::UnknownFormat(self.format_text.clone()))?;
+            .ok_or_else(|| {
+                // Listed as the request wrote it: media types for WMTS
+                // `FORMAT`, extensions in paths.
+                let names = layer.formats.iter().map(|f| {
+                    if self.format_text.contains('/') {
+                        f.format_name()
+                    } else {
+                        f.extension()
+                    }
+                });
+                TileLookupError::UnknownFormat(Unknown::among(&self.format_text, "formats", names))
+            })?;
         // A TMS row is in range exactly when the XYZ row is, so the address
         // is validated as given and then flipped.
         let parsed = grid
@@ -349,21 +373,28 @@ impl TileAddress {
 }
 
 /// Looks a layer and grid up by name; the grid must be one the layer is
-/// tiled in, or the HiDPI twin (`{grid}@2x`) of one.
+/// tiled in, or the HiDPI twin (`{grid}@2x`) of one. An unknown layer's
+/// hint names only layers `sees` lets the caller know of.
 pub fn resolve_layer_grid(
     registry: &Registry,
     layer: &str,
     grid: &str,
+    sees: &dyn Fn(&str) -> bool,
 ) -> Result<(Arc<Layer>, Arc<Grid>), TileLookupError> {
     let layer = registry
-        .layer(layer)
-        .ok_or_else(|| TileLookupError::UnknownLayer(layer.to_string()))?;
+        .find_layer(layer, sees)
+        .map_err(TileLookupError::UnknownLayer)?;
     let base = grid.strip_suffix(HIDPI_SUFFIX).unwrap_or(grid);
+    let unknown = || {
+        TileLookupError::UnknownGrid(Unknown::among(
+            grid,
+            "grids",
+            layer.grids.iter().map(String::as_str),
+        ))
+    };
     if !layer.grids.iter().any(|g| g == base) {
-        return Err(TileLookupError::UnknownGrid(grid.to_string()));
+        return Err(unknown());
     }
-    let grid = registry
-        .grid(grid)
-        .ok_or_else(|| TileLookupError::UnknownGrid(grid.to_string()))?;
+    let grid = registry.grid(grid).ok_or_else(unknown)?;
     Ok((layer, grid.clone()))
 }

@@ -369,22 +369,30 @@ impl ApiError {
 fn plain_lookup_error(e: TileLookupError) -> ApiError {
     match e {
         TileLookupError::UnknownLayer(name) => {
-            ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}"))
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {name}"))
         }
         TileLookupError::UnknownGrid(name) => ApiError::not_found(
             "InvalidParameterValue",
-            format!("grid {name:?} is not offered for this layer"),
+            format!(
+                "grid {:?} is not offered for this layer{}",
+                name.asked,
+                name.hint()
+            ),
         ),
         TileLookupError::UnknownStyle(unknown) => {
             ApiError::not_found("StyleNotDefined", unknown.to_string())
         }
         TileLookupError::UnknownMatrix { matrix, grid } => ApiError::not_found(
             "InvalidParameterValue",
-            format!("unknown TileMatrix {matrix:?} in {grid:?}"),
+            format!("unknown TileMatrix {matrix} in {grid:?}"),
         ),
         TileLookupError::UnknownFormat(ext) => ApiError::not_found(
             "InvalidFormat",
-            format!("format {ext:?} is not offered for this layer"),
+            format!(
+                "format {:?} is not offered for this layer{}",
+                ext.asked,
+                ext.hint()
+            ),
         ),
         TileLookupError::Coord(e @ GridError::NotAnInteger { .. }) => {
             ApiError::bad_request("InvalidParameterValue", e.to_string())
@@ -393,7 +401,7 @@ fn plain_lookup_error(e: TileLookupError) -> ApiError {
         TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
         TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::not_found(
             "TileOutOfRange",
-            format!("zoom {z} is outside this layer's zoom range {min}..={max}"),
+            format!("zoom {z} is outside this layer's zoom levels, {min} to {max}"),
         ),
     }
 }
@@ -405,16 +413,24 @@ fn wmts_lookup_error(e: TileLookupError) -> ApiError {
         // WMTS 1.0.0 has no StyleNotDefined: a bad STYLE is an invalid value.
         TileLookupError::UnknownStyle(unknown) => invalid(unknown.to_string(), "STYLE"),
         TileLookupError::UnknownMatrix { matrix, grid } => invalid(
-            format!("unknown TileMatrix {matrix:?} in {grid:?}"),
+            format!("unknown TileMatrix {matrix} in {grid:?}"),
             "TILEMATRIX",
         ),
-        TileLookupError::UnknownLayer(n) => invalid(format!("unknown layer {n:?}"), "LAYER"),
+        TileLookupError::UnknownLayer(n) => invalid(format!("unknown layer {n}"), "LAYER"),
         TileLookupError::UnknownGrid(n) => invalid(
-            format!("TileMatrixSet {n:?} is not offered for this layer"),
+            format!(
+                "TileMatrixSet {:?} is not offered for this layer{}",
+                n.asked,
+                n.hint()
+            ),
             "TILEMATRIXSET",
         ),
         TileLookupError::UnknownFormat(f) => invalid(
-            format!("format {f:?} is not offered for this layer"),
+            format!(
+                "format {:?} is not offered for this layer{}",
+                f.asked,
+                f.hint()
+            ),
             "FORMAT",
         ),
         TileLookupError::Coord(e @ GridError::NotAnInteger { axis, .. }) => invalid(
@@ -444,7 +460,7 @@ fn wmts_lookup_error(e: TileLookupError) -> ApiError {
         TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
         TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::bad_request(
             "TileOutOfRange",
-            format!("TileMatrix {z} is outside this layer's range {min}..={max}"),
+            format!("TileMatrix {z} is outside this layer's zoom levels, {min} to {max}"),
         )
         .at("TILEMATRIX"),
     }

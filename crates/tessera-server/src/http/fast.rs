@@ -82,7 +82,9 @@ impl FastTiles {
             ),
         };
         let record = Record::begin(&self.requests, request.method(), request.uri());
-        let tile = address.resolve(&self.tiles.registry, rows).ok()?;
+        let tile = address
+            .resolve(&self.tiles.registry, rows, &|_| false)
+            .ok()?;
         if tile.format.is_vector() {
             return None;
         }

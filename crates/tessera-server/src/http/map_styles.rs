@@ -30,8 +30,10 @@ pub async fn style(
     let name = file.strip_suffix(".json").unwrap_or(&file);
     let layer = state
         .registry
-        .layer(name)
-        .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
+        .find_layer(name, &|n| caller.sees(n))
+        .map_err(|unknown| {
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
+        })?;
     caller.may(&layer.name, Grant::Tiles)?;
     // `?style=`: one of the layer's named styles.
     let asked = super::address::query_params(query.as_deref())

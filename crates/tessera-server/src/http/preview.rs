@@ -84,8 +84,10 @@ pub async fn page(
 ) -> Result<Html<String>, ApiError> {
     let layer = state
         .registry
-        .layer(&name)
-        .ok_or_else(|| ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")))?;
+        .find_layer(&name, &|n| caller.sees(n))
+        .map_err(|unknown| {
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
+        })?;
     caller.may(&layer.name, Grant::Tiles)?;
     let vector = layer.formats.contains(&TileFormat::Mvt)
         && layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)

@@ -42,7 +42,7 @@ pub async fn tilejson(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid)
+    let (layer, grid) = resolve_layer_grid(&state.registry, &layer, &grid, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
     caller.may(&layer.name, Grant::Tiles)?;
     let params = query_params(raw.as_deref());

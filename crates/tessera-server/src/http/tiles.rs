@@ -38,7 +38,7 @@ async fn serve(
     caller: &Caller,
 ) -> Result<Response, ApiError> {
     let tile = address
-        .resolve(&state.registry, rows)
+        .resolve(&state.registry, rows, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
     serve_tile(&state.cache, tile, headers, caller).await
 }

@@ -6,6 +6,7 @@ use crate::plan::{
     PlanArea, TilePlan, parse_bbox, parse_zooms, polygons_from_geojson, styled_layers_at,
 };
 use crate::registry::Registry;
+use crate::suggest::Unknown;
 
 /// What a job does to its tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,8 +68,8 @@ impl JobSpec {
     pub fn plans(&self, registry: &Registry) -> Result<Vec<TilePlan>, String> {
         crate::seed::check_options(self.threads, self.rate)?;
         let layer = registry
-            .layer(&self.layer)
-            .ok_or_else(|| format!("unknown layer {:?}", self.layer))?;
+            .find_layer(&self.layer, &|_| true)
+            .map_err(|unknown| format!("unknown layer {unknown}"))?;
         let zooms = parse_zooms(&self.zoom)?;
         let grid = match &self.grid {
             Some(g) => g.clone(),
@@ -79,10 +80,10 @@ impl JobSpec {
                 .ok_or("the layer has no grid")?,
         };
         let format = match &self.format {
-            Some(f) => Some(
-                tessera_grid::TileFormat::from_extension(f)
-                    .ok_or_else(|| format!("unknown format {f:?}"))?,
-            ),
+            Some(f) => Some(tessera_grid::TileFormat::from_extension(f).ok_or_else(|| {
+                let offered = layer.formats.iter().map(|f| f.extension());
+                format!("unknown format {}", Unknown::among(f, "formats", offered))
+            })?),
             None => None,
         };
         let area = match (&self.bbox, &self.polygon) {

@@ -492,8 +492,13 @@ impl Source for MosaicSource {
         let r = &self.report;
         let mut lines = vec![
             format!(
-                "{} pieces over [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
-                r.pieces, r.lonlat.min_x, r.lonlat.min_y, r.lonlat.max_x, r.lonlat.max_y
+                "{} piece{} over [{:.4}, {:.4}, {:.4}, {:.4}] (lon/lat)",
+                r.pieces,
+                if r.pieces == 1 { "" } else { "s" },
+                r.lonlat.min_x,
+                r.lonlat.min_y,
+                r.lonlat.max_x,
+                r.lonlat.max_y
             ),
             format!(
                 "CRSs: {}",

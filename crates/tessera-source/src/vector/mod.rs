@@ -231,9 +231,23 @@ impl VectorSource {
                     "two layers are named {name:?}; give them distinct `name`s"
                 )));
             }
+            // The fields tiles carry, not every column of the table.
+            let served = if fields.is_empty() {
+                format!(
+                    "none (of {} columns; list them under `fields:`)",
+                    available.len()
+                )
+            } else {
+                list(
+                    &fields
+                        .iter()
+                        .map(|(n, kind)| format!("{n} ({kind})"))
+                        .collect::<Vec<_>>(),
+                )
+            };
             report.push(format!(
                 "layer {layer_name:?}{}: {count} features ({}), CRS {}, extent [{:.4}, {:.4}, \
-                 {:.4}, {:.4}] (lon/lat), fields: {}",
+                 {:.4}, {:.4}] (lon/lat), served fields: {served}",
                 if name == layer_name {
                     String::new()
                 } else {
@@ -245,7 +259,6 @@ impl VectorSource {
                 ll.min_y,
                 ll.max_x,
                 ll.max_y,
-                list(&available.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
             ));
             layers.push(DataLayer {
                 name,

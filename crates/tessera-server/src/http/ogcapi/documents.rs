@@ -18,6 +18,8 @@ use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
 use crate::model::Layer;
+use crate::registry::Registry;
+use std::sync::Arc;
 
 /// The query every document takes.
 #[derive(Debug, Default, Deserialize)]
@@ -139,22 +141,33 @@ pub async fn collections(
 /// `GET /ogcapi/collections/{collection}`.
 pub async fn collection(
     State(state): State<Catalog>,
+    caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<DocQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let form = Form::of(q.f.as_deref(), &headers)?;
-    let layer = state.registry.layer(&name).ok_or_else(|| unknown(&name))?;
+    let layer = collection_named(&state.registry, &name, &caller)?;
     let base = format!("{}/ogcapi", base_url(&state.config, &headers));
     Ok(answer(&describe(&layer, &base), form, "application/json"))
 }
 
 /// The 404 of a collection that is not served.
-pub fn unknown(name: &str) -> ApiError {
-    problem(ApiError::not_found(
-        "NotFound",
-        format!("no collection {name:?}; /ogcapi/collections lists them"),
-    ))
+/// The collection `name`, or a problem naming the closest collection and
+/// the first ones (among those `caller` may read).
+pub fn collection_named(
+    registry: &Registry,
+    name: &str,
+    caller: &Caller,
+) -> Result<Arc<Layer>, ApiError> {
+    registry
+        .find_layer(name, &|n| caller.sees(n))
+        .map_err(|unknown| {
+            problem(ApiError::not_found(
+                "NotFound",
+                format!("no collection {unknown}; /ogcapi/collections lists them"),
+            ))
+        })
 }
 
 /// A layer as a collection: its extent (CRS84, its native CRS, and its

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tessera_grid::TileFormat;
 
-use super::documents::unknown;
+use super::documents::collection_named;
 use super::map_view::{self, Scene, bad, param};
 use super::{problem, subset};
 use crate::auth::Caller;
@@ -74,10 +74,7 @@ async fn one_map(
     style: Option<&str>,
     asked: Asked<'_>,
 ) -> Result<Response, ApiError> {
-    let layer = state
-        .registry
-        .layer(collection)
-        .ok_or_else(|| unknown(collection))?;
+    let layer = collection_named(&state.registry, collection, asked.caller)?;
     let layer = super::tiles::styled(&layer, style)?;
     map(state, vec![layer], query_params(asked.query), asked).await
 }
@@ -91,7 +88,7 @@ pub async fn dataset_map(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let params = query_params(query.as_deref());
-    let layers = dataset_layers(&state, &params)?;
+    let layers = dataset_layers(&state, &params, &caller)?;
     let asked = Asked {
         caller: &caller,
         query: query.as_deref(),
@@ -125,7 +122,7 @@ pub async fn dataset_tile(
         .parse_tile(&z.to_string(), &col, &row)
         .map_err(|e| not_found(format!("no tile {matrix}/{row}/{col} in {tms}: {e}")))?;
     let params = query_params(query.as_deref());
-    let layers = dataset_layers(&state, &params)?
+    let layers = dataset_layers(&state, &params, &caller)?
         .into_iter()
         .filter(|l| l.grids.contains(&tms))
         .collect::<Vec<_>>();
@@ -172,13 +169,17 @@ pub async fn dataset_tile(
 
 /// The layers `collections=` names among `params`, or every layer with
 /// images.
-fn dataset_layers(state: &Maps, params: &[(String, String)]) -> Result<Vec<Arc<Layer>>, ApiError> {
+fn dataset_layers(
+    state: &Maps,
+    params: &[(String, String)],
+    caller: &Caller,
+) -> Result<Vec<Arc<Layer>>, ApiError> {
     Ok(match params.iter().find(|(k, _)| k == "collections") {
         Some((_, names)) => names
             .split(',')
             .map(str::trim)
             .filter(|n| !n.is_empty())
-            .map(|n| state.registry.layer(n).ok_or_else(|| unknown(n)))
+            .map(|n| collection_named(&state.registry, n, caller))
             .collect::<Result<Vec<_>, _>>()?,
         None => state
             .registry

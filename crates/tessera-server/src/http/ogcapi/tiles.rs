@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tessera_grid::TileFormat;
 
-use super::documents::unknown;
+use super::documents::collection_named;
 use super::subset::Extent;
 use super::tms::registered_uri;
 use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
@@ -58,6 +58,7 @@ impl Kind {
 /// `GET /ogcapi/collections/{collection}/map/tiles`.
 pub async fn map_tilesets(
     State(state): State<Catalog>,
+    caller: Caller,
     Path(collection): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -69,12 +70,14 @@ pub async fn map_tilesets(
         query.as_deref(),
         &headers,
         Kind::Map,
+        &caller,
     )
 }
 
 /// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles`.
 pub async fn styled_map_tilesets(
     State(state): State<Catalog>,
+    caller: Caller,
     Path((collection, style)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -86,12 +89,14 @@ pub async fn styled_map_tilesets(
         query.as_deref(),
         &headers,
         Kind::Map,
+        &caller,
     )
 }
 
 /// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}`.
 pub async fn styled_map_tileset(
     State(state): State<Catalog>,
+    caller: Caller,
     Path((collection, style, tms)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -104,6 +109,7 @@ pub async fn styled_map_tileset(
         query.as_deref(),
         &headers,
         Kind::Map,
+        &caller,
     )
 }
 
@@ -134,6 +140,7 @@ type StyledTilePath = (String, String, String, String, String, String);
 /// `GET /ogcapi/collections/{collection}/tiles`.
 pub async fn vector_tilesets(
     State(state): State<Catalog>,
+    caller: Caller,
     Path(collection): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -145,12 +152,14 @@ pub async fn vector_tilesets(
         query.as_deref(),
         &headers,
         Kind::Vector,
+        &caller,
     )
 }
 
 /// `GET /ogcapi/collections/{collection}/map/tiles/{tms}`.
 pub async fn map_tileset(
     State(state): State<Catalog>,
+    caller: Caller,
     Path((collection, tms)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -163,12 +172,14 @@ pub async fn map_tileset(
         query.as_deref(),
         &headers,
         Kind::Map,
+        &caller,
     )
 }
 
 /// `GET /ogcapi/collections/{collection}/tiles/{tms}`.
 pub async fn vector_tileset(
     State(state): State<Catalog>,
+    caller: Caller,
     Path((collection, tms)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -181,6 +192,7 @@ pub async fn vector_tileset(
         query.as_deref(),
         &headers,
         Kind::Vector,
+        &caller,
     )
 }
 
@@ -241,8 +253,13 @@ pub(super) fn style_segment(style: Option<&str>) -> String {
 }
 
 /// The layer named, when it has tiles of `kind`.
-fn layer_of(state: &Catalog, name: &str, kind: Kind) -> Result<std::sync::Arc<Layer>, ApiError> {
-    let layer = state.registry.layer(name).ok_or_else(|| unknown(name))?;
+fn layer_of(
+    state: &Catalog,
+    name: &str,
+    kind: Kind,
+    caller: &Caller,
+) -> Result<std::sync::Arc<Layer>, ApiError> {
+    let layer = collection_named(&state.registry, name, caller)?;
     if kind.formats(&layer).is_empty() {
         return Err(problem(ApiError::not_found(
             "NotFound",
@@ -266,9 +283,10 @@ fn tilesets(
     query: Option<&str>,
     headers: &HeaderMap,
     kind: Kind,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let form = Form::of(f_of(query).as_deref(), headers)?;
-    let layer = styled(&layer_of(state, name, kind)?, style)?;
+    let layer = styled(&layer_of(state, name, kind, caller)?, style)?;
     let base = format!("{}/ogcapi", base_url(&state.config, headers));
     let here = format!(
         "{base}/collections/{name}/{}{}",
@@ -456,9 +474,10 @@ fn tileset(
     query: Option<&str>,
     headers: &HeaderMap,
     kind: Kind,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let form = Form::of(f_of(query).as_deref(), headers)?;
-    let layer = styled(&layer_of(state, name, kind)?, style)?;
+    let layer = styled(&layer_of(state, name, kind, caller)?, style)?;
     let Some(grid) = grids_of(state, &layer)
         .into_iter()
         .find(|g| g.tms.id == tms)
@@ -564,10 +583,7 @@ async fn tile(
     kind: Kind,
     caller: &Caller,
 ) -> Result<Response, ApiError> {
-    let layer = state
-        .registry
-        .layer(&collection)
-        .ok_or_else(|| unknown(&collection))?;
+    let layer = collection_named(&state.registry, &collection, caller)?;
     let offered = kind.formats(&layer);
     let mut params = query_params(query);
     let format = match params
@@ -619,7 +635,7 @@ async fn tile(
         path_dimension: None,
     };
     let tile = address
-        .resolve(&state.registry, Rows::FromTop)
+        .resolve(&state.registry, Rows::FromTop, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
     let mut response = serve_tile(&state.cache, tile, headers, caller)
         .await

@@ -88,13 +88,14 @@ pub(super) async fn respond(
     registry: &Registry,
     limits: &Limits,
     renderer: &Renderer,
+    sees: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<Response, ApiError> {
-    let map_layers = layers(kvp, registry, limits)?;
+    let map_layers = layers(kvp, registry, limits, sees)?;
     let crs = crs(kvp, version, registry)?;
     let bbox = bbox(kvp, version, &crs)?;
     let (width, height) = size(kvp, limits)?;
     let format = InfoFormat::parse(kvp.get("info_format"))?;
-    let queried = query_layers(kvp, &map_layers, registry)?;
+    let queried = query_layers(kvp, &map_layers, registry, sees)?;
     let (i, j) = point(kvp, version, width, height)?;
     let count = match kvp.get("feature_count") {
         None => 1,
@@ -162,14 +163,15 @@ fn query_layers(
     kvp: &Kvp,
     map_layers: &[Arc<Layer>],
     registry: &Registry,
+    sees: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<Arc<Layer>>, ApiError> {
     kvp.required("QUERY_LAYERS")?
         .split(',')
         .map(|name| {
-            if registry.layer(name).is_none() {
+            if let Err(unknown) = registry.find_layer(name, sees) {
                 return Err(ApiError::not_found(
                     "LayerNotDefined",
-                    format!("QUERY_LAYERS names {name:?}, which is not a layer of this service"),
+                    format!("QUERY_LAYERS names a layer this service does not have: {unknown}"),
                 )
                 .at("QUERY_LAYERS"));
             }

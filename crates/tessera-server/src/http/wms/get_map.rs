@@ -30,13 +30,16 @@ pub struct GetMap {
 impl GetMap {
     /// Parses and checks the GetMap parameters of `kvp` as WMS `version`
     /// defines them, against the layers of `registry` and the `limits`.
+    /// An unknown layer's hint names only layers `sees` lets the caller
+    /// know of.
     pub fn from_kvp(
         kvp: &Kvp,
         version: Version,
         registry: &Registry,
         limits: &Limits,
+        sees: &dyn Fn(&str) -> bool,
     ) -> Result<GetMap, ApiError> {
-        let layers = layers(kvp, registry, limits)?;
+        let layers = layers(kvp, registry, limits, sees)?;
         let crs = crs(kvp, version, registry)?;
         let bbox = bbox(kvp, version, &crs)?;
         let (width, height) = size(kvp, limits)?;
@@ -62,6 +65,7 @@ pub(super) fn layers(
     kvp: &Kvp,
     registry: &Registry,
     limits: &Limits,
+    sees: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<Arc<Layer>>, ApiError> {
     let names: Vec<&str> = kvp.required("LAYERS")?.split(',').collect();
     if names.len() > limits.wms_max_layers {
@@ -89,8 +93,8 @@ pub(super) fn layers(
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let layer = registry.layer(name).ok_or_else(|| {
-                ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}"))
+            let layer = registry.find_layer(name, sees).map_err(|unknown| {
+                ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
                     .at("LAYERS")
             })?;
             let style = styles.get(i).or(styles.first()).copied();

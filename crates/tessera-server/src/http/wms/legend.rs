@@ -72,10 +72,14 @@ pub(super) fn legend_size(layer: &Layer) -> Option<(u32, u32)> {
 }
 
 /// Answers a GetLegendGraphic.
-pub(super) fn respond(kvp: &Kvp, registry: &Registry) -> Result<Response, ApiError> {
+pub(super) fn respond(
+    kvp: &Kvp,
+    registry: &Registry,
+    sees: &dyn Fn(&str) -> bool,
+) -> Result<Response, ApiError> {
     let name = kvp.required("LAYER")?;
-    let layer = registry.layer(name).ok_or_else(|| {
-        ApiError::not_found("LayerNotDefined", format!("unknown layer {name:?}")).at("LAYER")
+    let layer = registry.find_layer(name, sees).map_err(|unknown| {
+        ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}")).at("LAYER")
     })?;
     let layer = layer.styled(kvp.get("style")).map_err(|e| {
         ApiError::bad_request("StyleNotDefined", format!("layer {name:?}: {e}")).at("STYLE")

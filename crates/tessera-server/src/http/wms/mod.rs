@@ -116,7 +116,10 @@ pub async fn kvp(
                 )
                 .at("VERSION")));
             }
-            let map = GetMap::from_kvp(&kvp, version, &state.registry, &state.config.limits)
+            let map =
+                GetMap::from_kvp(&kvp, version, &state.registry, &state.config.limits, &|n| {
+                    caller.sees(n)
+                })
                 .map_err(err)?;
             let format = map.image.format;
             let names: Vec<&str> = map.image.layers.iter().map(|l| l.name.as_str()).collect();
@@ -147,11 +150,14 @@ pub async fn kvp(
                 &state.registry,
                 &state.config.limits,
                 &state.renderer,
+                &|n| caller.sees(n),
             )
             .await
             .map_err(err)
         }
-        "getlegendgraphic" => legend::respond(&kvp, &state.registry).map_err(err),
+        "getlegendgraphic" => {
+            legend::respond(&kvp, &state.registry, &|n| caller.sees(n)).map_err(err)
+        }
         other => Err(err(ApiError::bad_request(
             "OperationNotSupported",
             format!(

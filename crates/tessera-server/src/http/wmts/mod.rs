@@ -128,7 +128,7 @@ async fn get_tile(
         address.grid = capabilities::grid_of_set(&address.grid).to_string();
     }
     let tile = address
-        .resolve(&state.registry, Rows::FromTop)
+        .resolve(&state.registry, Rows::FromTop, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
     // Outside the TileMatrixSetLimits the capabilities give the layer.
     if let Some(locator) = capabilities::outside_limits(&tile.layer, &tile.grid, tile.coord) {
