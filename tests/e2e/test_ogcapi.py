@@ -562,6 +562,46 @@ def test_gdal_ogcapi_driver_reads_the_map(direct):
     assert np.abs(whole[:3].astype(float) - wms).mean() < 8
 
 
+def test_gdal_reads_a_regional_collection_through_the_map_as_the_readme_says(tmp_path, tmp_path_factory):
+    """The README's GDAL command for a layer that does not cover the world:
+    `-oo API=MAP` reads the right picture. GDAL 3.6's tiles reader clamps
+    rows to the tileset's limits but keeps the whole matrix's height, so
+    `API=TILES` gets a georeference with a wrong pixel aspect and blocks
+    that are not there (the README says so; a GDAL that mends it fails
+    this test, and the README then recommends the tiles again)."""
+    import subprocess
+    regional = tmp_path / "regional.tif"
+    subprocess.run(["gdal_translate", "-q", "-projwin", "5", "52", "15", "45",
+                    f"{ROOT}/data/shadedrelief-5400.tif", regional], check=True, timeout=120)
+    config = tmp_path / "regional.yaml"
+    config.write_text(f"""
+layers:
+  - name: regional
+    source: {{ path: {regional} }}
+    grids: [WebMercatorQuad, WorldCRS84Quad]
+    max_zoom: 8
+""")
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        url = f"OGCAPI:{server.url}/ogcapi/collections/regional"
+        ds = gdal.OpenEx(url, open_options=["API=MAP"])
+        gt = ds.GetGeoTransform()
+        assert (gt[0], gt[3]) == (pytest.approx(5), pytest.approx(52)), gt
+        assert gt[1] == pytest.approx(-gt[5]), gt
+        picture = ds.ReadAsArray(0, 0, ds.RasterXSize, ds.RasterYSize, buf_xsize=100, buf_ysize=70)
+        status, _, png = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=regional&STYLES="
+                                     "&CRS=CRS:84&BBOX=5,45,15,52&WIDTH=100&HEIGHT=70&FORMAT=image/png")
+        assert status == 200
+        wms = decode(png)[:3].astype(float)
+        assert picture[:3].std() > 10, "a picture, not a blank"
+        assert np.abs(picture[:3].astype(float) - wms).mean() < 8
+        tiles = gdal.OpenEx(url, open_options=["API=TILES"]).GetGeoTransform()
+        square = tiles[1] == pytest.approx(-tiles[5], rel=0.01)
+        if gdal.VersionInfo().startswith("306"):
+            assert not square, f"GDAL 3.6 read the tiles right ({tiles}): the README's warning is out of date"
+        else:
+            assert square, f"GDAL {gdal.VersionInfo()} still misreads the tiles of a regional layer: {tiles}"
+
+
 def test_the_api_definition_is_valid_openapi_of_what_is_served(server, schemas):
     import jsonschema
     path = schemas / "openapi/3.0/schema.json"
