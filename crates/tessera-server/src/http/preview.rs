@@ -26,7 +26,7 @@ const VIEWER_JS: &str = include_str!("viewer.js");
 const MAPLIBRE_JS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.js");
 const MAPLIBRE_CSS: &str = include_str!("../../vendor/maplibre-gl/maplibre-gl.css");
 
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0}header{padding:8px 12px;background:#223;color:#eee;display:flex;gap:12px;align-items:center}\
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0}header{box-sizing:border-box;height:48px;padding:0 12px;background:#223;color:#eee;display:flex;gap:12px;align-items:center;overflow:hidden;white-space:nowrap}\
 header a{color:#9cf}#map{position:absolute;top:48px;bottom:24px;left:0;right:0;overflow:hidden;background:#202024;cursor:grab;touch-action:none}\
 .tile{position:absolute;user-select:none;-webkit-user-drag:none}#status{position:absolute;bottom:0;height:24px;left:0;right:0;padding:2px 12px;background:#eee;font:12px monospace}\
 table{border-collapse:collapse;margin:12px}td,th{padding:4px 10px;border-bottom:1px solid #ccc;text-align:left}";
@@ -59,9 +59,14 @@ pub async fn index(State(state): State<Catalog>, caller: Caller) -> Html<String>
     Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body>\
          <header><b>{title}</b><a href=\"/wms?SERVICE=WMS&amp;REQUEST=GetCapabilities\">WMS</a>\
-         <a href=\"/wmts/1.0.0/WMTSCapabilities.xml\">WMTS</a></header>\
+         <a href=\"/wmts/1.0.0/WMTSCapabilities.xml\">WMTS</a><a href=\"/ogcapi\">OGC API</a>{admin}</header>\
          <table><tr><th>layer (preview)</th><th>title</th><th>TileJSON per grid</th></tr>{rows}</table></body></html>",
-        title = escape(&state.config.server.title)
+        title = escape(&state.config.server.title),
+        admin = if state.config.admin.is_some() {
+            "<a href=\"/admin\">admin</a>"
+        } else {
+            ""
+        },
     ))
 }
 
@@ -112,6 +117,16 @@ pub async fn page(
             .unwrap_or(tms.extent);
         grids.push(json!({
             "id": tms.id,
+            // How the status line shows the centre: longitude and latitude
+            // from Web Mercator metres or degrees, else in the grid's CRS.
+            "lonlat": if grid.crs.geographic {
+                "degrees"
+            } else if tms.crs.eq_ignore_ascii_case(tessera_grid::mercator::CRS) {
+                "mercator"
+            } else {
+                ""
+            },
+            "crs": tms.crs,
             "tileWidth": tms.tile_width,
             "tileHeight": tms.tile_height,
             "originX": tms.origin_x,
@@ -135,10 +150,19 @@ pub async fn page(
     });
     // `</` cannot end the script element early once escaped this way.
     let config = config.to_string().replace("</", "<\\/");
+    // A layer that also has vector tiles links to their MapLibre view.
+    let other = if layer.formats.contains(&TileFormat::Mvt) {
+        format!(
+            "<a href=\"/preview/{}?format=mvt\">vector tiles (MapLibre)</a>",
+            escape(&layer.name)
+        )
+    } else {
+        String::new()
+    };
     Ok(Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style></head><body>\
          <header><a href=\"/\">tessera</a><b>{title}</b><select id=\"grid\"></select><select id=\"format\"></select><span id=\"dimensions\"></span>\
-         <button id=\"zoom-in\">+</button><button id=\"zoom-out\">&minus;</button></header>\
+         <button id=\"zoom-in\">+</button><button id=\"zoom-out\">&minus;</button>{other}</header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
          <script src=\"/static/viewer.js\"></script></body></html>",
@@ -150,6 +174,15 @@ pub async fn page(
 /// layer's TileJSON, and per data layer a fill and outline (polygons), a
 /// line or circles, by its geometry type.
 fn vector_page(layer: &Layer) -> Html<String> {
+    // The pictures the server draws from the layer's own style and labels.
+    let drawn = if layer.formats.iter().any(|f| !f.is_vector()) {
+        format!(
+            "<a href=\"/preview/{}?format=png\">as the server draws it (its style and labels)</a>",
+            escape(&layer.name)
+        )
+    } else {
+        String::new()
+    };
     // Each data layer and its geometry type: a vector source's own, or an
     // archive's `vector_layers` (whose geometry is not said: drawn by the
     // type of each feature).
@@ -244,14 +277,21 @@ fn vector_page(layer: &Layer) -> Html<String> {
     Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style>\
          <link rel=\"stylesheet\" href=\"/static/maplibre-gl.css\"></head><body>\
-         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span></header>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span>{drawn}<span id=\"position\"></span></header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
          <script src=\"/static/maplibre-gl.js\"></script><script>\
          const c = JSON.parse(document.getElementById('tessera-config').textContent);\
          const map = new maplibregl.Map({{container: 'map', style: c.style, bounds: c.bounds, \
-           fitBoundsOptions: {{padding: 20}}, attributionControl: false, preserveDrawingBuffer: true}});\
+           fitBoundsOptions: {{padding: 20}}, attributionControl: false, \
+           preserveDrawingBuffer: true}});\
          window.tesseraMap = map;\
+         const once = Math.log2(map.getContainer().clientWidth / 512);\
+         if (map.getZoom() < once) {{ map.jumpTo({{zoom: once}}); }}\
+         const position = () => {{ const p = map.getCenter(); \
+           document.getElementById('position').textContent = `zoom ${{map.getZoom().toFixed(1)}}  centre \
+           ${{Math.abs(p.lat).toFixed(4)}}°${{p.lat >= 0 ? 'N' : 'S'}} ${{Math.abs(p.lng).toFixed(4)}}°${{p.lng >= 0 ? 'E' : 'W'}}`; }};\
+         map.on('moveend', position); map.on('load', position);\
          map.on('idle', () => {{ document.body.dataset.idle = '1'; }});\
          map.on('error', (e) => {{ document.getElementById('status').textContent = String(e.error && e.error.message || e); }});\
          </script></body></html>",

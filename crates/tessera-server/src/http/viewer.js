@@ -78,7 +78,22 @@
     for (const [key, img] of tiles) {
       if (!keep.has(key)) { img.remove(); tiles.delete(key); }
     }
-    status.textContent = `${grid.id} zoom ${z}  centre ${cx.toFixed(4)}, ${cy.toFixed(4)}  view ${w}x${h}`;
+    status.textContent = `${grid.id} zoom ${z}  centre ${centre()}  view ${w}x${h}`;
+  }
+
+  // The centre as people read it: longitude, latitude where the grid's
+  // CRS allows, else its own coordinates and CRS.
+  function centre() {
+    let lon = cx, lat = cy;
+    if (grid.lonlat === "mercator") {
+      const R = 6378137;
+      lon = (cx / R) * 180 / Math.PI;
+      lat = (2 * Math.atan(Math.exp(cy / R)) - Math.PI / 2) * 180 / Math.PI;
+    } else if (grid.lonlat !== "degrees") {
+      return `${cx.toFixed(1)}, ${cy.toFixed(1)} (${grid.crs})`;
+    }
+    const ns = lat >= 0 ? "N" : "S", ew = lon >= 0 ? "E" : "W";
+    return `${Math.abs(lat).toFixed(4)}°${ns} ${Math.abs(lon).toFixed(4)}°${ew}`;
   }
 
   function zoomAt(dz, px, py) {

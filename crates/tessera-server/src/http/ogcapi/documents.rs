@@ -213,6 +213,15 @@ fn describe(layer: &Layer, base: &str) -> Value {
             "vector tilesets",
         ));
     }
+    // The server's own map page of the layer (IANA's `preview` relation);
+    // the HTML form of a collection shows it.
+    let site = base.strip_suffix("/ogcapi").unwrap_or(base);
+    links.push(link(
+        format!("{site}/preview/{}", layer.name),
+        "preview",
+        "text/html",
+        "map preview",
+    ));
     for grid in &layer.grids {
         links.push(link(
             format!("{base}/tileMatrixSets/{grid}"),

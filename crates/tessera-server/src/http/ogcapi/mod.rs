@@ -346,6 +346,22 @@ fn html_page(doc: &Value) -> String {
     if let Some(d) = doc.get("description").and_then(Value::as_str) {
         let _ = writeln!(page, "<p>{}</p>", esc(d));
     }
+    // A document with a map preview of its own (a collection) shows it.
+    let preview = doc
+        .get("links")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|l| l.get("rel").and_then(Value::as_str) == Some("preview"))
+        .and_then(|l| l.get("href").and_then(Value::as_str));
+    if let Some(href) = preview {
+        let _ = writeln!(
+            page,
+            "<p><a href=\"{0}\">Open the map</a></p>\n<iframe src=\"{0}\" title=\"map\" \
+             style=\"width:100%;height:60vh;border:1px solid #ccc\"></iframe>",
+            esc(href)
+        );
+    }
     let mut links = Vec::new();
     collect_links(doc, &mut links);
     if !links.is_empty() {
