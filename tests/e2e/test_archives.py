@@ -189,6 +189,68 @@ def test_an_archive_in_minio_is_served_by_its_url(archives, tmp_path_factory, s3
             assert status == 200 and body == pmtiles("tile", archives / "relief.pmtiles", z, x, y), (z, x, y)
 
 
+class CountingProxy:
+    """Forwards every request to `upstream` (host:port) as it came, Host
+    header included (so S3 signatures hold), and remembers each request's
+    method, path and Range."""
+
+    def __init__(self, upstream):
+        import http.client
+        import http.server
+        import threading
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append((self.command, self.path, self.headers.get("Range")))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                conn = http.client.HTTPConnection(upstream, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                # A HEAD answer says the object's length, not its own.
+                self.send_header("Content-Length", answer.getheader("Content-Length", "0")
+                                 if self.command == "HEAD" else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_HEAD = do_PUT = do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_serve_opens_an_archive_in_a_bucket_once(archives, tmp_path_factory, s3, monkeypatch):
+    """`serve s3://...` reads the archive's header to name the layer and its
+    zooms; the layer then serves from that same opened archive, so the
+    header is fetched once, not once more by the assembly."""
+    bucket = "tessera-e2e-archives"
+    s3_bucket(s3, bucket).upload_file(str(archives / "relief.pmtiles"), bucket, "maps/once.pmtiles")
+    proxy = CountingProxy(s3["endpoint"].split("://", 1)[1])
+    for k, v in {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": s3["key"],
+                 "AWS_SECRET_ACCESS_KEY": s3["secret"], "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}.items():
+        monkeypatch.setenv(k, v)
+    with serving(tmp_path_factory, f"s3://{bucket}/maps/once.pmtiles") as server:
+        # Each range of the archive read once (a second opening would read
+        # its magic number, header and directories again).
+        reads = [r for r in proxy.seen if r[0] == "GET"]
+        assert reads and len(reads) == len(set(reads)), "\n".join(map(str, proxy.seen))
+        assert [r for r in reads if r[2].startswith("bytes=0-")], reads
+        status, _, body = get(server, "/tiles/once/WebMercatorQuad/0/0/0.png")
+        assert status == 200 and body == pmtiles("tile", archives / "relief.pmtiles", 0, 0, 0)
+    proxy.server.shutdown()
+
+
 def leaf_archive(path):
     """A vector PMTiles of zooms 0-7 (21845 distinct gzip tiles of random
     sizes) written by the protomaps `pmtiles` library: its directory is too

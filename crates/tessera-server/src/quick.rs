@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
 use gdal::vector::LayerAccess;
@@ -19,7 +20,7 @@ use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use serde_json::{Value, json};
 
 use tessera_source::archive::ArchiveKind;
-use tessera_source::{GdalSettings, SourceSpec};
+use tessera_source::{GdalSettings, Source, SourceSpec};
 
 use crate::config::{Config, ConfigError, clean_name, default_vector_rule};
 
@@ -41,6 +42,8 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
     let bases = base_names(paths);
     let mut names = Names::default();
     let mut layers = Vec::with_capacity(paths.len());
+    // Archives opened to read their metadata, handed to assembly.
+    let mut opened = Vec::new();
     for (path, base) in paths.iter().zip(bases) {
         let written = path.to_string_lossy();
         if is_database(&written) {
@@ -49,7 +52,9 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
         }
         if let Some(kind) = ArchiveKind::of_path(&written) {
             let name = names.claim(&base, &written)?;
-            layers.push(archive_layer(&written, kind, &name)?);
+            let (layer, location, source) = archive_layer(&written, kind, &name)?;
+            layers.push(layer);
+            opened.push((location, source));
             continue;
         }
         let absolute = std::path::absolute(path).map_err(|source| ConfigError::Read {
@@ -133,7 +138,11 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
         },
         "layers": layers,
     });
-    Config::from_yaml(&doc.to_string(), |_| None)
+    let config = Config::from_yaml(&doc.to_string(), |_| None)?;
+    for (location, source) in opened {
+        config.opened.keep(&location, source);
+    }
+    Ok(config)
 }
 
 /// How often `--watch` lists a database's tables again, in seconds.
@@ -163,8 +172,13 @@ fn database_entry(url: &str, watch: bool, names: &mut Names) -> Value {
 
 /// The layer `name` serving the tile archive at `written` (a path, an
 /// `http(s)://` URL or an object URL) in its own grid, format and zooms,
-/// its tiles passed through as stored (and kept in the memory cache).
-fn archive_layer(written: &str, kind: ArchiveKind, name: &str) -> Result<Value, ConfigError> {
+/// its tiles passed through as stored (and kept in the memory cache); with
+/// the archive's location and the source opened to read its metadata.
+fn archive_layer(
+    written: &str,
+    kind: ArchiveKind,
+    name: &str,
+) -> Result<(Value, String, Arc<dyn Source>), ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid(format!("{written}: {reason}"));
     let is_url = written.contains("://");
     let location = if is_url {
@@ -202,7 +216,7 @@ fn archive_layer(written: &str, kind: ArchiveKind, name: &str) -> Result<Value, 
         // archive replaced in place is noticed within its `check_secs`
         // and reloads, its old tiles then under an old fingerprint.
     });
-    Ok(layer)
+    Ok((layer, location, source))
 }
 
 /// Zooms a file layer offers past the zoom of its own pixels.

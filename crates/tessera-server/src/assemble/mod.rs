@@ -181,6 +181,18 @@ pub fn open_layer_source(
     open_source(spec, gdal)
 }
 
+/// The source of layer `lc`: the one opened while `config` was written
+/// ([`crate::config::OpenedSources`]), else opened now.
+fn configured_source(config: &Config, lc: &LayerConfig) -> Result<Arc<dyn Source>, ConfigError> {
+    match config.opened.take(&lc.source) {
+        Some(source) => Ok(source),
+        None => open_layer_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
+            layer: lc.name.clone(),
+            source,
+        }),
+    }
+}
+
 /// Builds a layer from its configuration, with `registry`'s grids and
 /// stores; a layer with dimensions with the layer at each of its values
 /// ([`dimensions`]).
@@ -204,15 +216,7 @@ pub fn layer(
             let source = match &opened {
                 Some((spec, source)) if *spec == slc.source => source.clone(),
                 _ => {
-                    let source = wrap_source(
-                        &lc.name,
-                        open_layer_source(&slc.source, &config.gdal).map_err(|source| {
-                            ConfigError::Source {
-                                layer: lc.name.clone(),
-                                source,
-                            }
-                        })?,
-                    );
+                    let source = wrap_source(&lc.name, configured_source(config, &slc)?);
                     opened = Some((slc.source.clone(), source.clone()));
                     source
                 }
@@ -259,13 +263,7 @@ fn plain_layer(
         |e: &dyn std::fmt::Display| ConfigError::Invalid(format!("layer {:?}: {e}", lc.name));
     let source: Arc<dyn Source> = match opened {
         Some(source) => source,
-        None => wrap_source(
-            &lc.name,
-            open_layer_source(&lc.source, &config.gdal).map_err(|source| ConfigError::Source {
-                layer: lc.name.clone(),
-                source,
-            })?,
-        ),
+        None => wrap_source(&lc.name, configured_source(config, lc)?),
     };
     let raster_style = lc.style.raster();
     let style: Arc<dyn tessera_image::Style> = build_style(&raster_style, source.info().band_count)

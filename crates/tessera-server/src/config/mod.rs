@@ -20,8 +20,9 @@ pub use styles::{
     DEFAULT_STYLE, LayerStyle, MapLibreRef, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw,
 };
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
@@ -74,6 +75,57 @@ pub struct Config {
     /// for again, in seconds: the shortest `refresh_secs` (none: never).
     #[serde(skip)]
     pub watch_secs: Option<f64>,
+    /// Sources opened while the configuration was written, taken by
+    /// assembly instead of opening them again.
+    #[serde(skip)]
+    pub opened: OpenedSources,
+}
+
+/// Tile archives opened while a configuration was written (`serve FILE`
+/// reads an archive's metadata to name its layer and zooms), by path:
+/// assembly takes each once instead of opening it a second time (for an
+/// archive in a bucket or on a web server, a second round of header and
+/// directory reads). Shared by the clones of one configuration; never
+/// compared (two configurations differ by what they say, not by this).
+#[derive(Clone, Default)]
+pub struct OpenedSources(Arc<std::sync::Mutex<HashMap<String, Arc<dyn tessera_source::Source>>>>);
+
+impl OpenedSources {
+    /// Keeps `source`, opened from the archive at `path`.
+    pub fn keep(&self, path: &str, source: Arc<dyn tessera_source::Source>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(path.to_string(), source);
+    }
+
+    /// The source kept for the archive `spec` names, once.
+    pub fn take(&self, spec: &SourceSpec) -> Option<Arc<dyn tessera_source::Source>> {
+        let SourceSpec::Archive(_, archive) = spec else {
+            return None;
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&archive.path)
+    }
+}
+
+impl PartialEq for OpenedSources {
+    fn eq(&self, _: &OpenedSources) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for OpenedSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        write!(f, "OpenedSources({count})")
+    }
 }
 
 /// The `service:` section: what WMS and WMTS capabilities say about the
