@@ -146,8 +146,12 @@ def test_wmts_missing_parameters_unknown_requests_and_versions(tessera):
     assert exception("/wmts?SERVICE=WMTS&REQUEST=GetFeatureInfo")[:2] == (400, "OperationNotSupported")
     # A name WMTS does not define is a bad value (what the official suite expects).
     assert exception("/wmts?SERVICE=WMTS&REQUEST=GetBOGUS") == (400, "InvalidParameterValue", "REQUEST")
+    # No locator: OWS 1.1 table 28 gives VersionNegotiationFailed none (the suite checks).
     assert exception("/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&AcceptVersions=2.0.0,1.1.0") == (
-        400, "VersionNegotiationFailed", "AcceptVersions")
+        400, "VersionNegotiationFailed", None)
+    # An empty Sections names nothing: a missing value.
+    assert exception("/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&Sections=") == (
+        400, "MissingParameterValue", "Sections")
     status, body = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&AcceptVersions=2.0.0,1.0.0")
     assert status == 200
 
@@ -159,6 +163,11 @@ def test_wmts_sections_service_provider_and_the_google_maps_scale_set(tessera, s
     assert doc.find(f"{OWS}ServiceProvider/{OWS}ProviderName") is not None
     assert doc.find(f"{OWS}ServiceIdentification") is None and doc.find(f"{OWS}OperationsMetadata") is None
     assert doc.find("{http://www.opengis.net/wmts/1.0}Contents") is not None
+    # ServiceMetadataURL only with All or no Sections (the suite counts it as a section).
+    assert doc.find("{http://www.opengis.net/wmts/1.0}ServiceMetadataURL") is None
+    for whole in ("", "&Sections=All"):
+        _, body = fetch(tessera, f"/wmts?SERVICE=WMTS&REQUEST=GetCapabilities{whole}")
+        assert etree.fromstring(body).find("{http://www.opengis.net/wmts/1.0}ServiceMetadataURL") is not None
     status, _ = fetch(tessera, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities&Sections=Everything")
     assert status == 400
     # Section names in any case.
@@ -174,6 +183,11 @@ def test_wmts_sections_service_provider_and_the_google_maps_scale_set(tessera, s
     # The CRS exactly as annex E.4 of WMTS 1.0.0 writes it for this scale set.
     assert merc.findtext(f"{OWS}SupportedCRS") == "urn:ogc:def:crs:EPSG:6.18:3:3857"
     assert merc.findtext(f"{wmts}WellKnownScaleSet") == "urn:ogc:def:wkss:OGC:1.0:GoogleMapsCompatible"
+    # WorldCRS84Quad starts one level below WMTS 1.0's GoogleCRS84Quad (annex
+    # E.3, 559082264 at level 0): its sets declare no well-known scale set.
+    crs84 = [s for s in doc.iter(f"{wmts}TileMatrixSet")
+             if s.findtext(f"{OWS}Identifier", "").startswith("WorldCRS84Quad")]
+    assert crs84 and all(s.find(f"{wmts}WellKnownScaleSet") is None for s in crs84)
     # GoogleMapsCompatible (WMTS 1.0.0, annex E.4): 559082264.0287178 halved per level.
     for m in merc.iter(f"{wmts}TileMatrix"):
         z = int(m.findtext(f"{OWS}Identifier"))
@@ -292,17 +306,22 @@ def test_wms_details_the_official_suites_check(tessera):
     assert status == 400 and b'code="InvalidFormat"' in body, body
     info = [f.text for f in doc.findall(f"{wms}Capability/{wms}Request/{wms}GetFeatureInfo/{wms}Format")]
     assert "application/vnd.ogc.gml" in info
-    # Service keywords and contact; each demo layer with an abstract,
-    # keywords and a MetadataURL.
+    # Service keywords and contact (a telephone: the WMS 1.3 suite knows
+    # contact information by address or telephone); each demo layer with
+    # an abstract, keywords and a DataURL: web pages are no MetadataURL of
+    # type ISO19115:2003, which names a metadata record.
     assert doc.findall(f"{wms}Service/{wms}KeywordList/{wms}Keyword")
     assert doc.findtext(f"{wms}Service/{wms}ContactInformation/{wms}ContactElectronicMailAddress")
+    assert doc.findtext(f"{wms}Service/{wms}ContactInformation/{wms}ContactVoiceTelephone")
     layers = doc.findall(f".//{wms}Layer[{wms}Name]")
     assert {l.findtext(f"{wms}Name") for l in layers} >= {"relief", "elevation", "landsat"}
     for layer in layers:
         name = layer.findtext(f"{wms}Name")
         assert layer.findtext(f"{wms}Abstract"), name
         assert layer.findall(f"{wms}KeywordList/{wms}Keyword"), name
-        assert layer.find(f"{wms}MetadataURL/{wms}OnlineResource") is not None, name
+        assert layer.find(f"{wms}MetadataURL") is None, name
+        assert layer.findtext(f"{wms}DataURL/{wms}Format") == "text/html", name
+        assert layer.find(f"{wms}DataURL/{wms}OnlineResource") is not None, name
         # The legend's URL asks for VERSION and answers a PNG.
         legend = layer.find(f"{wms}Style/{wms}LegendURL/{wms}OnlineResource")
         if legend is not None:

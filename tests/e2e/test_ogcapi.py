@@ -430,11 +430,14 @@ def test_gdal_ogcapi_driver_lists_the_vector_tiles_layers(direct):
 
 
 def test_maps_of_a_collection_and_of_several(server):
-    # width alone: the height from the bbox's aspect; CRS84 by default.
+    # width alone: the height from the bbox's aspect (bbox in CRS84); the
+    # map in the collection's storage CRS by default, its area said in
+    # that CRS's axis order.
     status, headers, body = get(server, "/ogcapi/collections/relief/map?bbox=-10,30,30,60&width=400&f=png")
     assert status == 200 and headers["Content-Type"] == "image/png", body[:300]
     assert decode(body).shape[1:] == (300, 400)
-    assert headers["Content-Crs"] == "<http://www.opengis.net/def/crs/OGC/1.3/CRS84>"
+    assert headers["Content-Crs"] == "<http://www.opengis.net/def/crs/EPSG/0/4326>"
+    assert [float(v) for v in headers["Content-Bbox"].split(",")] == pytest.approx([30, -10, 60, 30])
     # The same window as WMS draws it.
     status, _, wms = get(server, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=CRS:84"
                                  "&BBOX=-10,30,30,60&WIDTH=400&HEIGHT=300&FORMAT=image/png&TRANSPARENT=TRUE")

@@ -85,7 +85,7 @@ pub fn encode(
         TileFormat::Mixed if view.is_opaque() => {
             encode_jpeg(view, options.jpeg_quality, background)
         }
-        TileFormat::Png | TileFormat::Mixed => encode_png(view, options.png_compression),
+        TileFormat::Png | TileFormat::Mixed => encode_png(view, options.png_compression, false),
         TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
@@ -93,9 +93,23 @@ pub fn encode(
     }
 }
 
-fn encode_png(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8>, EncodeError> {
+/// `view` as an RGBA PNG even where every pixel is opaque: a map asked
+/// with a transparent background keeps its alpha channel (clients and
+/// the OGC suites read the colour model, not the pixels).
+pub fn encode_png_with_alpha(
+    view: ImageView<'_>,
+    options: &EncodeOptions,
+) -> Result<Vec<u8>, EncodeError> {
+    encode_png(view, options.png_compression, true)
+}
+
+fn encode_png(
+    view: ImageView<'_>,
+    compression: PngCompression,
+    alpha: bool,
+) -> Result<Vec<u8>, EncodeError> {
     use std::io::Write;
-    let opaque = view.is_opaque();
+    let opaque = !alpha && view.is_opaque();
     let mut out = Vec::with_capacity(view.width() as usize * view.height() as usize);
     let mut encoder = png::Encoder::new(&mut out, view.width(), view.height());
     encoder.set_color(if opaque {

@@ -18,7 +18,7 @@ mod style;
 pub use buffer::{BandData, CanvasTooLarge, ImageView, MAX_CANVAS_PIXELS, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
 pub use decode::{DecodeError, declared_size, decode};
-pub use encode::{EncodeError, EncodeOptions, PngCompression, encode};
+pub use encode::{EncodeError, EncodeOptions, PngCompression, encode, encode_png_with_alpha};
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,
 };

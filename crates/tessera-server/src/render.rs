@@ -72,6 +72,10 @@ pub struct ImageRequest {
     pub transparent: bool,
     /// Background color.
     pub background: Color,
+    /// Whether a transparent PNG keeps its alpha channel where every
+    /// pixel is opaque: maps do (clients and the OGC suites read their
+    /// colour model); tiles drop it, as the tiles cut from metatiles do.
+    pub keep_alpha: bool,
 }
 
 /// Who a render is for: render slots are shared between the two.
@@ -326,7 +330,11 @@ pub fn render_blocking(
     }
     let canvas = canvas.unwrap_or_else(|| RgbaImage::transparent(req.width, req.height));
     check(budget.cancel)?;
-    let bytes = encode(canvas.view(), req.format, encoding, req.background)?;
+    let bytes = if req.keep_alpha && req.transparent && req.format == TileFormat::Png {
+        tessera_image::encode_png_with_alpha(canvas.view(), encoding)?
+    } else {
+        encode(canvas.view(), req.format, encoding, req.background)?
+    };
     Ok(Bytes::from(bytes))
 }
 

@@ -232,7 +232,10 @@ impl Crs {
             fold(&ys, f64::min, f64::INFINITY),
             fold(&ys, f64::max, f64::NEG_INFINITY),
         );
-        if to.geographic {
+        // A pole inside a projected box (polar stereographic) is every
+        // longitude; a lon/lat box that reaches a pole's latitude is still
+        // the box it was.
+        if to.geographic && !self.geographic {
             for pole in [90.0, -90.0] {
                 let (mut px, mut py) = ([0.0], [pole]);
                 let inside = to.transform_points(self, &mut px, &mut py).is_ok()
@@ -491,6 +494,23 @@ mod tests {
             .transform_bbox(&BBox::new(1e6, 1e6, 2e6, 2e6).unwrap(), &ll)
             .unwrap();
         assert!(b.max_y < 80.0, "{b:?}");
+    }
+
+    #[test]
+    fn a_lon_lat_box_that_reaches_a_pole_keeps_its_longitudes_in_another_lon_lat_crs() {
+        let crs84 = Crs::parse("OGC:CRS84").unwrap();
+        let wgs84 = Crs::parse("EPSG:4326").unwrap();
+        let b = crs84
+            .transform_bbox(&BBox::new(-8.0, -90.0, 163.0, -81.0).unwrap(), &wgs84)
+            .unwrap();
+        assert!(
+            (b.min_x + 8.0).abs() < 1e-9 && (b.max_x - 163.0).abs() < 1e-9,
+            "{b:?}"
+        );
+        assert!(
+            (b.min_y + 90.0).abs() < 1e-9 && (b.max_y + 81.0).abs() < 1e-9,
+            "{b:?}"
+        );
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub struct Config {
     /// Who runs the service and on what terms, for capabilities documents.
     #[serde(default)]
     pub service: ServiceMetadata,
+    /// OGC API settings.
+    #[serde(default)]
+    pub ogcapi: OgcApiConfig,
     /// How often the layers found by themselves (`postgis_auto`) are looked
     /// for again, in seconds: the shortest `refresh_secs` (none: never).
     #[serde(skip)]
@@ -128,6 +131,17 @@ impl std::fmt::Debug for OpenedSources {
     }
 }
 
+/// The `ogcapi:` section.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OgcApiConfig {
+    /// The layers the dataset map (`/ogcapi/map` and its tiles) draws when
+    /// a request names no `collections`, bottom first (default: the first
+    /// `limits.wms_max_layers` layers with images, in configured order).
+    #[serde(default)]
+    pub default_collections: Option<Vec<String>>,
+}
+
 /// The `service:` section: what WMS and WMTS capabilities say about the
 /// service (abstract, keywords, contact, fees, access constraints). Every
 /// field is optional; what is absent is left out of the documents.
@@ -165,6 +179,23 @@ pub struct Contact {
     pub phone: Option<String>,
     /// The provider's web site.
     pub site: Option<String>,
+}
+
+/// A layer's `data_url`: a web page (or file) about the data, listed as
+/// `DataURL` in WMS capabilities. A page that is no metadata record
+/// (ISO 19115, FGDC) belongs here, not in `metadata_url`.
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataUrl {
+    /// Where it is.
+    pub url: String,
+    /// Its media type (default `text/html`).
+    #[serde(default = "text_html")]
+    pub format: String,
+}
+
+fn text_html() -> String {
+    "text/html".into()
 }
 
 /// A layer's `metadata_url`: a metadata record about the data, listed as
@@ -605,6 +636,9 @@ pub struct LayerConfig {
     /// A metadata record about the layer's data (WMS `MetadataURL`).
     #[serde(default)]
     pub metadata_url: Option<MetadataUrl>,
+    /// A web page about the layer's data (WMS `DataURL`).
+    #[serde(default)]
+    pub data_url: Option<DataUrl>,
     /// Keywords describing the layer (WMS `KeywordList`, WMTS
     /// `ows:Keywords`).
     #[serde(default)]
@@ -781,6 +815,28 @@ impl Config {
 
     fn check(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if let Some(names) = &self.ogcapi.default_collections {
+            if names.len() > self.limits.wms_max_layers {
+                return invalid(format!(
+                    "ogcapi.default_collections names {} layers; a map draws at most \
+                     limits.wms_max_layers ({})",
+                    names.len(),
+                    self.limits.wms_max_layers
+                ));
+            }
+            for name in names {
+                if !self.layers.iter().any(|l| l.name == *name) {
+                    let unknown = crate::suggest::Unknown::among(
+                        name,
+                        "layers",
+                        self.layers.iter().map(|l| l.name.as_str()),
+                    );
+                    return invalid(format!(
+                        "ogcapi.default_collections: unknown layer {unknown}"
+                    ));
+                }
+            }
+        }
         if let Some(admin) = &self.admin {
             if admin.token.len() < 16 {
                 return invalid("admin.token must be at least 16 characters".into());

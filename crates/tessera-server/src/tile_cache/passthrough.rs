@@ -83,6 +83,7 @@ impl TileCache {
                     format: req.format,
                     transparent: true,
                     background: BACKGROUND,
+                    keep_alpha: false,
                 },
                 Demand::Tiles,
             )

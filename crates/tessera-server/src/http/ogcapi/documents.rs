@@ -31,6 +31,7 @@ pub struct DocQuery {
 /// `GET /ogcapi`: the landing page.
 pub async fn landing(
     State(state): State<Catalog>,
+    caller: Caller,
     Query(q): Query<DocQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -81,7 +82,7 @@ pub async fn landing(
             "tile matrix sets",
         ),
         link(
-            format!("{base}/map?f=png"),
+            format!("{base}/map"),
             REL_MAP,
             "image/png",
             "a map of every layer",
@@ -93,11 +94,26 @@ pub async fn landing(
             "map tilesets of every layer",
         ),
     ]);
-    let doc = json!({
+    let mut doc = json!({
         "title": "tessera",
         "description": "Map tiles and maps of the layers this server serves (OGC API - Tiles, OGC API - Maps).",
         "links": links,
     });
+    // The extent of the dataset: every layer the caller may read
+    // (req/dataset-map/desc-extent).
+    let extent = state
+        .registry
+        .layers()
+        .iter()
+        .filter(|l| caller.sees(&l.name))
+        .map(|l| l.source.info().lonlat_bounds)
+        .reduce(|a, b| a.union(&b));
+    if let Some(e) = extent {
+        doc["extent"] = json!({ "spatial": {
+            "bbox": [[e.min_x, e.min_y, e.max_x, e.max_y]],
+            "crs": "http://www.opengis.net/def/crs/OGC/1.3/CRS84",
+        } });
+    }
     Ok(answer(&doc, form, "application/json"))
 }
 
@@ -199,7 +215,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
             "map tilesets",
         ));
         links.push(link(
-            format!("{href}/map?f=png"),
+            format!("{href}/map"),
             REL_MAP,
             "image/png",
             "a map of the layer",
@@ -234,6 +250,13 @@ fn describe(layer: &Layer, base: &str) -> Value {
         "spatial": {
             "bbox": [[ll.min_x, ll.min_y, ll.max_x, ll.max_y]],
             "crs": "http://www.opengis.net/def/crs/OGC/1.3/CRS84",
+            // In the storage CRS's axis order (latitude first for
+            // EPSG:4326), an array of boxes as the Maps definitions have it.
+            "storageCrsBbox": [if info.native_crs.authority_yx {
+                [native.min_y, native.min_x, native.max_y, native.max_x]
+            } else {
+                [native.min_x, native.min_y, native.max_x, native.max_y]
+            }],
         }
     });
     if let Some(time) = layer.dimensions.iter().find(|d| d.kind == Kind::Time)
@@ -254,12 +277,6 @@ fn describe(layer: &Layer, base: &str) -> Value {
             crs_uri(&info.native_crs.id),
         ],
         "storageCrs": crs_uri(&info.native_crs.id),
-        // In the storage CRS's axis order (latitude first for EPSG:4326).
-        "storageCrsBbox": if info.native_crs.authority_yx {
-            [native.min_y, native.min_x, native.max_y, native.max_x]
-        } else {
-            [native.min_x, native.min_y, native.max_x, native.max_y]
-        },
         "links": links,
     });
     if !layer.other_styles.is_empty() && layer.formats.iter().any(|f| !f.is_vector()) {
@@ -272,7 +289,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
                     "id": id,
                     "title": id,
                     "links": [
-                        link(format!("{href}/styles/{id}/map?f=png"), REL_MAP, "image/png", &format!("a map in style {id}")),
+                        link(format!("{href}/styles/{id}/map"), REL_MAP, "image/png", &format!("a map in style {id}")),
                         link(format!("{href}/styles/{id}/map/tiles"), REL_MAP_TILESETS, "application/json", &format!("map tilesets in style {id}")),
                     ],
                 })

@@ -61,6 +61,13 @@ pub struct Scene<'a> {
     pub native_metres_per_pixel: Option<f64>,
     /// The WMS size limits a map is held to.
     pub limits: &'a Limits,
+    /// The map's CRS when `crs` names none: a collection's storage CRS,
+    /// CRS84 for maps of several collections.
+    pub default_crs: &'a str,
+    /// A collection's extent in its storage CRS (x/y): the area of a map
+    /// in that CRS that names none (the `storageCrsBbox`, not the CRS84
+    /// extent carried over).
+    pub storage_extent: Option<(&'a str, BBox)>,
 }
 
 /// The first value of `name` among `params`.
@@ -77,7 +84,12 @@ impl<'a> Scene<'a> {
     }
 
     fn crs(&self, param: &str) -> Result<Arc<Crs>, ApiError> {
-        let text = self.get(param).unwrap_or(CRS84_URI);
+        let fallback = if param == "crs" {
+            self.default_crs
+        } else {
+            CRS84_URI
+        };
+        let text = self.get(param).unwrap_or(fallback);
         (self.crs_of)(&crs_name(text)).map_err(|e| bad(format!("{param} {text:?}: {e}")))
     }
 
@@ -176,10 +188,13 @@ impl<'a> Scene<'a> {
             None => {
                 let bbox = match area {
                     Some(b) => b,
-                    None => {
-                        let lonlat = self.crs_lonlat()?;
-                        into(&self.extent, &lonlat, &crs, "the layers' extent")?
-                    }
+                    None => match self.storage_extent {
+                        Some((id, native)) if id == crs.id => native,
+                        _ => {
+                            let lonlat = self.crs_lonlat()?;
+                            into(&self.extent, &lonlat, &crs, "the layers' extent")?
+                        }
+                    },
                 };
                 let (w, h) = match scaled {
                     Some(_) if width.is_some() || height.is_some() => {
@@ -190,7 +205,7 @@ impl<'a> Scene<'a> {
                         ));
                     }
                     Some(res) => (count(bbox.width() / res), count(bbox.height() / res)),
-                    None => size(width, height, &bbox),
+                    None => size(width, height, &bbox, self.limits),
                 };
                 (bbox, w, h)
             }
@@ -323,14 +338,35 @@ fn count(pixels: f64) -> u32 {
 }
 
 /// The image size: both given, one with the other from the bbox's aspect
-/// (square pixels), or neither (`DEFAULT_WIDTH` wide).
-fn size(width: Option<u32>, height: Option<u32>, bbox: &BBox) -> (u32, u32) {
+/// (square pixels), or neither (`DEFAULT_WIDTH` wide, shrunk keeping the
+/// aspect to fit the `limits`: a tall layer's default map is drawn, not
+/// refused).
+fn size(width: Option<u32>, height: Option<u32>, bbox: &BBox, limits: &Limits) -> (u32, u32) {
     let aspect = bbox.height() / bbox.width();
     match (width, height) {
         (Some(w), Some(h)) => (w, h),
         (Some(w), None) => (w, count(f64::from(w) * aspect)),
         (None, Some(h)) => (count(f64::from(h) / aspect), h),
-        (None, None) => (DEFAULT_WIDTH, count(f64::from(DEFAULT_WIDTH) * aspect)),
+        (None, None) => {
+            let (w, h) = (f64::from(DEFAULT_WIDTH), f64::from(DEFAULT_WIDTH) * aspect);
+            #[allow(clippy::cast_precision_loss)] // a pixel limit, far below 2^52
+            let pixels = limits.wms_max_pixels as f64;
+            let shrink = [
+                f64::from(limits.wms_max_width) / w,
+                f64::from(limits.wms_max_height) / h,
+                (pixels / (w * h)).sqrt(),
+                1.0,
+            ]
+            .into_iter()
+            .fold(f64::INFINITY, f64::min);
+            // Rounding down keeps the shrunk size within the limits.
+            let fit = |v: f64| count((v * shrink).floor().max(1.0));
+            if shrink < 1.0 {
+                (fit(w), fit(h))
+            } else {
+                (count(w), count(h))
+            }
+        }
     }
 }
 
@@ -458,10 +494,23 @@ mod tests {
     #[test]
     fn sizes_follow_the_bbox_aspect() {
         let bbox = BBox::new(-180.0, -90.0, 180.0, 90.0).unwrap();
-        assert_eq!(size(Some(400), None, &bbox), (400, 200));
-        assert_eq!(size(None, Some(100), &bbox), (200, 100));
-        assert_eq!(size(None, None, &bbox), (1024, 512));
         let limits = Limits::default();
+        assert_eq!(size(Some(400), None, &bbox, &limits), (400, 200));
+        assert_eq!(size(None, Some(100), &bbox, &limits), (200, 100));
+        assert_eq!(size(None, None, &bbox, &limits), (1024, 512));
+        // A layer eight times as tall as wide: the default shrinks to the
+        // limits, keeping the aspect.
+        let tall = BBox::new(0.0, 0.0, 0.0006, 0.0048).unwrap();
+        let (w, h) = size(None, None, &tall, &limits);
+        assert!(
+            h <= limits.wms_max_height && w <= limits.wms_max_width,
+            "{w} x {h}"
+        );
+        assert!(within_limits((tall, w, h), &limits).is_ok());
+        assert!(
+            (f64::from(h) / f64::from(w) - 8.0).abs() < 0.05,
+            "{w} x {h}"
+        );
         assert!(within_limits((bbox, 100_000, 100_000), &limits).is_err());
     }
 }

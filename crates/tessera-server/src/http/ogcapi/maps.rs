@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use tessera_grid::TileFormat;
+use tessera_grid::{TileCoord, TileFormat};
 
 use super::documents::collection_named;
 use super::map_view::{self, Scene, bad, param};
@@ -23,7 +23,7 @@ use crate::http::address::{dimension_param, query_params};
 use crate::http::error::ApiError;
 use crate::http::image_response;
 use crate::http::state::Maps;
-use crate::model::Layer;
+use crate::model::{Grid, Layer};
 use crate::render::{Demand, ImageRequest};
 
 /// `GET /ogcapi/collections/{collection}/map`.
@@ -67,6 +67,9 @@ struct Asked<'a> {
     headers: &'a HeaderMap,
 }
 
+/// CRS84, the CRS of a map of several collections that names none.
+const CRS84: &str = "OGC:CRS84";
+
 /// A map of one collection, in `style` (`None`: its default).
 async fn one_map(
     state: &Maps,
@@ -76,7 +79,17 @@ async fn one_map(
 ) -> Result<Response, ApiError> {
     let layer = collection_named(&state.registry, collection, asked.caller)?;
     let layer = super::tiles::styled(&layer, style)?;
-    map(state, vec![layer], query_params(asked.query), asked).await
+    // Drawn in the collection's storage CRS unless `crs` names another
+    // (OGC API - Maps, req/core/map-response).
+    let storage = layer.source.info().native_crs.id.clone();
+    map(
+        state,
+        vec![layer],
+        query_params(asked.query),
+        asked,
+        &storage,
+    )
+    .await
 }
 
 /// `GET /ogcapi/map`: the layers `collections=` names (default: every
@@ -94,7 +107,7 @@ pub async fn dataset_map(
         query: query.as_deref(),
         headers: &headers,
     };
-    map(&state, layers, params, asked).await
+    map(&state, layers, params, asked, CRS84).await
 }
 
 /// `GET /ogcapi/map/tiles/{tms}/{tileMatrix}/{tileRow}/{tileCol}`: a tile
@@ -126,10 +139,71 @@ pub async fn dataset_tile(
         .into_iter()
         .filter(|l| l.grids.contains(&tms))
         .collect::<Vec<_>>();
-    let mut extra = vec![
-        ("width".to_string(), grid.tms.tile_width.to_string()),
-        ("height".to_string(), grid.tms.tile_height.to_string()),
-    ];
+    let asked = Asked {
+        caller: &caller,
+        query: query.as_deref(),
+        headers: &headers,
+    };
+    tile_map(&state, layers, (grid, coord), params, asked).await
+}
+
+/// The parameters that draw a map tile otherwise than the cached tile:
+/// its size (`width`, `height`, or a scale), its background.
+pub const DRAWING_PARAMETERS: [&str; 6] = [
+    "width",
+    "height",
+    "scale-denominator",
+    "mm-per-pixel",
+    "bgcolor",
+    "transparent",
+];
+
+/// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{m}/{r}/{c}`
+/// with a parameter of [`DRAWING_PARAMETERS`]: the tile's area drawn
+/// uncached at that size or on that background (Maps' Scaling and
+/// Background classes hold for tiles too); `None` for a plain tile, which
+/// the tile cache answers.
+pub async fn drawn_collection_tile(
+    state: &Maps,
+    layer: Arc<Layer>,
+    (grid, coord): (&Grid, TileCoord),
+    query: Option<&str>,
+    headers: &HeaderMap,
+    caller: &Caller,
+) -> Option<Result<Response, ApiError>> {
+    let params = query_params(query);
+    if !params
+        .iter()
+        .any(|(k, _)| DRAWING_PARAMETERS.contains(&k.as_str()))
+    {
+        return None;
+    }
+    let asked = Asked {
+        caller,
+        query,
+        headers,
+    };
+    Some(tile_map(state, vec![layer], (grid, coord), params, asked).await)
+}
+
+/// A map of `layers` over the area of tile `coord` of `grid`, in the
+/// grid's CRS: the tile's size unless `params` name a size or a scale,
+/// with their background and dimension values.
+async fn tile_map(
+    state: &Maps,
+    layers: Vec<Arc<Layer>>,
+    (grid, coord): (&Grid, TileCoord),
+    params: Vec<(String, String)>,
+    asked: Asked<'_>,
+) -> Result<Response, ApiError> {
+    let sized = params
+        .iter()
+        .any(|(k, _)| matches!(k.as_str(), "width" | "height" | "scale-denominator"));
+    let mut extra = Vec::new();
+    if !sized {
+        extra.push(("width".to_string(), grid.tms.tile_width.to_string()));
+        extra.push(("height".to_string(), grid.tms.tile_height.to_string()));
+    }
     let b = grid.tms.tile_bbox(coord);
     let crs = super::crs_uri(&grid.tms.crs);
     extra.push(("crs".into(), crs.clone()));
@@ -141,34 +215,26 @@ pub async fn dataset_tile(
         (b.min_x, b.min_y, b.max_x, b.max_y)
     };
     extra.push(("bbox".into(), format!("{a},{c},{d},{e}")));
+    // The tile names the area and its CRS; the size, scale and
+    // background are the request's.
     let mut all: Vec<(String, String)> = params
         .into_iter()
         .filter(|(k, _)| {
             !matches!(
                 k.as_str(),
-                "width"
-                    | "height"
-                    | "crs"
-                    | "bbox-crs"
-                    | "bbox"
-                    | "center"
-                    | "center-crs"
-                    | "scale-denominator"
-                    | "mm-per-pixel"
+                "crs" | "bbox-crs" | "bbox" | "center" | "center-crs"
             )
         })
         .collect();
     all.extend(extra);
-    let asked = Asked {
-        caller: &caller,
-        query: query.as_deref(),
-        headers: &headers,
-    };
-    map(&state, layers, all, asked).await
+    map(state, layers, all, asked, CRS84).await
 }
 
-/// The layers `collections=` names among `params`, or every layer with
-/// images.
+/// The layers `collections=` names among `params` (by id or by the
+/// collection's URL), or the default set: `ogcapi.default_collections`,
+/// else the first `limits.wms_max_layers` layers with images, in
+/// configured order (so that the dataset map the landing page links is
+/// drawn on a server of any size).
 fn dataset_layers(
     state: &Maps,
     params: &[(String, String)],
@@ -179,15 +245,32 @@ fn dataset_layers(
             .split(',')
             .map(str::trim)
             .filter(|n| !n.is_empty())
-            .map(|n| collection_named(&state.registry, n, caller))
+            .map(|n| collection_named(&state.registry, collection_id(n), caller))
             .collect::<Result<Vec<_>, _>>()?,
-        None => state
-            .registry
-            .layers()
-            .into_iter()
-            .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
-            .collect(),
+        None => match &state.config.ogcapi.default_collections {
+            Some(names) => names
+                .iter()
+                .map(|n| collection_named(&state.registry, n, caller))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => state
+                .registry
+                .layers()
+                .into_iter()
+                .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+                .take(state.config.limits.wms_max_layers)
+                .collect(),
+        },
     })
+}
+
+/// A collection named in `collections=`: its id, or the id at the end of
+/// its URL (`https://host/ogcapi/collections/relief`).
+fn collection_id(named: &str) -> &str {
+    let path = named.split(['?', '#']).next().unwrap_or(named);
+    match path.rsplit_once("/collections/") {
+        Some((_, id)) => id.trim_end_matches('/'),
+        None => named,
+    }
 }
 
 async fn map(
@@ -195,6 +278,7 @@ async fn map(
     layers: Vec<Arc<Layer>>,
     params: Vec<(String, String)>,
     asked: Asked<'_>,
+    default_crs: &str,
 ) -> Result<Response, ApiError> {
     let headers = asked.headers;
     let limits = &state.config.limits;
@@ -242,10 +326,13 @@ async fn map(
         native_metres_per_pixel: (native.native_resolution > 0.0)
             .then_some(native.native_resolution * native.native_crs.meters_per_unit),
         limits,
+        default_crs,
+        storage_extent: (layers.len() == 1)
+            .then_some((native.native_crs.id.as_str(), native.native_bounds)),
     }
     .view()?;
     let format = match get("f") {
-        Some(f) => TileFormat::from_extension(f)
+        Some(f) => super::format_param(f)
             .filter(|t| !t.is_vector() && *t != TileFormat::Mixed)
             .ok_or_else(|| bad(format!("f={f:?}: maps are png, jpeg or webp")))?,
         None => accepted(headers).ok_or_else(|| {
@@ -260,6 +347,13 @@ async fn map(
     };
     let background = map_view::background(&params)?;
     let crs_uri = super::crs_uri(&view.crs.id);
+    // The map's area in its CRS's axis order (latitude first for EPSG:4326).
+    let b = view.bbox;
+    let content_bbox = if view.crs.authority_yx {
+        [b.min_y, b.min_x, b.max_y, b.max_x]
+    } else {
+        [b.min_x, b.min_y, b.max_x, b.max_y]
+    };
     let image = ImageRequest {
         layers: at,
         bbox: view.bbox,
@@ -269,6 +363,7 @@ async fn map(
         format,
         transparent: background.transparent,
         background: background.color,
+        keep_alpha: true,
     };
     asked
         .caller
@@ -282,6 +377,10 @@ async fn map(
     let mut response = image_response(format, bytes);
     if let Ok(v) = HeaderValue::from_str(&format!("<{crs_uri}>")) {
         response.headers_mut().insert("Content-Crs", v);
+    }
+    let bbox_text = content_bbox.map(|v| v.to_string()).join(",");
+    if let Ok(v) = HeaderValue::from_str(&bbox_text) {
+        response.headers_mut().insert("Content-Bbox", v);
     }
     Ok(response)
 }

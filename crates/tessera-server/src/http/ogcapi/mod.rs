@@ -25,6 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
+use tessera_grid::TileFormat;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -193,6 +194,7 @@ pub const CONFORMANCE: &[&str] = &[
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/core",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tileset",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/tilesets-list",
+    "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/oas30",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/geodata-tilesets",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/dataset-tilesets",
     "http://www.opengis.net/spec/ogcapi-tiles-1/1.0/conf/png",
@@ -263,8 +265,8 @@ impl Form {
     /// `Accept` names `text/html` before any JSON type.
     pub fn of(f: Option<&str>, headers: &HeaderMap) -> Result<Form, ApiError> {
         match f.map(str::to_ascii_lowercase).as_deref() {
-            Some("json") => return Ok(Form::Json),
-            Some("html") => return Ok(Form::Html),
+            Some("json" | "application/json") => return Ok(Form::Json),
+            Some("html" | "text/html") => return Ok(Form::Html),
             Some(other) => {
                 return Err(problem(ApiError::bad_request(
                     "InvalidParameterValue",
@@ -285,6 +287,12 @@ impl Form {
             _ => Form::Json,
         })
     }
+}
+
+/// The image or tile format an `f` parameter names: a short name
+/// (`png`, `jpeg`, `mvt`) or a media type (`image/png`).
+pub fn format_param(f: &str) -> Option<TileFormat> {
+    TileFormat::from_extension(f).or_else(|| TileFormat::from_mime(f))
 }
 
 /// `Vary: Accept` on an answer whose form or format, without `f=`, is

@@ -52,6 +52,17 @@ pub async fn api(
     })
 }
 
+/// The operation id of `name`: OGC API - Tiles' and Maps' suffixes
+/// (`.collection.map.getTile`) after the server's name, other names as
+/// they are (`getLandingPage`).
+fn operation_id(name: &str) -> String {
+    if name.starts_with('.') {
+        format!("tessera{name}")
+    } else {
+        name.to_string()
+    }
+}
+
 fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     let path_param = |name: &str, values: &[&str], description: &str| {
         json!({
@@ -83,8 +94,11 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
         "axis(value) or axis(low:high),...: a dimension's value (an interval takes the greatest within), or Lat/Lon/E/N to cut a map's area",
         json!({ "type": "string" }),
     );
-    let json_doc = |summary: &str, params: Vec<Value>| {
+    // Operation ids as OGC API - Tiles (table 11) and Maps name them: the
+    // tile, tileset and map operations end in theirs (`.collection.map.getTile`).
+    let json_doc = |id: &str, summary: &str, params: Vec<Value>| {
         json!({ "get": {
+            "operationId": operation_id(id),
             "summary": summary,
             "parameters": params,
             "responses": {
@@ -116,8 +130,9 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
         "the collections drawn, bottom first (default: all)",
         json!({ "type": "string" }),
     );
-    let tile = |summary: &str, types: &[&str], formats: &[&str], first: &Value| {
+    let tile = |id: &str, summary: &str, types: &[&str], formats: &[&str], first: &Value| {
         json!({ "get": {
+            "operationId": operation_id(id),
             "summary": summary,
             "parameters": [
                 first.clone(), tms.clone(),
@@ -207,8 +222,9 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
         ]);
         first
     };
-    let map = |summary: &str, params: Vec<Value>| {
+    let map = |id: &str, summary: &str, params: Vec<Value>| {
         json!({ "get": {
+            "operationId": operation_id(id),
             "summary": summary,
             "parameters": map_params(params),
             "responses": {
@@ -222,36 +238,60 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     let mut add = |path: &str, item: Value| {
         paths.insert(path.to_string(), item);
     };
-    add("/", json_doc("the landing page", vec![f_doc.clone()]));
+    add(
+        "/",
+        json_doc("getLandingPage", "the landing page", vec![f_doc.clone()]),
+    );
     add(
         "/api",
-        json!({ "get": { "summary": "this document", "responses": { "200": {
+        json!({ "get": { "operationId": "getAPI", "summary": "this document", "responses": { "200": {
             "description": "this document",
             "content": { OPENAPI_JSON: { "schema": { "type": "object" } } } } } } }),
     );
     add(
         "/conformance",
-        json_doc("the conformance classes", vec![f_doc.clone()]),
+        json_doc(
+            "getConformance",
+            "the conformance classes",
+            vec![f_doc.clone()],
+        ),
     );
     add(
         "/collections",
-        json_doc("the collections (layers)", vec![f_doc.clone()]),
+        json_doc(
+            "getCollectionsList",
+            "the collections (layers)",
+            vec![f_doc.clone()],
+        ),
     );
     add(
         "/collections/{collectionId}",
-        json_doc("a collection", vec![collection.clone(), f_doc.clone()]),
+        json_doc(
+            "getCollection",
+            "a collection",
+            vec![collection.clone(), f_doc.clone()],
+        ),
     );
     add(
         "/tileMatrixSets",
-        json_doc("the tile matrix sets", vec![f_doc.clone()]),
+        json_doc(
+            "getTileMatrixSetsList",
+            "the tile matrix sets",
+            vec![f_doc.clone()],
+        ),
     );
     add(
         "/tileMatrixSets/{tileMatrixSetId}",
-        json_doc("a tile matrix set", vec![tms.clone(), f_doc.clone()]),
+        json_doc(
+            "getTileMatrixSet",
+            "a tile matrix set",
+            vec![tms.clone(), f_doc.clone()],
+        ),
     );
     add(
         "/collections/{collectionId}/map/tiles",
         json_doc(
+            ".collection.map.getTileSetsList",
             "a collection's map tilesets",
             vec![collection.clone(), f_doc.clone()],
         ),
@@ -259,17 +299,25 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/collections/{collectionId}/map/tiles/{tileMatrixSetId}",
         json_doc(
+            ".collection.map.getTileSet",
             "a map tileset",
             vec![collection.clone(), tms.clone(), f_doc.clone()],
         ),
     );
     add(
         "/collections/{collectionId}/map/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
-        tile("a map tile", &raster, &["png", "jpeg", "webp"], &collection),
+        tile(
+            ".collection.map.getTile",
+            "a map tile",
+            &raster,
+            &["png", "jpeg", "webp"],
+            &collection,
+        ),
     );
     add(
         "/collections/{collectionId}/tiles",
         json_doc(
+            ".collection.vector.getTileSetsList",
             "a collection's vector tilesets",
             vec![collection.clone(), f_doc.clone()],
         ),
@@ -277,6 +325,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/collections/{collectionId}/tiles/{tileMatrixSetId}",
         json_doc(
+            ".collection.vector.getTileSet",
             "a vector tileset",
             vec![collection.clone(), tms.clone(), f_doc.clone()],
         ),
@@ -284,6 +333,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/collections/{collectionId}/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
         tile(
+            ".collection.vector.getTile",
             "a vector tile",
             &[TileFormat::Mvt.content_type()],
             &["mvt"],
@@ -293,6 +343,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/map/tiles",
         json_doc(
+            ".dataset.map.getTileSetsList",
             "the map tilesets of the collections composited",
             vec![f_doc.clone()],
         ),
@@ -300,6 +351,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/map/tiles/{tileMatrixSetId}",
         json_doc(
+            ".dataset.map.getTileSet",
             "a map tileset of the collections composited",
             vec![tms.clone(), f_doc.clone()],
         ),
@@ -307,6 +359,7 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     add(
         "/map/tiles/{tileMatrixSetId}/{tileMatrix}/{tileRow}/{tileCol}",
         tile(
+            ".dataset.map.getTile",
             "a map tile of the collections composited",
             &raster,
             &["png", "jpeg", "webp"],
@@ -315,11 +368,16 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
     );
     add(
         "/collections/{collectionId}/map",
-        map("a map of a collection", vec![collection.clone()]),
+        map(
+            ".collection.getMap",
+            "a map of a collection",
+            vec![collection.clone()],
+        ),
     );
     add(
         "/map",
         map(
+            ".dataset.getMap",
             "a map of several collections",
             vec![query(
                 "collections",

@@ -18,7 +18,7 @@ use crate::http::address::{Level, Rows, TileAddress, query_params};
 use crate::http::base_url;
 use crate::http::error::{ApiError, Protocol};
 use crate::http::serve_tile;
-use crate::http::state::{Catalog, Tiles};
+use crate::http::state::{Catalog, Maps, Tiles};
 use crate::model::{Grid, HIDPI_SUFFIX, Layer};
 
 /// Which tiles a tileset holds.
@@ -116,6 +116,7 @@ pub async fn styled_map_tileset(
 /// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}/{matrix}/{row}/{col}`.
 pub async fn styled_map_tile(
     State(state): State<Tiles>,
+    State(maps): State<Maps>,
     caller: Caller,
     Path((collection, style, tms, matrix, row, col)): Path<StyledTilePath>,
     RawQuery(query): RawQuery,
@@ -129,6 +130,7 @@ pub async fn styled_map_tile(
         &headers,
         Kind::Map,
         &caller,
+        Some(&maps),
     )
     .await
 }
@@ -199,6 +201,7 @@ pub async fn vector_tileset(
 /// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}`.
 pub async fn map_tile(
     State(state): State<Tiles>,
+    State(maps): State<Maps>,
     caller: Caller,
     Path(path): Path<(String, String, String, String, String)>,
     RawQuery(query): RawQuery,
@@ -212,6 +215,7 @@ pub async fn map_tile(
         &headers,
         Kind::Map,
         &caller,
+        Some(&maps),
     )
     .await
 }
@@ -232,6 +236,7 @@ pub async fn vector_tile(
         &headers,
         Kind::Vector,
         &caller,
+        None,
     )
     .await
 }
@@ -296,15 +301,30 @@ fn tilesets(
     let sets: Vec<Value> = grids_of(state, &layer)
         .iter()
         .map(|g| {
+            let set = format!("{here}/{}", g.tms.id);
+            let mut links = vec![
+                link(set.clone(), "self", "application/json", "the tileset"),
+                link(
+                    format!("{base}/tileMatrixSets/{}", g.tms.id),
+                    REL_TILING_SCHEME,
+                    "application/json",
+                    &g.tms.id,
+                ),
+            ];
+            links.extend(item_links(&set, kind.formats(&layer)));
+            // Beside the list's required members, what the OGC suite reads
+            // from each entry: the set's id, its limits and its tiles.
             let mut entry = json!({
                 "title": format!("{} in {}", layer.title, g.tms.id),
                 "dataType": kind.data_type(),
                 "crs": crs_uri(&g.tms.crs),
-                "links": [
-                    link(format!("{here}/{}", g.tms.id), "self", "application/json", "the tileset"),
-                    link(format!("{base}/tileMatrixSets/{}", g.tms.id), REL_TILING_SCHEME, "application/json", &g.tms.id),
-                ],
+                "tileMatrixSetId": g.tms.id,
+                "links": links,
             });
+            let limits = limits_of(&layer, g);
+            if !limits.is_empty() {
+                entry["tileMatrixSetLimits"] = json!(limits);
+            }
             if let Some(uri) = registered_uri(&g.tms) {
                 entry["tileMatrixSetURI"] = json!(uri);
             }
@@ -363,14 +383,24 @@ pub async fn dataset_tilesets(
     let sets: Vec<Value> = dataset_grids(&state)
         .iter()
         .map(|g| {
+            let set = format!("{here}/{}", g.tms.id);
+            let mut links = vec![
+                link(set.clone(), "self", "application/json", "the tileset"),
+                link(
+                    format!("{base}/tileMatrixSets/{}", g.tms.id),
+                    REL_TILING_SCHEME,
+                    "application/json",
+                    &g.tms.id,
+                ),
+            ];
+            links.extend(item_links(&set, DATASET_FORMATS.to_vec()));
             let mut entry = json!({
                 "title": format!("the layers in {}", g.tms.id),
                 "dataType": "map",
                 "crs": crs_uri(&g.tms.crs),
-                "links": [
-                    link(format!("{here}/{}", g.tms.id), "self", "application/json", "the tileset"),
-                    link(format!("{base}/tileMatrixSets/{}", g.tms.id), REL_TILING_SCHEME, "application/json", &g.tms.id),
-                ],
+                "tileMatrixSetId": g.tms.id,
+                "tileMatrixSetLimits": whole_grid_limits(g),
+                "links": links,
             });
             if let Some(uri) = registered_uri(&g.tms) {
                 entry["tileMatrixSetURI"] = json!(uri);
@@ -402,20 +432,7 @@ pub async fn dataset_tileset(
     })?;
     let base = format!("{}/ogcapi", base_url(&state.config, &headers));
     let here = format!("{base}/map/tiles/{tms}");
-    let limits: Vec<Value> = grid
-        .tms
-        .matrices
-        .iter()
-        .map(|m| {
-            json!({
-                "tileMatrix": m.id,
-                "minTileRow": 0,
-                "maxTileRow": m.matrix_height - 1,
-                "minTileCol": 0,
-                "maxTileCol": m.matrix_width - 1,
-            })
-        })
-        .collect();
+    let limits = whole_grid_limits(grid);
     let mut links = vec![
         link(
             format!("{here}?f=json"),
@@ -430,19 +447,7 @@ pub async fn dataset_tileset(
             &tms,
         ),
     ];
-    for format in [TileFormat::Png, TileFormat::Jpeg] {
-        let mut item = link(
-            format!(
-                "{here}/{{tileMatrix}}/{{tileRow}}/{{tileCol}}?f={}",
-                format.extension()
-            ),
-            "item",
-            format.content_type(),
-            &format!("{} tiles", format.extension()),
-        );
-        item["templated"] = json!(true);
-        links.push(item);
-    }
+    links.extend(item_links(&here, DATASET_FORMATS.to_vec()));
     let mut doc = json!({
         "title": format!("the layers in {tms}"),
         "dataType": "map",
@@ -463,6 +468,65 @@ fn grids_of<'a>(state: &'a Catalog, layer: &Layer) -> Vec<&'a Grid> {
         .iter()
         .filter(|g| !g.ends_with(HIDPI_SUFFIX))
         .filter_map(|g| state.registry.grid(g).map(AsRef::as_ref))
+        .collect()
+}
+
+/// The formats of the dataset map tiles.
+const DATASET_FORMATS: [TileFormat; 2] = [TileFormat::Png, TileFormat::Jpeg];
+
+/// Every tile of every matrix of `grid` (the dataset tilesets' limits).
+fn whole_grid_limits(grid: &Grid) -> Vec<Value> {
+    grid.tms
+        .matrices
+        .iter()
+        .map(|m| {
+            json!({
+                "tileMatrix": m.id,
+                "minTileRow": 0,
+                "maxTileRow": m.matrix_height - 1,
+                "minTileCol": 0,
+                "maxTileCol": m.matrix_width - 1,
+            })
+        })
+        .collect()
+}
+
+/// A tileset's `tileMatrixSetLimits`: the tiles `layer` has in each
+/// matrix of `grid`.
+fn limits_of(layer: &Layer, grid: &Grid) -> Vec<Value> {
+    layer
+        .tile_limits(&grid.tms.id, grid)
+        .into_iter()
+        .map(|l| {
+            json!({
+                "tileMatrix": l.matrix,
+                "minTileRow": l.min_row,
+                "maxTileRow": l.max_row,
+                "minTileCol": l.min_col,
+                "maxTileCol": l.max_col,
+            })
+        })
+        .collect()
+}
+
+/// The templated `item` links to the tiles of the tileset at `set`, one
+/// per format.
+fn item_links(set: &str, formats: Vec<TileFormat>) -> Vec<Value> {
+    formats
+        .into_iter()
+        .map(|format| {
+            let mut item = link(
+                format!(
+                    "{set}/{{tileMatrix}}/{{tileRow}}/{{tileCol}}?f={}",
+                    format.extension()
+                ),
+                "item",
+                format.content_type(),
+                &format!("{} tiles", format.extension()),
+            );
+            item["templated"] = json!(true);
+            item
+        })
         .collect()
 }
 
@@ -496,19 +560,7 @@ fn tileset(
         style_segment(style),
         kind.path()
     );
-    let limits: Vec<Value> = layer
-        .tile_limits(tms, grid)
-        .into_iter()
-        .map(|l| {
-            json!({
-                "tileMatrix": l.matrix,
-                "minTileRow": l.min_row,
-                "maxTileRow": l.max_row,
-                "minTileCol": l.min_col,
-                "maxTileCol": l.max_col,
-            })
-        })
-        .collect();
+    let limits = limits_of(&layer, grid);
     let mut links = vec![
         link(
             format!("{here}?f=json"),
@@ -529,19 +581,7 @@ fn tileset(
             &layer.title,
         ),
     ];
-    for format in kind.formats(&layer) {
-        let mut item = link(
-            format!(
-                "{here}/{{tileMatrix}}/{{tileRow}}/{{tileCol}}?f={}",
-                format.extension()
-            ),
-            "item",
-            format.content_type(),
-            &format!("{} tiles", format.extension()),
-        );
-        item["templated"] = json!(true);
-        links.push(item);
-    }
+    links.extend(item_links(&here, kind.formats(&layer)));
     let mut doc = json!({
         "title": format!("{} in {tms}", layer.title),
         "dataType": kind.data_type(),
@@ -582,6 +622,7 @@ async fn tile(
     headers: &HeaderMap,
     kind: Kind,
     caller: &Caller,
+    maps: Option<&Maps>,
 ) -> Result<Response, ApiError> {
     let layer = collection_named(&state.registry, &collection, caller)?;
     let offered = kind.formats(&layer);
@@ -591,7 +632,7 @@ async fn tile(
         .find(|(k, _)| k == "f")
         .map(|(_, v)| v.clone())
     {
-        Some(f) => TileFormat::from_extension(&f)
+        Some(f) => super::format_param(&f)
             .filter(|t| offered.contains(t))
             .ok_or_else(|| {
                 problem(ApiError::bad_request(
@@ -622,6 +663,7 @@ async fn tile(
     // `datetime` is OGC API's `time`; `subset=name(value)` any other.
     dimension_params(&mut params)
         .map_err(|m| problem(ApiError::bad_request("InvalidParameterValue", m)))?;
+    let drawn_style = style.clone();
     let address = TileAddress {
         layer: collection,
         grid: tms,
@@ -637,6 +679,22 @@ async fn tile(
     let tile = address
         .resolve(&state.registry, Rows::FromTop, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
+    // A size, scale or background of its own: the tile's area drawn
+    // uncached, not the cached tile.
+    if let Some(maps) = maps {
+        let plain = styled(&layer, drawn_style.as_deref())?;
+        let drawn = super::maps::drawn_collection_tile(
+            maps,
+            plain,
+            (&tile.grid, tile.coord),
+            query,
+            headers,
+            caller,
+        );
+        if let Some(answer) = drawn.await {
+            return answer;
+        }
+    }
     let mut response = serve_tile(&state.cache, tile, headers, caller)
         .await
         .map_err(problem)?;
@@ -664,8 +722,15 @@ pub fn fast_address(path: &str, query: Option<&str>, accept: Option<&str>) -> Op
         return None;
     }
     let mut params = query_params(query);
+    // A tile drawn at another size or on another background is no hit.
+    if params
+        .iter()
+        .any(|(k, _)| super::maps::DRAWING_PARAMETERS.contains(&k.as_str()))
+    {
+        return None;
+    }
     let (format, f) = match params.iter().find(|(k, _)| k == "f") {
-        Some((_, f)) => (TileFormat::from_extension(f)?, f.clone()),
+        Some((_, f)) => (super::format_param(f)?, f.clone()),
         None => {
             // One type, as the router's negotiation would pick it.
             let accept = accept?.split(';').next()?.trim();

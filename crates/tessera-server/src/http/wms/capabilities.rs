@@ -10,7 +10,7 @@ use super::Version;
 use super::legend::ListedStyle;
 use crate::auth::Caller;
 use crate::config::auth::Grant;
-use crate::config::{MetadataUrl, ServiceMetadata};
+use crate::config::{DataUrl, MetadataUrl, ServiceMetadata};
 use crate::http::base_url;
 use crate::http::error::ApiError;
 use crate::http::state::Catalog;
@@ -46,6 +46,7 @@ struct WmsLayer {
     lonlat: Extent,
     mercator: Option<Extent>,
     metadata_url: Option<MetadataUrl>,
+    data_url: Option<DataUrl>,
     styles: Vec<ListedStyle>,
     dimensions: Vec<WmsDimension>,
 }
@@ -106,6 +107,8 @@ pub fn response(
             }
         }
     }
+    // A layer's configuration, for what only it says (its URLs).
+    let configured = |layer: &Layer| state.config.layers.iter().find(|l| l.name == layer.name);
     let doc = Capabilities {
         title: state.config.server.title.clone(),
         service: state.config.service.clone(),
@@ -144,13 +147,10 @@ pub fn response(
                     .copied()
                     .flatten()
                     .map(|b| Extent::from(&b)),
-                metadata_url: state
-                    .config
-                    .layers
-                    .iter()
-                    .find(|l| l.name == layer.name)
+                metadata_url: configured(layer)
                     .and_then(|l| l.metadata_url.clone())
                     .and_then(|m| metadata_url_in(version, m)),
+                data_url: configured(layer).and_then(|l| l.data_url.clone()),
                 styles: ListedStyle::of(layer),
                 dimensions: WmsDimension::of(layer),
             })

@@ -53,6 +53,7 @@ impl GetMap {
                 format: format(kvp)?,
                 transparent: transparent(kvp)?,
                 background: background(kvp)?,
+                keep_alpha: true,
             },
         })
     }

@@ -115,6 +115,9 @@ pub struct Sections {
     provider: bool,
     operations: bool,
     contents: bool,
+    /// `All` or no `Sections`: the whole document, `ServiceMetadataURL`
+    /// included (the WMTS suite counts it as a section of its own).
+    all: bool,
 }
 
 impl Sections {
@@ -124,15 +127,26 @@ impl Sections {
         provider: true,
         operations: true,
         contents: true,
+        all: true,
     };
 
-    /// Parses the comma-separated `Sections` parameter (OWS 1.1, 7.3.3).
+    /// Parses the comma-separated `Sections` parameter (OWS 1.1, 7.3.3);
+    /// an empty one names no section and is refused.
     pub fn parse(text: &str) -> Result<Sections, ApiError> {
+        if text.split(',').all(|n| n.trim().is_empty()) {
+            return Err(ApiError::bad_request(
+                "MissingParameterValue",
+                "Sections is empty: name ServiceIdentification, ServiceProvider, \
+                 OperationsMetadata, Contents, Themes or All, or leave it out",
+            )
+            .at("Sections"));
+        }
         let mut s = Sections {
             identification: false,
             provider: false,
             operations: false,
             contents: false,
+            all: false,
         };
         for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             // Section names are case-insensitive (OWS 1.1, 7.3.3 as the
@@ -321,7 +335,13 @@ fn matrix_set(grid: &Grid, lo: u8, hi: u8) -> MatrixSet {
         } else {
             tms.crs_urn.clone()
         },
-        well_known_scale_set: tms.well_known_scale_set.clone(),
+        // WMTS 1.0's GoogleCRS84Quad (annex E.3) has a level above
+        // WorldCRS84Quad's first: only GoogleMapsCompatible, which
+        // WebMercatorQuad matches from level 0, is declared.
+        well_known_scale_set: tms
+            .well_known_scale_set
+            .clone()
+            .filter(|w| w == GOOGLE_MAPS_COMPATIBLE),
         top_left_corner,
         tile_width: tms.tile_width,
         tile_height: tms.tile_height,

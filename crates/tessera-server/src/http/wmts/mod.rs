@@ -43,8 +43,7 @@ pub async fn kvp(
                     format!(
                         "none of AcceptVersions {accepted:?} is offered; this server speaks 1.0.0"
                     ),
-                )
-                .at("AcceptVersions")));
+                )));
             }
             let sections = match kvp.get("sections") {
                 Some(text) => Sections::parse(text).map_err(err)?,
