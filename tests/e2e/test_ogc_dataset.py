@@ -4,6 +4,7 @@ vector layers: the basic and queryable profiles' checks, point by point.
 The dataset spans a few hundred metres around (0, 0), holds a layer of one
 point (Bridges) and a lake with an island (a hole)."""
 import json
+import pathlib
 import subprocess
 import urllib.error
 import urllib.request
@@ -102,6 +103,39 @@ def test_feature_info_in_gml_finds_the_lake_and_not_in_its_island(cite):
     status, _, body = get(cite, common + pixel(0.0021, -0.00085))
     assert status == 200
     assert list(etree.fromstring(body).iter("name")) == []
+
+
+def test_gml_feature_info_validates_against_the_schema_it_names(cite, tmp_path):
+    """The WMS queryable suites validate GML feature info: each answer
+    names its schema (`xsi:noNamespaceSchemaLocation`), served by tessera
+    and importing GML 3.1.1 (read here from the OGC schemas fetched by
+    scripts/ogc-schemas, as a validator offline would from a catalogue)."""
+    import os
+    root = os.environ.get("TESSERA_OGC_SCHEMAS")
+    gml = pathlib.Path(root or "", "gml/3.1.1/base/gml.xsd")
+    if not gml.is_file():
+        pytest.fail("TESSERA_OGC_SCHEMAS does not hold GML 3.1.1; run the tests through scripts/test", pytrace=False)
+    query = ("SERVICE=WMS&REQUEST=GetFeatureInfo&VERSION=1.1.1&SRS=EPSG:4326&STYLES=&LAYERS=Lakes,Bridges"
+             "&QUERY_LAYERS=Lakes,Bridges&BBOX=0,-0.002,0.004,0.002&WIDTH=200&HEIGHT=200"
+             "&INFO_FORMAT=application/vnd.ogc.gml&FEATURE_COUNT=5&X=60&Y=160")
+    status, _, body = get(cite, query)
+    assert status == 200, body
+    doc = etree.fromstring(body)
+    location = doc.get("{http://www.w3.org/2001/XMLSchema-instance}noNamespaceSchemaLocation")
+    assert location and location.startswith(cite.url + "/wms/schema/feature_info.xsd?LAYERS="), location
+    assert [e.tag for e in doc] == ["Lakes_layer", "Bridges_layer"]
+    assert [e.text for e in doc.iter("name")] == ["Blue Lake"], body
+    with urllib.request.urlopen(location, timeout=60) as r:
+        assert r.headers["Content-Type"].startswith("text/xml")
+        xsd_text = r.read().decode()
+    # The GML import, read from the local copy of the OGC schemas.
+    local = xsd_text.replace("http://schemas.opengis.net/gml/3.1.1/base/gml.xsd", gml.as_uri())
+    assert local != xsd_text
+    xsd = etree.XMLSchema(etree.fromstring(local.encode(), base_url=str(tmp_path / "fi.xsd")))
+    assert xsd.validate(doc), xsd.error_log
+    # A layer the schema does not name fails: the schema says something.
+    wrong = etree.fromstring(body.replace(b"Lakes_layer", b"Ponds_layer"))
+    assert not xsd.validate(wrong)
 
 
 def test_feature_info_in_1_3_0_json_and_the_single_point_layer(cite):

@@ -35,9 +35,10 @@ def test_owslib_reads_wms_1_1_1_capabilities_and_gets_a_map(tessera):
 def test_owslib_reads_wmts_capabilities_and_gets_a_tile(tessera):
     wmts = WebMapTileService(f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml")
     assert LAYERS <= set(wmts.contents)
-    # relief serves zooms 0-8: it links sets of those zooms only.
+    # relief serves zooms 0-8: it links sets of those zooms, and each
+    # grid's whole set (wmts.link_full_grid), every level of it drawn.
     links = set(wmts.contents["relief"].tilematrixsetlinks)
-    assert links == {"WebMercatorQuad:0-8", "WorldCRS84Quad:0-8"}, links
+    assert links == {"WebMercatorQuad:0-8", "WorldCRS84Quad:0-8", "WebMercatorQuad", "WorldCRS84Quad"}, links
     assert len(wmts.tilematrixsets["WebMercatorQuad:0-8"].tilematrix) == 9
     tile = wmts.gettile(layer="relief", tilematrixset="WorldCRS84Quad:0-8", tilematrix="1",
                         row=0, column=1, format="image/png")
@@ -45,3 +46,62 @@ def test_owslib_reads_wmts_capabilities_and_gets_a_tile(tessera):
     assert pixels.shape[1:] == (256, 256)
     _, _, direct = tessera.get("/tiles/relief/WorldCRS84Quad/1/1/0.png")
     assert (decode(direct) == pixels).all()
+
+
+def test_owslib_and_qgis_name_the_grids_whole_set_on_every_demo_layer(tessera):
+    """Projects and tutorials name `tileMatrixSet=WebMercatorQuad`: every
+    demo layer links it (beside the set of its own zooms), with one
+    TileMatrixLimits per level, and a tile past the layer's own zooms is
+    drawn, not refused."""
+    import json
+    import os
+    import subprocess
+    import sys
+    wmts = WebMapTileService(f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml")
+    full = wmts.tilematrixsets["WebMercatorQuad"]
+    for name in LAYERS:
+        links = wmts.contents[name].tilematrixsetlinks
+        assert "WebMercatorQuad" in links, (name, set(links))
+        assert len(links["WebMercatorQuad"].tilematrixlimits) == len(full.tilematrix), name
+    # elevation serves zooms 0-14 of its own; zoom 16 of the whole set is drawn.
+    limits = wmts.contents["elevation"].tilematrixsetlinks["WebMercatorQuad"].tilematrixlimits["16"]
+    tile = wmts.gettile(layer="elevation", tilematrixset="WebMercatorQuad", tilematrix="16",
+                        row=(limits.mintilerow + limits.maxtilerow) // 2,
+                        column=(limits.mintilecol + limits.maxtilecol) // 2, format="image/png")
+    pixels = decode(tile.read())
+    assert pixels.shape[1:] == (256, 256) and pixels[:3].std() > 0
+    try:
+        import qgis  # noqa: F401
+    except ImportError:
+        import pytest
+        pytest.fail("python3-qgis is not installed; run scripts/install-deps", pytrace=False)
+    # Luxembourg, in Web Mercator metres, a few kilometres across: past zoom 14.
+    run = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "qgis_wmts.py"),
+         f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml", "elevation", "WebMercatorQuad",
+         "680000", "6400000", "682000", "6402000"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["valid"], found
+    assert found["opaque"] > 500, found
+
+
+def test_without_link_full_grid_a_layer_links_its_own_zooms_only(tmp_path, tmp_path_factory):
+    from conftest import ROOT, fetch, serving
+    config = tmp_path / "own.yaml"
+    config.write_text(f"""
+wmts: {{ link_full_grid: false }}
+layers:
+  - name: relief
+    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}
+    grids: [WebMercatorQuad]
+    max_zoom: 4
+""")
+    with serving(tmp_path_factory, "--config", config) as server:
+        wmts = WebMapTileService(f"{server.url}/wmts/1.0.0/WMTSCapabilities.xml")
+        assert set(wmts.contents["relief"].tilematrixsetlinks) == {"WebMercatorQuad:0-4"}
+        status, body = fetch(server, "/wmts?SERVICE=WMTS&REQUEST=GetTile&VERSION=1.0.0&LAYER=relief&STYLE=default"
+                                     "&TILEMATRIXSET=WebMercatorQuad&TILEMATRIX=6&TILEROW=20&TILECOL=30"
+                                     "&FORMAT=image/png")
+        assert status == 400 and b"TileOutOfRange" in body, body

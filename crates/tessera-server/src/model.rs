@@ -453,8 +453,18 @@ impl Layer {
     /// grid or its HiDPI twin) that hold its extent (the whole matrix where
     /// the extent is unknown there), from its lowest zoom to its highest.
     pub fn tile_limits(&self, gid: &str, grid: &Grid) -> Vec<TileLimits> {
+        self.tile_limits_at(gid, grid, self.min_zoom..=self.max_zoom_in(grid))
+    }
+
+    /// [`Layer::tile_limits`] at `zooms` (of the grid's).
+    pub fn tile_limits_at(
+        &self,
+        gid: &str,
+        grid: &Grid,
+        zooms: std::ops::RangeInclusive<u8>,
+    ) -> Vec<TileLimits> {
         let extent = self.extents.get(gid).copied().flatten();
-        (self.min_zoom..=self.max_zoom_in(grid))
+        zooms
             .map(|z| {
                 let m = &grid.tms.matrices[usize::from(z)];
                 let range = extent.and_then(|e| grid.tms.tiles_in_bbox(z, &e));
@@ -471,6 +481,14 @@ impl Layer {
                 }
             })
             .collect()
+    }
+
+    /// Whether the layer can be drawn at any zoom of a grid, past its own
+    /// zooms (its source's pixels drawn larger or smaller): a layer drawn
+    /// from its source, not a tile archive or tiles passed through as the
+    /// source has them.
+    pub fn drawn_at_any_zoom(&self) -> bool {
+        !self.passthrough && self.source.tile_metadata().is_none()
     }
 
     /// Highest zoom of this layer in `grid`.

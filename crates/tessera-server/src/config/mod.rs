@@ -74,6 +74,9 @@ pub struct Config {
     /// OGC API settings.
     #[serde(default)]
     pub ogcapi: OgcApiConfig,
+    /// WMTS settings.
+    #[serde(default)]
+    pub wmts: WmtsConfig,
     /// How often the layers found by themselves (`postgis_auto`) are looked
     /// for again, in seconds: the shortest `refresh_secs` (none: never).
     #[serde(skip)]
@@ -129,6 +132,32 @@ impl std::fmt::Debug for OpenedSources {
             .len();
         write!(f, "OpenedSources({count})")
     }
+}
+
+/// The `wmts:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WmtsConfig {
+    /// Whether a layer whose zooms are fewer than its grid's, and that is
+    /// drawn from its source (not an archive or tiles passed through),
+    /// also links the grid's whole TileMatrixSet, and serves every zoom of
+    /// it (past its own by drawing its pixels larger), beside the set of
+    /// its own zooms (`{grid}:{min}-{max}`): clients and projects that name
+    /// `WebMercatorQuad` keep working (default true).
+    #[serde(default = "yes")]
+    pub link_full_grid: bool,
+}
+
+impl Default for WmtsConfig {
+    fn default() -> Self {
+        WmtsConfig {
+            link_full_grid: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The `ogcapi:` section.

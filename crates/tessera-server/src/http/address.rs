@@ -288,6 +288,28 @@ impl TileAddress {
         rows: Rows,
         sees: &dyn Fn(&str) -> bool,
     ) -> Result<TileRequest, TileLookupError> {
+        self.resolve_zooms(registry, rows, sees, false)
+    }
+
+    /// [`TileAddress::resolve`] at any zoom of the grid for a layer
+    /// [`Layer::drawn_at_any_zoom`] (a WMTS request naming a grid's whole
+    /// TileMatrixSet, which such a layer links); other layers keep theirs.
+    pub fn resolve_in_whole_grid(
+        &self,
+        registry: &Registry,
+        rows: Rows,
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Result<TileRequest, TileLookupError> {
+        self.resolve_zooms(registry, rows, sees, true)
+    }
+
+    fn resolve_zooms(
+        &self,
+        registry: &Registry,
+        rows: Rows,
+        sees: &dyn Fn(&str) -> bool,
+        whole_grid: bool,
+    ) -> Result<TileRequest, TileLookupError> {
         let zoom = match (&self.level, registry.grid(&self.grid)) {
             (Level::Zoom(z), _) => z.clone(),
             // TileMatrix identifiers are looked up in the grid; an unknown
@@ -356,7 +378,8 @@ impl TileAddress {
             _ => parsed,
         };
         let max = layer.max_zoom_in(&grid);
-        if coord.z() < layer.min_zoom || coord.z() > max {
+        let any_zoom = whole_grid && layer.drawn_at_any_zoom();
+        if !any_zoom && (coord.z() < layer.min_zoom || coord.z() > max) {
             return Err(TileLookupError::ZoomOutsideLayer {
                 z: coord.z(),
                 min: layer.min_zoom,

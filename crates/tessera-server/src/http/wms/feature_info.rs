@@ -89,6 +89,7 @@ pub(super) async fn respond(
     limits: &Limits,
     renderer: &Renderer,
     sees: &(dyn Fn(&str) -> bool + Sync),
+    schema: &str,
 ) -> Result<Response, ApiError> {
     let map_layers = layers(kvp, registry, limits, sees)?;
     let crs = crs(kvp, version, registry)?;
@@ -153,7 +154,7 @@ pub(super) async fn respond(
         })
         .await
         .map_err(|e| ApiError::from(e).speaking(version.protocol()))?;
-    Ok(write(format, &found))
+    Ok(write(format, &found, schema))
 }
 
 /// QUERY_LAYERS: layers of LAYERS. A name the service does not have is
@@ -303,10 +304,10 @@ fn query_layer(
     }))
 }
 
-fn write(format: InfoFormat, found: &[Found]) -> Response {
+fn write(format: InfoFormat, found: &[Found], schema: &str) -> Response {
     let (content_type, body) = match format {
         InfoFormat::Json => ("application/json", json_body(found)),
-        InfoFormat::Gml => ("application/vnd.ogc.gml", gml_body(found)),
+        InfoFormat::Gml => ("application/vnd.ogc.gml", gml_body(found, schema)),
         InfoFormat::Html => ("text/html; charset=utf-8", html_body(found)),
         InfoFormat::Text => ("text/plain; charset=utf-8", text_body(found)),
     };
@@ -336,13 +337,20 @@ fn json_body(found: &[Found]) -> String {
 
 /// MapServer's GML answer: a `{layer}_layer` element per layer holding a
 /// `{layer}_feature` element per feature, one child per attribute; names
-/// made valid XML names, values escaped.
-fn gml_body(found: &[Found]) -> String {
-    let mut out = String::from(
+/// made valid XML names, values escaped. Its schema ([`schema_document`])
+/// is at `schema` with the layers' names as `LAYERS`.
+fn gml_body(found: &[Found], schema: &str) -> String {
+    let layers: Vec<String> = found
+        .iter()
+        .map(|f| form_urlencoded::byte_serialize(f.layer.as_bytes()).collect())
+        .collect();
+    let location = escape(&format!("{schema}?LAYERS={}", layers.join(",")));
+    let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<msGMLOutput \
          xmlns:gml=\"http://www.opengis.net/gml\" \
          xmlns:xlink=\"http://www.w3.org/1999/xlink\" \
-         xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\n",
+         xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
+         xsi:noNamespaceSchemaLocation=\"{location}\">\n",
     );
     for f in found {
         let layer = xml_name(&f.layer);
@@ -363,6 +371,34 @@ fn gml_body(found: &[Found]) -> String {
     }
     out.push_str("</msGMLOutput>\n");
     out
+}
+
+/// The GML 3.1.1 schema `gml:name` comes from.
+const GML_SCHEMA: &str = "http://schemas.opengis.net/gml/3.1.1/base/gml.xsd";
+
+/// The XML Schema of a GML feature info answer about `layers`: an
+/// `msGMLOutput` of `{layer}_layer` elements, each a `gml:name` and
+/// `{layer}_feature` elements whose children are the attributes (any
+/// names: a raster's bands, a table's fields, as the answer gives them).
+pub fn schema_document(layers: &[&str]) -> String {
+    let mut layer_elements = String::new();
+    let mut names: Vec<String> = layers.iter().map(|l| xml_name(l)).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let _ = write!(
+            layer_elements,
+            "        <xs:element name=\"{name}_layer\">\n          <xs:complexType>\n            <xs:sequence>\n              <xs:element ref=\"gml:name\"/>\n              <xs:element name=\"{name}_feature\" minOccurs=\"0\" maxOccurs=\"unbounded\">\n                <xs:complexType>\n                  <xs:sequence>\n                    <xs:any processContents=\"lax\" minOccurs=\"0\" maxOccurs=\"unbounded\"/>\n                  </xs:sequence>\n                </xs:complexType>\n              </xs:element>\n            </xs:sequence>\n          </xs:complexType>\n        </xs:element>\n"
+        );
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<xs:schema xmlns:xs=\"http://www.w3.org/2001/XMLSchema\" \
+         xmlns:gml=\"http://www.opengis.net/gml\" elementFormDefault=\"unqualified\">\n  \
+         <xs:import namespace=\"http://www.opengis.net/gml\" schemaLocation=\"{GML_SCHEMA}\"/>\n  \
+         <xs:element name=\"msGMLOutput\">\n    <xs:complexType>\n      \
+         <xs:choice minOccurs=\"0\" maxOccurs=\"unbounded\">\n{layer_elements}      </xs:choice>\n    \
+         </xs:complexType>\n  </xs:element>\n</xs:schema>\n"
+    )
 }
 
 /// `text` as an XML element name: characters a name may not hold become

@@ -14,7 +14,7 @@ use axum::response::Response;
 
 use super::access::ServedLayers;
 use super::error::{ApiError, Protocol};
-use super::image_response;
+use super::{base_url, image_response};
 use super::params::Kvp;
 use super::state::Maps;
 use crate::auth::Caller;
@@ -55,6 +55,35 @@ fn version_lt(a: &str, b: &str) -> bool {
             .collect::<Vec<_>>()
     };
     parse(a) < parse(b)
+}
+
+/// Layers a feature info schema names at most.
+const SCHEMA_MAX_LAYERS: usize = 64;
+
+/// `GET /wms/schema/feature_info.xsd?LAYERS=a,b`: the XML Schema GML
+/// feature info answers about those layers name in
+/// `xsi:noNamespaceSchemaLocation` (built from the names alone: it says
+/// nothing about a layer the caller may not read).
+pub async fn feature_info_schema(RawQuery(query): RawQuery) -> Response {
+    let layers: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(k, _)| k.eq_ignore_ascii_case("layers"))
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(|n| n.chars().take(256).collect::<String>())
+                .collect::<Vec<_>>()
+        })
+        .filter(|n| !n.is_empty())
+        .take(SCHEMA_MAX_LAYERS)
+        .collect();
+    let names: Vec<&str> = layers.iter().map(String::as_str).collect();
+    let mut response = axum::response::IntoResponse::into_response(
+        feature_info::schema_document(&names),
+    );
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/xml; charset=utf-8"),
+    );
+    response
 }
 
 /// `GET /wms?SERVICE=WMS&REQUEST=...`.
@@ -151,6 +180,7 @@ pub async fn kvp(
                 &state.config.limits,
                 &state.renderer,
                 &|n| caller.sees(n),
+                &format!("{}/wms/schema/feature_info.xsd", base_url(&state.config, &headers)),
             )
             .await
             .map_err(err)

@@ -193,14 +193,16 @@ pub fn response(
     let cred_pair = caller.link_query();
     // Each (grid, zoom range) linked, in order of first use.
     let mut used: Vec<(&Grid, u8, u8)> = Vec::new();
+    let whole = state.config.wmts.link_full_grid;
     for layer in &layers {
         for grid in layer.grids.iter().filter_map(|g| state.registry.grid(g)) {
-            let range = (layer.min_zoom, layer.max_zoom_in(grid));
-            if !used
-                .iter()
-                .any(|(g, lo, hi)| g.tms.id == grid.tms.id && (*lo, *hi) == range)
-            {
-                used.push((grid, range.0, range.1));
+            for (lo, hi) in linked_ranges(layer, grid, whole) {
+                if !used
+                    .iter()
+                    .any(|(g, l, h)| g.tms.id == grid.tms.id && (*l, *h) == (lo, hi))
+                {
+                    used.push((grid, lo, hi));
+                }
             }
         }
     }
@@ -215,7 +217,7 @@ pub fn response(
             format!("{cred_pair}&")
         },
         cred_pair,
-        layers: layers.iter().map(|l| layer(state, l)).collect(),
+        layers: layers.iter().map(|l| layer(state, l, whole)).collect(),
         matrix_sets: used
             .iter()
             .map(|(grid, lo, hi)| matrix_set(grid, *lo, *hi))
@@ -228,7 +230,21 @@ pub fn response(
     )
 }
 
-fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
+/// The zoom ranges of `grid` a layer links: its own zooms, and with
+/// `whole` (`wmts.link_full_grid`) the grid's whole set too where its own
+/// are fewer and it is drawn at any zoom (clients that name the grid's
+/// set, as tutorials and saved projects do, keep finding it).
+fn linked_ranges(layer: &Layer, grid: &Grid, whole: bool) -> Vec<(u8, u8)> {
+    let own = (layer.min_zoom, layer.max_zoom_in(grid));
+    let full = (0, grid.tms.max_zoom());
+    if whole && own != full && layer.drawn_at_any_zoom() {
+        vec![full, own]
+    } else {
+        vec![own]
+    }
+}
+
+fn layer(state: &Catalog, layer: &Layer, whole: bool) -> WmtsLayer {
     WmtsLayer {
         name: layer.name.clone(),
         title: layer.title.clone(),
@@ -248,9 +264,13 @@ fn layer(state: &Catalog, layer: &Layer) -> WmtsLayer {
             .grids
             .iter()
             .filter_map(|gid| Some((gid, state.registry.grid(gid)?)))
-            .map(|(gid, grid)| MatrixSetLink {
-                grid: set_id(grid, layer.min_zoom, layer.max_zoom_in(grid)),
-                limits: layer.tile_limits(gid, grid),
+            .flat_map(|(gid, grid)| {
+                linked_ranges(layer, grid, whole)
+                    .into_iter()
+                    .map(move |(lo, hi)| MatrixSetLink {
+                        grid: set_id(grid, lo, hi),
+                        limits: layer.tile_limits_at(gid, grid, lo..=hi),
+                    })
             })
             .collect(),
         dimensions: layer

@@ -61,7 +61,8 @@ pub async fn kvp(
                 .at("VERSION")));
             }
             let address = TileAddress::from_wmts_kvp(&kvp).map_err(err)?;
-            get_tile(&tiles, &headers, &address, &caller).await
+            let whole = state.config.wmts.link_full_grid;
+            get_tile(&tiles, &headers, &address, &caller, whole).await
         }
         // An operation WMTS defines that this server does not offer.
         "getfeatureinfo" => Err(err(ApiError::bad_request(
@@ -108,27 +109,38 @@ fn has_request(query: &str) -> bool {
 /// `GET /wmts/1.0.0/{layer}/{style}/{TileMatrixSet}/{TileMatrix}/{TileRow}/{TileCol}.{ext}`.
 pub async fn rest_tile(
     State(state): State<Tiles>,
+    State(catalog): State<Catalog>,
     caller: Caller,
     address: TileAddress,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    get_tile(&state, &headers, &address, &caller).await
+    let whole = catalog.config.wmts.link_full_grid;
+    get_tile(&state, &headers, &address, &caller, whole).await
 }
 
+/// A GetTile; with `link_full_grid`, a request naming a grid's whole
+/// TileMatrixSet is a tile at any of its zooms (as the capabilities link
+/// it for layers drawn from their source).
 async fn get_tile(
     state: &Tiles,
     headers: &HeaderMap,
     address: &TileAddress,
     caller: &Caller,
+    link_full_grid: bool,
 ) -> Result<Response, ApiError> {
     // A TileMatrixSet of some of a grid's zooms names tiles of the grid.
     let mut address = address.clone();
-    if state.registry.grid(&address.grid).is_none() {
+    let whole_grid = state.registry.grid(&address.grid).is_some();
+    if !whole_grid {
         address.grid = capabilities::grid_of_set(&address.grid).to_string();
     }
-    let tile = address
-        .resolve(&state.registry, Rows::FromTop, &|n| caller.sees(n))
-        .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
+    let sees = |n: &str| caller.sees(n);
+    let tile = if whole_grid && link_full_grid {
+        address.resolve_in_whole_grid(&state.registry, Rows::FromTop, &sees)
+    } else {
+        address.resolve(&state.registry, Rows::FromTop, &sees)
+    }
+    .map_err(|e| ApiError::from_lookup(e, Protocol::Wmts))?;
     // Outside the TileMatrixSetLimits the capabilities give the layer.
     if let Some(locator) = capabilities::outside_limits(&tile.layer, &tile.grid, tile.coord) {
         return Err(ApiError::bad_request(
