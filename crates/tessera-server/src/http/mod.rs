@@ -220,7 +220,10 @@ pub fn router(state: AppState) -> Router {
             get(wmts::rest_tile),
         )
         .route("/wms", get(wms::kvp))
-        .route("/wms/schema/feature_info.xsd", get(wms::feature_info_schema))
+        .route(
+            "/wms/schema/feature_info.xsd",
+            get(wms::feature_info_schema),
+        )
         .merge(ogcapi::routes().route_layer(middleware::from_fn_with_state(
             state::Catalog::from_ref(&state),
             ogcapi::guard,

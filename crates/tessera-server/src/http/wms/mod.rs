@@ -14,9 +14,9 @@ use axum::response::Response;
 
 use super::access::ServedLayers;
 use super::error::{ApiError, Protocol};
-use super::{base_url, image_response};
 use super::params::Kvp;
 use super::state::Maps;
+use super::{base_url, image_response};
 use crate::auth::Caller;
 use crate::config::auth::Grant;
 use crate::render::Demand;
@@ -76,9 +76,8 @@ pub async fn feature_info_schema(RawQuery(query): RawQuery) -> Response {
         .take(SCHEMA_MAX_LAYERS)
         .collect();
     let names: Vec<&str> = layers.iter().map(String::as_str).collect();
-    let mut response = axum::response::IntoResponse::into_response(
-        feature_info::schema_document(&names),
-    );
+    let mut response =
+        axum::response::IntoResponse::into_response(feature_info::schema_document(&names));
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("text/xml; charset=utf-8"),
@@ -180,7 +179,10 @@ pub async fn kvp(
                 &state.config.limits,
                 &state.renderer,
                 &|n| caller.sees(n),
-                &format!("{}/wms/schema/feature_info.xsd", base_url(&state.config, &headers)),
+                &format!(
+                    "{}/wms/schema/feature_info.xsd",
+                    base_url(&state.config, &headers)
+                ),
             )
             .await
             .map_err(err)
