@@ -521,12 +521,22 @@ mod tests {
         assert_eq!(xml_name("2020"), "_2020");
         assert_eq!(xml_name("xmlns"), "_xmlns");
         assert_eq!(xml_name(""), "_");
-        let gml = gml_body(&[Found {
-            layer: "my layer".into(),
-            features: vec![vec![("a<b".into(), Value::String("x & <y>".into()))]],
-        }]);
+        let gml = gml_body(
+            &[Found {
+                layer: "my layer".into(),
+                features: vec![vec![("a<b".into(), Value::String("x & <y>".into()))]],
+            }],
+            "http://h/wms/schema/feature_info.xsd",
+        );
         assert!(gml.contains("<my_layer_layer>"), "{gml}");
         assert!(gml.contains("<a_b>x &amp; &lt;y&gt;</a_b>"), "{gml}");
+        assert!(
+            gml.contains(r#"xsi:noNamespaceSchemaLocation="http://h/wms/schema/feature_info.xsd?LAYERS=my+layer""#),
+            "{gml}"
+        );
+        let xsd = schema_document(&["my layer", "my layer", "b"]);
+        assert_eq!(xsd.matches(r#"name="my_layer_layer""#).count(), 1, "{xsd}");
+        assert!(xsd.contains(r#"name="b_feature""#), "{xsd}");
     }
 
     #[test]
