@@ -105,9 +105,10 @@ def test_an_unknown_grid_format_matrix_or_zoom_is_answered_in_words(server):
     assert status == 404 and body == "zoom 9 is outside this layer's zoom levels, 0 to 6", body
     status, _, body = text_of(server, "/tiles/relief/WebMercatorQuad/30/0/0.png")
     assert status == 404 and "0 to 24" in body and "..=" not in body, body
+    # The set of the layer's own zooms (the grid's whole set draws every level).
     status, _, body = text_of(
         server, "/wmts?SERVICE=WMTS&REQUEST=GetTile&VERSION=1.0.0&LAYER=relief&STYLE=default"
-                "&TILEMATRIXSET=WebMercatorQuad&TILEMATRIX=9&TILEROW=0&TILECOL=0&FORMAT=image/png")
+                "&TILEMATRIXSET=WebMercatorQuad:0-6&TILEMATRIX=9&TILEROW=0&TILECOL=0&FORMAT=image/png")
     assert status == 400 and "zoom levels, 0 to 6" in body and "..=" not in body, body
 
 
@@ -180,8 +181,8 @@ def test_serve_file_offers_zooms_from_the_files_own_pixels(tmp_path, tmp_path_fa
         status, _, _ = get(server, "/tiles/dem250/WebMercatorQuad/12/0/0.png")
         assert status == 404
         _, _, caps = get(server, "/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")
-        limits = caps.decode().split("<TileMatrixSetLimits>")[1].split("</TileMatrixSetLimits>")[0]
-        assert "<TileMatrix>11</TileMatrix>" in limits and "<TileMatrix>12</TileMatrix>" not in limits
+        # The layer's own set (beside the grid's whole one): zooms 0 to 11.
+        assert "<TileMatrixSet>WebMercatorQuad:0-11</TileMatrixSet>" in caps.decode()
         _, _, doc = get(server, "/ogcapi/collections/dem250/map/tiles/WebMercatorQuad?f=json")
         zooms = [int(l["tileMatrix"]) for l in json.loads(doc)["tileMatrixSetLimits"]]
         assert max(zooms) == 11, zooms
