@@ -6,33 +6,19 @@ it finds, and the mean colour of each rendering.
     python3 qgis_wms_t.py WMS_URL LAYER TIME_EXTENT TIME [TIME...]
 """
 import json
-import os
 import sys
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-from qgis.core import (QgsApplication, QgsDateTimeRange, QgsMapRendererSequentialJob,  # noqa: E402
-                       QgsMapSettings, QgsNetworkAccessManager, QgsRasterLayer, QgsRectangle,
-                       QgsCoordinateReferenceSystem)
-from qgis.PyQt.QtCore import QDateTime, QSize, Qt  # noqa: E402
+import qgis_common
+from qgis.core import QgsDateTimeRange
+from qgis.PyQt.QtCore import QDateTime, Qt
 
 
 def main(url, layer_name, extent, *times):
-    app = QgsApplication([], False)
-    app.initQgis()
+    app = qgis_common.start()
     # What QgsWMSSourceSelect writes for a layer with a time dimension.
     uri = (f"crs=EPSG:4326&format=image/png&layers={layer_name}&styles=&url={url}"
            f"&type=wmst&timeDimensionExtent={extent}&allowTemporalUpdates=true&temporalSource=provider")
-    # Explicit, and longer than QGIS's 60 s default: a loaded machine.
-    QgsNetworkAccessManager.setTimeout(180_000)
-    layer = QgsRasterLayer(uri, layer_name, "wms")
-    out = {"valid": layer.isValid()}
-    if not layer.isValid():
-        # Why, for the test's message.
-        out["error"] = layer.error().summary()
-        provider = layer.dataProvider()
-        if provider is not None:
-            out["provider_error"] = provider.error().summary()
+    layer, out = qgis_common.load(uri, layer_name)
     caps = layer.dataProvider().temporalCapabilities() if layer.isValid() else None
     out["temporal"] = bool(caps and caps.hasTemporalCapabilities())
     if caps:
@@ -41,21 +27,9 @@ def main(url, layer_name, extent, *times):
         out["renders"] = {}
         for t in times:
             when = QDateTime.fromString(t, Qt.ISODate)
-            settings = QgsMapSettings()
-            settings.setLayers([layer])
-            settings.setDestinationCrs(QgsCoordinateReferenceSystem("EPSG:4326"))
-            settings.setExtent(QgsRectangle(-170, -70, 170, 70))
-            settings.setOutputSize(QSize(64, 32))
-            settings.setIsTemporal(True)
-            settings.setTemporalRange(QgsDateTimeRange(when, when))
-            job = QgsMapRendererSequentialJob(settings)
-            job.start()
-            job.waitForFinished()
-            image = job.renderedImage()
-            colors = [image.pixelColor(x, y) for x in range(0, 64, 4) for y in range(0, 32, 4)]
-            colors = [c for c in colors if c.alpha() > 0]
-            out["renders"][t] = [round(sum(getattr(c, k)() for c in colors) / max(1, len(colors)))
-                                 for k in ("red", "green", "blue")] if colors else None
+            image = qgis_common.render(layer, "EPSG:4326", (-170, -70, 170, 70), (64, 32),
+                                       temporal_range=QgsDateTimeRange(when, when))
+            out["renders"][t] = qgis_common.mean(qgis_common.samples(image, 4))
     print(json.dumps(out))
     app.exitQgis()
 

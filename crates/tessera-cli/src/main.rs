@@ -14,8 +14,8 @@ use clap::{Parser, Subcommand};
 use runtime::{CliError, CliResult};
 use std::time::Duration;
 
-use tessera_server::http::listener::ListenerSettings;
 use tessera_server::http::live::ConfigSource;
+use tessera_server::http::transport::listener::ListenerSettings;
 use tessera_server::{Config, Service, demo, http};
 
 #[derive(Debug, Parser)]
@@ -55,7 +55,7 @@ enum LogFormat {
 /// With `queue_lines`, lines are formatted on the thread that logs them
 /// and written by a thread of their own, in batches: a request never waits
 /// for stderr. Access-log lines go to a writer of their own that writes
-/// them in batches of up to 50 ms or 64 KiB (`http::access_lines`), the others to
+/// them in batches of up to 50 ms or 64 KiB (`http::transport::access_lines`), the others to
 /// tracing-appender's. Each queue holds at most that many lines; past it
 /// lines are dropped and counted (`tessera_log_lines_dropped_total`),
 /// never waited for. Without it (batch commands, which may exit at once
@@ -91,7 +91,7 @@ fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuar
     // layout, a fraction of the cost) and written in batches by a thread
     // of their own. Each batch is written whole under stderr's lock, so
     // the other writer's lines never land inside it.
-    let started = tessera_server::http::access_lines::Writer::start(
+    let started = tessera_server::http::transport::access_lines::Writer::start(
         lines,
         Box::new(|batch| {
             let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), batch);
@@ -104,14 +104,18 @@ fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuar
     .ok();
     let access_lines = started.as_ref().map(|(lines, _)| lines.clone());
     if let Some(lines) = &access_lines {
-        tessera_server::http::access::write_lines_to(format == LogFormat::Json, lines.clone());
+        tessera_server::http::transport::access::write_lines_to(
+            format == LogFormat::Json,
+            lines.clone(),
+        );
     }
     let dropped = writer.error_counter();
     tessera_server::metrics::count_dropped_log_lines(std::sync::Arc::new(move || {
         dropped.dropped_lines() as u64
-            + access_lines
-                .as_ref()
-                .map_or(0, tessera_server::http::access_lines::Lines::dropped)
+            + access_lines.as_ref().map_or(
+                0,
+                tessera_server::http::transport::access_lines::Lines::dropped,
+            )
     }));
     let access = started.map(|(_, writer)| writer);
     let builder = tracing_subscriber::fmt()
@@ -131,7 +135,7 @@ fn init_logging(format: LogFormat, queue_lines: Option<usize>) -> Option<LogGuar
 /// Kept while the process runs; dropped, they write the lines still queued.
 struct LogGuards {
     // Dropped first: its last lines are written before the other writer's.
-    _access: Option<tessera_server::http::access_lines::Writer>,
+    _access: Option<tessera_server::http::transport::access_lines::Writer>,
     _other: tracing_appender::non_blocking::WorkerGuard,
 }
 
@@ -412,7 +416,7 @@ async fn serve(
     tokio::spawn(http::archive_watch::watch_archives(live.clone()));
     tokio::spawn(refresh_jwks(live.clone()));
     tokio::spawn(reload_on_hangup(live));
-    http::listener::serve(listener, routers, settings, shutdown_signal()).await?;
+    http::transport::listener::serve(listener, routers, settings, shutdown_signal()).await?;
     Ok(())
 }
 
@@ -600,7 +604,7 @@ async fn reload_on_hangup(live: std::sync::Arc<http::live::Live>) {
 /// Connection bounds from the `server:` section, with the open-file limit
 /// raised to its hard limit first (the default connection limit follows it).
 fn listener_settings(server: &tessera_server::config::ServerConfig) -> ListenerSettings {
-    let open_files = match http::listener::raise_open_file_limit() {
+    let open_files = match http::transport::listener::raise_open_file_limit() {
         Ok((before, after)) => {
             if after > before {
                 tracing::info!(before, after, "raised the open-file limit");
@@ -618,7 +622,7 @@ fn listener_settings(server: &tessera_server::config::ServerConfig) -> ListenerS
     let seconds = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
     ListenerSettings {
         max_connections: match server.max_connections {
-            0 => http::listener::default_max_connections(open_files),
+            0 => http::transport::listener::default_max_connections(open_files),
             n => n,
         },
         header_timeout: seconds(server.header_timeout_secs),

@@ -1,6 +1,6 @@
 //! Bytes allocated per MiB of request body on tessera's body-read path (an
 //! axum/hyper server whose handler pulls frames with
-//! `tessera_server::http::body::BodyReader` into a sink, as the upload
+//! `tessera_server::http::transport::body::BodyReader` into a sink, as the upload
 //! endpoint does before handing them to the multipart writer), against a
 //! baseline that reads the same bytes from a TCP socket into a sink through
 //! one fixed buffer. A counting global allocator measures every allocation
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::routing::put;
-use tessera_server::http::body::BodyReader;
+use tessera_server::http::transport::body::BodyReader;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 

@@ -5,7 +5,7 @@
 //! frame is copied into the current part of a multipart upload (`Upload`)
 //! and dropped, so hyper reuses its receive buffer; the next frame is only
 //! read once there is room, so at most `parts_in_flight` x `part_size`
-//! bytes of parts are held ([`super::body`]). No
+//! bytes of parts are held ([`super::transport::body`]). No
 //! task per chunk, no queue. Every failure ends with the upload aborted: nothing partial is
 //! ever visible.
 
@@ -21,9 +21,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tessera_store::upload::{Upload, verify};
 
-use super::body::{BodyError, BodyReader};
 use super::error::ApiError;
 use super::state::Admin;
+use super::transport::body::{BodyError, BodyReader};
 use crate::config::valid_name;
 use crate::sources::{Uploads, sniff_extension};
 

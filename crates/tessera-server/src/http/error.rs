@@ -8,12 +8,10 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::address::TileLookupError;
 use super::params::KvpError;
 use super::xml::escape;
 use crate::render::RenderError;
 use crate::tile_cache::TileError;
-use tessera_grid::GridError;
 use tessera_source::SourceError;
 
 /// Which protocol's error format to use.
@@ -353,116 +351,6 @@ impl ApiError {
             other => format!("DIM_{}", other.to_ascii_uppercase()),
         };
         ApiError::bad_request(code, e.to_string()).at(&at)
-    }
-
-    /// The reply to a tile address that names no tile: for tile URLs a
-    /// plain 404 (400 for a malformed number), for WMTS an OWS exception
-    /// with the parameter at fault.
-    pub fn from_lookup(e: TileLookupError, protocol: Protocol) -> ApiError {
-        match protocol {
-            Protocol::Wmts => wmts_lookup_error(e).speaking(Protocol::Wmts),
-            _ => plain_lookup_error(e).speaking(protocol),
-        }
-    }
-}
-
-fn plain_lookup_error(e: TileLookupError) -> ApiError {
-    match e {
-        TileLookupError::UnknownLayer(name) => {
-            ApiError::not_found("LayerNotDefined", format!("unknown layer {name}"))
-        }
-        TileLookupError::UnknownGrid(name) => ApiError::not_found(
-            "InvalidParameterValue",
-            format!(
-                "grid {:?} is not offered for this layer{}",
-                name.asked,
-                name.hint()
-            ),
-        ),
-        TileLookupError::UnknownStyle(unknown) => {
-            ApiError::not_found("StyleNotDefined", unknown.to_string())
-        }
-        TileLookupError::UnknownMatrix { matrix, grid } => ApiError::not_found(
-            "InvalidParameterValue",
-            format!("unknown TileMatrix {matrix} in {grid:?}"),
-        ),
-        TileLookupError::UnknownFormat(ext) => ApiError::not_found(
-            "InvalidFormat",
-            format!(
-                "format {:?} is not offered for this layer{}",
-                ext.asked,
-                ext.hint()
-            ),
-        ),
-        TileLookupError::Coord(e @ GridError::NotAnInteger { .. }) => {
-            ApiError::bad_request("InvalidParameterValue", e.to_string())
-        }
-        TileLookupError::Coord(e) => ApiError::not_found("TileOutOfRange", e.to_string()),
-        TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
-        TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::not_found(
-            "TileOutOfRange",
-            format!("zoom {z} is outside this layer's zoom levels, {min} to {max}"),
-        ),
-    }
-}
-
-fn wmts_lookup_error(e: TileLookupError) -> ApiError {
-    let invalid =
-        |message: String, at: &str| ApiError::bad_request("InvalidParameterValue", message).at(at);
-    match e {
-        // WMTS 1.0.0 has no StyleNotDefined: a bad STYLE is an invalid value.
-        TileLookupError::UnknownStyle(unknown) => invalid(unknown.to_string(), "STYLE"),
-        TileLookupError::UnknownMatrix { matrix, grid } => invalid(
-            format!("unknown TileMatrix {matrix} in {grid:?}"),
-            "TILEMATRIX",
-        ),
-        TileLookupError::UnknownLayer(n) => invalid(format!("unknown layer {n}"), "LAYER"),
-        TileLookupError::UnknownGrid(n) => invalid(
-            format!(
-                "TileMatrixSet {:?} is not offered for this layer{}",
-                n.asked,
-                n.hint()
-            ),
-            "TILEMATRIXSET",
-        ),
-        TileLookupError::UnknownFormat(f) => invalid(
-            format!(
-                "format {:?} is not offered for this layer{}",
-                f.asked,
-                f.hint()
-            ),
-            "FORMAT",
-        ),
-        TileLookupError::Coord(e @ GridError::NotAnInteger { axis, .. }) => invalid(
-            e.to_string(),
-            if axis == "x" { "TILECOL" } else { "TILEROW" },
-        ),
-        TileLookupError::Coord(GridError::TileOutOfRange {
-            x,
-            y,
-            width,
-            height,
-            ..
-        }) => ApiError::bad_request(
-            "TileOutOfRange",
-            format!(
-                "TileRow {y} / TileCol {x} is outside the matrix ({width} columns, {height} rows)"
-            ),
-        )
-        .at(if x >= u64::from(width) {
-            "TILECOL"
-        } else {
-            "TILEROW"
-        }),
-        TileLookupError::Coord(e) => {
-            ApiError::bad_request("TileOutOfRange", e.to_string()).at("TILEMATRIX")
-        }
-        TileLookupError::Dimension(e) => ApiError::from_dimension(&e),
-        TileLookupError::ZoomOutsideLayer { z, min, max } => ApiError::bad_request(
-            "TileOutOfRange",
-            format!("TileMatrix {z} is outside this layer's zoom levels, {min} to {max}"),
-        )
-        .at("TILEMATRIX"),
     }
 }
 

@@ -8,8 +8,8 @@ use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 
-use super::base_url;
 use super::error::ApiError;
+use super::reply::base_url;
 use super::state::Catalog;
 use crate::auth::Caller;
 use crate::config::auth::Grant;
@@ -36,7 +36,7 @@ pub async fn style(
         })?;
     caller.may(&layer.name, Grant::Tiles)?;
     // `?style=`: one of the layer's named styles.
-    let asked = super::address::query_params(query.as_deref())
+    let asked = super::tiles::address::query_params(query.as_deref())
         .into_iter()
         .find(|(k, _)| k == "style")
         .map(|(_, v)| v);

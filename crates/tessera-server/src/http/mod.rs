@@ -2,28 +2,22 @@
 //! protocol shares. Each protocol lives in its own module; errors become
 //! responses only in [`error`].
 
-pub mod access;
-pub mod access_lines;
-pub mod address;
 mod admin;
 pub mod archive_watch;
-pub mod body;
-mod cors;
 pub mod error;
-mod fast;
 pub mod guard;
 mod jobs;
-pub mod listener;
 pub mod live;
 mod map_styles;
 mod ogcapi;
 pub mod params;
 mod preview;
-pub mod sendfile;
+pub mod reply;
 pub mod state;
 mod templates;
 mod tilejson;
-mod tiles;
+pub mod tiles;
+pub mod transport;
 pub mod wms;
 mod wmts;
 pub mod xml;
@@ -32,22 +26,19 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{FromRef, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use tessera_grid::TileFormat;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::auth::Caller;
-use crate::config::Config;
-use crate::config::auth::Grant;
 use crate::service::Service;
-use crate::tile_cache::{CacheStatus, Tile, TileCache, TileRequest};
 use error::ApiError;
+use transport::{access, cors, sendfile};
 
 /// State shared by all handlers: the tile service (dereferences to it),
 /// and, when it can be reloaded, the handle that reloads it.
@@ -86,14 +77,14 @@ impl AppState {
 #[derive(Debug)]
 pub struct App {
     router: Router,
-    fast: fast::FastTiles,
+    fast: tiles::fast::FastTiles,
 }
 
 impl App {
     /// The router and the short way for `state`.
     pub fn new(state: AppState) -> App {
         App {
-            fast: fast::FastTiles::new(&state),
+            fast: tiles::fast::FastTiles::new(&state),
             router: router(state),
         }
     }
@@ -134,7 +125,7 @@ impl App {
 
     /// [`App::call`] for a connection whose file bodies wait in `files`
     /// (see [`sendfile`]). With `runtime` (from a connection thread, see
-    /// [`listener`]), a request the short way does not answer is handed to
+    /// [`transport::listener`]), a request the short way does not answer is handed to
     /// `runtime`, where the handlers run, as a task aborted when the
     /// returned future is dropped (as the handler's own future would be);
     /// a task that panics there is a 500.
@@ -358,241 +349,4 @@ async fn not_found() -> ApiError {
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!("a request handler panicked");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal error\n").into_response()
-}
-
-/// The base URL clients should use for links: `server.public_url`; else,
-/// with `server.trust_forwarded`, the scheme, host and path prefix a proxy
-/// in front names (`Forwarded: proto=..;host=..`, or `X-Forwarded-Proto`,
-/// `X-Forwarded-Host` and `X-Forwarded-Prefix`); else the request's Host
-/// header. Host names are used only when they look like one.
-pub fn base_url(config: &Config, headers: &HeaderMap) -> String {
-    if let Some(url) = &config.server.public_url {
-        return url.trim_end_matches('/').to_string();
-    }
-    let text = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
-    let mut scheme = "http";
-    let mut host = None;
-    let mut prefix = "";
-    if config.server.trust_forwarded {
-        // The first element of `Forwarded` is the proxy nearest the client.
-        if let Some(first) = text("forwarded").and_then(|f| f.split(',').next()) {
-            for pair in first.split(';') {
-                if let Some((k, v)) = pair.trim().split_once('=') {
-                    let v = v.trim_matches('"');
-                    match k.trim().to_ascii_lowercase().as_str() {
-                        "proto" => scheme = forwarded_scheme(v).unwrap_or(scheme),
-                        "host" => host = Some(v),
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let first = |name: &str| text(name).and_then(|v| v.split(',').next()).map(str::trim);
-        if let Some(proto) = first("x-forwarded-proto").and_then(forwarded_scheme) {
-            scheme = proto;
-        }
-        host = host.or_else(|| first("x-forwarded-host"));
-        prefix = first("x-forwarded-prefix")
-            .filter(|p| {
-                p.starts_with('/')
-                    && p.chars().all(|c| {
-                        c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.' | '~')
-                    })
-            })
-            .map_or("", |p| p.trim_end_matches('/'));
-    }
-    let host = host
-        .filter(|h| looks_like_host(h))
-        .or_else(|| text("host").filter(|h| looks_like_host(h)))
-        .unwrap_or(&config.server.listen);
-    format!("{scheme}://{host}{prefix}")
-}
-
-/// `http` or `https` when `v` names one of them.
-fn forwarded_scheme(v: &str) -> Option<&'static str> {
-    match v.to_ascii_lowercase().as_str() {
-        "https" => Some("https"),
-        "http" => Some("http"),
-        _ => None,
-    }
-}
-
-fn looks_like_host(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 255
-        && h.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
-}
-
-/// Whether the request's `Accept-Encoding` takes gzip (not with `q=0`).
-fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|item| {
-            let mut parts = item.split(';').map(str::trim);
-            let coding = parts.next().unwrap_or_default();
-            let refused = parts.any(|p| {
-                p.strip_prefix("q=")
-                    .and_then(|q| q.parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
-        })
-}
-
-/// A stored vector tile unpacked, for clients that do not take gzip; one
-/// that unpacks past [`tessera_source::complete::MOST_MVT_BYTES`] is a 406
-/// (it is served packed only), never a body of any size.
-fn gunzip(packed: &[u8]) -> Result<Bytes, ApiError> {
-    use tessera_source::complete::MOST_MVT_BYTES;
-    use tessera_source::inflate::{InflateError, gunzip_capped};
-    match gunzip_capped(packed, MOST_MVT_BYTES) {
-        Ok(out) => Ok(Bytes::from(out)),
-        Err(InflateError::TooLarge { cap }) => Err(ApiError::new(
-            StatusCode::NOT_ACCEPTABLE,
-            "NotAcceptable",
-            format!(
-                "this vector tile unpacks to more than {cap} bytes; ask for it with Accept-Encoding: gzip"
-            ),
-        )),
-        Err(e @ InflateError::Damaged(_)) => Err(ApiError::internal(&e)),
-    }
-}
-
-/// An encoded image as a response.
-pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
-    let content_type = format.content_type_of(&bytes);
-    let mut r = bytes.into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-/// A header value written without a `String` on the way (the value is
-/// copied once, into the header); `None` when it is longer than 64 bytes or
-/// not a valid header value.
-fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue> {
-    use std::io::Write;
-    let mut buf = [0u8; 64];
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    cursor.write_fmt(args).ok()?;
-    let len = usize::try_from(cursor.position()).ok()?;
-    HeaderValue::from_bytes(&buf[..len]).ok()
-}
-
-/// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
-/// (a hash of the bytes), `Last-Modified` (when the tile was stored, if the
-/// store knows), `Cache-Control` from the layer, and 304 when the client's
-/// `If-None-Match` matches, or, without one, when the tile was stored no
-/// later than its `If-Modified-Since` (RFC 9110, 13.2.2).
-///
-/// The caller must be granted the layer's tiles (asked before the cache
-/// is), and within its miss budget for a tile the cache does not hold; a
-/// protected layer's tile is `Cache-Control: private`.
-pub async fn serve_tile(
-    cache: &TileCache,
-    tile: TileRequest,
-    request_headers: &HeaderMap,
-    caller: &Caller,
-) -> Result<Response, ApiError> {
-    caller.may(&tile.layer.name, Grant::Tiles)?;
-    let private = caller.protects(&tile.layer.name);
-    // A caller whose misses are limited apart: what is cached first, then
-    // a render only within its miss budget.
-    if caller.limits_misses() {
-        if let Some(held) = cache.held(&tile).await {
-            return tile_response(tile, held, request_headers, private);
-        }
-        caller.admit_miss()?;
-    }
-    let result = cache.get(&tile).await?;
-    tile_response(tile, result, request_headers, private)
-}
-
-/// The response for `tile`, found as `result`, with the headers
-/// [`serve_tile`] promises (`private`: for its caller only).
-fn tile_response(
-    tile: TileRequest,
-    result: Tile,
-    request_headers: &HeaderMap,
-    private: bool,
-) -> Result<Response, ApiError> {
-    // Vector tiles are kept gzip-compressed: sent so to clients that accept
-    // gzip, unpacked for the others (each variant with its own ETag).
-    let vector = tile.format.is_vector();
-    let packed = vector && accepts_gzip(request_headers);
-    let etag = if vector && !packed {
-        header_value(format_args!("\"{:032x}-identity\"", result.hash))
-    } else {
-        header_value(format_args!("\"{:032x}\"", result.hash))
-    };
-    let last_modified = result.stored_at.map(httpdate::HttpDate::from);
-    let not_modified = if request_headers.contains_key(header::IF_NONE_MATCH) {
-        request_headers
-            .get_all(header::IF_NONE_MATCH)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .any(|candidate| {
-                candidate == "*"
-                    || etag
-                        .as_ref()
-                        .is_some_and(|e| candidate.as_bytes() == e.as_bytes())
-            })
-    } else {
-        let since = request_headers
-            .get(header::IF_MODIFIED_SINCE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<httpdate::HttpDate>().ok());
-        matches!((last_modified, since), (Some(m), Some(s)) if m <= s)
-    };
-    let mut response = if not_modified {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else if vector && (result.bytes.is_empty() || result.bytes == tessera_grid::EMPTY_MVT) {
-        // No feature reaches the tile.
-        StatusCode::NO_CONTENT.into_response()
-    } else if packed {
-        let mut r = image_response(tile.format, result.bytes);
-        r.headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        r
-    } else if vector {
-        image_response(tile.format, gunzip(&result.bytes)?)
-    } else {
-        image_response(tile.format, result.bytes)
-    };
-    if vector {
-        response
-            .headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    }
-    let headers = response.headers_mut();
-    headers.reserve(12);
-    if let Some(v) = etag {
-        headers.insert(header::ETAG, v);
-    }
-    if let Some(v) = last_modified.and_then(|m| header_value(format_args!("{m}"))) {
-        headers.insert(header::LAST_MODIFIED, v);
-    }
-    if let Some(v) = header_value(format_args!("public, max-age={}", tile.layer.max_age_secs)) {
-        headers.insert(header::CACHE_CONTROL, v);
-    }
-    if private {
-        guard::keep_from_shared_caches(headers);
-    }
-    headers.insert(
-        "x-cache",
-        HeaderValue::from_static(match result.status {
-            CacheStatus::Hit => "HIT",
-            CacheStatus::Miss => "MISS",
-        }),
-    );
-    response
-        .extensions_mut()
-        .insert(access::ServedLayers::One(tile.layer));
-    Ok(response)
 }

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_grid::{TileFormat, mercator};
 
-use super::address::{dimension_param, query_params, resolve_layer_grid};
-use super::base_url;
 use super::error::ApiError;
 use super::error::Protocol;
+use super::reply::base_url;
 use super::state::Catalog;
+use super::tiles::address::{dimension_param, query_params, resolve_layer_grid};
 use crate::auth::Caller;
 use crate::config::auth::Grant;
 use crate::model::{HIDPI_FACTOR, HIDPI_SUFFIX};

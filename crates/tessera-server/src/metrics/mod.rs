@@ -633,7 +633,7 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Counts a tile hit sent from its file (see `http::sendfile`).
+    /// Counts a tile hit sent from its file (see `http::transport::sendfile`).
     pub fn file_sent(&self) {
         self.files_sent.inc();
     }

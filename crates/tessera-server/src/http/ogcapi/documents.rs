@@ -14,8 +14,8 @@ use super::{
 };
 use crate::auth::Caller;
 use crate::dimension::Kind;
-use crate::http::base_url;
 use crate::http::error::ApiError;
+use crate::http::reply::base_url;
 use crate::http::state::Catalog;
 use crate::model::Layer;
 use crate::registry::Registry;

@@ -19,10 +19,10 @@ use super::documents::collection_named;
 use super::map_view::{self, Scene, bad, param};
 use super::{problem, subset};
 use crate::auth::Caller;
-use crate::http::address::{dimension_param, query_params};
 use crate::http::error::ApiError;
-use crate::http::image_response;
+use crate::http::reply::image_response;
 use crate::http::state::Maps;
+use crate::http::tiles::address::{dimension_param, query_params};
 use crate::model::{Grid, Layer};
 use crate::render::{Demand, ImageRequest};
 

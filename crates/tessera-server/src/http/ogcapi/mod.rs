@@ -6,7 +6,7 @@
 //!
 //! Documents are JSON for programs and HTML for browsers (`?f=json|html`,
 //! else `Accept`); errors are RFC 7807 problem details. Links are absolute,
-//! built from [`super::base_url`] like every other protocol's.
+//! built from [`super::reply::base_url`] like every other protocol's.
 
 mod documents;
 mod map_view;
@@ -147,7 +147,7 @@ pub async fn guard(
             }
         }
     } else if path == "/ogcapi/map" || path.starts_with("/ogcapi/map/tiles/") {
-        let named = super::address::query_params(request.uri().query())
+        let named = super::tiles::address::query_params(request.uri().query())
             .into_iter()
             .find(|(k, _)| k == "collections")
             .map(|(_, v)| v);

@@ -11,8 +11,8 @@ use tessera_grid::TileFormat;
 use super::documents::DocQuery;
 use super::{Form, answer};
 use crate::auth::Caller;
-use crate::http::base_url;
 use crate::http::error::ApiError;
+use crate::http::reply::base_url;
 use crate::http::state::Catalog;
 use crate::model::HIDPI_SUFFIX;
 

@@ -14,11 +14,11 @@ use super::subset::Extent;
 use super::tms::registered_uri;
 use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
 use crate::auth::Caller;
-use crate::http::address::{Level, Rows, TileAddress, query_params};
-use crate::http::base_url;
 use crate::http::error::{ApiError, Protocol};
-use crate::http::serve_tile;
+use crate::http::reply::base_url;
 use crate::http::state::{Catalog, Maps, Tiles};
+use crate::http::tiles::address::{Level, Rows, TileAddress, query_params};
+use crate::http::tiles::serve_tile;
 use crate::model::{Grid, HIDPI_SUFFIX, Layer};
 
 /// Which tiles a tileset holds.

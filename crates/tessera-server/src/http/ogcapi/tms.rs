@@ -11,8 +11,8 @@ use tessera_source::Crs;
 
 use super::documents::DocQuery;
 use super::{Form, answer, crs_uri, link, problem, self_links};
-use crate::http::base_url;
 use crate::http::error::ApiError;
+use crate::http::reply::base_url;
 use crate::http::state::Catalog;
 use crate::model::{Grid, HIDPI_SUFFIX};
 

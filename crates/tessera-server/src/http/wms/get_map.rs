@@ -13,9 +13,9 @@ use tessera_source::Crs;
 
 use super::Version;
 use crate::config::Limits;
-use crate::http::address::dimension_param;
 use crate::http::error::ApiError;
 use crate::http::params::Kvp;
+use crate::http::tiles::address::dimension_param;
 use crate::model::Layer;
 use crate::registry::Registry;
 use crate::render::ImageRequest;

@@ -12,11 +12,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
-use super::access::ServedLayers;
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
+use super::reply::{base_url, image_response};
 use super::state::Maps;
-use super::{base_url, image_response};
+use super::transport::access::ServedLayers;
 use crate::auth::Caller;
 use crate::config::auth::Grant;
 use crate::render::Demand;

@@ -9,11 +9,11 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use capabilities::Sections;
 
-use super::address::{Rows, TileAddress};
 use super::error::{ApiError, Protocol};
 use super::params::Kvp;
-use super::serve_tile;
 use super::state::{Catalog, Tiles};
+use super::tiles::address::{Rows, TileAddress};
+use super::tiles::serve_tile;
 use crate::auth::Caller;
 
 /// `GET /wmts?SERVICE=WMTS&REQUEST=...`.

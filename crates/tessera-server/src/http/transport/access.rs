@@ -23,7 +23,7 @@ use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::state::Requests;
+use crate::http::state::Requests;
 use crate::metrics::EndpointKind;
 use crate::model::Layer;
 
@@ -104,7 +104,7 @@ impl Record {
             .map_or("-", ServedLayers::names);
         let caller = response
             .extensions()
-            .get::<super::guard::CallerId>()
+            .get::<crate::http::guard::CallerId>()
             .map_or("-", |c| c.0.as_str());
         if let Some(sink) = SINK.get() {
             let line = Line {

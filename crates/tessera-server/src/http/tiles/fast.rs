@@ -18,13 +18,15 @@ use axum::response::Response;
 use tessera_grid::TileFormat;
 use tessera_store::{HeldFile, Peeked};
 
-use super::access::Record;
 use super::address::{TileAddress, query_params};
-use super::guard::{CallerId, Guard};
-use super::sendfile::FileBodies;
-use super::state::{Requests, Tiles};
-use super::{AppState, cors, tile_response};
+use super::tile_response;
 use crate::config::auth::Grant;
+use crate::http::AppState;
+use crate::http::guard::{CallerId, Guard};
+use crate::http::state::{Requests, Tiles};
+use crate::http::transport::access::Record;
+use crate::http::transport::cors;
+use crate::http::transport::sendfile::FileBodies;
 use crate::tile_cache::{CacheStatus, Tile};
 
 /// What the short way needs, taken once per router: the tile endpoints'
@@ -56,7 +58,7 @@ impl FastTiles {
     ///
     /// With `files`, the connection's queue of file bodies, a tile kept as
     /// a file the page cache holds is answered with the file itself (sent
-    /// by `sendfile`, see [`super::sendfile`]) instead of its bytes.
+    /// by `sendfile`, see [`crate::http::transport::sendfile`]) instead of its bytes.
     pub fn serve<B>(&self, request: &Request<B>, files: Option<&FileBodies>) -> Option<Response> {
         let cors = self.cors.as_ref()?;
         if request.method() != Method::GET {
@@ -68,7 +70,7 @@ impl FastTiles {
                 (address, rows, false)
             }
             None => (
-                super::ogcapi::fast_address(
+                crate::http::ogcapi::fast_address(
                     request.uri().path(),
                     request.uri().query(),
                     request
@@ -94,7 +96,8 @@ impl FastTiles {
             Some(access) => {
                 // An address held back for bad credentials is the
                 // router's to refuse.
-                if let Some(address) = request.extensions().get::<super::guard::ClientAddr>() {
+                if let Some(address) = request.extensions().get::<crate::http::guard::ClientAddr>()
+                {
                     access.admit_address(address.0).ok()?;
                 }
                 let caller = access
@@ -139,12 +142,12 @@ impl FastTiles {
         for (name, value) in cors {
             headers.insert(name.clone(), value.clone());
         }
-        headers.insert(header::X_CONTENT_TYPE_OPTIONS, super::NOSNIFF);
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, crate::http::NOSNIFF);
         if ogcapi {
-            super::ogcapi::vary_on_accept(&mut response);
+            crate::http::ogcapi::vary_on_accept(&mut response);
         }
         if let Some(caller) = &caller {
-            super::guard::count(&self.guard.metrics, caller, &response);
+            crate::http::guard::count(&self.guard.metrics, caller, &response);
             response
                 .extensions_mut()
                 .insert(CallerId(caller.id().to_string()));

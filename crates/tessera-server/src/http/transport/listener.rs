@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::App;
 use super::sendfile::{FileBodies, SendfileIo};
+use crate::http::App;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioTimer;
 use tokio::net::{TcpListener, TcpStream};
@@ -340,7 +340,7 @@ async fn connection(
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request
                 .extensions_mut()
-                .insert(super::guard::ClientAddr(peer));
+                .insert(crate::http::guard::ClientAddr(peer));
             in_flight.fetch_add(1, Ordering::AcqRel);
             last_active.store(table.now_ms(), Ordering::Release);
             let (in_flight, last_active, table) =
