@@ -7,6 +7,10 @@ use std::fmt;
 /// Names listed after a name that matched nothing; past them, a count.
 pub const LISTED: usize = 20;
 
+/// Names an unknown one is compared with, at most (the closest is looked
+/// for among the first of them).
+pub const MOST_COMPARED: usize = 2000;
+
 /// A name that matched nothing, with what was offered instead.
 ///
 /// Displays as the name asked (quoted) followed by the hint, e.g.
@@ -41,8 +45,19 @@ impl Unknown {
             if listed.len() < LISTED {
                 listed.push(name.to_string());
             }
+            // Edit distances cost the product of the lengths: past the
+            // first [`MOST_COMPARED`] names, and for names whose lengths
+            // alone rule them out, none is computed (an unknown name on a
+            // server of many thousand layers stays cheap to answer).
+            if count > MOST_COMPARED {
+                continue;
+            }
+            let bound = close_enough(&asked, name);
+            if asked.chars().count().abs_diff(name.chars().count()) > bound {
+                continue;
+            }
             let distance = distance(&asked, name);
-            if distance <= close_enough(&asked, name) && best.is_none_or(|(d, _)| distance < d) {
+            if distance <= bound && best.is_none_or(|(d, _)| distance < d) {
                 best = Some((distance, name));
             }
         }
@@ -175,6 +190,20 @@ mod tests {
         assert_eq!(
             serde_message("missing field `name`"),
             "missing field `name`"
+        );
+    }
+
+    #[test]
+    fn only_the_first_names_are_compared_and_counted_all() {
+        let mut names: Vec<String> = (0..MOST_COMPARED).map(|i| format!("other{i}")).collect();
+        names.push("relief".into());
+        let u = Unknown::among("releif", "layers", names.iter().map(String::as_str));
+        assert_eq!(u.closest, None);
+        assert!(
+            u.hint()
+                .ends_with(&format!("and {} more)", MOST_COMPARED + 1 - LISTED)),
+            "{}",
+            u.hint()
         );
     }
 
