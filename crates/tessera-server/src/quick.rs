@@ -123,8 +123,8 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
         }
         // Past its pixels a client magnifies tiles itself; the server
         // draws two zooms more (as gdal2tiles and TiTiler offer).
-        if let Some(native) = native_zoom(&ds) {
-            layer["max_zoom"] = json!(native.saturating_add(ZOOMS_PAST_NATIVE).min(MAX_ZOOM));
+        if let Some(max_zoom) = max_zoom_past_native(&ds) {
+            layer["max_zoom"] = json!(max_zoom);
         }
         layers.push(layer);
     }
@@ -222,13 +222,11 @@ fn archive_layer(
 /// Zooms a file layer offers past the zoom of its own pixels.
 const ZOOMS_PAST_NATIVE: u8 = 2;
 
-/// The highest zoom any layer offers (WebMercatorQuad's last matrix).
-const MAX_ZOOM: u8 = 24;
-
-/// The Web Mercator zoom whose pixels are as fine as the raster's own at
-/// its centre (the first whose resolution is at or below it), or `None`
-/// for a raster without a georeference.
-fn native_zoom(ds: &Dataset) -> Option<u8> {
+/// [`ZOOMS_PAST_NATIVE`] past the Web Mercator zoom whose pixels are as
+/// fine as the raster's own at its centre (the first whose resolution is
+/// at or below it), within WebMercatorQuad's zooms; `None` for a raster
+/// without a georeference.
+fn max_zoom_past_native(ds: &Dataset) -> Option<u8> {
     use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
     let gt = ds.geo_transform().ok()?;
     let mut from = ds.spatial_ref().ok()?;
@@ -252,14 +250,13 @@ fn native_zoom(ds: &Dataset) -> Option<u8> {
     if !resolution.is_finite() || resolution <= 0.0 {
         return None;
     }
-    // WebMercatorQuad's zoom 0 pixel, in metres.
-    let zero = 2.0 * std::f64::consts::PI * 6_378_137.0 / 256.0;
-    let zoom = (zero / resolution)
-        .log2()
-        .ceil()
-        .clamp(0.0, f64::from(MAX_ZOOM));
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Some(zoom as u8)
+    let grid = tessera_grid::TileMatrixSet::web_mercator_quad();
+    let native = grid.zoom_for_resolution(resolution);
+    Some(
+        native
+            .saturating_add(ZOOMS_PAST_NATIVE)
+            .min(grid.max_zoom()),
+    )
 }
 
 /// Opens `path` as raster or vector data, read-only.

@@ -113,14 +113,9 @@ pub fn serde_message(message: &str) -> String {
         return message.to_string();
     };
     // The names serde lists are the ones between backticks.
-    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-    let best = names
-        .iter()
-        .map(|name| (distance(asked, name), *name))
-        .filter(|(d, name)| *d <= close_enough(asked, name))
-        .min_by_key(|(d, _)| *d);
-    match best {
-        Some((_, name)) => format!("{message}; did you mean `{name}`?"),
+    let names = expected.split('`').skip(1).step_by(2);
+    match Unknown::among(asked, "names", names).closest {
+        Some(name) => format!("{message}; did you mean `{name}`?"),
         None => message.to_string(),
     }
 }

@@ -158,6 +158,14 @@ pub const DRAWING_PARAMETERS: [&str; 6] = [
     "transparent",
 ];
 
+/// Whether `params` name one of [`DRAWING_PARAMETERS`]: the tile asked is
+/// not the cached one.
+pub fn draws_otherwise(params: &[(String, String)]) -> bool {
+    params
+        .iter()
+        .any(|(k, _)| DRAWING_PARAMETERS.contains(&k.as_str()))
+}
+
 /// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{m}/{r}/{c}`
 /// with a parameter of [`DRAWING_PARAMETERS`]: the tile's area drawn
 /// uncached at that size or on that background (Maps' Scaling and
@@ -172,10 +180,7 @@ pub async fn drawn_collection_tile(
     caller: &Caller,
 ) -> Option<Result<Response, ApiError>> {
     let params = query_params(query);
-    if !params
-        .iter()
-        .any(|(k, _)| DRAWING_PARAMETERS.contains(&k.as_str()))
-    {
+    if !draws_otherwise(&params) {
         return None;
     }
     let asked = Asked {

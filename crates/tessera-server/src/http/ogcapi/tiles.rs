@@ -301,34 +301,16 @@ fn tilesets(
     let sets: Vec<Value> = grids_of(state, &layer)
         .iter()
         .map(|g| {
-            let set = format!("{here}/{}", g.tms.id);
-            let mut links = vec![
-                link(set.clone(), "self", "application/json", "the tileset"),
-                link(
-                    format!("{base}/tileMatrixSets/{}", g.tms.id),
-                    REL_TILING_SCHEME,
-                    "application/json",
-                    &g.tms.id,
+            list_entry(
+                (&base, &here),
+                g,
+                (
+                    &format!("{} in {}", layer.title, g.tms.id),
+                    kind.data_type(),
                 ),
-            ];
-            links.extend(item_links(&set, kind.formats(&layer)));
-            // Beside the list's required members, what the OGC suite reads
-            // from each entry: the set's id, its limits and its tiles.
-            let mut entry = json!({
-                "title": format!("{} in {}", layer.title, g.tms.id),
-                "dataType": kind.data_type(),
-                "crs": crs_uri(&g.tms.crs),
-                "tileMatrixSetId": g.tms.id,
-                "links": links,
-            });
-            let limits = limits_of(&layer, g);
-            if !limits.is_empty() {
-                entry["tileMatrixSetLimits"] = json!(limits);
-            }
-            if let Some(uri) = registered_uri(&g.tms) {
-                entry["tileMatrixSetURI"] = json!(uri);
-            }
-            entry
+                kind.formats(&layer),
+                limits_of(&layer, g),
+            )
         })
         .collect();
     let doc = json!({
@@ -383,29 +365,13 @@ pub async fn dataset_tilesets(
     let sets: Vec<Value> = dataset_grids(&state)
         .iter()
         .map(|g| {
-            let set = format!("{here}/{}", g.tms.id);
-            let mut links = vec![
-                link(set.clone(), "self", "application/json", "the tileset"),
-                link(
-                    format!("{base}/tileMatrixSets/{}", g.tms.id),
-                    REL_TILING_SCHEME,
-                    "application/json",
-                    &g.tms.id,
-                ),
-            ];
-            links.extend(item_links(&set, DATASET_FORMATS.to_vec()));
-            let mut entry = json!({
-                "title": format!("the layers in {}", g.tms.id),
-                "dataType": "map",
-                "crs": crs_uri(&g.tms.crs),
-                "tileMatrixSetId": g.tms.id,
-                "tileMatrixSetLimits": whole_grid_limits(g),
-                "links": links,
-            });
-            if let Some(uri) = registered_uri(&g.tms) {
-                entry["tileMatrixSetURI"] = json!(uri);
-            }
-            entry
+            list_entry(
+                (&base, &here),
+                g,
+                (&format!("the layers in {}", g.tms.id), "map"),
+                DATASET_FORMATS.to_vec(),
+                whole_grid_limits(g),
+            )
         })
         .collect();
     let doc = json!({
@@ -469,6 +435,44 @@ fn grids_of<'a>(state: &'a Catalog, layer: &Layer) -> Vec<&'a Grid> {
         .filter(|g| !g.ends_with(HIDPI_SUFFIX))
         .filter_map(|g| state.registry.grid(g).map(AsRef::as_ref))
         .collect()
+}
+
+/// An entry of a tileset list (under `here`, the list's URL; `base`, the
+/// API's): the list's required members and, beside them, what the OGC
+/// suite reads from each entry: the set's id, its `limits` (where it has
+/// any) and its tiles' `item` links in `formats`.
+fn list_entry(
+    (base, here): (&str, &str),
+    grid: &Grid,
+    (title, data_type): (&str, &str),
+    formats: Vec<TileFormat>,
+    limits: Vec<Value>,
+) -> Value {
+    let set = format!("{here}/{}", grid.tms.id);
+    let mut links = vec![
+        link(set.clone(), "self", "application/json", "the tileset"),
+        link(
+            format!("{base}/tileMatrixSets/{}", grid.tms.id),
+            REL_TILING_SCHEME,
+            "application/json",
+            &grid.tms.id,
+        ),
+    ];
+    links.extend(item_links(&set, formats));
+    let mut entry = json!({
+        "title": title,
+        "dataType": data_type,
+        "crs": crs_uri(&grid.tms.crs),
+        "tileMatrixSetId": grid.tms.id,
+        "links": links,
+    });
+    if !limits.is_empty() {
+        entry["tileMatrixSetLimits"] = Value::Array(limits);
+    }
+    if let Some(uri) = registered_uri(&grid.tms) {
+        entry["tileMatrixSetURI"] = json!(uri);
+    }
+    entry
 }
 
 /// The formats of the dataset map tiles.
@@ -723,10 +727,7 @@ pub fn fast_address(path: &str, query: Option<&str>, accept: Option<&str>) -> Op
     }
     let mut params = query_params(query);
     // A tile drawn at another size or on another background is no hit.
-    if params
-        .iter()
-        .any(|(k, _)| super::maps::DRAWING_PARAMETERS.contains(&k.as_str()))
-    {
+    if super::maps::draws_otherwise(&params) {
         return None;
     }
     let (format, f) = match params.iter().find(|(k, _)| k == "f") {
