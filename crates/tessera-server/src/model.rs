@@ -101,7 +101,7 @@ pub struct Layer {
     pub style_name: String,
     /// The MapLibre style document its vector source draws with, if any
     /// (served at `/styles/{layer}.json`).
-    pub maplibre: Option<tessera_source::vector::maplibre::MapLibreSpec>,
+    pub maplibre: Option<tessera_carto::maplibre::MapLibreSpec>,
     /// The layer's other named styles in order, each the layer drawn with
     /// it (its own tiles, fingerprint and legend); empty for a layer with
     /// one style, and in the layers held here.

@@ -10,10 +10,10 @@
 //! sources.
 
 use serde::{Deserialize, Deserializer};
+use tessera_carto::maplibre::MapLibreSpec;
+use tessera_carto::style::Rule;
 use tessera_image::StyleSpec;
 use tessera_source::SourceSpec;
-use tessera_source::vector::maplibre::MapLibreSpec;
-use tessera_source::vector::style::Rule;
 
 use super::{LayerConfig, valid_name};
 
@@ -184,7 +184,7 @@ impl LayerConfig {
             }
             match &s.draw {
                 StyleDraw::Rules(rules) if rules_source => {
-                    tessera_source::vector::style::check_rules(rules)
+                    tessera_carto::style::check_rules(rules)
                         .map_err(|m| at(format!("style {:?}: {m}", s.name)))?;
                 }
                 StyleDraw::Rules(_) => {

@@ -10,9 +10,9 @@ use geozero::mvt::{Message, Tile};
 use tessera_grid::{TileCoord, TileMatrixSet};
 use tessera_image::Raster;
 
-use crate::vector::draw::{Canvas, Shapes};
-use crate::vector::style::{Attribute, Rule};
 use crate::{Crs, WindowRequest};
+use tessera_carto::draw::{Canvas, Shapes};
+use tessera_carto::style::{Attribute, Rule};
 
 /// The rules a vector archive is drawn with when its layer names none:
 /// Leaflet's default path style, as `tessera serve` draws vector files.

@@ -92,7 +92,7 @@ pub struct ArchiveSpec {
     /// grid, maps): rules as a vector source takes them (default: a blue
     /// outline over a translucent fill).
     #[serde(default)]
-    pub style: Vec<crate::vector::style::Rule>,
+    pub style: Vec<tessera_carto::style::Rule>,
     /// Seconds between looks (a `stat`, or one request for an archive
     /// elsewhere) at whether the archive was replaced; a replaced archive
     /// reloads the configuration, so that its layer's cached tiles are
@@ -270,7 +270,7 @@ pub fn open(
             Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, remote).map_err(open_err)?)
         }
     };
-    crate::vector::style::check_rules(&spec.style).map_err(open_err)?;
+    tessera_carto::style::check_rules(&spec.style).map_err(open_err)?;
     if spec.style.iter().any(|r| r.label.is_some()) {
         return Err(open_err(
             "labels are drawn for vector sources only, not for tile archives drawn as images"

@@ -133,7 +133,7 @@ pub struct TileSource {
     metadata: Option<crate::TileMetadata>,
     /// How a vector archive's tiles are drawn into pictures.
     #[cfg(feature = "archive")]
-    rules: Arc<Vec<crate::vector::style::Rule>>,
+    rules: Arc<Vec<tessera_carto::style::Rule>>,
 }
 
 /// Most tiles fetched ahead and kept for their reads: a few metatile
@@ -324,7 +324,7 @@ impl TileSource {
         name: String,
         archive: Arc<dyn crate::archive::TileArchive>,
         resampling: Resampling,
-        rules: Vec<crate::vector::style::Rule>,
+        rules: Vec<tessera_carto::style::Rule>,
     ) -> Result<TileSource, SourceError> {
         let crs = Crs::parse("EPSG:3857")?;
         let metadata = archive.metadata().clone();

@@ -1,6 +1,7 @@
 //! Vector data through GDAL/OGR (GeoPackage, Shapefile, GeoJSON,
 //! FlatGeobuf, PostGIS): features in a window, reprojected, simplified to
-//! about half a pixel and drawn with a style (`style.rs`, `draw.rs`), cut
+//! about half a pixel and drawn with a style (tessera-carto's rules or a MapLibre document,
+//! `maplibre_draw.rs`), cut
 //! into Mapbox Vector Tiles (`mvt.rs`), or found at a point (feature info).
 //!
 //! Each read takes a dataset handle (for PostGIS, a connection) from a
@@ -9,16 +10,12 @@
 //! `where`, and reads only the features there.
 
 mod auto;
-pub mod draw;
 mod error;
-pub mod label;
-pub mod maplibre;
+mod maplibre_draw;
 mod mvt;
 mod pg;
 mod pool;
 mod spec;
-pub mod style;
-mod text;
 mod values;
 
 use gdal::vector::{FieldValue, Geometry, LayerAccess, OGRFieldType, OGRwkbGeometryType};
@@ -32,11 +29,12 @@ use crate::{
     VectorLayerInfo, WindowRequest,
 };
 pub use auto::{PostgisAutoSpec, SpatialTable};
-use draw::{Canvas, Shapes};
 pub use error::VectorError;
 use pool::Pool;
 pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
-use style::{Attribute, Rule};
+use tessera_carto::draw::{self, Canvas, Shapes};
+use tessera_carto::style::{self, Attribute, Rule};
+use tessera_carto::{label, maplibre};
 pub use values::{ValueFilter, ValueKind};
 
 /// Metres per pixel of Web Mercator's zoom 0 (256-pixel tiles): zoom
@@ -1095,10 +1093,23 @@ impl FeatureSource for VectorSource {
     }
 
     fn legend(&self, size: u32) -> Vec<LegendSymbol> {
+        /// The legend symbol drawn for an OGR geometry type.
+        fn symbol_kind(geometry: OGRwkbGeometryType::Type) -> draw::SymbolKind {
+            use OGRwkbGeometryType as T;
+            match geometry_type_flatten(geometry) {
+                T::wkbPoint | T::wkbMultiPoint => draw::SymbolKind::Point,
+                T::wkbLineString
+                | T::wkbMultiLineString
+                | T::wkbCircularString
+                | T::wkbCompoundCurve
+                | T::wkbMultiCurve => draw::SymbolKind::Line,
+                _ => draw::SymbolKind::Area,
+            }
+        }
         let mut out = Vec::new();
         for dl in &self.layers {
             for rule in dl.style.iter().filter(|r| r.has_symbols()) {
-                if let Some(symbol) = draw::symbol(rule, dl.geometry, size) {
+                if let Some(symbol) = draw::symbol(rule, symbol_kind(dl.geometry), size) {
                     out.push(LegendSymbol {
                         layer: dl.name.clone(),
                         label: rule.label(),

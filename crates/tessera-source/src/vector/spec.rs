@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::style::Rule;
+use tessera_carto::style::Rule;
 
 /// `source: { type: vector, ... }`: one data layer (`layer`, `where`,
 /// `fields`, `style`), or several (`layers:`), from one dataset.
@@ -44,7 +44,7 @@ pub struct VectorSpec {
     /// A MapLibre style document to draw with instead of the rules (set by
     /// the server from a layer's `style: { maplibre: ... }`).
     #[serde(skip)]
-    pub maplibre: Option<super::maplibre::MapLibreSpec>,
+    pub maplibre: Option<tessera_carto::maplibre::MapLibreSpec>,
     /// Most features one read may draw (default 200,000): more is an error
     /// that says to narrow the window or the `where`.
     #[serde(default = "default_max_features")]

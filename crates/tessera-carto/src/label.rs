@@ -15,8 +15,8 @@ use geos::Geom;
 use serde::{Deserialize, Serialize};
 use tiny_skia::{FillRule, LineCap, LineJoin, Paint, Pixmap, Stroke, Transform};
 
-use super::style::{Attribute, Color};
-use super::text::Line;
+use crate::style::{Attribute, Color};
+use crate::text::Line;
 
 /// `label:` of a rule.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -284,7 +284,7 @@ pub fn polygon_anchor(
                 .collect()
         })
         .collect();
-    let shape = super::mvt::build_polygons(&wide, 0.0).ok()?;
+    let shape = crate::geometry::build_polygons(&wide, 0.0).ok()?;
     if shape.is_empty().ok()? {
         return None;
     }

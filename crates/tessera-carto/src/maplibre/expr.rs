@@ -11,7 +11,7 @@
 
 use serde_json::Value as Json;
 
-use super::super::style::Attribute;
+use crate::style::Attribute;
 
 /// A value an expression gives.
 #[derive(Debug, Clone, PartialEq)]

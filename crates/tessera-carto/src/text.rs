@@ -13,7 +13,7 @@ use tiny_skia::{Path, PathBuilder, Transform};
 use ttf_parser::{Face, GlyphId, OutlineBuilder};
 
 /// The bundled font's bytes.
-static FONT: &[u8] = include_bytes!("../../assets/NotoSans-Regular.ttf");
+static FONT: &[u8] = include_bytes!("../assets/NotoSans-Regular.ttf");
 
 /// The bundled font, parsed once.
 fn face() -> &'static Face<'static> {

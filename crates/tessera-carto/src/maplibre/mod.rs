@@ -1,4 +1,4 @@
-//! MapLibre style documents drawn by a vector source: the style's
+//! MapLibre style documents, as a vector source draws them: the style's
 //! `background`, `fill`, `line`, `circle` and `symbol` (text) layers whose
 //! `source` is the one named, in order, each over the features of its
 //! `source-layer` (a data layer of the source) that its `filter` admits,
@@ -10,7 +10,6 @@
 //! Zooms are MapLibre's: a map at zoom `z` is `512 * 2^z` pixels around,
 //! one level below the 256-pixel levels of style rules.
 
-mod draw;
 pub mod expr;
 
 use std::sync::Arc;

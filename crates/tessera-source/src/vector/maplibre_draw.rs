@@ -6,12 +6,13 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::super::draw::{Canvas, Shapes};
-use super::super::label::{self, Anchor, Candidate, Halo, Label};
-use super::super::style::{Attribute, Color, Marker, Rule, Shape};
-use super::super::{DataLayer, Parts, Projector, VectorSource, attribute, line_length, split};
-use super::expr::Context;
-use super::{Kind, MapLibreStyle, StyleLayer};
+use tessera_carto::draw::{Canvas, Shapes};
+use tessera_carto::label::{self, Anchor, Candidate, Halo, Label};
+use tessera_carto::maplibre::expr::{self, Context};
+use tessera_carto::maplibre::{Kind, MapLibreStyle, StyleLayer};
+use tessera_carto::style::{Attribute, Color, Marker, Rule, Shape};
+
+use super::{DataLayer, Parts, Projector, VectorSource, attribute, line_length, split};
 use crate::{SourceError, WindowRequest};
 
 /// Pixels past the window features are read from (the widest line or
@@ -28,7 +29,7 @@ struct Feature {
 impl VectorSource {
     /// Draws `style` at `zoom` (the 256-pixel levels of style rules) into
     /// `canvas`; returns its symbols' label candidates.
-    pub(in crate::vector) fn draw_maplibre<'a>(
+    pub(super) fn draw_maplibre<'a>(
         &self,
         style: &'a MapLibreStyle,
         canvas: &mut Canvas,
@@ -38,7 +39,7 @@ impl VectorSource {
         let zoom = zoom - 1.0;
         let mut read: HashMap<&str, (Vec<String>, Vec<Feature>)> = HashMap::new();
         let mut labels = Vec::new();
-        let within = super::super::label_area(req);
+        let within = super::label_area(req);
         for (index, layer) in style
             .layers
             .iter()
@@ -47,7 +48,7 @@ impl VectorSource {
         {
             // A style of thousands of layers stops between layers once its
             // render is abandoned (and between features below).
-            if super::super::cancelled(req.cancel) {
+            if super::cancelled(req.cancel) {
                 return Err(SourceError::Cancelled);
             }
             let Some(source_layer) = layer.source_layer.as_deref() else {
@@ -83,7 +84,7 @@ impl VectorSource {
             }
             let (fields, features) = &read[source_layer];
             for (n, f) in features.iter().enumerate() {
-                if n % 1024 == 1023 && super::super::cancelled(req.cancel) {
+                if n % 1024 == 1023 && super::cancelled(req.cancel) {
                     return Err(SourceError::Cancelled);
                 }
                 let get = |name: &str| {
@@ -206,7 +207,7 @@ fn draw(canvas: &mut Canvas, layer: &StyleLayer, kind: Kind, f: &Feature, ctx: &
                 return;
             }
             let dash = layer.paint("line-dasharray", ctx).and_then(|v| match v {
-                super::expr::Val::Array(items) => {
+                expr::Val::Array(items) => {
                     let d: Vec<f32> = items
                         .iter()
                         .filter_map(serde_json::Value::as_f64)
@@ -280,7 +281,7 @@ fn symbol<'a>(
     let size = float(layer.number("text-size", ctx, 16.0).clamp(4.0, 128.0));
     let halo_width = float(layer.number("text-halo-width", ctx, 0.0).clamp(0.0, 16.0));
     let offset = match layer.layout("text-offset", ctx) {
-        Some(super::expr::Val::Array(items)) if items.len() == 2 => {
+        Some(expr::Val::Array(items)) if items.len() == 2 => {
             [0, 1].map(|i| items[i].as_f64().map_or(0.0, |v| float(v) * size))
         }
         _ => [0.0, 0.0],

@@ -204,7 +204,7 @@ pub struct Rule {
     pub marker: Option<Marker>,
     /// Text drawn for each feature the rule selects.
     #[serde(default)]
-    pub label: Option<super::label::Label>,
+    pub label: Option<crate::label::Label>,
 }
 
 impl Rule {
@@ -307,7 +307,7 @@ pub fn fields_used(rules: &[Rule]) -> Vec<String> {
         .chain(
             rules
                 .iter()
-                .flat_map(|r| r.label.iter().flat_map(super::label::Label::fields)),
+                .flat_map(|r| r.label.iter().flat_map(crate::label::Label::fields)),
         )
         .collect();
     fields.sort();

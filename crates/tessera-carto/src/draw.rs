@@ -7,7 +7,7 @@ use tiny_skia::{
     FillRule, LineCap, LineJoin, Paint, PathBuilder, Pixmap, Rect, Stroke, StrokeDash, Transform,
 };
 
-use super::style::{Color, Rule, Shape};
+use crate::style::{Color, Rule, Shape};
 
 /// A geometry in output pixel coordinates (x right, y down).
 #[derive(Debug, Clone, PartialEq)]
@@ -46,13 +46,13 @@ impl Canvas {
     }
 
     /// Places `labels` without overlaps, off the outer `margin` pixels,
-    /// and draws them over what is drawn ([`super::label::place_and_draw`]).
+    /// and draws them over what is drawn ([`crate::label::place_and_draw`]).
     pub fn place_labels(
         &mut self,
-        labels: Vec<super::label::Candidate<'_>>,
+        labels: Vec<crate::label::Candidate<'_>>,
         margin: f32,
-    ) -> Vec<super::label::Placed> {
-        super::label::place_and_draw(&mut self.pixmap, labels, margin)
+    ) -> Vec<crate::label::Placed> {
+        crate::label::place_and_draw(&mut self.pixmap, labels, margin)
     }
 
     /// Paints the whole canvas in `color` at `opacity` over what is drawn
@@ -135,7 +135,7 @@ impl Canvas {
     }
 
     fn markers(&mut self, points: &[(f32, f32)], rule: &Rule) {
-        let marker = rule.marker.clone().unwrap_or(super::style::Marker {
+        let marker = rule.marker.clone().unwrap_or(crate::style::Marker {
             shape: Shape::Circle,
             size: 6.0,
         });
@@ -189,31 +189,32 @@ impl Canvas {
     }
 }
 
+/// What kind of geometry a legend symbol stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymbolKind {
+    /// Points: a marker.
+    Point,
+    /// Lines: a zigzag line.
+    Line,
+    /// Polygons, or a type not known: a square.
+    Area,
+}
+
 /// A legend symbol of `size` x `size` pixels: what `rule` draws for a
-/// feature of `geometry` type (a square for polygons, a zigzag line for
-/// lines, a marker for points; a square when the type is unknown).
-pub fn symbol(
-    rule: &Rule,
-    geometry: gdal::vector::OGRwkbGeometryType::Type,
-    size: u32,
-) -> Option<Raster> {
-    use gdal::vector::OGRwkbGeometryType as T;
+/// feature of the `kind` given.
+pub fn symbol(rule: &Rule, kind: SymbolKind, size: u32) -> Option<Raster> {
     let mut canvas = Canvas::new(size, size)?;
     let s = size as f32;
     let inset = (rule.stroke_width / 2.0).max(1.0).min(s / 4.0);
-    let shapes = match gdal::vector::geometry_type_flatten(geometry) {
-        T::wkbPoint | T::wkbMultiPoint => Shapes::Points(vec![(s / 2.0, s / 2.0)]),
-        T::wkbLineString
-        | T::wkbMultiLineString
-        | T::wkbCircularString
-        | T::wkbCompoundCurve
-        | T::wkbMultiCurve => Shapes::Lines(vec![vec![
+    let shapes = match kind {
+        SymbolKind::Point => Shapes::Points(vec![(s / 2.0, s / 2.0)]),
+        SymbolKind::Line => Shapes::Lines(vec![vec![
             (inset, s - inset),
             (s * 0.4, s * 0.3),
             (s * 0.6, s * 0.7),
             (s - inset, inset),
         ]]),
-        _ => Shapes::Polygons(vec![vec![vec![
+        SymbolKind::Area => Shapes::Polygons(vec![vec![vec![
             (inset, inset),
             (s - inset, inset),
             (s - inset, s - inset),
@@ -277,16 +278,15 @@ mod tests {
 
     #[test]
     fn legend_symbols_follow_the_geometry_type() {
-        use gdal::vector::OGRwkbGeometryType as T;
         let fill = rule(r##"{"fill": "#ff0000", "stroke": "#000000"}"##);
-        let square = symbol(&fill, T::wkbMultiPolygon, 16).unwrap();
+        let square = symbol(&fill, SymbolKind::Area, 16).unwrap();
         assert_eq!(square.valid[8 * 16 + 8], 255, "a polygon fills the middle");
-        let marker = symbol(&fill, T::wkbPoint, 16).unwrap();
+        let marker = symbol(&fill, SymbolKind::Point, 16).unwrap();
         assert_eq!(marker.valid[8 * 16 + 8], 255);
         assert_eq!(marker.valid[16 + 1], 0, "a marker leaves the corners empty");
         let line = symbol(
             &rule(r##"{"stroke": "#0000ff", "stroke_width": 2}"##),
-            T::wkbLineString,
+            SymbolKind::Line,
             16,
         )
         .unwrap();
