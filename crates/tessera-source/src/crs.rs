@@ -62,6 +62,14 @@ fn remember(
 }
 
 impl Crs {
+    /// Whether a box in `other` is the same box in this CRS (axis order
+    /// aside, which the request takes care of): the same CRS, or WGS 84 as
+    /// EPSG:4326 and as OGC:CRS84.
+    pub fn same_coordinates(&self, other: &Crs) -> bool {
+        let wgs84 = |c: &Crs| matches!(c.id.as_str(), "EPSG:4326" | "OGC:CRS84");
+        self.id == other.id || (wgs84(self) && wgs84(other))
+    }
+
     /// Parses an identifier such as `EPSG:4326`, `CRS:84`, `OGC:CRS84`,
     /// `urn:ogc:def:crs:EPSG::3857` or `EPSG:900913` (an alias of 3857).
     pub fn parse(text: &str) -> Result<Crs, SourceError> {

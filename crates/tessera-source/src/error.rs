@@ -110,3 +110,16 @@ impl SourceError {
         }
     }
 }
+
+/// The start of an answer (an upstream's, a tile's bytes) for the log: at most
+/// [`EXCERPT_CHARS`] characters, control characters and quotes escaped, so
+/// one line stays one line whatever the upstream sent. Never shown to
+/// clients.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_CHARS * 4)]);
+    let text: String = text.trim().chars().take(EXCERPT_CHARS).collect();
+    format!("{text:?}")
+}
+
+/// Characters of an upstream answer kept in a log line.
+pub const EXCERPT_CHARS: usize = 120;

@@ -16,12 +16,15 @@ mod egress;
 mod error;
 mod features;
 mod gdal;
+mod http_settings;
 pub mod inflate;
 pub mod local_file;
 mod location;
 mod mosaic;
 mod settings;
 mod spec;
+#[cfg(any(feature = "upstream", feature = "archive"))]
+pub mod tiled;
 #[cfg(feature = "upstream")]
 pub mod upstream;
 #[cfg(feature = "vector")]
@@ -30,18 +33,19 @@ mod warp;
 
 pub use crs::Crs;
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
-pub use error::{Cause, SourceError};
+pub use error::{Cause, SourceError, excerpt};
 pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
 pub use gdal::GdalError;
 pub use gdal::{BandMetadata, GdalSource, GdalSourceSpec, band_metadata};
+pub use http_settings::{HttpSettings, NetworkPolicy};
 pub use location::{LocationPolicy, check_location};
 pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec, wildcard};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 pub use spec::{SourceSpec, open_source};
+#[cfg(any(feature = "upstream", feature = "archive"))]
+pub use tiled::{TileFetch, TiledSource};
 #[cfg(feature = "upstream")]
-pub use upstream::client::HttpSettings;
-#[cfg(feature = "upstream")]
-pub use upstream::tiles::{TileSource, WmtsSourceSpec, XyzSourceSpec};
+pub use upstream::tiles::{WmtsSourceSpec, XyzSourceSpec};
 #[cfg(feature = "upstream")]
 pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
 #[cfg(feature = "vector")]

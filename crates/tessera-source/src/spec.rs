@@ -5,17 +5,17 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+#[cfg(any(feature = "upstream", feature = "archive"))]
+use crate::NetworkPolicy;
 #[cfg(feature = "archive")]
 use crate::archive::{ArchiveKind, ArchiveSpec, Place};
-#[cfg(feature = "upstream")]
-use crate::upstream::client::NetworkPolicy;
 use crate::{
     GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
 };
 #[cfg(feature = "vector")]
 use crate::{PostgisAutoSpec, VectorSource, VectorSpec};
 #[cfg(feature = "upstream")]
-use crate::{TileSource, WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec};
+use crate::{WmsSource, WmsSourceSpec, WmtsSourceSpec, XyzSourceSpec};
 
 /// A layer's source, tagged by `type` (`gdal` when absent).
 #[derive(Debug, Clone, PartialEq)]
@@ -289,7 +289,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
 /// Opens the source `spec` describes, with the process's GDAL settings
 /// (the private-network policy among them).
 pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Source>, SourceError> {
-    #[cfg(feature = "upstream")]
+    #[cfg(any(feature = "upstream", feature = "archive"))]
     let policy = || NetworkPolicy {
         allow_private_network: gdal.allow_private_network,
         allowed_private_hosts: gdal.allowed_private_hosts.clone(),
@@ -299,9 +299,9 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         #[cfg(feature = "upstream")]
         SourceSpec::Wms(w) => Arc::new(WmsSource::open(w, policy())?),
         #[cfg(feature = "upstream")]
-        SourceSpec::Xyz(x) => Arc::new(TileSource::open_xyz(x, policy())?),
+        SourceSpec::Xyz(x) => Arc::new(crate::upstream::tiles::open_xyz(x, policy())?),
         #[cfg(feature = "upstream")]
-        SourceSpec::Wmts(w) => Arc::new(TileSource::open_wmts(w, policy())?),
+        SourceSpec::Wmts(w) => Arc::new(crate::upstream::tiles::open_wmts(w, policy())?),
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
         #[cfg(feature = "vector")]
         SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),

@@ -65,7 +65,7 @@ pub(crate) fn geo_transform(bbox: &BBox, width: usize, height: usize) -> [f64; 6
 
 /// Warps an RGBA image covering `bbox` in `crs` into the window `req`
 /// asks for (alpha is carried as the validity), with `resampling`.
-#[cfg(feature = "upstream")]
+#[cfg(any(feature = "upstream", feature = "archive"))]
 pub(crate) fn warp_rgba(
     image: &tessera_image::RgbaImage,
     bbox: &BBox,

@@ -607,7 +607,7 @@ fn from_bands(
 /// An upstream service opened once, asked for each value.
 enum Upstream {
     Wms(tessera_source::WmsSource),
-    Tiles(tessera_source::TileSource),
+    Tiles(tessera_source::TiledSource),
 }
 
 /// Combinations of the values of an upstream service's dimensions: each
@@ -631,12 +631,12 @@ fn upstream(
         SourceSpec::Wms(spec) => {
             Upstream::Wms(tessera_source::WmsSource::open(spec, policy).map_err(failed)?)
         }
-        SourceSpec::Xyz(spec) => {
-            Upstream::Tiles(tessera_source::TileSource::open_xyz(spec, policy).map_err(failed)?)
-        }
-        SourceSpec::Wmts(spec) => {
-            Upstream::Tiles(tessera_source::TileSource::open_wmts(spec, policy).map_err(failed)?)
-        }
+        SourceSpec::Xyz(spec) => Upstream::Tiles(
+            tessera_source::upstream::tiles::open_xyz(spec, policy).map_err(failed)?,
+        ),
+        SourceSpec::Wmts(spec) => Upstream::Tiles(
+            tessera_source::upstream::tiles::open_wmts(spec, policy).map_err(failed)?,
+        ),
         _ => return Err("values passed on need an upstream WMS, WMTS or XYZ source".into()),
     };
     if let Upstream::Tiles(tiles) = &opened

@@ -1,7 +1,6 @@
 //! Byte ranges of an archive, wherever it lies: a local file (read with
 //! `pread`, reopened when the path names another file), an HTTP(S) URL
-//! (range requests by the upstream client: timeouts, retries, the egress
-//! guard), or an object (implemented by the server).
+//! (`http_bytes.rs`), or an object (implemented by the server).
 
 use std::fmt::Debug;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _};
@@ -9,8 +8,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-
-use crate::upstream::client::{HttpSettings, NetworkPolicy, UpstreamClient, redacted};
 
 thread_local! {
     /// Whether local reads on this thread may only take what the page
@@ -224,64 +221,6 @@ impl ArchiveBytes for LocalBytes {
 
     fn is_local(&self) -> bool {
         true
-    }
-}
-
-/// An archive at an HTTP(S) URL, read by range requests.
-#[derive(Debug)]
-pub struct HttpBytes {
-    url: reqwest::Url,
-    client: Arc<UpstreamClient>,
-}
-
-impl HttpBytes {
-    /// A reader of `url` (checked against the egress policy).
-    pub fn open(
-        url: &str,
-        settings: HttpSettings,
-        policy: NetworkPolicy,
-    ) -> Result<HttpBytes, String> {
-        let url = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-        let client = UpstreamClient::new(
-            &url,
-            settings,
-            policy,
-            &std::collections::BTreeMap::new(),
-            None,
-        )?;
-        Ok(HttpBytes {
-            url,
-            client: Arc::new(client),
-        })
-    }
-}
-
-impl ArchiveBytes for HttpBytes {
-    fn read(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Ranged, String>> {
-        let asked = self.client.get_range(self.url.clone(), offset, len);
-        let name = redacted(&self.url);
-        Box::pin(async move {
-            let fetched = asked.await.map_err(|e| format!("{name}: {e}"))?;
-            if fetched.status != 206 {
-                return Err(format!(
-                    "{name} answered {} to a range request",
-                    fetched.status
-                ));
-            }
-            let mut bytes = fetched.body;
-            let most = usize::try_from(len).unwrap_or(usize::MAX);
-            if bytes.len() > most {
-                bytes.truncate(most);
-            }
-            Ok(Ranged {
-                bytes,
-                version: fetched.etag,
-            })
-        })
-    }
-
-    fn name(&self) -> String {
-        redacted(&self.url)
     }
 }
 

@@ -3,8 +3,9 @@
 //! ranges read by what the server opens: it holds the stores'
 //! credentials).
 //!
-//! An archive is a [`TileSource`] whose tiles come from the archive instead
-//! of URLs: a layer tiled in the archive's grid (WebMercatorQuad) in its
+//! An archive is a [`TiledSource`] whose tiles come from the archive
+//! ([`ArchiveTiles`], a [`TileFetch`]) instead of URLs: a layer tiled in
+//! the archive's grid (WebMercatorQuad) in its
 //! format passes the stored bytes through (vector tiles kept
 //! gzip-compressed, as tessera keeps them); any other read (another grid or
 //! CRS, a WMS map) decodes and warps the archive's raster tiles like an
@@ -12,7 +13,10 @@
 //! attribution, `vector_layers`) is its [`TileMetadata`].
 
 mod bytes;
+#[cfg(feature = "vector")]
 mod draw;
+#[cfg(feature = "upstream")]
+mod http_bytes;
 mod mbtiles;
 mod pmtiles;
 
@@ -20,17 +24,17 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use std::sync::atomic::AtomicBool;
+
 use ::bytes::Bytes;
 use serde::Deserialize;
-use tessera_grid::{TileCoord, TileFormat};
+use tessera_grid::{TileCoord, TileFormat, TileMatrixSet};
 
-pub use self::bytes::{
-    ArchiveBytes, HttpBytes, LocalBytes, Ranged, WOULD_WAIT_MESSAGE, without_waiting,
-};
-pub(crate) use self::draw::draw as draw_vector_tiles;
-use crate::upstream::client::{HttpSettings, NetworkPolicy};
-use crate::upstream::tiles::TileSource;
-use crate::{Resampling, SourceError, TileMetadata};
+pub use self::bytes::{ArchiveBytes, LocalBytes, Ranged, WOULD_WAIT_MESSAGE, without_waiting};
+#[cfg(feature = "upstream")]
+pub use self::http_bytes::HttpBytes;
+use crate::tiled::{Pyramid, TileFetch, TiledSource, lonlat_of};
+use crate::{Crs, HttpSettings, NetworkPolicy, Resampling, SourceError, TileMetadata};
 
 /// Bytes of directories a PMTiles reader keeps by default (32 MiB).
 const DEFAULT_DIRECTORY_CACHE_BYTES: u64 = 32 << 20;
@@ -90,7 +94,8 @@ pub struct ArchiveSpec {
     pub download_dir: Option<String>,
     /// How a vector archive is drawn into pictures (PNG tiles in another
     /// grid, maps): rules as a vector source takes them (default: a blue
-    /// outline over a translucent fill).
+    /// outline over a translucent fill). Built with the `vector` feature.
+    #[cfg(feature = "vector")]
     #[serde(default)]
     pub style: Vec<tessera_carto::style::Rule>,
     /// Seconds between looks (a `stat`, or one request for an archive
@@ -214,7 +219,7 @@ pub fn open(
     spec: &ArchiveSpec,
     policy: NetworkPolicy,
     object: Option<Arc<dyn ArchiveBytes>>,
-) -> Result<TileSource, SourceError> {
+) -> Result<TiledSource, SourceError> {
     let open_err = |message: String| SourceError::Open {
         path: spec.path.clone(),
         source: message.into(),
@@ -236,9 +241,17 @@ pub fn open(
     }
     let bytes: Option<Arc<dyn ArchiveBytes>> = match (spec.place(), object) {
         (_, Some(o)) => Some(o),
+        #[cfg(feature = "upstream")]
         (Place::Http, None) => Some(Arc::new(
             HttpBytes::open(&spec.path, spec.http.clone(), policy).map_err(open_err)?,
         )),
+        #[cfg(not(feature = "upstream"))]
+        (Place::Http, None) => {
+            drop(policy);
+            return Err(open_err(
+                "archives over HTTP are read with the `upstream` feature, not built in".into(),
+            ));
+        }
         (Place::Object, None) => {
             return Err(open_err(
                 "an archive in an object store is opened by the server (tessera serve)".into(),
@@ -270,19 +283,149 @@ pub fn open(
             Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, remote).map_err(open_err)?)
         }
     };
-    tessera_carto::style::check_rules(&spec.style).map_err(open_err)?;
+    let tiles = ArchiveTiles {
+        name: spec.path.clone(),
+        #[cfg(feature = "vector")]
+        rules: rules_of(spec).map_err(open_err)?,
+        archive,
+    };
+    let metadata = tiles.archive.metadata().clone();
+    let crs = Crs::parse("EPSG:3857")?;
+    // Raster tiles of 512 pixels (or more) cut the same tiles with more
+    // pixels: the HiDPI twin of the grid (`WebMercatorQuad@2x`).
+    let grid = match sample_width(tiles.archive.as_ref(), &metadata) {
+        Some(w) if w > 256 && w % 256 == 0 => TileMatrixSet::web_mercator_quad().scaled(w / 256),
+        _ => TileMatrixSet::web_mercator_quad(),
+    };
+    let lonlat = match metadata.bounds {
+        Some(b) => b,
+        None => lonlat_of(&grid, &crs)?,
+    };
+    let pyramid = Pyramid {
+        grid,
+        crs,
+        zooms: (metadata.min_zoom, metadata.max_zoom),
+        format: metadata.format,
+        lonlat,
+    };
+    Ok(
+        TiledSource::new(spec.path.clone(), Arc::new(tiles), pyramid, spec.resampling)
+            .with_metadata(metadata),
+    )
+}
+
+/// The rules a vector archive is drawn with: its `style:` checked, or the
+/// default.
+#[cfg(feature = "vector")]
+fn rules_of(spec: &ArchiveSpec) -> Result<Vec<tessera_carto::style::Rule>, String> {
+    tessera_carto::style::check_rules(&spec.style)?;
     if spec.style.iter().any(|r| r.label.is_some()) {
-        return Err(open_err(
+        return Err(
             "labels are drawn for vector sources only, not for tile archives drawn as images"
                 .into(),
-        ));
+        );
     }
-    let rules = if spec.style.is_empty() {
+    Ok(if spec.style.is_empty() {
         draw::default_rules()
     } else {
         spec.style.clone()
+    })
+}
+
+/// An archive's tiles for a [`TiledSource`]: read by coordinates of
+/// WebMercatorQuad (or its `@2x` twin: the same tiles), vector tiles drawn
+/// with the layer's rules.
+#[derive(Debug)]
+pub struct ArchiveTiles {
+    /// The archive's path, for messages.
+    name: String,
+    archive: Arc<dyn TileArchive>,
+    /// How vector tiles are drawn into pictures.
+    #[cfg(feature = "vector")]
+    rules: Vec<tessera_carto::style::Rule>,
+}
+
+impl TileFetch for ArchiveTiles {
+    fn tiles(
+        &self,
+        _grid: &TileMatrixSet,
+        coords: &[TileCoord],
+        _cancel: Option<&AtomicBool>,
+    ) -> Result<Vec<Option<Bytes>>, SourceError> {
+        self.archive.tiles(coords)
+    }
+
+    fn describe(&self, _grid: &TileMatrixSet, coord: TileCoord) -> String {
+        self.archive.describe(coord)
+    }
+
+    fn is_local(&self) -> bool {
+        self.archive.is_local()
+    }
+
+    fn version_now(&self) -> Option<Result<Option<String>, SourceError>> {
+        Some(
+            self.archive
+                .version_now()
+                .map_err(|message| SourceError::Upstream {
+                    url: self.name.clone(),
+                    message,
+                }),
+        )
+    }
+
+    #[cfg(feature = "vector")]
+    fn draw(
+        &self,
+        tiles: &[(TileCoord, Bytes)],
+        grid: &TileMatrixSet,
+        crs: &Crs,
+        request: &crate::WindowRequest<'_>,
+        zoom: f64,
+    ) -> Option<Result<tessera_image::Raster, SourceError>> {
+        Some(
+            draw::draw(tiles, grid, crs, request, &self.rules, zoom).map_err(|message| {
+                SourceError::Upstream {
+                    url: self.name.clone(),
+                    message,
+                }
+            }),
+        )
+    }
+}
+
+/// The width in pixels of a raster archive's tile at its centre (or the
+/// middle of its bounds) at its lowest zoom; `None` for vector tiles, or
+/// when there is no tile there or it says no size.
+fn sample_width(archive: &dyn TileArchive, meta: &TileMetadata) -> Option<u32> {
+    if meta.format == TileFormat::Mvt {
+        return None;
+    }
+    let (lon, lat) = match (meta.center, meta.bounds) {
+        (Some((lon, lat, _)), _) => (lon, lat),
+        (None, Some(b)) => (
+            f64::midpoint(b.min_x, b.max_x),
+            f64::midpoint(b.min_y, b.max_y),
+        ),
+        (None, None) => (0.0, 0.0),
     };
-    TileSource::open_archive(spec.path.clone(), archive, spec.resampling, rules)
+    let z = meta.min_zoom;
+    let n = f64::from(1u32 << z);
+    let lat = lat.clamp(-85.0511, 85.0511).to_radians();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to the matrix
+    let (x, y) = (
+        (((lon + 180.0) / 360.0 * n).floor().clamp(0.0, n - 1.0)) as u32,
+        (((1.0 - lat.tan().asinh() / std::f64::consts::PI) / 2.0 * n)
+            .floor()
+            .clamp(0.0, n - 1.0)) as u32,
+    );
+    let tile = archive
+        .tiles(&[TileCoord::restored(z, x, y)])
+        .ok()?
+        .pop()??;
+    tessera_image::declared_size(&tile, TileFormat::sniff(&tile).unwrap_or(meta.format))
+        .ok()
+        .map(|(w, _)| w)
 }
 
 /// `bytes` gzip-compressed (as tessera keeps vector tiles) unless they are
@@ -335,6 +478,7 @@ mod tests {
             directory_cache_bytes: 1,
             resampling: Resampling::default(),
             download_dir: None,
+            #[cfg(feature = "vector")]
             style: Vec::new(),
             check_secs: DEFAULT_CHECK_SECS,
             settle_secs: DEFAULT_SETTLE_SECS,

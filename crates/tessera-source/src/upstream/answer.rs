@@ -2,11 +2,11 @@
 //! credentials, and how an upstream's answer becomes pixels or an error.
 
 use serde::Deserialize;
-use tessera_image::{BandData, Raster};
 
-use super::client::{FetchError, Fetched, excerpt, redacted};
+use super::client::{FetchError, Fetched, redacted};
 use super::xml::{exception_text, is_xml};
-use crate::{Crs, SourceError};
+use crate::SourceError;
+use crate::excerpt;
 
 /// User name and password sent with every request (HTTP basic auth).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -16,25 +16,6 @@ pub struct BasicAuth {
     pub user: String,
     /// Password (use `${ENV}`).
     pub password: String,
-}
-
-/// A window with no valid pixel.
-pub(crate) fn empty(width: u32, height: u32) -> Raster {
-    let n = width as usize * height as usize;
-    Raster {
-        width,
-        height,
-        bands: (0..3).map(|_| BandData::U8(vec![0; n])).collect(),
-        valid: vec![0; n],
-    }
-}
-
-/// Whether a box in `b` is the same box in `a` (axis order aside, which
-/// the request takes care of): the same CRS, or WGS 84 as EPSG:4326 and as
-/// OGC:CRS84.
-pub(crate) fn same_coordinates(a: &Crs, b: &Crs) -> bool {
-    let wgs84 = |c: &Crs| matches!(c.id.as_str(), "EPSG:4326" | "OGC:CRS84");
-    a.id == b.id || (wgs84(a) && wgs84(b))
 }
 
 /// The source error an upstream request's failure means: 503 with

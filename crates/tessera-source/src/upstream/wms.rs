@@ -9,7 +9,7 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{Raster, RgbaImage, decode};
 
-use super::answer::{BasicAuth, empty, fetch_error, refuse_non_image, same_coordinates};
+use super::answer::{BasicAuth, fetch_error, refuse_non_image};
 use super::client::{HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted};
 use super::xml::{self, exception_text};
 use crate::warp::warp_rgba;
@@ -340,7 +340,7 @@ impl WmsSource {
         let (name, same) = self
             .offered
             .iter()
-            .find(|(_, c)| same_coordinates(c, request.crs))?;
+            .find(|(_, c)| c.same_coordinates(request.crs))?;
         Some(self.get_map_url(&request.bbox, (name, same), request.width, request.height))
     }
 }
@@ -379,7 +379,11 @@ impl Source for WmsSource {
             .extent_in(request.crs)
             .and_then(|extent| request.bbox.intersection(&extent))
         else {
-            return Ok(empty(request.width, request.height));
+            return Ok(crate::warp::empty_raster(
+                &self.info,
+                request.width,
+                request.height,
+            ));
         };
         let bbox = request
             .crs

@@ -8,7 +8,7 @@
 //! of nodes is capped, and text kept from a document for messages is cut to
 //! [`EXCERPT_CHARS`](super::client::EXCERPT_CHARS) and escaped.
 
-use super::client::excerpt;
+use crate::excerpt;
 
 /// Most nodes (elements, text, attributes' owners) one upstream document
 /// may have; a capabilities document of a few thousand layers has far fewer.
