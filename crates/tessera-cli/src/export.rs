@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Args;
 use tessera_server::export::{Destination, ExportOptions, export};
-use tessera_server::tessera_store::archive::ArchiveFormat;
+use tessera_server::tessera_archive::ArchiveFormat;
 use tessera_server::tessera_store::upload::UploadOptions;
 
 use crate::area::AreaArgs;

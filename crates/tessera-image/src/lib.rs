@@ -4,7 +4,9 @@
 //! The data path through this crate is `Raster` (bands as read and warped by
 //! a source) → [`Style::apply`] → [`RgbaImage`] → [`encode`] of an
 //! [`ImageView`]. Views borrow rows of a larger image with a stride, so a
-//! metatile can be cut into tiles without copying sub-images.
+//! metatile can be cut into tiles without copying sub-images. Every gzip
+//! stream tessera unpacks (vector tiles, archive sections) goes through
+//! [`inflate`], bounded.
 
 pub mod band_math;
 mod buffer;
@@ -12,6 +14,7 @@ mod color;
 mod decode;
 mod encode;
 pub mod expression;
+pub mod inflate;
 mod plain_png;
 mod style;
 

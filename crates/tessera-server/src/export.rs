@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::ObjectStore;
-use tessera_grid::TileCoord;
+use tessera_archive::{ArchiveFormat, ArchiveWriter, TileMetadata, WriteError, archive_order};
 use tessera_grid::mercator;
-use tessera_store::archive::{ArchiveFormat, ArchiveInfo, ArchiveWriter, archive_order};
+use tessera_grid::{BBox, TileCoord};
 use tessera_store::object::open_url;
 use tessera_store::upload::{Upload, UploadOptions, verify};
 use tessera_store::{StoreError, TileKey, TileStore};
@@ -117,9 +117,12 @@ pub enum ExportError {
     /// The destination is not usable.
     #[error("destination: {0}")]
     Destination(String),
-    /// Reading a tile or writing the archive failed.
+    /// Reading a tile failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Writing the archive failed.
+    #[error(transparent)]
+    Archive(#[from] WriteError),
     /// The cache holds none of the planned tiles.
     #[error(
         "the cache holds none of the {0} planned tiles: seed them first or pass --render-missing"
@@ -280,7 +283,7 @@ fn check(plan: &TilePlan, format: ArchiveFormat) -> Result<(), ExportError> {
 
 /// Name, bounds, zooms and centre of the archive: the planned tiles' area
 /// within the layer's extent.
-fn archive_info(plan: &TilePlan) -> ArchiveInfo {
+fn archive_info(plan: &TilePlan) -> TileMetadata {
     let tms = &plan.grid.tms;
     let min_zoom = plan.ranges.iter().map(|r| r.z).min().unwrap_or(0);
     let max_zoom = plan.ranges.iter().map(|r| r.z).max().unwrap_or(0);
@@ -305,8 +308,8 @@ fn archive_info(plan: &TilePlan) -> ArchiveInfo {
         }
     }
     let zoom = plan.layer.center_zoom(&plan.grid).clamp(min_zoom, max_zoom);
-    ArchiveInfo {
-        name: plan.layer.name.clone(),
+    TileMetadata {
+        name: Some(plan.layer.name.clone()),
         description: Some(
             plan.layer
                 .description
@@ -315,21 +318,27 @@ fn archive_info(plan: &TilePlan) -> ArchiveInfo {
         ),
         attribution: plan.layer.attribution.clone(),
         format: plan.format,
-        bounds: [w, s, e, n],
-        center: (f64::midpoint(w, e), f64::midpoint(s, n), zoom),
+        bounds: Some(BBox {
+            min_x: w,
+            min_y: s,
+            max_x: e,
+            max_y: n,
+        }),
+        center: Some((f64::midpoint(w, e), f64::midpoint(s, n), zoom)),
         min_zoom,
         max_zoom,
         vector_layers: plan
             .format
             .is_vector()
             .then(|| plan.layer.vector_layers(min_zoom, max_zoom)),
+        version: None,
     }
 }
 
 async fn write_in_background(
     plan: &TilePlan,
     store: Arc<dyn TileStore>,
-    info: &ArchiveInfo,
+    info: &TileMetadata,
     options: &ExportOptions,
     path: &Path,
     progress: impl FnMut(u64) + Send + 'static,
@@ -358,7 +367,7 @@ struct Written {
 fn write_archive(
     plan: &TilePlan,
     store: &dyn TileStore,
-    info: &ArchiveInfo,
+    info: &TileMetadata,
     format: ArchiveFormat,
     threads: usize,
     path: &Path,

@@ -33,6 +33,7 @@ pub mod truncate;
 
 pub use config::{Config, ConfigError};
 pub use service::{LayerSelection, Mode, Service};
+pub use tessera_archive;
 pub use tessera_grid;
 pub use tessera_image;
 pub use tessera_store;

@@ -19,7 +19,7 @@ use gdal::vector::LayerAccess;
 use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use serde_json::{Value, json};
 
-use tessera_source::archive::ArchiveKind;
+use tessera_source::archive::ArchiveFormat;
 use tessera_source::{GdalSettings, Source, SourceSpec};
 
 use crate::config::{Config, ConfigError, clean_name, default_vector_rule};
@@ -50,7 +50,7 @@ pub fn config_for_files(paths: &[PathBuf], watch: bool) -> Result<Config, Config
             layers.push(database_entry(&written, watch, &mut names));
             continue;
         }
-        if let Some(kind) = ArchiveKind::of_path(&written) {
+        if let Some(kind) = ArchiveFormat::of_path(&written) {
             let name = names.claim(&base, &written)?;
             let (layer, location, source) = archive_layer(&written, kind, &name)?;
             layers.push(layer);
@@ -176,7 +176,7 @@ fn database_entry(url: &str, watch: bool, names: &mut Names) -> Value {
 /// the archive's location and the source opened to read its metadata.
 fn archive_layer(
     written: &str,
-    kind: ArchiveKind,
+    kind: ArchiveFormat,
     name: &str,
 ) -> Result<(Value, String, Arc<dyn Source>), ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid(format!("{written}: {reason}"));

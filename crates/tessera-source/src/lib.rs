@@ -17,7 +17,6 @@ mod error;
 mod features;
 mod gdal;
 mod http_settings;
-pub mod inflate;
 pub mod local_file;
 mod location;
 mod mosaic;
@@ -42,6 +41,8 @@ pub use location::{LocationPolicy, check_location};
 pub use mosaic::{MosaicReport, MosaicSource, MosaicSpec, wildcard};
 pub use settings::{GdalSettings, configure_gdal, forget_network_cache, register_static_file};
 pub use spec::{SourceSpec, open_source};
+pub use tessera_grid::TileMetadata;
+pub use tessera_image::inflate;
 #[cfg(any(feature = "upstream", feature = "archive"))]
 pub use tiled::{TileFetch, TiledSource};
 #[cfg(feature = "upstream")]
@@ -75,31 +76,6 @@ pub struct SourceInfo {
     pub lonlat_bounds: BBox,
     /// Native pixel size, in native CRS units.
     pub native_resolution: f64,
-}
-
-/// What a tile archive says about itself, for capabilities and TileJSON.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TileMetadata {
-    /// The format of its tiles.
-    pub format: TileFormat,
-    /// Its lowest zoom.
-    pub min_zoom: u8,
-    /// Its highest zoom.
-    pub max_zoom: u8,
-    /// Its extent in longitude/latitude, when it says.
-    pub bounds: Option<BBox>,
-    /// Longitude, latitude and zoom of its centre, when it says.
-    pub center: Option<(f64, f64, u8)>,
-    /// Its name.
-    pub name: Option<String>,
-    /// Its description.
-    pub description: Option<String>,
-    /// Its attribution (HTML, as TileJSON carries it).
-    pub attribution: Option<String>,
-    /// Its vector layers (TileJSON's `vector_layers`), for vector tiles.
-    pub vector_layers: Option<serde_json::Value>,
-    /// The version it was opened at (an `ETag`, a file's size and time).
-    pub version: Option<String>,
 }
 
 /// A request for pixels: `width` x `height` pixels covering `bbox` in `crs`.

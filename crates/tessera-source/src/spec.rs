@@ -8,7 +8,7 @@ use serde::Deserialize;
 #[cfg(any(feature = "upstream", feature = "archive"))]
 use crate::NetworkPolicy;
 #[cfg(feature = "archive")]
-use crate::archive::{ArchiveKind, ArchiveSpec, Place};
+use crate::archive::{ArchiveFormat, ArchiveSpec, Place};
 use crate::{
     GdalSettings, GdalSource, GdalSourceSpec, MosaicSource, MosaicSpec, Source, SourceError,
 };
@@ -43,7 +43,7 @@ pub enum SourceSpec {
     PostgisAuto(Box<PostgisAutoSpec>),
     /// A tile archive (`type: pmtiles` or `type: mbtiles`).
     #[cfg(feature = "archive")]
-    Archive(ArchiveKind, Box<ArchiveSpec>),
+    Archive(ArchiveFormat, Box<ArchiveSpec>),
 }
 
 impl SourceSpec {
@@ -252,9 +252,9 @@ impl<'de> Deserialize<'de> for SourceSpec {
             #[cfg(feature = "archive")]
             "pmtiles" | "mbtiles" => {
                 let archive = if kind == "pmtiles" {
-                    ArchiveKind::Pmtiles
+                    ArchiveFormat::Pmtiles
                 } else {
-                    ArchiveKind::Mbtiles
+                    ArchiveFormat::Mbtiles
                 };
                 serde_json::from_value(value)
                     .map(|a| SourceSpec::Archive(archive, Box::new(a)))

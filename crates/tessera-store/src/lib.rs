@@ -6,7 +6,6 @@
 //! [`JournalStore`], [`MbtilesStore`]) and a shared conformance suite
 //! (feature `conformance`) that every backend's tests call.
 
-pub mod archive;
 pub mod cluster;
 #[cfg(feature = "conformance")]
 pub mod conformance;

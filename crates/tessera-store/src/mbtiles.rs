@@ -20,6 +20,8 @@ use serde::Deserialize;
 
 use tessera_grid::{TileCoord, TileFormat};
 
+use tessera_archive::mbtiles;
+
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir, read_recorded};
 use crate::{
     Durability, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
@@ -291,12 +293,6 @@ impl MbtilesStore {
     }
 }
 
-/// The MBTiles 1.3 tables and indexes (created when missing).
-pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS metadata (name TEXT, value TEXT);
-     CREATE UNIQUE INDEX IF NOT EXISTS metadata_name ON metadata (name);
-     CREATE TABLE IF NOT EXISTS tiles (zoom_level INTEGER, tile_column INTEGER, tile_row INTEGER, tile_data BLOB);
-     CREATE UNIQUE INDEX IF NOT EXISTS tile_index ON tiles (zoom_level, tile_column, tile_row);";
-
 /// Whether `e` says the file cannot be written at all (read-only file
 /// system or file, no permission), rather than that it is busy.
 fn cannot_write(e: &rusqlite::Error) -> bool {
@@ -360,7 +356,7 @@ fn open_writer(
     // file would otherwise both find the stamp column missing and both add
     // it (the second failing on a duplicate column).
     let setup = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
-    setup.execute_batch(SCHEMA)?;
+    setup.execute_batch(mbtiles::SCHEMA)?;
     // When each tile was stored, for expiry and Last-Modified. MBTiles
     // readers ignore columns they do not know; a `tiles` view (a file made
     // by another tool) cannot take one and is left as it is.
@@ -376,7 +372,7 @@ fn open_writer(
         ("name", key.layer.as_str()),
         ("format", key.format.archive_name()),
         ("type", "baselayer"),
-        ("version", "1.3"),
+        ("version", mbtiles::VERSION),
         ("description", key.grid.as_str()),
     ] {
         setup.execute(

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::bytes::{ArchiveBytes, Ranged};
 use crate::upstream::client::{UpstreamClient, redacted};
 use crate::{HttpSettings, NetworkPolicy};
+use tessera_archive::bytes::{ArchiveBytes, Ranged};
 
 /// An archive at an HTTP(S) URL, read by range requests.
 #[derive(Debug)]

@@ -12,53 +12,34 @@
 //! upstream's. What the archive says about itself (zooms, bounds, centre,
 //! attribution, `vector_layers`) is its [`TileMetadata`].
 
-mod bytes;
 #[cfg(feature = "vector")]
 mod draw;
 #[cfg(feature = "upstream")]
 mod http_bytes;
-mod mbtiles;
-mod pmtiles;
 
 use std::collections::BTreeMap;
-use std::fmt::Debug;
 use std::sync::Arc;
-
 use std::sync::atomic::AtomicBool;
 
 use ::bytes::Bytes;
 use serde::Deserialize;
 use tessera_grid::{TileCoord, TileFormat, TileMatrixSet};
 
-pub use self::bytes::{ArchiveBytes, LocalBytes, Ranged, WOULD_WAIT_MESSAGE, without_waiting};
 #[cfg(feature = "upstream")]
 pub use self::http_bytes::HttpBytes;
 use crate::tiled::{Pyramid, TileFetch, TiledSource, lonlat_of};
 use crate::{Crs, HttpSettings, NetworkPolicy, Resampling, SourceError, TileMetadata};
+pub use tessera_archive::bytes::{
+    ArchiveBytes, LocalBytes, Ranged, WOULD_WAIT_MESSAGE, without_waiting,
+};
+pub use tessera_archive::{ArchiveFormat, TileArchive};
+use tessera_archive::{mbtiles, pmtiles};
 
 /// Bytes of directories a PMTiles reader keeps by default (32 MiB).
 const DEFAULT_DIRECTORY_CACHE_BYTES: u64 = 32 << 20;
 
 fn default_directory_cache_bytes() -> u64 {
     DEFAULT_DIRECTORY_CACHE_BYTES
-}
-
-/// Most bytes of one tile read from an archive (a PMTiles range, an
-/// MBTiles blob): a longer one is refused before it is read.
-pub const MAX_TILE_BYTES: usize = 64 << 20;
-
-/// Most bytes of archive metadata read (an MBTiles value, a PMTiles
-/// metadata section once unpacked): a planet's is some kilobytes.
-pub const MAX_METADATA_BYTES: u64 = 16 << 20;
-
-/// `text` quoted for a message, cut to its first 80 characters (with its
-/// length) when longer: a broken value is named, not repeated.
-fn quoted(text: &str) -> String {
-    const SHOWN: usize = 80;
-    match text.char_indices().nth(SHOWN) {
-        None => format!("{text:?}"),
-        Some((end, _)) => format!("{:?}... ({} bytes)", &text[..end], text.len()),
-    }
 }
 
 /// Seconds between looks at whether an archive was replaced.
@@ -129,38 +110,6 @@ fn default_max_copy_bytes() -> u64 {
     32 << 30
 }
 
-/// Which kind of archive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArchiveKind {
-    /// A PMTiles v3 file.
-    Pmtiles,
-    /// An MBTiles SQLite database.
-    Mbtiles,
-}
-
-impl ArchiveKind {
-    /// The kind, as written in `type`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ArchiveKind::Pmtiles => "pmtiles",
-            ArchiveKind::Mbtiles => "mbtiles",
-        }
-    }
-
-    /// The kind a file name's extension says (`.pmtiles`, `.mbtiles`).
-    pub fn of_path(path: &str) -> Option<ArchiveKind> {
-        let name = path.split(['?', '#']).next().unwrap_or_default();
-        let lower = name.to_ascii_lowercase();
-        if lower.ends_with(".pmtiles") {
-            Some(ArchiveKind::Pmtiles)
-        } else if lower.ends_with(".mbtiles") {
-            Some(ArchiveKind::Mbtiles)
-        } else {
-            None
-        }
-    }
-}
-
 /// Where an archive lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
@@ -187,35 +136,11 @@ impl ArchiveSpec {
     }
 }
 
-/// An archive's tiles, by coordinates of its grid (rows from the top).
-pub trait TileArchive: Send + Sync + Debug {
-    /// The tiles at `coords`: their bytes as stored (vector tiles
-    /// gzip-compressed), `None` where the archive has none.
-    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError>;
-
-    /// The archive and the tile, for messages.
-    fn describe(&self, coord: TileCoord) -> String;
-
-    /// What the archive says about itself, as opened.
-    fn metadata(&self) -> &TileMetadata;
-
-    /// The archive's version now, looked up again (a local file's `stat`,
-    /// a remote archive's one-byte range read or `HEAD`): a version other
-    /// than the metadata's says the archive was replaced since it was
-    /// opened.
-    fn version_now(&self) -> Result<Option<String>, String>;
-
-    /// Whether its tiles are read from a local file (no network) by reads
-    /// that honour [`without_waiting`]: then they may be tried on the
-    /// caller's thread.
-    fn is_local(&self) -> bool;
-}
-
 /// Opens the archive `spec` names as a source. `object` reads an archive
 /// in an object store (the server opens it with the stores' credentials);
 /// an object path without it is refused.
 pub fn open(
-    kind: ArchiveKind,
+    kind: ArchiveFormat,
     spec: &ArchiveSpec,
     policy: NetworkPolicy,
     object: Option<Arc<dyn ArchiveBytes>>,
@@ -260,18 +185,21 @@ pub fn open(
         (Place::Local, None) => None,
     };
     let archive: Arc<dyn TileArchive> = match kind {
-        ArchiveKind::Pmtiles => {
+        ArchiveFormat::Pmtiles => {
             let bytes = match bytes {
                 Some(b) => b,
                 None => Arc::new(LocalBytes::open(&spec.path).map_err(open_err)?),
             };
-            Arc::new(pmtiles::Pmtiles::open(bytes, spec.directory_cache_bytes).map_err(open_err)?)
+            Arc::new(
+                pmtiles::read::Pmtiles::open(bytes, spec.directory_cache_bytes)
+                    .map_err(open_err)?,
+            )
         }
-        ArchiveKind::Mbtiles => {
+        ArchiveFormat::Mbtiles => {
             let (local, remote) = match bytes {
                 None => (std::path::PathBuf::from(&spec.path), None),
                 Some(b) => {
-                    let (copy, version) = mbtiles::download(
+                    let (copy, version) = mbtiles::read::download(
                         b.as_ref(),
                         spec.download_dir.as_deref(),
                         spec.max_copy_bytes,
@@ -280,7 +208,7 @@ pub fn open(
                     (copy, Some((b, version)))
                 }
             };
-            Arc::new(mbtiles::Mbtiles::open(&local, &spec.path, remote).map_err(open_err)?)
+            Arc::new(mbtiles::read::Mbtiles::open(&local, &spec.path, remote).map_err(open_err)?)
         }
     };
     let tiles = ArchiveTiles {
@@ -352,7 +280,13 @@ impl TileFetch for ArchiveTiles {
         coords: &[TileCoord],
         _cancel: Option<&AtomicBool>,
     ) -> Result<Vec<Option<Bytes>>, SourceError> {
-        self.archive.tiles(coords)
+        self.archive
+            .tiles(coords)
+            // A 502 for the tile: the archive failed, as an upstream may.
+            .map_err(|e| SourceError::Upstream {
+                url: e.archive,
+                message: e.message,
+            })
     }
 
     fn describe(&self, _grid: &TileMatrixSet, coord: TileCoord) -> String {
@@ -428,49 +362,12 @@ fn sample_width(archive: &dyn TileArchive, meta: &TileMetadata) -> Option<u32> {
         .map(|(w, _)| w)
 }
 
-/// `bytes` gzip-compressed (as tessera keeps vector tiles) unless they are
-/// already.
-fn gzipped(bytes: Bytes) -> Result<Bytes, std::io::Error> {
-    use std::io::Write as _;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes);
-    }
-    let mut encoder = flate2::write::GzEncoder::new(
-        Vec::with_capacity(bytes.len() / 2 + 64),
-        flate2::Compression::fast(),
-    );
-    encoder.write_all(&bytes)?;
-    encoder.finish().map(Bytes::from)
-}
-
-/// The tile format of an archive's tile type name (`png`, `jpg`, `pbf`...).
-fn format_named(name: &str) -> Option<TileFormat> {
-    match name.trim().to_ascii_lowercase().as_str() {
-        "pbf" | "mvt" | "application/x-protobuf" | "application/vnd.mapbox-vector-tile" => {
-            Some(TileFormat::Mvt)
-        }
-        "png" | "image/png" => Some(TileFormat::Png),
-        "jpg" | "jpeg" | "image/jpeg" => Some(TileFormat::Jpeg),
-        "webp" | "image/webp" => Some(TileFormat::Webp),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn kinds_and_places_come_from_the_path() {
-        assert_eq!(
-            ArchiveKind::of_path("/a/b.PMTiles"),
-            Some(ArchiveKind::Pmtiles)
-        );
-        assert_eq!(
-            ArchiveKind::of_path("https://h/x.mbtiles?sig=1"),
-            Some(ArchiveKind::Mbtiles)
-        );
-        assert_eq!(ArchiveKind::of_path("x.tif"), None);
+    fn places_come_from_the_path() {
         let spec = |path: &str| ArchiveSpec {
             path: path.into(),
             options: BTreeMap::new(),
@@ -487,16 +384,5 @@ mod tests {
         assert_eq!(spec("/data/x.pmtiles").place(), Place::Local);
         assert_eq!(spec("HTTPS://h/x.pmtiles").place(), Place::Http);
         assert_eq!(spec("s3://b/x.pmtiles").place(), Place::Object);
-        assert_eq!(format_named("pbf"), Some(TileFormat::Mvt));
-        assert_eq!(format_named("jpg"), Some(TileFormat::Jpeg));
-        assert_eq!(format_named("tiff"), None);
-    }
-
-    #[test]
-    fn vector_tiles_are_kept_gzipped_once() {
-        let raw = Bytes::from_static(b"\x1a\x05hello");
-        let packed = gzipped(raw.clone()).unwrap();
-        assert!(packed.starts_with(&[0x1f, 0x8b]));
-        assert_eq!(gzipped(packed.clone()).unwrap(), packed);
     }
 }

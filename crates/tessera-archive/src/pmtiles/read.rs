@@ -8,27 +8,22 @@ use std::io;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
-use pmtiles::{
-    AsyncBackend, AsyncPmTilesReader, BackendResponse, Compression, MokaCache, PmtError, PmtResult,
-    TileType,
-};
-use tessera_grid::{BBox, TileCoord, TileFormat};
+use pmtiles::{AsyncBackend, AsyncPmTilesReader, BackendResponse, MokaCache, PmtError, PmtResult};
+use tessera_grid::{TileCoord, TileFormat};
 
-use super::{ArchiveBytes, TileArchive, gzipped};
-use crate::{SourceError, TileMetadata};
+use crate::bytes::{ArchiveBytes, version_of};
+use crate::{ArchiveError, MAX_METADATA_BYTES, TileArchive, TileMetadata, packed_once};
 
 /// The longest read the reader may ask in one piece (a tile or a leaf
 /// directory): a corrupt directory naming gigabytes is refused, not
 /// allocated.
-const MAX_READ_BYTES: usize = super::MAX_TILE_BYTES;
+const MAX_READ_BYTES: usize = crate::MAX_TILE_BYTES;
 
 /// Most bytes a directory (the root or a leaf) may unpack to: 8 MiB is 2M
 /// entries at least, some twenty times a planet archive's largest leaf.
 /// The crate unpacks directories itself, without a bound; each one is
 /// unpacked here first, counting, and refused past this.
 pub const MAX_DIRECTORY_BYTES: u64 = 8 << 20;
-
-use super::MAX_METADATA_BYTES;
 
 /// Where the sections whose bytes the crate unpacks lie (from the header),
 /// and whether they are gzip-packed.
@@ -108,7 +103,7 @@ impl Backend {
                 .zip(usize::try_from(start.saturating_add(len)).ok())
                 .and_then(|(a, b)| bytes.get(a..b));
             if let (true, Some(root)) = (sections.gzip, root)
-                && let Err(e) = crate::inflate::gunzipped_len(root, MAX_DIRECTORY_BYTES)
+                && let Err(e) = tessera_image::inflate::gunzipped_len(root, MAX_DIRECTORY_BYTES)
             {
                 return refuse(format!("the root directory: {e}"));
             }
@@ -117,7 +112,7 @@ impl Backend {
         let Some(cap) = self.sections.get().and_then(|s| s.cap_of(offset)) else {
             return Ok(());
         };
-        match crate::inflate::gunzipped_len(bytes, cap) {
+        match tessera_image::inflate::gunzipped_len(bytes, cap) {
             Ok(_) => Ok(()),
             Err(e) => refuse(format!("the section at byte {offset}: {e}")),
         }
@@ -196,70 +191,18 @@ impl Pmtiles {
             ));
         }
         let reader = Self::reader(&bytes, cache_bytes).map_err(|e| format!("{name}: {e}"))?;
+        // The tile type is refused before the metadata is read.
         let header = reader.get_header();
-        let format = match header.tile_type {
-            TileType::Mvt => TileFormat::Mvt,
-            TileType::Png => TileFormat::Png,
-            TileType::Jpeg => TileFormat::Jpeg,
-            TileType::Webp => TileFormat::Webp,
-            other => {
-                return Err(format!(
-                    "{name}: tiles of type {other:?} are not served (png, jpeg, webp and mvt are)"
-                ));
-            }
-        };
-        match (format, header.tile_compression) {
-            (_, Compression::None) | (TileFormat::Mvt, Compression::Gzip) => {}
-            (_, other) => {
-                return Err(format!(
-                    "{name}: {format:?} tiles compressed as {other:?} are not served (vector tiles may be gzip-compressed; images not at all)"
-                ));
-            }
-        }
-        if header.min_zoom > header.max_zoom || header.max_zoom > 30 {
-            return Err(format!(
-                "{name}: zooms {}..{} in the header are not a zoom range",
-                header.min_zoom, header.max_zoom
-            ));
-        }
-        let bounds = BBox::new(
-            header.min_longitude.max(-180.0),
-            header.min_latitude.max(-90.0),
-            header.max_longitude.min(180.0),
-            header.max_latitude.min(90.0),
-        )
-        .ok();
+        super::format_of(header.tile_type, header.tile_compression)
+            .map_err(|e| format!("{name}: {e}"))?;
         let text = futures::executor::block_on(reader.get_metadata())
             .map_err(|e| format!("{name}: its metadata: {}", explain(&e)))?;
-        let json: serde_json::Value = if text.trim().is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::from_str(&text)
-                .map_err(|e| format!("{name}: its metadata is not JSON: {e}"))?
-        };
-        let word = |k: &str| {
-            json.get(k)
-                .and_then(|v| v.as_str())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
-        };
-        let metadata = TileMetadata {
-            format,
-            min_zoom: header.min_zoom,
-            max_zoom: header.max_zoom,
-            bounds,
-            center: Some((
-                header.center_longitude,
-                header.center_latitude,
-                header.center_zoom,
-            )),
-            name: word("name"),
-            description: word("description"),
-            attribution: word("attribution"),
-            vector_layers: json.get("vector_layers").cloned(),
-            version: super::bytes::version_of(bytes.as_ref()).ok().flatten(),
-        };
+        let metadata = super::read_metadata(
+            reader.get_header(),
+            &text,
+            version_of(bytes.as_ref()).ok().flatten(),
+        )
+        .map_err(|e| format!("{name}: {e}"))?;
         Ok(Pmtiles {
             bytes,
             cache_bytes,
@@ -295,10 +238,9 @@ impl Pmtiles {
 }
 
 impl TileArchive for Pmtiles {
-    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError> {
-        // A 502 for the tile: the archive failed, as an upstream may.
-        let failed = |message: String| SourceError::Upstream {
-            url: self.bytes.name(),
+    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, ArchiveError> {
+        let failed = |message: String| ArchiveError {
+            archive: self.bytes.name(),
             message,
         };
         let reader = self.current();
@@ -321,13 +263,16 @@ impl TileArchive for Pmtiles {
         }
         found
             .into_iter()
-            .map(|t| t.map(gzipped).transpose())
+            .map(|t| {
+                t.map(|t| packed_once(t, flate2::Compression::fast()))
+                    .transpose()
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| failed(format!("cannot compress a vector tile: {e}")))
     }
 
     fn version_now(&self) -> Result<Option<String>, String> {
-        super::bytes::version_of(self.bytes.as_ref())
+        version_of(self.bytes.as_ref())
     }
 
     fn is_local(&self) -> bool {

@@ -9,12 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
-use tessera_grid::{BBox, TileCoord, TileFormat};
+use tessera_grid::{TileCoord, TileFormat};
 
-use super::{
-    ArchiveBytes, MAX_METADATA_BYTES, MAX_TILE_BYTES, TileArchive, format_named, gzipped, quoted,
-};
-use crate::{SourceError, TileMetadata};
+use crate::bytes::{ArchiveBytes, Ranged, version_of};
+use crate::{ArchiveError, MAX_TILE_BYTES, TileArchive, TileMetadata, packed_once};
 
 /// Connections kept open for reads (more are opened while busy).
 const KEPT_CONNECTIONS: usize = 8;
@@ -69,153 +67,11 @@ impl Mbtiles {
             return Err(fail("no such file".into()));
         }
         let conn = connect(file).map_err(|e| fail(format!("cannot open it: {e}")))?;
-        let kinds: Vec<(String, String)> = conn
-            .prepare("SELECT name, type FROM sqlite_master WHERE name IN ('tiles', 'metadata')")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<Result<_, _>>()
-            })
-            .map_err(|e| fail(format!("not an MBTiles database: {e}")))?;
-        for table in ["tiles", "metadata"] {
-            if !kinds.iter().any(|(n, _)| n == table) {
-                return Err(fail(format!(
-                    "not an MBTiles database: it has no `{table}` table"
-                )));
-            }
-        }
-        // A value past the cap is not read (SQLite knows a value's length
-        // without loading it).
-        let rows: Vec<(String, Option<String>, i64)> = conn
-            .prepare(
-                "SELECT name, CASE WHEN length(CAST(value AS BLOB)) <= ?1 THEN value END, \
-                 length(CAST(value AS BLOB)) FROM metadata",
-            )
-            .and_then(|mut s| {
-                s.query_map([MAX_METADATA_BYTES as i64], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, Option<i64>>(2)?.unwrap_or(0),
-                    ))
-                })?
-                .collect::<Result<_, _>>()
-            })
-            .map_err(|e| fail(format!("its metadata table cannot be read: {e}")))?;
-        if let Some((key, _, len)) = rows
-            .iter()
-            .find(|(_, v, _)| v.is_none())
-            .filter(|(_, _, len)| *len > 0)
-        {
-            return Err(fail(format!(
-                "metadata {} holds {len} bytes, more than {MAX_METADATA_BYTES}",
-                quoted(key)
-            )));
-        }
-        let rows: Vec<(String, String)> = rows
-            .into_iter()
-            .map(|(k, v, _)| (k, v.unwrap_or_default()))
-            .collect();
-        let meta = |k: &str| {
-            rows.iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(k))
-                .map(|(_, v)| v.trim().to_string())
-                .filter(|v| !v.is_empty())
+        let version = match &remote {
+            Some((_, copied)) => copied.clone(),
+            None => stamp_text(file),
         };
-        let numbers = |k: &str, n: usize| -> Result<Option<Vec<f64>>, String> {
-            let Some(text) = meta(k) else { return Ok(None) };
-            let v: Option<Vec<f64>> = text
-                .split(',')
-                .map(|p| p.trim().parse::<f64>().ok().filter(|x| x.is_finite()))
-                .collect();
-            match v {
-                Some(v) if v.len() == n => Ok(Some(v)),
-                _ => Err(fail(format!(
-                    "metadata {k} {} is not {n} numbers",
-                    quoted(&text)
-                ))),
-            }
-        };
-        let zoom = |k: &str| -> Result<Option<u8>, String> {
-            meta(k)
-                .map(|t| {
-                    t.parse::<u8>().ok().filter(|z| *z <= 30).ok_or_else(|| {
-                        fail(format!("metadata {k} {} is not a zoom level", quoted(&t)))
-                    })
-                })
-                .transpose()
-        };
-        let (min_zoom, max_zoom) = match (zoom("minzoom")?, zoom("maxzoom")?) {
-            (Some(a), Some(b)) => (a, b),
-            _ => {
-                let (a, b): (Option<i64>, Option<i64>) = conn
-                    .query_row(
-                        "SELECT min(zoom_level), max(zoom_level) FROM tiles",
-                        [],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
-                let level = |z: Option<i64>| z.and_then(|z| u8::try_from(z).ok()).unwrap_or(0);
-                (level(a), level(b))
-            }
-        };
-        if min_zoom > max_zoom || max_zoom > 30 {
-            return Err(fail(format!(
-                "zooms {min_zoom}..{max_zoom} are not a zoom range"
-            )));
-        }
-        let format = match meta("format") {
-            Some(f) => format_named(&f).ok_or_else(|| {
-                fail(format!(
-                    "metadata format {}: png, jpg, webp or pbf",
-                    quoted(&f)
-                ))
-            })?,
-            None => {
-                let first: Option<Vec<u8>> = conn
-                    .query_row(
-                        "SELECT substr(tile_data, 1, 64) FROM tiles LIMIT 1",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(|e| fail(format!("its tiles table cannot be read: {e}")))?;
-                first
-                    .as_deref()
-                    .and_then(sniff)
-                    .ok_or_else(|| fail("metadata names no format and no tile tells it".into()))?
-            }
-        };
-        let bounds = numbers("bounds", 4)?.and_then(|b| {
-            BBox::new(
-                b[0].max(-180.0),
-                b[1].max(-90.0),
-                b[2].min(180.0),
-                b[3].min(90.0),
-            )
-            .ok()
-        });
-        let center = numbers("center", 3)?.map(|c| (c[0], c[1], c[2].clamp(0.0, 30.0) as u8));
-        let json: Option<serde_json::Value> = meta("json")
-            .map(|t| {
-                serde_json::from_str(&t)
-                    .map_err(|e| fail(format!("metadata json is not JSON: {e}")))
-            })
-            .transpose()?;
-        let metadata = TileMetadata {
-            format,
-            min_zoom,
-            max_zoom,
-            bounds,
-            center,
-            name: meta("name"),
-            description: meta("description"),
-            attribution: meta("attribution"),
-            vector_layers: json.and_then(|j| j.get("vector_layers").cloned()),
-            version: match &remote {
-                Some((_, copied)) => copied.clone(),
-                None => stamp_text(file),
-            },
-        };
+        let metadata = super::read_metadata(&conn, version).map_err(fail)?;
         Ok(Mbtiles {
             file: file.to_path_buf(),
             name: name.to_string(),
@@ -254,19 +110,10 @@ impl Mbtiles {
     }
 }
 
-/// The format a tile's first bytes say.
-fn sniff(bytes: &[u8]) -> Option<TileFormat> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        return Some(TileFormat::Mvt);
-    }
-    TileFormat::sniff(bytes)
-}
-
 impl TileArchive for Mbtiles {
-    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, SourceError> {
-        // A 502 for the tile: the archive failed, as an upstream may.
-        let failed = |message: String| SourceError::Upstream {
-            url: self.name.clone(),
+    fn tiles(&self, coords: &[TileCoord]) -> Result<Vec<Option<Bytes>>, ArchiveError> {
+        let failed = |message: String| ArchiveError {
+            archive: self.name.clone(),
             message,
         };
         let conn = self
@@ -281,9 +128,7 @@ impl TileArchive for Mbtiles {
             coords
                 .iter()
                 .map(|c| {
-                    // MBTiles counts rows from the bottom.
-                    let rows = 1u64 << c.z();
-                    let row = rows - 1 - u64::from(c.y());
+                    let row = super::flipped_row(c.z(), c.y());
                     stmt.query_row((c.z(), c.x(), row, MAX_TILE_BYTES as i64), |r| {
                         Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?))
                     })
@@ -313,7 +158,7 @@ impl TileArchive for Mbtiles {
                 t.map(|b| {
                     let b = Bytes::from(b);
                     if self.metadata.format == TileFormat::Mvt {
-                        gzipped(b)
+                        packed_once(b, flate2::Compression::fast())
                             .map_err(|e| failed(format!("cannot compress a vector tile: {e}")))
                     } else {
                         Ok(b)
@@ -340,7 +185,7 @@ impl TileArchive for Mbtiles {
 
     fn version_now(&self) -> Result<Option<String>, String> {
         match &self.remote {
-            Some(r) => super::bytes::version_of(r.as_ref()),
+            Some(r) => version_of(r.as_ref()),
             None => Ok(stamp_text(&self.file)),
         }
     }
@@ -405,7 +250,7 @@ pub fn download(
 /// longer than `max_bytes`, a read or a write failed).
 fn copy_chunks(
     bytes: &dyn ArchiveBytes,
-    first: super::Ranged,
+    first: Ranged,
     partial: &Path,
     max_bytes: u64,
 ) -> Result<u64, String> {

@@ -1,5 +1,7 @@
 //! Single-file tile archives for exports: PMTiles v3 and MBTiles 1.3,
-//! written tile by tile into a local file and synced when finished.
+//! written tile by tile into a local file and synced when finished (each
+//! format's writing in its own module: `pmtiles/write.rs`,
+//! `mbtiles/write.rs`).
 //!
 //! Both formats hold Web Mercator tiles addressed `z/x/y` with `y` counted
 //! from the top (XYZ); the MBTiles writer turns rows into TMS order itself.
@@ -10,75 +12,54 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use pmtiles::{PmTilesStreamWriter, PmTilesWriter, TileId, TileType};
-use rusqlite::{Connection, params};
-use tessera_grid::{TileCoord, TileFormat, TileRange};
+use tessera_grid::{TileCoord, TileRange};
 
-use crate::StoreError;
-use crate::mbtiles::SCHEMA;
+use crate::pmtiles::tile_id;
+use crate::{ArchiveFormat, TileMetadata, mbtiles, packed_once, pmtiles};
 
 /// Tiles gathered per batch of [`archive_order`]: blocks of 2^8 x 2^8.
 const BLOCK_ORDER: u8 = 8;
 
-/// MBTiles rows inserted per transaction.
-const MBTILES_BATCH: u64 = 10_000;
-
-/// An archive format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArchiveFormat {
-    /// PMTiles v3 (one file, read with HTTP range requests).
-    Pmtiles,
-    /// MBTiles 1.3 (SQLite).
-    Mbtiles,
+/// Why an archive could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A file or SQLite operation failed.
+    #[error("archive {path}: {op} failed")]
+    Io {
+        /// The archive's path.
+        path: String,
+        /// What was being done.
+        op: &'static str,
+        /// The failure underneath.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A tile that cannot be written.
+    #[error("archive {path}: {message}")]
+    Invalid {
+        /// The archive's path.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
-impl ArchiveFormat {
-    /// `pmtiles` or `mbtiles` (any case).
-    pub fn parse(text: &str) -> Option<ArchiveFormat> {
-        match text.to_ascii_lowercase().as_str() {
-            "pmtiles" => Some(ArchiveFormat::Pmtiles),
-            "mbtiles" => Some(ArchiveFormat::Mbtiles),
-            _ => None,
-        }
+/// A [`WriteError::Io`] of `op` on `path`.
+pub(crate) fn failed(
+    op: &'static str,
+    path: &Path,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> WriteError {
+    WriteError::Io {
+        path: path.display().to_string(),
+        op,
+        source: e.into(),
     }
-
-    /// The file extension, without the dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            ArchiveFormat::Pmtiles => "pmtiles",
-            ArchiveFormat::Mbtiles => "mbtiles",
-        }
-    }
-}
-
-/// What an archive says about its tiles.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArchiveInfo {
-    /// Layer name.
-    pub name: String,
-    /// Description.
-    pub description: Option<String>,
-    /// Attribution.
-    pub attribution: Option<String>,
-    /// Tile format.
-    pub format: TileFormat,
-    /// West, south, east, north in degrees.
-    pub bounds: [f64; 4],
-    /// Longitude, latitude and zoom a viewer starts at.
-    pub center: (f64, f64, u8),
-    /// Lowest zoom.
-    pub min_zoom: u8,
-    /// Highest zoom.
-    pub max_zoom: u8,
-    /// The vector tiles' `vector_layers` (id, fields, zooms of each data
-    /// layer), for vector archives: MBTiles 1.3 requires them in its `json`
-    /// row, and readers (MapLibre styles, TileJSON) look for them.
-    pub vector_layers: Option<serde_json::Value>,
 }
 
 enum Inner {
-    Pmtiles(Box<PmTilesStreamWriter<File>>),
-    Mbtiles(Connection),
+    Pmtiles(Box<pmtiles::write::Writer>),
+    Mbtiles(mbtiles::write::Writer),
 }
 
 /// An archive being written; [`ArchiveWriter::finish`] completes it.
@@ -106,46 +87,37 @@ impl std::fmt::Debug for ArchiveWriter {
     }
 }
 
-fn archive_err(op: &'static str, path: &Path, e: impl Into<crate::Cause>) -> StoreError {
-    StoreError::Io {
-        store: "archive".into(),
-        op,
-        key: path.display().to_string(),
-        source: e.into(),
-    }
-}
-
 impl ArchiveWriter {
     /// Starts an archive at `path`, which must not hold an archive already
-    /// (an empty file, as a temporary file is created, is fine).
+    /// (an empty file, as a temporary file is created, is fine), saying
+    /// `meta` about itself (its zooms and centre zoom mended at
+    /// [`ArchiveWriter::finish`] to the tiles added).
     pub fn create(
         format: ArchiveFormat,
         path: &Path,
-        info: &ArchiveInfo,
-    ) -> Result<ArchiveWriter, StoreError> {
+        meta: &TileMetadata,
+    ) -> Result<ArchiveWriter, WriteError> {
         let inner = match format {
-            ArchiveFormat::Pmtiles => Inner::Pmtiles(Box::new(create_pmtiles(path, info)?)),
-            ArchiveFormat::Mbtiles => Inner::Mbtiles(
-                create_mbtiles(path, info).map_err(|e| archive_err("create", path, e))?,
-            ),
+            ArchiveFormat::Pmtiles => Inner::Pmtiles(Box::new(pmtiles::write::create(path, meta)?)),
+            ArchiveFormat::Mbtiles => Inner::Mbtiles(mbtiles::write::create(path, meta)?),
         };
         Ok(ArchiveWriter {
             inner,
             path: path.to_path_buf(),
             tiles: 0,
             zooms: None,
-            center: info.center,
-            vector: info.format.is_vector(),
+            center: meta.center_or_middle(),
+            vector: meta.format.is_vector(),
         })
     }
 
     /// Adds tile `coord` (row counted from the top). Empty tiles are
     /// refused; a vector tile is stored gzip-packed (packed here when it
     /// came unpacked), never packed twice.
-    pub fn add(&mut self, coord: TileCoord, data: &[u8]) -> Result<(), StoreError> {
+    pub fn add(&mut self, coord: TileCoord, data: &[u8]) -> Result<(), WriteError> {
         if data.is_empty() {
-            return Err(StoreError::Invalid {
-                store: "archive".into(),
+            return Err(WriteError::Invalid {
+                path: self.path.display().to_string(),
                 message: format!(
                     "refusing an empty tile {}/{}/{}",
                     coord.z(),
@@ -156,34 +128,18 @@ impl ArchiveWriter {
         }
         let packed;
         let data = if self.vector && !data.starts_with(&[0x1f, 0x8b]) {
-            packed = gzip(data).map_err(|e| archive_err("add", &self.path, e))?;
-            packed.as_slice()
+            packed = packed_once(
+                bytes::Bytes::copy_from_slice(data),
+                flate2::Compression::default(),
+            )
+            .map_err(|e| failed("add", &self.path, e))?;
+            &packed[..]
         } else {
             data
         };
         match &mut self.inner {
-            Inner::Pmtiles(w) => {
-                let c = pmtiles::TileCoord::new(coord.z(), coord.x(), coord.y())
-                    .map_err(|e| archive_err("add", &self.path, e))?;
-                w.add_tile(c, data)
-                    .map_err(|e| archive_err("add", &self.path, e))?;
-            }
-            Inner::Mbtiles(conn) => {
-                let row = (1u32 << coord.z()) - 1 - coord.y();
-                let result = (|| {
-                    if self.tiles.is_multiple_of(MBTILES_BATCH) {
-                        if self.tiles > 0 {
-                            conn.execute_batch("COMMIT")?;
-                        }
-                        conn.execute_batch("BEGIN")?;
-                    }
-                    conn.prepare_cached(
-                        "INSERT OR REPLACE INTO tiles (zoom_level, tile_column, tile_row, tile_data) VALUES (?1, ?2, ?3, ?4)",
-                    )?
-                    .execute(params![coord.z(), coord.x(), row, data])
-                })();
-                result.map_err(|e| archive_err("add", &self.path, e))?;
-            }
+            Inner::Pmtiles(w) => pmtiles::write::add(w, coord, data, &self.path)?,
+            Inner::Mbtiles(w) => w.add(coord, data, self.tiles, &self.path)?,
         }
         self.tiles += 1;
         let z = coord.z();
@@ -199,204 +155,22 @@ impl ArchiveWriter {
     /// Completes the archive and syncs the file; returns its size in bytes.
     /// The zoom range recorded is that of the tiles added (when any), and
     /// the centre's zoom is kept within it.
-    pub fn finish(self) -> Result<u64, StoreError> {
+    pub fn finish(self) -> Result<u64, WriteError> {
         let path = self.path;
         let (lon, lat, mut zoom) = self.center;
         if let Some((lo, hi)) = self.zooms {
             zoom = zoom.clamp(lo, hi);
         }
+        let center = (lon, lat, zoom);
         match self.inner {
-            Inner::Pmtiles(mut w) => {
-                if let Some((lo, hi)) = self.zooms {
-                    w.set_zoom_range(lo, hi);
-                    w.set_center(lon, lat, zoom);
-                }
-                w.finalize().map_err(|e| archive_err("finish", &path, e))?;
-                set_leaf_offset(&path).map_err(|e| archive_err("finish", &path, e))?;
-            }
-            Inner::Mbtiles(conn) => {
-                let result = (|| {
-                    if self.tiles > 0 {
-                        conn.execute_batch("COMMIT")?;
-                    }
-                    if let Some((lo, hi)) = self.zooms {
-                        conn.execute(
-                            "UPDATE metadata SET value = ?1 WHERE name = 'minzoom'",
-                            params![lo.to_string()],
-                        )?;
-                        conn.execute(
-                            "UPDATE metadata SET value = ?1 WHERE name = 'maxzoom'",
-                            params![hi.to_string()],
-                        )?;
-                        conn.execute(
-                            "UPDATE metadata SET value = ?1 WHERE name = 'center'",
-                            params![format!("{lon},{lat},{zoom}")],
-                        )?;
-                    }
-                    conn.execute_batch("ANALYZE")
-                })();
-                result.map_err(|e| archive_err("finish", &path, e))?;
-                conn.close()
-                    .map_err(|(_, e)| archive_err("finish", &path, e))?;
-            }
+            Inner::Pmtiles(w) => pmtiles::write::finish(*w, self.zooms, center, &path)?,
+            Inner::Mbtiles(w) => w.finish(self.zooms, center, self.tiles, &path)?,
         }
-        let file = File::open(&path).map_err(|e| archive_err("sync", &path, e))?;
-        file.sync_all().map_err(|e| archive_err("sync", &path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| archive_err("sync", &path, e))?
-            .len();
+        let file = File::open(&path).map_err(|e| failed("sync", &path, e))?;
+        file.sync_all().map_err(|e| failed("sync", &path, e))?;
+        let len = file.metadata().map_err(|e| failed("sync", &path, e))?.len();
         Ok(len)
     }
-}
-
-/// Header fields (byte offsets) [`set_leaf_offset`] reads and writes.
-const LEAF_OFFSET: usize = 40;
-const LEAF_LENGTH: usize = 48;
-const DATA_OFFSET: usize = 56;
-const DATA_LENGTH: usize = 64;
-
-/// An archive without leaf directories gets a leaf section offset of the
-/// end of the tile data (where leaves would start) instead of 0: the
-/// reference tool (`pmtiles verify` of go-pmtiles) refuses offset 0, and
-/// with length 0 the offset points at nothing either way.
-fn set_leaf_offset(path: &Path) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let mut header = [0u8; 72];
-    file.read_exact(&mut header)?;
-    let field = |at: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&header[at..at + 8]);
-        u64::from_le_bytes(b)
-    };
-    if field(LEAF_OFFSET) == 0 && field(LEAF_LENGTH) == 0 {
-        let end = field(DATA_OFFSET) + field(DATA_LENGTH);
-        file.seek(SeekFrom::Start(LEAF_OFFSET as u64))?;
-        file.write_all(&end.to_le_bytes())?;
-    }
-    Ok(())
-}
-
-fn create_pmtiles(
-    path: &Path,
-    info: &ArchiveInfo,
-) -> Result<PmTilesStreamWriter<File>, StoreError> {
-    let tile_type = match info.format {
-        TileFormat::Jpeg => TileType::Jpeg,
-        TileFormat::Webp => TileType::Webp,
-        TileFormat::Png | TileFormat::Png8 => TileType::Png,
-        // PMTiles has one tile type per archive.
-        TileFormat::Mixed => TileType::Unknown,
-        TileFormat::Mvt => TileType::Mvt,
-    };
-    let mut metadata = serde_json::json!({
-        "name": info.name,
-        "format": info.format.archive_name(),
-        "type": if info.format.is_vector() { "overlay" } else { "baselayer" },
-    });
-    if let Some(d) = &info.description {
-        metadata["description"] = d.clone().into();
-    }
-    if let Some(a) = &info.attribution {
-        metadata["attribution"] = a.clone().into();
-    }
-    if let Some(layers) = &info.vector_layers {
-        metadata["vector_layers"] = layers.clone();
-    }
-    let [w, s, e, n] = info.bounds;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .create(true)
-        .open(path)
-        .map_err(|e| archive_err("create", path, e))?;
-    // The tiles are written as they come: vector tiles gzip-packed (the
-    // crate's default for MVT would pack them a second time), images as
-    // they are.
-    let compression = if tile_type == TileType::Mvt {
-        pmtiles::Compression::Gzip
-    } else {
-        pmtiles::Compression::None
-    };
-    PmTilesWriter::new(tile_type)
-        .precompressed(compression)
-        .metadata(metadata.to_string())
-        .min_zoom(info.min_zoom)
-        .max_zoom(info.max_zoom)
-        .bounds(w, s, e, n)
-        .center(info.center.0, info.center.1)
-        .center_zoom(info.center.2)
-        .create(file)
-        .map_err(|e| archive_err("create", path, e))
-}
-
-/// `data` gzip-packed.
-fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    use std::io::Write as _;
-    let mut packer = flate2::write::GzEncoder::new(
-        Vec::with_capacity(data.len() / 2 + 64),
-        flate2::Compression::default(),
-    );
-    packer.write_all(data)?;
-    packer.finish()
-}
-
-fn create_mbtiles(path: &Path, info: &ArchiveInfo) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
-    // A fresh file that is renamed or uploaded only once finished: no
-    // rollback journal needed.
-    conn.pragma_update(None, "journal_mode", "OFF")?;
-    conn.pragma_update(None, "synchronous", "OFF")?;
-    conn.execute_batch(SCHEMA)?;
-    let [w, s, e, n] = info.bounds;
-    let (lon, lat, zoom) = info.center;
-    let mut rows = vec![
-        ("name", info.name.clone()),
-        ("format", info.format.archive_name().to_string()),
-        (
-            "type",
-            if info.format.is_vector() {
-                "overlay"
-            } else {
-                "baselayer"
-            }
-            .to_string(),
-        ),
-        ("version", "1.3".to_string()),
-        ("bounds", format!("{w},{s},{e},{n}")),
-        ("center", format!("{lon},{lat},{zoom}")),
-        ("minzoom", info.min_zoom.to_string()),
-        ("maxzoom", info.max_zoom.to_string()),
-    ];
-    if let Some(d) = &info.description {
-        rows.push(("description", d.clone()));
-    }
-    if let Some(a) = &info.attribution {
-        rows.push(("attribution", a.clone()));
-    }
-    if let Some(layers) = &info.vector_layers {
-        rows.push((
-            "json",
-            serde_json::json!({ "vector_layers": layers }).to_string(),
-        ));
-    }
-    for (name, value) in rows {
-        conn.execute(
-            "INSERT OR REPLACE INTO metadata (name, value) VALUES (?1, ?2)",
-            params![name, value],
-        )?;
-    }
-    Ok(conn)
-}
-
-/// The PMTiles tile id of `z/x/y` (zoom by zoom, Hilbert order within a
-/// zoom). `x` and `y` must be below 2^z.
-fn tile_id(z: u8, x: u32, y: u32) -> u64 {
-    pmtiles::TileCoord::new(z, x, y).map_or(u64::MAX, |c| TileId::from(c).value())
 }
 
 /// Every tile of `ranges` (XYZ rows; overlaps are visited once) in
@@ -447,6 +221,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use tessera_grid::TileFormat;
 
     fn range(z: u8, min_x: u32, min_y: u32, max_x: u32, max_y: u32) -> TileRange {
         TileRange {
@@ -487,18 +262,19 @@ mod tests {
         assert!(archive_order(&ranges).all(|b| b.len() <= 1 << (2 * BLOCK_ORDER)));
     }
 
-    fn info() -> ArchiveInfo {
-        ArchiveInfo {
-            name: "relief".into(),
+    fn info() -> TileMetadata {
+        TileMetadata {
+            name: Some("relief".into()),
             description: Some("Shaded relief".into()),
             attribution: None,
             format: TileFormat::Png,
-            bounds: [-10.0, -20.0, 30.0, 40.0],
-            center: (10.0, 10.0, 4),
+            bounds: Some(tessera_grid::BBox::new(-10.0, -20.0, 30.0, 40.0).unwrap()),
+            center: Some((10.0, 10.0, 4)),
             // Wider than the tiles added: the archive records theirs.
             min_zoom: 0,
             max_zoom: 5,
             vector_layers: None,
+            version: None,
         }
     }
 
@@ -513,11 +289,11 @@ mod tests {
         assert_eq!(w.tiles(), 2);
         let size = w.finish().unwrap();
         assert_eq!(size, std::fs::metadata(&path).unwrap().len());
-        let conn = Connection::open(&path).unwrap();
+        let conn = rusqlite::Connection::open(&path).unwrap();
         let tile = |z: u8, x: u32, row: u32| -> Option<Vec<u8>> {
             conn.query_row(
                 "SELECT tile_data FROM tiles WHERE zoom_level=?1 AND tile_column=?2 AND tile_row=?3",
-                params![z, x, row],
+                rusqlite::params![z, x, row],
                 |r| r.get(0),
             )
             .ok()
@@ -527,7 +303,7 @@ mod tests {
         let meta = |name: &str| -> String {
             conn.query_row(
                 "SELECT value FROM metadata WHERE name=?1",
-                params![name],
+                rusqlite::params![name],
                 |r| r.get(0),
             )
             .unwrap()
@@ -551,12 +327,13 @@ mod tests {
     fn vector_tiles_are_stored_gzip_packed_once_in_both_formats() {
         use std::io::Read as _;
         let dir = tempfile::tempdir().unwrap();
-        let info = ArchiveInfo {
+        let info = TileMetadata {
             format: TileFormat::Mvt,
             ..info()
         };
         let raw = b"\x1a\x05layer".to_vec();
-        let packed = gzip(&raw).unwrap();
+        let packed =
+            crate::packed_once(raw.clone().into(), flate2::Compression::default()).unwrap();
         for format in [ArchiveFormat::Pmtiles, ArchiveFormat::Mbtiles] {
             let path = dir.path().join(format!("v.{}", format.extension()));
             let mut w = ArchiveWriter::create(format, &path, &info).unwrap();
