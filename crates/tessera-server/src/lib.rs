@@ -24,6 +24,7 @@ pub mod quick;
 pub mod registry;
 pub mod render;
 pub mod seed;
+pub mod serve;
 pub mod service;
 pub mod sources;
 pub mod suggest;

@@ -61,7 +61,7 @@ fn unauthorized() -> ApiError {
 }
 
 /// Handles `POST /admin/reload[?remove_layers=true]`: reads the config file
-/// again and serves it (see [`super::live`]); 200 with the layer count, or
+/// again and serves it (see [`super::Reload`]); 200 with the layer count, or
 /// 400 with why the config was refused (the old one keeps serving), among
 /// which layers dropped without `remove_layers=true`.
 pub async fn reload(
@@ -82,11 +82,9 @@ pub async fn reload(
     };
     let remove_layers = query_value(query.as_deref(), "remove_layers").as_deref() == Some("true");
     match tokio::task::spawn_blocking(move || live.reload(remove_layers)).await {
-        Ok(Ok(done)) => (
-            StatusCode::OK,
-            format!("reloaded: {} layer(s)\n", done.layers),
-        )
-            .into_response(),
+        Ok(Ok(layers)) => {
+            (StatusCode::OK, format!("reloaded: {layers} layer(s)\n")).into_response()
+        }
         Ok(Err(e)) => {
             let message = tessera_source::error_chain(&e);
             tracing::error!(

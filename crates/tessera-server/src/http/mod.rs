@@ -3,11 +3,9 @@
 //! responses only in [`error`].
 
 mod admin;
-pub mod archive_watch;
 pub mod error;
 pub mod guard;
 mod jobs;
-pub mod live;
 mod map_styles;
 mod ogcapi;
 pub mod params;
@@ -40,12 +38,22 @@ use crate::service::Service;
 use error::ApiError;
 use transport::{access, cors, sendfile};
 
+/// What reloads the configuration served (the serving process's
+/// `serve::live::Live`), for `POST /admin/reload`.
+pub trait Reload: Send + Sync + std::fmt::Debug {
+    /// Reads the configuration again and, when it is valid and its layers
+    /// and stores open, serves it; the number of layers served now. A
+    /// configuration without some of the layers served now is refused
+    /// unless `remove_layers`. Blocking: call it from a blocking thread.
+    fn reload(&self, remove_layers: bool) -> Result<usize, crate::config::ConfigError>;
+}
+
 /// State shared by all handlers: the tile service (dereferences to it),
 /// and, when it can be reloaded, the handle that reloads it.
 #[derive(Debug, Clone)]
 pub struct AppState {
     service: Arc<Service>,
-    live: Option<std::sync::Weak<live::Live>>,
+    live: Option<std::sync::Weak<dyn Reload>>,
 }
 
 impl AppState {
@@ -62,8 +70,8 @@ impl AppState {
         &self.service
     }
 
-    /// A service that [`live::Live`] serves and may replace.
-    fn live(service: Arc<Service>, live: std::sync::Weak<live::Live>) -> AppState {
+    /// A service that `live` serves and may replace.
+    pub fn reloadable(service: Arc<Service>, live: std::sync::Weak<dyn Reload>) -> AppState {
         AppState {
             service,
             live: Some(live),

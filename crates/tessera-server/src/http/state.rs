@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use axum::extract::FromRef;
 
 use super::AppState;
-use super::live::Live;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -76,7 +75,7 @@ pub struct Admin {
     /// Uploaded sources, when the admin API takes them.
     pub uploads: Option<Arc<Uploads>>,
     /// The reloadable service, when it is one.
-    pub live: Option<Weak<Live>>,
+    pub live: Option<Weak<dyn super::Reload>>,
     /// Admin jobs, when the admin API is on.
     pub jobs: Option<Arc<crate::jobs::Jobs>>,
     /// The cached tile path jobs seed through.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tessera_source::SourceSpec;
 
 use super::live::Live;
+use crate::http::Reload as _;
 use crate::model::Layer;
 
 /// Looks at the archives of the service served by `live` until the

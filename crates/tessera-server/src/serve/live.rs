@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
-use super::{App, AppState};
 use crate::config::{Config, ConfigError};
+use crate::http::{App, AppState, Reload};
 use crate::service::Service;
 
 /// Where the configuration comes from, read again on each reload.
@@ -57,13 +57,6 @@ pub struct Live {
     me: Weak<Live>,
 }
 
-/// What a reload changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reloaded {
-    /// Layers served now.
-    pub layers: usize,
-}
-
 impl Live {
     /// Serves `service`; a reload reads `source` again, applies
     /// `listen_override` to it, and keeps listening on `service`'s
@@ -77,7 +70,8 @@ impl Live {
         let listen = service.config.server.listen.clone();
         let service = Arc::new(service);
         let live = Arc::new_cyclic(|me: &Weak<Live>| {
-            let first = Arc::new(App::new(AppState::live(service.clone(), me.clone())));
+            let reload: Weak<dyn Reload> = me.clone();
+            let first = Arc::new(App::new(AppState::reloadable(service.clone(), reload)));
             Live {
                 routers: watch::Sender::new(first),
                 current: Mutex::new(service),
@@ -103,14 +97,16 @@ impl Live {
     pub fn source(&self) -> &ConfigSource {
         &self.source
     }
+}
 
+impl Reload for Live {
     /// Reads the config again and, when it is valid and its layers and
     /// stores open, serves it. A config without some of the layers served
     /// now is refused unless `remove_layers` (a file cut short, or written
     /// in place while it was read, must not drop layers): write a new
     /// config to another name and rename it over the old one. Blocking (it
     /// opens sources): call it from a blocking thread.
-    pub fn reload(&self, remove_layers: bool) -> Result<Reloaded, ConfigError> {
+    fn reload(&self, remove_layers: bool) -> Result<usize, ConfigError> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let mut config = self.source.load()?;
         if !remove_layers {
@@ -172,12 +168,16 @@ impl Live {
         };
         let layers = next.registry.layers().len();
         // The old router is dropped once the requests it routed are done.
-        drop(self.routers.send_replace(Arc::new(App::new(AppState::live(
-            next.clone(),
-            self.me.clone(),
-        )))));
+        let reload: Weak<dyn Reload> = self.me.clone();
+        drop(
+            self.routers
+                .send_replace(Arc::new(App::new(AppState::reloadable(
+                    next.clone(),
+                    reload,
+                )))),
+        );
         *current = next;
         tracing::info!(layers, "configuration reloaded");
-        Ok(Reloaded { layers })
+        Ok(layers)
     }
 }
