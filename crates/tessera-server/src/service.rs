@@ -109,12 +109,13 @@ impl Service {
     }
 
     fn build(
-        config: Config,
+        mut config: Config,
         mode: Mode,
         layers: LayerSelection<'_>,
         wrap_source: &Arc<WrapSource>,
         previous: Option<&Service>,
     ) -> Result<Service, ConfigError> {
+        assemble::discover(&mut config)?;
         tessera_source::configure_gdal(&config.gdal).map_err(ConfigError::Gdal)?;
         let metrics = previous.map_or_else(|| Arc::new(Metrics::new()), |p| p.metrics.clone());
         let kept_stores = previous

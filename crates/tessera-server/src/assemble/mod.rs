@@ -18,8 +18,10 @@ use tessera_store::cluster::Coordinator;
 use tessera_store::{MemoryStore, QuotaStore, StoreSpec, TileStore};
 
 mod dimensions;
+mod discover;
 
 pub use dimensions::{refresh_interval, values_signature};
+pub use discover::discover;
 
 use crate::config::{Config, ConfigError, LayerConfig, NO_STORE};
 use crate::fingerprint;
@@ -209,8 +211,7 @@ pub fn layer(
     for (i, name) in names.into_iter().enumerate() {
         let mut slc = lc.with_style(i);
         let drawn = slc.style.clone();
-        drawn
-            .apply_to(&mut slc.source)
+        discover::read_maplibre(&drawn, &mut slc.source)
             .map_err(|m| ConfigError::Invalid(format!("layer {:?}: {m}", lc.name)))?;
         let layer = if slc.dimensions.is_empty() {
             let source = match &opened {

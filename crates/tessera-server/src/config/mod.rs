@@ -8,16 +8,14 @@ mod cors;
 mod dimensions;
 mod env;
 mod error;
-mod postgis_auto;
 mod styles;
-
-pub use postgis_auto::default_vector_rule;
 
 pub use cors::CorsSettings;
 pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
 pub use error::ConfigError;
 pub use styles::{
     DEFAULT_STYLE, LayerStyle, MapLibreRef, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw,
+    default_vector_rule,
 };
 
 use std::collections::{BTreeMap, HashMap};
@@ -747,8 +745,6 @@ impl Config {
         let mut config = Config::parse(&text, &|name| std::env::var(name).ok())?;
         config.resolve_paths(&base);
         config.check()?;
-        config.expand_postgis_auto()?;
-        config.check()?;
         Ok(config)
     }
 
@@ -759,9 +755,7 @@ impl Config {
         text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let mut config = Config::parse(text, &env)?;
-        config.check()?;
-        config.expand_postgis_auto()?;
+        let config = Config::parse(text, &env)?;
         config.check()?;
         Ok(config)
     }
@@ -842,7 +836,10 @@ impl Config {
         }
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    /// Checks every rule within the configuration (names, references
+    /// between sections, ranges); run when it is read, and again once
+    /// `assemble::discover` found what it names.
+    pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
         if let Some(names) = &self.ogcapi.default_collections {
             if names.len() > self.limits.wms_max_layers {

@@ -10,7 +10,6 @@
 //! sources.
 
 use serde::{Deserialize, Deserializer};
-use tessera_carto::maplibre::MapLibreSpec;
 use tessera_carto::style::Rule;
 use tessera_image::StyleSpec;
 use tessera_source::SourceSpec;
@@ -72,30 +71,6 @@ impl LayerStyle {
             LayerStyle::Raster(s) => s.clone(),
             LayerStyle::MapLibre(_) => StyleSpec::default(),
         }
-    }
-
-    /// Reads a MapLibre document into the source spec `source` (a vector
-    /// source's) draws with; nothing for a raster style.
-    pub fn apply_to(&self, source: &mut SourceSpec) -> Result<(), String> {
-        let LayerStyle::MapLibre(m) = self else {
-            return Ok(());
-        };
-        let SourceSpec::Vector(v) = source else {
-            return Err("a MapLibre style is drawn by vector sources (type: vector) only".into());
-        };
-        // A style document is small; 64 MiB is far past any real one.
-        let text = tessera_source::local_file::read_regular_text(
-            std::path::Path::new(&m.maplibre),
-            64 << 20,
-        )
-        .map_err(|e| format!("the MapLibre style: {e}"))?;
-        let document: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("the MapLibre style {} is not JSON: {e}", m.maplibre))?;
-        v.maplibre = Some(MapLibreSpec {
-            document: std::sync::Arc::new(document),
-            source: m.source.clone(),
-        });
-        Ok(())
     }
 }
 
@@ -258,3 +233,15 @@ impl LayerConfig {
 
 /// The name of the style of a layer without `styles:` (WMS, WMTS).
 pub const DEFAULT_STYLE: &str = "default";
+
+/// The drawing of a table without a style: Leaflet's default path style
+/// (a blue outline over a translucent fill), which draws polygons, lines
+/// and points (as 6-pixel circles) alike.
+pub fn default_vector_rule() -> serde_json::Value {
+    serde_json::json!({
+        "fill": "#3388ff",
+        "fill_opacity": 0.2,
+        "stroke": "#3388ff",
+        "stroke_width": 2,
+    })
+}

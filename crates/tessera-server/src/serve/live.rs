@@ -40,6 +40,10 @@ impl ConfigSource {
             ConfigSource::File(path) => Config::from_file(path),
             ConfigSource::Rasters(paths, watch) => crate::quick::config_for_files(paths, *watch),
         }
+        .and_then(|mut config| {
+            crate::assemble::discover(&mut config)?;
+            Ok(config)
+        })
     }
 }
 
