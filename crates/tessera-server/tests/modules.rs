@@ -1,147 +1,68 @@
-//! The server's modules import each other in one direction: no module
-//! reaches, through `crate::` paths, a module that reaches it back, and the
-//! layer model is a leaf. Read from the sources (`use crate::` lines and
-//! `crate::` paths outside comments), so a new circle fails here.
+//! The server's modules import each other in one direction: no file
+//! reaches, through `crate::`/`super::` paths, a file that reaches it back
+//! (a folder's files may use its `mod.rs`); every top-level module imports
+//! only the modules `docs/ARCHITECTURE.md` lists below it; the layer model
+//! and the lower modules are leaves. Read from the sources
+//! (`support/module_graph.rs`, shared with tessera-source's twin), so a new
+//! circle or an import up the list fails here.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
+mod support {
+    pub mod module_graph;
+}
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Top-level module → the top-level modules its code names.
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for path in rust_files(&src) {
-        let relative = path.strip_prefix(&src).unwrap();
-        let top = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
-        if top == "lib" {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let deps = modules.entry(top.clone()).or_default();
-        let mut in_group = false;
-        for line in text.lines() {
-            let code = line.trim_start();
-            if code.starts_with("//") {
-                continue;
-            }
-            // `use crate::{a, b::c}` spread over lines.
-            if let Some(group) = code.strip_prefix("use crate::{") {
-                in_group = !group.contains("};");
-                names_in_group(group, deps);
-                continue;
-            }
-            if in_group {
-                names_in_group(code, deps);
-                in_group = !code.contains("};");
-                continue;
-            }
-            let mut rest = code;
-            while let Some(at) = rest.find("crate::") {
-                rest = &rest[at + "crate::".len()..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
-                    .collect();
-                if !name.is_empty() {
-                    deps.insert(name);
-                }
-            }
-        }
-        deps.remove(&top);
-    }
-    let known: BTreeSet<String> = modules.keys().cloned().collect();
-    for deps in modules.values_mut() {
-        deps.retain(|d| known.contains(d));
-    }
-    modules
+use support::module_graph::{
+    any_circle, circle_through, file_imports, listed_order, rust_files, top_level, upward_imports,
+    without_parents,
+};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every `.rs` file below `dir`.
-fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(path) = todo.pop() {
-        if path.is_dir() {
-            todo.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            found.push(path);
-        }
-    }
-    found
-}
-
-/// The first path segment of each item of a `use crate::{...}` group line.
-fn names_in_group(text: &str, deps: &mut BTreeSet<String>) {
-    let mut depth = 0;
-    let mut at_item = true;
-    let mut word = String::new();
-    for c in text.chars() {
-        match c {
-            '{' => {
-                depth += 1;
-                at_item = depth == 0;
-            }
-            '}' => depth -= 1,
-            ',' if depth == 0 => at_item = true,
-            c if at_item && (c.is_ascii_alphanumeric() || c == '_') => word.push(c),
-            _ => {
-                if at_item && !word.is_empty() && !c.is_whitespace() {
-                    deps.insert(std::mem::take(&mut word));
-                    at_item = false;
-                }
-            }
-        }
-    }
-    if at_item && !word.is_empty() {
-        deps.insert(word);
-    }
-}
-
-/// A path from `from` back to itself, if any.
-fn circle_through(from: &str, modules: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    let mut stack = vec![vec![from.to_string()]];
-    let mut seen = BTreeSet::new();
-    while let Some(path) = stack.pop() {
-        let last = path.last().unwrap();
-        for next in &modules[last] {
-            if next == from {
-                let mut circle = path.clone();
-                circle.push(from.to_string());
-                return Some(circle);
-            }
-            if seen.insert(next.clone()) {
-                let mut longer = path.clone();
-                longer.push(next.clone());
-                stack.push(longer);
-            }
-        }
-    }
-    None
+/// The order `docs/ARCHITECTURE.md` lists the modules in.
+fn documented_order() -> Vec<String> {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
+    listed_order(
+        &std::fs::read_to_string(doc).unwrap(),
+        "### tessera-server's modules",
+    )
 }
 
 #[test]
-fn no_module_imports_one_that_imports_it_back() {
-    let modules = imports();
-    assert!(modules.len() > 10, "modules found: {modules:?}");
-    for name in modules.keys() {
-        if let Some(circle) = circle_through(name, &modules) {
-            panic!("import circle: {}", circle.join(" -> "));
-        }
+fn no_file_imports_one_that_imports_it_back() {
+    let files = without_parents(&file_imports(&src()));
+    assert!(files.len() > 40, "files found: {}", files.len());
+    if let Some(circle) = any_circle(&files) {
+        panic!("import circle: {}", circle.join(" -> "));
     }
+}
+
+#[test]
+fn modules_import_only_the_modules_listed_below_them() {
+    let top = top_level(&file_imports(&src()));
+    let order = documented_order();
+    let listed: BTreeSet<&String> = order.iter().collect();
+    let found: BTreeSet<&String> = top.keys().collect();
+    assert_eq!(
+        found, listed,
+        "the modules in src/ and those docs/ARCHITECTURE.md lists differ"
+    );
+    assert_eq!(listed.len(), order.len(), "a module is listed twice");
+    let up = upward_imports(&top, &order);
+    assert!(
+        up.is_empty(),
+        "imports up the documented order (module, what it imports): {up:?}"
+    );
 }
 
 #[test]
 fn the_layer_model_and_the_lower_modules_are_leaves() {
-    let modules = imports();
+    let modules = top_level(&file_imports(&src()));
     let allowed: &[(&str, &[&str])] = &[
         ("model", &["metatile", "dimension"]),
         ("dimension", &[]),
@@ -171,22 +92,55 @@ fn the_layer_model_and_the_lower_modules_are_leaves() {
 }
 
 #[test]
-fn the_checker_finds_a_circle() {
-    let mut modules = BTreeMap::new();
-    modules.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
-    modules.insert("b".to_string(), BTreeSet::from(["a".to_string()]));
-    assert_eq!(circle_through("a", &modules).unwrap(), ["a", "b", "a"]);
-    let mut deps = BTreeSet::new();
-    names_in_group("config::{self, Config}, model::Layer, render};", &mut deps);
-    assert_eq!(
-        deps,
-        BTreeSet::from(["config".into(), "model".into(), "render".into()])
+fn the_checker_finds_circles_in_files_and_imports_up_the_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("lib.rs", "mod a;\nmod b;\npub use a::Thing;\n");
+    write("a/mod.rs", "mod x;\nmod y;\npub struct Thing;\n");
+    // Siblings in one folder importing each other: a circle of files that
+    // the top-level graph cannot see.
+    write(
+        "a/x.rs",
+        "use super::y::f;\n// use crate::b; is a comment\n",
     );
+    write(
+        "a/y.rs",
+        "pub fn f() { super::x::g(); let s = \"crate::b\"; }\n",
+    );
+    write(
+        "b.rs",
+        "use crate::{Thing, a::{self, x}};\n#[cfg(test)]\nmod tests { use crate::c; }\n",
+    );
+    let files = file_imports(dir.path());
+    assert_eq!(files["a/x"], BTreeSet::from(["a/y".to_string()]));
+    assert_eq!(
+        files["b"],
+        BTreeSet::from(["a".to_string(), "a/x".to_string()]),
+        "a name the root re-exports is its module; comments, strings and tests are not read"
+    );
+    let flat = without_parents(&files);
+    assert_eq!(circle_through("a/x", &flat).unwrap(), ["a/x", "a/y", "a/x"]);
+    let top = top_level(&files);
+    assert_eq!(top["b"], BTreeSet::from(["a".to_string()]));
+    let order = vec!["a".to_string(), "b".to_string()];
+    assert_eq!(
+        upward_imports(&top, &order),
+        [("b".to_string(), "a".to_string())]
+    );
+    let doc =
+        "## x\n\n### mods\n\n| module | owns |\n|---|---|\n| `b` | B |\n| `a` | A |\n\n## y\n";
+    assert_eq!(listed_order(doc, "### mods"), ["b", "a"]);
+    let unused: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    assert!(any_circle(&unused).is_none());
 }
 
 #[test]
 fn handlers_take_the_parts_they_use_not_the_whole_service() {
-    let files = rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http"));
+    let files = rust_files(&src().join("http"));
     assert!(files.len() > 10);
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();

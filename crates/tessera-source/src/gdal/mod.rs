@@ -1,10 +1,9 @@
 //! The GDAL raster source: any GDAL-readable dataset, warped per window.
 
 pub(crate) mod aligned;
-mod error;
 mod pieces;
 
-pub use error::GdalError;
+pub use crate::error::GdalError;
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};

@@ -6,6 +6,7 @@
 
 mod answer;
 pub mod client;
+mod spec;
 pub mod tiles;
 pub mod wms;
 mod wmts_caps;

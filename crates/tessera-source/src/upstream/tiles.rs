@@ -3,95 +3,18 @@
 //! ([`UrlTiles`], a [`TileFetch`]) for a [`TiledSource`] to plan, stitch,
 //! warp and pass through.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use bytes::Bytes;
-use serde::Deserialize;
-use tessera_grid::{BBox, GridSpec, TileCoord, TileFormat, TileMatrixSet};
+use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 
-use super::answer::{BasicAuth, fetch_error, refuse_non_image};
-use super::client::{
-    FetchError, Fetched, HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted,
-};
+use super::answer::{fetch_error, refuse_non_image};
+use super::client::{FetchError, Fetched, NetworkPolicy, Prefetched, UpstreamClient, redacted};
+pub use super::spec::{WmtsSourceSpec, XyzSourceSpec};
 use crate::tiled::{Pyramid, TileFetch, TiledSource, lonlat_of};
-use crate::{Crs, Resampling, SourceError};
-
-/// `source: { type: xyz, ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct XyzSourceSpec {
-    /// URL template with `{z}`, `{x}` and `{y}` (rows from the top) or
-    /// `{-y}` (rows from the bottom, TMS).
-    pub url: String,
-    /// The upstream's tile grid (default: WebMercatorQuad, 256-pixel tiles).
-    #[serde(default)]
-    pub grid: Option<GridSpec>,
-    /// Lowest zoom the upstream has (default 0).
-    #[serde(default)]
-    pub min_zoom: u8,
-    /// Highest zoom the upstream has (default 19).
-    #[serde(default = "default_max_zoom")]
-    pub max_zoom: u8,
-    /// The upstream's tile format, for passing tiles through (default:
-    /// from the template's extension, else PNG).
-    #[serde(default)]
-    pub format: Option<TileFormat>,
-    /// Area the upstream covers, in longitude/latitude `[west, south, east,
-    /// north]` (default: the grid's).
-    #[serde(default)]
-    pub bounds: Option<[f64; 4]>,
-    /// HTTP headers for every request.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// HTTP basic auth for every request.
-    #[serde(default)]
-    pub basic_auth: Option<BasicAuth>,
-    /// Resampling when the window is not the upstream's pixel grid.
-    #[serde(default)]
-    pub resampling: Resampling,
-    /// Timeouts, concurrency, retries and the circuit.
-    #[serde(default)]
-    pub http: HttpSettings,
-}
-
-fn default_max_zoom() -> u8 {
-    19
-}
-
-/// `source: { type: wmts, ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WmtsSourceSpec {
-    /// The capabilities document (`.../WMTSCapabilities.xml`, or the KVP
-    /// endpoint, to which `SERVICE=WMTS&REQUEST=GetCapabilities` is added).
-    pub url: String,
-    /// The layer's identifier.
-    pub layer: String,
-    /// Its style (default: the default style).
-    #[serde(default)]
-    pub style: Option<String>,
-    /// The tile matrix set (default: the first the layer links).
-    #[serde(default)]
-    pub matrix_set: Option<String>,
-    /// The format (default: `image/png` if offered, else the first).
-    #[serde(default)]
-    pub format: Option<String>,
-    /// HTTP headers for every request.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// HTTP basic auth for every request.
-    #[serde(default)]
-    pub basic_auth: Option<BasicAuth>,
-    /// Resampling when the window is not the upstream's pixel grid.
-    #[serde(default)]
-    pub resampling: Resampling,
-    /// Timeouts, concurrency, retries and the circuit.
-    #[serde(default)]
-    pub http: HttpSettings,
-}
+use crate::{Crs, SourceError};
 
 /// An XYZ/TMS upstream as a source.
 pub fn open_xyz(spec: &XyzSourceSpec, policy: NetworkPolicy) -> Result<TiledSource, SourceError> {

@@ -3,7 +3,7 @@
 
 use tessera_grid::{BBox, TileFormat, TileMatrix, TileMatrixSet};
 
-use super::tiles::WmtsSourceSpec;
+use super::spec::WmtsSourceSpec;
 use crate::Crs;
 
 /// OGC's standardized rendering pixel size, in metres.

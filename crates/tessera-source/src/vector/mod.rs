@@ -10,7 +10,6 @@
 //! `where`, and reads only the features there.
 
 mod auto;
-mod error;
 mod maplibre_draw;
 mod mvt;
 mod pg;
@@ -24,12 +23,12 @@ use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrixSet};
 use tessera_image::Raster;
 
+pub use crate::error::VectorError;
 use crate::{
     Crs, FeatureSource, FoundFeature, LegendSymbol, Source, SourceError, SourceInfo,
     VectorLayerInfo, WindowRequest,
 };
 pub use auto::{PostgisAutoSpec, SpatialTable};
-pub use error::VectorError;
 use pool::Pool;
 pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
 use tessera_carto::draw::{self, Canvas, Shapes};

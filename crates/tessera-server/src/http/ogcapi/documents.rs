@@ -42,7 +42,7 @@ pub async fn landing(
         link(
             format!("{base}/api"),
             "service-desc",
-            super::openapi::OPENAPI_JSON,
+            super::OPENAPI_JSON,
             "the API definition",
         ),
         link(
@@ -308,4 +308,28 @@ fn describe(layer: &Layer, base: &str) -> Value {
         doc["attribution"] = json!(a);
     }
     doc
+}
+
+/// `layer` drawn with the style `style` names (`None`: its default).
+pub(super) fn styled(
+    layer: &std::sync::Arc<Layer>,
+    style: Option<&str>,
+) -> Result<std::sync::Arc<Layer>, ApiError> {
+    layer
+        .styled(style)
+        .map_err(|e| super::problem(ApiError::not_found("StyleNotDefined", e.to_string())))
+}
+
+/// The grid of a dataset tileset: one a layer with images is tiled in.
+pub(super) fn dataset_grid<'a>(
+    registry: &'a Registry,
+    tms: &str,
+) -> Option<&'a crate::model::Grid> {
+    registry
+        .layers()
+        .iter()
+        .any(|l| l.grids.iter().any(|g| g == tms) && l.formats.iter().any(|f| !f.is_vector()))
+        .then(|| registry.grid(tms).map(AsRef::as_ref))
+        .flatten()
+        .filter(|g| !g.tms.id.ends_with(crate::model::HIDPI_SUFFIX))
 }

@@ -78,7 +78,7 @@ async fn one_map(
     asked: Asked<'_>,
 ) -> Result<Response, ApiError> {
     let layer = collection_named(&state.registry, collection, asked.caller)?;
-    let layer = super::tiles::styled(&layer, style)?;
+    let layer = super::documents::styled(&layer, style)?;
     // Drawn in the collection's storage CRS unless `crs` names another
     // (OGC API - Maps, req/core/map-response).
     let storage = layer.source.info().native_crs.id.clone();
@@ -122,7 +122,7 @@ pub async fn dataset_tile(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let not_found = |m: String| problem(ApiError::not_found("NotFound", m));
-    let grid = super::tiles::dataset_grid(&state.registry, &tms)
+    let grid = super::documents::dataset_grid(&state.registry, &tms)
         .ok_or_else(|| not_found(format!("no dataset tileset in {tms:?}")))?;
     let z = grid
         .tms
@@ -305,7 +305,7 @@ async fn map(
     )
     .map_err(bad)?;
     let mut dimensions = params.clone();
-    super::tiles::dimension_params(&mut dimensions).map_err(bad)?;
+    super::subset::dimension_params(&mut dimensions).map_err(bad)?;
     let get = |name: &str| param(&params, name);
     let mut at = Vec::with_capacity(layers.len());
     for layer in &layers {

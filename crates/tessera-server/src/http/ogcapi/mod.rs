@@ -182,6 +182,9 @@ fn percent_decode(text: &str) -> String {
         .map_or_else(|| text.to_string(), |(_, v)| v.into_owned())
 }
 
+/// The media type of the OpenAPI document (`/ogcapi/api`).
+pub const OPENAPI_JSON: &str = "application/vnd.oai.openapi+json;version=3.0";
+
 /// The conformance classes implemented (each checked by
 /// `tests/e2e/test_ogcapi.py`).
 pub const CONFORMANCE: &[&str] = &[

@@ -9,15 +9,12 @@ use serde_json::{Map, Value, json};
 use tessera_grid::TileFormat;
 
 use super::documents::DocQuery;
-use super::{Form, answer};
+use super::{Form, OPENAPI_JSON, answer};
 use crate::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::reply::base_url;
 use crate::http::state::Catalog;
 use crate::model::HIDPI_SUFFIX;
-
-/// The media type of the document.
-pub const OPENAPI_JSON: &str = "application/vnd.oai.openapi+json;version=3.0";
 
 /// `GET /ogcapi/api`.
 pub async fn api(

@@ -126,6 +126,41 @@ fn extent(inner: &str) -> Option<Extent> {
     }
 }
 
+/// Writes `datetime` (OGC API's `time`) and the `subset` of every axis
+/// that is not spatial as the dimension parameters a tile address reads
+/// (a trim as `low/high`, `..` for an open side); an error names a
+/// malformed `subset`.
+pub(super) fn dimension_params(params: &mut Vec<(String, String)>) -> Result<(), String> {
+    let subsets = parse(
+        params
+            .iter()
+            .filter(|(k, _)| k == "subset")
+            .map(|(_, v)| v.as_str()),
+    )?;
+    let mut extra = Vec::new();
+    if let Some((_, v)) = params.iter().find(|(k, _)| k == "datetime")
+        && !params.iter().any(|(n, _)| n == "time")
+    {
+        extra.push(("time".to_string(), v.clone()));
+    }
+    for s in subsets {
+        if spatial(&s.axis).is_some() {
+            continue;
+        }
+        let value = match s.extent {
+            Extent::Slice(v) => v,
+            Extent::Trim(low, high) => format!(
+                "{}/{}",
+                low.as_deref().unwrap_or(".."),
+                high.as_deref().unwrap_or("..")
+            ),
+        };
+        extra.push((s.axis, value));
+    }
+    params.extend(extra);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,8 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tessera_grid::TileFormat;
 
-use super::documents::collection_named;
-use super::subset::Extent;
+use super::documents::{collection_named, dataset_grid, styled};
+use super::subset::dimension_params;
 use super::tms::registered_uri;
 use super::{Form, REL_TILING_SCHEME, answer, crs_uri, link, problem, self_links, vary_on_accept};
 use crate::auth::Caller;
@@ -241,16 +241,6 @@ pub async fn vector_tile(
     .await
 }
 
-/// `layer` drawn with the style `style` names (`None`: its default).
-pub(super) fn styled(
-    layer: &std::sync::Arc<Layer>,
-    style: Option<&str>,
-) -> Result<std::sync::Arc<Layer>, ApiError> {
-    layer
-        .styled(style)
-        .map_err(|e| problem(ApiError::not_found("StyleNotDefined", e.to_string())))
-}
-
 /// The path segments that name `style` under a collection (`styles/{style}/`),
 /// empty for none.
 pub(super) fn style_segment(style: Option<&str>) -> String {
@@ -319,20 +309,6 @@ fn tilesets(
         "tilesets": sets,
     });
     Ok(answer(&doc, form, "application/json"))
-}
-
-/// The grid of a dataset tileset: one a layer with images is tiled in.
-pub(super) fn dataset_grid<'a>(
-    registry: &'a crate::registry::Registry,
-    tms: &str,
-) -> Option<&'a Grid> {
-    registry
-        .layers()
-        .iter()
-        .any(|l| l.grids.iter().any(|g| g == tms) && l.formats.iter().any(|f| !f.is_vector()))
-        .then(|| registry.grid(tms).map(AsRef::as_ref))
-        .flatten()
-        .filter(|g| !g.tms.id.ends_with(HIDPI_SUFFIX))
 }
 
 /// The grids of the dataset tilesets, sorted.
@@ -786,41 +762,6 @@ fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
                 .then(|| offered.first().copied())
                 .flatten()
         })
-}
-
-/// Writes `datetime` (OGC API's `time`) and the `subset` of every axis
-/// that is not spatial as the dimension parameters a tile address reads
-/// (a trim as `low/high`, `..` for an open side); an error names a
-/// malformed `subset`.
-pub(super) fn dimension_params(params: &mut Vec<(String, String)>) -> Result<(), String> {
-    let subsets = super::subset::parse(
-        params
-            .iter()
-            .filter(|(k, _)| k == "subset")
-            .map(|(_, v)| v.as_str()),
-    )?;
-    let mut extra = Vec::new();
-    if let Some((_, v)) = params.iter().find(|(k, _)| k == "datetime")
-        && !params.iter().any(|(n, _)| n == "time")
-    {
-        extra.push(("time".to_string(), v.clone()));
-    }
-    for s in subsets {
-        if super::subset::spatial(&s.axis).is_some() {
-            continue;
-        }
-        let value = match s.extent {
-            Extent::Slice(v) => v,
-            Extent::Trim(low, high) => format!(
-                "{}/{}",
-                low.as_deref().unwrap_or(".."),
-                high.as_deref().unwrap_or("..")
-            ),
-        };
-        extra.push((s.axis, value));
-    }
-    params.extend(extra);
-    Ok(())
 }
 
 #[cfg(test)]

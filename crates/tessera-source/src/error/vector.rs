@@ -1,4 +1,5 @@
-//! Failures only the vector backend has.
+//! Failures only the vector backend has, kept beside the crate's error
+//! that carries them.
 
 /// The vector backend's own errors, carried by
 /// [`SourceError::Vector`](crate::SourceError::Vector).

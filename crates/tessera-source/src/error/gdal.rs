@@ -1,4 +1,5 @@
-//! Failures only the GDAL backend (files and mosaics) has.
+//! Failures only the GDAL backend (files and mosaics) has, kept beside
+//! the crate's error that carries them.
 
 /// The GDAL backend's own errors, carried by
 /// [`SourceError::Gdal`](crate::SourceError::Gdal).

@@ -1,9 +1,13 @@
 //! The crate's error: the kinds of failure every backend shares, and each
 //! backend's own error gathered under one variant.
 
-use crate::GdalError;
+mod gdal;
 #[cfg(feature = "vector")]
-use crate::VectorError;
+mod vector;
+
+pub use gdal::GdalError;
+#[cfg(feature = "vector")]
+pub use vector::VectorError;
 
 /// The error beneath a [`SourceError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
