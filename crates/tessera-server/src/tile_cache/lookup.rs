@@ -36,85 +36,92 @@ impl MetaKey {
     }
 }
 
-impl TileCache {
-    /// Reads the store: from memory inline when it holds the tile, else on a
-    /// blocking thread. A failing store is logged and treated as a miss: the
-    /// tile is rendered rather than refused.
-    pub(super) async fn lookup(
-        &self,
-        store: &Arc<dyn TileStore>,
-        key: &TileKey,
-    ) -> Option<HeldTile> {
-        if let Some(held) = store.peek(key) {
-            return Some(held);
-        }
-        let (store, k) = (store.clone(), key.clone());
-        match run_blocking(move || {
-            store.get_stored(&k).map(|found| {
-                found.map(|t| HeldTile {
-                    hash: content_hash(&t.bytes),
-                    bytes: t.bytes,
-                    stored_at: t.stored_at,
-                })
+/// Reads the store: from memory inline when it holds the tile, else on a
+/// blocking thread. A failing store is logged and treated as a miss: the
+/// tile is rendered rather than refused.
+pub(super) async fn lookup(
+    tile_cache: &TileCache,
+    store: &Arc<dyn TileStore>,
+    key: &TileKey,
+) -> Option<HeldTile> {
+    if let Some(held) = store.peek(key) {
+        return Some(held);
+    }
+    let (store, k) = (store.clone(), key.clone());
+    match run_blocking(move || {
+        store.get_stored(&k).map(|found| {
+            found.map(|t| HeldTile {
+                hash: content_hash(&t.bytes),
+                bytes: t.bytes,
+                stored_at: t.stored_at,
             })
         })
-        .await
-        {
-            // Tiles the store refused are only looked for after it misses,
-            // so hits never touch the unsaved map.
-            Ok(Ok(found)) => found.or_else(|| self.unsaved.peek(key)),
-            Ok(Err(e)) => {
-                if let Some(held_back) = self.warnings.allow() {
-                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "cache read failed; rendering instead");
-                }
-                self.unsaved.peek(key)
+    })
+    .await
+    {
+        // Tiles the store refused are only looked for after it misses,
+        // so hits never touch the unsaved map.
+        Ok(Ok(found)) => found.or_else(|| tile_cache.unsaved.peek(key)),
+        Ok(Err(e)) => {
+            if let Some(held_back) = tile_cache.warnings.allow() {
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "cache read failed; rendering instead");
             }
-            Err(e) => {
-                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read task failed");
-                self.unsaved.peek(key)
-            }
+            tile_cache.unsaved.peek(key)
+        }
+        Err(e) => {
+            tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, "cache read task failed");
+            tile_cache.unsaved.peek(key)
         }
     }
+}
 
-    pub(super) async fn lock_metatile(
-        &self,
-        req: &TileRequest,
-        meta: &Metatile,
-    ) -> Result<KeyGuard<MetaKey>, TileError> {
-        let key = MetaKey::of(req, meta);
-        let start = Instant::now();
-        let result = self.metatile_locks.lock(key, self.lock_timeout).await;
-        self.metrics.lock_waited(LockKind::Metatile, start);
-        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
-            kind: "metatile",
-            after,
-        })
-    }
+pub(super) async fn lock_metatile(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    meta: &Metatile,
+) -> Result<KeyGuard<MetaKey>, TileError> {
+    let key = MetaKey::of(req, meta);
+    let start = Instant::now();
+    let result = tile_cache
+        .metatile_locks
+        .lock(key, tile_cache.lock_timeout)
+        .await;
+    tile_cache.metrics.lock_waited(LockKind::Metatile, start);
+    result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+        kind: "metatile",
+        after,
+    })
+}
 
-    /// Takes the metatile's lock and its tiles' locks (keys from `keys`)
-    /// if none is held, without waiting; `None` (and nothing held) when one
-    /// is.
-    pub(super) fn try_lock_all(
-        &self,
-        req: &TileRequest,
-        meta: &Metatile,
-        keys: impl IntoIterator<Item = TileKey>,
-    ) -> Option<(KeyGuard<MetaKey>, Vec<LockedTile>)> {
-        let meta_guard = self.metatile_locks.try_lock(MetaKey::of(req, meta))?;
-        let tiles = keys
-            .into_iter()
-            .map(|key| Some((key.clone(), self.tile_locks.try_lock(key)?)))
-            .collect::<Option<Vec<_>>>()?;
-        Some((meta_guard, tiles))
-    }
+/// Takes the metatile's lock and its tiles' locks (keys from `keys`)
+/// if none is held, without waiting; `None` (and nothing held) when one
+/// is.
+pub(super) fn try_lock_all(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    meta: &Metatile,
+    keys: impl IntoIterator<Item = TileKey>,
+) -> Option<(KeyGuard<MetaKey>, Vec<LockedTile>)> {
+    let meta_guard = tile_cache.metatile_locks.try_lock(MetaKey::of(req, meta))?;
+    let tiles = keys
+        .into_iter()
+        .map(|key| Some((key.clone(), tile_cache.tile_locks.try_lock(key)?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some((meta_guard, tiles))
+}
 
-    pub(super) async fn lock_tile(&self, key: TileKey) -> Result<KeyGuard<TileKey>, TileError> {
-        let start = Instant::now();
-        let result = self.tile_locks.lock(key, self.lock_timeout).await;
-        self.metrics.lock_waited(LockKind::Tile, start);
-        result.map_err(|LockTimeout(after)| TileError::LockTimeout {
-            kind: "tile",
-            after,
-        })
-    }
+pub(super) async fn lock_tile(
+    tile_cache: &TileCache,
+    key: TileKey,
+) -> Result<KeyGuard<TileKey>, TileError> {
+    let start = Instant::now();
+    let result = tile_cache
+        .tile_locks
+        .lock(key, tile_cache.lock_timeout)
+        .await;
+    tile_cache.metrics.lock_waited(LockKind::Tile, start);
+    result.map_err(|LockTimeout(after)| TileError::LockTimeout {
+        kind: "tile",
+        after,
+    })
 }

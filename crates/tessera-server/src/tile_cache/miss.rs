@@ -137,245 +137,250 @@ impl Cutter {
     }
 }
 
-impl TileCache {
-    pub(super) async fn get_cached(
-        &self,
-        req: &TileRequest,
-        cache: &LayerCache,
-    ) -> Result<Tile, TileError> {
-        let key = req.key_of(req.coord);
-        let fresh = |held: &HeldTile| cache.freshness.is_fresh(held.stored_at, SystemTime::now());
-        if let Some(held) = self.lookup(&cache.store, &key).await
-            && fresh(&held)
-        {
+pub(super) async fn get_cached(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    cache: &LayerCache,
+) -> Result<Tile, TileError> {
+    let key = req.key_of(req.coord);
+    let fresh = |held: &HeldTile| cache.freshness.is_fresh(held.stored_at, SystemTime::now());
+    if let Some(held) = super::lookup::lookup(tile_cache, &cache.store, &key).await
+        && fresh(&held)
+    {
+        return Ok(Tile::hit(held));
+    }
+    if req.layer.passthrough
+        && let Some(tile) = super::passthrough::pass_through(tile_cache, req, cache, &key).await?
+    {
+        return Ok(tile);
+    }
+    let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
+    let meta_guard = super::lookup::lock_metatile(tile_cache, req, &meta).await?;
+    let own_guard = super::lookup::lock_tile(tile_cache, key.clone()).await?;
+    // A stale tile is rendered again, like a missing one.
+    if let Some(held) = super::lookup::lookup(tile_cache, &cache.store, &key).await
+        && fresh(&held)
+    {
+        return Ok(Tile::hit(held));
+    }
+    let lease = match super::lease::lease(tile_cache, req, cache, &meta, Some(&key)).await? {
+        Leased::Render(lease) => lease,
+        Leased::Stored(held) => {
+            // Another node stored the metatile: its other tiles are
+            // read once (one GET per pack) into this node's memory, so
+            // the requests that follow for them are hits.
+            let keys: Vec<TileKey> = meta
+                .tiles(&req.grid.tms)
+                .filter(|c| *c != req.coord)
+                .map(|c| req.key_of(c))
+                .collect();
+            let store = cache.store.clone();
+            let _ = run_blocking(move || store.get_many(&keys)).await;
             return Ok(Tile::hit(held));
         }
-        if req.layer.passthrough
-            && let Some(tile) = self.pass_through(req, cache, &key).await?
-        {
-            return Ok(tile);
-        }
-        let meta = Metatile::containing(&req.grid.tms, req.coord, cache.metatile);
-        let meta_guard = self.lock_metatile(req, &meta).await?;
-        let own_guard = self.lock_tile(key.clone()).await?;
-        // A stale tile is rendered again, like a missing one.
-        if let Some(held) = self.lookup(&cache.store, &key).await
-            && fresh(&held)
-        {
-            return Ok(Tile::hit(held));
-        }
-        let lease = match self.lease(req, cache, &meta, Some(&key)).await? {
-            Leased::Render(lease) => lease,
-            Leased::Stored(held) => {
-                // Another node stored the metatile: its other tiles are
-                // read once (one GET per pack) into this node's memory, so
-                // the requests that follow for them are hits.
-                let keys: Vec<TileKey> = meta
-                    .tiles(&req.grid.tms)
-                    .filter(|c| *c != req.coord)
-                    .map(|c| req.key_of(c))
-                    .collect();
-                let store = cache.store.clone();
-                let _ = run_blocking(move || store.get_many(&keys)).await;
-                return Ok(Tile::hit(held));
-            }
-        };
-        let cutter = self.render_metatile(req, meta).await?;
-        let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
-        for coord in meta.tiles(&req.grid.tms) {
-            if coord != req.coord {
-                let key = req.key_of(coord);
-                let guard = self.lock_tile(key.clone()).await?;
-                siblings.push(Owned {
-                    coord,
-                    key,
-                    guard,
-                    lease: lease.clone(),
-                });
-            }
-        }
-        drop(meta_guard);
-        siblings.push(Owned {
-            coord: req.coord,
-            key,
-            guard: own_guard,
-            lease,
-        });
-
-        if self.pool.threads() == 0 {
-            let (encoded, stored) = self
-                .encode_and_store(
-                    &req.layer.name,
-                    cutter,
-                    siblings,
-                    cache.store.clone(),
-                    cache.durability,
-                )
-                .await?;
-            if let Err(e) = stored
-                && let Some(held_back) = self.warnings.allow()
-            {
-                tracing::warn!(tile = %req.key_of(req.coord), error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
-            }
-            let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
-            return Ok(miss(
-                own.map(|(_, b)| b)
-                    .expect("the requested tile is in its metatile"),
-            ));
-        }
-
-        let own = siblings.pop().expect("the requested tile was pushed last");
-        let own_bytes = {
-            let cutter = cutter.clone();
-            let coord = own.coord;
-            run_blocking(move || cutter.encode(coord)).await??
-        };
-        self.metrics.tiles_encoded(&req.layer.name, 1);
-
-        let mut leftovers: Vec<Job> = Vec::new();
-        let mut submit = |job: Job| {
-            if let Err(job) = self.pool.try_submit(job) {
-                leftovers.push(job);
-            }
-        };
-        if cache.store.prefers_batches() {
-            // One write for the metatile (tiles grouped in objects: one PUT
-            // instead of a conditional merge per tile).
-            let saver = BatchSaver {
-                metrics: self.metrics.clone(),
-                layer: req.layer.name.clone(),
-                unsaved: self.unsaved.clone(),
-                store: cache.store.clone(),
-                durability: cache.durability,
-            };
-            let (warnings, first) = (self.warnings.clone(), req.key_of(req.coord));
-            let known = Some((own.coord, own_bytes.clone()));
-            let cutter = cutter.clone();
-            let mut tiles = siblings;
-            tiles.push(own);
-            submit(Box::new(move || {
-                match saver.save(&cutter, tiles, known.as_ref()) {
-                    Ok((_, Ok(()))) => {}
-                    Ok((_, Err(e))) => {
-                        if let Some(held_back) = warnings.allow() {
-                            tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
-                        }
-                    }
-                    Err(e) => {
-                        if let Some(held_back) = warnings.allow() {
-                            tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "encoding a metatile's tiles failed");
-                        }
-                    }
-                }
-            }));
-        } else {
-            submit(self.save_job(cache, own, Some(own_bytes.clone()), &cutter, req));
-            for sibling in siblings {
-                submit(self.save_job(cache, sibling, None, &cutter, req));
-            }
-        }
-        if !leftovers.is_empty() {
-            // The pool is saturated: this request does the work itself.
-            run_blocking(move || leftovers.into_iter().for_each(|job| job())).await?;
-        }
-        Ok(miss(own_bytes))
-    }
-
-    pub(super) async fn render_metatile(
-        &self,
-        req: &TileRequest,
-        meta: Metatile,
-    ) -> Result<Cutter, TileError> {
-        let tms = &req.grid.tms;
-        let image = self
-            .renderer
-            .render_image(
-                req.layer.clone(),
-                meta.render_bbox(tms),
-                req.grid.crs.clone(),
-                meta.render_size(tms),
-                meta.tile_rows(tms),
-            )
-            .await?;
-        self.metrics.metatile_rendered(&req.layer.name);
-        Ok(Cutter {
-            image: Arc::new(image),
-            meta,
-            grid: req.grid.clone(),
-            format: req.format,
-            encoding: *self.renderer.encoding(),
-        })
-    }
-
-    /// Encodes every tile and stores them in one batch, then releases their
-    /// locks. Returns the encoded tiles, and the store's verdict separately:
-    /// a seed fails on it, a request still answers with its tile.
-    pub(super) async fn encode_and_store(
-        &self,
-        layer: &str,
-        cutter: Cutter,
-        tiles: Vec<Owned>,
-        store: Arc<dyn TileStore>,
-        durability: Durability,
-    ) -> Result<Saved, TileError> {
-        let saver = BatchSaver {
-            metrics: self.metrics.clone(),
-            layer: layer.to_string(),
-            unsaved: self.unsaved.clone(),
-            store,
-            durability,
-        };
-        run_blocking(move || saver.save(&cutter, tiles, None)).await?
-    }
-
-    /// A pool job that encodes (unless `bytes` is given) and saves one tile,
-    /// then releases its lock.
-    pub(super) fn save_job(
-        &self,
-        cache: &LayerCache,
-        tile: Owned,
-        bytes: Option<Bytes>,
-        cutter: &Cutter,
-        req: &TileRequest,
-    ) -> Job {
-        let store = cache.store.clone();
-        let durability = cache.durability;
-        let cutter = cutter.clone();
-        let metrics = self.metrics.clone();
-        let layer = req.layer.name.clone();
-        let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
-        Box::new(move || {
-            let Owned {
+    };
+    let cutter = render_metatile(tile_cache, req, meta).await?;
+    let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
+    for coord in meta.tiles(&req.grid.tms) {
+        if coord != req.coord {
+            let key = req.key_of(coord);
+            let guard = super::lookup::lock_tile(tile_cache, key.clone()).await?;
+            siblings.push(Owned {
                 coord,
                 key,
                 guard,
-                lease,
-            } = tile;
-            let bytes = match bytes {
-                Some(b) => b,
-                None => match cutter.encode(coord) {
-                    Ok(b) => {
-                        metrics.tiles_encoded(&layer, 1);
-                        b
+                lease: lease.clone(),
+            });
+        }
+    }
+    drop(meta_guard);
+    siblings.push(Owned {
+        coord: req.coord,
+        key,
+        guard: own_guard,
+        lease,
+    });
+
+    if tile_cache.pool.threads() == 0 {
+        let (encoded, stored) = encode_and_store(
+            tile_cache,
+            &req.layer.name,
+            cutter,
+            siblings,
+            cache.store.clone(),
+            cache.durability,
+        )
+        .await?;
+        if let Err(e) = stored
+            && let Some(held_back) = tile_cache.warnings.allow()
+        {
+            tracing::warn!(tile = %req.key_of(req.coord), error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
+        }
+        let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
+        return Ok(miss(
+            own.map(|(_, b)| b)
+                .expect("the requested tile is in its metatile"),
+        ));
+    }
+
+    let own = siblings.pop().expect("the requested tile was pushed last");
+    let own_bytes = {
+        let cutter = cutter.clone();
+        let coord = own.coord;
+        run_blocking(move || cutter.encode(coord)).await??
+    };
+    tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
+
+    let mut leftovers: Vec<Job> = Vec::new();
+    let mut submit = |job: Job| {
+        if let Err(job) = tile_cache.pool.try_submit(job) {
+            leftovers.push(job);
+        }
+    };
+    if cache.store.prefers_batches() {
+        // One write for the metatile (tiles grouped in objects: one PUT
+        // instead of a conditional merge per tile).
+        let saver = BatchSaver {
+            metrics: tile_cache.metrics.clone(),
+            layer: req.layer.name.clone(),
+            unsaved: tile_cache.unsaved.clone(),
+            store: cache.store.clone(),
+            durability: cache.durability,
+        };
+        let (warnings, first) = (tile_cache.warnings.clone(), req.key_of(req.coord));
+        let known = Some((own.coord, own_bytes.clone()));
+        let cutter = cutter.clone();
+        let mut tiles = siblings;
+        tiles.push(own);
+        submit(Box::new(move || {
+            match saver.save(&cutter, tiles, known.as_ref()) {
+                Ok((_, Ok(()))) => {}
+                Ok((_, Err(e))) => {
+                    if let Some(held_back) = warnings.allow() {
+                        tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
                     }
-                    Err(e) => {
-                        if let Some(held_back) = warnings.allow() {
-                            tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "encoding a sibling tile failed");
-                        }
-                        return;
+                }
+                Err(e) => {
+                    if let Some(held_back) = warnings.allow() {
+                        tracing::warn!(tile = %first, error = &e as &dyn std::error::Error, held_back, "encoding a metatile's tiles failed");
                     }
-                },
-            };
-            if let Err(e) = store.put(&key, bytes.clone(), durability) {
-                // Kept in memory before the lock goes, so a neighbour
-                // waiting for this tile finds it instead of rendering again.
-                let _ = unsaved.put(&key, bytes, Durability::Buffered);
-                if let Some(held_back) = warnings.allow() {
-                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
                 }
             }
-            drop(guard);
-            drop(lease);
-        })
+        }));
+    } else {
+        submit(save_job(
+            tile_cache,
+            cache,
+            own,
+            Some(own_bytes.clone()),
+            &cutter,
+            req,
+        ));
+        for sibling in siblings {
+            submit(save_job(tile_cache, cache, sibling, None, &cutter, req));
+        }
     }
+    if !leftovers.is_empty() {
+        // The pool is saturated: this request does the work itself.
+        run_blocking(move || leftovers.into_iter().for_each(|job| job())).await?;
+    }
+    Ok(miss(own_bytes))
+}
+
+pub(super) async fn render_metatile(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    meta: Metatile,
+) -> Result<Cutter, TileError> {
+    let tms = &req.grid.tms;
+    let image = tile_cache
+        .renderer
+        .render_image(
+            req.layer.clone(),
+            meta.render_bbox(tms),
+            req.grid.crs.clone(),
+            meta.render_size(tms),
+            meta.tile_rows(tms),
+        )
+        .await?;
+    tile_cache.metrics.metatile_rendered(&req.layer.name);
+    Ok(Cutter {
+        image: Arc::new(image),
+        meta,
+        grid: req.grid.clone(),
+        format: req.format,
+        encoding: *tile_cache.renderer.encoding(),
+    })
+}
+
+/// Encodes every tile and stores them in one batch, then releases their
+/// locks. Returns the encoded tiles, and the store's verdict separately:
+/// a seed fails on it, a request still answers with its tile.
+pub(super) async fn encode_and_store(
+    tile_cache: &TileCache,
+    layer: &str,
+    cutter: Cutter,
+    tiles: Vec<Owned>,
+    store: Arc<dyn TileStore>,
+    durability: Durability,
+) -> Result<Saved, TileError> {
+    let saver = BatchSaver {
+        metrics: tile_cache.metrics.clone(),
+        layer: layer.to_string(),
+        unsaved: tile_cache.unsaved.clone(),
+        store,
+        durability,
+    };
+    run_blocking(move || saver.save(&cutter, tiles, None)).await?
+}
+
+/// A pool job that encodes (unless `bytes` is given) and saves one tile,
+/// then releases its lock.
+pub(super) fn save_job(
+    tile_cache: &TileCache,
+    cache: &LayerCache,
+    tile: Owned,
+    bytes: Option<Bytes>,
+    cutter: &Cutter,
+    req: &TileRequest,
+) -> Job {
+    let store = cache.store.clone();
+    let durability = cache.durability;
+    let cutter = cutter.clone();
+    let metrics = tile_cache.metrics.clone();
+    let layer = req.layer.name.clone();
+    let (unsaved, warnings) = (tile_cache.unsaved.clone(), tile_cache.warnings.clone());
+    Box::new(move || {
+        let Owned {
+            coord,
+            key,
+            guard,
+            lease,
+        } = tile;
+        let bytes = match bytes {
+            Some(b) => b,
+            None => match cutter.encode(coord) {
+                Ok(b) => {
+                    metrics.tiles_encoded(&layer, 1);
+                    b
+                }
+                Err(e) => {
+                    if let Some(held_back) = warnings.allow() {
+                        tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "encoding a sibling tile failed");
+                    }
+                    return;
+                }
+            },
+        };
+        if let Err(e) = store.put(&key, bytes.clone(), durability) {
+            // Kept in memory before the lock goes, so a neighbour
+            // waiting for this tile finds it instead of rendering again.
+            let _ = unsaved.put(&key, bytes, Durability::Buffered);
+            if let Some(held_back) = warnings.allow() {
+                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+            }
+        }
+        drop(guard);
+        drop(lease);
+    })
 }

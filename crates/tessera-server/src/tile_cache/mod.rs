@@ -50,6 +50,11 @@ use crate::metrics::{Metrics, RequestResult};
 use crate::render::{RenderError, Renderer};
 use crate::throttle::Throttle;
 use lookup::MetaKey;
+use tessera_grid::TileFormat;
+use tokio::sync::Semaphore;
+
+use crate::metatile::Metatile;
+use crate::model::{Grid, Layer};
 
 /// Tiles are rendered with a transparent background; JPEG flattens over white.
 const BACKGROUND: Color = Color([255, 255, 255, 255]);
@@ -123,8 +128,8 @@ impl TileCache {
     /// Returns the tile, from the store or rendered, and counts the request.
     pub async fn get(&self, req: &TileRequest) -> Result<Tile, TileError> {
         let result = match &req.layer.cache {
-            Some(cache) => self.get_cached(req, cache).await,
-            None => self.render_uncached(req).await,
+            Some(cache) => miss::get_cached(self, req, cache).await,
+            None => passthrough::render_uncached(self, req).await,
         };
         let outcome = match &result {
             Ok(Tile {
@@ -147,7 +152,7 @@ impl TileCache {
     /// is rendered. A layer without a cache holds nothing.
     pub async fn held(&self, req: &TileRequest) -> Option<Tile> {
         let cache = req.layer.cache.as_ref()?;
-        let held = self.lookup(&cache.store, &req.key_of(req.coord)).await?;
+        let held = lookup::lookup(self, &cache.store, &req.key_of(req.coord)).await?;
         if !cache.freshness.is_fresh(held.stored_at, SystemTime::now()) {
             return None;
         }
@@ -191,6 +196,34 @@ impl TileCache {
             return None;
         }
         Some(peeked)
+    }
+
+    /// The store's write group of `meta`'s tiles, when a seed should
+    /// gather the group's metatiles and store them together (see
+    /// [`seed::write_group`]).
+    pub fn write_group(
+        &self,
+        layer: &Arc<Layer>,
+        grid: &Arc<Grid>,
+        format: TileFormat,
+        meta: &Metatile,
+    ) -> Option<String> {
+        seed::write_group(layer, grid, format, meta)
+    }
+
+    /// Seeds one metatile (see [`seed::seed_metatile`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn seed_metatile(
+        &self,
+        layer: &Arc<Layer>,
+        grid: &Arc<Grid>,
+        format: TileFormat,
+        meta: Metatile,
+        force: bool,
+        locking: Locking,
+        slots: &Semaphore,
+    ) -> Result<SeedStep, TileError> {
+        seed::seed_metatile(self, layer, grid, format, meta, force, locking, slots).await
     }
 
     /// Counts a tile request of `layer` answered from

@@ -15,154 +15,158 @@ use crate::render::{Demand, ImageRequest, RenderError};
 /// What [`tessera_source::Source::passthrough`] answers.
 type Passed = Option<Result<Option<Bytes>, tessera_source::SourceError>>;
 
-impl TileCache {
-    /// A tile of a layer without a cache: a vector tile or a tile the
-    /// source passes through as it has it (an archive's, an upstream's), or
-    /// rendered alone.
-    pub(super) async fn render_uncached(&self, req: &TileRequest) -> Result<Tile, TileError> {
-        if req.format.is_vector() {
-            let bytes = self.vector_tile(req).await?;
-            return Ok(miss(bytes));
-        }
-        if req.layer.passthrough {
-            match self.source_tile(req).await? {
-                Some(Ok(Some(bytes))) => return Ok(miss(bytes)),
-                Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
-                // None there: rendered alone (transparent).
-                Some(Ok(None)) | None => {}
-            }
-        }
-        self.render_alone(req).await
+/// A tile of a layer without a cache: a vector tile or a tile the
+/// source passes through as it has it (an archive's, an upstream's), or
+/// rendered alone.
+pub(super) async fn render_uncached(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+) -> Result<Tile, TileError> {
+    if req.format.is_vector() {
+        let bytes = vector_tile(tile_cache, req).await?;
+        return Ok(miss(bytes));
     }
-
-    /// The source's own tile for `req` (its `passthrough`): read on this
-    /// thread when the source reads only local files and they are in the
-    /// page cache (a page-cache read costs less than a hand-off to a
-    /// blocking thread), on a blocking thread otherwise: a read that would
-    /// wait for the disk never holds this thread (a connection's).
-    async fn source_tile(&self, req: &TileRequest) -> Result<Passed, RenderError> {
-        let source = &req.layer.source;
-        if source.passthrough_is_local()
-            && let Some(read) = tessera_source::archive::without_waiting(|| {
-                source.passthrough(&req.grid.tms, req.coord, req.format, None)
-            })
-        {
-            return Ok(read);
-        }
-        let (source, tms, coord, format) =
-            (source.clone(), req.grid.tms.clone(), req.coord, req.format);
-        run_blocking(move || {
-            let read = source.passthrough(&tms, coord, format, None);
-            // A read that joined one tried without waiting (a directory
-            // both needed) took its refusal: read again, waiting.
-            match &read {
-                Some(Err(e))
-                    if tessera_source::error_chain(e)
-                        .contains(tessera_source::archive::WOULD_WAIT_MESSAGE) =>
-                {
-                    source.passthrough(&tms, coord, format, None)
-                }
-                _ => read,
-            }
-        })
-        .await
-    }
-
-    /// A raster tile rendered alone, not cut from a metatile.
-    async fn render_alone(&self, req: &TileRequest) -> Result<Tile, TileError> {
-        let tms = &req.grid.tms;
-        let bytes = self
-            .renderer
-            .render(
-                ImageRequest {
-                    layers: vec![req.layer.clone()],
-                    bbox: tms.tile_bbox(req.coord),
-                    crs: req.grid.crs.clone(),
-                    width: tms.tile_width,
-                    height: tms.tile_height,
-                    format: req.format,
-                    transparent: true,
-                    background: BACKGROUND,
-                    keep_alpha: false,
-                },
-                Demand::Tiles,
-            )
-            .await?;
-        self.metrics.metatile_rendered(&req.layer.name);
-        self.metrics.tiles_encoded(&req.layer.name, 1);
-        Ok(miss(bytes))
-    }
-
-    /// A vector tile made by the layer's source (on a blocking thread).
-    pub(super) async fn vector_tile(&self, req: &TileRequest) -> Result<Bytes, TileError> {
-        let made = self.source_tile(req).await?;
-        let bytes = made
-            .ok_or_else(|| {
-                TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
-                    path: req.layer.name.clone(),
-                    source: "the layer's source does not make vector tiles".into(),
-                }))
-            })?
-            .map_err(|e| TileError::Render(RenderError::Source(e)))?;
-        self.metrics.metatile_rendered(&req.layer.name);
-        self.metrics.tiles_encoded(&req.layer.name, 1);
-        Ok(bytes.unwrap_or_else(|| Bytes::from_static(tessera_grid::EMPTY_MVT)))
-    }
-
-    /// Serves the source's own tile when it passes tiles through for this
-    /// grid and format (an upstream tile service with the same tiles): one
-    /// upstream tile, under the tile lock only, stored as it came. `None`
-    /// when the source cannot; a tile the upstream lacks is rendered alone
-    /// (transparent) and stored.
-    pub(super) async fn pass_through(
-        &self,
-        req: &TileRequest,
-        cache: &LayerCache,
-        key: &TileKey,
-    ) -> Result<Option<Tile>, TileError> {
-        let guard = self.lock_tile(key.clone()).await?;
-        if let Some(held) = self.lookup(&cache.store, key).await
-            && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
-        {
-            return Ok(Some(Tile::hit(held)));
-        }
-        if req.format.is_vector() {
-            let bytes = self.vector_tile(req).await?;
-            self.save_passed(cache, key, bytes.clone()).await?;
-            drop(guard);
-            return Ok(Some(miss(bytes)));
-        }
-        let fetched = self.source_tile(req).await?;
-        let bytes = match fetched {
-            None => return Ok(None),
+    if req.layer.passthrough {
+        match source_tile(req).await? {
+            Some(Ok(Some(bytes))) => return Ok(miss(bytes)),
             Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
-            Some(Ok(Some(bytes))) => bytes,
-            Some(Ok(None)) => self.render_alone(req).await?.bytes,
-        };
-        self.save_passed(cache, key, bytes.clone()).await?;
-        drop(guard);
-        Ok(Some(miss(bytes)))
+            // None there: rendered alone (transparent).
+            Some(Ok(None)) | None => {}
+        }
     }
+    render_alone(tile_cache, req).await
+}
 
-    /// Stores a tile that was not cut from a metatile; a failed write
-    /// keeps it in memory and is logged (throttled), as for metatiles.
-    pub(super) async fn save_passed(
-        &self,
-        cache: &LayerCache,
-        key: &TileKey,
-        bytes: Bytes,
-    ) -> Result<(), TileError> {
-        let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
-        let (unsaved, warnings) = (self.unsaved.clone(), self.warnings.clone());
-        run_blocking(move || {
-            if let Err(e) = store.put(&k, b.clone(), durability) {
-                let _ = unsaved.put(&k, b, Durability::Buffered);
-                if let Some(held_back) = warnings.allow() {
-                    tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
-                }
-            }
+/// The source's own tile for `req` (its `passthrough`): read on this
+/// thread when the source reads only local files and they are in the
+/// page cache (a page-cache read costs less than a hand-off to a
+/// blocking thread), on a blocking thread otherwise: a read that would
+/// wait for the disk never holds this thread (a connection's).
+async fn source_tile(req: &TileRequest) -> Result<Passed, RenderError> {
+    let source = &req.layer.source;
+    if source.passthrough_is_local()
+        && let Some(read) = tessera_source::archive::without_waiting(|| {
+            source.passthrough(&req.grid.tms, req.coord, req.format, None)
         })
-        .await?;
-        Ok(())
+    {
+        return Ok(read);
     }
+    let (source, tms, coord, format) =
+        (source.clone(), req.grid.tms.clone(), req.coord, req.format);
+    run_blocking(move || {
+        let read = source.passthrough(&tms, coord, format, None);
+        // A read that joined one tried without waiting (a directory
+        // both needed) took its refusal: read again, waiting.
+        match &read {
+            Some(Err(e))
+                if tessera_source::error_chain(e)
+                    .contains(tessera_source::archive::WOULD_WAIT_MESSAGE) =>
+            {
+                source.passthrough(&tms, coord, format, None)
+            }
+            _ => read,
+        }
+    })
+    .await
+}
+
+/// A raster tile rendered alone, not cut from a metatile.
+async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile, TileError> {
+    let tms = &req.grid.tms;
+    let bytes = tile_cache
+        .renderer
+        .render(
+            ImageRequest {
+                layers: vec![req.layer.clone()],
+                bbox: tms.tile_bbox(req.coord),
+                crs: req.grid.crs.clone(),
+                width: tms.tile_width,
+                height: tms.tile_height,
+                format: req.format,
+                transparent: true,
+                background: BACKGROUND,
+                keep_alpha: false,
+            },
+            Demand::Tiles,
+        )
+        .await?;
+    tile_cache.metrics.metatile_rendered(&req.layer.name);
+    tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
+    Ok(miss(bytes))
+}
+
+/// A vector tile made by the layer's source (on a blocking thread).
+pub(super) async fn vector_tile(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+) -> Result<Bytes, TileError> {
+    let made = source_tile(req).await?;
+    let bytes = made
+        .ok_or_else(|| {
+            TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
+                path: req.layer.name.clone(),
+                source: "the layer's source does not make vector tiles".into(),
+            }))
+        })?
+        .map_err(|e| TileError::Render(RenderError::Source(e)))?;
+    tile_cache.metrics.metatile_rendered(&req.layer.name);
+    tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
+    Ok(bytes.unwrap_or_else(|| Bytes::from_static(tessera_grid::EMPTY_MVT)))
+}
+
+/// Serves the source's own tile when it passes tiles through for this
+/// grid and format (an upstream tile service with the same tiles): one
+/// upstream tile, under the tile lock only, stored as it came. `None`
+/// when the source cannot; a tile the upstream lacks is rendered alone
+/// (transparent) and stored.
+pub(super) async fn pass_through(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    cache: &LayerCache,
+    key: &TileKey,
+) -> Result<Option<Tile>, TileError> {
+    let guard = super::lookup::lock_tile(tile_cache, key.clone()).await?;
+    if let Some(held) = super::lookup::lookup(tile_cache, &cache.store, key).await
+        && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
+    {
+        return Ok(Some(Tile::hit(held)));
+    }
+    if req.format.is_vector() {
+        let bytes = vector_tile(tile_cache, req).await?;
+        save_passed(tile_cache, cache, key, bytes.clone()).await?;
+        drop(guard);
+        return Ok(Some(miss(bytes)));
+    }
+    let fetched = source_tile(req).await?;
+    let bytes = match fetched {
+        None => return Ok(None),
+        Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
+        Some(Ok(Some(bytes))) => bytes,
+        Some(Ok(None)) => render_alone(tile_cache, req).await?.bytes,
+    };
+    save_passed(tile_cache, cache, key, bytes.clone()).await?;
+    drop(guard);
+    Ok(Some(miss(bytes)))
+}
+
+/// Stores a tile that was not cut from a metatile; a failed write
+/// keeps it in memory and is logged (throttled), as for metatiles.
+pub(super) async fn save_passed(
+    tile_cache: &TileCache,
+    cache: &LayerCache,
+    key: &TileKey,
+    bytes: Bytes,
+) -> Result<(), TileError> {
+    let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
+    let (unsaved, warnings) = (tile_cache.unsaved.clone(), tile_cache.warnings.clone());
+    run_blocking(move || {
+        if let Err(e) = store.put(&k, b.clone(), durability) {
+            let _ = unsaved.put(&k, b, Durability::Buffered);
+            if let Some(held_back) = warnings.allow() {
+                tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+            }
+        }
+    })
+    .await?;
+    Ok(())
 }

@@ -118,190 +118,188 @@ impl Unstored {
     }
 }
 
-impl TileCache {
-    /// The store's write group of `meta`'s tiles
-    /// ([`TileStore::write_group`] of its first tile), when the seed should
-    /// gather the group's metatiles and store them together: the layer is
-    /// cached, its store groups tiles, and no cluster leases are asked (a
-    /// lease is waited for, which a gathering seed must not do).
-    pub fn write_group(
-        &self,
-        layer: &Arc<Layer>,
-        grid: &Arc<Grid>,
-        format: TileFormat,
-        meta: &Metatile,
-    ) -> Option<String> {
-        let cache = layer.cache.as_ref()?;
-        if cache.leases.is_some() {
-            return None;
-        }
-        let first = meta.tiles(&grid.tms).next()?;
-        cache
-            .store
-            .write_group(&tile_key(layer, grid, format, first))
+/// The store's write group of `meta`'s tiles
+/// ([`TileStore::write_group`] of its first tile), when the seed should
+/// gather the group's metatiles and store them together: the layer is
+/// cached, its store groups tiles, and no cluster leases are asked (a
+/// lease is waited for, which a gathering seed must not do).
+pub fn write_group(
+    layer: &Arc<Layer>,
+    grid: &Arc<Grid>,
+    format: TileFormat,
+    meta: &Metatile,
+) -> Option<String> {
+    let cache = layer.cache.as_ref()?;
+    if cache.leases.is_some() {
+        return None;
     }
+    let first = meta.tiles(&grid.tms).next()?;
+    cache
+        .store
+        .write_group(&tile_key(layer, grid, format, first))
+}
 
-    /// Seeds one metatile: takes its locks as `locking` says, skips it when
-    /// every tile is stored (unless `force`), otherwise asks its source to
-    /// fetch ahead ([`render::prefetch_layer`]), renders it and encodes
-    /// every tile under one of `slots` (the seed's workers), and returns
-    /// them for [`Unstored::store`] (under their locks).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn seed_metatile(
-        &self,
-        layer: &Arc<Layer>,
-        grid: &Arc<Grid>,
-        format: TileFormat,
-        meta: Metatile,
-        force: bool,
-        locking: Locking,
-        slots: &Semaphore,
-    ) -> Result<SeedStep, TileError> {
-        let cache = layer
-            .cache
-            .as_ref()
-            .ok_or_else(|| TileError::NotCached(layer.name.clone()))?;
-        let tms = &grid.tms;
-        let first = meta.tiles(tms).next().expect("a metatile has tiles");
-        let req = TileRequest {
-            layer: layer.clone(),
-            grid: grid.clone(),
-            coord: first,
-            format,
-        };
-        let (meta_guard, tiles) = match locking {
-            Locking::Wait => {
-                let meta_guard = self.lock_metatile(&req, &meta).await?;
-                let mut tiles = Vec::new();
-                for coord in meta.tiles(tms) {
-                    let key = req.key_of(coord);
-                    let guard = self.lock_tile(key.clone()).await?;
-                    tiles.push(Owned {
-                        coord,
-                        key,
-                        guard,
-                        lease: None,
-                    });
-                }
-                (meta_guard, tiles)
+/// Seeds one metatile: takes its locks as `locking` says, skips it when
+/// every tile is stored (unless `force`), otherwise asks its source to
+/// fetch ahead ([`render::prefetch_layer`]), renders it and encodes
+/// every tile under one of `slots` (the seed's workers), and returns
+/// them for [`Unstored::store`] (under their locks).
+#[allow(clippy::too_many_arguments)]
+pub async fn seed_metatile(
+    tile_cache: &TileCache,
+    layer: &Arc<Layer>,
+    grid: &Arc<Grid>,
+    format: TileFormat,
+    meta: Metatile,
+    force: bool,
+    locking: Locking,
+    slots: &Semaphore,
+) -> Result<SeedStep, TileError> {
+    let cache = layer
+        .cache
+        .as_ref()
+        .ok_or_else(|| TileError::NotCached(layer.name.clone()))?;
+    let tms = &grid.tms;
+    let first = meta.tiles(tms).next().expect("a metatile has tiles");
+    let req = TileRequest {
+        layer: layer.clone(),
+        grid: grid.clone(),
+        coord: first,
+        format,
+    };
+    let (meta_guard, tiles) = match locking {
+        Locking::Wait => {
+            let meta_guard = super::lookup::lock_metatile(tile_cache, &req, &meta).await?;
+            let mut tiles = Vec::new();
+            for coord in meta.tiles(tms) {
+                let key = req.key_of(coord);
+                let guard = super::lookup::lock_tile(tile_cache, key.clone()).await?;
+                tiles.push(Owned {
+                    coord,
+                    key,
+                    guard,
+                    lease: None,
+                });
             }
-            Locking::Try => {
-                let keys = meta.tiles(tms).map(|coord| req.key_of(coord));
-                let Some((meta_guard, guards)) = self.try_lock_all(&req, &meta, keys) else {
-                    return Ok(SeedStep::Busy);
-                };
-                let tiles = meta
-                    .tiles(tms)
-                    .zip(guards)
-                    .map(|(coord, (key, guard))| Owned {
-                        coord,
-                        key,
-                        guard,
-                        lease: None,
-                    })
-                    .collect();
-                (meta_guard, tiles)
-            }
-        };
-        if !force {
-            let store = cache.store.clone();
-            let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
-            let freshness = cache.freshness;
-            let all_stored =
-                run_blocking(move || all_stored_and_fresh(store.as_ref(), &keys, freshness))
-                    .await??;
-            if all_stored {
-                return Ok(SeedStep::Skipped);
-            }
+            (meta_guard, tiles)
         }
-        // With leases, the seed holds its metatile's lease until every tile
-        // is stored, and deletes it before returning (the command may exit
-        // right after).
-        let mut lease = None;
-        if cache.leases.is_some() {
-            // The last tile of the metatile is the one waited for when
-            // another node holds the lease (its tiles are stored together).
-            let last = tiles.last().expect("a metatile has tiles").key.clone();
-            let wanted = (!force).then_some(&last);
-            match self.lease(&req, cache, &meta, wanted).await? {
-                Leased::Stored(_) => return Ok(SeedStep::Skipped),
-                Leased::Render(held) => lease = held,
-            }
+        Locking::Try => {
+            let keys = meta.tiles(tms).map(|coord| req.key_of(coord));
+            let Some((meta_guard, guards)) =
+                super::lookup::try_lock_all(tile_cache, &req, &meta, keys)
+            else {
+                return Ok(SeedStep::Busy);
+            };
+            let tiles = meta
+                .tiles(tms)
+                .zip(guards)
+                .map(|(coord, (key, guard))| Owned {
+                    coord,
+                    key,
+                    guard,
+                    lease: None,
+                })
+                .collect();
+            (meta_guard, tiles)
         }
-        match self
-            .seed_leased(&req, cache, meta, meta_guard, tiles, slots)
-            .await
-        {
-            Ok(mut unstored) => {
-                unstored.leases.extend(lease);
-                Ok(SeedStep::Rendered(unstored))
-            }
-            Err(e) => {
-                if let Some(lease) = lease {
-                    lease.release().await;
-                }
-                Err(e)
-            }
+    };
+    if !force {
+        let store = cache.store.clone();
+        let keys: Vec<TileKey> = tiles.iter().map(|t| t.key.clone()).collect();
+        let freshness = cache.freshness;
+        let all_stored =
+            run_blocking(move || all_stored_and_fresh(store.as_ref(), &keys, freshness)).await??;
+        if all_stored {
+            return Ok(SeedStep::Skipped);
         }
     }
-
-    /// The rendering part of [`TileCache::seed_metatile`], under its locks.
-    pub(super) async fn seed_leased(
-        &self,
-        req: &TileRequest,
-        cache: &LayerCache,
-        meta: Metatile,
-        meta_guard: KeyGuard<MetaKey>,
-        tiles: Vec<Owned>,
-        slots: &Semaphore,
-    ) -> Result<Unstored, TileError> {
-        let unstored = |batch, guards| Unstored {
-            batch,
-            guards,
-            leases: Vec::new(),
-            store: cache.store.clone(),
-            unsaved: self.unsaved.clone(),
-        };
-        if !req.format.is_vector() {
-            let tms = &req.grid.tms;
-            let (width, height) = meta.render_size(tms);
-            render::prefetch_layer(
-                &req.layer,
-                &meta.render_bbox(tms),
-                &req.grid.crs,
-                width,
-                height,
-            );
+    // With leases, the seed holds its metatile's lease until every tile
+    // is stored, and deletes it before returning (the command may exit
+    // right after).
+    let mut lease = None;
+    if cache.leases.is_some() {
+        // The last tile of the metatile is the one waited for when
+        // another node holds the lease (its tiles are stored together).
+        let last = tiles.last().expect("a metatile has tiles").key.clone();
+        let wanted = (!force).then_some(&last);
+        match super::lease::lease(tile_cache, &req, cache, &meta, wanted).await? {
+            Leased::Stored(_) => return Ok(SeedStep::Skipped),
+            Leased::Render(held) => lease = held,
         }
-        let _slot = slots.acquire().await.map_err(|_| RenderError::Closed)?;
-        if req.format.is_vector() {
-            // Vector tiles are cut one by one (no metatile to share).
-            let mut made = Vec::with_capacity(tiles.len());
-            for t in &tiles {
-                let one = TileRequest {
-                    coord: t.coord,
-                    ..req.clone()
-                };
-                made.push((t.key.clone(), self.vector_tile(&one).await?));
+    }
+    match seed_leased(tile_cache, &req, cache, meta, meta_guard, tiles, slots).await {
+        Ok(mut unstored) => {
+            unstored.leases.extend(lease);
+            Ok(SeedStep::Rendered(unstored))
+        }
+        Err(e) => {
+            if let Some(lease) = lease {
+                lease.release().await;
             }
-            drop(meta_guard);
-            let guards = tiles.into_iter().map(|t| t.guard).collect();
-            return Ok(unstored(made, guards));
+            Err(e)
         }
-        let cutter = self.render_metatile(req, meta).await?;
+    }
+}
+
+/// The rendering part of [`TileCache::seed_metatile`], under its locks.
+pub(super) async fn seed_leased(
+    tile_cache: &TileCache,
+    req: &TileRequest,
+    cache: &LayerCache,
+    meta: Metatile,
+    meta_guard: KeyGuard<MetaKey>,
+    tiles: Vec<Owned>,
+    slots: &Semaphore,
+) -> Result<Unstored, TileError> {
+    let unstored = |batch, guards| Unstored {
+        batch,
+        guards,
+        leases: Vec::new(),
+        store: cache.store.clone(),
+        unsaved: tile_cache.unsaved.clone(),
+    };
+    if !req.format.is_vector() {
+        let tms = &req.grid.tms;
+        let (width, height) = meta.render_size(tms);
+        render::prefetch_layer(
+            &req.layer,
+            &meta.render_bbox(tms),
+            &req.grid.crs,
+            width,
+            height,
+        );
+    }
+    let _slot = slots.acquire().await.map_err(|_| RenderError::Closed)?;
+    if req.format.is_vector() {
+        // Vector tiles are cut one by one (no metatile to share).
+        let mut made = Vec::with_capacity(tiles.len());
+        for t in &tiles {
+            let one = TileRequest {
+                coord: t.coord,
+                ..req.clone()
+            };
+            made.push((
+                t.key.clone(),
+                super::passthrough::vector_tile(tile_cache, &one).await?,
+            ));
+        }
         drop(meta_guard);
-        let saver = BatchSaver {
-            metrics: self.metrics.clone(),
-            layer: req.layer.name.clone(),
-            unsaved: self.unsaved.clone(),
-            store: cache.store.clone(),
-            durability: Durability::Synced,
-        };
-        let (batch, _, guards) = run_blocking(move || saver.encode(&cutter, tiles, None)).await??;
-        // Seeds own no tile leases (the metatile's lease is the seed's).
-        let guards = guards.into_iter().map(|(guard, _)| guard).collect();
-        Ok(unstored(batch, guards))
+        let guards = tiles.into_iter().map(|t| t.guard).collect();
+        return Ok(unstored(made, guards));
     }
+    let cutter = super::miss::render_metatile(tile_cache, req, meta).await?;
+    drop(meta_guard);
+    let saver = BatchSaver {
+        metrics: tile_cache.metrics.clone(),
+        layer: req.layer.name.clone(),
+        unsaved: tile_cache.unsaved.clone(),
+        store: cache.store.clone(),
+        durability: Durability::Synced,
+    };
+    let (batch, _, guards) = run_blocking(move || saver.encode(&cutter, tiles, None)).await??;
+    // Seeds own no tile leases (the metatile's lease is the seed's).
+    let guards = guards.into_iter().map(|(guard, _)| guard).collect();
+    Ok(unstored(batch, guards))
 }
 
 /// Whether every one of `keys` is stored and, when the layer's tiles

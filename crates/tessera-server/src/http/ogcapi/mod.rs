@@ -17,6 +17,7 @@ mod tiles;
 mod tms;
 
 pub use tiles::fast_address;
+use tiles::{MapTiles, VectorTiles};
 
 use std::fmt::Write as _;
 
@@ -63,15 +64,15 @@ pub fn routes() -> Router<AppState> {
         .route("/ogcapi/tileMatrixSets/{id}", get(tms::one))
         .route(
             "/ogcapi/collections/{collection}/map/tiles",
-            get(tiles::map_tilesets),
+            get(tiles::collection_tilesets::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/map/tiles/{tms}",
-            get(tiles::map_tileset),
+            get(tiles::collection_tileset::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}",
-            get(tiles::map_tile),
+            get(tiles::collection_tile::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/styles/{style}/map",
@@ -79,27 +80,27 @@ pub fn routes() -> Router<AppState> {
         )
         .route(
             "/ogcapi/collections/{collection}/styles/{style}/map/tiles",
-            get(tiles::styled_map_tilesets),
+            get(tiles::collection_tilesets::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}",
-            get(tiles::styled_map_tileset),
+            get(tiles::collection_tileset::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}/{matrix}/{row}/{col}",
-            get(tiles::styled_map_tile),
+            get(tiles::collection_tile::<MapTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/tiles",
-            get(tiles::vector_tilesets),
+            get(tiles::collection_tilesets::<VectorTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/tiles/{tms}",
-            get(tiles::vector_tileset),
+            get(tiles::collection_tileset::<VectorTiles>),
         )
         .route(
             "/ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}",
-            get(tiles::vector_tile),
+            get(tiles::collection_tile::<VectorTiles>),
         )
 }
 

@@ -6,6 +6,7 @@
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_grid::TileFormat;
 
@@ -17,13 +18,13 @@ use crate::auth::Caller;
 use crate::http::error::{ApiError, Protocol};
 use crate::http::reply::base_url;
 use crate::http::state::{Catalog, Maps, Tiles};
-use crate::http::tiles::address::{Level, Rows, TileAddress, query_params};
+use crate::http::tiles::address::{Rows, TileAddress, query_params};
 use crate::http::tiles::serve_tile;
 use crate::model::{Grid, HIDPI_SUFFIX, Layer};
 
 /// Which tiles a tileset holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     /// Images (`/map/tiles`).
     Map,
     /// Mapbox Vector Tiles (`/tiles`).
@@ -55,188 +56,110 @@ impl Kind {
     }
 }
 
-/// `GET /ogcapi/collections/{collection}/map/tiles`.
-pub async fn map_tilesets(
+/// Which tiles a collection route serves, as a type: the three tile
+/// handlers below are written once for both kinds.
+pub trait Tiled {
+    /// The kind.
+    const KIND: Kind;
+}
+
+/// Images: `/collections/{collection}[/styles/{style}]/map/tiles...`.
+#[derive(Debug)]
+pub struct MapTiles;
+
+impl Tiled for MapTiles {
+    const KIND: Kind = Kind::Map;
+}
+
+/// Mapbox Vector Tiles: `/collections/{collection}/tiles...`.
+#[derive(Debug)]
+pub struct VectorTiles;
+
+impl Tiled for VectorTiles {
+    const KIND: Kind = Kind::Vector;
+}
+
+/// The captures of a collection's tileset paths (a style only on styled
+/// map routes, a tile matrix set on a tileset's).
+#[derive(Debug, Deserialize)]
+pub struct SetPath {
+    collection: String,
+    style: Option<String>,
+    tms: Option<String>,
+}
+
+/// The captures of a collection's tile paths.
+#[derive(Debug, Deserialize)]
+pub struct TilePath {
+    collection: String,
+    style: Option<String>,
+    tms: String,
+    matrix: String,
+    row: String,
+    col: String,
+}
+
+/// `GET /ogcapi/collections/{collection}[/styles/{style}]/map/tiles` and
+/// `GET /ogcapi/collections/{collection}/tiles`: the collection's tilesets.
+pub async fn collection_tilesets<T: Tiled>(
     State(state): State<Catalog>,
     caller: Caller,
-    Path(collection): Path<String>,
+    Path(p): Path<SetPath>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     tilesets(
         &state,
-        &collection,
-        None,
+        &p.collection,
+        p.style.as_deref(),
         query.as_deref(),
         &headers,
-        Kind::Map,
+        T::KIND,
         &caller,
     )
 }
 
-/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles`.
-pub async fn styled_map_tilesets(
+/// `GET /ogcapi/collections/{collection}[/styles/{style}]/map/tiles/{tms}`
+/// and `GET /ogcapi/collections/{collection}/tiles/{tms}`: one tileset.
+pub async fn collection_tileset<T: Tiled>(
     State(state): State<Catalog>,
     caller: Caller,
-    Path((collection, style)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tilesets(
-        &state,
-        &collection,
-        Some(&style),
-        query.as_deref(),
-        &headers,
-        Kind::Map,
-        &caller,
-    )
-}
-
-/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}`.
-pub async fn styled_map_tileset(
-    State(state): State<Catalog>,
-    caller: Caller,
-    Path((collection, style, tms)): Path<(String, String, String)>,
+    Path(p): Path<SetPath>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     tileset(
         &state,
-        &collection,
-        Some(&style),
-        &tms,
+        &p.collection,
+        p.style.as_deref(),
+        p.tms.as_deref().unwrap_or_default(),
         query.as_deref(),
         &headers,
-        Kind::Map,
+        T::KIND,
         &caller,
     )
 }
 
-/// `GET /ogcapi/collections/{collection}/styles/{style}/map/tiles/{tms}/{matrix}/{row}/{col}`.
-pub async fn styled_map_tile(
+/// `GET .../map/tiles/{tms}/{matrix}/{row}/{col}` (styled or not) and
+/// `GET .../tiles/{tms}/{matrix}/{row}/{col}`: one tile (a map tile drawn
+/// uncached when its size or background is its own).
+pub async fn collection_tile<T: Tiled>(
     State(state): State<Tiles>,
     State(maps): State<Maps>,
     caller: Caller,
-    Path((collection, style, tms, matrix, row, col)): Path<StyledTilePath>,
+    Path(p): Path<TilePath>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     tile(
         &state,
-        Some(style),
-        (collection, tms, matrix, row, col),
+        p.style,
+        (p.collection, p.tms, p.matrix, p.row, p.col),
         query.as_deref(),
         &headers,
-        Kind::Map,
+        T::KIND,
         &caller,
-        Some(&maps),
-    )
-    .await
-}
-
-/// A styled tile's path: collection, style, tile matrix set, matrix, row,
-/// column.
-type StyledTilePath = (String, String, String, String, String, String);
-
-/// `GET /ogcapi/collections/{collection}/tiles`.
-pub async fn vector_tilesets(
-    State(state): State<Catalog>,
-    caller: Caller,
-    Path(collection): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tilesets(
-        &state,
-        &collection,
-        None,
-        query.as_deref(),
-        &headers,
-        Kind::Vector,
-        &caller,
-    )
-}
-
-/// `GET /ogcapi/collections/{collection}/map/tiles/{tms}`.
-pub async fn map_tileset(
-    State(state): State<Catalog>,
-    caller: Caller,
-    Path((collection, tms)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tileset(
-        &state,
-        &collection,
-        None,
-        &tms,
-        query.as_deref(),
-        &headers,
-        Kind::Map,
-        &caller,
-    )
-}
-
-/// `GET /ogcapi/collections/{collection}/tiles/{tms}`.
-pub async fn vector_tileset(
-    State(state): State<Catalog>,
-    caller: Caller,
-    Path((collection, tms)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tileset(
-        &state,
-        &collection,
-        None,
-        &tms,
-        query.as_deref(),
-        &headers,
-        Kind::Vector,
-        &caller,
-    )
-}
-
-/// `GET /ogcapi/collections/{collection}/map/tiles/{tms}/{matrix}/{row}/{col}`.
-pub async fn map_tile(
-    State(state): State<Tiles>,
-    State(maps): State<Maps>,
-    caller: Caller,
-    Path(path): Path<(String, String, String, String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tile(
-        &state,
-        None,
-        path,
-        query.as_deref(),
-        &headers,
-        Kind::Map,
-        &caller,
-        Some(&maps),
-    )
-    .await
-}
-
-/// `GET /ogcapi/collections/{collection}/tiles/{tms}/{matrix}/{row}/{col}`.
-pub async fn vector_tile(
-    State(state): State<Tiles>,
-    caller: Caller,
-    Path(path): Path<(String, String, String, String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    tile(
-        &state,
-        None,
-        path,
-        query.as_deref(),
-        &headers,
-        Kind::Vector,
-        &caller,
-        None,
+        (T::KIND == Kind::Map).then_some(&maps),
     )
     .await
 }
@@ -644,18 +567,8 @@ async fn tile(
     dimension_params(&mut params)
         .map_err(|m| problem(ApiError::bad_request("InvalidParameterValue", m)))?;
     let drawn_style = style.clone();
-    let address = TileAddress {
-        layer: collection,
-        grid: tms,
-        style,
-        level: Level::Matrix(matrix),
-        col,
-        row,
-        format: Some(format),
-        format_text: format.extension().to_string(),
-        params,
-        path_dimension: None,
-    };
+    let address =
+        TileAddress::of_ogcapi(collection, tms, style, (matrix, row, col), format, params);
     let tile = address
         .resolve(&state.registry, Rows::FromTop, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Problem))?;
@@ -706,36 +619,31 @@ pub fn fast_address(path: &str, query: Option<&str>, accept: Option<&str>) -> Op
     if super::maps::draws_otherwise(&params) {
         return None;
     }
-    let (format, f) = match params.iter().find(|(k, _)| k == "f") {
-        Some((_, f)) => (super::format_param(f)?, f.clone()),
+    let format = match params.iter().find(|(k, _)| k == "f") {
+        Some((_, f)) => super::format_param(f)?,
         None => {
             // One type, as the router's negotiation would pick it.
             let accept = accept?.split(';').next()?.trim();
-            let format = match accept {
+            match accept {
                 "image/png" => TileFormat::Png,
                 "image/jpeg" => TileFormat::Jpeg,
                 "image/webp" => TileFormat::Webp,
                 _ => return None,
-            };
-            (format, format.extension().to_string())
+            }
         }
     };
     if format.is_vector() {
         return None;
     }
     dimension_params(&mut params).ok()?;
-    Some(TileAddress {
-        layer: layer.to_string(),
-        grid: tms.to_string(),
-        style: None,
-        level: Level::Matrix(matrix.to_string()),
-        col: col.to_string(),
-        row: row.to_string(),
-        format: Some(format),
-        format_text: f,
+    Some(TileAddress::of_ogcapi(
+        layer.to_string(),
+        tms.to_string(),
+        None,
+        (matrix.to_string(), row.to_string(), col.to_string()),
+        format,
         params,
-        path_dimension: None,
-    })
+    ))
 }
 
 /// The first of `offered` that `Accept` takes (the first offered when it

@@ -154,6 +154,33 @@ pub fn query_params(query: Option<&str>) -> Vec<(String, String)> {
 }
 
 impl TileAddress {
+    /// The address of an OGC API tile: `layer`'s tile at `matrix`, `row`,
+    /// `col` of tile matrix set `grid`, drawn with `style`, in `format`,
+    /// with the query's `params` (dimensions already read from `datetime`
+    /// and `subset`). The router's OGC API handler and the short way for
+    /// hits both build it here.
+    pub fn of_ogcapi(
+        layer: String,
+        grid: String,
+        style: Option<String>,
+        (matrix, row, col): (String, String, String),
+        format: TileFormat,
+        params: Vec<(String, String)>,
+    ) -> TileAddress {
+        TileAddress {
+            layer,
+            grid,
+            style,
+            level: Level::Matrix(matrix),
+            col,
+            row,
+            format: Some(format),
+            format_text: format.extension().to_string(),
+            params,
+            path_dimension: None,
+        }
+    }
+
     /// The style the address asks for: its WMTS style, else a `style`
     /// parameter (XYZ, TMS and OGC API `?style=`).
     pub fn style_asked(&self) -> Option<&str> {
