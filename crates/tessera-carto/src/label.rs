@@ -294,8 +294,7 @@ pub fn polygon_anchor(
     let radius = circle.length().ok()?;
     let seq = circle.get_coord_seq().ok()?;
     let (x, y) = (seq.get_x(0).ok()?, seq.get_y(0).ok()?);
-    #[allow(clippy::cast_possible_truncation, reason = "window pixels fit an f32")]
-    ((radius >= f64::from(min_radius)).then_some(Anchor::Point(x as f32, y as f32)))
+    (radius >= f64::from(min_radius)).then_some(Anchor::Point(x as f32, y as f32))
 }
 
 /// A box in window pixels: left, top, right, bottom.

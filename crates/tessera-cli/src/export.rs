@@ -13,7 +13,7 @@ use tessera_server::tessera_store::upload::UploadOptions;
 use crate::area::AreaArgs;
 use crate::progress::Progress;
 use crate::runtime::{CliResult, cores, runtime};
-use crate::seed::seed_plan;
+use crate::seed_command::seed_plan;
 
 /// Arguments of `tessera export`.
 #[derive(Debug, Args)]
@@ -114,7 +114,7 @@ fn export_one(
             &runtime,
             service,
             plan,
-            &tessera_server::seed::SeedOptions::with_concurrency(threads),
+            &tessera_server::seeding::SeedOptions::with_concurrency(threads),
         )?;
         if code != 0 {
             return Ok(code);

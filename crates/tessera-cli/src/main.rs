@@ -8,7 +8,7 @@ mod check;
 mod export;
 mod progress;
 mod runtime;
-mod seed;
+mod seed_command;
 mod truncate;
 
 use clap::{Parser, Subcommand};
@@ -180,7 +180,7 @@ enum Command {
     /// Exits 0 only when every tile is durable in the store. Tiles already
     /// stored are skipped, so a seed that was stopped or killed can simply be
     /// run again. Ctrl-C finishes the metatiles in flight and exits 130.
-    Seed(seed::SeedArgs),
+    Seed(seed_command::SeedArgs),
     /// Remove a layer's cached tiles by zoom, bbox or polygon.
     ///
     /// Deletes computed keys only (whole packs on object stores, in batches,
@@ -247,7 +247,7 @@ fn is_yaml(path: &std::path::Path) -> bool {
 /// Runs a command; returns the process exit status.
 fn run(cli: Cli) -> CliResult {
     match cli.command {
-        Command::Seed(args) => seed::seed(&args),
+        Command::Seed(args) => seed_command::seed(&args),
         Command::Truncate(args) => truncate::truncate(&args),
         Command::Export(args) => export::run(&args),
         Command::DemoConfig => {

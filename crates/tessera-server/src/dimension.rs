@@ -514,7 +514,6 @@ fn expand_range(
             if count < 0.0 || count >= MAX_EXPANDED as f64 {
                 return Err(bad(&format!("not between 1 and {MAX_EXPANDED} values")));
             }
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // bounded just above
             let count = count as u32;
             (0..=count)
                 .map(|i| {
@@ -591,7 +590,6 @@ pub fn time_from_offset(offset: f64, units: &str) -> Option<String> {
     if !millis.is_finite() || millis.abs() > 1e17 {
         return None;
     }
-    #[allow(clippy::cast_possible_truncation)] // bounded just above
     let t = start.checked_add_signed(chrono::TimeDelta::try_milliseconds(millis as i64)?)?;
     Some(t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
 }

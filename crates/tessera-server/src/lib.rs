@@ -23,7 +23,7 @@ pub mod plan;
 pub mod quick;
 pub mod registry;
 pub mod render;
-pub mod seed;
+pub mod seeding;
 pub mod serve;
 pub mod service;
 pub mod sources;

@@ -778,7 +778,7 @@ fn stored_tiles(root: &std::path::Path) -> u64 {
 async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     use std::sync::atomic::AtomicBool;
     use tessera_server::plan::{PlanArea, TilePlan};
-    use tessera_server::seed::{self, SeedEnd, SeedOptions};
+    use tessera_server::seeding::{self, SeedEnd, SeedOptions};
 
     let s = setup(Duration::from_millis(5), true, |_| {});
     let plan = TilePlan::new(
@@ -794,7 +794,7 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     let root = s.dir.path().to_path_buf();
     let cancel = AtomicBool::new(false);
     let mut reports = 0;
-    let end = seed::run(
+    let end = seeding::run(
         &s.state.service().tiles,
         &plan,
         &SeedOptions::with_concurrency(2),
@@ -822,7 +822,7 @@ async fn a_seed_counts_a_metatile_only_once_its_tiles_are_stored() {
     assert_eq!(s.state.service().tiles.locks_in_use(), (0, 0));
 
     // Run again: every metatile is stored, none is rendered.
-    let again = seed::run(
+    let again = seeding::run(
         &s.state.service().tiles,
         &plan,
         &SeedOptions::with_concurrency(2),
@@ -882,7 +882,7 @@ fn relief_plan(s: &Setup) -> tessera_server::plan::TilePlan {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_into_packs_writes_each_pack_once() {
     use std::sync::atomic::AtomicBool;
-    use tessera_server::seed::{self, SeedEnd, SeedOptions};
+    use tessera_server::seeding::{self, SeedEnd, SeedOptions};
 
     let packs = tempfile::tempdir().unwrap();
     let s = setup_packs(Duration::ZERO, packs.path());
@@ -904,7 +904,7 @@ async fn a_seed_into_packs_writes_each_pack_once() {
         metatiles.len()
     );
     let cancel = AtomicBool::new(false);
-    let end = seed::run(
+    let end = seeding::run(
         tiles,
         &plan,
         &SeedOptions::with_concurrency(2),
@@ -943,7 +943,7 @@ async fn a_seed_into_packs_writes_each_pack_once() {
 async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
     use std::sync::atomic::AtomicBool;
     use tessera_server::plan::Shard;
-    use tessera_server::seed::{self, SeedEnd, SeedOptions};
+    use tessera_server::seeding::{self, SeedEnd, SeedOptions};
 
     let packs = tempfile::tempdir().unwrap();
     let s = setup_packs(Duration::from_millis(3), packs.path());
@@ -958,7 +958,7 @@ async fn seeds_gathering_the_same_packs_never_deadlock_or_render_twice() {
         let (tiles, cancel) = (tiles.clone(), cancel.clone());
         tokio::spawn(async move {
             let options = SeedOptions::with_concurrency(threads);
-            seed::run(&tiles, &plan, &options, &cancel, |_, _| {}).await
+            seeding::run(&tiles, &plan, &options, &cancel, |_, _| {}).await
         })
     };
     let (a, b) = (run(plan, 2), run(other, 3));

@@ -410,7 +410,6 @@ fn between(stops: &[(f64, &Json)], input: f64, base: f64, ctx: &Context<'_>) -> 
             return match (a.num(), b.num(), a.color(), b.color()) {
                 (Some(x), Some(y), _, _) => Val::Num(x + t * (y - x)),
                 (_, _, Some(x), Some(y)) => {
-                    #[allow(clippy::cast_possible_truncation, reason = "a fraction")]
                     let t = t as f32;
                     Val::Color(std::array::from_fn(|i| x[i] + t * (y[i] - x[i])))
                 }

@@ -492,7 +492,6 @@ impl Caller {
         else {
             return Ok(());
         };
-        #[allow(clippy::cast_precision_loss, reason = "a count of tiles")]
         let tiles = pixels.div_ceil(TILE_PIXELS) as f64;
         misses.take_weighted(tiles).map_err(Refusal::RateLimited)
     }

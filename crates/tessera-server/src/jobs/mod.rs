@@ -19,7 +19,7 @@ use tessera_store::TruncateProgress;
 
 use crate::plan::TilePlan;
 use crate::registry::Registry;
-use crate::seed::{self, SeedEnd, SeedOptions};
+use crate::seeding::{self, SeedEnd, SeedOptions};
 use crate::tile_cache::TileCache;
 pub use record::JobState;
 use record::{DoneWriter, RecordPath, Recorded};
@@ -467,7 +467,6 @@ async fn run(
 }
 
 /// Seeds one plan of a job; `Err` with how the job ends when it stops.
-#[allow(clippy::too_many_arguments)]
 async fn seed_plan(
     job: &Arc<Job>,
     plan: &TilePlan,
@@ -486,7 +485,7 @@ async fn seed_plan(
     };
     let written_before = job.tiles_written.load(Ordering::SeqCst);
     let skipped_before = job.lock().done_at_start;
-    let end = seed::run(tiles, plan, &options, &job.cancel, |stats, places| {
+    let end = seeding::run(tiles, plan, &options, &job.cancel, |stats, places| {
         // Metatiles skipped from the record were done before this
         // process started the job: they do not make its rate.
         job.lock().done_at_start = skipped_before + stats.tiles_skipped;

@@ -66,7 +66,7 @@ impl JobSpec {
     /// (each plan's metatiles in their fixed order, which the record of
     /// done metatiles refers to), or why the spec is refused.
     pub fn plans(&self, registry: &Registry) -> Result<Vec<TilePlan>, String> {
-        crate::seed::check_options(self.threads, self.rate)?;
+        crate::seeding::check_options(self.threads, self.rate)?;
         let layer = registry
             .find_layer(&self.layer, &|_| true)
             .map_err(|unknown| format!("unknown layer {unknown}"))?;

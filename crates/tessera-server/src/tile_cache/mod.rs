@@ -28,9 +28,9 @@
 
 mod lease;
 mod lookup;
+mod metatile_seed;
 mod miss;
 mod passthrough;
-mod seed;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 use tessera_image::Color;
 use tessera_store::{MemoryStore, Peeked, TileKey};
 
-pub use seed::{Locking, SeedStep, Unstored};
+pub use metatile_seed::{Locking, SeedStep, Unstored};
 pub use types::{CacheStatus, Tile, TileError, TileRequest};
 
 use crate::encode_pool::EncodePool;
@@ -200,7 +200,7 @@ impl TileCache {
 
     /// The store's write group of `meta`'s tiles, when a seed should
     /// gather the group's metatiles and store them together (see
-    /// [`seed::write_group`]).
+    /// [`metatile_seed::write_group`]).
     pub fn write_group(
         &self,
         layer: &Arc<Layer>,
@@ -208,11 +208,10 @@ impl TileCache {
         format: TileFormat,
         meta: &Metatile,
     ) -> Option<String> {
-        seed::write_group(layer, grid, format, meta)
+        metatile_seed::write_group(layer, grid, format, meta)
     }
 
-    /// Seeds one metatile (see [`seed::seed_metatile`]).
-    #[allow(clippy::too_many_arguments)]
+    /// Seeds one metatile (see [`metatile_seed::seed_metatile`]).
     pub async fn seed_metatile(
         &self,
         layer: &Arc<Layer>,
@@ -223,7 +222,7 @@ impl TileCache {
         locking: Locking,
         slots: &Semaphore,
     ) -> Result<SeedStep, TileError> {
-        seed::seed_metatile(self, layer, grid, format, meta, force, locking, slots).await
+        metatile_seed::seed_metatile(self, layer, grid, format, meta, force, locking, slots).await
     }
 
     /// Counts a tile request of `layer` answered from

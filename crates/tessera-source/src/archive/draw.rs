@@ -76,7 +76,6 @@ pub fn draw(
             ys.iter().copied().fold(f64::MAX, f64::min),
             ys.iter().copied().fold(f64::MIN, f64::max),
         );
-        #[allow(clippy::cast_possible_truncation)] // pixels of a window
         canvas.clip_to(Some((
             x0 as f32,
             y0 as f32,
@@ -119,7 +118,6 @@ pub fn draw(
                 }
                 to_pixels(&mut xs, &mut ys)?;
                 let mut at = 0;
-                #[allow(clippy::cast_possible_truncation)] // pixels of a window
                 let parts: Vec<Vec<(f32, f32)>> = parts
                     .iter()
                     .map(|part| {
@@ -159,7 +157,6 @@ fn value(v: &Value) -> Attribute {
     if let Some(t) = &v.string_value {
         return Attribute::Text(t.clone());
     }
-    #[allow(clippy::cast_precision_loss)] // attribute values compared as numbers
     let number = v
         .double_value
         .or(v.float_value.map(f64::from))

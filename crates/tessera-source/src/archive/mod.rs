@@ -346,7 +346,6 @@ fn sample_width(archive: &dyn TileArchive, meta: &TileMetadata) -> Option<u32> {
     let z = meta.min_zoom;
     let n = f64::from(1u32 << z);
     let lat = lat.clamp(-85.0511, 85.0511).to_radians();
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to the matrix
     let (x, y) = (
         (((lon + 180.0) / 360.0 * n).floor().clamp(0.0, n - 1.0)) as u32,
         (((1.0 - lat.tan().asinh() / std::f64::consts::PI) / 2.0 * n)

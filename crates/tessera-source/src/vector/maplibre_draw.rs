@@ -59,7 +59,6 @@ impl VectorSource {
                     geometry: "",
                 };
                 let c = layer.color("background-color", &ctx, [0.0, 0.0, 0.0, 1.0]);
-                #[allow(clippy::cast_possible_truncation, reason = "an opacity")]
                 let opacity = layer.number("background-opacity", &ctx, 1.0) as f32;
                 canvas.fill_all(color(c), opacity);
                 continue;
@@ -166,7 +165,6 @@ fn color(c: [f32; 4]) -> Color {
     }
 }
 
-#[allow(clippy::cast_possible_truncation, reason = "pixel sizes and opacities")]
 fn float(v: f64) -> f32 {
     v as f32
 }
@@ -317,7 +315,6 @@ fn symbol<'a>(
     } else {
         return None;
     };
-    #[allow(clippy::cast_precision_loss, reason = "a layer's index")]
     let priority = index as f64;
     Some(Candidate {
         style: Cow::Owned(style),

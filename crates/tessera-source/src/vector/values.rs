@@ -105,7 +105,6 @@ fn time_of(value: &FieldValue) -> Option<DateTime<Utc>> {
 fn number_of(value: &FieldValue) -> Option<f64> {
     match value {
         FieldValue::IntegerValue(n) => Some(f64::from(*n)),
-        #[allow(clippy::cast_precision_loss)] // compared as f64, as values are
         FieldValue::Integer64Value(n) => Some(*n as f64),
         FieldValue::RealValue(n) => Some(*n),
         FieldValue::StringValue(s) => s.trim().parse().ok(),

@@ -332,9 +332,7 @@ fn parse_bbox(text: &str, crs: &Crs) -> Result<BBox, ApiError> {
 
 /// A pixel count from a length in pixels (at least one).
 fn count(pixels: f64) -> u32 {
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to u32
-    let n = pixels.round().clamp(1.0, f64::from(u32::MAX)) as u32;
-    n
+    pixels.round().clamp(1.0, f64::from(u32::MAX)) as u32
 }
 
 /// The image size: both given, one with the other from the bbox's aspect
@@ -349,7 +347,6 @@ fn size(width: Option<u32>, height: Option<u32>, bbox: &BBox, limits: &Limits) -
         (None, Some(h)) => (count(f64::from(h) / aspect), h),
         (None, None) => {
             let (w, h) = (f64::from(DEFAULT_WIDTH), f64::from(DEFAULT_WIDTH) * aspect);
-            #[allow(clippy::cast_precision_loss)] // a pixel limit, far below 2^52
             let pixels = limits.wms_max_pixels as f64;
             let shrink = [
                 f64::from(limits.wms_max_width) / w,

@@ -144,7 +144,6 @@ pub fn write_group(
 /// fetch ahead ([`render::prefetch_layer`]), renders it and encodes
 /// every tile under one of `slots` (the seed's workers), and returns
 /// them for [`Unstored::store`] (under their locks).
-#[allow(clippy::too_many_arguments)]
 pub async fn seed_metatile(
     tile_cache: &TileCache,
     layer: &Arc<Layer>,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 use tessera_server::Service;
 use tessera_server::plan::{Shard, TilePlan};
-use tessera_server::seed::{SeedEnd, SeedOptions, SeedStats, run};
+use tessera_server::seeding::{SeedEnd, SeedOptions, SeedStats, run};
 
 use crate::area::AreaArgs;
 use crate::progress::{Progress, rate_and_eta};
@@ -162,7 +162,7 @@ fn positive_rate(text: &str) -> Result<f64, String> {
     let rate = text
         .parse::<f64>()
         .map_err(|_| format!("{text:?} is not a number of tiles per second"))?;
-    tessera_server::seed::check_options(None, Some(rate)).map(|()| rate)
+    tessera_server::seeding::check_options(None, Some(rate)).map(|()| rate)
 }
 
 /// Parses `--threads`: metatiles at once, in the range the jobs API takes.
@@ -170,5 +170,5 @@ fn thread_count(text: &str) -> Result<usize, String> {
     let threads = text
         .parse::<usize>()
         .map_err(|_| format!("{text:?} is not a number of metatiles"))?;
-    tessera_server::seed::check_options(Some(threads), None).map(|()| threads)
+    tessera_server::seeding::check_options(Some(threads), None).map(|()| threads)
 }
