@@ -305,6 +305,30 @@ struct DegradedLabels {
     store: String,
 }
 
+/// A handle on one of the metrics (each is a shared handle: a clone
+/// counts into the same values), as the registry takes it.
+#[derive(Debug)]
+struct Shared(Box<dyn prometheus_client::registry::Metric>);
+
+impl Shared {
+    fn of(metric: &(impl prometheus_client::registry::Metric + Clone)) -> Shared {
+        Shared(Box::new(metric.clone()))
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for Shared {
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -312,160 +336,36 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// All metrics at zero.
+    /// All metrics at zero, registered under the names and help of
+    /// [`Metrics::described`].
     pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        let tile_requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "tessera_tile_requests",
-            "Tile requests by layer and result (hit, miss, error)",
-            tile_requests.clone(),
-        );
-        let metatile_renders = Family::<LayerLabels, Counter>::default();
-        registry.register(
-            "tessera_metatile_renders",
-            "Metatiles rendered",
-            metatile_renders.clone(),
-        );
-        let files_sent = Counter::default();
-        registry.register(
-            "tessera_tile_files_sent",
-            "Tile hits sent from their file by sendfile, without being read",
-            files_sent.clone(),
-        );
-        let tile_encodes = Family::<LayerLabels, Counter>::default();
-        registry.register(
-            "tessera_tile_encodes",
-            "Tiles encoded from rendered metatiles",
-            tile_encodes.clone(),
-        );
-        let store_op_seconds: HistogramFamily<StoreLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tessera_store_op_seconds",
-            "Duration of tile store operations",
-            store_op_seconds.clone(),
-        );
-        let store_errors = Family::<StoreLabels, Counter>::default();
-        registry.register(
-            "tessera_store_errors",
-            "Failed tile store operations",
-            store_errors.clone(),
-        );
-        let lock_wait_seconds: HistogramFamily<KindLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tessera_lock_wait_seconds",
-            "Time spent waiting for metatile and tile locks",
-            lock_wait_seconds.clone(),
-        );
-        let encode_queue_depth = Gauge::default();
-        registry.register(
-            "tessera_encode_queue_depth",
-            "Tile encode-and-save jobs waiting for the encode pool",
-            encode_queue_depth.clone(),
-        );
-        let store_degraded = Family::<DegradedLabels, Gauge>::default();
-        registry.register(
-            "tessera_store_degraded",
-            "1 while the store's writes fail (tiles are served but not kept)",
-            store_degraded.clone(),
-        );
-        let http_request_seconds: HistogramFamily<HttpLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tessera_http_request_seconds",
-            "HTTP requests by endpoint kind and status class, until the response headers",
-            http_request_seconds.clone(),
-        );
-        let render_seconds: HistogramFamily<LayerLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tessera_render_seconds",
-            "Duration of one layer's read and style, per metatile, tile or WMS map",
-            render_seconds.clone(),
-        );
-        let lease_requests = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "tessera_lease_requests",
-            "Lease requests before rendering a metatile, by outcome (won, lost, taken_over, error)",
-            lease_requests.clone(),
-        );
-        let lease_wait_seconds = latency_histogram();
-        registry.register(
-            "tessera_lease_wait_seconds",
-            "Time a node that lost a lease waited for the holder's tiles",
-            lease_wait_seconds.clone(),
-        );
-        let generation_checks = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "tessera_generation_checks",
-            "Checks of layers' generation objects, by result (unchanged, changed, error)",
-            generation_checks.clone(),
-        );
-        let caller_requests = Family::<CallerLabels, Counter>::default();
-        registry.register(
-            "tessera_caller_requests",
-            "Requests by caller (an API key's id, jwt:<subject>, anonymous, or other past auth.metric_callers) and outcome (hit, miss, other, unauthorized, forbidden, limited)",
-            caller_requests.clone(),
-        );
-        let log_lines_dropped = Counter::default();
-        registry.register(
-            "tessera_log_lines_dropped",
-            "Log lines (access log included) dropped because the log writer's queue was full",
-            log_lines_dropped.clone(),
-        );
-        let (quota, journal) = (QuotaGauges::default(), JournalGauges::default());
-        for (name, help, family) in [
-            (
-                "tessera_store_quota_bytes",
-                "The quota (max_size) of stores that have one",
-                &quota.max_bytes,
-            ),
-            (
-                "tessera_store_used_bytes",
-                "Bytes of tiles in stores with a quota, as their index counts them",
-                &quota.used_bytes,
-            ),
-            (
-                "tessera_store_quota_tiles",
-                "Tiles in stores with a quota",
-                &quota.tiles,
-            ),
-            (
-                "tessera_store_evicted_tiles",
-                "Tiles evicted by a store's quota since the store opened",
-                &quota.evicted_tiles,
-            ),
-            (
-                "tessera_store_evicted_bytes",
-                "Bytes evicted by a store's quota since the store opened",
-                &quota.evicted_bytes,
-            ),
-            (
-                "tessera_journal_acks",
-                "Writes a journal store acknowledged since it opened",
-                &journal.acks,
-            ),
-            (
-                "tessera_journal_syncs",
-                "fdatasync calls of a journal store since it opened (one per batch of writes)",
-                &journal.syncs,
-            ),
-            (
-                "tessera_journal_late_acks",
-                "Writes a journal store acknowledged later than its max_latency after they were queued",
-                &journal.late_acks,
-            ),
-            (
-                "tessera_journal_slow_syncs",
-                "fdatasync calls of a journal store that alone took longer than its max_latency (the disk, not the batching)",
-                &journal.slow_syncs,
-            ),
-        ] {
-            registry.register(name, help, family.clone());
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            tile_requests: Family::default(),
+            metatile_renders: Family::default(),
+            tile_encodes: Family::default(),
+            files_sent: Counter::default(),
+            store_op_seconds: Family::new_with_constructor(latency_histogram),
+            store_errors: Family::default(),
+            lock_wait_seconds: Family::new_with_constructor(latency_histogram),
+            encode_queue_depth: Gauge::default(),
+            store_degraded: Family::default(),
+            http_request_seconds: Family::new_with_constructor(latency_histogram),
+            render_seconds: Family::new_with_constructor(latency_histogram),
+            lease_requests: Family::default(),
+            lease_wait_seconds: latency_histogram(),
+            generation_checks: Family::default(),
+            caller_requests: Family::default(),
+            log_lines_dropped: Counter::default(),
+            degraded: std::sync::Mutex::default(),
+            quota: QuotaGauges::default(),
+            journal: JournalGauges::default(),
+            layer_stats: LayerStats::default(),
+        };
+        for (name, help, metric) in metrics.described() {
+            metrics.registry.register(name, help, metric);
         }
-        registry.register(
+        metrics.registry.register(
             "tessera_build",
             "The running build",
             prometheus_client::metrics::info::Info::new(vec![(
@@ -473,29 +373,140 @@ impl Metrics {
                 env!("CARGO_PKG_VERSION").to_string(),
             )]),
         );
-        Metrics {
-            registry,
-            files_sent,
-            http_request_seconds,
-            render_seconds,
-            lease_requests,
-            lease_wait_seconds,
-            generation_checks,
-            caller_requests,
-            log_lines_dropped,
-            tile_requests,
-            metatile_renders,
-            tile_encodes,
-            store_op_seconds,
-            store_errors,
-            lock_wait_seconds,
-            encode_queue_depth,
-            store_degraded,
-            degraded: std::sync::Mutex::default(),
-            quota,
-            journal,
-            layer_stats: LayerStats::default(),
-        }
+        metrics
+    }
+
+    /// Every metric's name and help, with a handle on it (metrics are
+    /// shared handles), in the order `/metrics` lists them.
+    fn described(&self) -> Vec<(&'static str, &'static str, Shared)> {
+        let (quota, journal) = (&self.quota, &self.journal);
+        vec![
+            (
+                "tessera_tile_requests",
+                "Tile requests by layer and result (hit, miss, error)",
+                Shared::of(&self.tile_requests),
+            ),
+            (
+                "tessera_metatile_renders",
+                "Metatiles rendered",
+                Shared::of(&self.metatile_renders),
+            ),
+            (
+                "tessera_tile_files_sent",
+                "Tile hits sent from their file by sendfile, without being read",
+                Shared::of(&self.files_sent),
+            ),
+            (
+                "tessera_tile_encodes",
+                "Tiles encoded from rendered metatiles",
+                Shared::of(&self.tile_encodes),
+            ),
+            (
+                "tessera_store_op_seconds",
+                "Duration of tile store operations",
+                Shared::of(&self.store_op_seconds),
+            ),
+            (
+                "tessera_store_errors",
+                "Failed tile store operations",
+                Shared::of(&self.store_errors),
+            ),
+            (
+                "tessera_lock_wait_seconds",
+                "Time spent waiting for metatile and tile locks",
+                Shared::of(&self.lock_wait_seconds),
+            ),
+            (
+                "tessera_encode_queue_depth",
+                "Tile encode-and-save jobs waiting for the encode pool",
+                Shared::of(&self.encode_queue_depth),
+            ),
+            (
+                "tessera_store_degraded",
+                "1 while the store's writes fail (tiles are served but not kept)",
+                Shared::of(&self.store_degraded),
+            ),
+            (
+                "tessera_http_request_seconds",
+                "HTTP requests by endpoint kind and status class, until the response headers",
+                Shared::of(&self.http_request_seconds),
+            ),
+            (
+                "tessera_render_seconds",
+                "Duration of one layer's read and style, per metatile, tile or WMS map",
+                Shared::of(&self.render_seconds),
+            ),
+            (
+                "tessera_lease_requests",
+                "Lease requests before rendering a metatile, by outcome (won, lost, taken_over, error)",
+                Shared::of(&self.lease_requests),
+            ),
+            (
+                "tessera_lease_wait_seconds",
+                "Time a node that lost a lease waited for the holder's tiles",
+                Shared::of(&self.lease_wait_seconds),
+            ),
+            (
+                "tessera_generation_checks",
+                "Checks of layers' generation objects, by result (unchanged, changed, error)",
+                Shared::of(&self.generation_checks),
+            ),
+            (
+                "tessera_caller_requests",
+                "Requests by caller (an API key's id, jwt:<subject>, anonymous, or other past auth.metric_callers) and outcome (hit, miss, other, unauthorized, forbidden, limited)",
+                Shared::of(&self.caller_requests),
+            ),
+            (
+                "tessera_log_lines_dropped",
+                "Log lines (access log included) dropped because the log writer's queue was full",
+                Shared::of(&self.log_lines_dropped),
+            ),
+            (
+                "tessera_store_quota_bytes",
+                "The quota (max_size) of stores that have one",
+                Shared::of(&quota.max_bytes),
+            ),
+            (
+                "tessera_store_used_bytes",
+                "Bytes of tiles in stores with a quota, as their index counts them",
+                Shared::of(&quota.used_bytes),
+            ),
+            (
+                "tessera_store_quota_tiles",
+                "Tiles in stores with a quota",
+                Shared::of(&quota.tiles),
+            ),
+            (
+                "tessera_store_evicted_tiles",
+                "Tiles evicted by a store's quota since the store opened",
+                Shared::of(&quota.evicted_tiles),
+            ),
+            (
+                "tessera_store_evicted_bytes",
+                "Bytes evicted by a store's quota since the store opened",
+                Shared::of(&quota.evicted_bytes),
+            ),
+            (
+                "tessera_journal_acks",
+                "Writes a journal store acknowledged since it opened",
+                Shared::of(&journal.acks),
+            ),
+            (
+                "tessera_journal_syncs",
+                "fdatasync calls of a journal store since it opened (one per batch of writes)",
+                Shared::of(&journal.syncs),
+            ),
+            (
+                "tessera_journal_late_acks",
+                "Writes a journal store acknowledged later than its max_latency after they were queued",
+                Shared::of(&journal.late_acks),
+            ),
+            (
+                "tessera_journal_slow_syncs",
+                "fdatasync calls of a journal store that alone took longer than its max_latency (the disk, not the batching)",
+                Shared::of(&journal.slow_syncs),
+            ),
+        ]
     }
 
     /// The text exposition of every metric.
