@@ -12,6 +12,7 @@
 pub mod archive;
 pub mod complete;
 mod crs;
+mod dimensions;
 mod egress;
 mod error;
 mod features;
@@ -31,6 +32,7 @@ pub mod vector;
 mod warp;
 
 pub use crs::Crs;
+pub use dimensions::{AskedValue, Listed, ValueKind};
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use error::{Cause, SourceError, excerpt};
 pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
@@ -53,8 +55,7 @@ pub use upstream::wms::{WmsSource, WmsSourceSpec, WmsVersion};
 pub use vector::VectorError;
 #[cfg(feature = "vector")]
 pub use vector::{
-    PostgisAutoSpec, SpatialTable, ValueFilter, ValueKind, VectorLayerSpec, VectorSource,
-    VectorSpec,
+    PostgisAutoSpec, SpatialTable, ValueFilter, VectorLayerSpec, VectorSource, VectorSpec,
 };
 pub use warp::Resampling;
 
@@ -232,6 +233,36 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// [`TileMetadata::version`] says the archive was replaced since it
     /// was opened. `None` for sources that are not archives.
     fn version_now(&self) -> Option<Result<Option<String>, SourceError>> {
+        None
+    }
+
+    /// The values this source lists itself for dimension `name` (`field`:
+    /// the field holding them in a source of features; at most `most`):
+    /// a WMS's or WMTS's capabilities, a vector field's distinct values.
+    /// `None` when it lists none.
+    fn listed_values(
+        &self,
+        _name: &str,
+        _field: Option<&str>,
+        _most: usize,
+    ) -> Option<Result<Listed, SourceError>> {
+        None
+    }
+
+    /// Whether a value of dimension `name` reaches this source (a tile
+    /// template must have a place for it); by default not.
+    fn takes_value(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// This source at `values` (one per dimension): an upstream asked with
+    /// them, a vector source drawing the features whose field lies in each
+    /// range. `None` when values do not reach it (its values come from its
+    /// configuration). Shares this source's connections.
+    fn at_values(
+        &self,
+        _values: &[AskedValue],
+    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
         None
     }
 

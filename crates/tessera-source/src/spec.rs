@@ -47,6 +47,39 @@ pub enum SourceSpec {
 }
 
 impl SourceSpec {
+    /// The spec of this source at dimension `values` ([`crate::Source::at_values`]),
+    /// as it names them: a WMS's GetMap parameters, a vector source's
+    /// filter; any other spec is the same at every value (its layer key
+    /// names the values).
+    #[must_use]
+    #[cfg_attr(
+        not(any(feature = "upstream", feature = "vector")),
+        allow(
+            unused_variables,
+            reason = "only upstream and vector specs name values"
+        )
+    )]
+    pub fn at_values(&self, values: &[crate::AskedValue]) -> SourceSpec {
+        let mut spec = self.clone();
+        match &mut spec {
+            #[cfg(feature = "upstream")]
+            SourceSpec::Wms(w) => w.params.extend(WmsSource::params_of(values)),
+            #[cfg(feature = "vector")]
+            SourceSpec::Vector(v) => {
+                if let [value] = values {
+                    v.value_filter = Some(crate::ValueFilter {
+                        field: value.field.clone().unwrap_or_default(),
+                        kind: value.kind,
+                        from: value.from.clone(),
+                        to: value.to.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+        spec
+    }
+
     /// The kind, as written in `type`.
     pub fn kind(&self) -> &'static str {
         match self {

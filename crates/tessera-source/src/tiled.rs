@@ -16,7 +16,10 @@ use tessera_image::{Raster, RgbaImage, decode};
 
 use crate::complete::check_complete;
 use crate::warp::{empty_raster, warp_rgba};
-use crate::{Crs, Resampling, Source, SourceError, SourceInfo, TileMetadata, WindowRequest};
+use crate::{
+    AskedValue, Crs, Listed, Resampling, Source, SourceError, SourceInfo, TileMetadata,
+    WindowRequest,
+};
 
 /// Most tiles one read may fetch.
 const MAX_TILES_PER_READ: u64 = 1024;
@@ -173,19 +176,6 @@ impl TiledSource {
     pub fn with_metadata(mut self, metadata: TileMetadata) -> TiledSource {
         self.metadata = Some(metadata);
         self
-    }
-
-    /// The values the tiles list for dimension `name` (any case): a WMTS
-    /// layer's; `None` for XYZ, archives and a layer without it.
-    pub fn dimension_values(&self, name: &str) -> Option<&[String]> {
-        self.fetch.dimension_values(name)
-    }
-
-    /// Whether a value of dimension `name` reaches where the tiles come
-    /// from (an upstream's template has `{name}`, any case, or is a KVP
-    /// query it can join).
-    pub fn takes_value(&self, name: &str) -> bool {
-        self.fetch.takes_value(name)
     }
 
     /// The same pyramid at dimension `values` (name, value as the upstream
@@ -370,6 +360,33 @@ pub fn same_tiles(a: &TileMatrixSet, b: &TileMatrixSet, max_zoom: u8) -> bool {
 impl Source for TiledSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// A WMTS layer's values, as its capabilities list them.
+    fn listed_values(
+        &self,
+        name: &str,
+        _field: Option<&str>,
+        _most: usize,
+    ) -> Option<Result<Listed, SourceError>> {
+        self.fetch
+            .dimension_values(name)
+            .map(|v| Ok(Listed::Values(v.to_vec())))
+    }
+
+    /// Whether the tiles' URL template has a place for the value (`{name}`,
+    /// any case, or a KVP query it can join).
+    fn takes_value(&self, name: &str) -> bool {
+        self.fetch.takes_value(name)
+    }
+
+    /// The same pyramid with the values, as spelled, in its tile URLs.
+    fn at_values(&self, values: &[AskedValue]) -> Option<Result<Arc<dyn Source>, SourceError>> {
+        let pairs: Vec<(String, String)> = values
+            .iter()
+            .map(|v| (v.name.clone(), v.spelled.clone()))
+            .collect();
+        Some(Ok(Arc::new(self.with_values(&pairs))))
     }
 
     fn tile_metadata(&self) -> Option<&TileMetadata> {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tessera_source::{GdalSourceSpec, MosaicSpec, Source, SourceSpec};
+use tessera_source::{AskedValue, GdalSourceSpec, Listed, MosaicSpec, Source, SourceSpec};
 
 use super::{WrapSource, plain_layer};
 use crate::config::{Config, ConfigError, DimensionConfig, KindConfig, LayerConfig, ValueConfig};
@@ -157,7 +157,7 @@ pub(super) fn layer(
         Some(Origin::Field) => from_field(lc, &configured),
         Some(Origin::Upstream) => upstream(lc, config, &configured, wrap_source),
         Some(Origin::Vector) => match configured.as_slice() {
-            [one] => vector(lc, one, wrap_source, &mut vector_source),
+            [one] => vector(lc, config, one, wrap_source, &mut vector_source),
             _ => Err("a vector layer takes one dimension".into()),
         },
         None => Err("no dimension".into()),
@@ -250,27 +250,26 @@ pub(super) fn layer(
 /// The layer at ranges of `d`'s values: `template` (the layer at a value)
 /// drawing the features of `source` whose field lies in the range, not
 /// cached (any range may be asked).
-fn ranges(
-    template: &Layer,
-    source: Arc<tessera_source::VectorSource>,
-    d: &Configured<'_>,
-) -> crate::model::Ranges {
+fn ranges(template: &Layer, source: Arc<dyn Source>, d: &Configured<'_>) -> crate::model::Ranges {
     let template = template.clone();
     let (name, kind) = (d.name.to_string(), value_kind(d.kind));
     let field = d.config.from_field.clone().unwrap_or_default();
     crate::model::Ranges::new(Arc::new(move |from: &str, to: &str| {
-        let filter = tessera_source::ValueFilter {
-            field: field.clone(),
+        let asked = [AskedValue {
+            name: name.clone(),
             kind,
+            field: Some(field.clone()),
+            spelled: format!("{from}/{to}"),
             from: from.to_string(),
             to: to.to_string(),
-        };
+        }];
         let at = source
-            .at_values(filter)
+            .at_values(&asked)
+            .ok_or("the source takes no values")?
             .map_err(|e| tessera_source::error_chain(&e))?;
         let range = format!("{from}/{to}");
         let mut layer = template.clone();
-        layer.source = Arc::new(at);
+        layer.source = at;
         layer.cache = None;
         layer.cache_key =
             crate::dimension::layer_key(&template.name, &[(name.clone(), format!("{from}--{to}"))]);
@@ -293,21 +292,24 @@ fn value_kind(kind: Kind) -> tessera_source::ValueKind {
 /// `opened`).
 fn vector(
     lc: &LayerConfig,
+    config: &Config,
     d: &Configured<'_>,
     wrap_source: &Arc<WrapSource>,
-    opened: &mut Option<Arc<tessera_source::VectorSource>>,
+    opened: &mut Option<Arc<dyn Source>>,
 ) -> Result<Vec<Combination>, String> {
-    let SourceSpec::Vector(spec) = &lc.source else {
+    if !matches!(lc.source, SourceSpec::Vector(_)) {
         return Err("`from_field` on a layer of features needs a vector source".into());
-    };
+    }
+    let failed = |e: tessera_source::SourceError| tessera_source::error_chain(&e);
     let field = d.config.from_field.as_deref().unwrap_or_default();
-    let source = Arc::new(
-        tessera_source::VectorSource::open(spec).map_err(|e| tessera_source::error_chain(&e))?,
-    );
+    let source = tessera_source::open_source(&lc.source, &config.gdal).map_err(failed)?;
     let raw: Vec<String> = if d.config.values.is_empty() {
-        source
-            .distinct_values(field, crate::dimension::MAX_EXPANDED)
-            .map_err(|e| tessera_source::error_chain(&e))?
+        match source.listed_values(d.name, Some(field), crate::dimension::MAX_EXPANDED) {
+            Some(Ok(Listed::Values(values))) => values,
+            Some(Ok(Listed::Extent(text))) => vec![text],
+            Some(Err(e)) => return Err(failed(e)),
+            None => return Err(format!("field {field:?} has no value")),
+        }
     } else {
         d.config.values.iter().map(|v| v.value.clone()).collect()
     };
@@ -319,22 +321,22 @@ fn vector(
         if !seen.insert(value.clone()) {
             continue;
         }
-        let filter = tessera_source::ValueFilter {
-            field: field.to_string(),
-            kind: value_kind(d.kind),
-            from: value.clone(),
-            to: value.clone(),
-        };
+        let asked = [AskedValue::one(
+            d.name,
+            value_kind(d.kind),
+            Some(field),
+            &value,
+            &value,
+        )];
         let at = source
-            .at_values(filter.clone())
-            .map_err(|e| tessera_source::error_chain(&e))?;
-        let mut at_spec = (**spec).clone();
-        at_spec.value_filter = Some(filter);
+            .at_values(&asked)
+            .ok_or("`from_field` on a layer of features needs a vector source")?
+            .map_err(failed)?;
         combinations.push(Combination {
             values: vec![(d.name.to_string(), value)],
-            source: SourceSpec::Vector(Box::new(at_spec)),
+            source: lc.source.at_values(&asked),
             files: Vec::new(),
-            opened: Some(wrap_source(&lc.name, Arc::new(at))),
+            opened: Some(wrap_source(&lc.name, at)),
         });
     }
     if combinations.is_empty() {
@@ -604,44 +606,22 @@ fn from_bands(
         .collect())
 }
 
-/// An upstream service opened once, asked for each value.
-enum Upstream {
-    Wms(tessera_source::WmsSource),
-    Tiles(tessera_source::TiledSource),
-}
-
 /// Combinations of the values of an upstream service's dimensions: each
 /// dimension's values listed in the configuration, or else read from the
-/// upstream's capabilities (WMS, WMTS); the upstream is opened once and
-/// asked with each combination's values, spelled as listed: a WMS with
-/// `TIME=`, `ELEVATION=`, `DIM_<NAME>=`, a tile service with `{time}` (any
-/// case: `{Time}`) in its URL template (a WMTS KVP template: a parameter).
+/// upstream's capabilities (WMS, WMTS: [`Source::listed_values`]); the
+/// upstream is opened once and asked with each combination's values,
+/// spelled as listed ([`Source::at_values`]): a WMS with `TIME=`,
+/// `ELEVATION=`, `DIM_<NAME>=`, a tile service with `{time}` (any case:
+/// `{Time}`) in its URL template (a WMTS KVP template: a parameter).
 fn upstream(
     lc: &LayerConfig,
     config: &Config,
     dimensions: &[Configured<'_>],
     wrap_source: &Arc<WrapSource>,
 ) -> Result<Vec<Combination>, String> {
-    let policy = tessera_source::upstream::client::NetworkPolicy {
-        allow_private_network: config.gdal.allow_private_network,
-        allowed_private_hosts: config.gdal.allowed_private_hosts.clone(),
-    };
     let failed = |e: tessera_source::SourceError| tessera_source::error_chain(&e);
-    let opened = match &lc.source {
-        SourceSpec::Wms(spec) => {
-            Upstream::Wms(tessera_source::WmsSource::open(spec, policy).map_err(failed)?)
-        }
-        SourceSpec::Xyz(spec) => Upstream::Tiles(
-            tessera_source::upstream::tiles::open_xyz(spec, policy).map_err(failed)?,
-        ),
-        SourceSpec::Wmts(spec) => Upstream::Tiles(
-            tessera_source::upstream::tiles::open_wmts(spec, policy).map_err(failed)?,
-        ),
-        _ => return Err("values passed on need an upstream WMS, WMTS or XYZ source".into()),
-    };
-    if let Upstream::Tiles(tiles) = &opened
-        && let Some(d) = dimensions.iter().find(|d| !tiles.takes_value(d.name))
-    {
+    let opened = tessera_source::open_source(&lc.source, &config.gdal).map_err(failed)?;
+    if let Some(d) = dimensions.iter().find(|d| !opened.takes_value(d.name)) {
         return Err(format!(
             "dimension {:?}: the upstream's tile URL template has no {{{}}} to put its value in",
             d.name, d.name
@@ -657,14 +637,13 @@ fn upstream(
                     d.name
                 )
             };
-            match &opened {
-                Upstream::Wms(wms) => {
-                    let text = wms.dimension_values(d.name).ok_or_else(unlisted)?;
-                    crate::dimension::expand_extent(d.kind, d.name, text)?
-                }
-                Upstream::Tiles(tiles) => tiles
-                    .dimension_values(d.name)
-                    .ok_or_else(unlisted)?
+            match opened
+                .listed_values(d.name, None, crate::dimension::MAX_EXPANDED)
+                .ok_or_else(unlisted)?
+                .map_err(failed)?
+            {
+                Listed::Extent(text) => crate::dimension::expand_extent(d.kind, d.name, &text)?,
+                Listed::Values(values) => values
                     .iter()
                     .map(|v| {
                         canonical(d.kind, d.name, v)
@@ -705,38 +684,29 @@ fn upstream(
         for ((d, options), i) in dimensions.iter().zip(&each).zip(&at) {
             let (value, spelling) = &options[*i];
             values.push((d.name.to_string(), value.clone()));
-            asked.push((d.name.to_string(), spelling.clone()));
+            asked.push(AskedValue::one(
+                d.name,
+                value_kind(d.kind),
+                None,
+                value,
+                spelling,
+            ));
         }
-        let (source, opened): (SourceSpec, Arc<dyn Source>) = match &opened {
-            Upstream::Wms(wms) => {
-                let params: Vec<(String, String)> = asked
-                    .iter()
-                    .map(|(name, v)| (wms_parameter(name), v.clone()))
-                    .collect();
-                let at = wms.with_params(&params);
-                (SourceSpec::Wms(Box::new(at.spec().clone())), Arc::new(at))
-            }
-            // The layer key names the values; the spec is the upstream's.
-            Upstream::Tiles(tiles) => (lc.source.clone(), Arc::new(tiles.with_values(&asked))),
-        };
+        let at_values = opened
+            .at_values(&asked)
+            .ok_or("values passed on need an upstream WMS, WMTS or XYZ source")?
+            .map_err(failed)?;
         combinations.push(Combination {
             values,
-            source,
+            // A WMS's spec names the values; a tile service's is the same
+            // (the layer key names them).
+            source: lc.source.at_values(&asked),
             files: Vec::new(),
-            opened: Some(wrap_source(&lc.name, opened)),
+            opened: Some(wrap_source(&lc.name, at_values)),
         });
         if !crate::dimension::next_combination(&mut at, &lens) {
             return Ok(combinations);
         }
-    }
-}
-
-/// The GetMap parameter of dimension `name`: `TIME`, `ELEVATION`, or
-/// `DIM_<NAME>` (WMS 1.3.0, annex C).
-fn wms_parameter(name: &str) -> String {
-    match name {
-        "time" | "elevation" => name.to_ascii_uppercase(),
-        other => format!("DIM_{}", other.to_ascii_uppercase()),
     }
 }
 
@@ -852,12 +822,5 @@ mod tests {
             band_value(Kind::Number, "NETCDF_DIM_level", " 850 ", &nc).unwrap(),
             "850"
         );
-    }
-
-    #[test]
-    fn wms_parameters_of_dimensions() {
-        assert_eq!(wms_parameter("time"), "TIME");
-        assert_eq!(wms_parameter("elevation"), "ELEVATION");
-        assert_eq!(wms_parameter("run_time"), "DIM_RUN_TIME");
     }
 }

@@ -13,7 +13,7 @@ use super::answer::{BasicAuth, fetch_error, refuse_non_image};
 use super::client::{HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted};
 use super::xml::{self, exception_text};
 use crate::warp::warp_rgba;
-use crate::{Crs, Resampling, Source, SourceError, SourceInfo, WindowRequest};
+use crate::{AskedValue, Crs, Listed, Resampling, Source, SourceError, SourceInfo, WindowRequest};
 
 /// WMS versions an upstream is asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -259,6 +259,22 @@ impl WmsSource {
         &self.spec
     }
 
+    /// The GetMap parameters of dimension `values`: `TIME`, `ELEVATION`,
+    /// or `DIM_<NAME>` (WMS 1.3.0, annex C), each with its value as
+    /// spelled.
+    pub fn params_of(values: &[AskedValue]) -> Vec<(String, String)> {
+        values
+            .iter()
+            .map(|v| {
+                let name = match v.name.as_str() {
+                    "time" | "elevation" => v.name.to_ascii_uppercase(),
+                    other => format!("DIM_{}", other.to_ascii_uppercase()),
+                };
+                (name, v.spelled.clone())
+            })
+            .collect()
+    }
+
     /// The GetMap URL for `bbox` in `crs` (named `crs_name` upstream) at
     /// `width` x `height`.
     fn get_map_url(
@@ -348,6 +364,32 @@ impl WmsSource {
 impl Source for WmsSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// The extent its capabilities write for the dimension.
+    fn listed_values(
+        &self,
+        name: &str,
+        _field: Option<&str>,
+        _most: usize,
+    ) -> Option<Result<Listed, SourceError>> {
+        self.dimension_values(name)
+            .map(|text| Ok(Listed::Extent(text.to_string())))
+    }
+
+    fn takes_value(&self, _name: &str) -> bool {
+        true
+    }
+
+    /// The same upstream asked with the values in every GetMap
+    /// ([`WmsSource::params_of`]).
+    fn at_values(
+        &self,
+        values: &[AskedValue],
+    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
+        Some(Ok(std::sync::Arc::new(
+            self.with_params(&WmsSource::params_of(values)),
+        )))
     }
 
     /// Starts the GetMap of a window asked in the upstream's own CRS, so
@@ -570,6 +612,20 @@ fn bbox(w: f64, s: f64, e: f64, n: f64) -> Option<BBox> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dimensions_are_asked_as_time_elevation_or_dim_parameters() {
+        let asked =
+            |name: &str| crate::AskedValue::one(name, crate::ValueKind::Text, None, "x", "X 1");
+        assert_eq!(
+            WmsSource::params_of(&[asked("time"), asked("elevation"), asked("run_time")]),
+            [
+                ("TIME".to_string(), "X 1".to_string()),
+                ("ELEVATION".to_string(), "X 1".to_string()),
+                ("DIM_RUN_TIME".to_string(), "X 1".to_string())
+            ]
+        );
+    }
     use crate::upstream::xml::is_xml;
 
     const CAPS_130: &str = r#"<?xml version="1.0"?>

@@ -25,8 +25,8 @@ use tessera_image::Raster;
 
 pub use crate::error::VectorError;
 use crate::{
-    Crs, FeatureSource, FoundFeature, LegendSymbol, Source, SourceError, SourceInfo,
-    VectorLayerInfo, WindowRequest,
+    AskedValue, Crs, FeatureSource, FoundFeature, LegendSymbol, Listed, Source, SourceError,
+    SourceInfo, VectorLayerInfo, WindowRequest,
 };
 pub use auto::{PostgisAutoSpec, SpatialTable};
 use pool::Pool;
@@ -944,6 +944,50 @@ fn take_geometry(handle: gdal_sys::OGRGeometryH) -> Geometry {
 impl Source for VectorSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    /// The field's distinct values (at most `most`).
+    fn listed_values(
+        &self,
+        _name: &str,
+        field: Option<&str>,
+        most: usize,
+    ) -> Option<Result<Listed, SourceError>> {
+        let field = field?;
+        Some(self.distinct_values(field, most).map(Listed::Values))
+    }
+
+    fn takes_value(&self, _name: &str) -> bool {
+        true
+    }
+
+    /// The features whose field lies in the value's range (one dimension,
+    /// with its field).
+    fn at_values(
+        &self,
+        values: &[AskedValue],
+    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
+        let [value] = values else {
+            return Some(Err(self.read_err(
+                "a vector source filters its features by one dimension".into(),
+            )));
+        };
+        let Some(field) = &value.field else {
+            return Some(Err(self.read_err(format!(
+                "dimension {:?} names no field to filter by (from_field)",
+                value.name
+            ))));
+        };
+        let filter = ValueFilter {
+            field: field.clone(),
+            kind: value.kind,
+            from: value.from.clone(),
+            to: value.to.clone(),
+        };
+        Some(
+            self.at_values(filter)
+                .map(|at| std::sync::Arc::new(at) as std::sync::Arc<dyn Source>),
+        )
     }
 
     fn report(&self) -> Vec<String> {

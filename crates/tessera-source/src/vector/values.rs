@@ -6,16 +6,7 @@
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use gdal::vector::{FieldValue, LayerAccess};
 
-/// How a field's values are compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValueKind {
-    /// ISO 8601 times (a date or a date-time field, or text in ISO 8601).
-    Time,
-    /// Numbers.
-    Number,
-    /// Text, compared as it is.
-    Text,
-}
+pub use crate::ValueKind;
 
 /// The features a layer at a dimension value draws: those whose `field`
 /// lies from `from` to `to`, both included (canonical values: ISO 8601
