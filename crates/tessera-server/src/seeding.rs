@@ -207,9 +207,10 @@ pub async fn run(
             }
             let workers = workers.clone();
             let handle = rendering.spawn(async move {
-                let step = tiles
-                    .seed_metatile(&layer, &grid, format, meta, force, locking, &workers)
-                    .await;
+                let step = crate::tile_cache::seed_metatile(
+                    &tiles, &layer, &grid, format, meta, force, locking, &workers,
+                )
+                .await;
                 (n, place, meta, step)
             });
             in_flight.insert(handle.id(), (group, is_retry));

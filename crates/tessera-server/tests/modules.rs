@@ -16,48 +16,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use support::module_graph::{
-    any_circle, circle_through, file_imports, listed_order, rust_files, top_level, upward_imports,
-    without_parents,
+    any_circle, assert_documented_order, assert_no_file_circle, circle_through, file_imports,
+    listed_order, rust_files, top_level, upward_imports, without_parents,
 };
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The order `docs/ARCHITECTURE.md` lists the modules in.
-fn documented_order() -> Vec<String> {
-    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
-    listed_order(
-        &std::fs::read_to_string(doc).unwrap(),
-        "### tessera-server's modules",
-    )
-}
-
 #[test]
 fn no_file_imports_one_that_imports_it_back() {
-    let files = without_parents(&file_imports(&src()));
-    assert!(files.len() > 40, "files found: {}", files.len());
-    if let Some(circle) = any_circle(&files) {
-        panic!("import circle: {}", circle.join(" -> "));
-    }
+    assert_no_file_circle(&src(), 40);
 }
 
 #[test]
 fn modules_import_only_the_modules_listed_below_them() {
-    let top = top_level(&file_imports(&src()));
-    let order = documented_order();
-    let listed: BTreeSet<&String> = order.iter().collect();
-    let found: BTreeSet<&String> = top.keys().collect();
-    assert_eq!(
-        found, listed,
-        "the modules in src/ and those docs/ARCHITECTURE.md lists differ"
-    );
-    assert_eq!(listed.len(), order.len(), "a module is listed twice");
-    let up = upward_imports(&top, &order);
-    assert!(
-        up.is_empty(),
-        "imports up the documented order (module, what it imports): {up:?}"
-    );
+    assert_documented_order(&src(), "### tessera-server's modules");
 }
 
 #[test]

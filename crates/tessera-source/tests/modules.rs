@@ -10,12 +10,9 @@
 #[path = "../../tessera-server/tests/support/module_graph.rs"]
 mod module_graph;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use module_graph::{
-    any_circle, file_imports, listed_order, top_level, upward_imports, without_parents,
-};
+use module_graph::{assert_documented_order, assert_no_file_circle};
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -23,30 +20,10 @@ fn src() -> PathBuf {
 
 #[test]
 fn no_file_imports_one_that_imports_it_back() {
-    let files = without_parents(&file_imports(&src()));
-    assert!(files.len() > 30, "files found: {}", files.len());
-    if let Some(circle) = any_circle(&files) {
-        panic!("import circle: {}", circle.join(" -> "));
-    }
+    assert_no_file_circle(&src(), 30);
 }
 
 #[test]
 fn modules_import_only_the_modules_listed_below_them() {
-    let top = top_level(&file_imports(&src()));
-    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
-    let order = listed_order(
-        &std::fs::read_to_string(doc).unwrap(),
-        "### tessera-source's modules",
-    );
-    let listed: BTreeSet<&String> = order.iter().collect();
-    let found: BTreeSet<&String> = top.keys().collect();
-    assert_eq!(
-        found, listed,
-        "the modules in src/ and those docs/ARCHITECTURE.md lists differ"
-    );
-    let up = upward_imports(&top, &order);
-    assert!(
-        up.is_empty(),
-        "imports up the documented order (module, what it imports): {up:?}"
-    );
+    assert_documented_order(&src(), "### tessera-source's modules");
 }

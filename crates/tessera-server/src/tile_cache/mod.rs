@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 use tessera_image::Color;
 use tessera_store::{MemoryStore, Peeked, TileKey};
 
-pub use metatile_seed::{Locking, SeedStep, Unstored};
+pub use metatile_seed::{Locking, SeedStep, Unstored, seed_metatile};
 pub use types::{CacheStatus, Tile, TileError, TileRequest};
 
 use crate::encode_pool::EncodePool;
@@ -51,7 +51,6 @@ use crate::render::{RenderError, Renderer};
 use crate::throttle::Throttle;
 use lookup::MetaKey;
 use tessera_grid::TileFormat;
-use tokio::sync::Semaphore;
 
 use crate::metatile::Metatile;
 use crate::model::{Grid, Layer};
@@ -209,20 +208,6 @@ impl TileCache {
         meta: &Metatile,
     ) -> Option<String> {
         metatile_seed::write_group(layer, grid, format, meta)
-    }
-
-    /// Seeds one metatile (see [`metatile_seed::seed_metatile`]).
-    pub async fn seed_metatile(
-        &self,
-        layer: &Arc<Layer>,
-        grid: &Arc<Grid>,
-        format: TileFormat,
-        meta: Metatile,
-        force: bool,
-        locking: Locking,
-        slots: &Semaphore,
-    ) -> Result<SeedStep, TileError> {
-        metatile_seed::seed_metatile(self, layer, grid, format, meta, force, locking, slots).await
     }
 
     /// Counts a tile request of `layer` answered from

@@ -19,7 +19,10 @@ use tessera_store::object::ObjectLocation;
 use tessera_store::{Durability, MemoryStore, TileStore};
 use tokio::sync::Semaphore;
 
-use super::{CacheStatus, Locking, SeedStep, TileCache, TileCacheSettings, TileError, TileRequest};
+use super::{
+    CacheStatus, Locking, SeedStep, TileCache, TileCacheSettings, TileError, TileRequest,
+    seed_metatile,
+};
 use crate::metatile::{Metatile, MetatileSpec};
 use crate::metrics::Metrics;
 use crate::model::{Freshness, Grid, Layer, LayerCache, Leases};
@@ -263,7 +266,16 @@ async fn a_seed_stores_a_metatile_and_skips_it_the_next_time() {
     );
     let slots = Semaphore::new(1);
     let seed = |force, locking| {
-        cache.seed_metatile(&layer, &grid, TileFormat::Png, meta, force, locking, &slots)
+        seed_metatile(
+            &cache,
+            &layer,
+            &grid,
+            TileFormat::Png,
+            meta,
+            force,
+            locking,
+            &slots,
+        )
     };
     let SeedStep::Rendered(unstored) = seed(false, Locking::Try).await.unwrap() else {
         panic!("an empty cache was not rendered");
@@ -296,18 +308,18 @@ async fn a_seed_stores_a_metatile_and_skips_it_the_next_time() {
     assert_eq!(source.reads.load(Ordering::SeqCst), 2);
     // A layer without a cache cannot be seeded.
     let uncached = self::layer(source, None, None);
-    let err = cache
-        .seed_metatile(
-            &uncached,
-            &grid,
-            TileFormat::Png,
-            meta,
-            false,
-            Locking::Wait,
-            &slots,
-        )
-        .await
-        .unwrap_err();
+    let err = seed_metatile(
+        &cache,
+        &uncached,
+        &grid,
+        TileFormat::Png,
+        meta,
+        false,
+        Locking::Wait,
+        &slots,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, TileError::NotCached(_)), "{err}");
 }
 

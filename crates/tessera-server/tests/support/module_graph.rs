@@ -14,6 +14,38 @@ use std::path::{Path, PathBuf};
 /// `tile_cache` (a folder's `mod.rs`), `` (the crate root).
 pub type Module = String;
 
+/// Fails when a file of the crate at `src` (at least `files` of them)
+/// imports one that imports it back.
+pub fn assert_no_file_circle(src: &Path, files: usize) {
+    let graph = without_parents(&file_imports(src));
+    assert!(graph.len() > files, "files found: {}", graph.len());
+    if let Some(circle) = any_circle(&graph) {
+        panic!("import circle: {}", circle.join(" -> "));
+    }
+}
+
+/// Fails when the top-level modules of the crate at `src` are not those
+/// the table under `heading` of `docs/ARCHITECTURE.md` (two folders up
+/// from `src`'s crate) lists, each once, or when one imports a module
+/// listed above it.
+pub fn assert_documented_order(src: &Path, heading: &str) {
+    let top = top_level(&file_imports(src));
+    let doc = src.join("../../../docs/ARCHITECTURE.md");
+    let order = listed_order(&std::fs::read_to_string(&doc).unwrap_or_default(), heading);
+    let listed: BTreeSet<&String> = order.iter().collect();
+    let found: BTreeSet<&String> = top.keys().collect();
+    assert_eq!(
+        found, listed,
+        "the modules in src/ and those docs/ARCHITECTURE.md lists under {heading:?} differ"
+    );
+    assert_eq!(listed.len(), order.len(), "a module is listed twice");
+    let up = upward_imports(&top, &order);
+    assert!(
+        up.is_empty(),
+        "imports up the documented order (module, what it imports): {up:?}"
+    );
+}
+
 /// Every module file of the crate at `src`, and the modules each names.
 pub fn file_imports(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
     let files = rust_files(src);

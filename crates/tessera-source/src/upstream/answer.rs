@@ -1,22 +1,10 @@
-//! What both upstream sources (WMS and tile services) share: their
-//! credentials, and how an upstream's answer becomes pixels or an error.
-
-use serde::Deserialize;
+//! What both upstream sources (WMS and tile services) share: how an
+//! upstream's answer becomes pixels or an error.
 
 use super::client::{FetchError, Fetched, redacted};
 use super::xml::{exception_text, is_xml};
 use crate::SourceError;
 use crate::excerpt;
-
-/// User name and password sent with every request (HTTP basic auth).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BasicAuth {
-    /// User name.
-    pub user: String,
-    /// Password (use `${ENV}`).
-    pub password: String,
-}
 
 /// The source error an upstream request's failure means: 503 with
 /// Retry-After while the circuit is open, 502 otherwise.

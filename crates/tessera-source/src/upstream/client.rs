@@ -319,6 +319,20 @@ fn build_client(
 }
 
 impl UpstreamClient {
+    /// A client for `url`'s upstream as a source configures it (`http:`,
+    /// `headers:`, `basic_auth:`), to be shared by the source's reads (see
+    /// [`UpstreamClient::new`]).
+    pub fn shared(
+        url: &reqwest::Url,
+        settings: &HttpSettings,
+        policy: NetworkPolicy,
+        headers: &std::collections::BTreeMap<String, String>,
+        basic_auth: Option<&super::spec::BasicAuth>,
+    ) -> Result<Arc<UpstreamClient>, String> {
+        let auth = basic_auth.map(|a| (a.user.clone(), a.password.clone()));
+        UpstreamClient::new(url, settings.clone(), policy, headers, auth).map(Arc::new)
+    }
+
     /// A client for `url`'s upstream. Refuses a URL whose host is a private
     /// address literal the policy does not allow (names are checked on
     /// every connection).

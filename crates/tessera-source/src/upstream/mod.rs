@@ -6,10 +6,10 @@
 
 mod answer;
 pub mod client;
-mod spec;
+pub mod spec;
 pub mod tiles;
 pub mod wms;
 mod wmts_caps;
 pub(crate) mod xml;
 
-pub use answer::BasicAuth;
+pub use spec::BasicAuth;

@@ -1,13 +1,13 @@
 //! How upstream tile services are configured: `source: { type: xyz }` and
 //! `source: { type: wmts }`, read by the tile reader (`tiles.rs`) and the
-//! capabilities parser (`wmts_caps.rs`).
+//! capabilities parser (`wmts_caps.rs`), and the credentials every
+//! upstream may send ([`BasicAuth`]).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
 
-use super::answer::BasicAuth;
 use crate::{HttpSettings, Resampling};
 
 /// `source: { type: xyz, ... }`.
@@ -82,4 +82,14 @@ pub struct WmtsSourceSpec {
     /// Timeouts, concurrency, retries and the circuit.
     #[serde(default)]
     pub http: HttpSettings,
+}
+
+/// User name and password sent with every request (HTTP basic auth).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// User name.
+    pub user: String,
+    /// Password (use `${ENV}`).
+    pub password: String,
 }

@@ -9,8 +9,9 @@ use serde::Deserialize;
 use tessera_grid::BBox;
 use tessera_image::{Raster, RgbaImage, decode};
 
-use super::answer::{BasicAuth, fetch_error, refuse_non_image};
+use super::answer::{fetch_error, refuse_non_image};
 use super::client::{HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, redacted};
+use super::spec::BasicAuth;
 use super::xml::{self, exception_text};
 use crate::warp::warp_rgba;
 use crate::{AskedValue, Crs, Listed, Resampling, Source, SourceError, SourceInfo, WindowRequest};
@@ -132,14 +133,14 @@ impl WmsSource {
         }
         let url =
             reqwest::Url::parse(&spec.url).map_err(|e| open_err(format!("not a URL: {e}")))?;
-        let auth = spec
-            .basic_auth
-            .as_ref()
-            .map(|a| (a.user.clone(), a.password.clone()));
-        let client = Arc::new(
-            UpstreamClient::new(&url, spec.http.clone(), policy, &spec.headers, auth)
-                .map_err(open_err)?,
-        );
+        let client = UpstreamClient::shared(
+            &url,
+            &spec.http,
+            policy,
+            &spec.headers,
+            spec.basic_auth.as_ref(),
+        )
+        .map_err(open_err)?;
         let caps_url = with_params(
             &url,
             &[
