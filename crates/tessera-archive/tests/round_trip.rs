@@ -141,19 +141,8 @@ fn pmtiles_verify_accepts_what_is_written() {
             &metadata(tile_format),
             &tiles(tile_format),
         );
-        let out = Command::new(&tool)
-            .arg("verify")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pmtiles verify refused {tile_format:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let shown = Command::new(&tool).arg("show").arg(&path).output().unwrap();
-        let text = String::from_utf8_lossy(&shown.stdout);
+        run(Command::new(&tool).arg("verify").arg(&path));
+        let text = run(Command::new(&tool).arg("show").arg(&path));
         let (kind, compression) = match tile_format {
             TileFormat::Mvt => ("mvt", "gzip"),
             _ => ("png", "none"),
@@ -180,18 +169,10 @@ fn sqlite3_finds_the_mbtiles_1_3_schema_and_metadata() {
         &tiles(TileFormat::Mvt),
     );
     let sql = |query: &str| {
-        let out = Command::new("sqlite3")
+        run(Command::new("sqlite3")
             .arg("-readonly")
             .arg(&path)
-            .arg(query)
-            .output()
-            .expect("the sqlite3 shell (apt install sqlite3)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+            .arg(query))
     };
     // The columns MBTiles 1.3 names, in its tables (or views).
     assert_eq!(
@@ -216,4 +197,19 @@ fn sqlite3_finds_the_mbtiles_1_3_schema_and_metadata() {
             .trim(),
         "1"
     );
+}
+
+/// What `command` (a reference tool) writes, once it succeeded; a failure
+/// (or a missing tool) fails the test with what it said.
+fn run(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?} cannot run (scripts/test installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} refused: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -6,6 +6,11 @@
 //! Sources whose values come from their configuration (files, bands,
 //! mosaic pieces) list none and take none: the server derives their specs.
 
+/// A source's answer about dimension values: `None` when it has none to
+/// give (its values come from its configuration), else what it found or
+/// why it failed.
+pub type Found<T> = Option<Result<T, crate::SourceError>>;
+
 /// How a dimension's values are compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {

@@ -32,7 +32,7 @@ pub mod vector;
 mod warp;
 
 pub use crs::Crs;
-pub use dimensions::{AskedValue, Listed, ValueKind};
+pub use dimensions::{AskedValue, Found, Listed, ValueKind};
 pub use egress::{EgressPolicy, GuardAddress, guard as egress_guard};
 pub use error::{Cause, SourceError, excerpt};
 pub use features::{FeatureSource, FoundFeature, LegendSymbol, VectorLayerInfo};
@@ -240,12 +240,7 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// the field holding them in a source of features; at most `most`):
     /// a WMS's or WMTS's capabilities, a vector field's distinct values.
     /// `None` when it lists none.
-    fn listed_values(
-        &self,
-        _name: &str,
-        _field: Option<&str>,
-        _most: usize,
-    ) -> Option<Result<Listed, SourceError>> {
+    fn listed_values(&self, _name: &str, _field: Option<&str>, _most: usize) -> Found<Listed> {
         None
     }
 
@@ -259,10 +254,7 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// them, a vector source drawing the features whose field lies in each
     /// range. `None` when values do not reach it (its values come from its
     /// configuration). Shares this source's connections.
-    fn at_values(
-        &self,
-        _values: &[AskedValue],
-    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
+    fn at_values(&self, _values: &[AskedValue]) -> Found<std::sync::Arc<dyn Source>> {
         None
     }
 

@@ -17,7 +17,7 @@ use tessera_image::{Raster, RgbaImage, decode};
 use crate::complete::check_complete;
 use crate::warp::{empty_raster, warp_rgba};
 use crate::{
-    AskedValue, Crs, Listed, Resampling, Source, SourceError, SourceInfo, TileMetadata,
+    AskedValue, Crs, Found, Listed, Resampling, Source, SourceError, SourceInfo, TileMetadata,
     WindowRequest,
 };
 
@@ -363,12 +363,7 @@ impl Source for TiledSource {
     }
 
     /// A WMTS layer's values, as its capabilities list them.
-    fn listed_values(
-        &self,
-        name: &str,
-        _field: Option<&str>,
-        _most: usize,
-    ) -> Option<Result<Listed, SourceError>> {
+    fn listed_values(&self, name: &str, _field: Option<&str>, _most: usize) -> Found<Listed> {
         self.fetch
             .dimension_values(name)
             .map(|v| Ok(Listed::Values(v.to_vec())))
@@ -381,7 +376,7 @@ impl Source for TiledSource {
     }
 
     /// The same pyramid with the values, as spelled, in its tile URLs.
-    fn at_values(&self, values: &[AskedValue]) -> Option<Result<Arc<dyn Source>, SourceError>> {
+    fn at_values(&self, values: &[AskedValue]) -> Found<Arc<dyn Source>> {
         let pairs: Vec<(String, String)> = values
             .iter()
             .map(|v| (v.name.clone(), v.spelled.clone()))

@@ -10,20 +10,13 @@
 #[path = "../../tessera-server/tests/support/module_graph.rs"]
 mod module_graph;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use module_graph::{assert_documented_order, assert_no_file_circle};
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
 #[test]
-fn no_file_imports_one_that_imports_it_back() {
-    assert_no_file_circle(&src(), 30);
-}
-
-#[test]
-fn modules_import_only_the_modules_listed_below_them() {
-    assert_documented_order(&src(), "### tessera-source's modules");
+fn files_import_down_the_order_the_architecture_lists() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert_no_file_circle(&src, 30);
+    assert_documented_order(&src, "### tessera-source's modules");
 }

@@ -36,18 +36,14 @@ pub(super) async fn refresh_dimension_values(live: Arc<Live>) {
         match (seen, signature) {
             (Some(before), Some(now)) if before != now => {
                 tracing::info!("dimension values changed: reloading the configuration");
-                let reloading = live.clone();
-                match tokio::task::spawn_blocking(move || reloading.reload(false)).await {
-                    Ok(Ok(_)) => seen = signature,
-                    Ok(Err(e)) => {
-                        tracing::error!(
-                            error = &e as &dyn std::error::Error,
-                            "reloading for new dimension values failed; the old values keep serving"
-                        );
-                    }
-                    Err(e) => {
-                        tracing::error!(error = &e as &dyn std::error::Error, "the reload failed");
-                    }
+                if reload(
+                    &live,
+                    false,
+                    "reloading for new dimension values failed; the old values keep serving",
+                )
+                .await
+                {
+                    seen = signature;
                 }
             }
             _ => seen = signature.or(seen),
@@ -84,15 +80,12 @@ pub(super) async fn refresh_found_tables(live: Arc<Live>) {
         match found {
             Ok(Ok(names)) if names != served => {
                 tracing::info!("the database's tables changed: reloading the configuration");
-                let reloading = live.clone();
-                if let Ok(Err(e)) =
-                    tokio::task::spawn_blocking(move || reloading.reload(true)).await
-                {
-                    tracing::error!(
-                        error = &e as &dyn std::error::Error,
-                        "reloading for the database's tables failed; the old layers keep serving"
-                    );
-                }
+                reload(
+                    &live,
+                    true,
+                    "reloading for the database's tables failed; the old layers keep serving",
+                )
+                .await;
             }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(
@@ -150,19 +143,30 @@ pub(super) async fn reload_on_hangup(live: Arc<Live>) {
         };
         while hangups.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");
-            let live = live.clone();
-            match tokio::task::spawn_blocking(move || live.reload(false)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(
-                        error = &e as &dyn std::error::Error,
-                        "the new configuration was refused; the old one keeps serving"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(error = &e as &dyn std::error::Error, "the reload failed");
-                }
-            }
+            reload(
+                &live,
+                false,
+                "the new configuration was refused; the old one keeps serving",
+            )
+            .await;
+        }
+    }
+}
+
+/// Reloads the configuration served by `live` on a blocking thread
+/// (`remove_layers` as `POST /admin/reload` takes it); whether the new one
+/// is served. A refusal is logged with `refused` (what keeps serving).
+async fn reload(live: &Arc<Live>, remove_layers: bool, refused: &'static str) -> bool {
+    let reloading = live.clone();
+    match tokio::task::spawn_blocking(move || reloading.reload(remove_layers)).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::error!(error = &e as &dyn std::error::Error, "{refused}");
+            false
+        }
+        Err(e) => {
+            tracing::error!(error = &e as &dyn std::error::Error, "the reload failed");
+            false
         }
     }
 }

@@ -8,7 +8,7 @@ use tessera_grid::{TileFormat, TileRange};
 use tessera_store::{HeldTile, TileKey, TileStore, content_hash};
 
 use super::{TileCache, TileError, TileRequest, run_blocking};
-use crate::locks::{KeyGuard, LockTimeout};
+use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
 use crate::metatile::Metatile;
 use crate::metrics::LockKind;
 
@@ -81,16 +81,13 @@ pub(super) async fn lock_metatile(
     meta: &Metatile,
 ) -> Result<KeyGuard<MetaKey>, TileError> {
     let key = MetaKey::of(req, meta);
-    let start = Instant::now();
-    let result = tile_cache
-        .metatile_locks
-        .lock(key, tile_cache.lock_timeout)
-        .await;
-    tile_cache.metrics.lock_waited(LockKind::Metatile, start);
-    result.map_err(|LockTimeout(after)| TileError::LockTimeout {
-        kind: "metatile",
-        after,
-    })
+    take(
+        tile_cache,
+        &tile_cache.metatile_locks,
+        key,
+        LockKind::Metatile,
+    )
+    .await
 }
 
 /// Takes the metatile's lock and its tiles' locks (keys from `keys`)
@@ -114,14 +111,25 @@ pub(super) async fn lock_tile(
     tile_cache: &TileCache,
     key: TileKey,
 ) -> Result<KeyGuard<TileKey>, TileError> {
+    take(tile_cache, &tile_cache.tile_locks, key, LockKind::Tile).await
+}
+
+/// Takes `key`'s lock among `locks` (metatile or tile locks, as `kind`
+/// says) within the lock timeout, counting the wait.
+async fn take<K: Eq + std::hash::Hash + Clone>(
+    tile_cache: &TileCache,
+    locks: &KeyedLocks<K>,
+    key: K,
+    kind: LockKind,
+) -> Result<KeyGuard<K>, TileError> {
     let start = Instant::now();
-    let result = tile_cache
-        .tile_locks
-        .lock(key, tile_cache.lock_timeout)
-        .await;
-    tile_cache.metrics.lock_waited(LockKind::Tile, start);
+    let result = locks.lock(key, tile_cache.lock_timeout).await;
+    tile_cache.metrics.lock_waited(kind, start);
     result.map_err(|LockTimeout(after)| TileError::LockTimeout {
-        kind: "tile",
+        kind: match kind {
+            LockKind::Metatile => "metatile",
+            LockKind::Tile => "tile",
+        },
         after,
     })
 }

@@ -69,14 +69,9 @@ fn xyz_tiles(
     });
     let sample = fill(&template, &grid, TileCoord::restored(0, 0, 0));
     let url = reqwest::Url::parse(&sample).map_err(|e| open_err(format!("not a URL: {e}")))?;
-    let client = UpstreamClient::shared(
-        &url,
-        &spec.http,
-        policy,
-        &spec.headers,
-        spec.basic_auth.as_ref(),
-    )
-    .map_err(open_err)?;
+    let auth = spec.basic_auth.as_ref();
+    let client =
+        UpstreamClient::shared(&url, &spec.http, policy, &spec.headers, auth).map_err(open_err)?;
     let lonlat = match spec.bounds {
         Some([w, s, e, n]) => {
             BBox::new(w, s, e, n).map_err(|e| open_err(format!("bounds: {e}")))?
@@ -109,14 +104,9 @@ pub fn open_wmts(spec: &WmtsSourceSpec, policy: NetworkPolicy) -> Result<TiledSo
             .append_pair("SERVICE", "WMTS")
             .append_pair("REQUEST", "GetCapabilities");
     }
-    let client = UpstreamClient::shared(
-        &url,
-        &spec.http,
-        policy,
-        &spec.headers,
-        spec.basic_auth.as_ref(),
-    )
-    .map_err(open_err)?;
+    let auth = spec.basic_auth.as_ref();
+    let client =
+        UpstreamClient::shared(&url, &spec.http, policy, &spec.headers, auth).map_err(open_err)?;
     let fetched = client
         .get(&url, None)
         .map_err(|e| open_err(format!("its capabilities could not be read: {e}")))?;

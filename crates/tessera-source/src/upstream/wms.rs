@@ -14,7 +14,9 @@ use super::client::{HttpSettings, NetworkPolicy, Prefetched, UpstreamClient, red
 use super::spec::BasicAuth;
 use super::xml::{self, exception_text};
 use crate::warp::warp_rgba;
-use crate::{AskedValue, Crs, Listed, Resampling, Source, SourceError, SourceInfo, WindowRequest};
+use crate::{
+    AskedValue, Crs, Found, Listed, Resampling, Source, SourceError, SourceInfo, WindowRequest,
+};
 
 /// WMS versions an upstream is asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -133,14 +135,9 @@ impl WmsSource {
         }
         let url =
             reqwest::Url::parse(&spec.url).map_err(|e| open_err(format!("not a URL: {e}")))?;
-        let client = UpstreamClient::shared(
-            &url,
-            &spec.http,
-            policy,
-            &spec.headers,
-            spec.basic_auth.as_ref(),
-        )
-        .map_err(open_err)?;
+        let auth = spec.basic_auth.as_ref();
+        let client = UpstreamClient::shared(&url, &spec.http, policy, &spec.headers, auth)
+            .map_err(open_err)?;
         let caps_url = with_params(
             &url,
             &[
@@ -368,12 +365,7 @@ impl Source for WmsSource {
     }
 
     /// The extent its capabilities write for the dimension.
-    fn listed_values(
-        &self,
-        name: &str,
-        _field: Option<&str>,
-        _most: usize,
-    ) -> Option<Result<Listed, SourceError>> {
+    fn listed_values(&self, name: &str, _field: Option<&str>, _most: usize) -> Found<Listed> {
         self.dimension_values(name)
             .map(|text| Ok(Listed::Extent(text.to_string())))
     }
@@ -384,10 +376,7 @@ impl Source for WmsSource {
 
     /// The same upstream asked with the values in every GetMap
     /// ([`WmsSource::params_of`]).
-    fn at_values(
-        &self,
-        values: &[AskedValue],
-    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
+    fn at_values(&self, values: &[AskedValue]) -> Found<std::sync::Arc<dyn Source>> {
         Some(Ok(std::sync::Arc::new(
             self.with_params(&WmsSource::params_of(values)),
         )))

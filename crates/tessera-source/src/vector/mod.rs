@@ -25,7 +25,7 @@ use tessera_image::Raster;
 
 pub use crate::error::VectorError;
 use crate::{
-    AskedValue, Crs, FeatureSource, FoundFeature, LegendSymbol, Listed, Source, SourceError,
+    AskedValue, Crs, FeatureSource, Found, FoundFeature, LegendSymbol, Listed, Source, SourceError,
     SourceInfo, VectorLayerInfo, WindowRequest,
 };
 pub use auto::{PostgisAutoSpec, SpatialTable};
@@ -947,12 +947,7 @@ impl Source for VectorSource {
     }
 
     /// The field's distinct values (at most `most`).
-    fn listed_values(
-        &self,
-        _name: &str,
-        field: Option<&str>,
-        most: usize,
-    ) -> Option<Result<Listed, SourceError>> {
+    fn listed_values(&self, _name: &str, field: Option<&str>, most: usize) -> Found<Listed> {
         let field = field?;
         Some(self.distinct_values(field, most).map(Listed::Values))
     }
@@ -963,10 +958,7 @@ impl Source for VectorSource {
 
     /// The features whose field lies in the value's range (one dimension,
     /// with its field).
-    fn at_values(
-        &self,
-        values: &[AskedValue],
-    ) -> Option<Result<std::sync::Arc<dyn Source>, SourceError>> {
+    fn at_values(&self, values: &[AskedValue]) -> Found<std::sync::Arc<dyn Source>> {
         let [value] = values else {
             return Some(Err(self.read_err(
                 "a vector source filters its features by one dimension".into(),
