@@ -566,12 +566,12 @@ def test_gdal_ogcapi_driver_reads_the_map(direct):
 
 
 def test_gdal_reads_a_regional_collection_through_the_map_as_the_readme_says(tmp_path, tmp_path_factory):
-    """The README's GDAL command for a layer that does not cover the world:
+    """The book's GDAL command (docs/book/src/protocols.md) for a layer that does not cover the world:
     `-oo API=MAP` reads the right picture. GDAL 3.6's tiles reader clamps
     rows to the tileset's limits but keeps the whole matrix's height, so
     `API=TILES` gets a georeference with a wrong pixel aspect and blocks
-    that are not there (the README says so; a GDAL that mends it fails
-    this test, and the README then recommends the tiles again)."""
+    that are not there (the book says so; a GDAL that mends it fails
+    this test, and the book then recommends the tiles again)."""
     import subprocess
     regional = tmp_path / "regional.tif"
     subprocess.run(["gdal_translate", "-q", "-projwin", "5", "52", "15", "45",
@@ -600,7 +600,7 @@ layers:
         tiles = gdal.OpenEx(url, open_options=["API=TILES"]).GetGeoTransform()
         square = tiles[1] == pytest.approx(-tiles[5], rel=0.01)
         if gdal.VersionInfo().startswith("306"):
-            assert not square, f"GDAL 3.6 read the tiles right ({tiles}): the README's warning is out of date"
+            assert not square, f"GDAL 3.6 read the tiles right ({tiles}): the book's warning is out of date"
         else:
             assert square, f"GDAL {gdal.VersionInfo()} still misreads the tiles of a regional layer: {tiles}"
 
