@@ -19,7 +19,7 @@ use crate::style::{Attribute, Color};
 use crate::text::Line;
 
 /// `label:` of a rule.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Label {
     /// The text: fields in braces, `"{name}"` or `"{name} ({pop_est})"`;
@@ -54,7 +54,7 @@ pub struct Label {
 }
 
 /// A label's priority.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Priority {
     /// The same for every feature.
@@ -64,7 +64,7 @@ pub enum Priority {
 }
 
 /// A label's halo.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Halo {
     /// Its colour (default white).

@@ -43,8 +43,21 @@ impl<'de> Deserialize<'de> for Color {
     }
 }
 
+impl schemars::JsonSchema for Color {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CssColor".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A colour as CSS writes it: #rgb, #rrggbb, #rrggbbaa, rgb(), hsl() or a name."
+        })
+    }
+}
+
 /// A value an attribute is compared with: a number or a string.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Value {
     /// Any number (integers compare as numbers too).
@@ -66,7 +79,7 @@ pub enum Attribute {
 
 /// `filter:` of a rule: one attribute against one condition. Give exactly
 /// one of `eq`, `in`, or a range (`min` inclusive, `max` exclusive).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Filter {
     /// The attribute's name.
@@ -134,7 +147,9 @@ fn same_number(a: f64, b: f64) -> bool {
 }
 
 /// A point marker's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Shape {
     /// A disc.
@@ -146,7 +161,7 @@ pub enum Shape {
 
 /// `marker:` of a rule: how points are drawn (filled with the rule's
 /// `fill`, outlined with its `stroke`).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Marker {
     /// Its shape (default circle).
@@ -166,7 +181,7 @@ fn one() -> f32 {
 }
 
 /// One rule of a vector style.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// A name for legends (default: the filter, or "features").

@@ -195,6 +195,10 @@ enum Command {
     Export(export::ExportArgs),
     /// Print the embedded demo configuration (a worked example of the format).
     DemoConfig,
+    /// Print the JSON Schema of the configuration file, for editors
+    /// (`# yaml-language-server: $schema=...`); a running server serves it
+    /// at /schema/config.json.
+    ConfigSchema,
     /// Print the SHA-256 of an API key, for `auth.keys[].sha256`.
     ///
     /// The key is read from standard input (one line) unless given, so
@@ -252,6 +256,11 @@ fn run(cli: Cli) -> CliResult {
         Command::Export(args) => export::run(&args),
         Command::DemoConfig => {
             print!("{}", demo::DEMO_YAML);
+            Ok(0)
+        }
+        Command::ConfigSchema => {
+            let schema = tessera_server::Config::schema();
+            println!("{schema:#}");
             Ok(0)
         }
         Command::HashKey { key } => {

@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 use crate::TileRange;
 
 /// Which curve orders the tiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Curve {
     /// Hilbert: consecutive indexes are always edge neighbours.

@@ -14,7 +14,9 @@ pub const EMPTY_MVT: &[u8] = &[
 ];
 
 /// A tile's encoding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TileFormat {
     /// PNG, RGB or RGBA.

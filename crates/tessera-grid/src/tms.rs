@@ -90,7 +90,7 @@ impl TileRange {
 }
 
 /// A custom tile matrix set as written in the configuration file.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GridSpec {
     /// Identifier used in URLs and WMTS (`[A-Za-z0-9_.-]+`).

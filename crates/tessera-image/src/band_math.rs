@@ -11,7 +11,7 @@ use crate::expression::Expression;
 use crate::{Color, ColorRamp, PixelScale, RampStop, Raster, RgbaImage, Style, StyleError};
 
 /// `type: expression` settings.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExpressionSpec {
     /// One expression, or three separated by `;` (red, green, blue).
@@ -35,7 +35,7 @@ pub struct ExpressionSpec {
 }
 
 /// A colour map: a name, or stops.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ColormapSpec {
     /// A named map.
@@ -45,7 +45,7 @@ pub enum ColormapSpec {
 }
 
 /// One class of `intervals`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Interval {
     /// Lowest value of the class (default: no lower bound).

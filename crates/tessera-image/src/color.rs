@@ -32,8 +32,22 @@ impl<'de> Deserialize<'de> for Color {
     }
 }
 
+impl schemars::JsonSchema for Color {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Color".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^#([0-9a-fA-F]{6}|[0-9a-fA-F]{8})$",
+            "description": "A colour: #rrggbb or #rrggbbaa."
+        })
+    }
+}
+
 /// One stop of a color ramp.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RampStop {
     /// Data value at which the color applies exactly.

@@ -7,7 +7,7 @@ use tessera_grid::TileFormat;
 use crate::{Color, ImageView};
 
 /// zlib effort for PNG.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PngCompression {
     /// Fastest reasonable compression (the default: tiles are encoded on the request path).
@@ -31,7 +31,7 @@ impl PngCompression {
 }
 
 /// Encoder settings.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EncodeOptions {
     /// PNG compression effort.

@@ -73,7 +73,7 @@ pub trait Style: Send + Sync + std::fmt::Debug {
 }
 
 /// Style configuration, tagged by `type`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StyleSpec {
     /// RGB(A) passthrough, optionally with band selection and a linear stretch.
@@ -93,7 +93,7 @@ impl Default for StyleSpec {
 }
 
 /// RGB(A) passthrough settings.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RgbSpec {
     /// Bands for red, green and blue (1-based); default `[1, 2, 3]`, or
@@ -106,7 +106,7 @@ pub struct RgbSpec {
 }
 
 /// Color ramp settings.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RampSpec {
     /// Band to color (1-based, default 1).
@@ -120,7 +120,7 @@ pub struct RampSpec {
 }
 
 /// Hillshade settings (Horn's method, as `gdaldem hillshade`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HillshadeSpec {
     /// Elevation band (1-based, default 1).

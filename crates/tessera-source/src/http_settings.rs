@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 /// How an upstream is asked (`source.http`); every field has a default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
     /// Longest wait for a connection, in seconds (default 5).

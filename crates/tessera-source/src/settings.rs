@@ -10,7 +10,7 @@ use crate::LocationPolicy;
 use crate::location::DEFAULT_DRIVERS;
 
 /// GDAL settings from the `gdal:` section of the configuration.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GdalSettings {
     /// Upper bound of GDAL's raster block cache, in MiB (default 256).

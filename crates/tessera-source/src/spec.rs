@@ -242,6 +242,68 @@ impl From<GdalSourceSpec> for SourceSpec {
     }
 }
 
+impl schemars::JsonSchema for SourceSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SourceSpec".into()
+    }
+
+    /// One schema per `type`, each its backend's spec with `type` added
+    /// (optional for `gdal`, the default).
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut kinds = vec![tagged::<GdalSourceSpec>(generator, &["gdal"], false)];
+        kinds.push(tagged::<MosaicSpec>(generator, &["mosaic"], true));
+        #[cfg(feature = "upstream")]
+        kinds.extend([
+            tagged::<WmsSourceSpec>(generator, &["wms"], true),
+            tagged::<XyzSourceSpec>(generator, &["xyz"], true),
+            tagged::<WmtsSourceSpec>(generator, &["wmts"], true),
+        ]);
+        #[cfg(feature = "vector")]
+        kinds.extend([
+            tagged::<VectorSpec>(generator, &["vector"], true),
+            tagged::<PostgisAutoSpec>(generator, &["postgis_auto"], true),
+        ]);
+        #[cfg(feature = "archive")]
+        kinds.push(tagged::<ArchiveSpec>(
+            generator,
+            &["pmtiles", "mbtiles"],
+            true,
+        ));
+        schemars::json_schema!({
+            "description": "A layer's source, tagged by `type` (`gdal` when absent).",
+            "oneOf": kinds
+        })
+    }
+}
+
+/// `T`'s schema with a `type` property of one of `kinds` (required or
+/// not).
+fn tagged<T: schemars::JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+    kinds: &[&str],
+    required: bool,
+) -> schemars::Schema {
+    let mut schema = T::json_schema(generator);
+    if let Some(object) = schema.as_object_mut() {
+        if let Some(properties) = object
+            .entry("properties")
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()
+        {
+            properties.insert("type".into(), serde_json::json!({ "enum": kinds }));
+        }
+        if required
+            && let Some(list) = object
+                .entry("required")
+                .or_insert_with(|| serde_json::json!([]))
+                .as_array_mut()
+        {
+            list.push("type".into());
+        }
+    }
+    schema
+}
+
 impl<'de> Deserialize<'de> for SourceSpec {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;

@@ -16,7 +16,7 @@ use tessera_image::{BandData, Raster};
 use crate::{Cause, Crs, SourceInfo, WindowRequest};
 
 /// Resampling used when warping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Resampling {
     /// Nearest neighbour (categorical data).

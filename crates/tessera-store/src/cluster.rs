@@ -48,7 +48,7 @@ pub struct Coordinator {
 }
 
 /// What a lease object holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LeaseInfo {
     /// The node that holds it.
     pub node: String,

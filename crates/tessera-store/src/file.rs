@@ -58,7 +58,7 @@ impl Staged {
 pub const DEFAULT_HASH_CACHE: usize = 65_536;
 
 /// Row order of the directory tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileLayout {
     /// `z/x/y` with rows from the top (OSM, XYZ, what Leaflet and nginx users expect).

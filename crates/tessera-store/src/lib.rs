@@ -109,7 +109,7 @@ impl std::fmt::Display for TileKey {
 }
 
 /// How durable a write must be before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// Handed to the operating system: survives the process being killed,

@@ -29,7 +29,7 @@ use crate::{
 };
 
 /// SQLite's `synchronous` setting for the writer connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     /// No syncs: fastest, the database may be lost on power failure.

@@ -31,7 +31,9 @@ use crate::{
 };
 
 /// Which tiles go first when a store is over its quota.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Eviction {
     /// Least recently read or written.

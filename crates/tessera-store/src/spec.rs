@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// One store under `stores:`, tagged by `type`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StoreSpec {
     /// Tiles as files in `path/layer/grid/z/x/y.ext`.
@@ -48,7 +48,7 @@ pub enum StoreSpec {
 pub const QUOTA_INDEX: &str = ".quota.sqlite";
 
 /// `type: file`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSpec {
     /// Root directory (created if missing).
@@ -84,7 +84,7 @@ pub struct FileSpec {
 const MAX_HASH_CACHE: usize = 1 << 24;
 
 /// `type: journal`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JournalSpec {
     /// Directory of the segment files (created if missing).
@@ -120,7 +120,7 @@ pub struct JournalSpec {
 }
 
 /// `type: mbtiles`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MbtilesSpec {
     /// Directory of the files (created if missing).
@@ -149,7 +149,7 @@ pub struct MbtilesSpec {
 }
 
 /// `type: object`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectSpec {
     /// `s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix`
@@ -220,7 +220,7 @@ impl ObjectSpec {
 }
 
 /// How an object store lays out its tiles.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ObjectLayout {
     /// Curve-indexed packs (docs/pack-format.md).
@@ -231,7 +231,7 @@ pub enum ObjectLayout {
 }
 
 /// `type: memory`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySpec {
     /// Budget (default 256MiB).
@@ -241,7 +241,7 @@ pub struct MemorySpec {
 
 /// A scalar client option (YAML may give `allow_http: true` or
 /// `timeout: 30s`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum OptionValue {
     /// A boolean.
@@ -300,6 +300,22 @@ impl Size {
     /// `size`, or `default` bytes when it is not given.
     pub fn or(size: Option<Size>, default: u64) -> u64 {
         size.map_or(default, |s| s.0)
+    }
+}
+
+impl schemars::JsonSchema for Size {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size in bytes: text with units (64MiB, 1GiB, 512KiB, 10MB), or a bare number of MiB.",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "examples": ["64MiB", "1GiB"] }
+            ]
+        })
     }
 }
 

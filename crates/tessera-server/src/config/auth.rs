@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 /// The `auth:` section.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// API keys.
@@ -44,7 +44,7 @@ pub struct AuthConfig {
 }
 
 /// Who may read `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MetricsAccess {
     /// Anyone.
@@ -65,7 +65,7 @@ fn default_metric_callers() -> usize {
 /// What a credential allows: reading tiles (XYZ, TMS, WMTS, OGC API
 /// tiles, TileJSON), maps (WMS `GetMap`, OGC API maps, legends), feature
 /// info (WMS `GetFeatureInfo`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Grant {
     /// Tiles of every protocol, and TileJSON.
@@ -85,7 +85,7 @@ pub fn all_grants() -> Vec<Grant> {
 }
 
 /// One API key.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// The key's name, shown in logs and metrics (never the key).
@@ -107,7 +107,7 @@ pub struct KeyConfig {
 /// bucket of their own, counted apart from the requests: past it the
 /// caller is served what is cached and refused (429) what would be
 /// rendered.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateConfig {
     /// Requests per second, on average.
@@ -124,7 +124,7 @@ pub struct RateConfig {
 }
 
 /// JSON Web Tokens: `Authorization: Bearer <jwt>` (or `?token=`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The public keys (a JWKS document): a file, or an `https://` URL

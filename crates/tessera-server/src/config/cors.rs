@@ -71,7 +71,7 @@ impl CorsSettings {
 }
 
 /// The map form, every key optional.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CorsMap {
     #[serde(default = "enabled")]
@@ -94,6 +94,24 @@ fn any_origin() -> Vec<String> {
 
 fn max_age() -> u64 {
     CorsSettings::default().max_age_secs
+}
+
+impl schemars::JsonSchema for CorsSettings {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CorsSettings".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let map = generator.subschema_for::<CorsMap>();
+        schemars::json_schema!({
+            "description": "Cross-origin access (CORS) for the read endpoints: true, false, or a mapping.",
+            "anyOf": [
+                { "type": "boolean" },
+                { "enum": ["on", "off", "true", "false"] },
+                map
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for CorsSettings {

@@ -26,7 +26,7 @@
 use serde::Deserialize;
 
 /// One dimension of a layer.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DimensionConfig {
     /// How values are read: `time` (ISO 8601), `number` or `text`; by
@@ -83,7 +83,7 @@ fn default_max_values() -> usize {
 }
 
 /// A listed value, with its raster for a GDAL source.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValueConfig {
     /// The value as written (made canonical when the layer is built; an
@@ -97,7 +97,7 @@ pub struct ValueConfig {
 }
 
 /// `kind:` of a dimension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KindConfig {
     /// ISO 8601 times.

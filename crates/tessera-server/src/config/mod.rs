@@ -29,7 +29,7 @@ use tessera_source::{GdalSettings, SourceSpec};
 use tessera_store::{Durability, MemorySpec, OptionValue, Size, StoreSpec};
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// HTTP server settings.
@@ -133,7 +133,7 @@ impl std::fmt::Debug for OpenedSources {
 }
 
 /// The `wmts:` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WmtsConfig {
     /// Whether a layer whose zooms are fewer than its grid's, and that is
@@ -159,7 +159,7 @@ fn yes() -> bool {
 }
 
 /// The `ogcapi:` section.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OgcApiConfig {
     /// The layers the dataset map (`/ogcapi/map` and its tiles) draws when
@@ -172,7 +172,7 @@ pub struct OgcApiConfig {
 /// The `service:` section: what WMS and WMTS capabilities say about the
 /// service (abstract, keywords, contact, fees, access constraints). Every
 /// field is optional; what is absent is left out of the documents.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceMetadata {
     /// A description of the service.
@@ -191,7 +191,7 @@ pub struct ServiceMetadata {
 }
 
 /// The contact of the `service:` section.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Contact {
     /// A person's name.
@@ -211,7 +211,7 @@ pub struct Contact {
 /// A layer's `data_url`: a web page (or file) about the data, listed as
 /// `DataURL` in WMS capabilities. A page that is no metadata record
 /// (ISO 19115, FGDC) belongs here, not in `metadata_url`.
-#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DataUrl {
     /// Where it is.
@@ -227,7 +227,7 @@ fn text_html() -> String {
 
 /// A layer's `metadata_url`: a metadata record about the data, listed as
 /// `MetadataURL` in WMS capabilities.
-#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetadataUrl {
     /// Where the record is.
@@ -249,7 +249,7 @@ fn text_xml() -> String {
 }
 
 /// The `admin:` section: uploads of source rasters to object storage.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token the admin API requires (use `${ENV}`); at least 16
@@ -356,7 +356,7 @@ fn default_true() -> bool {
 }
 
 /// The `server:` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address to listen on (default `127.0.0.1:8080`).
@@ -435,7 +435,7 @@ impl Default for ServerConfig {
 }
 
 /// The `limits:` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Largest WMS GetMap WIDTH (default 4096).
@@ -469,7 +469,7 @@ impl Default for Limits {
 }
 
 /// The `cache:` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheSettings {
     /// Longest wait for a metatile or tile lock, in seconds or with a unit
@@ -496,7 +496,7 @@ impl Default for CacheSettings {
 
 /// The `cluster:` section: how nodes sharing a store coordinate through it
 /// (see `tessera_store::cluster`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSettings {
     /// Render a metatile on one node only: a lease object is created in the
@@ -589,7 +589,7 @@ pub const DEFAULT_STORE: &str = "default";
 pub const NO_STORE: &str = "none";
 
 /// A layer's `cache:` section.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LayerCacheConfig {
     /// Name of a store under `stores:` (default `default`), or `none` to
@@ -649,7 +649,7 @@ pub const MAX_METATILE: u32 = 16;
 pub const MAX_GUTTER: u32 = 512;
 
 /// One layer.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LayerConfig {
     /// Name used in URLs, WMS LAYERS and WMTS (`[A-Za-z0-9_.-]+`).
@@ -727,7 +727,22 @@ fn default_formats() -> Vec<TileFormat> {
     vec![TileFormat::Png, TileFormat::Jpeg, TileFormat::Webp]
 }
 
+/// The URL path the running server serves [`Config::schema`] at.
+pub const SCHEMA_PATH: &str = "/schema/config.json";
+
 impl Config {
+    /// The JSON Schema (draft 2020-12) of the configuration file, generated
+    /// from these types and their doc comments: what editors use to
+    /// complete and check `tessera.yaml` (the YAML language server's
+    /// `# yaml-language-server: $schema=...` line). Reading a file checks
+    /// more than the schema can say (references between sections, ranges).
+    pub fn schema() -> serde_json::Value {
+        let mut schema =
+            serde_json::to_value(schemars::schema_for!(Config)).expect("a schema is plain JSON");
+        schema["title"] = "tessera configuration".into();
+        schema
+    }
+
     /// Reads, substitutes and parses a configuration file. Relative paths
     /// in it (sources, stores, the admin sources file) are taken relative
     /// to the file's directory.
@@ -1178,7 +1193,7 @@ fn optional_timestamp<'de, D: serde::Deserializer<'de>>(
 }
 
 fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    #[derive(Deserialize)]
+    #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(untagged)]
     enum Written {
         Number(f64),

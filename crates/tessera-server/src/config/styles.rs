@@ -39,13 +39,28 @@ impl Default for LayerStyle {
 }
 
 /// `style: { maplibre: style.json, source: name }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MapLibreRef {
     /// The style document's file (relative to the configuration file).
     pub maplibre: String,
     /// The name of the document's source this layer's data is.
     pub source: String,
+}
+
+impl schemars::JsonSchema for LayerStyle {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LayerStyle".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let raster = generator.subschema_for::<StyleSpec>();
+        let maplibre = generator.subschema_for::<MapLibreRef>();
+        schemars::json_schema!({
+            "description": "A raster style (tagged by `type`), or a MapLibre style document drawn by a vector source.",
+            "anyOf": [raster, maplibre]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for LayerStyle {
@@ -97,6 +112,23 @@ pub enum StyleDraw {
 /// A layer's named styles in the order written; the first is the default.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NamedStyles(pub Vec<NamedStyle>);
+
+impl schemars::JsonSchema for NamedStyles {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NamedStyles".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let rules = generator.subschema_for::<Vec<Rule>>();
+        let raster = generator.subschema_for::<StyleSpec>();
+        let maplibre = generator.subschema_for::<MapLibreRef>();
+        schemars::json_schema!({
+            "description": "Named styles in the order written, the first the default: each a raster style, a list of drawing rules, or a MapLibre style document.",
+            "type": "object",
+            "additionalProperties": { "anyOf": [rules, maplibre, raster] }
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for NamedStyles {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -189,6 +189,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
+        .route(crate::config::SCHEMA_PATH, get(config_schema))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
         .route("/static/maplibre-gl.js", get(preview::maplibre_js))
@@ -291,6 +292,16 @@ pub(crate) const NOSNIFF: axum::http::HeaderValue = axum::http::HeaderValue::fro
 
 async fn health() -> &'static str {
     "ok\n"
+}
+
+/// `GET /schema/config.json`: the configuration file's JSON Schema
+/// ([`crate::config::Config::schema`]).
+async fn config_schema() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/schema+json")],
+        crate::config::Config::schema().to_string(),
+    )
+        .into_response()
 }
 
 /// `GET /ready`: 503 while a store fails writes (a load balancer should

@@ -50,7 +50,7 @@ fn default_check_secs() -> f64 {
 }
 
 /// `source: { type: pmtiles | mbtiles, path: ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ArchiveSpec {
     /// A local file, an `http(s)://` URL, or an object (`s3://bucket/key`,

@@ -29,7 +29,7 @@ const MAX_WINDOW_PIXELS: usize = 64 * 1024 * 1024;
 const MAX_FOOTPRINTS: usize = 64;
 
 /// Configuration of a GDAL source.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GdalSourceSpec {
     /// A path, an `http(s)://` URL or a GDAL `/vsi` path.

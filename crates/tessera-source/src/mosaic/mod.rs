@@ -31,7 +31,7 @@ const METERS_PER_DEGREE: f64 = 111_319.490_793_273_58;
 
 /// `source: { type: mosaic, ... }`: give `dir` (with `glob`), `paths`, or
 /// `index`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MosaicSpec {
     /// A directory whose files matching `glob` are the pieces.

@@ -11,7 +11,7 @@ use tessera_grid::{GridSpec, TileFormat};
 use crate::{HttpSettings, Resampling};
 
 /// `source: { type: xyz, ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct XyzSourceSpec {
     /// URL template with `{z}`, `{x}` and `{y}` (rows from the top) or
@@ -53,7 +53,7 @@ fn default_max_zoom() -> u8 {
 }
 
 /// `source: { type: wmts, ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WmtsSourceSpec {
     /// The capabilities document (`.../WMTSCapabilities.xml`, or the KVP
@@ -85,7 +85,7 @@ pub struct WmtsSourceSpec {
 }
 
 /// User name and password sent with every request (HTTP basic auth).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
     /// User name.

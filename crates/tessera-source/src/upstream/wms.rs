@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// WMS versions an upstream is asked in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 pub enum WmsVersion {
     /// 1.1.1: `SRS`, x/y axis order always.
     #[serde(rename = "1.1.1")]
@@ -40,7 +40,7 @@ impl WmsVersion {
 }
 
 /// `source: { type: wms, ... }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WmsSourceSpec {
     /// The GetMap endpoint (`http://host/cgi-bin/mapserv?map=...`); query

@@ -19,7 +19,7 @@ fn default_max_tables() -> usize {
 }
 
 /// The settings of a `postgis_auto` source.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgisAutoSpec {
     /// A `postgres://` URL or a `PG:` connection string.

@@ -8,7 +8,7 @@ use tessera_carto::style::Rule;
 
 /// `source: { type: vector, ... }`: one data layer (`layer`, `where`,
 /// `fields`, `style`), or several (`layers:`), from one dataset.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VectorSpec {
     /// A file GDAL reads as vector data, a `PG:` connection string or a
@@ -63,7 +63,7 @@ pub struct VectorSpec {
 }
 
 /// One data layer of a vector source.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VectorLayerSpec {
     /// Its name in vector tiles and feature info (default: the data
@@ -92,7 +92,7 @@ pub struct VectorLayerSpec {
 }
 
 /// How vector tiles are cut.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MvtSettings {
     /// Tile coordinates per tile side (default 4096).
