@@ -74,12 +74,19 @@ impl CorsSettings {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CorsMap {
+    /// Whether CORS headers are sent at all (default true).
     #[serde(default = "enabled")]
     enabled: bool,
+    /// Origins allowed to read (`scheme://host[:port]`), or `*` for every
+    /// origin (the default).
     #[serde(default = "any_origin")]
     origins: Vec<String>,
+    /// How long browsers may cache a preflight answer, in seconds
+    /// (default 86400).
     #[serde(default = "max_age")]
     max_age_secs: u64,
+    /// Whether the admin endpoints answer cross-origin requests too
+    /// (default false).
     #[serde(default)]
     admin: bool,
 }

@@ -72,6 +72,7 @@ pub struct DimensionConfig {
     /// configuration is loaded again, so new values are served without a
     /// restart. None: at start and on reload only.
     #[serde(default, deserialize_with = "super::optional_seconds")]
+    #[schemars(with = "Option<super::Seconds>")]
     pub refresh_secs: Option<f64>,
 }
 

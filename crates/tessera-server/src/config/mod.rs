@@ -368,6 +368,7 @@ pub struct ServerConfig {
     /// slot, in seconds or with a unit (`30s`, `2m`; default 30). Past it the
     /// client gets 503.
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub render_timeout_secs: f64,
     /// Renders running at once (default: number of CPU cores).
     pub max_concurrent_renders: usize,
@@ -380,10 +381,12 @@ pub struct ServerConfig {
     /// Longest wait for a request's headers, in seconds or with a unit
     /// (default 10); past it the connection is closed.
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub header_timeout_secs: f64,
     /// Longest time a connection may stay open with no request in flight
     /// (default 60).
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub idle_timeout_secs: f64,
     /// Most connections open at once (default 0: most of the open-file
     /// limit); at the limit the connection idle for longest is closed.
@@ -394,6 +397,7 @@ pub struct ServerConfig {
     pub connection_threads: usize,
     /// How long a shutdown waits for requests in flight (default 10).
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub shutdown_grace_secs: f64,
     /// Cross-origin access for web pages on other origins (default: every
     /// origin may read; never the admin endpoints).
@@ -475,6 +479,7 @@ pub struct CacheSettings {
     /// Longest wait for a metatile or tile lock, in seconds or with a unit
     /// (default 120). Past it the client gets 503 with Retry-After.
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub lock_timeout_secs: f64,
     /// Threads that encode and save the other tiles of a rendered metatile
     /// (default 2 x CPU cores; 0 = everything on the request path).
@@ -509,12 +514,14 @@ pub struct ClusterSettings {
     /// node of a cluster must use the same value: a lease claiming more
     /// than twice this node's TTL ahead is taken over.
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub lease_ttl_secs: f64,
     /// Longest wait of a node that lost a lease for the holder's tiles, in
     /// seconds (default: twice `lease_ttl_secs`, time for a dead holder's
     /// lease to expire and be taken over); past it, a 503 with Retry-After.
     /// A lease claiming to run more than two TTLs ahead counts as expired.
     #[serde(default, deserialize_with = "optional_seconds")]
+    #[schemars(with = "Option<Seconds>")]
     pub lease_wait_secs: Option<f64>,
     /// This node's name in leases (default: host name and process id).
     pub node_id: Option<String>,
@@ -522,6 +529,7 @@ pub struct ClusterSettings {
     /// (default 5; 0 = never). A truncate on another node or by
     /// `tessera truncate` is seen within this time.
     #[serde(deserialize_with = "seconds")]
+    #[schemars(with = "Seconds")]
     pub generation_check_secs: f64,
 }
 
@@ -612,10 +620,12 @@ pub struct LayerCacheConfig {
     /// Stored tiles older than this (seconds, or with a unit: `12h`, `7d`)
     /// are rendered again when asked for, and by `tessera seed`.
     #[serde(deserialize_with = "optional_seconds")]
+    #[schemars(with = "Option<Seconds>")]
     pub max_stored_age: Option<f64>,
     /// Stored tiles written before this time (RFC 3339, `2026-11-01T00:00:00Z`)
     /// are rendered again when asked for, and by `tessera seed`.
     #[serde(deserialize_with = "optional_timestamp")]
+    #[schemars(with = "Option<Timestamp>")]
     pub refresh_before: Option<std::time::SystemTime>,
     /// Most bytes of this layer's tiles in its store (a quota of the layer
     /// alone, all its dimension values counted; its least recently used
@@ -1173,6 +1183,42 @@ impl Config {
 
 /// A duration in seconds: a number, or text with a unit (`500ms`, `10s`,
 /// `2m`, `1h`).
+/// The schema of a duration ([`seconds`]): a number of seconds, or text
+/// with a unit.
+pub(super) struct Seconds;
+
+impl schemars::JsonSchema for Seconds {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Seconds".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration: a number of seconds, or text with a unit (500ms, 30s, 2m, 1h, 1d).",
+            "anyOf": [
+                { "type": "number", "minimum": 0 },
+                { "type": "string", "pattern": "^\\s*[0-9.]+\\s*(ms|s|m|min|h|d)?\\s*$" }
+            ]
+        })
+    }
+}
+
+/// The schema of a time ([`optional_timestamp`]): RFC 3339 text.
+struct Timestamp;
+
+impl schemars::JsonSchema for Timestamp {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A time, RFC 3339 (2026-11-01T00:00:00Z).",
+            "type": "string"
+        })
+    }
+}
+
 pub(super) fn optional_seconds<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<f64>, D::Error> {
@@ -1193,7 +1239,7 @@ fn optional_timestamp<'de, D: serde::Deserializer<'de>>(
 }
 
 fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    #[derive(Deserialize, schemars::JsonSchema)]
+    #[derive(Deserialize)]
     #[serde(untagged)]
     enum Written {
         Number(f64),
