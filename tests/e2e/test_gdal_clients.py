@@ -66,3 +66,20 @@ def test_gdal_translate_through_the_wmts_driver_gives_a_georeferenced_image(tess
     alpha = pixels[3] if pixels.shape[0] == 4 else None
     assert alpha is None or (alpha > 0).mean() > 0.3
     assert pixels[:3].std() > 5, "the map is blank"
+
+
+def test_a_world_layer_reads_whole_through_the_wmts_driver(tessera, tmp_path):
+    """A layer that covers the world to the poles (WGS84BoundingBox ±90°)
+    names its extent in each matrix set's CRS too (ows:BoundingBox), so
+    GDAL reads it in Web Mercator without a window chosen by hand: the
+    image is the grid's square, not a strip reaching past the poles."""
+    dst = tmp_path / "world.tif"
+    src = f"WMTS:{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml,layer=relief,tilematrixset=WebMercatorQuad"
+    run("gdal_translate", "-q", "-outsize", "512", "0", src, str(dst))
+    ds = gdal.Open(str(dst))
+    gt = ds.GetGeoTransform()
+    half = 20037508.34
+    assert abs(gt[0] + half) < 1 and abs(gt[3] - half) < 1, gt
+    assert abs(ds.RasterXSize - ds.RasterYSize) <= 1, (ds.RasterXSize, ds.RasterYSize)
+    pixels = read(dst)
+    assert pixels[:3].std() > 10, "the map is blank"

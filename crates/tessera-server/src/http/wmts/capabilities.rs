@@ -43,10 +43,21 @@ struct WmtsLayer {
     description: Option<String>,
     keywords: Vec<String>,
     lonlat: Extent,
+    /// The layer's extent in the CRS of each matrix set it links, so that
+    /// clients (GDAL) need not take a world's ±90° to Web Mercator.
+    bboxes: Vec<CrsBox>,
     styles: Vec<crate::http::wms::legend::ListedStyle>,
     formats: Vec<Format>,
     links: Vec<MatrixSetLink>,
     dimensions: Vec<WmtsDimension>,
+}
+
+/// An `ows:BoundingBox`: corners in the CRS's own axis order.
+#[derive(Debug, Serialize)]
+struct CrsBox {
+    crs: String,
+    lower: String,
+    upper: String,
 }
 
 /// A layer's dimension as WMTS lists it.
@@ -251,6 +262,7 @@ fn layer(state: &Catalog, layer: &Layer, whole: bool) -> WmtsLayer {
         description: layer.description.clone(),
         keywords: layer.keywords.clone(),
         lonlat: Extent::lonlat(&layer.source.info().lonlat_bounds),
+        bboxes: bounding_boxes(state, layer),
         styles: crate::http::wms::legend::ListedStyle::of(layer),
         formats: layer
             .formats
@@ -284,6 +296,54 @@ fn layer(state: &Catalog, layer: &Layer, whole: bool) -> WmtsLayer {
                 values: d.listed(),
             })
             .collect(),
+    }
+}
+
+/// The layer's extent in the CRS of each grid it is tiled in (the first
+/// grid of a CRS), within the grid's extent.
+fn bounding_boxes(state: &Catalog, layer: &Layer) -> Vec<CrsBox> {
+    let mut boxes: Vec<CrsBox> = Vec::new();
+    for gid in &layer.grids {
+        let Some(grid) = state.registry.grid(gid) else {
+            continue;
+        };
+        let Some(extent) = layer
+            .extents
+            .get(gid)
+            .copied()
+            .flatten()
+            .and_then(|e| e.intersection(&grid.tms.extent))
+        else {
+            continue;
+        };
+        let crs = set_crs(grid);
+        if boxes.iter().any(|b| b.crs == crs) {
+            continue;
+        }
+        let corner = |x: f64, y: f64| {
+            if grid.crs.authority_yx {
+                format!("{y} {x}")
+            } else {
+                format!("{x} {y}")
+            }
+        };
+        boxes.push(CrsBox {
+            crs,
+            lower: corner(extent.min_x, extent.min_y),
+            upper: corner(extent.max_x, extent.max_y),
+        });
+    }
+    boxes
+}
+
+/// The CRS a matrix set of `grid` names: the exact one the WMTS standard
+/// gives GoogleMapsCompatible (07-057r7, annex E.4), which its test suite
+/// compares as text; the grid's own otherwise.
+fn set_crs(grid: &Grid) -> String {
+    if grid.tms.well_known_scale_set.as_deref() == Some(GOOGLE_MAPS_COMPATIBLE) {
+        GOOGLE_MAPS_CRS.to_string()
+    } else {
+        grid.tms.crs_urn.clone()
     }
 }
 
@@ -348,13 +408,7 @@ fn matrix_set(grid: &Grid, lo: u8, hi: u8) -> MatrixSet {
     MatrixSet {
         title: tms.title.clone(),
         id: set_id(grid, lo, hi),
-        // The exact CRS the WMTS standard gives GoogleMapsCompatible
-        // (07-057r7, annex E.4), which its test suite compares as text.
-        crs_urn: if tms.well_known_scale_set.as_deref() == Some(GOOGLE_MAPS_COMPATIBLE) {
-            GOOGLE_MAPS_CRS.to_string()
-        } else {
-            tms.crs_urn.clone()
-        },
+        crs_urn: set_crs(grid),
         // WMTS 1.0's GoogleCRS84Quad (annex E.3) has a level above
         // WorldCRS84Quad's first: only GoogleMapsCompatible, which
         // WebMercatorQuad matches from level 0, is declared.
