@@ -134,3 +134,65 @@ def test_the_cookbook_s_commands_and_python_run_against_the_demo(tessera, tmp_pa
     assert out.returncode == 0, out.stderr
     assert "relief" in out.stdout
     assert (tmp_path / "tile.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_qgis_tutorial_runs_as_written(tmp_path):
+    """The tutorial's configuration and commands, in an empty folder (the
+    `tessera` of the commands is the binary under test; the server on a
+    free port), then its layer loaded in QGIS from the capabilities URL."""
+    import json
+    import shutil
+    import sys
+    import time
+    import urllib.request
+
+    from conftest import free_port
+
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(ROOT / "data" / "shadedrelief-5400.tif", folder / "shadedrelief.tif")
+    [config] = blocks("tutorial-qgis.md", "yaml")
+    (folder / "tessera.yaml").write_text(config)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tessera").symlink_to(os.environ["TESSERA_BIN"])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = None
+    try:
+        for block in blocks("tutorial-qgis.md", "sh"):
+            for line in block.splitlines():
+                if not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                command = line.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+                if command.rstrip().endswith("&"):
+                    server = subprocess.Popen(["bash", "-c", command.rstrip().rstrip("&")], cwd=folder, env=env,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    deadline = time.monotonic() + 60
+                    while time.monotonic() < deadline:
+                        try:
+                            with urllib.request.urlopen(url + "/health", timeout=2):
+                                break
+                        except OSError:
+                            time.sleep(0.2)
+                    continue
+                out = subprocess.run(["bash", "-c", command], cwd=folder, env=env, capture_output=True,
+                                     text=True, timeout=600)
+                assert out.returncode == 0, f"{command}\n{out.stdout}\n{out.stderr}"
+                if "x-cache" in command:
+                    assert "x-cache: hit" in out.stdout.lower(), out.stdout
+        assert any((folder / "tiles").rglob("*.png")), "the seed stored no tile under ./tiles"
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "e2e" / "qgis_wmts.py"),
+             f"{url}/wmts/1.0.0/WMTSCapabilities.xml", "relief", "WebMercatorQuad",
+             "-4000000", "-4000000", "4000000", "4000000"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+        assert run.returncode == 0, run.stderr[-2000:]
+        found = json.loads(run.stdout.strip().splitlines()[-1])
+        assert found["valid"], found
+        assert found["opaque"] > 50, found
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=20)
