@@ -1,9 +1,11 @@
 """The manual (docs/book): it builds with mdBook (`scripts/docs`), every
 link between its pages and from the README lands on a page and, for a
-`#fragment`, on a heading there, every YAML block parses, and the
+`#fragment`, on a heading there, every YAML block parses, the
 configuration reference is the one the binary's schema makes, with a
-description for every key (a key changed without its doc fails here).
-The README stays the short entry page it is meant to be.
+description for every key (a key changed without its doc fails here), the
+clients cookbook's commands and the tutorial run as written against real
+servers and clients (curl, GDAL, OWSLib, QGIS). The README stays the short
+entry page it is meant to be.
 """
 import os
 import re
