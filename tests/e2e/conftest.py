@@ -26,6 +26,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def qgis_wmts(capabilities, layer, matrix_set, extent):
+    """What QGIS (headless, Debian's python3-qgis) found loading `layer`
+    of the WMTS at `capabilities` in `matrix_set` and rendering `extent`
+    (`qgis_wmts.py`'s JSON: valid, opaque, mean); a script that fails,
+    fails the test."""
+    import json
+    import sys
+
+    try:
+        import qgis  # noqa: F401
+    except ImportError:
+        pytest.fail("python3-qgis is not installed; run scripts/install-deps", pytrace=False)
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("qgis_wmts.py")), capabilities, layer, matrix_set,
+         *(str(v) for v in extent)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def require_tool(name):
     path = shutil.which(name)
     if path is None:

@@ -142,13 +142,11 @@ def test_the_qgis_tutorial_runs_as_written(tmp_path):
     """The tutorial's configuration and commands, in an empty folder (the
     `tessera` of the commands is the binary under test; the server on a
     free port), then its layer loaded in QGIS from the capabilities URL."""
-    import json
     import shutil
-    import sys
     import time
     import urllib.request
 
-    from conftest import free_port
+    from conftest import free_port, qgis_wmts
 
     folder = tmp_path / "tutorial"
     folder.mkdir()
@@ -185,13 +183,8 @@ def test_the_qgis_tutorial_runs_as_written(tmp_path):
                 if "x-cache" in command:
                     assert "x-cache: hit" in out.stdout.lower(), out.stdout
         assert any((folder / "tiles").rglob("*.png")), "the seed stored no tile under ./tiles"
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "e2e" / "qgis_wmts.py"),
-             f"{url}/wmts/1.0.0/WMTSCapabilities.xml", "relief", "WebMercatorQuad",
-             "-4000000", "-4000000", "4000000", "4000000"],
-            capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
-        assert run.returncode == 0, run.stderr[-2000:]
-        found = json.loads(run.stdout.strip().splitlines()[-1])
+        found = qgis_wmts(f"{url}/wmts/1.0.0/WMTSCapabilities.xml", "relief", "WebMercatorQuad",
+                          (-4000000, -4000000, 4000000, 4000000))
         assert found["valid"], found
         assert found["opaque"] > 50, found
     finally:

@@ -3,6 +3,7 @@ and fetches a map and a tile."""
 from owslib.wms import WebMapService
 from owslib.wmts import WebMapTileService
 
+from conftest import qgis_wmts
 from imaging import decode
 
 LAYERS = {"relief", "elevation", "landsat"}
@@ -53,10 +54,6 @@ def test_owslib_and_qgis_name_the_grids_whole_set_on_every_demo_layer(tessera):
     demo layer links it (beside the set of its own zooms), with one
     TileMatrixLimits per level, and a tile past the layer's own zooms is
     drawn, not refused."""
-    import json
-    import os
-    import subprocess
-    import sys
     wmts = WebMapTileService(f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml")
     full = wmts.tilematrixsets["WebMercatorQuad"]
     for name in LAYERS:
@@ -70,19 +67,9 @@ def test_owslib_and_qgis_name_the_grids_whole_set_on_every_demo_layer(tessera):
                         column=(limits.mintilecol + limits.maxtilecol) // 2, format="image/png")
     pixels = decode(tile.read())
     assert pixels.shape[1:] == (256, 256) and pixels[:3].std() > 0
-    try:
-        import qgis  # noqa: F401
-    except ImportError:
-        import pytest
-        pytest.fail("python3-qgis is not installed; run scripts/install-deps", pytrace=False)
     # Luxembourg, in Web Mercator metres, a few kilometres across: past zoom 14.
-    run = subprocess.run(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "qgis_wmts.py"),
-         f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml", "elevation", "WebMercatorQuad",
-         "680000", "6400000", "682000", "6402000"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
-    assert run.returncode == 0, run.stderr[-2000:]
-    found = json.loads(run.stdout.strip().splitlines()[-1])
+    found = qgis_wmts(f"{tessera.url}/wmts/1.0.0/WMTSCapabilities.xml", "elevation", "WebMercatorQuad",
+                      (680000, 6400000, 682000, 6402000))
     assert found["valid"], found
     assert found["opaque"] > 500, found
 

@@ -297,9 +297,12 @@ async fn health() -> &'static str {
 /// `GET /schema/config.json`: the configuration file's JSON Schema
 /// ([`crate::config::Config::schema`]).
 async fn config_schema() -> Response {
+    // The same for the process's whole life: generated once.
+    static SCHEMA: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::config::Config::schema().to_string());
     (
         [(axum::http::header::CONTENT_TYPE, "application/schema+json")],
-        crate::config::Config::schema().to_string(),
+        SCHEMA.as_str(),
     )
         .into_response()
 }
