@@ -70,14 +70,66 @@ def test_links_land_on_pages_and_headings():
     assert not broken, "\n".join(broken)
 
 
-def test_every_yaml_block_parses():
+FRAGMENT = re.compile(r"<!-- fragment: ([\w-]+) -->\s*$")
+# How a fragment is made a whole configuration: `top` is top-level sections
+# (a layer is added), `layers` items of `layers:`, `source-layers` the
+# `layers:` of a vector source.
+WRAP = {
+    "top": lambda block: block + "\nlayers:\n  - name: fragment\n    source: { path: fragment.tif }\n",
+    "layers": lambda block: "layers:\n" + block,
+    "source-layers": lambda block: (
+        "layers:\n  - name: fragment\n    source:\n      type: vector\n      path: fragment.gpkg\n"
+        + block),
+}
+
+
+def yaml_blocks():
+    """(page, block number, marker or None, text) of every YAML block; the
+    marker is an HTML comment on the line before the block
+    (`<!-- fragment: top -->`), which the rendered page does not show."""
+    found = []
+    for page in sorted(BOOK.glob("*.md")):
+        lines = page.read_text().splitlines(keepends=True)
+        n = 0
+        i = 0
+        while i < len(lines):
+            if lines[i].startswith("```yaml"):
+                n += 1
+                before = next((l for l in reversed(lines[:i]) if l.strip()), "")
+                marker = FRAGMENT.match(before.strip())
+                end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+                found.append((page.name, n, marker.group(1) if marker else None, "".join(lines[i + 1:end])))
+                i = end
+            i += 1
+    return found
+
+
+def test_every_yaml_block_passes_tessera_check(tmp_path):
+    """Each YAML block of the book is a configuration `tessera check
+    --no-open` accepts (keys, types, the names that refer to stores, grids
+    and layers), a fragment once wrapped as its marker says; `${VAR}`s set."""
     bad = []
-    for page in BOOK.glob("*.md"):
-        for n, block in enumerate(re.findall(r"^```yaml\n(.*?)^```", page.read_text(), re.S | re.M)):
-            try:
-                yaml.safe_load(re.sub(r"\$\{[^}]*\}", "x", block))
-            except yaml.YAMLError as e:
-                bad.append(f"{page.name} block {n + 1}: {e}")
+    blocks_seen = yaml_blocks()
+    assert len(blocks_seen) > 20
+    for page, n, marker, block in blocks_seen:
+        if marker == "helm-values":
+            continue  # checked by helm template in test_helm.py
+        if marker is not None and marker not in WRAP:
+            bad.append(f"{page} block {n}: unknown fragment marker {marker!r}")
+            continue
+        config = WRAP[marker](block) if marker else block
+        try:
+            yaml.safe_load(config)
+        except yaml.YAMLError as e:
+            bad.append(f"{page} block {n}: {e}")
+            continue
+        path = tmp_path / f"{page}-{n}.yaml"
+        path.write_text(config)
+        env = {**os.environ, **{v: "x" * 40 for v in re.findall(r"\$\{(\w+)\}", config)}}
+        out = subprocess.run([os.environ["TESSERA_BIN"], "check", "--no-open", str(path)],
+                             capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        if out.returncode != 0:
+            bad.append(f"{page} block {n} ({marker or 'whole'}): {out.stderr.strip()}")
     assert not bad, "\n".join(bad)
 
 

@@ -181,3 +181,18 @@ def test_check_refuses_a_listen_value_that_is_not_an_address(tmp_path):
     r = tessera("check", str(config))
     assert r.returncode != 0
     assert "server.listen" in r.stderr and "not an address" in r.stderr, r.stderr
+
+
+def test_check_no_open_validates_names_without_opening_sources(tmp_path):
+    """`check --no-open` accepts a configuration whose files are elsewhere,
+    and still refuses names that refer to nothing, with the closest one."""
+    config = tmp_path / "elsewhere.yaml"
+    config.write_text("layers:\n  - name: a\n    source: { path: /nowhere/a.tif }\n    grids: [WebMercatorQuad]\n")
+    r = tessera("check", "--no-open", str(config))
+    assert r.returncode == 0, r.stderr
+    assert "ok: 1 layer(s), sources not opened" in r.stdout
+    assert tessera("check", str(config)).returncode != 0, "opened, the source is missing"
+    config.write_text("layers:\n  - name: a\n    source: { path: /nowhere/a.tif }\n    grids: [WebMercatorQuadd]\n")
+    r = tessera("check", "--no-open", str(config))
+    assert r.returncode == 1
+    assert 'unknown grid "WebMercatorQuadd"; did you mean "WebMercatorQuad"?' in r.stderr, r.stderr

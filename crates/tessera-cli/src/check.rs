@@ -9,10 +9,16 @@ use tessera_server::{Config, Service, demo};
 use crate::area;
 use crate::runtime::{CliError, CliResult};
 
-/// Checks the configuration named (positionally or with `-c`).
-pub fn check(config_file: Option<&PathBuf>, config: Option<&PathBuf>) -> CliResult {
-    let config = area::config_path(config_file, config)?;
-    let service = Service::serving(load(Some(config))?)?;
+/// Checks the configuration named (positionally or with `-c`): parsed and
+/// validated, then, unless `no_open`, every layer opened as `serve` would.
+pub fn check(config_file: Option<&PathBuf>, config: Option<&PathBuf>, no_open: bool) -> CliResult {
+    let config = load(Some(area::config_path(config_file, config)?))?;
+    if no_open {
+        tessera_server::assemble::check_names(&config)?;
+        println!("ok: {} layer(s), sources not opened", config.layers.len());
+        return Ok(0);
+    }
+    let service = Service::serving(config)?;
     for layer in service.registry.layers() {
         let b = layer.source.info().lonlat_bounds;
         println!(

@@ -174,6 +174,12 @@ enum Command {
         /// YAML configuration file, as the first argument.
         #[arg(short, long, env = "TESSERA_CONFIG")]
         config: Option<PathBuf>,
+        /// Parse and validate only (keys, types, names that refer to
+        /// stores, grids and layers), opening no source: for a
+        /// configuration whose files, buckets or databases are not in reach
+        /// here.
+        #[arg(long)]
+        no_open: bool,
     },
     /// Render a layer's tiles into its cache, metatile by metatile.
     ///
@@ -281,7 +287,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Check {
             config_file,
             config,
-        } => check::check(config_file.as_ref(), config.as_ref()),
+            no_open,
+        } => check::check(config_file.as_ref(), config.as_ref(), no_open),
         Command::Serve {
             config,
             listen,

@@ -153,6 +153,31 @@ pub fn grids(config: &Config) -> Result<HashMap<String, Arc<Grid>>, ConfigError>
     Ok(grids)
 }
 
+/// Checks what can be checked without opening a source: the grids build,
+/// and every grid a layer names is one of them (with the closest name when
+/// it is not). `tessera check --no-open` stops here.
+pub fn check_names(config: &Config) -> Result<(), ConfigError> {
+    let grids = grids(config)?;
+    let mut offered: Vec<&str> = grids
+        .keys()
+        .filter(|k| !k.ends_with(HIDPI_SUFFIX))
+        .map(String::as_str)
+        .collect();
+    offered.sort_unstable();
+    for lc in &config.layers {
+        for g in &lc.grids {
+            if !grids.contains_key(g) {
+                let unknown = crate::suggest::Unknown::among(g, "grids", offered.iter().copied());
+                return Err(ConfigError::Invalid(format!(
+                    "layer {:?}: unknown grid {unknown} (define it under `grids:`)",
+                    lc.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Opens a layer's source: as [`open_source`] does, and a tile archive in
 /// an object store with the object store clients ([`ObjectBytes`]).
 pub fn open_layer_source(
