@@ -26,11 +26,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def qgis_wmts(capabilities, layer, matrix_set, extent):
+def qgis_wmts(capabilities, layer, matrix_set, extent, picture=None):
     """What QGIS (headless, Debian's python3-qgis) found loading `layer`
     of the WMTS at `capabilities` in `matrix_set` and rendering `extent`
-    (`qgis_wmts.py`'s JSON: valid, opaque, mean); a script that fails,
-    fails the test."""
+    (`qgis_wmts.py`'s JSON: valid, opaque, mean), the rendering saved at
+    `picture` when given; a script that fails, fails the test."""
     import json
     import sys
 
@@ -40,7 +40,7 @@ def qgis_wmts(capabilities, layer, matrix_set, extent):
         pytest.fail("python3-qgis is not installed; run scripts/install-deps", pytrace=False)
     run = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("qgis_wmts.py")), capabilities, layer, matrix_set,
-         *(str(v) for v in extent)],
+         *(str(v) for v in extent), *([str(picture)] if picture else [])],
         capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

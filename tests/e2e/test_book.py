@@ -10,6 +10,7 @@ entry page it is meant to be.
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -190,56 +191,176 @@ def test_the_cookbook_s_commands_and_python_run_against_the_demo(tessera, tmp_pa
     assert (tmp_path / "tile.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_the_qgis_tutorial_runs_as_written(tmp_path):
-    """The tutorial's configuration and commands, in an empty folder (the
-    `tessera` of the commands is the binary under test; the server on a
-    free port), then its layer loaded in QGIS from the capabilities URL."""
-    import shutil
-    import time
-    import urllib.request
+FILE = re.compile(r"<!-- file: ([\w.-]+) -->\s*$")
+PORT = re.compile(r"127\.0\.0\.1:(\d+)")
 
-    from conftest import free_port, qgis_wmts
+
+def tutorial_files(page):
+    """{name: text} of the blocks of `page` marked `<!-- file: NAME -->`
+    on the line before (the files the tutorial has the reader write)."""
+    files = {}
+    lines = (BOOK / page).read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("```") and len(line.strip()) > 3:
+            before = next((l for l in reversed(lines[:i]) if l.strip()), "")
+            marked = FILE.match(before.strip())
+            if marked:
+                end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+                files[marked.group(1)] = "".join(lines[i + 1:end])
+    return files
+
+
+class Tutorial:
+    """A tutorial run as written in an empty folder: its marked files
+    written there, its shell lines run one by one (continuations joined,
+    `#` comments skipped) with `tessera` the binary under test, each port
+    of 127.0.0.1 it names moved to a free one (`url(8080)` is where that
+    went), a line ending in `&` started in the background and waited for
+    until its port answers; background processes stopped at the end."""
+
+    def __init__(self, page, folder, env=None):
+        from conftest import free_port
+        self.page, self.folder = page, folder
+        folder.mkdir(parents=True, exist_ok=True)
+        text = (BOOK / page).read_text()
+        self.ports = {p: free_port() for p in sorted(set(PORT.findall(text)))}
+        bin_dir = folder.parent / f"{folder.name}-bin"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "tessera").symlink_to(os.environ["TESSERA_BIN"])
+        self.env = {**os.environ, **(env or {}), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        self.background = []
+        self.outputs = {}
+
+    def url(self, port):
+        return f"http://127.0.0.1:{self.ports[str(port)]}"
+
+    def local(self, text):
+        return PORT.sub(lambda m: f"127.0.0.1:{self.ports[m.group(1)]}", text)
+
+    def local_command(self, line):
+        """`line` with its ports moved, also a port given alone (`python3
+        -m http.server 8000`)."""
+        line = self.local(line)
+        return re.sub(r"(?<=\s)(\d{4,5})(?=\s|$)", lambda m: str(self.ports.get(m.group(1), m.group(1))), line)
+
+    def write_files(self):
+        for name, text in tutorial_files(self.page).items():
+            (self.folder / name).write_text(self.local(text))
+
+    def commands(self):
+        for block in blocks(self.page, "sh"):
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    yield line
+
+    def run(self):
+        import time
+        self.write_files()
+        for line in self.commands():
+            command = self.local_command(line)
+            if command.rstrip().endswith("&"):
+                self.background.append(subprocess.Popen(
+                    ["bash", "-c", "exec " + command.rstrip().rstrip("&")], cwd=self.folder, env=self.env,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                port = next(p for p in self.ports.values() if str(p) in command)
+                deadline = time.monotonic() + 60
+                while not port_open(port):
+                    assert self.background[-1].poll() is None, f"{command} exited"
+                    assert time.monotonic() < deadline, f"{command}: port {port} never answered"
+                    time.sleep(0.2)
+                continue
+            out = subprocess.run(["bash", "-c", command], cwd=self.folder, env=self.env,
+                                 capture_output=True, text=True, timeout=600)
+            assert out.returncode == 0, f"{command}\n{out.stdout}\n{out.stderr}"
+            self.outputs[line] = out.stdout
+        return self
+
+    def output(self, containing):
+        """The output of the one command containing `containing`."""
+        [found] = [out for line, out in self.outputs.items() if containing in line]
+        return found
+
+    def stop(self):
+        for process in self.background:
+            process.terminate()
+        for process in self.background:
+            process.wait(timeout=20)
+
+
+def port_open(port):
+    import socket
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def screenshot_dir():
+    path = ROOT / "target" / "book-screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_the_qgis_tutorial_runs_as_written(tmp_path):
+    """The tutorial's configuration and commands, in an empty folder, then
+    its layer loaded in QGIS (headless) from the capabilities URL, and the
+    picture QGIS drew kept."""
+    import shutil
+
+    from conftest import qgis_wmts
 
     folder = tmp_path / "tutorial"
     folder.mkdir()
     shutil.copy(ROOT / "data" / "shadedrelief-5400.tif", folder / "shadedrelief.tif")
-    [config] = blocks("tutorial-qgis.md", "yaml")
-    (folder / "tessera.yaml").write_text(config)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "tessera").symlink_to(os.environ["TESSERA_BIN"])
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = None
+    tutorial = Tutorial("tutorial-qgis.md", folder)
     try:
-        for block in blocks("tutorial-qgis.md", "sh"):
-            for line in block.splitlines():
-                if not line.strip() or line.lstrip().startswith("#"):
-                    continue
-                command = line.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
-                if command.rstrip().endswith("&"):
-                    server = subprocess.Popen(["bash", "-c", command.rstrip().rstrip("&")], cwd=folder, env=env,
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    deadline = time.monotonic() + 60
-                    while time.monotonic() < deadline:
-                        try:
-                            with urllib.request.urlopen(url + "/health", timeout=2):
-                                break
-                        except OSError:
-                            time.sleep(0.2)
-                    continue
-                out = subprocess.run(["bash", "-c", command], cwd=folder, env=env, capture_output=True,
-                                     text=True, timeout=600)
-                assert out.returncode == 0, f"{command}\n{out.stdout}\n{out.stderr}"
-                if "x-cache" in command:
-                    assert "x-cache: hit" in out.stdout.lower(), out.stdout
+        tutorial.run()
+        assert "x-cache: hit" in tutorial.output("x-cache").lower()
         assert any((folder / "tiles").rglob("*.png")), "the seed stored no tile under ./tiles"
-        found = qgis_wmts(f"{url}/wmts/1.0.0/WMTSCapabilities.xml", "relief", "WebMercatorQuad",
-                          (-4000000, -4000000, 4000000, 4000000))
+        found = qgis_wmts(f"{tutorial.url(8080)}/wmts/1.0.0/WMTSCapabilities.xml", "relief", "WebMercatorQuad",
+                          (-4000000, -4000000, 4000000, 4000000), picture=screenshot_dir() / "qgis.png")
         assert found["valid"], found
         assert found["opaque"] > 50, found
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=20)
+        tutorial.stop()
+
+
+def test_the_maplibre_tutorial_runs_as_written_and_draws_the_map(tmp_path, browser):
+    """The tutorial's data step, files and commands in an empty folder, then
+    its page in headless Chromium: MapLibre draws the countries in the
+    style's colours and the cities as circles (its picture kept)."""
+    import shutil
+
+    import numpy as np
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from imaging import decode
+
+    demo = Path(os.environ["TESSERA_DATA_DIR"])
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    for part in ("countries", "places"):
+        for f in (demo / part).glob("*"):
+            shutil.copy(f, folder / f.name)
+    tutorial = Tutorial("tutorial-maplibre.md", folder)
+    try:
+        tutorial.run()
+        assert "/tiles/world/WebMercatorQuad/{z}/{x}/{y}.mvt" in tutorial.output("styles/world.json")
+        assert tutorial.output("2/2/1.mvt").startswith("200 application/vnd.mapbox-vector-tile")
+        browser.get(tutorial.url(8000) + "/")
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script(
+            "return typeof map !== 'undefined' && map.loaded() && map.areTilesLoaded()"))
+        picture = browser.find_element("id", "map").screenshot_as_png
+        (screenshot_dir() / "maplibre.png").write_bytes(picture)
+        rgb = decode(picture)[:3].astype(int)
+
+        def share(colour):
+            return (np.abs(rgb - np.array(colour)[:, None, None]).max(axis=0) <= 12).mean()
+
+        assert share((0xcf, 0xe2, 0xf0)) > 0.1, "the sea (background)"
+        assert share((0xe8, 0xc9, 0xa0)) > 0.05, "Europe's fill"
+        assert share((0xe8, 0xe4, 0xd8)) > 0.05, "the other continents' fill"
+        assert share((0xb0, 0x30, 0x30)) > 0.0005, "cities as circles"
+        assert any((folder / "tiles").rglob("*.mvt")), "vector tiles cached under ./tiles"
+    finally:
+        tutorial.stop()
