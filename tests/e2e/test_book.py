@@ -364,3 +364,35 @@ def test_the_maplibre_tutorial_runs_as_written_and_draws_the_map(tmp_path, brows
         assert any((folder / "tiles").rglob("*.mvt")), "vector tiles cached under ./tiles"
     finally:
         tutorial.stop()
+
+
+def test_the_time_series_tutorial_runs_as_written(tmp_path):
+    """The series made, checked, seeded per day and served; the days' tiles
+    differ (more water later), the capabilities list the days, and the day
+    added while the server runs is served."""
+    import shutil
+
+    import numpy as np
+
+    from imaging import decode
+
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(ROOT / "data" / "elev.tif", folder / "elev.tif")
+    tutorial = Tutorial("tutorial-time.md", folder)
+    try:
+        tutorial.run()
+        checked = tutorial.output("tessera check")
+        assert "3 value(s): 2026-03-01T00:00:00Z, 2026-03-02T00:00:00Z, 2026-03-03T00:00:00Z" in checked, checked
+        assert "<Value>2026-03-03T00:00:00Z</Value>" in tutorial.output("WMTSCapabilities"), \
+            tutorial.output("WMTSCapabilities")
+        water = {}
+        for name in ("first", "third", "fourth", "map"):
+            pixels = decode((folder / f"{name}.png").read_bytes())
+            water[name] = (pixels[3] > 0).mean()
+        assert 0 < water["first"] < water["third"] < water["fourth"], water
+        assert water["map"] > 0, water
+        stored = {p.name for p in (folder / "tiles").iterdir()}
+        assert {"flood~time=2026-03-01T000000Z", "flood~time=2026-03-03T000000Z"} <= stored, stored
+    finally:
+        tutorial.stop()
