@@ -396,3 +396,34 @@ def test_the_time_series_tutorial_runs_as_written(tmp_path):
         assert {"flood~time=2026-03-01T000000Z", "flood~time=2026-03-03T000000Z"} <= stored, stored
     finally:
         tutorial.stop()
+
+
+def test_the_stac_tutorial_runs_as_written(tmp_path):
+    """The scenes cut, listed and served by day: on the first day both
+    scenes cover the tile, on the second only the western one (its west
+    half drawn, its east transparent); TileJSON lists both times."""
+    import shutil
+
+    import numpy as np
+
+    from imaging import decode
+
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(ROOT / "data" / "L7_ETMs.tif", folder / "L7_ETMs.tif")
+    tutorial = Tutorial("tutorial-stac.md", folder)
+    try:
+        tutorial.run()
+        assert "2 value(s): 2026-06-03T12:40:00Z, 2026-06-19T12:40:00Z" in tutorial.output("tessera check")
+        assert "2026-06-19T12:40:00Z" in tutorial.output("tilejson.json")
+        first = decode((folder / "june-3.png").read_bytes())
+        second = decode((folder / "june-19.png").read_bytes())
+        assert first.shape[0] == 3 or (first[3] == 255).mean() > 0.99, "both scenes cover the tile (opaque)"
+        half = first.shape[2] // 2
+        assert (second[3, :, :half // 2] == 255).mean() > 0.99, "the western scene drawn"
+        assert (second[3, :, -half // 2:] == 0).mean() > 0.99, "no eastern scene on the 19th"
+        same = abs(first[:3, :, :half // 2].astype(int) - second[:3, :, :half // 2])
+        # One scene read alone or beside another: resampled alike, within a few levels.
+        assert np.median(same) <= 1 and same.max() <= 8, "the same western pixels on both days"
+    finally:
+        tutorial.stop()
