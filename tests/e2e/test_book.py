@@ -427,3 +427,41 @@ def test_the_stac_tutorial_runs_as_written(tmp_path):
         assert np.median(same) <= 1 and same.max() <= 8, "the same western pixels on both days"
     finally:
         tutorial.stop()
+
+
+def test_the_cluster_tutorial_runs_as_written_on_minio(s3, tmp_path):
+    """Two nodes on one MinIO bucket: the first renders the metatile, the
+    second serves its neighbour from the bucket without rendering; the two
+    seed shards fill the bucket, and a seeded tile is a hit."""
+    import shutil
+    import urllib.request
+
+    from conftest import s3_bucket
+
+    bucket = s3_bucket(s3, "tiles")
+    for page in bucket.get_paginator("list_objects_v2").paginate(Bucket="tiles", Prefix="tessera/"):
+        for o in page.get("Contents", []):
+            bucket.delete_object(Bucket="tiles", Key=o["Key"])
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(ROOT / "data" / "shadedrelief-5400.tif", folder / "shadedrelief.tif")
+    tutorial = Tutorial("tutorial-cluster.md", folder, env={
+        "S3_ENDPOINT": s3["endpoint"], "AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"]})
+    try:
+        tutorial.run()
+        assert "x-cache: miss" in tutorial.output("5/16/10.png").lower()
+        assert "x-cache: hit" in tutorial.output("5/17/10.png").lower()
+        assert "x-cache: hit" in tutorial.output("seeded.png").lower()
+
+        def renders(port):
+            with urllib.request.urlopen(f"{tutorial.url(port)}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            return sum(float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith('tessera_metatile_renders_total{layer="relief"'))
+
+        assert renders(8081) == 1 and renders(8082) == 0
+        keys = [o["Key"] for page in bucket.get_paginator("list_objects_v2").paginate(Bucket="tiles", Prefix="tessera/")
+                for o in page.get("Contents", [])]
+        assert any("/4/" in k and k.endswith(".avro") for k in keys), keys[:20]
+    finally:
+        tutorial.stop()
