@@ -465,3 +465,34 @@ def test_the_cluster_tutorial_runs_as_written_on_minio(s3, tmp_path):
         assert any("/4/" in k and k.endswith(".avro") for k in keys), keys[:20]
     finally:
         tutorial.stop()
+
+
+def test_the_access_keys_tutorial_runs_as_written(tmp_path):
+    """The key hashed to the configuration's hash, each caller's status as
+    the tutorial says, the capabilities filtered, and QGIS reading the
+    partner's layer through the URL with the key (and not without)."""
+    import shutil
+
+    from conftest import qgis_wmts
+
+    folder = tmp_path / "tutorial"
+    folder.mkdir()
+    shutil.copy(ROOT / "data" / "shadedrelief-5400.tif", folder / "shadedrelief.tif")
+    shutil.copy(ROOT / "data" / "elev.tif", folder / "elev.tif")
+    tutorial = Tutorial("tutorial-keys.md", folder)
+    try:
+        tutorial.run()
+        assert len(tutorial.output("openssl rand").strip()) == 48
+        assert tutorial.output("hash-key").strip() in tutorial_files("tutorial-keys.md")["tessera.yaml"]
+        statuses = [out.strip() for line, out in tutorial.outputs.items() if "%{http_code}" in line]
+        assert statuses == ["200", "401", "200", "403"], statuses
+        counts = [out.strip() for line, out in tutorial.outputs.items() if "grep -c" in line]
+        assert counts == ["0", "1"], counts
+        key = "c2f1e7a94b3d08e6f5a2c9d17b4e6a03f8d2c5b1e9a7f046"
+        capabilities = f"{tutorial.url(8080)}/wmts/1.0.0/WMTSCapabilities.xml"
+        found = qgis_wmts(f"{capabilities}?key={key}", "relief", "WebMercatorQuad",
+                          (-4000000, -4000000, 4000000, 4000000))
+        assert found["valid"] and found["opaque"] > 50, found
+        assert not qgis_wmts(capabilities, "relief", "WebMercatorQuad", (-4000000, -4000000, 4000000, 4000000))["valid"]
+    finally:
+        tutorial.stop()
