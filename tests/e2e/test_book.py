@@ -496,3 +496,159 @@ def test_the_access_keys_tutorial_runs_as_written(tmp_path):
         assert not qgis_wmts(capabilities, "relief", "WebMercatorQuad", (-4000000, -4000000, 4000000, 4000000))["valid"]
     finally:
         tutorial.stop()
+
+
+def built_book():
+    """The book, built (once per run; scripts/docs is quick once mdBook is in)."""
+    out = subprocess.run([str(ROOT / "scripts" / "docs")], capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())
+
+
+def anchors_of(html):
+    return set(re.findall(r'id="([^"]+)"', html))
+
+
+def test_the_pages_link_into_the_book_served_at_book(tmp_path, tmp_path_factory):
+    """`--book DIR` serves the built book at /book/; the index, preview,
+    OGC API and admin pages link into it, and every such link lands on a
+    page of it and, for a #fragment, on a heading there."""
+    import urllib.error
+    import urllib.request
+
+    from conftest import serving
+
+    book = built_book()
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"admin: {{ token: {'t' * 32} }}\n"
+                      f"layers:\n  - name: relief\n    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}\n")
+    with serving(tmp_path_factory, "--config", config, "--book", str(book)) as server:
+        def get(path):
+            with urllib.request.urlopen(server.url + path, timeout=30) as r:
+                return r.status, r.headers["Content-Type"], r.read().decode()
+
+        links = []
+        for page in ("/", "/preview/relief", "/ogcapi?f=html", "/admin"):
+            status, _, html = get(page)
+            found = re.findall(r'href="(/book/[^"]*)"', html)
+            assert found, f"{page} links nowhere into the book"
+            links += found
+        for link in set(links):
+            path, _, fragment = link.partition("#")
+            status, content_type, html = get(path)
+            assert status == 200 and content_type.startswith("text/html"), link
+            if fragment:
+                assert fragment in anchors_of(html), f"{link}: no such heading"
+        status, content_type, _ = get("/book/css/general.css")
+        assert status == 200 and content_type.startswith("text/css")
+        for bad in ("/book/../README.md", "/book/%2e%2e/%2e%2e/etc/passwd", "/book/nope.html"):
+            try:
+                urllib.request.urlopen(server.url + bad, timeout=10)
+                raise AssertionError(f"{bad} was served")
+            except urllib.error.HTTPError as e:
+                assert e.code in (400, 404), (bad, e.code)
+    with serving(tmp_path_factory, "--config", config, "--book", str(tmp_path / "none")) as server:
+        try:
+            urllib.request.urlopen(server.url + "/book/", timeout=10)
+            raise AssertionError("a missing book was served")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404
+            assert "scripts/docs" in e.read().decode()
+
+
+def test_every_page_an_error_names_is_in_the_book():
+    """The `docs: page#heading` an error message ends with (the HTTP
+    errors' `documented(...)`, the command line's config errors) names a
+    page of the book and a heading on it."""
+    named = set()
+    for source in (ROOT / "crates").rglob("*.rs"):
+        text = source.read_text()
+        named |= set(re.findall(r'documented\("([^"]+)"\)', text))
+        named |= set(re.findall(r'const [A-Z_]+: &str = "([a-z-]+(?:#[a-z0-9-]+)?)";\s*$', text, re.M)
+                     if "fn documented" in text else [])
+        named |= set(re.findall(r'docs: ([a-z-]+(?:#[a-z0-9-]+)?)', text))
+    assert {"security#keys-and-tokens", "security#limits", "dimensions", "reference"} <= named, named
+    bad = []
+    for name in sorted(named):
+        page, _, heading = name.partition("#")
+        path = BOOK / f"{page}.md"
+        if not path.exists():
+            bad.append(f"{name}: no page {page}.md")
+        elif heading and heading not in headings(path.read_text()):
+            bad.append(f"{name}: no heading {heading} on {page}.md")
+    assert not bad, "\n".join(bad)
+
+
+def test_errors_name_their_page_in_every_protocol(tmp_path, tmp_path_factory):
+    """A refused credential, a limit passed and an unknown dimension value
+    end with the page of the book on them, in plain text, OGC XML and
+    problem JSON alike."""
+    import urllib.error
+    import urllib.request
+
+    from conftest import serving
+
+    config = tmp_path / "keys.yaml"
+    config.write_text(f"auth: {{ keys: [{{ id: a, sha256: {'a' * 64}, layers: ['*'] }}] }}\n"
+                      f"limits: {{ wms_max_width: 512 }}\n"
+                      f"layers:\n  - name: relief\n    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}\n")
+    asked = {
+        "/tiles/relief/WebMercatorQuad/0/0/0.png": "(docs: security#keys-and-tokens)",
+        "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief&STYLES=&CRS=EPSG:4326"
+        "&BBOX=-90,-180,90,180&WIDTH=256&HEIGHT=256&FORMAT=image/png&key=nope": "(docs: security#keys-and-tokens)",
+        "/ogcapi/collections/relief/map?f=png&key=nope": "(docs: security#keys-and-tokens)",
+    }
+    with serving(tmp_path_factory, "--config", config) as server:
+        for path, hint in asked.items():
+            try:
+                urllib.request.urlopen(server.url + path, timeout=30)
+                raise AssertionError(f"{path} was served")
+            except urllib.error.HTTPError as e:
+                assert hint in e.read().decode(), path
+    config.write_text(f"limits: {{ wms_max_width: 512 }}\n"
+                      f"layers:\n  - name: relief\n    source: {{ path: {ROOT}/data/shadedrelief-5400.tif }}\n")
+    with serving(tmp_path_factory, "--config", config) as server:
+        try:
+            urllib.request.urlopen(server.url + "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=relief"
+                                   "&STYLES=&CRS=EPSG:4326&BBOX=-90,-180,90,180&WIDTH=4000&HEIGHT=256"
+                                   "&FORMAT=image/png", timeout=30)
+            raise AssertionError("a map past the limit was drawn")
+        except urllib.error.HTTPError as e:
+            body = e.read().decode()
+            assert e.code == 400 and "(docs: security#limits)" in body, body
+
+
+def test_the_readme_s_picture_is_a_screenshot_in_the_book():
+    """The README's one picture is a PNG kept in the book's images."""
+    readme = (ROOT / "README.md").read_text()
+    [picture] = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    path = ROOT / picture
+    assert path.is_file() and path.parent == BOOK / "images", picture
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and 20_000 < len(data) < 1_000_000, len(data)
+
+
+def test_every_tessera_command_in_the_book_uses_options_it_has():
+    """Each `tessera SUBCOMMAND ... --option` in the shell blocks of the book
+    and the README names a subcommand and options its `--help` lists."""
+    texts = [p.read_text() for p in BOOK.glob("*.md")] + [(ROOT / "README.md").read_text()]
+    helps = {}
+    bad = []
+    for text in texts:
+        for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = re.sub(r"(^|\s)#.*$", "", line)
+                for command in re.findall(r"(?:^|[|;&]\s*|\s)tessera\s+([a-z-]+)([^|;&]*)", line):
+                    sub, rest = command
+                    if sub not in helps:
+                        out = subprocess.run([os.environ["TESSERA_BIN"], sub, "--help"],
+                                             capture_output=True, text=True, timeout=30)
+                        helps[sub] = out.stdout if out.returncode == 0 else None
+                    if helps[sub] is None:
+                        bad.append(f"{line.strip()}: no subcommand {sub}")
+                        continue
+                    for option in re.findall(r"(?<!\S)(--[a-z][a-z-]*)", rest):
+                        if not re.search(rf"{option}(?![\w-])", helps[sub]):
+                            bad.append(f"{line.strip()}: {sub} has no {option}")
+    assert len(helps) >= 5, helps.keys()
+    assert not bad, "\n".join(bad)

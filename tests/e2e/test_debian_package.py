@@ -28,6 +28,9 @@ def deb(tmp_path_factory):
     if not cargo_deb:
         pytest.fail("TESSERA_CARGO_DEB is not set: run the tests through scripts/test", pytrace=False)
     out = tmp_path_factory.mktemp("deb") / "tessera.deb"
+    # The book the package installs, built first (as before `cargo deb`).
+    r = run(str(ROOT / "scripts" / "docs"))
+    assert r.returncode == 0, r.stderr
     # The debug binary the suite already built: the package is what is
     # tested here, not the optimiser.
     r = run(cargo_deb, "-p", "tessera-cli", "--no-build", "--profile", "dev", "--no-strip", "-o", str(out),
@@ -39,7 +42,9 @@ def deb(tmp_path_factory):
 def test_the_package_holds_the_binary_unit_config_and_demo_data(deb):
     contents = run("dpkg-deb", "--contents", str(deb)).stdout
     for path in ("./usr/bin/tessera", "./etc/tessera/tessera.yaml", "./usr/lib/systemd/system/tessera.service",
-                 "./usr/share/tessera/demo/shadedrelief-5400.tif", "./usr/share/doc/tessera/README.md"):
+                 "./usr/share/tessera/demo/shadedrelief-5400.tif", "./usr/share/doc/tessera/README.md",
+                 "./usr/share/doc/tessera/book/index.html", "./usr/share/doc/tessera/book/tutorial-qgis.html",
+                 "./usr/share/doc/tessera/book/css/general.css"):
         assert path in contents, path
     info = run("dpkg-deb", "--info", str(deb)).stdout
     assert "Package: tessera" in info and "libgdal" in info, info
@@ -78,6 +83,9 @@ def test_installed_it_serves_tiles_as_its_own_user_and_purges_cleanly(deb, tmp_p
                     time.sleep(0.2)
             with urllib.request.urlopen(url + "/tiles/relief/WebMercatorQuad/1/0/0.png", timeout=60) as r:
                 assert r.status == 200 and r.read()[:4] == b"\x89PNG"
+            # The installed book, served where the pages link.
+            with urllib.request.urlopen(url + "/book/security.html", timeout=60) as r:
+                assert r.status == 200 and b'id="limits"' in r.read()
             # Tiles are saved on the encode pool after the answer: waited
             # for with a deadline.
             deadline = time.monotonic() + 30
@@ -93,7 +101,7 @@ def test_installed_it_serves_tiles_as_its_own_user_and_purges_cleanly(deb, tmp_p
         r = run("dpkg", "--purge", PACKAGE)
     assert r.returncode == 0, r.stdout + r.stderr
     for gone in ("/usr/bin/tessera", "/etc/tessera/tessera.yaml", "/usr/lib/systemd/system/tessera.service",
-                 "/var/cache/tessera/tiles"):
+                 "/var/cache/tessera/tiles", "/usr/share/doc/tessera/book"):
         assert not os.path.exists(gone), gone
     with pytest.raises(KeyError):
         pwd.getpwnam("tessera")

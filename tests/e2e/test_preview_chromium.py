@@ -28,6 +28,10 @@ def map_area(browser, url):
 
 def test_the_preview_page_shows_map_tiles_not_a_blank_page(tessera, browser):
     rgb = map_area(browser, f"{tessera.url}/preview/relief")
+    # Kept for a look (the README's picture is a copy of one).
+    shots = ROOT / "target" / "book-screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(shots / "preview.png"))
     differs = np.abs(rgb - BACKGROUND[:, None, None]).sum(axis=0) > 30
     # The layer is fitted to the view and centred: the middle is all map.
     h, w = differs.shape

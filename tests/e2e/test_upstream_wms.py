@@ -333,7 +333,7 @@ def test_upstream_faults_are_502_with_its_message_logged_and_never_cached(faulty
         assert status == 502, (status, body[:200])
         # The upstream's words stay in the log; the client is not shown them.
         assert says in server.log_text(), server.log_text()[-2000:]
-        assert body.decode().strip() == "the layer's upstream service failed; the server log has the details", body
+        assert body.decode().strip() == "the layer's upstream service failed; the server log has the details (docs: sources)", body
         # Two attempts of at most 2 s each (and the backoff): no request
         # waits for the upstream past its timeouts.
         assert elapsed < 30, elapsed

@@ -14,8 +14,8 @@ mod truncate;
 use clap::{Parser, Subcommand};
 use runtime::{CliError, CliResult};
 use tessera_server::demo;
-use tessera_server::serve::Serving;
 use tessera_server::serve::live::ConfigSource;
+use tessera_server::serve::{Overrides, Serving};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -161,6 +161,10 @@ enum Command {
         /// Address to listen on (HOST:PORT), overriding `server.listen` [default: 127.0.0.1:8080].
         #[arg(short, long, env = "TESSERA_LISTEN", value_parser = tessera_server::config::listen_address)]
         listen: Option<String>,
+        /// The folder of the built manual, served at /book/, overriding
+        /// `server.book` [default: /usr/share/doc/tessera/book].
+        #[arg(long, env = "TESSERA_BOOK", value_name = "DIR")]
+        book: Option<PathBuf>,
         /// With a database URL among the files: list its tables again every
         /// few seconds, serving new ones and dropping removed ones.
         #[arg(long)]
@@ -292,6 +296,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Serve {
             config,
             listen,
+            book,
             files,
             watch,
         } => {
@@ -301,7 +306,7 @@ fn run(cli: Cli) -> CliResult {
                 (None, [one]) if is_yaml(one) => ConfigSource::File(one.clone()),
                 (None, _) => ConfigSource::Rasters(files, watch),
             };
-            let serving = Serving::open(source, listen)?;
+            let serving = Serving::open(source, Overrides { listen, book })?;
             let grace = serving.grace();
             let runtime = runtime::runtime()?;
             let served = runtime.block_on(serving.run(runtime::cores()));

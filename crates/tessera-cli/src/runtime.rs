@@ -20,12 +20,19 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
 }
 
-/// Prints `error` and every cause beneath it, each once.
+/// Prints `error` and every cause beneath it, each once; an error in the
+/// configuration's keys or values ends with the manual's page on them.
 pub fn print_error(error: &(dyn std::error::Error + 'static)) {
     eprintln!("error: {error}");
     let mut cause = error.source();
     while let Some(e) = cause {
         eprintln!("  caused by: {e}");
         cause = e.source();
+    }
+    use tessera_server::ConfigError;
+    if let Some(ConfigError::Yaml(_) | ConfigError::Schema { .. } | ConfigError::Invalid(_)) =
+        error.downcast_ref::<ConfigError>()
+    {
+        eprintln!("  docs: reference (every key, its type and default)");
     }
 }

@@ -414,7 +414,16 @@ pub struct ServerConfig {
     /// (default false: only behind a proxy that sets them, since clients
     /// could otherwise choose the links).
     pub trust_forwarded: bool,
+    /// The folder of the built manual (`scripts/docs` writes it to
+    /// `target/book`), served at `/book/` and linked from the HTML pages and
+    /// error messages (default `/usr/share/doc/tessera/book`, where the
+    /// Debian package installs it). When it is missing, `/book/` says how
+    /// to build it.
+    pub book: std::path::PathBuf,
 }
+
+/// Where the Debian package installs the manual: `server.book`'s default.
+pub const DEFAULT_BOOK: &str = "/usr/share/doc/tessera/book";
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -434,6 +443,7 @@ impl Default for ServerConfig {
             compression: true,
             access_log: true,
             trust_forwarded: false,
+            book: DEFAULT_BOOK.into(),
         }
     }
 }

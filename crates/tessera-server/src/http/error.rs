@@ -29,6 +29,18 @@ pub enum Protocol {
     Problem,
 }
 
+/// The manual's pages errors name ([`ApiError::documented`]).
+pub mod docs {
+    /// Keys, tokens, grants and rates.
+    pub const KEYS: &str = "security#keys-and-tokens";
+    /// What one request may cost, and the waits that end in a 503.
+    pub const LIMITS: &str = "security#limits";
+    /// Nodes that share a store: leases.
+    pub const CLUSTER: &str = "caches#several-nodes-on-one-bucket";
+    /// Sources, upstream services among them.
+    pub const UPSTREAMS: &str = "sources";
+}
+
 /// An error on its way to the client.
 #[derive(Debug)]
 pub struct ApiError {
@@ -44,6 +56,10 @@ pub struct ApiError {
     pub protocol: Protocol,
     /// Seconds after which a retry may succeed (sets Retry-After).
     pub retry_after: Option<u32>,
+    /// The manual's page (and heading) on what went wrong, as
+    /// `security#limits` (`/book/security.html#limits`): the message ends
+    /// with `(docs: security#limits)`.
+    pub docs: Option<&'static str>,
 }
 
 impl ApiError {
@@ -66,7 +82,16 @@ impl ApiError {
             locator: None,
             protocol: Protocol::Plain,
             retry_after: None,
+            docs: None,
         }
+    }
+
+    /// Names the manual's page on this error (`page` or `page#heading`,
+    /// which `tests/e2e/test_book.py` checks exist).
+    #[must_use]
+    pub fn documented(mut self, page: &'static str) -> Self {
+        self.docs = Some(page);
+        self
     }
 
     /// Sets the parameter at fault.
@@ -110,15 +135,18 @@ impl From<crate::auth::Refusal> for ApiError {
         use crate::auth::Refusal;
         match refusal {
             Refusal::Unauthenticated(why) => {
-                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", why)
+                ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", why).documented(docs::KEYS)
             }
-            Refusal::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, "Forbidden", why),
+            Refusal::Forbidden(why) => {
+                ApiError::new(StatusCode::FORBIDDEN, "Forbidden", why).documented(docs::KEYS)
+            }
             Refusal::RateLimited(wait) => {
                 let mut err = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "TooManyRequests",
                     "past this credential's rate limit; try again later",
-                );
+                )
+                .documented(docs::KEYS);
                 err.retry_after = Some(u32::try_from(wait.as_secs() + 1).unwrap_or(u32::MAX));
                 err
             }
@@ -139,7 +167,8 @@ impl From<TileError> for ApiError {
                         "this tile is being rendered by another request and it did not finish within {}s; try again later",
                         after.as_secs_f64()
                     ),
-                );
+                )
+                .documented(docs::LIMITS);
                 err.retry_after = Some(5);
                 err
             }
@@ -152,7 +181,8 @@ impl From<TileError> for ApiError {
                         "this tile is being rendered by another node and it did not finish within {}s; try again later",
                         after.as_secs_f64()
                     ),
-                );
+                )
+                .documented(docs::CLUSTER);
                 err.retry_after = Some(5);
                 err
             }
@@ -165,7 +195,8 @@ impl From<TileError> for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "NoApplicableCode",
                     "the cache's store cannot coordinate renders right now; try again later",
-                );
+                )
+                .documented(docs::CLUSTER);
                 err.retry_after = Some(5);
                 err
             }
@@ -186,7 +217,8 @@ impl From<RenderError> for ApiError {
                         "the render did not finish within {}s; try again later",
                         d.as_secs_f64()
                     ),
-                );
+                )
+                .documented(docs::LIMITS);
                 err.retry_after = Some(5);
                 err
             }
@@ -202,9 +234,11 @@ impl From<RenderError> for ApiError {
             RenderError::Source(SourceError::TooLarge { width, height }) => ApiError::bad_request(
                 "InvalidParameterValue",
                 format!("an image of {width}x{height} pixels is too large"),
-            ),
+            )
+            .documented(docs::LIMITS),
             RenderError::Source(ref e) if e.asks_too_much() => {
                 ApiError::bad_request("InvalidParameterValue", e.to_string())
+                    .documented(docs::LIMITS)
             }
             // What an upstream said, and where it is (a URL, a database's
             // host, user and name), stays in the log: a client learns only
@@ -216,6 +250,7 @@ impl From<RenderError> for ApiError {
                     "NoApplicableCode",
                     "the layer's upstream service failed; the server log has the details",
                 )
+                .documented(docs::UPSTREAMS)
             }
             RenderError::Source(
                 ref e @ SourceError::UpstreamUnavailable {
@@ -230,7 +265,8 @@ impl From<RenderError> for ApiError {
                         "the layer's upstream service is unavailable after repeated failures; \
                          try again in {retry_after_secs} s"
                     ),
-                );
+                )
+                .documented(docs::UPSTREAMS);
                 err.retry_after = Some(u32::try_from(retry_after_secs).unwrap_or(u32::MAX));
                 err
             }
@@ -241,7 +277,11 @@ impl From<RenderError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let message = escape(&self.message);
+        let text = match self.docs {
+            Some(page) => format!("{} (docs: {page})", self.message),
+            None => self.message.clone(),
+        };
+        let message = escape(&text);
         // The WMS 1.1.1 exception DTD gives ServiceException a `code` and
         // nothing else; 1.3.0 and OWS add `locator`.
         let locator = self
@@ -251,7 +291,7 @@ impl IntoResponse for ApiError {
             .map(|l| format!(" locator=\"{}\"", escape(l)))
             .unwrap_or_default();
         let (content_type, body) = match self.protocol {
-            Protocol::Plain => ("text/plain; charset=utf-8", format!("{}\n", self.message)),
+            Protocol::Plain => ("text/plain; charset=utf-8", format!("{text}\n")),
             Protocol::Wms111 | Protocol::Wms130 => {
                 let (content_type, doctype, root) = if self.protocol == Protocol::Wms111 {
                     (
@@ -286,7 +326,7 @@ impl IntoResponse for ApiError {
                     "type": "about:blank",
                     "title": self.status.canonical_reason().unwrap_or("Error"),
                     "status": self.status.as_u16(),
-                    "detail": self.message,
+                    "detail": text,
                     // The OGC exception code the other protocols send.
                     "code": self.code,
                 })
@@ -350,7 +390,9 @@ impl ApiError {
             "time" | "elevation" => name.to_ascii_uppercase(),
             other => format!("DIM_{}", other.to_ascii_uppercase()),
         };
-        ApiError::bad_request(code, e.to_string()).at(&at)
+        ApiError::bad_request(code, e.to_string())
+            .at(&at)
+            .documented("dimensions")
     }
 }
 
@@ -360,7 +402,8 @@ impl From<KvpError> for ApiError {
             KvpError::TooLong(n) => ApiError::bad_request(
                 "InvalidParameterValue",
                 format!("query string longer than {n} bytes"),
-            ),
+            )
+            .documented(docs::LIMITS),
             KvpError::Conflict(name) => ApiError::bad_request(
                 "InvalidParameterValue",
                 format!("{name} is given twice with different values"),

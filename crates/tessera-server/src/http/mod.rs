@@ -3,6 +3,7 @@
 //! responses only in [`error`].
 
 mod admin;
+mod book;
 pub mod error;
 pub mod guard;
 mod jobs;
@@ -190,6 +191,9 @@ pub fn router(state: AppState) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route(crate::config::SCHEMA_PATH, get(config_schema))
+        .route("/book", get(book::redirect))
+        .route(book::BOOK_PATH, get(book::index))
+        .route("/book/{*path}", get(book::file))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
         .route("/static/maplibre-gl.js", get(preview::maplibre_js))

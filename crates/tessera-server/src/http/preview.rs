@@ -59,7 +59,7 @@ pub async fn index(State(state): State<Catalog>, caller: Caller) -> Html<String>
     Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body>\
          <header><b>{title}</b><a href=\"/wms?SERVICE=WMS&amp;REQUEST=GetCapabilities\">WMS</a>\
-         <a href=\"/wmts/1.0.0/WMTSCapabilities.xml\">WMTS</a><a href=\"/ogcapi\">OGC API</a>{admin}</header>\
+         <a href=\"/wmts/1.0.0/WMTSCapabilities.xml\">WMTS</a><a href=\"/ogcapi\">OGC API</a>{admin}<a href=\"/book/\">manual</a></header>\
          <table><tr><th>layer (preview)</th><th>title</th><th>TileJSON per grid</th></tr>{rows}</table></body></html>",
         title = escape(&state.config.server.title),
         admin = if state.config.admin.is_some() {
@@ -162,7 +162,7 @@ pub async fn page(
     Ok(Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style></head><body>\
          <header><a href=\"/\">tessera</a><b>{title}</b><select id=\"grid\"></select><select id=\"format\"></select><span id=\"dimensions\"></span>\
-         <button id=\"zoom-in\">+</button><button id=\"zoom-out\">&minus;</button>{other}</header>\
+         <button id=\"zoom-in\">+</button><button id=\"zoom-out\">&minus;</button>{other}<a href=\"/book/clients.html\">in your client</a></header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
          <script src=\"/static/viewer.js\"></script></body></html>",
@@ -277,7 +277,7 @@ fn vector_page(layer: &Layer) -> Html<String> {
     Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style>\
          <link rel=\"stylesheet\" href=\"/static/maplibre-gl.css\"></head><body>\
-         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span>{drawn}<span id=\"position\"></span></header>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span>{drawn}<a href=\"/book/clients.html\">in your client</a><span id=\"position\"></span></header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
          <script src=\"/static/maplibre-gl.js\"></script><script>\

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
+use super::Overrides;
 use crate::config::{Config, ConfigError};
 use crate::http::{App, AppState, Reload};
 use crate::service::Service;
@@ -54,8 +55,8 @@ pub struct Live {
     /// The current service; the lock also makes reloads take turns.
     current: Mutex<Arc<Service>>,
     source: ConfigSource,
-    /// `--listen`, which overrides the file's `server.listen`.
-    listen_override: Option<String>,
+    /// What the command line sets over the file (`--listen`, `--book`).
+    overrides: Overrides,
     /// Where the listener listens.
     listen: String,
     me: Weak<Live>,
@@ -63,13 +64,13 @@ pub struct Live {
 
 impl Live {
     /// Serves `service`; a reload reads `source` again, applies
-    /// `listen_override` to it, and keeps listening on `service`'s
+    /// `overrides` to it, and keeps listening on `service`'s
     /// `server.listen`. Returns the handle and the routers the listener
     /// takes each request's router from.
     pub fn start(
         service: Service,
         source: ConfigSource,
-        listen_override: Option<String>,
+        overrides: Overrides,
     ) -> (Arc<Live>, watch::Receiver<Arc<App>>) {
         let listen = service.config.server.listen.clone();
         let service = Arc::new(service);
@@ -80,7 +81,7 @@ impl Live {
                 routers: watch::Sender::new(first),
                 current: Mutex::new(service),
                 source,
-                listen_override,
+                overrides,
                 listen,
                 me: me.clone(),
             }
@@ -131,9 +132,7 @@ impl Reload for Live {
                 )));
             }
         }
-        if let Some(listen) = &self.listen_override {
-            config.server.listen.clone_from(listen);
-        }
+        self.overrides.apply(&mut config);
         if config.server.listen != self.listen {
             tracing::warn!(
                 configured = %config.server.listen,

@@ -38,35 +38,52 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// What the command line sets over the configuration file, applied again
+/// on every reload.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--listen`, over `server.listen`.
+    pub listen: Option<String>,
+    /// `--book`, over `server.book`.
+    pub book: Option<std::path::PathBuf>,
+}
+
+impl Overrides {
+    /// Sets what is overridden in `config`.
+    pub fn apply(&self, config: &mut Config) {
+        if let Some(listen) = &self.listen {
+            config.server.listen.clone_from(listen);
+        }
+        if let Some(book) = &self.book {
+            config.server.book.clone_from(book);
+        }
+    }
+}
+
 /// A service ready to be served: read from its configuration's source,
-/// with `--listen` applied.
+/// with the command line's [`Overrides`] applied.
 #[derive(Debug)]
 pub struct Serving {
     service: Service,
     source: ConfigSource,
-    listen_override: Option<String>,
+    overrides: Overrides,
     grace: Duration,
 }
 
 impl Serving {
     /// Reads the configuration from `source` (warning when tiles would be
-    /// cached in memory only), applies `listen_override` (`--listen`) and
-    /// builds the service. Blocking: it opens every layer's source.
-    pub fn open(
-        source: ConfigSource,
-        listen_override: Option<String>,
-    ) -> Result<Serving, ConfigError> {
+    /// cached in memory only), applies `overrides` and builds the service.
+    /// Blocking: it opens every layer's source.
+    pub fn open(source: ConfigSource, overrides: Overrides) -> Result<Serving, ConfigError> {
         let mut config = source.load()?;
         warn_if_memory_only(&config);
-        if let Some(listen) = &listen_override {
-            config.server.listen.clone_from(listen);
-        }
+        overrides.apply(&mut config);
         let grace = Duration::try_from_secs_f64(config.server.shutdown_grace_secs)
             .unwrap_or(Duration::from_secs(10));
         Ok(Serving {
             service: Service::serving(config)?,
             source,
-            listen_override,
+            overrides,
             grace,
         })
     }
@@ -81,14 +98,14 @@ impl Serving {
     /// Listens and serves until SIGINT or SIGTERM; connection threads
     /// default to `cores`.
     pub async fn run(self, cores: usize) -> Result<(), ServeError> {
-        serve(self.service, self.source, self.listen_override, cores).await
+        serve(self.service, self.source, self.overrides, cores).await
     }
 }
 
 async fn serve(
     service: Service,
     source: ConfigSource,
-    listen_override: Option<String>,
+    overrides: Overrides,
     cores: usize,
 ) -> Result<(), ServeError> {
     let listen = service.config.server.listen.clone();
@@ -100,7 +117,7 @@ async fn serve(
         })?;
     let addr = listener.local_addr()?;
     let settings = listener_settings(&service.config.server, cores);
-    let (live, routers) = Live::start(service, source, listen_override);
+    let (live, routers) = Live::start(service, source, overrides);
     let state = live.current();
     // Admin jobs that were running when the process stopped go on.
     if let Some(jobs) = &state.jobs {

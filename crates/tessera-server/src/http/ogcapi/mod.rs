@@ -358,6 +358,9 @@ fn html_page(doc: &Value) -> String {
     if let Some(d) = doc.get("description").and_then(Value::as_str) {
         let _ = writeln!(page, "<p>{}</p>", esc(d));
     }
+    page.push_str(
+        "<p><a href=\"/book/protocols.html#ogc-api---tiles-and-maps\">The manual on OGC API</a></p>\n",
+    );
     // A document with a map preview of its own (a collection) shows it.
     let preview = doc
         .get("links")

@@ -13,7 +13,7 @@ use tessera_source::Crs;
 
 use super::Version;
 use crate::config::Limits;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, docs};
 use crate::http::params::Kvp;
 use crate::http::tiles::address::dimension_param;
 use crate::model::Layer;
@@ -74,7 +74,8 @@ pub(super) fn layers(
             "InvalidParameterValue",
             format!("at most {} layers per request", limits.wms_max_layers),
         )
-        .at("LAYERS"));
+        .at("LAYERS")
+        .documented(docs::LIMITS));
     }
     let styles: Vec<&str> = kvp
         .get("styles")
@@ -162,7 +163,8 @@ pub(super) fn size(kvp: &Kvp, limits: &Limits) -> Result<(u32, u32), ApiError> {
                 limits.wms_max_pixels
             ),
         )
-        .at("WIDTH"));
+        .at("WIDTH")
+        .documented(docs::LIMITS));
     }
     Ok((width, height))
 }
@@ -176,6 +178,7 @@ fn parse_size(text: &str, name: &'static str, max: u32) -> Result<u32, ApiError>
             format!("{name} {text:?} must be an integer from 1 to {max}"),
         )
         .at(name)
+        .documented(docs::LIMITS)
     };
     if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
