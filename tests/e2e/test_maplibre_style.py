@@ -42,8 +42,8 @@ STYLE = {
                    "circle-stroke-color": "#ffffff", "circle-stroke-width": 1}},
     ],
 }
-# The same with the cities' names: MapLibre needs glyphs for them (tessera
-# serves none), tessera draws them in its own font.
+# The same with the cities' names: tessera draws them in its own font, and
+# serves MapLibre that font's glyphs.
 NAMED = {**STYLE, "layers": STYLE["layers"] + [
     {"id": "names", "type": "symbol", "source": "world", "source-layer": "places",
      "layout": {"text-field": "{name}", "text-size": 12, "text-offset": [0, -1]},
@@ -97,8 +97,9 @@ def test_the_style_is_served_with_its_source_pointing_at_tessera(server):
     assert world["type"] == "vector"
     assert world["tiles"] == [f"{server.url}/tiles/named/WebMercatorQuad/{{z}}/{{x}}/{{y}}.mvt"]
     assert doc["sources"]["imagery"] == STYLE["sources"]["imagery"], "other sources as written"
-    assert [l["id"] for l in doc["layers"]] == ["water", "imagery", "land", "europe", "borders", "cities"], \
-        "no glyphs: the symbol layer is left out for MapLibre"
+    assert [l["id"] for l in doc["layers"]] == ["water", "imagery", "land", "europe", "borders", "cities", "names"]
+    assert doc["glyphs"] == f"{server.url}/fonts/{{fontstack}}/{{range}}.pbf", "text from tessera's glyphs"
+    assert doc["layers"][-1]["layout"]["text-font"] == ["Noto Sans Regular"], "the font tessera draws labels in"
     assert http_get(server, "/styles/nope.json")[0] == 404
 
 

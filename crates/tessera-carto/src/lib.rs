@@ -9,6 +9,7 @@
 
 pub mod draw;
 pub mod geometry;
+pub mod glyphs;
 pub mod label;
 pub mod maplibre;
 pub mod style;

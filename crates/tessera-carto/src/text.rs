@@ -13,12 +13,12 @@ use tiny_skia::{Path, PathBuilder, Transform};
 use ttf_parser::{Face, GlyphId, OutlineBuilder};
 
 /// The bundled font's bytes.
-static FONT: &[u8] = include_bytes!("../assets/NotoSans-Regular.ttf");
+pub static BUNDLED_FONT: &[u8] = include_bytes!("../assets/NotoSans-Regular.ttf");
 
 /// The bundled font, parsed once.
 fn face() -> &'static Face<'static> {
     static FACE: OnceLock<Face<'static>> = OnceLock::new();
-    FACE.get_or_init(|| Face::parse(FONT, 0).expect("the bundled font parses"))
+    FACE.get_or_init(|| Face::parse(BUNDLED_FONT, 0).expect("the bundled font parses"))
 }
 
 /// A line of text laid out at a size: each glyph with its offset along the
@@ -87,21 +87,26 @@ impl Line {
 
     fn trace(&self, pb: &mut PathBuilder, id: GlyphId, at: Transform) {
         // Font units are y-up; pixels are y-down.
-        let mut out = Outline {
+        let mut out = Outline::new(
             pb,
-            at: Transform::from_scale(self.scale, -self.scale).post_concat(at),
-        };
+            Transform::from_scale(self.scale, -self.scale).post_concat(at),
+        );
         face().outline_glyph(id, &mut out);
     }
 }
 
 /// Writes a glyph's outline into a path builder, through a transform.
-struct Outline<'a> {
+pub(crate) struct Outline<'a> {
     pb: &'a mut PathBuilder,
     at: Transform,
 }
 
-impl Outline<'_> {
+impl<'a> Outline<'a> {
+    /// Writes into `pb` through `at`.
+    pub(crate) fn new(pb: &'a mut PathBuilder, at: Transform) -> Outline<'a> {
+        Outline { pb, at }
+    }
+
     fn map(&self, x: f32, y: f32) -> (f32, f32) {
         let mut p = [tiny_skia::Point::from_xy(x, y)];
         self.at.map_points(&mut p);

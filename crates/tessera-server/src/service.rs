@@ -13,6 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tessera_carto::glyphs::{FontLibrary, Glyphs};
+
 use crate::assemble::{self, WrapSource};
 use crate::auth::Access;
 use crate::config::{Config, ConfigError};
@@ -57,6 +59,9 @@ pub struct Service {
     /// Admin jobs (`/admin/jobs`), when serving with `admin:`; a reload
     /// keeps them while their directory is unchanged.
     pub jobs: Option<Arc<Jobs>>,
+    /// MapLibre glyph ranges of the bundled and configured fonts; a reload
+    /// keeps them (and the ranges made) while `fonts:` is unchanged.
+    pub glyphs: Arc<Glyphs>,
 }
 
 impl Service {
@@ -220,7 +225,18 @@ impl Service {
             }
             None => None,
         };
+        let glyphs = match previous {
+            Some(p)
+                if p.config.fonts == config.fonts
+                    && p.config.limits.max_font_bytes == config.limits.max_font_bytes
+                    && p.config.limits.glyph_ranges_kept == config.limits.glyph_ranges_kept =>
+            {
+                p.glyphs.clone()
+            }
+            _ => Arc::new(load_glyphs(&config)?),
+        };
         Ok(Service {
+            glyphs,
             access,
             registry: Arc::new(registry),
             renderer,
@@ -232,4 +248,14 @@ impl Service {
             jobs,
         })
     }
+}
+
+/// The glyph ranges of the configured fonts (`fonts:`), warnings logged.
+fn load_glyphs(config: &Config) -> Result<Glyphs, ConfigError> {
+    let (library, warnings) = FontLibrary::load(&config.fonts, config.limits.max_font_bytes)
+        .map_err(|e| ConfigError::Invalid(format!("fonts: {e}")))?;
+    for warning in warnings {
+        tracing::warn!("fonts: {warning}");
+    }
+    Ok(Glyphs::new(library, config.limits.glyph_ranges_kept))
 }

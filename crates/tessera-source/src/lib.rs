@@ -264,6 +264,15 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Each data layer's name (as vector tiles hold it) and the style
+    /// rules it is drawn with into pictures, defaults applied, in drawing
+    /// order: what a MapLibre style of its vector tiles draws. Empty for a
+    /// source not drawn by rules (the default).
+    #[cfg(feature = "vector")]
+    fn style_rules(&self) -> Vec<(String, Vec<tessera_carto::style::Rule>)> {
+        Vec::new()
+    }
+
     /// Lines `tessera check` prints about the source beyond its extent (a
     /// mosaic's pieces, CRSs and bad files); none by default.
     fn report(&self) -> Vec<String> {

@@ -71,6 +71,13 @@ pub trait TileFetch: Send + Sync + Debug {
         None
     }
 
+    /// The rules vector tiles are drawn with (see [`TileFetch::draw`]);
+    /// `None` when they are not drawn.
+    #[cfg(feature = "vector")]
+    fn rules(&self) -> Option<&[tessera_carto::style::Rule]> {
+        None
+    }
+
     /// The values the tiles list for dimension `name` (any case); by
     /// default none.
     fn dimension_values(&self, _name: &str) -> Option<&[String]> {
@@ -386,6 +393,24 @@ impl Source for TiledSource {
 
     fn tile_metadata(&self) -> Option<&TileMetadata> {
         self.metadata.as_ref()
+    }
+
+    /// Every data layer the tiles list (`vector_layers`' ids) with the
+    /// rules they are drawn with.
+    #[cfg(feature = "vector")]
+    fn style_rules(&self) -> Vec<(String, Vec<tessera_carto::style::Rule>)> {
+        let Some(rules) = self.fetch.rules() else {
+            return Vec::new();
+        };
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.vector_layers.as_ref())
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.get("id").and_then(serde_json::Value::as_str))
+            .map(|id| (id.to_string(), rules.to_vec()))
+            .collect()
     }
 
     fn passthrough_is_local(&self) -> bool {

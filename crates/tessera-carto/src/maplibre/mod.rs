@@ -11,6 +11,7 @@
 //! one level below the 256-pixel levels of style rules.
 
 pub mod expr;
+pub mod from_rules;
 
 use std::sync::Arc;
 

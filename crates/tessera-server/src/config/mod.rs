@@ -19,7 +19,7 @@ pub use styles::{
 };
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -75,6 +75,13 @@ pub struct Config {
     /// WMTS settings.
     #[serde(default)]
     pub wmts: WmtsConfig,
+    /// Font files (TTF, OTF, TTC) and folders of them, besides the bundled
+    /// Noto Sans Regular: their faces are served as MapLibre glyph ranges
+    /// at `/fonts/{fontstack}/{start}-{end}.pbf`, each named by its family
+    /// and style (`Open Sans Bold`). A file named here that is not a font
+    /// stops the start; one found in a folder is left out with a warning.
+    #[serde(default)]
+    pub fonts: Vec<PathBuf>,
     /// How often the layers found by themselves (`postgis_auto`) are looked
     /// for again, in seconds: the shortest `refresh_secs` (none: never).
     #[serde(skip)]
@@ -467,6 +474,12 @@ pub struct Limits {
     /// a 16384x16384 raster without overviews); a larger read answers 400
     /// before anything is read.
     pub max_source_pixels: u64,
+    /// Largest font file read (`fonts:`), in bytes (default 67,108,864: 64
+    /// MiB); a larger one is refused before it is read.
+    pub max_font_bytes: u64,
+    /// Glyph ranges kept in memory once made (default 4096, about 100 MB
+    /// at most; past it they are made again when asked).
+    pub glyph_ranges_kept: usize,
 }
 
 impl Default for Limits {
@@ -478,6 +491,8 @@ impl Default for Limits {
             wms_max_layers: 8,
             max_query_bytes: 8192,
             max_source_pixels: 1 << 28,
+            max_font_bytes: 64 << 20,
+            glyph_ranges_kept: 4096,
         }
     }
 }
@@ -854,6 +869,11 @@ impl Config {
         }
         for store in self.stores.values_mut() {
             store.resolve_paths(base);
+        }
+        for font in &mut self.fonts {
+            if font.is_relative() {
+                *font = base.join(&*font);
+            }
         }
         if let Some(admin) = &mut self.admin {
             if let Some(file) = admin.sources_file.as_mut()

@@ -6,22 +6,30 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
+use tessera_carto::glyphs::{BUNDLED, Glyphs};
+use tessera_carto::maplibre::from_rules;
 use tessera_grid::{TileFormat, WEB_MERCATOR_QUAD};
 
 use super::error::ApiError;
 use super::reply::base_url;
-use super::state::Catalog;
+use super::state::Styles;
 use crate::auth::Caller;
 use crate::config::auth::Grant;
 
-/// The document with its source (`source:` of the layer's style) made a
-/// vector source of the layer's WebMercatorQuad MVT tiles (with the
-/// caller's query credential), its other sources as written; `?style=`
-/// names one of the layer's named styles. Symbol
-/// layers stay only when the document names `glyphs` (MapLibre needs
-/// glyphs to draw text; tessera serves none).
+/// The manual's page on MapLibre styles.
+const DOCS: &str = "styles#style-documents";
+
+/// The layer's style document: its MapLibre document (`style: {
+/// maplibre: ... }`), or one made from its rules ([`from_rules`]), with
+/// its source made a vector source of the layer's WebMercatorQuad MVT
+/// tiles (with the caller's query credential), other sources as written;
+/// `?style=` names one of the layer's named styles. Text is drawn with
+/// tessera's glyphs (`/fonts/`) unless the document names glyphs of its
+/// own for fonts tessera does not have; a document that has no glyphs and
+/// whose fonts tessera cannot serve loses its symbol layers (MapLibre
+/// cannot draw their text).
 pub async fn style(
-    State(state): State<Catalog>,
+    State(state): State<Styles>,
     caller: Caller,
     Path(file): Path<String>,
     RawQuery(query): RawQuery,
@@ -43,14 +51,6 @@ pub async fn style(
     let layer = layer
         .styled(asked.as_deref())
         .map_err(|e| ApiError::not_found("StyleNotDefined", e.to_string()))?;
-    let Some(spec) = &layer.maplibre else {
-        return Err(ApiError::not_found(
-            "NotFound",
-            format!(
-                "layer {name:?} is not drawn with a MapLibre style (style: {{ maplibre: ... }})"
-            ),
-        ));
-    };
     if !layer.formats.contains(&TileFormat::Mvt)
         || !layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)
     {
@@ -59,9 +59,49 @@ pub async fn style(
             format!(
                 "layer {name:?} offers no mvt tiles in {WEB_MERCATOR_QUAD} for MapLibre to draw"
             ),
-        ));
+        )
+        .documented(DOCS));
     }
-    let mut doc = (*spec.document).clone();
+    let base = base_url(&state.config, &headers);
+    let glyphs_url = format!("{base}/fonts/{{fontstack}}/{{range}}.pbf");
+    // The document, and the name of its source that is this layer.
+    let (mut doc, source) = match &layer.maplibre {
+        Some(spec) => {
+            let mut doc = (*spec.document).clone();
+            glyphs_from_here(&mut doc, &glyphs_url, &state.glyphs);
+            (doc, spec.source.clone())
+        }
+        None => {
+            let rules = layer.source.style_rules();
+            if rules.is_empty() {
+                return Err(ApiError::not_found(
+                    "NotFound",
+                    format!(
+                        "layer {name:?} is not drawn from vector features, so has no MapLibre style"
+                    ),
+                )
+                .documented(DOCS));
+            }
+            let mut layers = Vec::new();
+            for (data_layer, rules) in &rules {
+                layers.extend(from_rules::layers(
+                    &format!("{}-{data_layer}", layer.name),
+                    &layer.name,
+                    data_layer,
+                    rules,
+                    BUNDLED,
+                ));
+            }
+            let doc = json!({
+                "version": 8,
+                "name": layer.title,
+                "glyphs": glyphs_url,
+                "sources": {},
+                "layers": layers,
+            });
+            (doc, layer.name.clone())
+        }
+    };
     let credential = caller.link_query();
     let mut tile_query: Vec<String> = Vec::new();
     if !credential.is_empty() {
@@ -87,7 +127,7 @@ pub async fn style(
         "type": "vector",
         "tiles": [format!(
             "{}/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.mvt{query}",
-            base_url(&state.config, &headers),
+            base,
             layer.name
         )],
         "minzoom": layer.min_zoom,
@@ -95,7 +135,7 @@ pub async fn style(
         "bounds": [b.min_x.max(-180.0), b.min_y.max(-85.0511), b.max_x.min(180.0), b.max_y.min(85.0511)],
     });
     if let Some(sources) = doc.get_mut("sources").and_then(Value::as_object_mut) {
-        sources.insert(spec.source.clone(), tiles);
+        sources.insert(source, tiles);
     }
     if doc.get("glyphs").is_none()
         && let Some(layers) = doc.get_mut("layers").and_then(Value::as_array_mut)
@@ -103,4 +143,42 @@ pub async fn style(
         layers.retain(|l| l.get("type").and_then(Value::as_str) != Some("symbol"));
     }
     Ok(Json(doc))
+}
+
+/// Points a document's text at tessera's glyphs (`glyphs_url`) when every
+/// font its symbol layers name is served here; symbol layers naming no
+/// font (MapLibre's default is Open Sans, which tessera lacks) get the
+/// bundled font, as tessera draws them. A document whose own glyphs serve
+/// fonts tessera lacks keeps them.
+fn glyphs_from_here(doc: &mut Value, glyphs_url: &str, glyphs: &Glyphs) {
+    let Some(layers) = doc.get("layers").and_then(Value::as_array) else {
+        return;
+    };
+    let fonts: Vec<&str> = layers
+        .iter()
+        .filter(|l| l.get("type").and_then(Value::as_str) == Some("symbol"))
+        .filter_map(|l| l.pointer("/layout/text-font"))
+        .flat_map(|f| match f {
+            // A literal list; an expression is not looked into.
+            Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    if !fonts.iter().all(|f| glyphs.library().get(f).is_some()) {
+        return;
+    }
+    doc["glyphs"] = json!(glyphs_url);
+    if let Some(layers) = doc.get_mut("layers").and_then(Value::as_array_mut) {
+        for layer in layers
+            .iter_mut()
+            .filter(|l| l.get("type").and_then(Value::as_str) == Some("symbol"))
+        {
+            if layer.pointer("/layout/text-font").is_none() {
+                if layer.get("layout").is_none() {
+                    layer["layout"] = json!({});
+                }
+                layer["layout"]["text-font"] = json!([BUNDLED]);
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@
 mod admin;
 mod book;
 pub mod error;
+mod fonts;
 pub mod guard;
 mod jobs;
 mod map_styles;
@@ -194,6 +195,8 @@ pub fn router(state: AppState) -> Router {
         .route("/book", get(book::redirect))
         .route(book::BOOK_PATH, get(book::index))
         .route("/book/{*path}", get(book::file))
+        .route("/fonts.json", get(fonts::list))
+        .route("/fonts/{fontstack}/{file}", get(fonts::range))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
         .route("/static/maplibre-gl.js", get(preview::maplibre_js))

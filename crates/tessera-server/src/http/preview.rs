@@ -258,12 +258,20 @@ fn vector_page(layer: &Layer) -> Html<String> {
         }
     }
     let b = layer.source.info().lonlat_bounds;
-    // A layer drawn with a MapLibre style shows that style.
-    let own_style = layer
-        .maplibre
-        .as_ref()
-        .map(|_| json!(format!("/styles/{}.json", layer.name)));
+    // A layer drawn with a MapLibre style or with rules shows its style
+    // document (the one `/styles/{layer}.json` serves, labels and all).
+    let own_style = (layer.maplibre.is_some() || !layer.source.style_rules().is_empty())
+        .then(|| json!(format!("/styles/{}.json", layer.name)));
+    // The server's pictures of the same layer, to compare (a toggle).
+    let png = layer.formats.iter().find(|f| !f.is_vector()).map(|f| {
+        format!(
+            "/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.{}",
+            layer.name,
+            f.extension()
+        )
+    });
     let config = json!({
+        "png": png,
         "style": own_style.unwrap_or_else(|| json!({
             "version": 8,
             "sources": {"tessera": {"type": "vector",
@@ -277,7 +285,7 @@ fn vector_page(layer: &Layer) -> Html<String> {
     Html(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style>\
          <link rel=\"stylesheet\" href=\"/static/maplibre-gl.css\"></head><body>\
-         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span>{drawn}<a href=\"/book/clients.html\">in your client</a><span id=\"position\"></span></header>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><span>vector tiles</span>{drawn}<button id=\"compare\" hidden>server PNG</button><a href=\"/book/clients.html\">in your client</a><span id=\"position\"></span></header>\
          <div id=\"map\"></div><div id=\"status\"></div>\
          <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
          <script src=\"/static/maplibre-gl.js\"></script><script>\
@@ -292,6 +300,18 @@ fn vector_page(layer: &Layer) -> Html<String> {
            document.getElementById('position').textContent = `zoom ${{map.getZoom().toFixed(1)}}  centre \
            ${{Math.abs(p.lat).toFixed(4)}}°${{p.lat >= 0 ? 'N' : 'S'}} ${{Math.abs(p.lng).toFixed(4)}}°${{p.lng >= 0 ? 'E' : 'W'}}`; }};\
          map.on('moveend', position); map.on('load', position);\
+         map.on('load', () => {{ const layers = map.getStyle().layers; \
+           if (!layers.some(l => l.type === 'background')) {{ map.addLayer({{id: 'preview-background', type: 'background', \
+             paint: {{'background-color': '#f2efe9'}}}}, layers.length ? layers[0].id : undefined); }} \
+           if (!c.png) return; const own = map.getStyle().layers.map(l => l.id); \
+           const button = document.getElementById('compare'); button.hidden = false; \
+           button.onclick = () => {{ const showing = !!map.getLayer('server-png'); \
+             if (showing) {{ map.removeLayer('server-png'); map.removeSource('server-png'); }} \
+             else {{ map.addSource('server-png', {{type: 'raster', tiles: [location.origin + c.png], tileSize: 256}}); \
+               map.addLayer({{id: 'server-png', type: 'raster', source: 'server-png'}}); }} \
+             for (const id of own) {{ if (id !== 'preview-background') map.setLayoutProperty(id, 'visibility', showing ? 'visible' : 'none'); }} \
+             button.textContent = showing ? 'server PNG' : 'MapLibre'; \
+             document.body.dataset.idle = '0'; map.once('idle', () => {{ document.body.dataset.idle = '1'; }}); }}; }});\
          map.on('idle', () => {{ document.body.dataset.idle = '1'; }});\
          map.on('error', (e) => {{ document.getElementById('status').textContent = String(e.error && e.error.message || e); }});\
          </script></body></html>",

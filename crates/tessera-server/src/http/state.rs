@@ -103,6 +103,43 @@ impl FromRef<AppState> for Tiles {
     }
 }
 
+/// What the glyph endpoints read: the fonts and the ranges made.
+#[derive(Debug, Clone)]
+pub struct Fonts {
+    /// Glyph ranges of the configured fonts.
+    pub glyphs: Arc<tessera_carto::glyphs::Glyphs>,
+}
+
+impl FromRef<AppState> for Fonts {
+    fn from_ref(state: &AppState) -> Fonts {
+        Fonts {
+            glyphs: state.service.glyphs.clone(),
+        }
+    }
+}
+
+/// What style documents read: the catalog's parts and the fonts served
+/// (a document's text is pointed at them).
+#[derive(Debug, Clone)]
+pub struct Styles {
+    /// Layers and grids.
+    pub registry: Arc<Registry>,
+    /// The configuration served.
+    pub config: Arc<Config>,
+    /// Glyph ranges of the configured fonts.
+    pub glyphs: Arc<tessera_carto::glyphs::Glyphs>,
+}
+
+impl FromRef<AppState> for Styles {
+    fn from_ref(state: &AppState) -> Styles {
+        Styles {
+            registry: state.service.registry.clone(),
+            config: state.service.config.clone(),
+            glyphs: state.service.glyphs.clone(),
+        }
+    }
+}
+
 impl FromRef<AppState> for Catalog {
     fn from_ref(state: &AppState) -> Catalog {
         Catalog {

@@ -309,6 +309,11 @@ impl TileFetch for ArchiveTiles {
     }
 
     #[cfg(feature = "vector")]
+    fn rules(&self) -> Option<&[tessera_carto::style::Rule]> {
+        Some(&self.rules)
+    }
+
+    #[cfg(feature = "vector")]
     fn draw(
         &self,
         tiles: &[(TileCoord, Bytes)],

@@ -1045,6 +1045,13 @@ impl Source for VectorSource {
     fn as_features(&self) -> Option<&dyn FeatureSource> {
         Some(self)
     }
+
+    fn style_rules(&self) -> Vec<(String, Vec<Rule>)> {
+        self.layers
+            .iter()
+            .map(|l| (l.name.clone(), l.style.clone()))
+            .collect()
+    }
 }
 
 impl FeatureSource for VectorSource {

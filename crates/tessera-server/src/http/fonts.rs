@@ -1,0 +1,100 @@
+//! `GET /fonts/{fontstack}/{start}-{end}.pbf` (MapLibre glyph ranges) and
+//! `GET /fonts.json` (the fonts offered), from the service's
+//! [`tessera_carto::glyphs::Glyphs`].
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tessera_carto::glyphs::GlyphError;
+
+use super::error::ApiError;
+use super::state::Fonts;
+
+/// How long clients and caches may keep a range: fonts change only with
+/// the configuration, and the ETag tells.
+const CACHE_CONTROL: &str = "public, max-age=86400";
+
+/// The manual's page on fonts and glyphs.
+const DOCS: &str = "styles#fonts-and-glyphs";
+
+/// `GET /fonts.json`: every font by name, with its family, style, how many
+/// code points it covers and the first and last.
+pub async fn list(State(state): State<Fonts>) -> Response {
+    let fonts: serde_json::Map<String, serde_json::Value> = state
+        .glyphs
+        .library()
+        .faces()
+        .map(|(name, face)| {
+            (
+                name.to_string(),
+                serde_json::json!({
+                    "family": face.family,
+                    "style": face.style,
+                    "glyphs": face.code_points,
+                    "start": face.range.0,
+                    "end": face.range.1,
+                }),
+            )
+        })
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::Value::Object(fonts).to_string(),
+    )
+        .into_response()
+}
+
+/// `GET /fonts/{fontstack}/{range}.pbf`: a glyph range, made on the first
+/// request (on a blocking thread) and kept.
+pub async fn range(
+    State(state): State<Fonts>,
+    Path((fontstack, file)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let range = file.strip_suffix(".pbf").ok_or_else(|| {
+        ApiError::bad_request(
+            "InvalidParameterValue",
+            "a glyph range is asked as START-END.pbf (e.g. 0-255.pbf)",
+        )
+        .documented(DOCS)
+    })?;
+    let glyphs = state.glyphs.clone();
+    let range = range.to_string();
+    let bytes = tokio::task::spawn_blocking(move || glyphs.range(&fontstack, &range))
+        .await
+        .map_err(|e| ApiError::internal(&e))?
+        .map_err(|e| match e {
+            GlyphError::UnknownFont { .. } => {
+                ApiError::not_found("NotFound", e.to_string()).documented(DOCS)
+            }
+            GlyphError::BadRequest(_) => {
+                ApiError::bad_request("InvalidParameterValue", e.to_string()).documented(DOCS)
+            }
+            other => ApiError::internal(&other),
+        })?;
+    let etag = format!("\"{:032x}\"", tessera_store::content_hash(&bytes));
+    let matches = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|candidate| candidate.trim() == etag || candidate.trim() == "*");
+    let mut response = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            bytes.to_vec(),
+        )
+            .into_response()
+    };
+    let out = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        out.insert(header::ETAG, v);
+    }
+    out.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL),
+    );
+    Ok(response)
+}
