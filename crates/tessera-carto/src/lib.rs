@@ -12,5 +12,6 @@ pub mod geometry;
 pub mod glyphs;
 pub mod label;
 pub mod maplibre;
+pub mod sprites;
 pub mod style;
 pub mod text;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_carto::glyphs::{FontLibrary, Glyphs};
+use tessera_carto::sprites::{Sprites, Variant};
 
 use crate::assemble::{self, WrapSource};
 use crate::auth::Access;
@@ -62,6 +63,8 @@ pub struct Service {
     /// MapLibre glyph ranges of the bundled and configured fonts; a reload
     /// keeps them (and the ranges made) while `fonts:` is unchanged.
     pub glyphs: Arc<Glyphs>,
+    /// MapLibre sprite sets (`sprites:`).
+    pub sprites: Arc<Sprites>,
 }
 
 impl Service {
@@ -235,8 +238,10 @@ impl Service {
             }
             _ => Arc::new(load_glyphs(&config)?),
         };
+        let sprites = Arc::new(load_sprites(&config, mode)?);
         Ok(Service {
             glyphs,
+            sprites,
             access,
             registry: Arc::new(registry),
             renderer,
@@ -258,4 +263,28 @@ fn load_glyphs(config: &Config) -> Result<Glyphs, ConfigError> {
         tracing::warn!("fonts: {warning}");
     }
     Ok(Glyphs::new(library, config.limits.glyph_ranges_kept))
+}
+
+/// The sprite sets of `sprites:`; when serving, each made once now, so
+/// that an SVG left out is named at start (a folder that cannot be read,
+/// or holds no icon, stops the start).
+fn load_sprites(config: &Config, mode: Mode) -> Result<Sprites, ConfigError> {
+    let sprites = Sprites::new(&config.sprites, config.limits.sprites());
+    if mode == Mode::Serving {
+        for name in sprites.names() {
+            let sheet = sprites
+                .sheet(
+                    name,
+                    Variant {
+                        ratio: 1,
+                        sdf: false,
+                    },
+                )
+                .map_err(|e| ConfigError::Invalid(format!("sprites: {e}")))?;
+            for warning in &sheet.warnings {
+                tracing::warn!(sprites = name, "{warning}");
+            }
+        }
+    }
+    Ok(sprites)
 }

@@ -82,6 +82,12 @@ pub struct Config {
     /// stops the start; one found in a folder is left out with a warning.
     #[serde(default)]
     pub fonts: Vec<PathBuf>,
+    /// Sprite sets: a name and a folder of SVG icons (`maki: icons/maki`),
+    /// served as MapLibre sprites at `/sprites/{name}.json`, `.png`,
+    /// `@2x.json`, `@2x.png` (`?sdf=true`: recolourable SDF icons). An SVG
+    /// that cannot be an icon is named in the log and left out.
+    #[serde(default)]
+    pub sprites: BTreeMap<String, PathBuf>,
     /// How often the layers found by themselves (`postgis_auto`) are looked
     /// for again, in seconds: the shortest `refresh_secs` (none: never).
     #[serde(skip)]
@@ -480,6 +486,26 @@ pub struct Limits {
     /// Glyph ranges kept in memory once made (default 4096, about 100 MB
     /// at most; past it they are made again when asked).
     pub glyph_ranges_kept: usize,
+    /// Largest SVG icon read for a sprite, in bytes (default 1,048,576).
+    pub sprite_max_bytes: u64,
+    /// Most XML nodes in one SVG icon (default 20,000).
+    pub sprite_max_nodes: u32,
+    /// Largest side of an SVG icon, in CSS pixels (default 512).
+    pub sprite_max_side: u32,
+    /// Most icons in one sprite set (default 5,000).
+    pub sprite_max_icons: usize,
+}
+
+impl Limits {
+    /// What one sprite icon may cost.
+    pub fn sprites(&self) -> tessera_carto::sprites::SpriteLimits {
+        tessera_carto::sprites::SpriteLimits {
+            max_bytes: self.sprite_max_bytes,
+            max_nodes: self.sprite_max_nodes,
+            max_side: self.sprite_max_side,
+            max_icons: self.sprite_max_icons,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -493,6 +519,10 @@ impl Default for Limits {
             max_source_pixels: 1 << 28,
             max_font_bytes: 64 << 20,
             glyph_ranges_kept: 4096,
+            sprite_max_bytes: 1 << 20,
+            sprite_max_nodes: 20_000,
+            sprite_max_side: 512,
+            sprite_max_icons: 5_000,
         }
     }
 }
@@ -870,9 +900,9 @@ impl Config {
         for store in self.stores.values_mut() {
             store.resolve_paths(base);
         }
-        for font in &mut self.fonts {
-            if font.is_relative() {
-                *font = base.join(&*font);
+        for path in self.fonts.iter_mut().chain(self.sprites.values_mut()) {
+            if path.is_relative() {
+                *path = base.join(&*path);
             }
         }
         if let Some(admin) = &mut self.admin {

@@ -27,7 +27,8 @@ const DOCS: &str = "styles#style-documents";
 /// tessera's glyphs (`/fonts/`) unless the document names glyphs of its
 /// own for fonts tessera does not have; a document that has no glyphs and
 /// whose fonts tessera cannot serve loses its symbol layers (MapLibre
-/// cannot draw their text).
+/// cannot draw their text). A `sprite` that names a sprite set of
+/// `sprites:` is made its URL here.
 pub async fn style(
     State(state): State<Styles>,
     caller: Caller,
@@ -69,6 +70,12 @@ pub async fn style(
         Some(spec) => {
             let mut doc = (*spec.document).clone();
             glyphs_from_here(&mut doc, &glyphs_url, &state.glyphs);
+            // `"sprite": "maki"`, a set of `sprites:`: served here.
+            if let Some(name) = doc.get("sprite").and_then(Value::as_str)
+                && state.sprites.names().any(|n| n == name)
+            {
+                doc["sprite"] = json!(format!("{base}/sprites/{name}"));
+            }
             (doc, spec.source.clone())
         }
         None => {

@@ -13,6 +13,7 @@ mod ogcapi;
 pub mod params;
 mod preview;
 pub mod reply;
+mod sprites;
 pub mod state;
 mod templates;
 mod tilejson;
@@ -197,6 +198,7 @@ pub fn router(state: AppState) -> Router {
         .route("/book/{*path}", get(book::file))
         .route("/fonts.json", get(fonts::list))
         .route("/fonts/{fontstack}/{file}", get(fonts::range))
+        .route("/sprites/{file}", get(sprites::sprite))
         .route("/preview/{layer}", get(preview::page))
         .route("/static/viewer.js", get(preview::viewer_js))
         .route("/static/maplibre-gl.js", get(preview::maplibre_js))

@@ -103,17 +103,21 @@ impl FromRef<AppState> for Tiles {
     }
 }
 
-/// What the glyph endpoints read: the fonts and the ranges made.
+/// What the glyph and sprite endpoints read: fonts and ranges made,
+/// sprite sets and sheets made.
 #[derive(Debug, Clone)]
 pub struct Fonts {
     /// Glyph ranges of the configured fonts.
     pub glyphs: Arc<tessera_carto::glyphs::Glyphs>,
+    /// The configured sprite sets.
+    pub sprites: Arc<tessera_carto::sprites::Sprites>,
 }
 
 impl FromRef<AppState> for Fonts {
     fn from_ref(state: &AppState) -> Fonts {
         Fonts {
             glyphs: state.service.glyphs.clone(),
+            sprites: state.service.sprites.clone(),
         }
     }
 }
@@ -128,6 +132,8 @@ pub struct Styles {
     pub config: Arc<Config>,
     /// Glyph ranges of the configured fonts.
     pub glyphs: Arc<tessera_carto::glyphs::Glyphs>,
+    /// The configured sprite sets.
+    pub sprites: Arc<tessera_carto::sprites::Sprites>,
 }
 
 impl FromRef<AppState> for Styles {
@@ -136,6 +142,7 @@ impl FromRef<AppState> for Styles {
             registry: state.service.registry.clone(),
             config: state.service.config.clone(),
             glyphs: state.service.glyphs.clone(),
+            sprites: state.service.sprites.clone(),
         }
     }
 }
