@@ -262,6 +262,8 @@ fn load_glyphs(config: &Config) -> Result<Glyphs, ConfigError> {
     for warning in warnings {
         tracing::warn!("fonts: {warning}");
     }
+    // Labels drawn on the server fall back across the same fonts.
+    tessera_carto::text::use_fonts(library.label_fonts());
     Ok(Glyphs::new(library, config.limits.glyph_ranges_kept))
 }
 

@@ -63,6 +63,8 @@ impl FontFace {
 #[derive(Debug, Clone, Default)]
 pub struct FontLibrary {
     faces: BTreeMap<String, FontFace>,
+    /// Names in the order the faces were added (the bundled first).
+    order: Vec<String>,
 }
 
 /// A file or folder given, and what to do with a file that is not a font.
@@ -192,6 +194,7 @@ impl FontLibrary {
                 ));
                 continue;
             }
+            self.order.push(name.clone());
             self.faces.insert(name, font);
         }
         Ok(warnings)
@@ -210,6 +213,17 @@ impl FontLibrary {
     /// Every face's name, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.faces.keys().map(String::as_str)
+    }
+
+    /// The faces labels fall back across after the bundled font, in the
+    /// order `fonts:` gave them (see [`crate::text::use_fonts`]).
+    pub fn label_fonts(&self) -> Vec<crate::text::LabelFont> {
+        self.order
+            .iter()
+            .skip(1)
+            .filter_map(|name| self.faces.get(name))
+            .filter_map(|f| crate::text::LabelFont::new(f.data.clone(), f.index))
+            .collect()
     }
 }
 
