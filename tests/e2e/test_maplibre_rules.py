@@ -4,17 +4,13 @@ tessera's glyphs), which MapLibre GL JS in headless Chromium draws as
 tessera draws its PNG (fills per pixel, labels as text), and the preview
 draws it, with a toggle to the server's pictures."""
 import json
-import math
-import urllib.parse
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, http_get, serving
 from imaging import decode
-from vectors import countries_and_places
-
-WORLD = 20037508.342789244
+from vectors import MapLibreView, countries_and_places, side_by_side
 
 
 @pytest.fixture(scope="module")
@@ -80,31 +76,15 @@ def test_maplibre_draws_the_rules_as_tessera_does_with_labels(server, browser):
     WebDriverWait(browser, 120).until(lambda d: d.execute_script("return document.body.dataset.idle === '1'"))
     theirs = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
     height, width = theirs.shape[1:]
-    res = 2 * WORLD / (512 * 2 ** zoom)
-    cx = lon * WORLD / 180
-    cy = math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) * WORLD / math.pi
-    bbox = [cx - width / 2 * res, cy - height / 2 * res, cx + width / 2 * res, cy + height / 2 * res]
-    q = urllib.parse.urlencode({"SERVICE": "WMS", "VERSION": "1.3.0", "REQUEST": "GetMap", "LAYERS": "ruled",
-                                "STYLES": "", "CRS": "EPSG:3857", "BBOX": ",".join(map(str, bbox)),
-                                "WIDTH": width, "HEIGHT": height, "FORMAT": "image/png", "TRANSPARENT": "FALSE",
-                                "BGCOLOR": "0xF2EFE9"})
-    status, _, body = http_get(server, f"/wms?{q}")
+    view = MapLibreView(lon, lat, zoom, width, height)
+    status, _, body = http_get(server, view.getmap("ruled", TRANSPARENT="FALSE", BGCOLOR="0xF2EFE9"))
     assert status == 200, body[:300]
     ours = decode(body)[:3].astype(int)
-    from PIL import Image
-    out = ROOT / "var" / "test-output"
-    out.mkdir(parents=True, exist_ok=True)
-    side = np.concatenate([ours, np.full((3, height, 10), 255), theirs], axis=2).astype(np.uint8)
-    Image.fromarray(np.moveaxis(side, 0, -1)).save(out / "maplibre-rules-vs-tessera.png")
-
-    def pixel(lon_, lat_):
-        x = (lon_ * WORLD / 180 - bbox[0]) / res
-        y = (bbox[3] - math.log(math.tan(math.pi / 4 + math.radians(lat_) / 2)) * WORLD / math.pi) / res
-        return int(y), int(x)
+    side_by_side(ours, theirs, "maplibre-rules-vs-tessera.png")
     # Fills: Europe, Turkey (Asia), the sea, in both pictures.
     for place, colour in [((2.5, 46.5), (0xe8, 0xc9, 0xa0)), ((35.0, 39.0), (0xe8, 0xe4, 0xd8)),
                           ((-15.0, 45.0), (0xf2, 0xef, 0xe9))]:
-        at = pixel(*place)
+        at = view.pixel(*place)
         for name, picture in (("tessera", ours), ("maplibre", theirs)):
             got = picture[:, at[0], at[1]]
             assert np.abs(got - np.array(colour)).max() <= 8, (name, place, got, colour)

@@ -5,17 +5,14 @@ in headless Chromium from tessera's vector tiles and the same document
 document has that tessera does not draw is listed once at start."""
 import base64
 import json
-import math
 import urllib.parse
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, http_get, serving
+from conftest import http_get, serving
 from imaging import decode
-from vectors import countries_and_places
-
-WORLD = 20037508.342789244
+from vectors import MapLibreView, countries_and_places, side_by_side
 
 STYLE = {
     "version": 8,
@@ -119,31 +116,16 @@ def test_maplibre_and_tessera_draw_the_same_map(server, browser):
     png = browser.execute_script("return tesseraMap.getCanvas().toDataURL('image/png');")
     theirs = decode(base64.b64decode(png.split(",", 1)[1]))[:3].astype(int)
     height, width = theirs.shape[1:]
-    # The same view in Web Mercator: MapLibre's zoom z is 512 * 2^z pixels around.
-    res = 2 * WORLD / (512 * 2 ** zoom)
-    cx = lon * WORLD / 180
-    cy = math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) * WORLD / math.pi
-    bbox = [cx - width / 2 * res, cy - height / 2 * res, cx + width / 2 * res, cy + height / 2 * res]
-    q = urllib.parse.urlencode({"SERVICE": "WMS", "VERSION": "1.3.0", "REQUEST": "GetMap", "LAYERS": "world",
-                                "STYLES": "", "CRS": "EPSG:3857", "BBOX": ",".join(map(str, bbox)),
-                                "WIDTH": width, "HEIGHT": height, "FORMAT": "image/png"})
-    status, _, body = http_get(server, f"/wms?{q}")
+    view = MapLibreView(lon, lat, zoom, width, height)
+    status, _, body = http_get(server, view.getmap("world"))
     assert status == 200, body[:300]
     ours = decode(body)[:3].astype(int)
-    from PIL import Image
-    out = ROOT / "var" / "test-output"
-    out.mkdir(parents=True, exist_ok=True)
-    side = np.concatenate([ours, np.full((3, height, 10), 255), theirs], axis=2).astype(np.uint8)
-    Image.fromarray(np.moveaxis(side, 0, -1)).save(out / "maplibre-vs-tessera.png")
+    picture = side_by_side(ours, theirs, "maplibre-vs-tessera.png")
     diff = np.abs(ours - theirs).max(axis=0)
     # Antialiasing aside (edges differ by a pixel), the pictures agree.
-    assert (diff > 48).mean() < 0.02, f"{(diff > 48).mean():.1%} of pixels differ; see {out / 'maplibre-vs-tessera.png'}"
+    assert (diff > 48).mean() < 0.02, f"{(diff > 48).mean():.1%} of pixels differ; see {picture}"
     assert np.median(diff) <= 4
 
-    def pixel(lon_, lat_):
-        x = (lon_ * WORLD / 180 - bbox[0]) / res
-        y = (bbox[3] - math.log(math.tan(math.pi / 4 + math.radians(lat_) / 2)) * WORLD / math.pi) / res
-        return int(y), int(x)
     water = np.array([0xd0, 0xe4, 0xf0])
     opacity = 0.6 + (zoom - 1) / 5 * 0.4   # Europe's fill-opacity at this zoom, over the water
 
@@ -151,7 +133,7 @@ def test_maplibre_and_tessera_draw_the_same_map(server, browser):
         return opacity * np.array(c) + (1 - opacity) * water
     for place, colour in [((2.5, 46.5), europe((0xc0, 0x39, 0x2b))), ((10.5, 51.0), europe((0x3a, 0x6e, 0xa5))),
                           ((35.0, 39.0), (0xe8, 0xe4, 0xd8)), ((-15.0, 45.0), water)]:
-        at = pixel(*place)
+        at = view.pixel(*place)
         for picture in (ours, theirs):
             got = picture[:, at[0], at[1]]
             assert np.abs(got - np.array(colour)).max() <= 6, (place, got, colour)

@@ -65,3 +65,46 @@ def pg_ctl(action):
     extra = ["-m", "immediate"] if action == "stop" else ["-l", f"{env('TESSERA_TEST_PG_DATA')}/server.log"]
     subprocess.run([*runner, f"{env('TESSERA_TEST_PG_BIN')}/pg_ctl", "-D", env("TESSERA_TEST_PG_DATA"), "-w",
                     *extra, action], check=True, capture_output=True, timeout=120)
+
+
+class MapLibreView:
+    """The Web Mercator window MapLibre GL JS shows centred on (`lon`,
+    `lat`) at `zoom` in a `width` x `height` canvas (its zoom z is 512 * 2^z
+    pixels around), to ask tessera for the same picture."""
+
+    def __init__(self, lon, lat, zoom, width, height):
+        import math
+        self.width, self.height = width, height
+        self.res = 2 * HALF / (512 * 2 ** zoom)
+        cx = lon * HALF / 180
+        cy = math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) * HALF / math.pi
+        self.bbox = [cx - width / 2 * self.res, cy - height / 2 * self.res,
+                     cx + width / 2 * self.res, cy + height / 2 * self.res]
+
+    def getmap(self, layers, **extra):
+        """The WMS GetMap path of the window."""
+        import urllib.parse
+        query = {"SERVICE": "WMS", "VERSION": "1.3.0", "REQUEST": "GetMap", "LAYERS": layers, "STYLES": "",
+                 "CRS": "EPSG:3857", "BBOX": ",".join(map(str, self.bbox)), "WIDTH": self.width,
+                 "HEIGHT": self.height, "FORMAT": "image/png", **extra}
+        return "/wms?" + urllib.parse.urlencode(query)
+
+    def pixel(self, lon, lat):
+        """The (row, column) of a place in the window."""
+        import math
+        x = (lon * HALF / 180 - self.bbox[0]) / self.res
+        y = (self.bbox[3] - math.log(math.tan(math.pi / 4 + math.radians(lat) / 2)) * HALF / math.pi) / self.res
+        return int(y), int(x)
+
+
+def side_by_side(ours, theirs, name):
+    """Two (3, rows, cols) pictures kept side by side in var/test-output;
+    the file's path."""
+    import numpy as np
+    from PIL import Image
+    out = ROOT / "var" / "test-output"
+    out.mkdir(parents=True, exist_ok=True)
+    height = ours.shape[1]
+    side = np.concatenate([ours, np.full((3, height, 10), 255), theirs], axis=2).astype(np.uint8)
+    Image.fromarray(np.moveaxis(side, 0, -1)).save(out / name)
+    return out / name

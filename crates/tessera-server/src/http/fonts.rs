@@ -3,11 +3,12 @@
 //! [`tessera_carto::glyphs::Glyphs`].
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use tessera_carto::glyphs::GlyphError;
 
 use super::error::ApiError;
+use super::reply::made_bytes;
 use super::state::Fonts;
 
 /// How long clients and caches may keep a range: fonts change only with
@@ -72,29 +73,10 @@ pub async fn range(
             }
             other => ApiError::internal(&other),
         })?;
-    let etag = format!("\"{:032x}\"", tessera_store::content_hash(&bytes));
-    let matches = headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|candidate| candidate.trim() == etag || candidate.trim() == "*");
-    let mut response = if matches {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        (
-            [(header::CONTENT_TYPE, "application/x-protobuf")],
-            bytes.to_vec(),
-        )
-            .into_response()
-    };
-    let out = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        out.insert(header::ETAG, v);
-    }
-    out.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(CACHE_CONTROL),
-    );
-    Ok(response)
+    Ok(made_bytes(
+        &bytes,
+        "application/x-protobuf",
+        CACHE_CONTROL,
+        &headers,
+    ))
 }

@@ -121,6 +121,45 @@ pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
     r
 }
 
+/// `bytes` made from the configuration (glyph ranges, sprite sheets) as a
+/// response of `content_type`: its content hash as the `ETag`, a 304 when
+/// `request` already holds it (`If-None-Match`), and `cache_control`.
+pub fn made_bytes(
+    bytes: &[u8],
+    content_type: &'static str,
+    cache_control: &'static str,
+    request: &HeaderMap,
+) -> Response {
+    let etag = header_value(format_args!(
+        "\"{:032x}\"",
+        tessera_store::content_hash(bytes)
+    ));
+    let held = etag.as_ref().is_some_and(|etag| {
+        request
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|candidate| {
+                candidate.trim() == "*" || candidate.trim().as_bytes() == etag.as_bytes()
+            })
+    });
+    let mut response = if held {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, content_type)], bytes.to_vec()).into_response()
+    };
+    let out = response.headers_mut();
+    if let Some(etag) = etag {
+        out.insert(header::ETAG, etag);
+    }
+    out.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
+    response
+}
+
 /// A header value written without a `String` on the way (the value is
 /// copied once, into the header); `None` when it is longer than 64 bytes or
 /// not a valid header value.

@@ -3,11 +3,12 @@
 //! ([`tessera_carto::sprites`]).
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use tessera_carto::sprites::{SpriteError, Variant};
 
 use super::error::ApiError;
+use super::reply::made_bytes;
 use super::state::Fonts;
 
 /// The manual's page on sprites.
@@ -63,25 +64,5 @@ pub async fn sprite(
     } else {
         (sheet.index, "application/json")
     };
-    let etag = format!("\"{:032x}\"", tessera_store::content_hash(&bytes));
-    let matches = headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|candidate| candidate.trim() == etag || candidate.trim() == "*");
-    let mut response = if matches {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, content_type)], bytes.to_vec()).into_response()
-    };
-    let out = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        out.insert(header::ETAG, v);
-    }
-    out.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(CACHE_CONTROL),
-    );
-    Ok(response)
+    Ok(made_bytes(&bytes, content_type, CACHE_CONTROL, &headers))
 }
