@@ -26,11 +26,14 @@ DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
 
 @pytest.fixture(scope="module")
 def proto(tmp_path_factory):
-    """The reference schema compiled by protoc (grpcio-tools) and imported."""
-    from grpc_tools import protoc
+    """The reference schema compiled by protoc (grpcio-tools, in a process
+    of its own: its C++ library and QGIS's protobuf must not share one) and
+    imported."""
     out = tmp_path_factory.mktemp("proto")
     fixtures = ROOT / "tests" / "e2e" / "fixtures"
-    assert protoc.main(["protoc", f"-I{fixtures}", f"--python_out={out}", str(fixtures / "glyphs.proto")]) == 0
+    run = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{fixtures}", f"--python_out={out}",
+                          str(fixtures / "glyphs.proto")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
     sys.path.insert(0, str(out))
     try:
         return importlib.import_module("glyphs_pb2")
@@ -272,8 +275,9 @@ map.on('idle', () => {{ window.idle = true; }});
         ink = pixels.max(axis=0) < 100
         h, w = ink.shape
         from PIL import Image
-        Image.fromarray(np.moveaxis(pixels.astype(np.uint8), 0, -1)).save(
-            ROOT / "var" / "test-output" / f"glyphs-{font.replace(' ', '-')}.png")
+        out = ROOT / "var" / "test-output"
+        out.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.moveaxis(pixels.astype(np.uint8), 0, -1)).save(out / f"glyphs-{font.replace(' ', '-')}.png")
         assert ink[:, : w // 6].sum() == 0 and ink[:, -w // 6:].sum() == 0, "the label is in the middle"
         dark[font] = int(ink.sum())
         assert dark[font] > 500, (font, dark)

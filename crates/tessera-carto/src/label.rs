@@ -51,7 +51,21 @@ pub struct Label {
     /// cc`).
     #[serde(default)]
     pub offset: [f32; 2],
+    /// The widest line of a point's or a polygon's label, in ems (as
+    /// MapLibre's `text-max-width`): longer text is broken where Unicode
+    /// allows a line break (between words; a word longer than this stays
+    /// whole), the lines centred, 1.2 ems apart (default: one line).
+    #[serde(default)]
+    pub max_width: Option<f32>,
 }
+
+/// The most characters a label shows: a longer text is cut, ending with
+/// `…` (a label is a name, not a document; a text of megabytes must not
+/// cost seconds to lay out).
+pub const MOST_LABEL_CHARS: usize = 256;
+
+/// Line height of a label broken into lines, in ems.
+const LINE_HEIGHT: f32 = 1.2;
 
 /// A label's priority.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -179,7 +193,11 @@ impl Label {
                 },
             }
         }
-        let out = out.trim().to_string();
+        let out = out.trim();
+        let out = match out.char_indices().nth(MOST_LABEL_CHARS) {
+            Some((cut, _)) => format!("{}…", &out[..cut]),
+            None => out.to_string(),
+        };
         (any && !out.is_empty()).then_some(out)
     }
 }
@@ -317,8 +335,8 @@ pub struct Placed {
 
 /// How a label is drawn once placed.
 enum Drawing {
-    /// The whole line at a transform.
-    Straight(Transform),
+    /// Each whole line at its transform.
+    Straight(Vec<Transform>),
     /// A glyph at a time, each at its own transform.
     Glyphs(Vec<Transform>),
 }
@@ -348,8 +366,11 @@ pub fn place_and_draw(
     let mut taken: Vec<Box2> = Vec::new();
     let mut placed = Vec::new();
     for c in candidates {
-        let line = Line::new(&c.text, c.style.size);
-        if line.width <= 0.0 {
+        let lines = match (&c.anchor, c.style.max_width) {
+            (Anchor::Point(..), Some(ems)) => broken(&c.text, c.style.size, ems * c.style.size),
+            _ => vec![Line::new(&c.text, c.style.size)],
+        };
+        if lines.iter().all(|l| l.width <= 0.0) {
             continue;
         }
         let halo = c.style.halo.as_ref().map_or(0.0, |h| h.width);
@@ -357,7 +378,7 @@ pub fn place_and_draw(
             Anchor::Point(x, y) => Anchor::Point(x + c.style.offset[0], y + c.style.offset[1]),
             line @ Anchor::Line(_) => line,
         };
-        let Some((boxes, drawing)) = layout(&line, &anchor, halo) else {
+        let Some((boxes, drawing)) = layout(&lines, &anchor, halo) else {
             continue;
         };
         let fits = boxes.iter().all(|b| {
@@ -371,7 +392,7 @@ pub fn place_and_draw(
         if !fits || padded.iter().any(|b| taken.iter().any(|t| overlaps(b, t))) {
             continue;
         }
-        draw(pixmap, &line, &drawing, &c.style);
+        draw(pixmap, &lines, &drawing, &c.style);
         taken.extend(padded);
         placed.push(Placed {
             text: c.text,
@@ -381,29 +402,63 @@ pub fn place_and_draw(
     placed
 }
 
-/// The boxes a label takes at `anchor` and how it is drawn there; `None`
-/// where it does not fit (a line shorter than the text, or bending too
-/// much under it).
-fn layout(line: &Line, anchor: &Anchor, halo: f32) -> Option<(Vec<Box2>, Drawing)> {
-    let (up, down) = (line.ascent + halo, line.descent + halo);
+/// The boxes a label of `lines` takes at `anchor` and how it is drawn
+/// there; `None` where it does not fit (a line shorter than the text, or
+/// bending too much under it). Along a line, a label is one line.
+fn layout(lines: &[Line], anchor: &Anchor, halo: f32) -> Option<(Vec<Box2>, Drawing)> {
+    let first = lines.first()?;
     match anchor {
         Anchor::Point(x, y) => {
-            // Centred: the middle of the capitals on the point.
-            let left = x - line.width / 2.0;
-            let baseline = y + line.ascent / 2.0;
+            // Centred: the middle of the block of lines on the point, each
+            // line centred; one line has its capitals' middle there.
+            let step = first.size() * LINE_HEIGHT;
+            let height = first.ascent + step * (lines.len() - 1) as f32;
+            let top_baseline = y - height / 2.0 + first.ascent;
+            let widest = lines.iter().map(|l| l.width).fold(0.0, f32::max);
             let b = [
-                left - halo,
-                baseline - up,
-                left + line.width + halo,
-                baseline + down,
+                x - widest / 2.0 - halo,
+                top_baseline - first.ascent - halo,
+                x + widest / 2.0 + halo,
+                top_baseline + step * (lines.len() - 1) as f32 + first.descent + halo,
             ];
-            Some((
-                vec![b],
-                Drawing::Straight(Transform::from_translate(left, baseline)),
-            ))
+            let transforms = lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    Transform::from_translate(x - l.width / 2.0, top_baseline + step * i as f32)
+                })
+                .collect();
+            Some((vec![b], Drawing::Straight(transforms)))
         }
-        Anchor::Line(points) => along(line, points, up, down),
+        Anchor::Line(points) => along(first, points, first.ascent + halo, first.descent + halo),
     }
+}
+
+/// `text` at `size` in lines at most `widest` pixels wide, broken where
+/// Unicode allows (a mandatory break always), greedily.
+fn broken(text: &str, size: f32, widest: f32) -> Vec<Line> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut last_fit: Option<usize> = None;
+    for (at, opportunity) in unicode_linebreak::linebreaks(text) {
+        let candidate = text[start..at].trim_end();
+        let fits = Line::new(candidate, size).width <= widest;
+        if !fits && let Some(end) = last_fit {
+            lines.push(Line::new(text[start..end].trim_end(), size));
+            start = end;
+        }
+        last_fit = Some(at);
+        if opportunity == unicode_linebreak::BreakOpportunity::Mandatory && at < text.len() {
+            lines.push(Line::new(text[start..at].trim_end(), size));
+            start = at;
+            last_fit = None;
+        }
+    }
+    if start < text.len() {
+        lines.push(Line::new(text[start..].trim_end(), size));
+    }
+    lines.retain(|l| l.width > 0.0);
+    lines
 }
 
 /// Glyph by glyph along the middle of `points`, reading left to right.
@@ -486,13 +541,17 @@ fn at_distance(pts: &[(f32, f32)], lengths: &[f32], distance: f32) -> Option<(f3
 }
 
 /// Draws a placed label: its halo, then its glyphs.
-fn draw(pixmap: &mut Pixmap, line: &Line, drawing: &Drawing, style: &Label) {
+fn draw(pixmap: &mut Pixmap, lines: &[Line], drawing: &Drawing, style: &Label) {
     let paths: Vec<tiny_skia::Path> = match drawing {
-        Drawing::Straight(t) => line.path(*t).into_iter().collect(),
+        Drawing::Straight(ts) => lines
+            .iter()
+            .zip(ts)
+            .filter_map(|(line, t)| line.path(*t))
+            .collect(),
         Drawing::Glyphs(ts) => ts
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| line.glyph_path(i, *t))
+            .filter_map(|(i, t)| lines[0].glyph_path(i, *t))
             .collect(),
     };
     if let Some(h) = &style.halo {
@@ -626,7 +685,58 @@ mod tests {
         assert_eq!(placed[0].boxes.len(), "River long".chars().count());
         // Right to left lines read left to right too.
         let backwards = Anchor::Line(vec![(190.0, 80.0), (10.0, 80.0)]);
-        let (boxes, _) = layout(&Line::new("ab", 12.0), &backwards, 0.0).unwrap();
+        let (boxes, _) = layout(&[Line::new("ab", 12.0)], &backwards, 0.0).unwrap();
         assert!(boxes[0][0] < boxes[1][0]);
+    }
+
+    #[test]
+    fn a_long_point_label_breaks_into_centred_lines_within_its_width() {
+        let lines = broken("Cité Internationale Universitaire de Paris", 12.0, 100.0);
+        assert!(lines.len() >= 3, "{}", lines.len());
+        assert!(
+            lines.iter().all(|l| l.width <= 100.0),
+            "each line within the width"
+        );
+        // A word longer than the width stays whole, on its own line.
+        let lines = broken("Llanfairpwllgwyngyll station", 12.0, 40.0);
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].width > 40.0);
+        let style = label(r#"{"text": "{n}", "size": 12, "max_width": 8.5}"#);
+        let mut pixmap = Pixmap::new(300, 200).unwrap();
+        let placed = place_and_draw(
+            &mut pixmap,
+            vec![Candidate {
+                style: std::borrow::Cow::Borrowed(&style),
+                text: "Cité Internationale Universitaire de Paris".into(),
+                priority: 0.0,
+                anchor: Anchor::Point(150.0, 100.0),
+            }],
+            0.0,
+        );
+        let b = placed[0].boxes[0];
+        assert!(
+            b[3] - b[1] > 2.0 * 12.0 * LINE_HEIGHT,
+            "three lines or more: {b:?}"
+        );
+        assert!(
+            b[2] - b[0] <= 8.5 * 12.0 + 1.0,
+            "no wider than 8.5 ems: {b:?}"
+        );
+        // Centred across; down, the block from the first line's capitals to
+        // the last baseline is centred, the descenders hang below it.
+        let descent = Line::new("p", 12.0).descent;
+        assert!(
+            (b[0] + b[2] - 300.0).abs() < 1.0 && (b[1] + b[3] - descent - 200.0).abs() < 1.0,
+            "centred: {b:?}"
+        );
+    }
+
+    #[test]
+    fn a_label_text_is_cut_past_its_most_characters() {
+        let style = label(r#"{"text": "{n}"}"#);
+        let huge = Attribute::Text("x".repeat(10 << 20));
+        let text = style.text_of(|_| Some(&huge)).unwrap();
+        assert_eq!(text.chars().count(), MOST_LABEL_CHARS + 1);
+        assert!(text.ends_with('…'));
     }
 }

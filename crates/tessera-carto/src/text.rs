@@ -136,6 +136,11 @@ impl Line {
         }
     }
 
+    /// Its size in pixels per em.
+    pub fn size(&self) -> f32 {
+        self.size
+    }
+
     /// Its glyphs: the offset of each along the baseline and its advance.
     pub fn advances(&self) -> impl Iterator<Item = (f32, f32)> + '_ {
         self.glyphs.iter().map(|g| (g.x, g.advance))

@@ -154,6 +154,11 @@ fn text_layout(label: &Label, font: &str, placement: &str) -> Json {
         "text-padding": f64::from(label.padding),
         "symbol-placement": placement,
     });
+    // MapLibre wraps point labels at 10 ems unless told; tessera draws one
+    // line unless `max_width` says.
+    if placement == "point" {
+        layout["text-max-width"] = json!(label.max_width.map_or(1000.0, f64::from));
+    }
     if label.offset != [0.0, 0.0] {
         layout["text-offset"] = json!([
             f64::from(label.offset[0]) / size,

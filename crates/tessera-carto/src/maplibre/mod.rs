@@ -80,6 +80,7 @@ const SUPPORTED: &[(&str, &[&str])] = &[
             "text-halo-width",
             "text-offset",
             "text-padding",
+            "text-max-width",
             "symbol-placement",
             "symbol-sort-key",
             "text-font",

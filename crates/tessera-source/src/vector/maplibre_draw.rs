@@ -296,6 +296,10 @@ fn symbol<'a>(
         min_zoom: None,
         padding: float(layer.number("text-padding", ctx, 2.0).clamp(0.0, 64.0)),
         offset,
+        // MapLibre breaks point labels wider than 10 ems by default.
+        max_width: Some(float(
+            layer.number("text-max-width", ctx, 10.0).clamp(1.0, 1000.0),
+        )),
     };
     let along = layer
         .layout("symbol-placement", ctx)
