@@ -121,6 +121,14 @@ impl Glyphs {
             .collect()
     }
 
+    /// The range `range` (`0-255`) of `fontstack` when it was made before
+    /// (`None`: not yet); never blocks on making one.
+    pub fn kept(&self, fontstack: &str, range: &str) -> Result<Option<Arc<[u8]>>, GlyphError> {
+        let start = parse_range(range)?;
+        let faces = self.stack(fontstack)?;
+        Ok(self.lock().get(&(canonical(&faces), start)).cloned())
+    }
+
     /// The range `range` (`0-255`) of `fontstack`, encoded: made now, or
     /// kept from before. Blocking when made (a few milliseconds of CPU).
     pub fn range(&self, fontstack: &str, range: &str) -> Result<Arc<[u8]>, GlyphError> {
@@ -218,7 +226,9 @@ mod tests {
     #[test]
     fn a_range_of_the_bundled_font_has_its_latin_glyphs() {
         let glyphs = Glyphs::new(FontLibrary::bundled(), 16);
+        assert!(glyphs.kept(BUNDLED, "0-255").unwrap().is_none(), "not made yet");
         let bytes = glyphs.range(BUNDLED, "0-255").unwrap();
+        assert!(Arc::ptr_eq(&bytes, &glyphs.kept(BUNDLED, "0-255").unwrap().unwrap()));
         let decoded = pbf::decode(&bytes).unwrap();
         assert_eq!(decoded.name, BUNDLED);
         assert_eq!(decoded.range, "0-255");

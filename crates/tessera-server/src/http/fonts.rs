@@ -59,22 +59,30 @@ pub async fn range(
         )
         .documented(DOCS)
     })?;
-    let glyphs = state.glyphs.clone();
-    let range = range.to_string();
-    let bytes = tokio::task::spawn_blocking(move || glyphs.range(&fontstack, &range))
-        .await
-        .map_err(|e| ApiError::internal(&e))?
-        .map_err(|e| match e {
-            GlyphError::UnknownFont { .. } => {
-                ApiError::not_found("NotFound", e.to_string()).documented(DOCS)
-            }
-            GlyphError::BadRequest(_) => {
-                ApiError::bad_request("InvalidParameterValue", e.to_string()).documented(DOCS)
-            }
-            other => ApiError::internal(&other),
-        })?;
+    let refused = |e: GlyphError| match e {
+        GlyphError::UnknownFont { .. } => {
+            ApiError::not_found("NotFound", e.to_string()).documented(DOCS)
+        }
+        GlyphError::BadRequest(_) => {
+            ApiError::bad_request("InvalidParameterValue", e.to_string()).documented(DOCS)
+        }
+        other => ApiError::internal(&other),
+    };
+    // A range made before is answered here; one to make, on a blocking
+    // thread.
+    let bytes = match state.glyphs.kept(&fontstack, range).map_err(refused)? {
+        Some(kept) => kept,
+        None => {
+            let glyphs = state.glyphs.clone();
+            let range = range.to_string();
+            tokio::task::spawn_blocking(move || glyphs.range(&fontstack, &range))
+                .await
+                .map_err(|e| ApiError::internal(&e))?
+                .map_err(refused)?
+        }
+    };
     Ok(made_bytes(
-        &bytes,
+        bytes::Bytes::from_owner(bytes),
         "application/x-protobuf",
         CACHE_CONTROL,
         &headers,

@@ -125,14 +125,14 @@ pub fn image_response(format: TileFormat, bytes: Bytes) -> Response {
 /// response of `content_type`: its content hash as the `ETag`, a 304 when
 /// `request` already holds it (`If-None-Match`), and `cache_control`.
 pub fn made_bytes(
-    bytes: &[u8],
+    bytes: Bytes,
     content_type: &'static str,
     cache_control: &'static str,
     request: &HeaderMap,
 ) -> Response {
     let etag = header_value(format_args!(
         "\"{:032x}\"",
-        tessera_store::content_hash(bytes)
+        tessera_store::content_hash(&bytes)
     ));
     let held = etag.as_ref().is_some_and(|etag| {
         request
@@ -147,7 +147,7 @@ pub fn made_bytes(
     let mut response = if held {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        ([(header::CONTENT_TYPE, content_type)], bytes.to_vec()).into_response()
+        ([(header::CONTENT_TYPE, content_type)], bytes).into_response()
     };
     let out = response.headers_mut();
     if let Some(etag) = etag {

@@ -64,5 +64,10 @@ pub async fn sprite(
     } else {
         (sheet.index, "application/json")
     };
-    Ok(made_bytes(&bytes, content_type, CACHE_CONTROL, &headers))
+    Ok(made_bytes(
+        bytes::Bytes::from_owner(bytes),
+        content_type,
+        CACHE_CONTROL,
+        &headers,
+    ))
 }
