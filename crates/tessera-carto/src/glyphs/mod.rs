@@ -226,9 +226,15 @@ mod tests {
     #[test]
     fn a_range_of_the_bundled_font_has_its_latin_glyphs() {
         let glyphs = Glyphs::new(FontLibrary::bundled(), 16);
-        assert!(glyphs.kept(BUNDLED, "0-255").unwrap().is_none(), "not made yet");
+        assert!(
+            glyphs.kept(BUNDLED, "0-255").unwrap().is_none(),
+            "not made yet"
+        );
         let bytes = glyphs.range(BUNDLED, "0-255").unwrap();
-        assert!(Arc::ptr_eq(&bytes, &glyphs.kept(BUNDLED, "0-255").unwrap().unwrap()));
+        assert!(Arc::ptr_eq(
+            &bytes,
+            &glyphs.kept(BUNDLED, "0-255").unwrap().unwrap()
+        ));
         let decoded = pbf::decode(&bytes).unwrap();
         assert_eq!(decoded.name, BUNDLED);
         assert_eq!(decoded.range, "0-255");
