@@ -114,9 +114,9 @@ def test_the_sheet_and_index_at_1x_and_2x(server):
     assert tuple(sheet[:, y + 8, x + 8]) == (0xcc, 0, 0, 255), "the square's middle is red"
     # Icons whose images were left out are drawn without them: transparent.
     for name in ("local-file", "remote"):
-        if name in index:
-            e = index[name]
-            assert sheet[3, e["y"]:e["y"] + e["height"], e["x"]:e["x"] + e["width"]].max() == 0, name
+        assert name in index, f"{name}: an icon whose outside references are dropped is still an icon"
+        e = index[name]
+        assert sheet[3, e["y"]:e["y"] + e["height"], e["x"]:e["x"] + e["width"]].max() == 0, name
     _, _, body2 = get(server, "/sprites/icons@2x.json")
     square2 = json.loads(body2)["square"]
     assert (square2["width"], square2["pixelRatio"]) == (32, 2)
