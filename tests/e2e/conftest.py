@@ -4,11 +4,13 @@ The binary comes from TESSERA_BIN (set by scripts/test). A missing binary or
 tool is a failure, never a skip.
 """
 import contextlib
+import http.server
 import os
 import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -265,6 +267,22 @@ def s3_bucket(s3, name):
     if name not in [b["Name"] for b in c.list_buckets()["Buckets"]]:
         c.create_bucket(Bucket=name)
     return c
+
+
+class QuietPages(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def page_server(tmp_path):
+    """A static web server of `tmp_path` on a free loopback port (a page
+    on another origin than tessera's): its URL and the folder."""
+    handler = lambda *a, **k: QuietPages(*a, directory=str(tmp_path), **k)  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path
+    httpd.shutdown()
 
 
 @pytest.fixture

@@ -4,13 +4,11 @@ field compared with the one TinySDF (MapLibre's own SDF generator) draws in
 headless Chromium from the same font file, fontstacks falling back font by
 font, caching headers, clear refusals, hostile font files named at start,
 and MapLibre GL JS drawing text with them."""
-import http.server
 import importlib
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -144,21 +142,6 @@ def test_hostile_font_files_named_in_the_config_stop_the_start(tmp_path, tmp_pat
         out = subprocess.run([os.environ["TESSERA_BIN"], "check", str(cfg)], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 1 and path.name in out.stderr and says in out.stderr, out.stderr
-
-
-class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def page_server(tmp_path):
-    """A static web server of `tmp_path` on a free loopback port."""
-    handler = lambda *a, **k: Quiet(*a, directory=str(tmp_path), **k)  # noqa: E731
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path
-    httpd.shutdown()
 
 
 SAMPLE = "AQagjy@&%8ßÉøλЖ"

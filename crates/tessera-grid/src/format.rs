@@ -45,18 +45,29 @@ pub enum TileFormat {
     /// that accept it; a tile with no features is [`EMPTY_MVT`] in stores
     /// and 204 No Content on the wire.
     Mvt,
+    /// MapLibre Tile (`application/vnd.maplibre-tile`): the same features
+    /// as [`TileFormat::Mvt`] in MapLibre's column-oriented encoding, made
+    /// from the layer's MVT. URLs and stores use `.mlt`. Kept and sent
+    /// gzip-compressed as MVT is; a tile with no features is
+    /// [`EMPTY_MVT`] in stores (the gzip compression of nothing is an MLT
+    /// tile without layers too) and 204 No Content on the wire.
+    Mlt,
 }
 
 impl TileFormat {
     /// All formats: the image formats, then vector tiles.
-    pub const ALL: [TileFormat; 6] = [
+    pub const ALL: [TileFormat; 7] = [
         TileFormat::Png,
         TileFormat::Png8,
         TileFormat::Jpeg,
         TileFormat::Webp,
         TileFormat::Mixed,
         TileFormat::Mvt,
+        TileFormat::Mlt,
     ];
+
+    /// The vector tile formats: Mapbox Vector Tiles, then MapLibre Tiles.
+    pub const VECTORS: [TileFormat; 2] = [TileFormat::Mvt, TileFormat::Mlt];
 
     /// The image formats, in the order capabilities documents list them
     /// (what a WMS GetMap can answer in).
@@ -70,7 +81,7 @@ impl TileFormat {
 
     /// Whether the format holds features rather than pixels.
     pub fn is_vector(self) -> bool {
-        self == TileFormat::Mvt
+        matches!(self, TileFormat::Mvt | TileFormat::Mlt)
     }
 
     /// Media type of the bytes (`image/png`, ...): the `Content-Type` of a
@@ -83,6 +94,7 @@ impl TileFormat {
             TileFormat::Jpeg => "image/jpeg",
             TileFormat::Webp => "image/webp",
             TileFormat::Mvt => "application/vnd.mapbox-vector-tile",
+            TileFormat::Mlt => "application/vnd.maplibre-tile",
         }
     }
 
@@ -116,12 +128,13 @@ impl TileFormat {
             TileFormat::Jpeg => "jpg",
             TileFormat::Webp => "webp",
             TileFormat::Mvt => "mvt",
+            TileFormat::Mlt => "mlt",
         }
     }
 
     /// The name archive formats use for the bytes (MBTiles and PMTiles
     /// `format` metadata): `png` for both PNG flavours, `jpg`, `webp`,
-    /// `pbf` for vector tiles.
+    /// `pbf` for Mapbox Vector Tiles, `mlt` for MapLibre Tiles.
     pub fn archive_name(self) -> &'static str {
         match self {
             TileFormat::Png8 | TileFormat::Mixed => TileFormat::Png.extension(),
@@ -130,8 +143,8 @@ impl TileFormat {
         }
     }
 
-    /// Parses a URL extension (`png`, `jpg`, `jpeg`, `webp`, `mvt`, `pbf`),
-    /// case-insensitively.
+    /// Parses a URL extension (`png`, `jpg`, `jpeg`, `webp`, `mvt`, `pbf`,
+    /// `mlt`), case-insensitively.
     pub fn from_extension(ext: &str) -> Option<TileFormat> {
         match ext.to_ascii_lowercase().as_str() {
             "png" => Some(TileFormat::Png),
@@ -140,6 +153,7 @@ impl TileFormat {
             "jpg" | "jpeg" => Some(TileFormat::Jpeg),
             "webp" => Some(TileFormat::Webp),
             "mvt" | "pbf" => Some(TileFormat::Mvt),
+            "mlt" => Some(TileFormat::Mlt),
             _ => None,
         }
     }
@@ -161,6 +175,7 @@ impl TileFormat {
             "application/vnd.mapbox-vector-tile" | "application/x-protobuf" | "mvt" | "pbf" => {
                 Some(TileFormat::Mvt)
             }
+            "application/vnd.maplibre-tile" | "mlt" => Some(TileFormat::Mlt),
             _ => None,
         }
     }

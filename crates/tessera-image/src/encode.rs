@@ -89,7 +89,7 @@ pub fn encode(
         TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
-        TileFormat::Mvt => Err(EncodeError::NotAnImage(format)),
+        TileFormat::Mvt | TileFormat::Mlt => Err(EncodeError::NotAnImage(format)),
     }
 }
 

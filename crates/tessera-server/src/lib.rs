@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod locks;
 pub mod metatile;
 pub mod metrics;
+pub mod mlt;
 pub mod model;
 pub mod plan;
 pub mod quick;

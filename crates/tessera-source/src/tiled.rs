@@ -546,7 +546,7 @@ fn same_size(
     (width, height): (u32, u32),
 ) -> Result<(), crate::complete::Incomplete> {
     let image = match format {
-        TileFormat::Mvt => return Ok(()),
+        TileFormat::Mvt | TileFormat::Mlt => return Ok(()),
         TileFormat::Mixed | TileFormat::Png8 => TileFormat::sniff(bytes).unwrap_or(TileFormat::Png),
         other => other,
     };

@@ -23,13 +23,14 @@ pub fn tile_type(format: TileFormat) -> TileType {
         TileFormat::Png | TileFormat::Png8 => TileType::Png,
         TileFormat::Mixed => TileType::Unknown,
         TileFormat::Mvt => TileType::Mvt,
+        TileFormat::Mlt => TileType::Mlt,
     }
 }
 
-/// How tiles of `tile_type` are held: vector tiles gzip-packed (as tessera
-/// keeps them), images as they are.
+/// How tiles of `tile_type` are held: vector tiles (MVT and MLT)
+/// gzip-packed (as tessera keeps them), images as they are.
 pub fn tile_compression(tile_type: TileType) -> Compression {
-    if tile_type == TileType::Mvt {
+    if matches!(tile_type, TileType::Mvt | TileType::Mlt) {
         Compression::Gzip
     } else {
         Compression::None

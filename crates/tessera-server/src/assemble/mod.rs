@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_grid::mercator;
-use tessera_grid::{BBox, TileFormat, TileMatrixSet};
+use tessera_grid::{BBox, TileMatrixSet};
 use tessera_image::{ColorRamp, build_style};
 use tessera_source::{Crs, Source, open_source};
 
@@ -303,9 +303,9 @@ fn plain_layer(
         let grid = grids
             .get(g)
             .ok_or_else(|| in_layer(&format!("unknown grid {g:?} (define it under `grids:`)")))?;
-        if lc.formats.contains(&TileFormat::Mvt) && grid.tms.tile_width != grid.tms.tile_height {
+        if lc.formats.iter().any(|f| f.is_vector()) && grid.tms.tile_width != grid.tms.tile_height {
             return Err(in_layer(&format!(
-                "vector tiles (format mvt) need square tiles; grid {g:?} has {}x{}",
+                "vector tiles (formats mvt, mlt) need square tiles; grid {g:?} has {}x{}",
                 grid.tms.tile_width, grid.tms.tile_height
             )));
         }

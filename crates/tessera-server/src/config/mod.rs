@@ -761,7 +761,8 @@ pub struct LayerConfig {
     #[serde(default = "default_max_zoom")]
     pub max_zoom: u8,
     /// Tile formats offered (default png, jpeg, webp; png8 on request);
-    /// the first is the default.
+    /// the first is the default. Vector layers offer `mvt`, and `mlt`
+    /// (MapLibre Tiles, made from the mvt tiles) with it.
     #[serde(default = "default_formats")]
     pub formats: Vec<TileFormat>,
     /// Extra CRSs to advertise in WMS capabilities (any EPSG code GDAL knows
@@ -1016,14 +1017,21 @@ impl Config {
                     layer.name
                 ));
             }
-            if layer.formats.contains(&TileFormat::Mvt)
+            if let Some(vector) = layer.formats.iter().find(|f| f.is_vector())
                 && !matches!(
                     layer.source,
                     SourceSpec::Vector(_) | SourceSpec::PostgisAuto(_) | SourceSpec::Archive(..)
                 )
             {
                 return invalid(format!(
-                    "layer {:?}: format mvt (vector tiles) needs a vector source (type: vector) or a vector tile archive (pmtiles, mbtiles)",
+                    "layer {:?}: format {vector} (vector tiles) needs a vector source (type: vector) or a vector tile archive (pmtiles, mbtiles)",
+                    layer.name
+                ));
+            }
+            if layer.formats.contains(&TileFormat::Mlt) && !layer.formats.contains(&TileFormat::Mvt)
+            {
+                return invalid(format!(
+                    "layer {:?}: format mlt is made from the layer's mvt tiles: list mvt too (formats: [mvt, mlt])",
                     layer.name
                 ));
             }

@@ -28,7 +28,9 @@ const DOCS: &str = "styles#style-documents";
 /// own for fonts tessera does not have; a document that has no glyphs and
 /// whose fonts tessera cannot serve loses its symbol layers (MapLibre
 /// cannot draw their text). A `sprite` that names a sprite set of
-/// `sprites:` is made its URL here.
+/// `sprites:` is made its URL here. `?format=mlt` points the source at
+/// the layer's MapLibre Tiles instead (`encoding: "mlt"`, MapLibre GL JS
+/// 5 and later), when the layer offers them.
 pub async fn style(
     State(state): State<Styles>,
     caller: Caller,
@@ -44,11 +46,32 @@ pub async fn style(
             ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
         })?;
     caller.may(&layer.name, Grant::Tiles)?;
+    let params = super::tiles::address::query_params(query.as_deref());
     // `?style=`: one of the layer's named styles.
-    let asked = super::tiles::address::query_params(query.as_deref())
-        .into_iter()
+    let asked = params
+        .iter()
         .find(|(k, _)| k == "style")
-        .map(|(_, v)| v);
+        .map(|(_, v)| v.clone());
+    // `?format=`: the tiles' encoding, mvt unless mlt is asked.
+    let tiles_format = match params.iter().find(|(k, _)| k == "format") {
+        None => TileFormat::Mvt,
+        Some((_, f)) => TileFormat::from_extension(f)
+            .filter(|f| f.is_vector() && layer.formats.contains(f))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!(
+                        "format {f:?} is not offered for this layer's vector tiles (mvt{})",
+                        if layer.formats.contains(&TileFormat::Mlt) {
+                            ", mlt"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+                .documented(DOCS)
+            })?,
+    };
     let layer = layer
         .styled(asked.as_deref())
         .map_err(|e| ApiError::not_found("StyleNotDefined", e.to_string()))?;
@@ -130,17 +153,21 @@ pub async fn style(
         .registry
         .grid(WEB_MERCATOR_QUAD)
         .map_or(layer.max_zoom, |g| layer.max_zoom_in(g));
-    let tiles = json!({
+    let mut tiles = json!({
         "type": "vector",
         "tiles": [format!(
-            "{}/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.mvt{query}",
+            "{}/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.{}{query}",
             base,
-            layer.name
+            layer.name,
+            tiles_format.extension()
         )],
         "minzoom": layer.min_zoom,
         "maxzoom": max_zoom,
         "bounds": [b.min_x.max(-180.0), b.min_y.max(-85.0511), b.max_x.min(180.0), b.max_y.min(85.0511)],
     });
+    if tiles_format == TileFormat::Mlt {
+        tiles["encoding"] = json!("mlt");
+    }
     if let Some(sources) = doc.get_mut("sources").and_then(Value::as_object_mut) {
         sources.insert(source, tiles);
     }

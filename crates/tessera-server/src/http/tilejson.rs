@@ -180,6 +180,10 @@ pub async fn tilejson(
     }
     if format.is_vector() {
         doc["format"] = Value::String(format.archive_name().into());
+        // How MapLibre reads the tiles (its vector source's `encoding`).
+        if format == TileFormat::Mlt {
+            doc["encoding"] = Value::String("mlt".into());
+        }
         doc["vector_layers"] = layer.vector_layers(layer.min_zoom, max_zoom);
     }
     Ok(Json(doc))

@@ -5,6 +5,7 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use tessera_grid::TileFormat;
 use tessera_store::{Durability, TileKey, TileStore};
 
 use super::types::miss;
@@ -95,11 +96,35 @@ async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile,
     Ok(miss(bytes))
 }
 
-/// A vector tile made by the layer's source (on a blocking thread).
+/// A vector tile made by the layer's source (on a blocking thread); a
+/// MapLibre Tile is made from the source's MVT of the same tile (see
+/// [`crate::mlt`]), on a blocking thread too.
 pub(super) async fn vector_tile(
     tile_cache: &TileCache,
     req: &TileRequest,
 ) -> Result<Bytes, TileError> {
+    if req.format == TileFormat::Mlt {
+        let mvt = TileRequest {
+            format: TileFormat::Mvt,
+            ..req.clone()
+        };
+        let bytes = made_vector_tile(tile_cache, &mvt).await?;
+        let layer = req.layer.name.clone();
+        return run_blocking(move || crate::mlt::from_mvt(&bytes))
+            .await?
+            .map_err(|e| {
+                TileError::Render(RenderError::Source(tessera_source::SourceError::Read {
+                    path: layer,
+                    source: Box::new(e),
+                }))
+            });
+    }
+    made_vector_tile(tile_cache, req).await
+}
+
+/// The source's own vector tile for `req`: [`tessera_grid::EMPTY_MVT`]
+/// when no feature reaches it.
+async fn made_vector_tile(tile_cache: &TileCache, req: &TileRequest) -> Result<Bytes, TileError> {
     let made = source_tile(req).await?;
     let bytes = made
         .ok_or_else(|| {

@@ -67,6 +67,11 @@ fn xyz_tiles(
             .and_then(TileFormat::from_extension)
             .unwrap_or(TileFormat::Png)
     });
+    if format == TileFormat::Mlt {
+        return Err(open_err(
+            "MapLibre Tiles (mlt) are not read from upstreams: use their mvt tiles (tessera makes mlt from them)".into(),
+        ));
+    }
     let sample = fill(&template, &grid, TileCoord::restored(0, 0, 0));
     let url = reqwest::Url::parse(&sample).map_err(|e| open_err(format!("not a URL: {e}")))?;
     let auth = spec.basic_auth.as_ref();

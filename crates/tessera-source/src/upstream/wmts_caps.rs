@@ -194,9 +194,11 @@ pub fn parse(doc_text: &str, spec: &WmtsSourceSpec) -> Result<WmtsLayer, String>
             .or(formats.first())
             .map_or_else(|| "image/png".to_string(), ToString::to_string),
     };
-    let format = TileFormat::from_mime(&format_name).ok_or_else(|| {
-        format!("format {format_name} is not one tessera decodes (PNG, JPEG, WebP)")
-    })?;
+    let format = TileFormat::from_mime(&format_name)
+        .filter(|f| *f != TileFormat::Mlt)
+        .ok_or_else(|| {
+            format!("format {format_name} is not one tessera decodes (PNG, JPEG, WebP)")
+        })?;
     let links: Vec<&str> = layer
         .children()
         .filter(|n| n.tag_name().name() == "TileMatrixSetLink")

@@ -6,7 +6,6 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tessera_grid::TileFormat;
 
 use super::{
     CONFORMANCE, Form, REL_MAP, REL_MAP_TILESETS, REL_TILING_SCHEME, REL_VECTOR_TILESETS, answer,
@@ -207,7 +206,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
             "this collection as HTML",
         ),
     ];
-    if layer.formats.iter().any(|f| *f != TileFormat::Mvt) {
+    if layer.formats.iter().any(|f| !f.is_vector()) {
         links.push(link(
             format!("{href}/map/tiles"),
             REL_MAP_TILESETS,
@@ -221,7 +220,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
             "a map of the layer",
         ));
     }
-    if layer.formats.contains(&TileFormat::Mvt) {
+    if layer.formats.iter().any(|f| f.is_vector()) {
         links.push(link(
             format!("{href}/tiles"),
             REL_VECTOR_TILESETS,
@@ -271,7 +270,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
         "id": layer.name,
         "title": layer.title,
         "extent": extent,
-        "itemType": if layer.formats == [TileFormat::Mvt] { "feature" } else { "map" },
+        "itemType": if layer.formats.iter().all(|f| f.is_vector()) { "feature" } else { "map" },
         "crs": [
             "http://www.opengis.net/def/crs/OGC/1.3/CRS84",
             crs_uri(&info.native_crs.id),

@@ -300,11 +300,19 @@ pub fn format_param(f: &str) -> Option<TileFormat> {
 }
 
 /// `Vary: Accept` on an answer whose form or format, without `f=`, is
-/// the one `Accept` names.
+/// the one `Accept` names (added to a `Vary` the answer has, such as a
+/// vector tile's `Accept-Encoding`).
 pub fn vary_on_accept(response: &mut Response) {
-    response
-        .headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("accept"));
+    let headers = response.headers_mut();
+    let varies = headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().eq_ignore_ascii_case("accept"));
+    if !varies {
+        headers.append(header::VARY, HeaderValue::from_static("accept"));
+    }
 }
 
 /// An error as problem details.

@@ -332,8 +332,11 @@ fn document(base: &str, collections: &[&str], sets: &[&str]) -> Value {
         tile(
             ".collection.vector.getTile",
             "a vector tile",
-            &[TileFormat::Mvt.content_type()],
-            &["mvt"],
+            &[
+                TileFormat::Mvt.content_type(),
+                TileFormat::Mlt.content_type(),
+            ],
+            &["mvt", "mlt"],
             &collection,
         ),
     );

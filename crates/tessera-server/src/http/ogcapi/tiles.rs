@@ -37,7 +37,7 @@ impl Kind {
             .formats
             .iter()
             .copied()
-            .filter(|f| (*f == TileFormat::Mvt) == (self == Kind::Vector))
+            .filter(|f| f.is_vector() == (self == Kind::Vector))
             .collect()
     }
 
@@ -664,9 +664,7 @@ fn accepted(headers: &HeaderMap, offered: &[TileFormat]) -> Option<TileFormat> {
         .or_else(|| {
             types
                 .iter()
-                .any(|t| {
-                    *t == "*/*" || *t == "image/*" && offered.iter().any(|f| *f != TileFormat::Mvt)
-                })
+                .any(|t| *t == "*/*" || *t == "image/*" && offered.iter().any(|f| !f.is_vector()))
                 .then(|| offered.first().copied())
                 .flatten()
         })

@@ -19,6 +19,7 @@ use crate::http::state::Tiles;
 use crate::http::transport::access;
 use crate::tile_cache::{CacheStatus, Tile, TileCache, TileRequest};
 use address::{Rows, TileAddress};
+use tessera_grid::TileFormat;
 
 /// `GET /tiles/{layer}/{grid}/{z}/{x}/{y}.{ext}`: rows from the top.
 pub async fn xyz(
@@ -47,10 +48,50 @@ async fn serve(
     rows: Rows,
     caller: &Caller,
 ) -> Result<Response, ApiError> {
-    let tile = address
+    let mut tile = address
         .resolve(&state.registry, rows, &|n| caller.sees(n))
         .map_err(|e| ApiError::from_lookup(e, Protocol::Plain))?;
+    if tile.format == TileFormat::Mvt
+        && tile.layer.formats.contains(&TileFormat::Mlt)
+        && prefers_mlt(headers)
+    {
+        tile.format = TileFormat::Mlt;
+    }
     serve_tile(&state.cache, tile, headers, caller).await
+}
+
+/// Whether `Accept` asks for MapLibre Tiles over Mapbox Vector Tiles: it
+/// names `application/vnd.maplibre-tile` with a quality above MVT's (or
+/// names no MVT type). An `.mvt` or `.pbf` address of a layer that offers
+/// both is answered in MLT then, as MapLibre asks for it.
+fn prefers_mlt(headers: &HeaderMap) -> bool {
+    let (mut mlt, mut mvt) = (None::<f32>, None::<f32>);
+    for accept in headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+    {
+        for range in accept.split(',') {
+            let mut parts = range.split(';');
+            let kind = parts.next().unwrap_or_default().trim();
+            let quality = parts
+                .find_map(|p| p.trim().strip_prefix("q="))
+                .and_then(|q| q.trim().parse().ok())
+                .unwrap_or(1.0);
+            if kind.eq_ignore_ascii_case(TileFormat::Mlt.content_type()) {
+                mlt = Some(quality);
+            } else if kind.eq_ignore_ascii_case(TileFormat::Mvt.content_type())
+                || kind.eq_ignore_ascii_case("application/x-protobuf")
+            {
+                mvt = Some(quality);
+            }
+        }
+    }
+    match (mlt, mvt) {
+        (Some(mlt), None) => mlt > 0.0,
+        (Some(mlt), Some(mvt)) => mlt > mvt,
+        _ => false,
+    }
 }
 
 /// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
@@ -136,9 +177,16 @@ pub(crate) fn tile_response(
         image_response(tile.format, result.bytes)
     };
     if vector {
+        // A layer with both vector formats answers `.mvt` addresses by
+        // `Accept` too.
+        let vary = if tile.layer.formats.contains(&TileFormat::Mlt) {
+            "accept-encoding, accept"
+        } else {
+            "accept-encoding"
+        };
         response
             .headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            .insert(header::VARY, HeaderValue::from_static(vary));
     }
     let headers = response.headers_mut();
     headers.reserve(12);
@@ -165,4 +213,32 @@ pub(crate) fn tile_response(
         .extensions_mut()
         .insert(access::ServedLayers::One(tile.layer));
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn accept_chooses_mlt_only_when_it_ranks_above_mvt() {
+        assert!(!prefers_mlt(&HeaderMap::new()));
+        assert!(!prefers_mlt(&accept("*/*")));
+        assert!(prefers_mlt(&accept("application/vnd.maplibre-tile")));
+        assert!(prefers_mlt(&accept(
+            "application/vnd.maplibre-tile, application/vnd.mapbox-vector-tile;q=0.9"
+        )));
+        assert!(!prefers_mlt(&accept(
+            "application/vnd.maplibre-tile;q=0.5, application/vnd.mapbox-vector-tile"
+        )));
+        assert!(!prefers_mlt(&accept(
+            "application/vnd.maplibre-tile, application/x-protobuf"
+        )));
+        assert!(!prefers_mlt(&accept("application/vnd.maplibre-tile;q=0")));
+    }
 }
