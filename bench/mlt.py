@@ -1,0 +1,158 @@
+"""MapLibre Tiles against Mapbox Vector Tiles of the same features: the
+bytes of every tile of zooms 0 to 6 (5,461 addresses) of the demo
+countries and cities (with a few attributes, and with all of them), as
+sent unpacked and gzip-packed, and the cost of making them
+(docs/benchmarks/mlt.md).
+
+One tessera (release build) serves the layers with `formats: [mvt, mlt]`
+and no cache (`store: none`), so every request cuts the tile from the
+features; an MLT tile is the MVT tile cut, then encoded by `mlt-core`.
+One curl process asks every address once, 1 or 8 at a time; passes of
+.mvt and .mlt alternate and the medians of `--runs` are reported. The
+encode cost is the time per MLT tile over the time per MVT tile, and
+what MLT adds per tile with one client (the difference of the medians
+over the number of addresses).
+
+    python3 bench/mlt.py --binary target/release/tessera [--runs 3]
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from osgeo import gdal
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, tessera  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+COUNTRIES = ROOT / "var/demo/countries/ne_50m_admin_0_countries.shp"
+PLACES = ROOT / "var/demo/places/naturalearth_cities.shp"
+MAX_ZOOM = 6
+
+
+LAYERS = {
+    "world": "countries (name, continent, population, ISO code) and cities (name)",
+    "world-all": "countries with every attribute of the file and cities with theirs",
+}
+
+
+def all_fields(path):
+    from osgeo import ogr
+    ds = ogr.Open(str(path))
+    defn = ds.GetLayer(0).GetLayerDefn()
+    names = [defn.GetFieldDefn(i).GetName() for i in range(defn.GetFieldCount())]
+    del ds
+    return names
+
+
+def config(gpkg):
+    def layer(name, countries, places):
+        return f"""
+  - name: {name}
+    source:
+      type: vector
+      path: {gpkg}
+      layers:
+        - {{ layer: countries, fields: [{", ".join(countries)}], style: [{{ fill: "#e8e4d8" }}] }}
+        - {{ layer: places, fields: [{", ".join(places)}], style: [{{ fill: "#aa0000", marker: {{ size: 5 }} }}] }}
+    formats: [mvt, mlt]
+    grids: [WebMercatorQuad]
+    max_zoom: {MAX_ZOOM}
+    cache: {{ store: none }}
+"""
+    return ("layers:" + layer("world", ["NAME", "CONTINENT", "POP_EST", "ISO_A3"], ["name"])
+            + layer("world-all", all_fields(COUNTRIES), all_fields(PLACES)))
+
+
+def one_pass(base, layer, ext, clients, gzip):
+    """Seconds for every address once, and the bytes of each answer (0
+    for no content)."""
+    paths = [f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.{ext}"
+             for z in range(MAX_ZOOM + 1) for x in range(2 ** z) for y in range(2 ** z)]
+    config_text = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)
+    header = ["-H", "Accept-Encoding: gzip"] if gzip else []
+    start = time.monotonic()
+    out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-max", str(clients), *header,
+                          "-w", "%{http_code} %{size_download} %{url_effective}\\n", "-K", "-"], input=config_text,
+                         capture_output=True, text=True, check=True, timeout=3600).stdout
+    took = time.monotonic() - start
+    # Answers come in the order they end: matched to their address by URL.
+    answers = {line.split()[2]: line.split()[:2] for line in out.splitlines()}
+    if len(answers) != len(paths) or not {a[0] for a in answers.values()} <= {"200", "204"}:
+        raise SystemExit(f".{ext} answered {sorted({a[0] for a in answers.values()})} for {len(answers)} "
+                         f"of {len(paths)}")
+    return took, [int(answers[base + p][1]) for p in paths]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work", default="/tmp/tessera-bench-mlt")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    gpkg = work / "world.gpkg"
+    if not gpkg.exists():
+        gdal.VectorTranslate(str(gpkg), str(COUNTRIES), layerName="countries", format="GPKG")
+        gdal.VectorTranslate(str(gpkg), str(PLACES), layerName="places", accessMode="append", format="GPKG")
+    n = (4 ** (MAX_ZOOM + 1) - 1) // 3
+    sizes, times = {}, {}
+    with tessera(args.binary, config(gpkg), work / "server") as port:
+        base = f"http://127.0.0.1:{port}"
+        for layer in LAYERS:
+            for ext in ("mvt", "mlt"):
+                for gz in (False, True):
+                    sizes[(layer, ext, gz)] = one_pass(base, layer, ext, 8, gz)[1]
+                for clients in (1, 8):
+                    times[(layer, ext, clients)] = []
+        for r in range(args.runs):
+            for layer in LAYERS:
+                for clients in (1, 8):
+                    for ext in (("mvt", "mlt") if r % 2 == 0 else ("mlt", "mvt")):
+                        took, _ = one_pass(base, layer, ext, clients, True)
+                        times[(layer, ext, clients)].append(took)
+                        print(f"  {layer} .{ext} {clients} at once, run {r}: {took:.2f} s", file=sys.stderr)
+    print("# MapLibre Tiles against Mapbox Vector Tiles")
+    print()
+    print("Command: `scripts/bench-mlt` (`bench/mlt.py`).")
+    print()
+    print(f"The demo countries and cities, every address of zooms 0-{MAX_ZOOM}, as two layers: "
+          + "; ".join(f"`{k}`, {v}" for k, v in LAYERS.items())
+          + ". One tessera serves both with `formats: [mvt, mlt]` and no cache: each request cuts its tile "
+          "from the features (an MLT tile is the MVT tile cut, then encoded by `mlt-core` with its default "
+          "settings: every encoding tried, the smallest kept). One curl process asks every address once, "
+          f"1 or 8 at a time, gzip accepted; .mvt and .mlt passes alternate; medians of {args.runs}.")
+    print()
+    print(machine())
+    print()
+    print("Bytes of the tiles with features:")
+    print()
+    print("| layer | sent | MVT bytes | MLT bytes | MLT / MVT, total | MLT / MVT, median per tile |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for layer in LAYERS:
+        full = [i for i in range(n) if sizes[(layer, "mvt", False)][i] > 0]
+        for gz, name in ((False, "unpacked"), (True, "gzip")):
+            mvt = [sizes[(layer, "mvt", gz)][i] for i in full]
+            mlt = [sizes[(layer, "mlt", gz)][i] for i in full]
+            ratio = statistics.median(b / a for a, b in zip(mvt, mlt))
+            print(f"| {layer} ({len(full)} tiles) | {name} | {sum(mvt):,} | {sum(mlt):,} | "
+                  f"{sum(mlt) / sum(mvt):.2f} | {ratio:.2f} |")
+    print()
+    print(f"Cost of making every tile (cut from the features, no cache; medians of {args.runs} passes; "
+          "what MLT adds per tile with one client is the difference of the medians over the addresses):")
+    print()
+    print("| layer | clients | MVT tiles/s | MLT tiles/s | MLT time / MVT time | MLT adds per tile |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for layer in LAYERS:
+        for clients in (1, 8):
+            mvt = statistics.median(times[(layer, "mvt", clients)])
+            mlt = statistics.median(times[(layer, "mlt", clients)])
+            adds = f"{(mlt - mvt) / n * 1e6:,.0f} µs" if clients == 1 else ""
+            print(f"| {layer} | {clients} | {n / mvt:,.0f} | {n / mlt:,.0f} | {mlt / mvt:.2f} | {adds} |")
+
+if __name__ == "__main__":
+    main()
