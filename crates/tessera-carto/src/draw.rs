@@ -174,11 +174,24 @@ impl Canvas {
         let (mut r, mut g, mut b, mut valid) =
             (vec![0u8; n], vec![0u8; n], vec![0u8; n], vec![0u8; n]);
         for (i, px) in self.pixmap.pixels().iter().enumerate() {
-            let c = px.demultiply();
-            r[i] = c.red();
-            g[i] = c.green();
-            b[i] = c.blue();
-            valid[i] = c.alpha();
+            // Opaque pixels (most of a map) are their own demultiplied
+            // colour, and clear ones stay zero: only the edges divide.
+            match px.alpha() {
+                0 => {}
+                255 => {
+                    r[i] = px.red();
+                    g[i] = px.green();
+                    b[i] = px.blue();
+                    valid[i] = 255;
+                }
+                _ => {
+                    let c = px.demultiply();
+                    r[i] = c.red();
+                    g[i] = c.green();
+                    b[i] = c.blue();
+                    valid[i] = c.alpha();
+                }
+            }
         }
         Raster {
             width: w,
