@@ -124,15 +124,7 @@ pub fn keep_from_shared_caches(headers: &mut HeaderMap) {
     if let Some(control) = control {
         headers.insert(header::CACHE_CONTROL, control);
     }
-    let varies = headers
-        .get_all(header::VARY)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|name| name.trim().eq_ignore_ascii_case("authorization"));
-    if !varies {
-        headers.append(header::VARY, CALLER_HEADERS);
-    }
+    crate::http::reply::vary_on(headers, "authorization", CALLER_HEADERS);
 }
 
 /// The request headers a caller-dependent answer varies on.

@@ -171,3 +171,17 @@ pub(crate) fn header_value(args: std::fmt::Arguments<'_>) -> Option<HeaderValue>
     let len = usize::try_from(cursor.position()).ok()?;
     HeaderValue::from_bytes(&buf[..len]).ok()
 }
+
+/// Adds `value` to the answer's `Vary` unless it already names `name`
+/// (case-insensitively): an answer may vary on several things at once.
+pub fn vary_on(headers: &mut HeaderMap, name: &str, value: HeaderValue) {
+    let varies = headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().eq_ignore_ascii_case(name));
+    if !varies {
+        headers.append(header::VARY, value);
+    }
+}

@@ -303,16 +303,11 @@ pub fn format_param(f: &str) -> Option<TileFormat> {
 /// the one `Accept` names (added to a `Vary` the answer has, such as a
 /// vector tile's `Accept-Encoding`).
 pub fn vary_on_accept(response: &mut Response) {
-    let headers = response.headers_mut();
-    let varies = headers
-        .get_all(header::VARY)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|v| v.trim().eq_ignore_ascii_case("accept"));
-    if !varies {
-        headers.append(header::VARY, HeaderValue::from_static("accept"));
-    }
+    crate::http::reply::vary_on(
+        response.headers_mut(),
+        "accept",
+        HeaderValue::from_static("accept"),
+    );
 }
 
 /// An error as problem details.
