@@ -4,11 +4,9 @@ field compared with the one TinySDF (MapLibre's own SDF generator) draws in
 headless Chromium from the same font file, fontstacks falling back font by
 font, caching headers, clear refusals, hostile font files named at start,
 and MapLibre GL JS drawing text with them."""
-import importlib
 import os
 import shutil
 import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,26 +15,14 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, serving
+from sdf import BUNDLED, compile_schema, tinysdf_fields
 
-BUNDLED = ROOT / "crates" / "tessera-carto" / "assets" / "NotoSans-Regular.ttf"
 DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
 
 
 @pytest.fixture(scope="module")
 def proto(tmp_path_factory):
-    """The reference schema compiled by protoc (grpcio-tools, in a process
-    of its own: its C++ library and QGIS's protobuf must not share one) and
-    imported."""
-    out = tmp_path_factory.mktemp("proto")
-    fixtures = ROOT / "tests" / "e2e" / "fixtures"
-    run = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{fixtures}", f"--python_out={out}",
-                          str(fixtures / "glyphs.proto")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    sys.path.insert(0, str(out))
-    try:
-        return importlib.import_module("glyphs_pb2")
-    finally:
-        sys.path.remove(str(out))
+    return compile_schema(tmp_path_factory.mktemp("proto"))
 
 
 @pytest.fixture(scope="module")
@@ -159,28 +145,7 @@ def test_each_field_matches_tinysdf_drawing_the_same_font(server, proto, browser
     255 (0.38 pixel of distance; measured 4-10), no bias beyond 6 (either
     way; measured -3.7 to 1.1) and a 95th percentile of at most 40 (1.25
     pixels; measured 17-29)."""
-    from selenium.webdriver.support.ui import WebDriverWait
-    url, folder = page_server
-    shutil.copytree(ROOT / "tests" / "e2e" / "vendor" / "tiny-sdf", folder / "tiny-sdf")
-    shutil.copy(BUNDLED, folder / "font.ttf")
-    (folder / "index.html").write_text("""<!doctype html><html><head><meta charset="utf-8">
-<style>@font-face { font-family: 'Bundled'; src: url(font.ttf); }</style></head><body>
-<script type="module">
-import TinySDF from './tiny-sdf/index.js';
-await document.fonts.load('24px Bundled');
-const sdf = new TinySDF({fontSize: 24, buffer: 3, radius: 8, cutoff: 0.25, fontFamily: 'Bundled'});
-window.fields = {};
-for (const c of %s) {
-  const g = sdf.draw(c);
-  window.fields[c.codePointAt(0)] = {data: Array.from(g.data), width: g.width, height: g.height,
-    glyphWidth: g.glyphWidth, glyphHeight: g.glyphHeight, glyphTop: g.glyphTop, glyphLeft: g.glyphLeft,
-    glyphAdvance: g.glyphAdvance};
-}
-window.done = true;
-</script></body></html>""" % repr(list(SAMPLE)).replace("'", '"'))
-    browser.get(url + "/index.html")
-    WebDriverWait(browser, 60).until(lambda d: d.execute_script("return window.done === true"))
-    theirs = {int(k): v for k, v in browser.execute_script("return window.fields").items()}
+    theirs = tinysdf_fields(browser, page_server, SAMPLE)
     ours = {}
     for start in sorted({ord(c) // 256 * 256 for c in SAMPLE}):
         _, _, body = get(server, f"/fonts/Noto%20Sans%20Regular/{start}-{start + 255}.pbf")

@@ -4,19 +4,26 @@ tessera's glyphs), which MapLibre GL JS in headless Chromium draws as
 tessera draws its PNG (fills per pixel, labels as text), and the preview
 draws it, with a toggle to the server's pictures."""
 import json
+import urllib.parse
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, http_get, serving
 from imaging import decode
+from sdf import ascender_px, compile_schema, tinysdf_fields, write_ranges
 from vectors import MapLibreView, countries_and_places, side_by_side
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def world(tmp_path_factory):
+    return countries_and_places(tmp_path_factory.mktemp("world") / "world.gpkg")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, world):
     d = tmp_path_factory.mktemp("rules")
-    gpkg = countries_and_places(d / "world.gpkg")
+    gpkg = world
     cfg = d / "tessera.yaml"
     cfg.write_text(f"""
 stores: {{ mem: {{ type: memory }} }}
@@ -109,3 +116,73 @@ def test_the_preview_toggles_to_the_server_pictures(server, browser):
     assert button.text == "MapLibre"
     button.click()
     WebDriverWait(browser, 60).until(lambda d: d.execute_script("return !tesseraMap.getLayer('server-png')"))
+
+
+def dilated(mask, by):
+    """`mask` grown by `by` pixels in every direction (a square)."""
+    out = mask.copy()
+    for dy in range(-by, by + 1):
+        for dx in range(-by, by + 1):
+            out |= np.roll(np.roll(mask, dy, axis=0), dx, axis=1)
+    return out
+
+
+def test_labels_land_where_maplibre_places_them_with_reference_glyphs(server, world, browser, page_server,
+                                                                     tmp_path):
+    """tessera's style of the countries and places drawn by MapLibre GL JS
+    twice: with tessera's glyphs, and with glyph ranges made from TinySDF's
+    fields of the same font (MapLibre's own SDF generator, in Chromium;
+    written with the reference schema into a fixture folder). MapLibre's
+    collision placement then shows the same labels (measured: the same set,
+    asserted: at least 90 % shared), and the text's pixels land in the same
+    places (at least 90 % of each picture's text within 2 pixels of the
+    other's; the glyphs' metrics agree to a pixel, see test_glyphs)."""
+    from osgeo import ogr
+    from selenium.webdriver.support.ui import WebDriverWait
+    source = ogr.Open(str(world))
+    names = [f.GetField("name") for f in source.GetLayerByName("places")]
+    chars = set("".join(n for n in names if n)) | set(" 0123456789")
+    url, folder = page_server
+    proto = compile_schema(tmp_path / "proto")
+    fields = tinysdf_fields(browser, page_server, chars)
+    write_ranges(proto, fields, folder / "glyphs", "Noto Sans Regular", ascender_px())
+    status, _, body = http_get(server, "/styles/ruled.json")
+    assert status == 200, body[:300]
+    style = json.loads(body)
+    symbols = [l["id"] for l in style["layers"] if l["type"] == "symbol"]
+    assert symbols and all(l["layout"]["text-font"] == ["Noto Sans Regular"]
+                           for l in style["layers"] if l["type"] == "symbol")
+    (folder / "style-tessera.json").write_text(json.dumps(style))
+    style["glyphs"] = f"{url}/glyphs/{{fontstack}}/{{range}}.pbf"
+    (folder / "style-reference.json").write_text(json.dumps(style))
+    (folder / "labels.html").write_text(f"""<!doctype html><html><head><meta charset="utf-8">
+<link rel="stylesheet" href="{server.url}/static/maplibre-gl.css">
+<script src="{server.url}/static/maplibre-gl.js"></script></head>
+<body style="margin:0"><div id="map" style="width:760px;height:520px"></div><script>
+window.errors = [];
+const style = new URL(new URLSearchParams(location.search).get('style'), location.href).href;
+const map = new maplibregl.Map({{container: 'map', style, center: [10, 48], zoom: 3, fadeDuration: 0,
+  attributionControl: false, interactive: false}});
+map.on('error', e => window.errors.push(String(e.error && e.error.message)));
+map.once('idle', () => {{
+  window.placed = map.queryRenderedFeatures({{layers: {json.dumps(symbols)}}}).map(f => f.properties.name);
+  window.idle = true;
+}});
+</script></body></html>""")
+    placed, ink, pictures = {}, {}, {}
+    for which in ("tessera", "reference"):
+        browser.get(f"{url}/labels.html?style={urllib.parse.quote(f'style-{which}.json')}")
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script("return window.idle === true"))
+        assert browser.execute_script("return window.errors") == [], which
+        placed[which] = set(browser.execute_script("return window.placed"))
+        pixels = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
+        ink[which], pictures[which] = pixels.max(axis=0) < 60, pixels
+    side_by_side(pictures["tessera"], pictures["reference"], "maplibre-labels-tessera-vs-reference.png")
+    shared = placed["tessera"] & placed["reference"]
+    assert len(placed["reference"]) >= 10, placed
+    assert len(shared) >= 0.9 * max(len(placed["tessera"]), len(placed["reference"])), placed
+    for a, b in (("tessera", "reference"), ("reference", "tessera")):
+        near = (ink[a] & dilated(ink[b], 2)).sum() / ink[a].sum()
+        assert ink[a].sum() > 500 and near >= 0.9, (a, b, near, int(ink[a].sum()), int(ink[b].sum()))
+    print({"placed": {k: len(v) for k, v in placed.items()}, "shared": len(shared),
+           "ink": {k: int(v.sum()) for k, v in ink.items()}})
