@@ -19,7 +19,7 @@ mod tms;
 pub use bbox::BBox;
 pub use coverage::Polygon;
 pub use curve::{Curve, order_for};
-pub use format::{EMPTY_MVT, TileFormat};
+pub use format::{EMPTY_MVT, ElevationEncoding, TileFormat};
 pub use metadata::TileMetadata;
 pub use tms::{
     GridSpec, TileCoord, TileMatrix, TileMatrixSet, TileRange, WEB_MERCATOR_QUAD, WORLD_CRS84_QUAD,

@@ -89,6 +89,11 @@ pub fn encode(
         TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
+        // Elevations: the pixels are codes, kept exactly.
+        TileFormat::TerrariumPng | TileFormat::TerrainRgbPng => {
+            encode_png(view, options.png_compression, false)
+        }
+        TileFormat::TerrariumWebp | TileFormat::TerrainRgbWebp => encode_webp_lossless(view),
         TileFormat::Mvt | TileFormat::Mlt => Err(EncodeError::NotAnImage(format)),
     }
 }
@@ -277,6 +282,20 @@ fn encode_jpeg(
 }
 
 fn encode_webp(view: ImageView<'_>, quality: f32) -> Result<Vec<u8>, EncodeError> {
+    webp_with(view, |encoder| {
+        encoder.encode_simple(false, quality.clamp(0.0, 100.0))
+    })
+}
+
+/// Lossless WebP: every pixel's bytes kept (elevation codes).
+fn encode_webp_lossless(view: ImageView<'_>) -> Result<Vec<u8>, EncodeError> {
+    webp_with(view, |encoder| encoder.encode_simple(true, 75.0))
+}
+
+fn webp_with(
+    view: ImageView<'_>,
+    run: impl FnOnce(&webp::Encoder<'_>) -> Result<webp::WebPMemory, webp::WebPEncodingError>,
+) -> Result<Vec<u8>, EncodeError> {
     if view.width() > 16383 || view.height() > 16383 {
         return Err(EncodeError::Webp(
             "WebP images are at most 16383 pixels wide and high".into(),
@@ -284,9 +303,7 @@ fn encode_webp(view: ImageView<'_>, quality: f32) -> Result<Vec<u8>, EncodeError
     }
     let packed = view.to_image();
     let encoder = webp::Encoder::from_rgba(packed.as_raw(), view.width(), view.height());
-    let memory = encoder
-        .encode_simple(false, quality.clamp(0.0, 100.0))
-        .map_err(|e| EncodeError::Webp(format!("{e:?}")))?;
+    let memory = run(&encoder).map_err(|e| EncodeError::Webp(format!("{e:?}")))?;
     Ok(memory.to_vec())
 }
 

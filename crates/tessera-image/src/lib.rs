@@ -17,6 +17,7 @@ pub mod expression;
 pub mod inflate;
 mod plain_png;
 mod style;
+mod terrain;
 
 pub use buffer::{BandData, CanvasTooLarge, ImageView, MAX_CANVAS_PIXELS, Raster, RgbaImage};
 pub use color::{Color, ColorRamp, RampStop};
@@ -25,3 +26,4 @@ pub use encode::{EncodeError, EncodeOptions, PngCompression, encode, encode_png_
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,
 };
+pub use terrain::ElevationStyle;

@@ -345,6 +345,15 @@ impl Layer {
         }
     }
 
+    /// The style tiles of `format` are drawn with: the elevation formats'
+    /// encoding of the band's values, the layer's style otherwise.
+    pub fn style_for(&self, format: TileFormat) -> Arc<dyn Style> {
+        match format.elevation() {
+            Some(encoding) => Arc::new(tessera_image::ElevationStyle::new(encoding)),
+            None => self.style.clone(),
+        }
+    }
+
     /// The names of its styles, the one it draws with (the default) first.
     pub fn style_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.style_name.as_str())

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, METERS_PER_DEGREE};
-use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, encode};
+use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, Style, encode};
 use tessera_source::{Crs, SourceError, TileRows, WindowRequest};
 use tokio::sync::Semaphore;
 
@@ -173,20 +173,23 @@ impl Renderer {
     }
 
     /// Renders one layer's window (a metatile with its gutter, its rows
-    /// falling into tiles as `rows` says) without encoding it, under the
-    /// same slots and timeout as [`Renderer::render`].
+    /// falling into tiles as `rows` says) with `style` (the layer's, or an
+    /// elevation format's: [`Layer::style_for`]) without encoding it, under
+    /// the same slots and timeout as [`Renderer::render`].
     pub async fn render_image(
         &self,
         layer: Arc<Layer>,
+        style: Arc<dyn Style>,
         bbox: BBox,
         crs: Arc<Crs>,
         (width, height): (u32, u32),
         rows: TileRows,
     ) -> Result<RgbaImage, RenderError> {
         // The source may start fetching while this waits for a slot.
-        prefetch_layer(&layer, &bbox, &crs, width, height);
+        prefetch_layer(&layer, &*style, &bbox, &crs, width, height);
         self.run(Demand::Tiles, move |budget| {
-            render_layer(&layer, &bbox, &crs, (width, height), Some(rows), budget)
+            let size = (width, height);
+            render_layer(&layer, &*style, &bbox, &crs, size, Some(rows), budget)
         })
         .await
     }
@@ -322,7 +325,8 @@ pub fn render_blocking(
     });
     for layer in &req.layers {
         let size = (req.width, req.height);
-        let img = render_layer(layer, &req.bbox, &req.crs, size, None, budget)?;
+        let style = layer.style_for(req.format);
+        let img = render_layer(layer, &*style, &req.bbox, &req.crs, size, None, budget)?;
         match canvas.as_mut() {
             Some(c) => c.composite_over(&img),
             None => canvas = Some(img),
@@ -338,12 +342,13 @@ pub fn render_blocking(
     Ok(Bytes::from(bytes))
 }
 
-/// Reads and styles one layer for a window of `width` x `height` pixels
-/// (its rows falling into tiles as `rows` says, for a metatile), including
-/// the margin its style needs, within `budget`; stops with
+/// Reads one layer for a window of `width` x `height` pixels (its rows
+/// falling into tiles as `rows` says, for a metatile), including the
+/// margin `style` needs, and styles it, within `budget`; stops with
 /// [`RenderError::Cancelled`] once its cancel flag is raised.
 pub fn render_layer(
     layer: &Layer,
+    style: &dyn Style,
     bbox: &BBox,
     crs: &Crs,
     (width, height): (u32, u32),
@@ -355,11 +360,11 @@ pub fn render_layer(
     let start = std::time::Instant::now();
     let mut window = WindowRequest {
         max_source_pixels: Some(budget.max_source_pixels),
-        ..source_window(layer, bbox, crs, width, height, Some(cancel))
+        ..source_window(style, bbox, crs, width, height, Some(cancel))
     };
     // The style's margin is more rows above the first tile.
     window.tile_rows = rows.map(|r| TileRows {
-        first: r.first + layer.style.margin(),
+        first: r.first + style.margin(),
         ..r
     });
     let (res_x, res_y) = (
@@ -368,7 +373,7 @@ pub fn render_layer(
     );
     // An upstream's image under a style that keeps it: no split into bands
     // and back.
-    if layer.style.keeps_rgba()
+    if style.keeps_rgba()
         && let Some(image) = layer.source.read_image(&window)
     {
         let mut image = image?;
@@ -380,30 +385,36 @@ pub fn render_layer(
     let raster = layer.source.read(&window)?;
     check(cancel)?;
     let scale = pixel_scale(crs, bbox, res_x, res_y);
-    let image = layer.style.apply(&raster, scale)?;
+    let image = style.apply(&raster, scale)?;
     budget.metrics.layer_rendered(&layer.name, start.elapsed());
     Ok(image)
 }
 
 /// Tells `layer`'s source that the window [`render_layer`] reads for
 /// these arguments will be read soon ([`tessera_source::Source::prefetch`]).
-pub fn prefetch_layer(layer: &Layer, bbox: &BBox, crs: &Crs, width: u32, height: u32) {
-    layer
-        .source
-        .prefetch(&source_window(layer, bbox, crs, width, height, None));
+pub fn prefetch_layer(
+    layer: &Layer,
+    style: &dyn Style,
+    bbox: &BBox,
+    crs: &Crs,
+    width: u32,
+    height: u32,
+) {
+    let window = source_window(style, bbox, crs, width, height, None);
+    layer.source.prefetch(&window);
 }
 
-/// What `layer`'s source is asked for to render `bbox` at `width` x
-/// `height`: the window grown by the style's margin.
+/// What a layer's source is asked for to render `bbox` at `width` x
+/// `height`: the window grown by `style`'s margin.
 fn source_window<'a>(
-    layer: &Layer,
+    style: &dyn Style,
     bbox: &BBox,
     crs: &'a Crs,
     width: u32,
     height: u32,
     cancel: Option<&'a AtomicBool>,
 ) -> WindowRequest<'a> {
-    let margin = layer.style.margin();
+    let margin = style.margin();
     let res_x = bbox.width() / f64::from(width);
     let res_y = bbox.height() / f64::from(height);
     WindowRequest {

@@ -45,6 +45,7 @@ pub fn check_complete(bytes: &[u8], format: TileFormat) -> Result<(), Incomplete
         TileFormat::Mvt => mvt_layer_features(bytes).map(|_| ()),
         // Made here from an MVT, never fetched or read from an archive.
         TileFormat::Mlt => Ok(()),
+        elevation => check_complete(bytes, elevation.container()),
     }
 }
 

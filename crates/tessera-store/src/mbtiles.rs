@@ -139,15 +139,13 @@ impl MbtilesStore {
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((rest, ext)) = name
+            let Some((rest, format)) = name
                 .strip_suffix(".mbtiles")
-                .and_then(|n| n.rsplit_once('.'))
+                .and_then(TileFormat::split_extension)
             else {
                 continue;
             };
-            let (Some((layer, grid)), Some(format)) =
-                (rest.rsplit_once('.'), TileFormat::from_extension(ext))
-            else {
+            let Some((layer, grid)) = rest.rsplit_once('.') else {
                 continue;
             };
             out.push((entry.path(), layer.to_string(), grid.to_string(), format));

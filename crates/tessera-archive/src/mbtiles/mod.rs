@@ -50,6 +50,11 @@ pub fn metadata_rows(meta: &TileMetadata) -> Vec<(&'static str, String)> {
     if let Some(a) = &meta.attribution {
         rows.push(("attribution", a.clone()));
     }
+    if let Some(encoding) = meta.format.elevation() {
+        // What terrain tools read (tileserver-gl, MapLibre's `raster-dem`
+        // `encoding`): `terrarium` or `mapbox`.
+        rows.push(("encoding", encoding.maplibre_name().to_string()));
+    }
     if let Some(layers) = &meta.vector_layers {
         rows.push((
             "json",

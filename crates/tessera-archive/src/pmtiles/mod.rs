@@ -3,7 +3,7 @@
 //! how tessera fills it in: the tile type of each tile format, how tiles
 //! are compressed (vector tiles gzip-packed once; images as they are), the
 //! metadata JSON (`name`, `format`, `type`, `description`, `attribution`,
-//! `vector_layers`), and the header fields the writer mends. [`read`]
+//! `vector_layers`, `encoding` of elevation tiles), and the header fields the writer mends. [`read`]
 //! reads archives, [`write`] writes them.
 
 pub mod read;
@@ -19,8 +19,13 @@ use crate::TileMetadata;
 pub fn tile_type(format: TileFormat) -> TileType {
     match format {
         TileFormat::Jpeg => TileType::Jpeg,
-        TileFormat::Webp => TileType::Webp,
-        TileFormat::Png | TileFormat::Png8 => TileType::Png,
+        // Elevations are images to PMTiles; the metadata's `encoding`
+        // says how to read them.
+        TileFormat::Webp | TileFormat::TerrariumWebp | TileFormat::TerrainRgbWebp => TileType::Webp,
+        TileFormat::Png
+        | TileFormat::Png8
+        | TileFormat::TerrariumPng
+        | TileFormat::TerrainRgbPng => TileType::Png,
         TileFormat::Mixed => TileType::Unknown,
         TileFormat::Mvt => TileType::Mvt,
         TileFormat::Mlt => TileType::Mlt,
@@ -74,6 +79,9 @@ pub fn metadata_json(meta: &TileMetadata) -> String {
     }
     if let Some(layers) = &meta.vector_layers {
         json["vector_layers"] = layers.clone();
+    }
+    if let Some(encoding) = meta.format.elevation() {
+        json["encoding"] = encoding.maplibre_name().into();
     }
     json.to_string()
 }

@@ -298,6 +298,14 @@ fn plain_layer(
             source,
         })?
         .into();
+    let bands = source.info().band_count;
+    if let Some(elevation) = lc.formats.iter().find(|f| f.elevation().is_some())
+        && bands != 1
+    {
+        return Err(in_layer(&format!(
+            "format {elevation} encodes one band of elevations; the source has {bands} bands (a DEM has one: pick it with `bands: [n]`)"
+        )));
+    }
     let mut extents = HashMap::new();
     for g in &lc.grids {
         let grid = grids

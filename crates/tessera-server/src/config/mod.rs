@@ -25,7 +25,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tessera_grid::{GridSpec, TileFormat};
 use tessera_image::EncodeOptions;
-use tessera_source::{GdalSettings, SourceSpec};
+use tessera_source::{GdalSettings, Resampling, SourceSpec};
 use tessera_store::{Durability, MemorySpec, OptionValue, Size, StoreSpec};
 
 /// The whole configuration file.
@@ -778,6 +778,35 @@ pub struct LayerConfig {
     pub dimensions: std::collections::BTreeMap<String, DimensionConfig>,
 }
 
+/// Whether `source` can give the elevation tiles of `format`: a raster
+/// whose values are interpolated (elevations, not colours, are resampled),
+/// so not a vector source, nor a tile archive or upstream service (their
+/// pixels are colours), nor nearest or mode resampling. Its band count is
+/// checked when it opens.
+fn check_elevation_source(
+    layer: &str,
+    format: TileFormat,
+    source: &SourceSpec,
+) -> Result<(), String> {
+    let resampling = match source {
+        SourceSpec::Gdal(g) => g.resampling,
+        SourceSpec::Mosaic(m) => m.resampling,
+        #[allow(unreachable_patterns, reason = "other variants exist with features")]
+        _ => {
+            return Err(format!(
+                "layer {layer:?}: format {format} encodes the elevations of a single-band raster (type: gdal or mosaic); this source draws colours"
+            ));
+        }
+    };
+    if matches!(resampling, Resampling::Nearest | Resampling::Mode) {
+        return Err(format!(
+            "layer {layer:?}: format {format} interpolates elevations before encoding them: choose resampling bilinear, cubic, cubicspline or lanczos (not {})",
+            format!("{resampling:?}").to_lowercase()
+        ));
+    }
+    Ok(())
+}
+
 fn default_grids() -> Vec<String> {
     vec![
         tessera_grid::WEB_MERCATOR_QUAD.into(),
@@ -1027,6 +1056,9 @@ impl Config {
                     "layer {:?}: format {vector} (vector tiles) needs a vector source (type: vector) or a vector tile archive (pmtiles, mbtiles)",
                     layer.name
                 ));
+            }
+            if let Some(elevation) = layer.formats.iter().find(|f| f.elevation().is_some()) {
+                check_elevation_source(&layer.name, *elevation, &layer.source).or_else(invalid)?;
             }
             if layer.formats.contains(&TileFormat::Mlt) && !layer.formats.contains(&TileFormat::Mvt)
             {

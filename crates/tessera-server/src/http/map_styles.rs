@@ -52,10 +52,30 @@ pub async fn style(
         .iter()
         .find(|(k, _)| k == "style")
         .map(|(_, v)| v.clone());
+    let format_param = params.iter().find(|(k, _)| k == "format").map(|(_, v)| v);
+    // A DEM with elevation tiles: a 3D style.
+    if !layer.formats.contains(&TileFormat::Mvt)
+        && layer.formats.iter().any(|f| f.elevation().is_some())
+    {
+        let base = base_url(&state.config, &headers);
+        let max_zoom = state
+            .registry
+            .grid(WEB_MERCATOR_QUAD)
+            .map(|g| (layer.max_zoom_in(g), g.tms.tile_width))
+            .ok_or_else(|| no_mercator(name))?;
+        return terrain_style(
+            &layer,
+            format_param.map(String::as_str),
+            &base,
+            max_zoom,
+            &caller.link_query(),
+        )
+        .map(Json);
+    }
     // `?format=`: the tiles' encoding, mvt unless mlt is asked.
-    let tiles_format = match params.iter().find(|(k, _)| k == "format") {
+    let tiles_format = match format_param {
         None => TileFormat::Mvt,
-        Some((_, f)) => TileFormat::from_extension(f)
+        Some(f) => TileFormat::from_extension(f)
             .filter(|f| f.is_vector() && layer.formats.contains(f))
             .ok_or_else(|| {
                 ApiError::bad_request(
@@ -177,6 +197,114 @@ pub async fn style(
         layers.retain(|l| l.get("type").and_then(Value::as_str) != Some("symbol"));
     }
     Ok(Json(doc))
+}
+
+/// The 404 of a layer not tiled in WebMercatorQuad.
+fn no_mercator(name: &str) -> ApiError {
+    ApiError::not_found(
+        "NotFound",
+        format!("layer {name:?} has no tiles in {WEB_MERCATOR_QUAD} for MapLibre to draw"),
+    )
+    .documented(DOCS)
+}
+
+/// The style of a layer of elevation tiles (`formats: [terrarium.png,
+/// ...]`): the layer's picture tiles (its first picture format, if any)
+/// under a hillshade of its elevations, with `terrain` on (MapLibre's 3D
+/// view) from a second `raster-dem` source of the same tiles (MapLibre
+/// reads terrain and hillshade best from separate sources). `format` names
+/// the elevation format (default: the layer's first); `(max_zoom,
+/// tile_size)` are the layer's in WebMercatorQuad; `credential` is added
+/// to every tile URL.
+fn terrain_style(
+    layer: &crate::model::Layer,
+    format: Option<&str>,
+    base: &str,
+    (max_zoom, tile_size): (u8, u32),
+    credential: &str,
+) -> Result<Value, ApiError> {
+    let offered: Vec<TileFormat> = layer
+        .formats
+        .iter()
+        .copied()
+        .filter(|f| f.elevation().is_some())
+        .collect();
+    let elevation = match format {
+        None => offered[0],
+        Some(f) => TileFormat::from_extension(f)
+            .filter(|f| offered.contains(f))
+            .ok_or_else(|| {
+                let names: Vec<&str> = offered.iter().map(|f| f.extension()).collect();
+                ApiError::bad_request(
+                    "InvalidParameterValue",
+                    format!(
+                        "format {f:?} is not one of this layer's elevation formats ({})",
+                        names.join(", ")
+                    ),
+                )
+                .documented(DOCS)
+            })?,
+    };
+    if !layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD) {
+        return Err(no_mercator(&layer.name));
+    }
+    let query = if credential.is_empty() {
+        String::new()
+    } else {
+        format!("?{credential}")
+    };
+    let url = |format: TileFormat| {
+        format!(
+            "{base}/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.{}{query}",
+            layer.name,
+            format.extension()
+        )
+    };
+    let b = layer.source.info().lonlat_bounds;
+    let bounds = json!([
+        b.min_x.max(-180.0),
+        b.min_y.max(-85.0511),
+        b.max_x.min(180.0),
+        b.max_y.min(85.0511)
+    ]);
+    let encoding = elevation.elevation().map(tessera_grid::ElevationEncoding::maplibre_name);
+    let dem = json!({
+        "type": "raster-dem",
+        "tiles": [url(elevation)],
+        "tileSize": tile_size,
+        "encoding": encoding,
+        "minzoom": layer.min_zoom,
+        "maxzoom": max_zoom,
+        "bounds": bounds,
+    });
+    let mut sources = serde_json::Map::new();
+    let mut layers = vec![
+        json!({"id": "background", "type": "background", "paint": {"background-color": "#f2efe9"}}),
+    ];
+    if let Some(picture) = layer.formats.iter().copied().find(|f| f.is_picture()) {
+        sources.insert(
+            layer.name.clone(),
+            json!({"type": "raster", "tiles": [url(picture)], "tileSize": tile_size,
+                "minzoom": layer.min_zoom, "maxzoom": max_zoom, "bounds": bounds}),
+        );
+        layers.push(json!({"id": layer.name, "type": "raster", "source": layer.name}));
+    }
+    let hillshade = format!("{}-hillshade", layer.name);
+    let terrain = format!("{}-terrain", layer.name);
+    sources.insert(hillshade.clone(), dem.clone());
+    sources.insert(terrain.clone(), dem);
+    layers.push(
+        json!({"id": hillshade, "type": "hillshade", "source": hillshade,
+        "paint": {"hillshade-exaggeration": 0.5, "hillshade-shadow-color": "#473b24"}}),
+    );
+    Ok(json!({
+        "version": 8,
+        "name": layer.title,
+        "sources": sources,
+        "layers": layers,
+        "terrain": {"source": terrain, "exaggeration": 1.0},
+        "center": [f64::midpoint(b.min_x, b.max_x), f64::midpoint(b.min_y, b.max_y)],
+    }))
 }
 
 /// Points a document's text at tessera's glyphs (`glyphs_url`) when every

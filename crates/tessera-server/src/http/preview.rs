@@ -103,6 +103,17 @@ pub async fn page(
     if vector {
         return Ok(vector_page(&layer));
     }
+    // Elevation tiles asked (or the layer's first format): the 3D view.
+    let elevation = match query.format.as_deref() {
+        Some(f) => TileFormat::from_extension(f).filter(|f| layer.formats.contains(f)),
+        None => Some(layer.formats[0]),
+    }
+    .filter(|f| f.elevation().is_some());
+    if let Some(format) = elevation
+        && layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)
+    {
+        return Ok(terrain_page(&layer, format));
+    }
     let mut grids = Vec::new();
     for gid in &layer.grids {
         let Some(grid) = state.registry.grid(gid) else {
@@ -140,7 +151,7 @@ pub async fn page(
     let config = json!({
         "tileBase": format!("/tiles/{}", layer.name),
         "grids": grids,
-        "formats": layer.formats.iter().filter(|f| !f.is_vector()).map(|f| f.extension()).collect::<Vec<_>>(),
+        "formats": layer.formats.iter().filter(|f| f.is_picture()).map(|f| f.extension()).collect::<Vec<_>>(),
         // A list of values per dimension; tiles are asked at the one chosen.
         "dimensions": layer.dimensions.iter().map(|d| json!({
             "name": d.name,
@@ -154,6 +165,11 @@ pub async fn page(
     let other = if layer.formats.contains(&TileFormat::Mvt) {
         format!(
             "<a href=\"/preview/{}?format=mvt\">vector tiles (MapLibre)</a>",
+            escape(&layer.name)
+        )
+    } else if let Some(dem) = layer.formats.iter().find(|f| f.elevation().is_some()) {
+        format!(
+            "<a href=\"/preview/{}?format={dem}\">3D (terrain)</a>",
             escape(&layer.name)
         )
     } else {
@@ -175,7 +191,7 @@ pub async fn page(
 /// line or circles, by its geometry type.
 fn vector_page(layer: &Layer) -> Html<String> {
     // The pictures the server draws from the layer's own style and labels.
-    let drawn = if layer.formats.iter().any(|f| !f.is_vector()) {
+    let drawn = if layer.formats.iter().any(|f| f.is_picture()) {
         format!(
             "<a href=\"/preview/{}?format=png\">as the server draws it (its style and labels)</a>",
             escape(&layer.name)
@@ -263,7 +279,7 @@ fn vector_page(layer: &Layer) -> Html<String> {
     let own_style = (layer.maplibre.is_some() || !layer.source.style_rules().is_empty())
         .then(|| json!(format!("/styles/{}.json", layer.name)));
     // The server's pictures of the same layer, to compare (a toggle).
-    let png = layer.formats.iter().find(|f| !f.is_vector()).map(|f| {
+    let png = layer.formats.iter().find(|f| f.is_picture()).map(|f| {
         format!(
             "/tiles/{}/{WEB_MERCATOR_QUAD}/{{z}}/{{x}}/{{y}}.{}",
             layer.name,
@@ -312,6 +328,55 @@ fn vector_page(layer: &Layer) -> Html<String> {
              for (const id of own) {{ if (id !== 'preview-background') map.setLayoutProperty(id, 'visibility', showing ? 'visible' : 'none'); }} \
              button.textContent = showing ? 'server PNG' : 'MapLibre'; \
              document.body.dataset.idle = '0'; map.once('idle', () => {{ document.body.dataset.idle = '1'; }}); }}; }});\
+         map.on('idle', () => {{ document.body.dataset.idle = '1'; }});\
+         map.on('error', (e) => {{ document.getElementById('status').textContent = String(e.error && e.error.message || e); }});\
+         </script></body></html>",
+        title = escape(&layer.title)
+    ))
+}
+
+/// The elevation tiles of `layer` in `format` as MapLibre's 3D terrain
+/// (the layer's `/styles/{layer}.json` of that format: its pictures under
+/// a hillshade, `terrain` on), tilted, with a slider for the terrain's
+/// exaggeration (0 is flat) and a link to the 2D pictures.
+fn terrain_page(layer: &Layer, format: TileFormat) -> Html<String> {
+    let b = layer.source.info().lonlat_bounds;
+    let config = json!({
+        "style": format!("/styles/{}.json?format={}", layer.name, format.extension()),
+        "bounds": [b.min_x.max(-180.0), b.min_y.max(-85.0), b.max_x.min(180.0), b.max_y.min(85.0)],
+    });
+    let config = config.to_string().replace("</", "<\\/");
+    let flat = if layer.formats.iter().any(|f| f.is_picture()) {
+        format!(
+            "<a href=\"/preview/{}?format=png\">2D</a>",
+            escape(&layer.name)
+        )
+    } else {
+        String::new()
+    };
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title} - tessera</title><style>{STYLE}</style>\
+         <link rel=\"stylesheet\" href=\"/static/maplibre-gl.css\"></head><body>\
+         <header><a href=\"/\">tessera</a><b>{title}</b><span>terrain ({format})</span>\
+         <label>exaggeration <input id=\"exaggeration\" type=\"range\" min=\"0\" max=\"5\" step=\"0.1\" value=\"1\">\
+         <output id=\"exaggeration-value\">1.0</output></label>{flat}<a href=\"/book/terrain.html\">terrain</a><span id=\"position\"></span></header>\
+         <div id=\"map\"></div><div id=\"status\"></div>\
+         <script type=\"application/json\" id=\"tessera-config\">{config}</script>\
+         <script src=\"/static/maplibre-gl.js\"></script><script>\
+         const c = JSON.parse(document.getElementById('tessera-config').textContent);\
+         const map = new maplibregl.Map({{container: 'map', style: c.style, bounds: c.bounds, \
+           fitBoundsOptions: {{padding: 20}}, pitch: 60, maxPitch: 85, attributionControl: false, \
+           preserveDrawingBuffer: true}});\
+         window.tesseraMap = map;\
+         map.addControl(new maplibregl.NavigationControl({{visualizePitch: true}}));\
+         const slider = document.getElementById('exaggeration');\
+         slider.oninput = () => {{ const t = map.getTerrain(); const e = Number(slider.value); \
+           document.getElementById('exaggeration-value').textContent = e.toFixed(1); \
+           if (t) map.setTerrain({{source: t.source, exaggeration: e}}); }};\
+         const position = () => {{ const p = map.getCenter(); \
+           document.getElementById('position').textContent = `zoom ${{map.getZoom().toFixed(1)}}  centre \
+           ${{Math.abs(p.lat).toFixed(4)}}°${{p.lat >= 0 ? 'N' : 'S'}} ${{Math.abs(p.lng).toFixed(4)}}°${{p.lng >= 0 ? 'E' : 'W'}}`; }};\
+         map.on('moveend', position); map.on('load', position);\
          map.on('idle', () => {{ document.body.dataset.idle = '1'; }});\
          map.on('error', (e) => {{ document.getElementById('status').textContent = String(e.error && e.error.message || e); }});\
          </script></body></html>",

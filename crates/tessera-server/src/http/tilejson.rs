@@ -186,5 +186,11 @@ pub async fn tilejson(
         }
         doc["vector_layers"] = layer.vector_layers(layer.min_zoom, max_zoom);
     }
+    // Elevation tiles: how a `raster-dem` source decodes them (MapLibre's
+    // and Mapbox's `encoding`: `terrarium` or `mapbox`).
+    if let Some(encoding) = format.elevation() {
+        doc["format"] = Value::String(format.archive_name().into());
+        doc["encoding"] = Value::String(encoding.maplibre_name().into());
+    }
     Ok(Json(doc))
 }

@@ -262,6 +262,7 @@ pub(super) async fn seed_leased(
         let (width, height) = meta.render_size(tms);
         render::prefetch_layer(
             &req.layer,
+            &*req.layer.style_for(req.format),
             &meta.render_bbox(tms),
             &req.grid.crs,
             width,

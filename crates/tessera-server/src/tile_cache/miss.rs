@@ -297,6 +297,7 @@ pub(super) async fn render_metatile(
         .renderer
         .render_image(
             req.layer.clone(),
+            req.layer.style_for(req.format),
             meta.render_bbox(tms),
             req.grid.crs.clone(),
             meta.render_size(tms),

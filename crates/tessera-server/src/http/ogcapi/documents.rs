@@ -206,7 +206,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
             "this collection as HTML",
         ),
     ];
-    if layer.formats.iter().any(|f| !f.is_vector()) {
+    if layer.formats.iter().any(|f| f.is_picture()) {
         links.push(link(
             format!("{href}/map/tiles"),
             REL_MAP_TILESETS,
@@ -278,7 +278,7 @@ fn describe(layer: &Layer, base: &str) -> Value {
         "storageCrs": crs_uri(&info.native_crs.id),
         "links": links,
     });
-    if !layer.other_styles.is_empty() && layer.formats.iter().any(|f| !f.is_vector()) {
+    if !layer.other_styles.is_empty() && layer.formats.iter().any(|f| f.is_picture()) {
         // The named styles, each with its map and map tilesets
         // (`/styles/{styleId}/map`, as OGC API - Maps and Tiles name them).
         let styles: Vec<Value> = layer
@@ -327,7 +327,7 @@ pub(super) fn dataset_grid<'a>(
     registry
         .layers()
         .iter()
-        .any(|l| l.grids.iter().any(|g| g == tms) && l.formats.iter().any(|f| !f.is_vector()))
+        .any(|l| l.grids.iter().any(|g| g == tms) && l.formats.iter().any(|f| f.is_picture()))
         .then(|| registry.grid(tms).map(AsRef::as_ref))
         .flatten()
         .filter(|g| !g.tms.id.ends_with(crate::model::HIDPI_SUFFIX))

@@ -261,7 +261,7 @@ fn dataset_layers(
                 .registry
                 .layers()
                 .into_iter()
-                .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+                .filter(|l| l.formats.iter().any(|f| f.is_picture()))
                 .take(state.config.limits.wms_max_layers)
                 .collect(),
         },
@@ -338,7 +338,7 @@ async fn map(
     .view()?;
     let format = match get("f") {
         Some(f) => super::format_param(f)
-            .filter(|t| !t.is_vector() && *t != TileFormat::Mixed)
+            .filter(|t| t.is_picture() && *t != TileFormat::Mixed)
             .ok_or_else(|| bad(format!("f={f:?}: maps are png, jpeg or webp")))?,
         None => accepted(headers).ok_or_else(|| {
             let mut e = ApiError::new(

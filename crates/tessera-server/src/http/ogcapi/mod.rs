@@ -162,7 +162,7 @@ pub async fn guard(
                 .registry
                 .layers()
                 .iter()
-                .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+                .filter(|l| l.formats.iter().any(|f| f.is_picture()))
                 .map(|l| l.name.clone())
                 .collect(),
         };

@@ -37,7 +37,11 @@ impl Kind {
             .formats
             .iter()
             .copied()
-            .filter(|f| f.is_vector() == (self == Kind::Vector))
+            .filter(|f| match self {
+                Kind::Vector => f.is_vector(),
+                // Elevation tiles are data, not maps: tile URLs only.
+                Kind::Map => f.is_picture(),
+            })
             .collect()
     }
 
@@ -240,7 +244,7 @@ fn dataset_grids(state: &Catalog) -> Vec<&Grid> {
         .registry
         .layers()
         .iter()
-        .filter(|l| l.formats.iter().any(|f| !f.is_vector()))
+        .filter(|l| l.formats.iter().any(|f| f.is_picture()))
         .flat_map(|l| l.grids.clone())
         .filter(|g| !g.ends_with(HIDPI_SUFFIX))
         .collect();

@@ -243,7 +243,8 @@ impl TileAddress {
     }
 
     fn from_route(p: RoutePath) -> Result<TileAddress, ApiError> {
-        let (last, extension) = p.file.rsplit_once('.').unwrap_or((&p.file, ""));
+        // The extension starts at the first dot (`3.terrarium.png`).
+        let (last, extension) = p.file.split_once('.').unwrap_or((&p.file, ""));
         let (grid, level, col, row) = match (p.tms, p.row, p.grid, p.x) {
             // WMTS RESTful: .../{TileMatrix}/{TileRow}/{TileCol}.{ext}
             (Some(tms), Some(row), _, _) => (tms, Level::Matrix(p.z), last.to_string(), row),

@@ -196,7 +196,7 @@ fn format(kvp: &Kvp) -> Result<TileFormat, ApiError> {
     // The mixed JPEG/PNG format is a tile format: a map must be one
     // media type, the one asked for.
     TileFormat::from_mime(text)
-        .filter(|f| !f.is_vector() && *f != TileFormat::Mixed)
+        .filter(|f| f.is_picture() && *f != TileFormat::Mixed)
         .ok_or_else(|| {
             ApiError::bad_request(
                 "InvalidFormat",
