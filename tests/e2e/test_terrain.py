@@ -1,0 +1,253 @@
+"""Terrain: elevation tiles (Terrarium, Terrain-RGB) decoded against
+gdalwarp's bilinear elevations of the same tile, read by MapLibre GL JS as
+3D terrain, exported to archives the reference tools read, and the bad
+DEMs and configurations refused or drawn as documented.
+"""
+import json
+import math
+import sqlite3
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import http_get, serving
+from imaging import decode, read
+
+HALF = 20037508.342789244
+# What one step of each encoding is worth in metres.
+STEP = {"terrarium": 1 / 256, "terrain-rgb": 0.1}
+FORMATS = ["terrarium.png", "terrarium.webp", "terrain-rgb.png", "terrain-rgb.webp"]
+
+
+def decode_elevations(data, encoding):
+    """The elevations, in metres, of a tile's red, green and blue."""
+    rgb = decode(data)[:3].astype(np.float64)
+    r, g, b = rgb
+    if encoding == "terrarium":
+        return r * 256 + g + b / 256 - 32768
+    return -10000 + (r * 65536 + g * 256 + b) * 0.1
+
+
+def mercator_bbox(z, x, y):
+    span = 2 * HALF / 2**z
+    return (-HALF + x * span, HALF - (y + 1) * span, -HALF + (x + 1) * span, HALF - y * span)
+
+
+def tile_of(lon, lat, z):
+    n = 2**z
+    x = int((lon + 180) / 360 * n)
+    y = int((1 - math.asinh(math.tan(math.radians(lat))) / math.pi) / 2 * n)
+    return x, y
+
+
+def warped_elevations(src, z, x, y, dst, size=256):
+    """gdalwarp's bilinear elevations of tile (z, x, y), NaN where the DEM
+    has none."""
+    subprocess.run(
+        ["gdalwarp", "-q", "-overwrite", "-t_srs", "EPSG:3857", "-te", *map(str, mercator_bbox(z, x, y)),
+         "-ts", str(size), str(size), "-r", "bilinear", "-ot", "Float32", "-dstnodata", "nan",
+         str(src), str(dst)],
+        check=True, timeout=120,
+    )
+    return read(dst).astype(np.float64)
+
+
+def make_dem(path, values, origin=(5.9, 49.9), pixel=0.01, nodata=-9999):
+    """A GeoTIFF DEM in EPSG:4326 of `values` (rows north to south)."""
+    asc = path.with_suffix(".asc")
+    rows, cols = values.shape
+    lines = [f"ncols {cols}", f"nrows {rows}", f"xllcorner {origin[0]}",
+             f"yllcorner {origin[1] - rows * pixel}", f"cellsize {pixel}", f"NODATA_value {nodata}"]
+    lines += [" ".join(repr(float(v)) for v in row) for row in values]
+    asc.write_text("\n".join(lines) + "\n")
+    subprocess.run(["gdal_translate", "-q", "-a_srs", "EPSG:4326", "-ot", "Float32", str(asc), str(path)],
+                   check=True, timeout=60)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dems(tmp_path_factory):
+    """A generated DEM with elevations below sea level and a hole of
+    nodata (the demo's DEM of Luxembourg is the other)."""
+    folder = tmp_path_factory.mktemp("dems")
+    rows, cols = 60, 80
+    yy, xx = np.mgrid[0:rows, 0:cols]
+    values = -120.0 + 90.0 * np.sin(xx / 9.0) * np.cos(yy / 7.0) + 1.7 * xx
+    values[20:30, 30:45] = -9999
+    low = make_dem(folder / "low.tif", values)
+    return {"low": low}
+
+
+CONFIG = """
+layers:
+  - name: elevation
+    source: {{ path: {elev} }}
+    style: {{ type: hillshade }}
+    formats: [png, terrarium.png, terrarium.webp, terrain-rgb.png, terrain-rgb.webp]
+    cache: {{ store: none }}
+  - name: low
+    source: {{ path: {low} }}
+    formats: [terrarium.png, terrarium.webp, terrain-rgb.png, terrain-rgb.webp]
+    cache: {{ store: none }}
+  - name: cached
+    source: {{ path: {elev} }}
+    formats: [terrain-rgb.png, terrarium.webp]
+    cache: {{ store: files }}
+stores:
+  files: {{ type: file, path: {store} }}
+"""
+
+
+@pytest.fixture(scope="module")
+def terrain(tmp_path_factory, demo_data, dems):
+    folder = tmp_path_factory.mktemp("terrain")
+    config = folder / "tessera.yaml"
+    config.write_text(CONFIG.format(elev=demo_data / "elev.tif", low=dems["low"], store=folder / "store"))
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        yield server
+
+
+def sample(lon0, lat0, lon1, lat1, z):
+    """The tiles at a DEM's centre and two of its corners at zoom `z`."""
+    corners = [(lon0 + 0.02, lat1 - 0.02), (f_mid(lon0, lon1), f_mid(lat0, lat1)), (lon1 - 0.02, lat0 + 0.02)]
+    return sorted({tile_of(lon, lat, z) for lon, lat in corners})
+
+
+def f_mid(a, b):
+    return (a + b) / 2
+
+
+DEM_EXTENTS = {"elevation": (5.7417, 49.4417, 6.5333, 50.1917), "low": (5.9, 49.3, 6.7, 49.9)}
+
+
+@pytest.mark.parametrize("layer", ["elevation", "low"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decoded_tiles_are_gdalwarps_bilinear_elevations_within_one_step(terrain, demo_data, dems, tmp_path,
+                                                                         layer, fmt):
+    encoding = fmt.split(".")[0]
+    src = demo_data / "elev.tif" if layer == "elevation" else dems["low"]
+    compared = 0
+    for z in range(8, 13):
+        for x, y in sample(*DEM_EXTENTS[layer], z):
+            status, ctype, body = terrain.get(f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.{fmt}")
+            assert status == 200 and ctype == ("image/png" if fmt.endswith("png") else "image/webp")
+            pixels = decode(body)
+            assert pixels.shape[0] == 3, f"{fmt}: elevation tiles are opaque RGB, got {pixels.shape[0]} bands"
+            got = decode_elevations(body, encoding)
+            want = warped_elevations(src, z, x, y, tmp_path / "ref.tif")
+            valid = ~np.isnan(want)
+            # Without data the tile is sea level, as the book says.
+            assert np.all(np.abs(got[~valid]) <= STEP[encoding] / 2 + 1e-9), f"{fmt} z{z}: nodata is not 0 m"
+            if valid.sum() == 0:
+                continue
+            diff = np.abs(got[valid] - want[valid])
+            p99 = np.percentile(diff, 99)
+            assert p99 <= STEP[encoding], f"{layer} {fmt} z{z}/{x}/{y}: p99 {p99:.4f} m > one step"
+            compared += int(valid.sum())
+    assert compared > 100_000, f"only {compared} pixels compared"
+
+
+def test_negative_elevations_survive_both_encodings(terrain, dems, tmp_path):
+    z, (x, y) = 10, tile_of(6.2, 49.6, 10)
+    want = warped_elevations(dems["low"], z, x, y, tmp_path / "ref.tif")
+    assert np.nanmin(want) < -100, "the fixture DEM lost its negative elevations"
+    for fmt in ("terrarium.png", "terrain-rgb.png"):
+        _, _, body = terrain.get(f"/tiles/low/WebMercatorQuad/{z}/{x}/{y}.{fmt}")
+        got = decode_elevations(body, fmt.split(".")[0])
+        assert got.min() < -100, f"{fmt}: negative elevations clamped ({got.min():.1f})"
+
+
+def test_hidpi_elevation_tiles_are_512_pixels(terrain):
+    x, y = tile_of(6.1, 49.8, 10)
+    for fmt in ("terrarium.png", "terrain-rgb.webp"):
+        _, _, body = terrain.get(f"/tiles/elevation/WebMercatorQuad/10/{x}/{y}@2x.{fmt}")
+        assert decode(body).shape == (3, 512, 512), fmt
+
+
+def test_tilejson_names_the_encoding_and_the_style_is_3d(terrain):
+    for fmt, encoding in (("terrarium.png", "terrarium"), ("terrain-rgb.webp", "mapbox")):
+        _, _, body = terrain.get(f"/tiles/elevation/WebMercatorQuad/tilejson.json?format={fmt}")
+        doc = json.loads(body)
+        assert doc["encoding"] == encoding and doc["tiles"][0].endswith("." + fmt), doc
+    _, _, body = terrain.get("/styles/elevation.json?format=terrain-rgb.png")
+    style = json.loads(body)
+    dem = style["sources"][style["terrain"]["source"]]
+    assert dem["type"] == "raster-dem" and dem["encoding"] == "mapbox"
+    assert any(layer["type"] == "hillshade" for layer in style["layers"])
+    assert any(layer["type"] == "raster" for layer in style["layers"]), "the layer's pictures under the hillshade"
+    status, _, body = http_get(terrain, "/styles/elevation.json?format=png")
+    assert status == 400 and b"terrarium.png" in body
+
+
+def test_elevation_formats_are_not_maps(terrain):
+    status, _, body = http_get(terrain, "/wms?SERVICE=WMS&VERSION=1.3.0&REQUEST=GetMap&LAYERS=elevation&STYLES="
+                                        "&CRS=EPSG:4326&BBOX=49.5,5.8,50,6.4&WIDTH=64&HEIGHT=64"
+                                        "&FORMAT=image/png;encoding=terrarium")
+    assert status == 400 and b"FORMAT" in body
+
+
+def test_cached_elevation_tiles_are_the_same_bytes_from_the_store(terrain):
+    x, y = tile_of(6.1, 49.8, 9)
+    path = f"/tiles/cached/WebMercatorQuad/9/{x}/{y}.terrain-rgb.png"
+    status, _, first = http_get(terrain, path)
+    assert status == 200
+    # The save runs after the answer: wait for it, with a deadline.
+    deadline = time.monotonic() + 30
+    while True:
+        status, headers, again = http_get(terrain, path)
+        if headers["X-Cache"] == "HIT" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert headers["X-Cache"] == "HIT" and again == first
+
+
+def bilinear(src, lon, lat):
+    """The DEM's elevation at (lon, lat), bilinear between the centres of
+    its four nearest pixels (what `gdallocationinfo -r bilinear` gives
+    from GDAL 3.10)."""
+    from osgeo import gdal
+    ds = gdal.Open(str(src))
+    gt = ds.GetGeoTransform()
+    values = ds.GetRasterBand(1).ReadAsArray().astype(np.float64)
+    col = (lon - gt[0]) / gt[1] - 0.5
+    row = (lat - gt[3]) / gt[5] - 0.5
+    c0, r0 = int(math.floor(col)), int(math.floor(row))
+    fc, fr = col - c0, row - r0
+    v = values[r0:r0 + 2, c0:c0 + 2]
+    return (v[0, 0] * (1 - fc) * (1 - fr) + v[0, 1] * fc * (1 - fr)
+            + v[1, 0] * (1 - fc) * fr + v[1, 1] * fc * fr)
+
+
+# Three points of the demo DEM: a valley, a plateau and a slope.
+POINTS = [(6.13, 49.61), (5.95, 49.95), (6.36, 49.78)]
+
+
+@pytest.mark.parametrize("fmt", ["terrarium.png", "terrain-rgb.webp"])
+def test_maplibre_terrain_elevations_are_the_dems(terrain, demo_data, browser, fmt):
+    from selenium.webdriver.support.ui import WebDriverWait
+    browser.get(f"{terrain.url}/preview/elevation?format={fmt}")
+    idle = "return document.body.dataset.idle === '1'"
+    WebDriverWait(browser, 120).until(lambda d: d.execute_script(idle))
+    assert browser.execute_script("return tesseraMap.getTerrain().source") == "elevation-terrain"
+    # MapLibre 4 interpolates between a DEM tile's pixels as if each were
+    # at its corner, not its centre: half a pixel off, about 1.2 m on the
+    # demo's slopes at zoom 12 (50 m pixels) and 0.1 m at zoom 15.
+    for lon, lat in POINTS:
+        browser.execute_script(
+            f"document.body.dataset.idle = '0'; tesseraMap.jumpTo({{center: [{lon}, {lat}], zoom: 15, pitch: 0}});"
+            "tesseraMap.once('idle', () => { document.body.dataset.idle = '1'; });")
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script(idle))
+        # MapLibre 4 answers relative to the camera's centre elevation
+        # (`transform.elevation`): added back, the DEM's.
+        got = browser.execute_script(
+            f"const h = tesseraMap.queryTerrainElevation([{lon}, {lat}]);"
+            "return h === null ? null : h + tesseraMap.transform.elevation;")
+        want = bilinear(demo_data / "elev.tif", lon, lat)
+        assert got is not None and abs(got - want) < 1.0, f"{fmt} at {lon}, {lat}: MapLibre {got}, DEM {want:.2f}"
+    assert browser.find_element("id", "status").text == ""
+    # The exaggeration slider scales the terrain MapLibre draws.
+    browser.execute_script("const s = document.getElementById('exaggeration'); s.value = '2.5';"
+                           "s.dispatchEvent(new Event('input'));")
+    assert browser.execute_script("return tesseraMap.getTerrain().exaggeration") == 2.5
