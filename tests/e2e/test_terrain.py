@@ -7,6 +7,7 @@ import json
 import math
 import sqlite3
 import subprocess
+from pathlib import Path
 import time
 
 import numpy as np
@@ -251,3 +252,226 @@ def test_maplibre_terrain_elevations_are_the_dems(terrain, demo_data, browser, f
     browser.execute_script("const s = document.getElementById('exaggeration'); s.value = '2.5';"
                            "s.dispatchEvent(new Event('input'));")
     assert browser.execute_script("return tesseraMap.getTerrain().exaggeration") == 2.5
+
+
+# Contour lines: tessera's vector tiles against gdal_contour of the same
+# pixels, across tile edges, and in QGIS.
+
+EXTENT = 4096  # MVT units per tile side
+CONTOURS = """
+layers:
+  - name: contours
+    source:
+      type: contours
+      dem: {{ path: {elev} }}
+      interval: 10
+      major: 50
+      smoothing: {smoothing}
+      style:
+        - {{ stroke: "#8a5a2b", stroke_width: 0.6 }}
+        - filter: {{ field: level, eq: 1 }}
+          stroke: "#8a5a2b"
+          stroke_width: 1.4
+          label: {{ text: "{{ele}} m", size: 11 }}
+    formats: [mvt, png]
+    cache: {{ store: none }}
+  - name: banded
+    source:
+      type: contours
+      dem: {{ path: {elev} }}
+      zooms: {{ 9: 50, 12: 20 }}
+      units: feet
+    formats: [mvt]
+    cache: {{ store: none }}
+"""
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["traced", "smoothed"])
+def contours(request, tmp_path_factory, demo_data):
+    folder = tmp_path_factory.mktemp("contours")
+    config = folder / "tessera.yaml"
+    config.write_text(CONTOURS.format(elev=demo_data / "elev.tif", smoothing=request.param))
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        yield server
+
+
+def mvt_lines(server, layer, z, x, y):
+    """{ele: [lines in tile units, y down]} of a vector tile, decoded by
+    mapbox-vector-tile (not tessera's code)."""
+    import gzip
+
+    import mapbox_vector_tile
+    status, _, body = http_get(server, f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.mvt")
+    if status == 204:
+        return {}
+    assert status == 200, body[:300]
+    if body[:2] == b"\x1f\x8b":
+        body = gzip.decompress(body)
+    tile = mapbox_vector_tile.decode(body, default_options={"y_coord_down": True})
+    out = {}
+    for feature in tile.get("contours", {"features": []})["features"]:
+        geometry = feature["geometry"]
+        parts = geometry["coordinates"] if geometry["type"] == "MultiLineString" else [geometry["coordinates"]]
+        out.setdefault(feature["properties"]["ele"], []).extend(parts)
+    return out
+
+
+def gdal_contour_lines(src, z, x, y, tmp_path, interval, margin=8):
+    """gdal_contour's lines at `interval` over gdalwarp's bilinear
+    elevations of tile (z, x, y) and `margin` pixels around it: {ele:
+    [lines in tile units]}."""
+    from osgeo import ogr
+    west, south, east, north = mercator_bbox(z, x, y)
+    span = (east - west) / 256
+    dem = tmp_path / "window.tif"
+    subprocess.run(
+        ["gdalwarp", "-q", "-overwrite", "-t_srs", "EPSG:3857",
+         "-te", str(west - margin * span), str(south - margin * span), str(east + margin * span),
+         str(north + margin * span), "-ts", str(256 + 2 * margin), str(256 + 2 * margin),
+         "-r", "bilinear", "-ot", "Float32", str(src), str(dem)], check=True, timeout=120)
+    lines = tmp_path / "lines.gpkg"
+    lines.unlink(missing_ok=True)
+    subprocess.run(["gdal_contour", "-q", "-a", "ele", "-i", str(interval), str(dem), str(lines)],
+                   check=True, timeout=120)
+    out = {}
+    ds = ogr.Open(str(lines))
+    for feature in ds.GetLayer(0):
+        g = feature.GetGeometryRef()
+        parts = [g.GetGeometryRef(i) for i in range(g.GetGeometryCount())] if g.GetGeometryCount() else [g]
+        for part in parts:
+            pts = [((px - west) / (east - west) * EXTENT, (north - py) / (north - south) * EXTENT)
+                   for px, py, *_ in part.GetPoints()]
+            out.setdefault(round(feature.GetField("ele"), 6), []).append(pts)
+    return out
+
+
+def hausdorff_inside(a, b, box):
+    """The Hausdorff distance between line sets `a` and `b` (tile units)
+    over `box`: the farthest any point of either inside `box` lies from
+    the other set (whole: a line leaving the box is not cut short)."""
+    import numpy as np
+    import shapely
+    from shapely.geometry import MultiLineString
+    def kept(lines, least=0.0):
+        # Loops under two pixels across may vanish in the tiles' half-pixel
+        # simplification: neither side needs to match them.
+        out = []
+        for line in lines:
+            xs, ys = [p[0] for p in line], [p[1] for p in line]
+            if len(line) > 1 and max(max(xs) - min(xs), max(ys) - min(ys)) >= least:
+                out.append(line)
+        return MultiLineString(out)
+    small = 2 * EXTENT / 256
+
+    def farthest(g, other):
+        points = shapely.get_coordinates(shapely.segmentize(g, 1.0))
+        x0, y0, x1, y1 = box
+        inside = points[(points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1)]
+        if len(inside) == 0:
+            return 0.0
+        return float(np.max(shapely.distance(shapely.points(inside), other)))
+    return max(farthest(kept(a, small), kept(b)), farthest(kept(b, small), kept(a)))
+
+
+@pytest.mark.parametrize("z", [10, 12])
+def test_contour_tiles_are_gdal_contours_lines_within_a_pixel(contours, demo_data, tmp_path, z):
+    pixel = EXTENT / 256
+    # Away from the edges, where gdal_contour's lines stop and tessera's
+    # are clipped: two pixels in.
+    inner = (2 * pixel, 2 * pixel, EXTENT - 2 * pixel, EXTENT - 2 * pixel)
+    compared = 0
+    for x, y in sample(*DEM_EXTENTS["elevation"], z):
+        ours = mvt_lines(contours, "contours", z, x, y)
+        reference = gdal_contour_lines(demo_data / "elev.tif", z, x, y, tmp_path, 10)
+        from shapely.geometry import MultiLineString, box as make_box
+        present = {ele for ele, lines in reference.items()
+                   if not MultiLineString(lines).intersection(make_box(*inner)).is_empty}
+        drawn = {ele for ele, lines in ours.items()
+                 if not MultiLineString(lines).intersection(make_box(*inner)).is_empty}
+        assert present == drawn, f"z{z}/{x}/{y}: levels differ: {sorted(present ^ drawn)}"
+        for ele in present:
+            d = hausdorff_inside(ours[ele], reference[ele], inner)
+            assert d < pixel, f"z{z}/{x}/{y} level {ele}: Hausdorff {d / pixel:.2f} px"
+            compared += 1
+    assert compared >= 10, f"only {compared} levels compared"
+
+
+def edge_crossings(lines, edge, axis):
+    """Where `lines` cross the line `axis` = `edge` (tile units): the other
+    coordinate of each crossing, sorted."""
+    out = []
+    for line in lines:
+        for p, q in zip(line, line[1:]):
+            a, b = p[axis] - edge, q[axis] - edge
+            if a == 0 and b == 0:
+                continue
+            if (a <= 0 < b) or (b <= 0 < a):
+                t = a / (a - b)
+                out.append(p[1 - axis] + t * (q[1 - axis] - p[1 - axis]))
+    return sorted(out)
+
+
+def test_contour_lines_continue_across_tile_edges(contours):
+    z = 12
+    x, y = tile_of(6.13, 49.75, z)
+    here = mvt_lines(contours, "contours", z, x, y)
+    east = mvt_lines(contours, "contours", z, x + 1, y)
+    south = mvt_lines(contours, "contours", z, x, y + 1)
+    checked = 0
+    for other, axis, edge_here, edge_there in ((east, 0, EXTENT, 0), (south, 1, EXTENT, 0)):
+        for ele in set(here) | set(other):
+            a = edge_crossings(here.get(ele, []), edge_here, axis)
+            b = edge_crossings(other.get(ele, []), edge_there, axis)
+            assert len(a) == len(b), f"level {ele}: {len(a)} lines leave the tile, {len(b)} enter the next"
+            for p, q in zip(a, b):
+                assert abs(p - q) <= 1e-6 * EXTENT, f"level {ele}: crossings at {p} and {q}"
+            checked += len(a)
+    assert checked >= 10, f"only {checked} crossings compared"
+
+
+def test_contour_zoom_ranges_units_and_attributes(contours):
+    x, y = tile_of(6.13, 49.75, 8)
+    status, _, _ = http_get(contours, f"/tiles/banded/WebMercatorQuad/8/{x}/{y}.mvt")
+    assert status == 204, "below the lowest zoom of `zooms`: no lines"
+    x, y = tile_of(6.13, 49.75, 10)
+    tens = mvt_lines(contours, "banded", 10, x, y)
+    assert tens and all(ele % 50 == 0 for ele in tens), sorted(tens)
+    # In feet: the demo's 141-547 m are 463-1795 ft, levels no metre
+    # elevation of it reaches.
+    assert 560 < max(tens) <= 1795 and min(tens) >= 450, sorted(tens)
+    x, y = tile_of(6.13, 49.75, 12)
+    twenties = mvt_lines(contours, "banded", 12, x, y)
+    assert any(ele % 50 for ele in twenties) and all(ele % 20 == 0 for ele in twenties)
+    _, _, body = contours.get("/tiles/contours/WebMercatorQuad/tilejson.json?format=mvt")
+    layers = json.loads(body)["vector_layers"]
+    assert layers[0]["id"] == "contours" and set(layers[0]["fields"]) == {"ele", "level"}
+
+
+def test_contour_pngs_draw_lines_and_labels(contours):
+    x, y = tile_of(6.13, 49.75, 12)
+    _, ctype, body = contours.get(f"/tiles/contours/WebMercatorQuad/12/{x}/{y}.png")
+    pixels = decode(body)
+    drawn = pixels[3] > 0
+    assert 0.01 < drawn.mean() < 0.5, f"{drawn.mean():.3f} of the tile drawn"
+
+
+def test_qgis_reads_the_contour_tiles(contours, tmp_path):
+    import gzip
+    import os
+    import sys
+    z = 12
+    x, y = tile_of(6.13, 49.75, z)
+    status, _, body = http_get(contours, f"/tiles/contours/WebMercatorQuad/{z}/{x}/{y}.mvt")
+    assert status == 200
+    tile = tmp_path / "tile.mvt"
+    tile.write_bytes(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+    west, south, east, north = mercator_bbox(z, x, y)
+    url = f"{contours.url}/tiles/contours/WebMercatorQuad/{{z}}/{{x}}/{{y}}.mvt"
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("qgis_vector_tiles.py")), url, "9", "14",
+         str(tile), str(west), str(south), str(east), str(north)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["valid"] and found["drawn"] > 0.005, found
+    assert found["tile_valid"] and {"ele", "level"} <= set(found["fields"]) and found["features"] > 5, found

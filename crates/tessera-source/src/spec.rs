@@ -192,6 +192,9 @@ impl SourceSpec {
                 if let Some(m) = &v.maplibre {
                     let _ = write!(id, " maplibre {:?} {}", m.source, m.document);
                 }
+                if let Some(c) = &v.contours {
+                    let _ = write!(id, " contours {c:?}");
+                }
                 if let Some(f) = &v.value_filter {
                     let _ = write!(
                         id,
@@ -261,6 +264,7 @@ impl schemars::JsonSchema for SourceSpec {
         #[cfg(feature = "vector")]
         kinds.extend([
             tagged::<VectorSpec>(generator, &["vector"], true),
+            tagged::<crate::vector::ContourSpec>(generator, &["contours"], true),
             tagged::<PostgisAutoSpec>(generator, &["postgis_auto"], true),
         ]);
         #[cfg(feature = "archive")]
@@ -314,7 +318,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, postgis_auto, pmtiles, mbtiles), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, contours, postgis_auto, pmtiles, mbtiles), not {other}"
                     )));
                 }
             },
@@ -371,11 +375,15 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 .map(|m| SourceSpec::Mosaic(Box::new(m)))
                 .map_err(|e| D::Error::custom(format!("mosaic source: {e}"))),
             #[cfg(feature = "vector")]
+            "contours" => serde_json::from_value::<crate::vector::ContourSpec>(value)
+                .map(|c| SourceSpec::Vector(Box::new(crate::vector::VectorSpec::of_contours(c))))
+                .map_err(|e| D::Error::custom(format!("contours source: {e}"))),
+            #[cfg(feature = "vector")]
             "vector" => serde_json::from_value(value)
                 .map(|v| SourceSpec::Vector(Box::new(v)))
                 .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, postgis_auto, pmtiles or mbtiles"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, contours, postgis_auto, pmtiles or mbtiles"
             ))),
         }
     }
@@ -399,7 +407,7 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         SourceSpec::Wmts(w) => Arc::new(crate::upstream::tiles::open_wmts(w, policy())?),
         SourceSpec::Mosaic(m) => Arc::new(MosaicSource::open(m, gdal)?),
         #[cfg(feature = "vector")]
-        SourceSpec::Vector(v) => Arc::new(VectorSource::open(v)?),
+        SourceSpec::Vector(v) => Arc::new(VectorSource::contours(v, gdal)?),
         #[cfg(feature = "vector")]
         SourceSpec::PostgisAuto(a) => {
             return Err(SourceError::Open {

@@ -267,7 +267,9 @@ fn terrain_style(
         b.max_x.min(180.0),
         b.max_y.min(85.0511)
     ]);
-    let encoding = elevation.elevation().map(tessera_grid::ElevationEncoding::maplibre_name);
+    let encoding = elevation
+        .elevation()
+        .map(tessera_grid::ElevationEncoding::maplibre_name);
     let dem = json!({
         "type": "raster-dem",
         "tiles": [url(elevation)],

@@ -10,6 +10,7 @@
 //! `where`, and reads only the features there.
 
 mod auto;
+mod contours;
 mod maplibre_draw;
 mod mvt;
 mod pg;
@@ -29,6 +30,7 @@ use crate::{
     SourceInfo, VectorLayerInfo, WindowRequest,
 };
 pub use auto::{PostgisAutoSpec, SpatialTable};
+pub use contours::{CONTOUR_FIELDS, CONTOUR_LAYER, ContourSpec, Units as ContourUnits};
 use pool::Pool;
 pub use spec::{MvtSettings, VectorLayerSpec, VectorSpec};
 use tessera_carto::draw::{self, Canvas, Shapes};
@@ -56,6 +58,26 @@ pub struct VectorSource {
     report: Vec<String>,
     /// The MapLibre style it draws with instead of its rules, if any.
     maplibre: Option<std::sync::Arc<maplibre::MapLibreStyle>>,
+    /// Contour lines made from a DEM, when these are its features (its
+    /// pool then has no dataset).
+    contours: Option<std::sync::Arc<contours::Contours>>,
+}
+
+/// Where features are read for: the window in the data layer's CRS, and
+/// the map that asks (its CRS, its window there and its resolution), on
+/// whose pixels generated features (contours) are made.
+struct FeatureWindow<'a> {
+    /// The window in the data layer's CRS.
+    layer_bbox: BBox,
+    /// The map's CRS.
+    crs: &'a Crs,
+    /// The window in the map's CRS.
+    bbox: BBox,
+    /// The map's units per pixel, across and down.
+    resolution: (f64, f64),
+    /// A vector tile's own box (in the map's CRS), where generated lines
+    /// are cut so that neighbouring tiles meet.
+    tile: Option<BBox>,
 }
 
 /// One data layer, as opened.
@@ -341,10 +363,131 @@ impl VectorSource {
             tiles,
             report,
             maplibre,
+            contours: None,
         };
         match &spec.value_filter {
             Some(filter) => source.at_values(filter.clone()),
             None => Ok(source),
+        }
+    }
+
+    /// The contour lines of `spec`'s DEM (`spec.contours`, from a `type:
+    /// contours` source) as one data layer, `contours`, with the
+    /// attributes `ele` and `level`: the DEM opened with `gdal`'s
+    /// settings, the numbers and the style checked.
+    pub fn contours(
+        spec: &VectorSpec,
+        gdal: &crate::GdalSettings,
+    ) -> Result<VectorSource, SourceError> {
+        let Some(lines) = spec.contours.as_deref() else {
+            return VectorSource::open(spec);
+        };
+        let shown = lines.dem.path.clone();
+        let open_err = |message: String| SourceError::Open {
+            path: shown.clone(),
+            source: message.into(),
+        };
+        style::check_rules(&lines.style).map_err(&open_err)?;
+        let style_fields = style::fields_used(&lines.style);
+        if let Some(other) = style_fields
+            .iter()
+            .find(|f| !CONTOUR_FIELDS.contains(&f.as_str()))
+        {
+            return Err(open_err(format!(
+                "contours: the style reads {other:?}; contour lines have `ele` and `level`"
+            )));
+        }
+        let dem: std::sync::Arc<dyn Source> =
+            std::sync::Arc::new(crate::GdalSource::open(&lines.dem, gdal)?);
+        let generator = contours::Contours::new(dem, lines.clone()).map_err(&open_err)?;
+        let dem_info = generator.dem().info().clone();
+        let fields: Vec<(String, &'static str)> = CONTOUR_FIELDS
+            .iter()
+            .map(|f| ((*f).to_string(), "Number"))
+            .collect();
+        let names: Vec<String> = fields.iter().map(|(n, _)| n.clone()).collect();
+        let layer = DataLayer {
+            name: CONTOUR_LAYER.into(),
+            layer: CONTOUR_LAYER.into(),
+            filter: None,
+            fields,
+            info_fields: names.clone(),
+            style: lines.style.clone(),
+            style_fields,
+            min_zoom: lines.min_zoom(),
+            max_zoom: None,
+            crs: dem_info.native_crs.clone(),
+            geometry: OGRwkbGeometryType::wkbMultiLineString,
+            table: None,
+            available: names,
+            admit: None,
+        };
+        let report = vec![format!(
+            "contour lines of {shown:?}: every {} {:?} (zooms {:?}), major every {}",
+            lines.interval,
+            lines.units,
+            lines.zooms,
+            lines.major.unwrap_or(lines.interval * 5.0)
+        )];
+        let no_dataset = shown.clone();
+        Ok(VectorSource {
+            spec: spec.clone(),
+            shown: shown.clone(),
+            layers: vec![layer],
+            info: SourceInfo {
+                band_count: 3,
+                is_byte: true,
+                ..dem_info
+            },
+            pool: std::sync::Arc::new(Pool::new(
+                None,
+                Box::new(move || {
+                    Err(SourceError::Open {
+                        path: no_dataset.clone(),
+                        source: "contour lines are made from a DEM and have no dataset".into(),
+                    })
+                }),
+                shown,
+                1,
+                spec.statement_timeout_ms,
+                false,
+            )),
+            tiles: None,
+            report,
+            maplibre: None,
+            contours: Some(std::sync::Arc::new(generator)),
+        })
+    }
+
+    /// The features of `dl` in `window` with the attributes `fields`, and
+    /// the CRS their geometries are in: the dataset's, in the layer's CRS,
+    /// or contour lines made on the asking map's pixels, in its CRS.
+    fn read_features(
+        &self,
+        dl: &DataLayer,
+        window: &FeatureWindow<'_>,
+        fields: &[String],
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<(Features, Crs), SourceError> {
+        match &self.contours {
+            Some(lines) => {
+                let zoom = zoom_of(window.resolution.0, window.crs);
+                let levels = lines.levels(
+                    &window.bbox,
+                    window.crs,
+                    window.resolution,
+                    zoom,
+                    window.tile.as_ref(),
+                    cancel,
+                )?;
+                Ok((contours::features(levels, fields), window.crs.clone()))
+            }
+            None => {
+                let features = self
+                    .pool
+                    .with_handle(|ds| self.features(ds, dl, &window.layer_bbox, fields, cancel))?;
+                Ok((features, dl.crs.clone()))
+            }
         }
     }
 
@@ -390,6 +533,7 @@ impl VectorSource {
             tiles: self.tiles.clone(),
             report: self.report.clone(),
             maplibre: self.maplibre.clone(),
+            contours: self.contours.clone(),
         })
     }
 
@@ -529,18 +673,29 @@ impl VectorSource {
             return Ok(mvt::gzip(&raw));
         }
         let mut out = Vec::new();
+        let tile = grid.tile_bbox(coord);
+        let resolution = (
+            tile.width() / f64::from(grid.tile_width),
+            tile.height() / f64::from(grid.tile_height),
+        );
         for dl in layers {
-            let Ok(window) = crs.transform_bbox(&frame.buffered_bbox(), &dl.crs) else {
+            let bbox = frame.buffered_bbox();
+            let Ok(layer_bbox) = crs.transform_bbox(&bbox, &dl.crs) else {
                 continue;
             };
             let names: Vec<String> = dl.fields.iter().map(|(n, _)| n.clone()).collect();
-            let features = self
-                .pool
-                .with_handle(|ds| self.features(ds, dl, &window, &names, cancel))?;
+            let window = FeatureWindow {
+                layer_bbox,
+                crs: &crs,
+                bbox,
+                resolution,
+                tile: Some(tile),
+            };
+            let (features, from) = self.read_features(dl, &window, &names, cancel)?;
             if cancelled(cancel) {
                 return Err(SourceError::Cancelled);
             }
-            mvt::encode_layer(&mut out, &dl.name, &names, features, &dl.crs, &frame)?;
+            mvt::encode_layer(&mut out, &dl.name, &names, features, &from, &frame)?;
         }
         Ok(mvt::gzip(&out))
     }
@@ -572,14 +727,19 @@ impl VectorSource {
             .fold(0.0f32, f32::max);
         let margin = f64::from(reach) / 2.0 + 1.0;
         let grown = req.bbox.buffered(margin * res_x, margin * res_y);
-        let Ok(window) = req.crs.transform_bbox(&grown, &dl.crs) else {
+        let Ok(layer_bbox) = req.crs.transform_bbox(&grown, &dl.crs) else {
             return Ok(());
         };
-        let features = self
-            .pool
-            .with_handle(|ds| self.features(ds, dl, &window, &dl.style_fields, req.cancel))?;
+        let window = FeatureWindow {
+            layer_bbox,
+            crs: req.crs,
+            bbox: grown,
+            resolution: (res_x, res_y),
+            tile: None,
+        };
+        let (features, from) = self.read_features(dl, &window, &dl.style_fields, req.cancel)?;
         let projector = Projector {
-            from: &dl.crs,
+            from: &from,
             req,
             res_x,
             res_y,
@@ -1079,14 +1239,21 @@ impl FeatureSource for VectorSource {
             if !dl.style.is_empty() && !dl.style.iter().any(|r| r.draws_at(zoom)) {
                 continue;
             }
-            let Ok(window) = crs.transform_bbox(&probe, &dl.crs) else {
+            let Ok(layer_bbox) = crs.transform_bbox(&probe, &dl.crs) else {
                 continue;
             };
             let names = &dl.info_fields;
-            let features = self
-                .pool
-                .with_handle(|ds| self.features(ds, dl, &window, names, None))?;
-            let mut area = Geometry::bbox(window.min_x, window.min_y, window.max_x, window.max_y)
+            let window = FeatureWindow {
+                layer_bbox,
+                crs,
+                bbox: probe,
+                resolution: (resolution, resolution),
+                tile: None,
+            };
+            let (features, from) = self.read_features(dl, &window, names, None)?;
+            // The probe in the features' CRS.
+            let area = if from == dl.crs { layer_bbox } else { probe };
+            let mut area = Geometry::bbox(area.min_x, area.min_y, area.max_x, area.max_y)
                 .map_err(|e| self.read_err(e.to_string()))?;
             area.flatten_to_2d();
             for (values, geometry) in features {

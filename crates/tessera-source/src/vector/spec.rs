@@ -45,6 +45,10 @@ pub struct VectorSpec {
     /// the server from a layer's `style: { maplibre: ... }`).
     #[serde(skip)]
     pub maplibre: Option<tessera_carto::maplibre::MapLibreSpec>,
+    /// Contour lines of a DEM instead of a dataset's features (set from a
+    /// `type: contours` source, never configured here).
+    #[serde(skip)]
+    pub contours: Option<Box<super::ContourSpec>>,
     /// Most features one read may draw (default 200,000): more is an error
     /// that says to narrow the window or the `where`.
     #[serde(default = "default_max_features")]
@@ -60,6 +64,33 @@ pub struct VectorSpec {
     /// connection, in milliseconds (default 10,000).
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
+}
+
+impl VectorSpec {
+    /// The vector source of `lines`' contour lines: the DEM's path (whose
+    /// changes the layer's fingerprint follows), the one data layer
+    /// `contours` with its attributes, style and tile settings.
+    pub fn of_contours(lines: super::ContourSpec) -> VectorSpec {
+        VectorSpec {
+            path: lines.dem.path.clone(),
+            layer: Some(super::CONTOUR_LAYER.into()),
+            filter: None,
+            fields: super::CONTOUR_FIELDS
+                .iter()
+                .map(|f| (*f).to_string())
+                .collect(),
+            style: lines.style.clone(),
+            layers: Vec::new(),
+            mvt: lines.mvt,
+            value_filter: None,
+            maplibre: None,
+            max_features: default_max_features(),
+            info_max_chars: default_info_max_chars(),
+            max_connections: default_max_connections(),
+            statement_timeout_ms: default_statement_timeout_ms(),
+            contours: Some(Box::new(lines)),
+        }
+    }
 }
 
 /// One data layer of a vector source.
@@ -286,6 +317,7 @@ pub(super) fn spec_for_tests(path: &str) -> VectorSpec {
         info_max_chars: default_info_max_chars(),
         max_connections: 1,
         statement_timeout_ms: 2500,
+        contours: None,
     }
 }
 
