@@ -306,7 +306,7 @@ impl Contours {
                 for run in inside_runs(&points, f64::from(width), f64::from(height)) {
                     let run = chaikin(run, self.spec.smoothing);
                     let pieces = match edges {
-                        Some((xs, ys)) => split_at(run, xs, ys),
+                        Some((xs, ys)) => split_at(&run, xs, ys),
                         None => vec![run],
                     };
                     lines.extend(
@@ -413,7 +413,7 @@ fn inside_runs(ring: &[(f64, f64)], width: f64, height: f64) -> Vec<Vec<(f64, f6
 /// `line` cut into pieces where it crosses (or touches) the vertical
 /// lines `xs` and the horizontal lines `ys`, each piece ending on the
 /// line it crosses, exactly.
-fn split_at(line: Vec<(f64, f64)>, xs: [f64; 2], ys: [f64; 2]) -> Vec<Vec<(f64, f64)>> {
+fn split_at(line: &[(f64, f64)], xs: [f64; 2], ys: [f64; 2]) -> Vec<Vec<(f64, f64)>> {
     let mut pieces = Vec::new();
     let mut piece: Vec<(f64, f64)> = Vec::with_capacity(line.len());
     for (i, &q) in line.iter().enumerate() {
@@ -582,7 +582,7 @@ mod tests {
     #[test]
     fn lines_are_cut_on_the_tile_edges() {
         let line = vec![(0.0, 1.0), (4.0, 1.0), (4.0, 5.0), (6.0, 7.0)];
-        let pieces = split_at(line, [2.0, 5.0], [-1.0, 6.0]);
+        let pieces = split_at(&line, [2.0, 5.0], [-1.0, 6.0]);
         assert_eq!(
             pieces,
             vec![
