@@ -217,8 +217,14 @@ def bilinear(src, lon, lat):
     c0, r0 = int(math.floor(col)), int(math.floor(row))
     fc, fr = col - c0, row - r0
     v = values[r0:r0 + 2, c0:c0 + 2]
-    return (v[0, 0] * (1 - fc) * (1 - fr) + v[0, 1] * fc * (1 - fr)
-            + v[1, 0] * (1 - fc) * fr + v[1, 1] * fc * fr)
+    w = np.array([[(1 - fc) * (1 - fr), fc * (1 - fr)], [(1 - fc) * fr, fc * fr]])
+    # Pixels without data left out, the others' weights renormalised (as
+    # the book says tessera does; all four valid, plain bilinear).
+    nodata = ds.GetRasterBand(1).GetNoDataValue()
+    known = v != nodata if nodata is not None else np.ones_like(v, dtype=bool)
+    if not known.any():
+        return None
+    return float((v * w)[known].sum() / w[known].sum())
 
 
 # Three points of the demo DEM: a valley, a plateau and a slope.
@@ -475,3 +481,68 @@ def test_qgis_reads_the_contour_tiles(contours, tmp_path):
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["valid"] and found["drawn"] > 0.005, found
     assert found["tile_valid"] and {"ele", "level"} <= set(found["fields"]) and found["features"] > 5, found
+
+
+# Elevation at a point and along a line.
+
+def test_elevation_at_points_is_the_dems_bilinear(terrain, demo_data):
+    # Three inside, two next to the DEM's nodata (outside Luxembourg).
+    assert bilinear(demo_data / "elev.tif", 6.3046, 49.8569) is not None
+    for lon, lat in POINTS + [(6.3046, 49.8569), (6.4046, 49.7069)]:
+        _, _, body = terrain.get(f"/elevation/elevation?lon={lon}&lat={lat}")
+        got = json.loads(body)["elevation"]
+        want = bilinear(demo_data / "elev.tif", lon, lat)
+        assert abs(got - want) < 1e-3, f"{lon}, {lat}: {got} != {want}"
+    # Outside the DEM, and in its hole of nodata: null.
+    _, _, body = terrain.get("/elevation/elevation?lon=0&lat=0")
+    assert json.loads(body)["elevation"] is None
+    _, _, body = terrain.get("/elevation/low?lon=6.27&lat=49.65")
+    assert json.loads(body)["elevation"] is None
+
+
+def post_json(server, path, doc):
+    import urllib.error
+    import urllib.request
+    request = urllib.request.Request(server.url + path, data=json.dumps(doc).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_profiles_sample_the_line_evenly(terrain, demo_data):
+    line = {"type": "LineString", "coordinates": [[5.9, 49.6], [6.2, 49.7], [6.4, 50.0]]}
+    status, doc = post_json(terrain, "/elevation/elevation?samples=50", line)
+    assert status == 200, doc
+    samples = doc["samples"]
+    assert len(samples) == 50 and samples[0]["distance"] == 0
+    assert (samples[0]["lon"], samples[-1]["lat"]) == (5.9, 50.0)
+    steps = np.diff([s["distance"] for s in samples])
+    assert np.allclose(steps, steps[0], rtol=1e-6) and 40_000 < samples[-1]["distance"] < 70_000
+    for s in samples[::7]:
+        assert abs(s["elevation"] - bilinear(demo_data / "elev.tif", s["lon"], s["lat"])) < 1e-3
+
+
+def test_elevation_bad_input_is_refused_with_the_limit_named(terrain):
+    status, _, body = http_get(terrain, "/elevation/elevation?lon=200&lat=10")
+    assert status == 400 and b"longitude" in body
+    status, _, body = http_get(terrain, "/elevation/elevation")
+    assert status == 400 and b"lon=" in body
+    line = {"type": "LineString", "coordinates": [[5.9, 49.6], [6.2, 49.7]]}
+    status, body = post_json(terrain, "/elevation/elevation?samples=1000000", line)
+    assert status == 400 and "profile_max_samples" in body
+    many = {"type": "LineString", "coordinates": [[6.0 + i * 1e-6, 49.6] for i in range(20_000)]}
+    status, body = post_json(terrain, "/elevation/elevation", many)
+    assert status == 400 and "profile_max_vertices" in body
+    # A body of a million vertices is refused by its length, unread.
+    import socket
+    host, port = terrain.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as conn:
+        conn.sendall(b"POST /elevation/elevation HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 25000000\r\n\r\n" + b'{"type": "LineString", "coordinates": [')
+        answer = conn.recv(65536).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 413") and "profile_max_vertices" in answer, answer[:300]
+    status, body = post_json(terrain, "/elevation/elevation", {"type": "Point", "coordinates": [6, 49]})
+    assert status == 400 and "LineString" in body

@@ -177,6 +177,15 @@ pub trait Source: Send + Sync + std::fmt::Debug {
     /// Reads and warps one window.
     fn read(&self, request: &WindowRequest<'_>) -> Result<Raster, SourceError>;
 
+    /// The width and height of a pixel of the source's own grid, in its
+    /// native CRS's units; the grid starts at the native bounds'
+    /// north-west corner. By default square pixels of
+    /// [`SourceInfo::native_resolution`].
+    fn native_pixel(&self) -> (f64, f64) {
+        let r = self.info().native_resolution;
+        (r, r)
+    }
+
     /// A hint that `request` will be read soon (cancel flag aside): a
     /// source whose reads wait on the network may start fetching it now,
     /// so that the read finds it answered. Never blocks, never fails; a

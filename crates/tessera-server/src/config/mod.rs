@@ -494,6 +494,12 @@ pub struct Limits {
     pub sprite_max_side: u32,
     /// Most icons in one sprite set (default 5,000).
     pub sprite_max_icons: usize,
+    /// Most samples one elevation profile (`POST /elevation/{layer}`)
+    /// answers (default 1,000).
+    pub profile_max_samples: usize,
+    /// Most vertices in a profile's line (default 10,000); its body may
+    /// be 64 bytes per vertex.
+    pub profile_max_vertices: usize,
 }
 
 impl Limits {
@@ -523,6 +529,8 @@ impl Default for Limits {
             sprite_max_nodes: 20_000,
             sprite_max_side: 512,
             sprite_max_icons: 5_000,
+            profile_max_samples: 1_000,
+            profile_max_vertices: 10_000,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod book;
+mod elevation;
 pub mod error;
 mod fonts;
 pub mod guard;
@@ -208,6 +209,10 @@ pub fn router(state: AppState) -> Router {
             get(tilejson::tilejson),
         )
         .route("/styles/{file}", get(map_styles::style))
+        .route(
+            "/elevation/{layer}",
+            get(elevation::point).post(elevation::profile),
+        )
         .route("/tiles/{layer}/{grid}/{z}/{x}/{file}", get(tiles::xyz))
         .route("/tms/1.0.0/{layer}/{grid}/{z}/{x}/{file}", get(tiles::tms))
         .route("/wmts", get(wmts::kvp))

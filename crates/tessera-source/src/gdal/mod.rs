@@ -683,6 +683,10 @@ impl Source for GdalSource {
         &self.info
     }
 
+    fn native_pixel(&self) -> (f64, f64) {
+        (self.info.native_resolution, self.row_height)
+    }
+
     fn read(&self, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
         match self.read_part(req, Whole::WhenMostlyCovered)? {
             None => Ok(empty_raster(&self.info, req.width, req.height)),
