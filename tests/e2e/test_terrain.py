@@ -546,3 +546,113 @@ def test_elevation_bad_input_is_refused_with_the_limit_named(terrain):
     assert answer.startswith("HTTP/1.1 413") and "profile_max_vertices" in answer, answer[:300]
     status, body = post_json(terrain, "/elevation/elevation", {"type": "Point", "coordinates": [6, 49]})
     assert status == 400 and "LineString" in body
+
+
+# Bad DEMs and bad configurations.
+
+def check(config_text, tmp_path):
+    import os
+    config = tmp_path / "check.yaml"
+    config.write_text(config_text)
+    return subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("layer, says", [
+    ("{ name: rgb, source: { path: RGB }, formats: [png, terrarium.png] }",
+     "format terrarium.png encodes one band of elevations; the source has 6 bands"),
+    ("{ name: near, source: { path: DEM, resampling: nearest }, formats: [terrain-rgb.png] }",
+     "interpolates elevations before encoding them: choose resampling bilinear"),
+    ("{ name: zero, source: { type: contours, dem: { path: DEM }, interval: 0 }, formats: [mvt] }",
+     "interval must be a number above 0, not 0"),
+    ("{ name: minus, source: { type: contours, dem: { path: DEM }, zooms: { 10: -5 } }, formats: [mvt] }",
+     "the interval of zoom 10 must be a number above 0, not -5"),
+    ("{ name: bands, source: { type: contours, dem: { path: RGB } }, formats: [mvt] }",
+     "has 6 bands; pick its elevations with `dem: { bands: [n] }`"),
+    ("{ name: style, source: { type: contours, dem: { path: DEM }, style: [{ filter: { field: height, eq: 1 }, "
+     "stroke: \"#ff0000\" }] }, formats: [mvt, png] }",
+     'the style reads "height"; contour lines have `ele` and `level`'),
+])
+def test_terrain_configuration_errors_are_named(tmp_path, demo_data, layer, says):
+    text = "layers:\n  - " + layer.replace("RGB", str(demo_data / "L7_ETMs.tif")).replace(
+        "DEM", str(demo_data / "elev.tif")) + "\n"
+    r = check(text, tmp_path)
+    assert r.returncode != 0 and says in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def bad_dems(tmp_path_factory):
+    """DEMs a server meets in the wild: fill values of 1e38, NaN without a
+    nodata value, and nothing but nodata."""
+    folder = tmp_path_factory.mktemp("bad")
+    huge = np.full((40, 40), 1e38)
+    huge[:, :20] = 300.0
+    nan = np.full((40, 40), 200.0) + np.arange(40)[None, :] * 3.0
+    nan[10:30, 10:30] = np.nan
+    empty = np.full((40, 40), -9999.0)
+    return {name: make_dem(folder / f"{name}.tif", values, origin=(6.0, 49.8), pixel=0.005)
+            for name, values in (("huge", huge), ("nan", nan), ("empty", empty))}
+
+
+def test_bad_dems_draw_what_they_hold_and_nothing_else(tmp_path_factory, bad_dems):
+    folder = tmp_path_factory.mktemp("badserve")
+    layers = "".join(
+        f"""
+  - name: {name}
+    source: {{ path: {path} }}
+    formats: [terrarium.png, terrain-rgb.png]
+    cache: {{ store: none }}
+  - name: {name}-lines
+    source: {{ type: contours, dem: {{ path: {path} }}, interval: 5, max_levels: 50 }}
+    formats: [mvt]
+    cache: {{ store: none }}
+""" for name, path in bad_dems.items())
+    config = folder / "tessera.yaml"
+    config.write_text("layers:" + layers)
+    z = 12
+    x, y = tile_of(6.1, 49.75, z)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        # 1e38: clamped to each encoding's top, never wrapped round to a
+        # low or negative elevation.
+        _, _, body = server.get(f"/tiles/huge/WebMercatorQuad/{z}/{x}/{y}.terrain-rgb.png")
+        ele = decode_elevations(body, "terrain-rgb")
+        assert ele.max() > 1.6e6 and ele.min() > 250, (ele.min(), ele.max())
+        _, _, body = server.get(f"/tiles/huge/WebMercatorQuad/{z}/{x}/{y}.terrarium.png")
+        ele = decode_elevations(body, "terrarium")
+        assert ele.max() > 32000 and ele.min() > 250, (ele.min(), ele.max())
+        # Contours of the 300 m half only: the fill value is no data.
+        lines = mvt_lines(server, "huge-lines", z, x, y)
+        assert set(lines) <= {300}, sorted(lines)
+        # NaN is no data: sea level in elevation tiles, no lines through it.
+        _, _, body = server.get(f"/tiles/nan/WebMercatorQuad/{z}/{x}/{y}.terrarium.png")
+        ele = decode_elevations(body, "terrarium")
+        assert (np.abs(ele) < 0.01).mean() > 0.1 and ele.max() > 200
+        lines = mvt_lines(server, "nan-lines", z, x, y)
+        assert len(lines) > 3 and all(200 <= ele <= 320 for ele in lines), sorted(lines)
+        # Nothing but nodata: sea level, and no contour tile at all.
+        _, _, body = server.get(f"/tiles/empty/WebMercatorQuad/{z}/{x}/{y}.terrain-rgb.png")
+        assert np.all(np.abs(decode_elevations(body, "terrain-rgb")) <= 0.05)
+        status, _, _ = http_get(server, f"/tiles/empty-lines/WebMercatorQuad/{z}/{x}/{y}.mvt")
+        assert status == 204
+
+
+def test_a_cliff_of_many_levels_is_drawn_at_a_wider_interval(tmp_path_factory, tmp_path):
+    # 0 to 9000 m across a few pixels at an interval of 1 m: 9000 levels,
+    # drawn as at most max_levels (here 20).
+    values = np.zeros((40, 40))
+    values[:, 20:] = 9000.0
+    cliff = make_dem(tmp_path / "cliff.tif", values, origin=(6.0, 49.8), pixel=0.005)
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+layers:
+  - name: cliff
+    source: {{ type: contours, dem: {{ path: {cliff} }}, interval: 1, max_levels: 20 }}
+    formats: [mvt]
+    cache: {{ store: none }}
+""")
+    x, y = tile_of(6.1, 49.75, 12)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        lines = mvt_lines(server, "cliff", 12, x, y)
+    assert 5 <= len(lines) <= 20, sorted(lines)
+    step = sorted(lines)[1] - sorted(lines)[0]
+    assert step >= 450 and all(ele % step == 0 for ele in lines), sorted(lines)
