@@ -656,3 +656,62 @@ layers:
     assert 5 <= len(lines) <= 20, sorted(lines)
     step = sorted(lines)[1] - sorted(lines)[0]
     assert step >= 450 and all(ele % step == 0 for ele in lines), sorted(lines)
+
+
+# Slope, aspect and multidirectional hillshade against gdaldem.
+
+RELIEF = """
+layers:
+  - name: slope
+    source: {{ path: {elev} }}
+    style: {{ type: slope, ramp: [{{ value: 0, color: "#000000" }}, {{ value: 90, color: "#ffffff" }}] }}
+    cache: {{ store: none }}
+  - name: aspect
+    source: {{ path: {elev} }}
+    style: {{ type: aspect, ramp: [{{ value: 0, color: "#000000" }}, {{ value: 360, color: "#ffffff" }}] }}
+    cache: {{ store: none }}
+  - name: shade
+    source: {{ path: {elev} }}
+    style: {{ type: hillshade, multidirectional: true }}
+    cache: {{ store: none }}
+"""
+
+
+@pytest.mark.parametrize("layer, gdaldem, full", [
+    ("slope", ["slope"], 90.0),
+    ("aspect", ["aspect"], 360.0),
+    ("shade", ["hillshade", "-multidirectional"], None),
+])
+def test_relief_styles_are_gdaldems(tmp_path_factory, tmp_path, demo_data, layer, gdaldem, full):
+    folder = tmp_path_factory.mktemp("relief")
+    config = folder / "tessera.yaml"
+    config.write_text(RELIEF.format(elev=demo_data / "elev.tif"))
+    z = 12
+    x, y = tile_of(6.13, 49.75, z)
+    west, south, east, north = mercator_bbox(z, x, y)
+    span = (east - west) / 256
+    window = tmp_path / "window.tif"
+    subprocess.run(["gdalwarp", "-q", "-overwrite", "-t_srs", "EPSG:3857", "-te", str(west - span),
+                    str(south - span), str(east + span), str(north + span), "-ts", "258", "258",
+                    "-r", "bilinear", "-ot", "Float32", str(demo_data / "elev.tif"), str(window)],
+                   check=True, timeout=120)
+    # The ground size of a Web Mercator metre at the tile's centre.
+    lat = math.degrees(math.atan(math.sinh(((north + south) / 2) / 6378137.0)))
+    out = tmp_path / "gdaldem.tif"
+    subprocess.run(["gdaldem", *gdaldem, "-q", "-s", str(math.cos(math.radians(lat))), str(window),
+                    str(out)], check=True, timeout=120)
+    reference = read(out).astype(np.float64)[1:-1, 1:-1]
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        _, _, body = server.get(f"/tiles/{layer}/WebMercatorQuad/{z}/{x}/{y}.png")
+    grey = decode(body)[0].astype(np.float64)
+    if full is None:
+        known = reference > 0
+        diff = np.abs(grey - reference)[known]
+    else:
+        known = reference >= 0
+        want = reference * 255 / full
+        diff = np.abs(grey - want)[known]
+        if layer == "aspect":
+            diff = np.minimum(diff, 255 - diff)  # 359 degrees is next to 0
+    assert known.mean() > 0.9
+    assert np.percentile(diff, 99) <= 2.0, f"{layer}: p99 {np.percentile(diff, 99):.2f} grey levels"

@@ -403,7 +403,7 @@ mod tests {
                 let back = encoding.decode(encoding.encode(metres));
                 assert!((back - f64::from(metres)).abs() <= encoding.step() / 2.0 + 1e-6);
             }
-            assert_eq!(encoding.decode(encoding.encode(f32::NAN)), 0.0);
+            assert!(encoding.decode(encoding.encode(f32::NAN)).abs() < 1e-9);
             assert_eq!(encoding.encode(f32::INFINITY), [255, 255, 255]);
             assert_eq!(encoding.encode(-1e38), [0, 0, 0]);
         }

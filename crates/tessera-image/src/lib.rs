@@ -16,6 +16,7 @@ mod encode;
 pub mod expression;
 pub mod inflate;
 mod plain_png;
+mod relief;
 mod style;
 mod terrain;
 
@@ -23,6 +24,7 @@ pub use buffer::{BandData, CanvasTooLarge, ImageView, MAX_CANVAS_PIXELS, Raster,
 pub use color::{Color, ColorRamp, RampStop};
 pub use decode::{DecodeError, declared_size, decode};
 pub use encode::{EncodeError, EncodeOptions, PngCompression, encode, encode_png_with_alpha};
+pub use relief::{AspectSpec, SlopeSpec};
 pub use style::{
     HillshadeSpec, PixelScale, RampSpec, RgbSpec, Style, StyleError, StyleSpec, build_style,
 };

@@ -82,6 +82,12 @@ pub enum StyleSpec {
     Ramp(RampSpec),
     /// Shaded relief from a single elevation band, optionally over a ramp.
     Hillshade(HillshadeSpec),
+    /// The steepness of an elevation band (degrees, or percent) through a
+    /// ramp, as `gdaldem slope`.
+    Slope(crate::relief::SlopeSpec),
+    /// The direction an elevation band's slopes face (degrees clockwise
+    /// from north) through a ramp, as `gdaldem aspect`.
+    Aspect(crate::relief::AspectSpec),
     /// Band math, then a colour map, classes, grey or RGB.
     Expression(crate::band_math::ExpressionSpec),
 }
@@ -149,12 +155,17 @@ pub struct HillshadeSpec {
     /// A value to treat as no data besides the source's own nodata.
     #[serde(default)]
     pub nodata: Option<f64>,
+    /// Light from four directions (225, 270, 315 and 360 degrees) weighed
+    /// by each slope's aspect, as `gdaldem hillshade -multidirectional`:
+    /// every slope is lit from somewhere; `azimuth` is then unused.
+    #[serde(default)]
+    pub multidirectional: bool,
 }
 
-fn one() -> usize {
+pub(crate) fn one() -> usize {
     1
 }
-fn one_f() -> f64 {
+pub(crate) fn one_f() -> f64 {
     1.0
 }
 fn default_azimuth() -> f64 {
@@ -227,19 +238,20 @@ pub fn build_style(spec: &StyleSpec, band_count: usize) -> Result<Box<dyn Style>
                     "hillshade z_factor and scale must be finite (scale > 0)".into(),
                 ));
             }
-            let ramp = match &s.ramp {
-                Some(stops) => Some(ColorRamp::new(stops.clone()).map_err(StyleError::Invalid)?),
-                None => None,
-            };
-            Ok(Box::new(HillshadeStyle {
-                spec: s.clone(),
-                ramp,
-            }))
+            Ok(Box::new(crate::relief::HillshadeStyle::new(s)?))
+        }
+        StyleSpec::Slope(s) => {
+            check_band(s.band)?;
+            Ok(Box::new(crate::relief::SlopeStyle::new(s)?))
+        }
+        StyleSpec::Aspect(s) => {
+            check_band(s.band)?;
+            Ok(Box::new(crate::relief::AspectStyle::new(s)?))
         }
     }
 }
 
-fn band(raster: &Raster, index: usize) -> Result<&BandData, StyleError> {
+pub(crate) fn band(raster: &Raster, index: usize) -> Result<&BandData, StyleError> {
     raster
         .bands
         .get(index.wrapping_sub(1))
@@ -332,91 +344,6 @@ impl Style for RampStyle {
     }
 }
 
-#[derive(Debug)]
-struct HillshadeStyle {
-    spec: HillshadeSpec,
-    ramp: Option<ColorRamp>,
-}
-
-impl Style for HillshadeStyle {
-    fn margin(&self) -> u32 {
-        1
-    }
-
-    fn bands(&self) -> Vec<usize> {
-        vec![self.spec.band]
-    }
-
-    fn apply(&self, raster: &Raster, scale: PixelScale) -> Result<RgbaImage, StyleError> {
-        let data = band(raster, self.spec.band)?;
-        let (w, h) = (raster.width as usize, raster.height as usize);
-        if w < 3 || h < 3 {
-            return Ok(RgbaImage::transparent(
-                raster.width.saturating_sub(2),
-                raster.height.saturating_sub(2),
-            ));
-        }
-        // Pixel sizes in elevation units: an explicit scale multiplies the
-        // CRS resolution (as `gdaldem -s`), otherwise the ground size is used.
-        let (ewres, nsres) = match self.spec.scale {
-            Some(s) => (scale.res_x * s, scale.res_y * s),
-            None => (scale.ground_x, scale.ground_y),
-        };
-        let valid_value = |i: usize| -> Option<f64> {
-            let v = f64::from(data.get(i));
-            (raster.valid[i] > 0 && !v.is_nan() && self.spec.nodata != Some(v)).then_some(v)
-        };
-        let alt = self.spec.altitude.to_radians();
-        let az = self.spec.azimuth.to_radians();
-        let z = self.spec.z_factor;
-        let (ow, oh) = (w - 2, h - 2);
-        let mut out = RgbaImage::transparent(ow as u32, oh as u32);
-        let pixels = out.as_raw_mut();
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let (cx, cy) = (ox + 1, oy + 1);
-                let center = cy * w + cx;
-                let Some(e) = valid_value(center) else {
-                    continue;
-                };
-                let at = |dxp: isize, dyp: isize| {
-                    let i = (cy as isize + dyp) as usize * w + (cx as isize + dxp) as usize;
-                    valid_value(i).unwrap_or(e)
-                };
-                let (a, b, c) = (at(-1, -1), at(0, -1), at(1, -1));
-                let (d, f) = (at(-1, 0), at(1, 0));
-                let (g, hh, i) = (at(-1, 1), at(0, 1), at(1, 1));
-                let x = ((a + 2.0 * d + g) - (c + 2.0 * f + i)) / (8.0 * ewres);
-                // Rows run southwards: the north-south resolution is negative,
-                // as in a north-up geotransform.
-                let y = ((g + 2.0 * hh + i) - (a + 2.0 * b + c)) / (-8.0 * nsres);
-                let slope = std::f64::consts::FRAC_PI_2 - (z * (x * x + y * y).sqrt()).atan();
-                let aspect = y.atan2(x);
-                let cang = alt.sin() * slope.sin()
-                    + alt.cos() * slope.cos() * (az - std::f64::consts::FRAC_PI_2 - aspect).cos();
-                let shade = cang.clamp(0.0, 1.0);
-                let px = &mut pixels[(oy * ow + ox) * 4..(oy * ow + ox) * 4 + 4];
-                let alpha = raster.valid[center];
-                match &self.ramp {
-                    None => {
-                        let g = (1.0 + 254.0 * shade).round() as u8;
-                        px.copy_from_slice(&[g, g, g, alpha]);
-                    }
-                    Some(ramp) => {
-                        let c = ramp.color_at(e);
-                        let k = 1.0 - self.spec.blend + self.spec.blend * shade;
-                        for ch in 0..3 {
-                            px[ch] = (f64::from(c[ch]) * k).round().clamp(0.0, 255.0) as u8;
-                        }
-                        px[3] = ((u16::from(c[3]) * u16::from(alpha)) / 255) as u8;
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,6 +378,7 @@ mod tests {
             ramp: None,
             blend: 0.7,
             nodata: None,
+            multidirectional: false,
         }
     }
 

@@ -405,6 +405,12 @@ fn plain_layer(
             tessera_image::StyleSpec::Hillshade(h) => {
                 h.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
             }
+            tessera_image::StyleSpec::Slope(s) => {
+                s.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
+            }
+            tessera_image::StyleSpec::Aspect(a) => {
+                a.ramp.clone().and_then(|stops| ColorRamp::new(stops).ok())
+            }
             tessera_image::StyleSpec::Expression(e) => tessera_image::band_math::legend_ramp(e),
             tessera_image::StyleSpec::Rgb(_) => None,
         },

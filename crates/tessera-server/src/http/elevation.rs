@@ -109,8 +109,8 @@ pub async fn profile(
     let bytes = axum::body::to_bytes(body, most_bytes)
         .await
         .map_err(|_| too_large())?;
-    let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| bad(&format!("the body is not JSON: {e}")))?;
+    let doc: Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(&format!("the body is not JSON: {e}")))?;
     let line = line_of(&doc)?;
     if line.len() > limits.profile_max_vertices {
         return Err(bad(&format!(
@@ -346,7 +346,11 @@ mod tests {
         assert_eq!(points.last(), Some(&(1.0, 1.0)));
         assert!((points[2].0 - 1.0).abs() < 1e-3 && points[2].1.abs() < 1e-3);
         let step = distances[1] - distances[0];
-        assert!(distances.windows(2).all(|w| ((w[1] - w[0]) - step).abs() < 1e-6));
+        assert!(
+            distances
+                .windows(2)
+                .all(|w| ((w[1] - w[0]) - step).abs() < 1e-6)
+        );
         assert!((distances[4] - 2.0 * haversine((0.0, 0.0), (1.0, 0.0))).abs() < 1.0);
     }
 
