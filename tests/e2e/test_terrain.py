@@ -715,3 +715,51 @@ def test_relief_styles_are_gdaldems(tmp_path_factory, tmp_path, demo_data, layer
             diff = np.minimum(diff, 255 - diff)  # 359 degrees is next to 0
     assert known.mean() > 0.9
     assert np.percentile(diff, 99) <= 2.0, f"{layer}: p99 {np.percentile(diff, 99):.2f} grey levels"
+
+
+def test_elevation_exports_say_their_encoding_to_pmtiles_and_sqlite3(tmp_path, demo_data):
+    import os
+    import sqlite3
+    tool = os.environ.get("TESSERA_PMTILES_BIN")
+    if not tool or not os.access(tool, os.X_OK):
+        pytest.fail("TESSERA_PMTILES_BIN does not name go-pmtiles; scripts/test builds it", pytrace=False)
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ disk: {{ type: file, path: {tmp_path / 'cache'} }} }}
+layers:
+  - name: dem
+    source: {{ path: {demo_data / 'elev.tif'} }}
+    formats: [terrain-rgb.webp, terrarium.png]
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+""")
+    binary = os.environ["TESSERA_BIN"]
+
+    def run(*args):
+        r = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    run("seed", "--config", config, "--layer", "dem", "--format", "terrain-rgb.webp", "--zoom", "8..10")
+    run("export", "--config", config, "--layer", "dem", "--format", "pmtiles", "--tile-format", "terrain-rgb.webp",
+        "--zoom", "8..10", "--to", tmp_path / "dem.pmtiles")
+    subprocess.run([tool, "verify", tmp_path / "dem.pmtiles"], check=True, capture_output=True, timeout=60)
+    show = subprocess.run([tool, "show", tmp_path / "dem.pmtiles"], capture_output=True, text=True,
+                          timeout=60).stdout
+    assert "tile type: webp" in show, show
+    meta = json.loads(subprocess.run([tool, "show", "--metadata", tmp_path / "dem.pmtiles"], capture_output=True,
+                                     text=True, timeout=60).stdout)
+    assert meta["encoding"] == "mapbox", meta
+    x, y = tile_of(6.1, 49.8, 10)
+    tile = subprocess.run([tool, "tile", tmp_path / "dem.pmtiles", "10", str(x), str(y)], capture_output=True,
+                          timeout=60).stdout
+    ele = decode_elevations(tile, "terrain-rgb")
+    assert 140 < np.median(ele) < 560, np.median(ele)
+
+    run("seed", "--config", config, "--layer", "dem", "--format", "terrarium.png", "--zoom", "8..9")
+    run("export", "--config", config, "--layer", "dem", "--format", "mbtiles", "--tile-format", "terrarium.png",
+        "--zoom", "8..9", "--to", tmp_path / "dem.mbtiles")
+    db = sqlite3.connect(tmp_path / "dem.mbtiles")
+    meta = dict(db.execute("SELECT name, value FROM metadata"))
+    assert (meta["format"], meta["encoding"]) == ("png", "terrarium"), meta
+    (count,) = db.execute("SELECT count(*) FROM tiles").fetchone()
+    assert count >= 2

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Terrain side by side; writes docs/benchmarks/terrain.md.
+
+Data (built once into --data): the demo DEM of Luxembourg warped to an
+8192 x 8192 Web Mercator Float32 COG (cubic, DEFLATE with the floating
+point predictor, 512-pixel blocks, overviews) - a DEM large enough that
+z9-13 tiles read real blocks.
+
+Figures (medians of --runs; the machine left to go quiet before each):
+1. cold Terrain-RGB PNG tiles/s, each of --tiles random z9-13 tiles over
+   the DEM asked once, at 1 and 8 connections: tessera (no cache) and
+   TiTiler (`/cog/tiles/WebMercatorQuad/{z}/{x}/{y}.png?algorithm=terrainrgb`,
+   uvicorn, 2 workers, TCP_NODELAY);
+2. contour tiles: tessera's cold MVT contour tiles/s (8 connections)
+   against the naive script users run per tile (gdalwarp of the tile
+   window, then gdal_contour), one process after another; and `tessera
+   seed` of contours z8-13 over the DEM in tiles/s;
+3. bytes per tile of the four elevation formats over the same tiles.
+
+Run it with scripts/bench-terrain, which installs TiTiler first. Never run
+by CI: it measures, it does not test.
+"""
+import argparse
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from common import ROOT, free_port, machine, run_load, tessera_process, wait_http
+
+HALF = 20037508.342789244
+FORMATS = ["terrarium.png", "terrarium.webp", "terrain-rgb.png", "terrain-rgb.webp"]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def wait_quiet(max_wait=60.0, idle=0.85):
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        i0, t0 = sample()
+        time.sleep(0.5)
+        i1, t1 = sample()
+        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
+            return
+
+
+def dem_cog(data):
+    """The 8192 x 8192 Web Mercator COG of the demo DEM."""
+    cog = data / "luxembourg-8192.tif"
+    if cog.exists():
+        return cog
+    data.mkdir(parents=True, exist_ok=True)
+    warped = data / "warped.tif"
+    subprocess.run(["gdalwarp", "-q", "-overwrite", "-t_srs", "EPSG:3857", "-ts", "8192", "8192", "-r", "cubic",
+                    "-ot", "Float32", "-dstnodata", "-32768", str(ROOT / "data" / "elev.tif"), str(warped)],
+                   check=True)
+    subprocess.run(["gdal_translate", "-q", "-of", "COG", "-co", "COMPRESS=DEFLATE", "-co", "PREDICTOR=3",
+                    "-co", "BLOCKSIZE=512", "-co", "OVERVIEW_RESAMPLING=AVERAGE", str(warped), str(cog)],
+                   check=True)
+    warped.unlink()
+    return cog
+
+
+def tiles_over(cog, zooms, count, seed=1):
+    """`count` distinct random tiles of `zooms` within the COG's bounds."""
+    info = subprocess.run(["gdalinfo", "-json", str(cog)], capture_output=True, text=True, check=True).stdout
+    import json
+    corners = json.loads(info)["cornerCoordinates"]
+    (x0, y1), (x1, y0) = corners["upperLeft"], corners["lowerRight"]
+    rng = random.Random(seed)
+    out = set()
+    zooms = list(zooms)
+    while len(out) < count:
+        z = rng.choice(zooms)
+        span = 2 * HALF / 2**z
+        cx0, cx1 = int((x0 + HALF) / span), int((x1 + HALF) / span)
+        cy0, cy1 = int((HALF - y1) / span), int((HALF - y0) / span)
+        out.add((z, rng.randint(cx0, cx1), rng.randint(cy0, cy1)))
+        if len(out) >= sum(4**z for z in zooms):
+            break
+    return sorted(out)
+
+
+def tessera_config(cog, work):
+    return f"""
+layers:
+  - name: dem
+    source: {{ path: {cog} }}
+    formats: [{", ".join(FORMATS)}]
+    cache: {{ store: none }}
+  - name: contours
+    source: {{ type: contours, dem: {{ path: {cog} }}, zooms: {{ 8: 50, 10: 20, 12: 10 }} }}
+    formats: [mvt]
+    cache: {{ store: none }}
+  - name: contours-seeded
+    source: {{ type: contours, dem: {{ path: {cog} }}, zooms: {{ 8: 50, 10: 20, 12: 10 }} }}
+    formats: [mvt]
+    cache: {{ store: files }}
+stores:
+  files: {{ type: file, path: {work / "store"} }}
+"""
+
+
+def titiler(venv, work):
+    port = free_port()
+    env = {**os.environ, "GDAL_CACHEMAX": "64", "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR"}
+    proc = subprocess.Popen([str(venv / "bin" / "python"), str(ROOT / "bench" / "titiler_nodelay.py"),
+                             "--port", str(port), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=work)
+    wait_http(f"http://127.0.0.1:{port}/healthz", seconds=120)
+    return port, proc
+
+
+def measure(port, paths, clients, runs):
+    """Median tiles/s of `runs` passes over `paths`, and its p50 latency."""
+    rates, p50s = [], []
+    for _ in range(runs):
+        wait_quiet()
+        seconds, latencies, errors, _ = run_load(port, paths, clients)
+        if errors:
+            raise SystemExit(f"errors: {errors[:5]}")
+        rates.append(len(paths) / seconds)
+        p50s.append(statistics.median(latencies))
+    return statistics.median(rates), statistics.median(p50s)
+
+
+def naive_contours(cog, tiles, work):
+    """Tiles/s of gdalwarp + gdal_contour run per tile, one after another."""
+    t0 = time.perf_counter()
+    for z, x, y in tiles:
+        span = 2 * HALF / 2**z
+        margin = span / 256 * 8
+        west, north = -HALF + x * span, HALF - y * span
+        window, lines = work / "w.tif", work / "l.gpkg"
+        subprocess.run(["gdalwarp", "-q", "-overwrite", "-te", str(west - margin), str(north - span - margin),
+                        str(west + span + margin), str(north + margin), "-ts", "272", "272", "-r", "bilinear",
+                        str(cog), str(window)], check=True)
+        lines.unlink(missing_ok=True)
+        subprocess.run(["gdal_contour", "-q", "-a", "ele", "-i", "10", str(window), str(lines)], check=True)
+    return len(tiles) / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--venv", type=Path, required=True)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tiles", type=int, default=400)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "terrain.md")
+    args = ap.parse_args()
+    cog = dem_cog(args.data)
+    tiles = tiles_over(cog, range(9, 14), args.tiles)
+    work = Path(tempfile.mkdtemp(prefix="tessera-terrain-"))
+    rows = []
+    # 1. Cold Terrain-RGB tiles against TiTiler.
+    ours = [f"/tiles/dem/WebMercatorQuad/{z}/{x}/{y}.terrain-rgb.png" for z, x, y in tiles]
+    theirs = [f"/cog/tiles/WebMercatorQuad/{z}/{x}/{y}.png?url={cog}&algorithm=terrainrgb" for z, x, y in tiles]
+    with tessera_process(args.binary, tessera_config(cog, work), work) as (port, _):
+        cold = {c: measure(port, ours, c, args.runs) for c in (1, 8)}
+        sizes = {}
+        for fmt in FORMATS:
+            total = 0
+            for z, x, y in tiles:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/tiles/dem/WebMercatorQuad/{z}/{x}/{y}.{fmt}") as r:
+                    total += len(r.read())
+            sizes[fmt] = total / len(tiles)
+        contour_tiles = [t for t in tiles if t[0] >= 10][:200]
+        contour_paths = [f"/tiles/contours/WebMercatorQuad/{z}/{x}/{y}.mvt" for z, x, y in contour_tiles]
+        contours_rate, contours_p50 = measure(port, contour_paths, 8, args.runs)
+    tport, tproc = titiler(args.venv, work)
+    try:
+        titiler_cold = {c: measure(tport, theirs, c, args.runs) for c in (1, 8)}
+    finally:
+        tproc.terminate()
+        tproc.wait(timeout=30)
+    wait_quiet()
+    naive = naive_contours(cog, contour_tiles[:60], work)
+    # Seeding contours z8-13 into files.
+    config = work / "tessera.yaml"
+    config.write_text(tessera_config(cog, work))
+    wait_quiet()
+    t0 = time.perf_counter()
+    seeded = subprocess.run([args.binary, "seed", "--config", str(config), "--layer", "contours-seeded",
+                             "--format", "mvt", "--zoom", "8..13"], capture_output=True, text=True)
+    seed_seconds = time.perf_counter() - t0
+    if seeded.returncode != 0:
+        raise SystemExit(seeded.stderr)
+    seeded_tiles = sum(1 for _ in (work / "store").rglob("*.mvt"))
+
+    lines = [
+        "# Terrain: elevation tiles and contours",
+        "",
+        f"Command: `scripts/bench-terrain --runs {args.runs} --tiles {args.tiles}`; medians of {args.runs} "
+        "runs, the machine left to go quiet before each, the load generator on the same cores.",
+        "",
+        f"Machine: {machine()}; release build.",
+        "",
+        "Data: the demo DEM of Luxembourg (`data/elev.tif`) warped to an 8192 x 8192 Web Mercator Float32 "
+        "COG (cubic; DEFLATE, floating-point predictor, 512-pixel blocks, overviews); "
+        f"{len(tiles)} random distinct z9-13 tiles over it, each asked once per run.",
+        "",
+        "## 1. Cold Terrain-RGB PNG tiles (no cache)",
+        "",
+        "tessera renders each tile alone (`cache: { store: none }`); TiTiler 2.4 "
+        "(`algorithm=terrainrgb`, uvicorn, 2 workers, TCP_NODELAY) reads the same COG.",
+        "",
+        "| connections | tessera tiles/s | p50 | TiTiler tiles/s | p50 | ratio |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in (1, 8):
+        (a, ap50), (b, bp50) = cold[c], titiler_cold[c]
+        lines.append(f"| {c} | {a:.0f} | {ap50:.1f} ms | {b:.1f} | {bp50:.1f} ms | {a / b:.1f}x |")
+    lines += [
+        "",
+        "## 2. Contour lines",
+        "",
+        f"tessera's cold contour tiles (MVT, intervals 50/20/10 m from zooms 8/10/12, "
+        f"{len(contour_tiles)} z10-13 tiles, 8 connections): {contours_rate:.0f} tiles/s "
+        f"(p50 {contours_p50:.1f} ms).",
+        "",
+        f"The naive per-tile script (gdalwarp of the tile window with 8 pixels of margin, then "
+        f"`gdal_contour -i 10` into a GeoPackage; 60 tiles, one after another): {naive:.1f} tiles/s. "
+        f"tessera at 8 connections is {contours_rate / naive:.0f}x that.",
+        "",
+        f"`tessera seed` of contours z8-13 over the DEM into the file store: {seeded_tiles} tiles in "
+        f"{seed_seconds:.1f} s, {seeded_tiles / seed_seconds:.0f} tiles/s.",
+        "",
+        "## 3. Bytes per tile",
+        "",
+        "| format | mean bytes | vs terrarium.png |",
+        "|---|---:|---:|",
+    ]
+    for fmt in FORMATS:
+        lines.append(f"| {fmt} | {sizes[fmt]:.0f} | {sizes[fmt] / sizes['terrarium.png']:.2f} |")
+    lines.append("")
+    args.out.write_text("\n".join(lines))
+    log("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
