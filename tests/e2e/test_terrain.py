@@ -279,7 +279,7 @@ layers:
           stroke: "#8a5a2b"
           stroke_width: 1.4
           label: {{ text: "{{ele}} m", size: 11 }}
-    formats: [mvt, png]
+    formats: [mvt, mlt, png]
     cache: {{ store: none }}
   - name: banded
     source:
@@ -451,6 +451,8 @@ def test_contour_zoom_ranges_units_and_attributes(contours):
     _, _, body = contours.get("/tiles/contours/WebMercatorQuad/tilejson.json?format=mvt")
     layers = json.loads(body)["vector_layers"]
     assert layers[0]["id"] == "contours" and set(layers[0]["fields"]) == {"ele", "level"}
+    status, headers, body = http_get(contours, f"/tiles/contours/WebMercatorQuad/12/{x}/{y}.mlt")
+    assert status == 200 and headers["Content-Type"] == "application/vnd.maplibre-tile" and len(body) > 100
 
 
 def test_contour_pngs_draw_lines_and_labels(contours):
@@ -763,3 +765,32 @@ layers:
     assert (meta["format"], meta["encoding"]) == ("png", "terrarium"), meta
     (count,) = db.execute("SELECT count(*) FROM tiles").fetchone()
     assert count >= 2
+
+
+def test_contours_are_seeded_and_served_from_the_store(tmp_path, tmp_path_factory, demo_data):
+    import os
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores: {{ disk: {{ type: file, path: {tmp_path / 'cache'} }} }}
+layers:
+  - name: contours
+    source: {{ type: contours, dem: {{ path: {demo_data / 'elev.tif'} }}, interval: 20 }}
+    formats: [mvt]
+    grids: [WebMercatorQuad]
+    cache: {{ store: disk }}
+  - name: fresh
+    source: {{ type: contours, dem: {{ path: {demo_data / 'elev.tif'} }}, interval: 20 }}
+    formats: [mvt]
+    grids: [WebMercatorQuad]
+    cache: {{ store: none }}
+""")
+    r = subprocess.run([os.environ["TESSERA_BIN"], "seed", "--config", str(config), "--layer", "contours",
+                        "--format", "mvt", "--zoom", "10..11"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    stored = list((tmp_path / "cache").rglob("*.mvt"))
+    assert len(stored) >= 6, stored
+    x, y = tile_of(6.13, 49.75, 11)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        status, headers, body = http_get(server, f"/tiles/contours/WebMercatorQuad/11/{x}/{y}.mvt")
+        assert status == 200 and headers["X-Cache"] == "HIT"
+        assert mvt_lines(server, "contours", 11, x, y) == mvt_lines(server, "fresh", 11, x, y)
