@@ -523,8 +523,15 @@ def test_profiles_sample_the_line_evenly(terrain, demo_data):
     assert (samples[0]["lon"], samples[-1]["lat"]) == (5.9, 50.0)
     steps = np.diff([s["distance"] for s in samples])
     assert np.allclose(steps, steps[0], rtol=1e-6) and 40_000 < samples[-1]["distance"] < 70_000
-    for s in samples[::7]:
-        assert abs(s["elevation"] - bilinear(demo_data / "elev.tif", s["lon"], s["lat"])) < 1e-3
+    compared = 0
+    for s in samples[::3]:
+        want = bilinear(demo_data / "elev.tif", s["lon"], s["lat"])
+        if want is None:
+            assert s["elevation"] is None, s
+            continue
+        assert abs(s["elevation"] - want) < 1e-3, (s, want)
+        compared += 1
+    assert compared >= 10
 
 
 def test_elevation_bad_input_is_refused_with_the_limit_named(terrain):

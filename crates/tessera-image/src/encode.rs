@@ -289,9 +289,9 @@ fn encode_webp(view: ImageView<'_>, quality: f32) -> Result<Vec<u8>, EncodeError
 
 /// Lossless WebP: every pixel's bytes kept (elevation codes).
 /// Lossless WebP at libwebp's method 1 and effort 50: on elevation tiles
-/// about twice as fast as its defaults (method 4, effort 75) for about a
-/// quarter more bytes; method 0 at effort 20 is faster still but twice
-/// the bytes (docs/benchmarks/terrain.md).
+/// about twice as fast as its defaults (method 4, effort 75) for the same
+/// bytes within 1 %; method 0 at effort 20 is faster still but twice the
+/// bytes (docs/benchmarks/terrain.md).
 fn encode_webp_lossless(view: ImageView<'_>) -> Result<Vec<u8>, EncodeError> {
     webp_with(view, |encoder| {
         let mut config = webp::WebPConfig::new()
