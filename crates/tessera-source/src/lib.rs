@@ -21,6 +21,8 @@ mod http_settings;
 pub mod local_file;
 mod location;
 mod mosaic;
+#[cfg(feature = "stac")]
+pub mod pgstac;
 mod settings;
 mod spec;
 #[cfg(any(feature = "upstream", feature = "archive"))]

@@ -44,6 +44,9 @@ pub enum SourceSpec {
     /// A tile archive (`type: pmtiles` or `type: mbtiles`).
     #[cfg(feature = "archive")]
     Archive(ArchiveFormat, Box<ArchiveSpec>),
+    /// A STAC search in pgSTAC, mosaicked per window (`type: stac`).
+    #[cfg(feature = "stac")]
+    Stac(Box<crate::pgstac::StacSpec>),
 }
 
 impl SourceSpec {
@@ -97,6 +100,8 @@ impl SourceSpec {
             SourceSpec::PostgisAuto(_) => "postgis_auto",
             #[cfg(feature = "archive")]
             SourceSpec::Archive(kind, _) => kind.name(),
+            #[cfg(feature = "stac")]
+            SourceSpec::Stac(_) => "stac",
         }
     }
 
@@ -210,6 +215,11 @@ impl SourceSpec {
             SourceSpec::Archive(kind, a) => {
                 format!("{} {:?} {:?}", kind.name(), a.path, a.resampling)
             }
+            #[cfg(feature = "stac")]
+            SourceSpec::Stac(s) => format!(
+                "stac {:?} {} {:?} {:?} {:?} {:?} {}",
+                s.pgstac, s.search, s.asset, s.assets, s.method, s.resampling, s.max_items
+            ),
         }
     }
 
@@ -235,6 +245,8 @@ impl SourceSpec {
             SourceSpec::PostgisAuto(a) => &a.path,
             #[cfg(feature = "archive")]
             SourceSpec::Archive(_, a) => &a.path,
+            #[cfg(feature = "stac")]
+            SourceSpec::Stac(_) => "pgstac",
         }
     }
 }
@@ -267,6 +279,12 @@ impl schemars::JsonSchema for SourceSpec {
             tagged::<crate::vector::ContourSpec>(generator, &["contours"], true),
             tagged::<PostgisAutoSpec>(generator, &["postgis_auto"], true),
         ]);
+        #[cfg(feature = "stac")]
+        kinds.push(tagged::<crate::pgstac::StacSpec>(
+            generator,
+            &["stac"],
+            true,
+        ));
         #[cfg(feature = "archive")]
         kinds.push(tagged::<ArchiveSpec>(
             generator,
@@ -318,7 +336,7 @@ impl<'de> Deserialize<'de> for SourceSpec {
                 Some(serde_json::Value::String(s)) => s,
                 Some(other) => {
                     return Err(D::Error::custom(format!(
-                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, contours, postgis_auto, pmtiles, mbtiles), not {other}"
+                        "source type must be a word (gdal, wms, xyz, wmts, mosaic, vector, contours, stac, postgis_auto, pmtiles, mbtiles), not {other}"
                     )));
                 }
             },
@@ -378,12 +396,20 @@ impl<'de> Deserialize<'de> for SourceSpec {
             "contours" => serde_json::from_value::<crate::vector::ContourSpec>(value)
                 .map(|c| SourceSpec::Vector(Box::new(crate::vector::VectorSpec::of_contours(c))))
                 .map_err(|e| D::Error::custom(format!("contours source: {e}"))),
+            #[cfg(feature = "stac")]
+            "stac" => serde_json::from_value(value)
+                .map(|s| SourceSpec::Stac(Box::new(s)))
+                .map_err(|e| D::Error::custom(format!("stac source: {e}"))),
+            #[cfg(not(feature = "stac"))]
+            "stac" => Err(D::Error::custom(
+                "stac sources are not in this build of tessera (cargo feature `stac`)",
+            )),
             #[cfg(feature = "vector")]
             "vector" => serde_json::from_value(value)
                 .map(|v| SourceSpec::Vector(Box::new(v)))
                 .map_err(|e| D::Error::custom(format!("vector source: {e}"))),
             other => Err(D::Error::custom(format!(
-                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, contours, postgis_auto, pmtiles or mbtiles"
+                "unknown source type {other:?}: expected gdal, wms, xyz, wmts, mosaic, vector, contours, stac, postgis_auto, pmtiles or mbtiles"
             ))),
         }
     }
@@ -418,6 +444,8 @@ pub fn open_source(spec: &SourceSpec, gdal: &GdalSettings) -> Result<Arc<dyn Sou
         }
         #[cfg(feature = "archive")]
         SourceSpec::Archive(kind, a) => Arc::new(crate::archive::open(*kind, a, policy(), None)?),
+        #[cfg(feature = "stac")]
+        SourceSpec::Stac(s) => Arc::new(crate::pgstac::StacSource::open(s, gdal)?),
     })
 }
 

@@ -243,8 +243,12 @@ impl TileAddress {
     }
 
     fn from_route(p: RoutePath) -> Result<TileAddress, ApiError> {
-        // The extension starts at the first dot (`3.terrarium.png`).
-        let (last, extension) = p.file.split_once('.').unwrap_or((&p.file, ""));
+        // The longest extension a format has (`3.terrarium.png`), else
+        // after the last dot (`0.5.png` is a bad row, not a format `5.png`).
+        let (last, extension) = match TileFormat::split_extension(&p.file) {
+            Some((stem, _)) => (stem, &p.file[stem.len() + 1..]),
+            None => p.file.rsplit_once('.').unwrap_or((&p.file, "")),
+        };
         let (grid, level, col, row) = match (p.tms, p.row, p.grid, p.x) {
             // WMTS RESTful: .../{TileMatrix}/{TileRow}/{TileCol}.{ext}
             (Some(tms), Some(row), _, _) => (tms, Level::Matrix(p.z), last.to_string(), row),

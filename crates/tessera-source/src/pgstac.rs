@@ -1,0 +1,677 @@
+//! A STAC search in a pgSTAC database as a source (`type: stac`): for each
+//! window, the items the search finds there (pgSTAC's own `search`
+//! function, as titiler-pgstac calls it) are read through GDAL, each its
+//! asset's window, and combined pixel by pixel by the chosen method, in the
+//! search's order; `first` stops as soon as the window is full. At most
+//! `max_items` items and `max_seconds` per window: past either, the window
+//! is what was read (logged), never a hang.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tessera_grid::BBox;
+use tessera_image::{BandData, Raster};
+
+use crate::{Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling};
+use crate::{Source, SourceError, SourceInfo, WindowRequest};
+
+/// How the items' pixels are combined.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// The first item (in the search's order) with data at the pixel.
+    #[default]
+    First,
+    /// The highest value of each band among the items with data.
+    Highest,
+    /// The lowest value of each band among the items with data.
+    Lowest,
+    /// The mean of each band over the items with data.
+    Mean,
+    /// The median of each band over the items with data.
+    Median,
+    /// The newest item (by `datetime`) with data at the pixel.
+    Latest,
+}
+
+/// `source: { type: stac, pgstac: postgres://..., search: {...}, ... }`.
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StacSpec {
+    /// A `postgres://` URL of a database with pgSTAC installed (`pypgstac
+    /// migrate`); credentials through `${ENV}`.
+    pub pgstac: String,
+    /// The STAC API search body (`collections`, `ids`, `datetime`, `bbox`,
+    /// `intersects`, `filter` (CQL2-JSON), `sortby`): each window adds its
+    /// own bounding box and `limit`.
+    #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub search: Value,
+    /// The asset read from each item, all its bands (`visual`).
+    #[serde(default)]
+    pub asset: Option<String>,
+    /// Single-band assets read from each item, one per band, in order
+    /// (`[B04, B03, B02]`); instead of `asset`.
+    #[serde(default)]
+    pub assets: Vec<String>,
+    /// How items are combined (default `first`).
+    #[serde(default)]
+    pub method: Method,
+    /// Resampling of each item's window (default bilinear).
+    #[serde(default)]
+    pub resampling: Resampling,
+    /// Most items read for one window (default 50).
+    #[serde(default = "default_max_items")]
+    pub max_items: usize,
+    /// Longest time reading one window's items, in seconds (default 10):
+    /// past it the window is what was read.
+    #[serde(default = "default_max_seconds")]
+    pub max_seconds: f64,
+    /// The database's `statement_timeout` and connection timeout, in
+    /// milliseconds (default 10,000).
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+}
+
+fn default_max_items() -> usize {
+    50
+}
+
+fn default_max_seconds() -> f64 {
+    10.0
+}
+
+fn default_statement_timeout_ms() -> u64 {
+    10_000
+}
+
+/// Items' datasets kept open, by asset href.
+const OPENED_KEPT: usize = 256;
+
+/// The source of a STAC search in pgSTAC.
+pub struct StacSource {
+    spec: StacSpec,
+    shown: String,
+    config: postgres::Config,
+    idle: Mutex<Vec<postgres::Client>>,
+    gdal: GdalSettings,
+    opened: Mutex<lru::LruCache<String, Arc<GdalSource>>>,
+    info: SourceInfo,
+    report: Vec<String>,
+}
+
+impl std::fmt::Debug for StacSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StacSource")
+            .field("pgstac", &self.shown)
+            .field("method", &self.spec.method)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The database named without its credentials, for messages.
+pub fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!(
+            "pgstac {}:{}{}",
+            u.host_str().unwrap_or("?"),
+            u.port().unwrap_or(5432),
+            u.path()
+        ),
+        Err(_) => "pgstac (a URL that does not parse)".into(),
+    }
+}
+
+impl StacSource {
+    /// Connects, checks the database has pgSTAC, reads the first item the
+    /// search finds for the bands, and the search's (or its collections')
+    /// extent for the bounds.
+    pub fn open(spec: &StacSpec, gdal: &GdalSettings) -> Result<StacSource, SourceError> {
+        let shown = shown_url(&spec.pgstac);
+        let open_err = |message: String| SourceError::Open {
+            path: shown.clone(),
+            source: message.into(),
+        };
+        if spec.asset.is_some() != spec.assets.is_empty() {
+            return Err(open_err(
+                "give one `asset` (all its bands) or `assets` (one band each)".into(),
+            ));
+        }
+        if !spec.search.is_object() && !spec.search.is_null() {
+            return Err(open_err(
+                "`search` is a STAC search body (a mapping)".into(),
+            ));
+        }
+        if spec.max_items == 0 || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0) {
+            return Err(open_err(
+                "max_items must be at least 1 and max_seconds above 0".into(),
+            ));
+        }
+        let mut config: postgres::Config = spec
+            .pgstac
+            .parse()
+            .map_err(|e: postgres::Error| open_err(format!("pgstac URL: {e}")))?;
+        config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
+        config.options(&format!(
+            "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
+            spec.statement_timeout_ms
+        ));
+        config.application_name("tessera");
+        let mut source = StacSource {
+            spec: spec.clone(),
+            shown: shown.clone(),
+            config,
+            idle: Mutex::new(Vec::new()),
+            gdal: gdal.clone(),
+            opened: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(OPENED_KEPT).expect("a constant above 0"),
+            )),
+            info: SourceInfo {
+                band_count: 0,
+                is_byte: true,
+                native_crs: Crs::parse("OGC:CRS84")?,
+                native_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
+                    .map_err(|e| open_err(e.to_string()))?,
+                lonlat_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
+                    .map_err(|e| open_err(e.to_string()))?,
+                native_resolution: 1.0,
+            },
+            report: Vec::new(),
+        };
+        let version: String = source
+            .query_one("SELECT pgstac.get_version()", &[])
+            .map_err(|e| open_err(format!("is pgSTAC installed (pypgstac migrate)? {e}")))?;
+        let first = source.search(None, 1)?;
+        let Some(item) = first.first() else {
+            return Err(open_err(format!(
+                "the search finds no item: {}",
+                source.search_body(None, 1)
+            )));
+        };
+        let (bands, is_byte, resolution) = source.probe(item)?;
+        let bounds = source.bounds()?;
+        let native_crs = Crs::parse("OGC:CRS84")?;
+        let report = vec![format!(
+            "{shown} (pgSTAC {version}): search {}, {bands} band(s) from {}, method {:?}, at most {} items and {} s per window",
+            source.search_body(None, spec.max_items),
+            spec.asset.clone().unwrap_or_else(|| spec.assets.join(", ")),
+            spec.method,
+            spec.max_items,
+            spec.max_seconds
+        )];
+        source.info = SourceInfo {
+            band_count: bands,
+            is_byte,
+            native_crs,
+            native_bounds: bounds,
+            lonlat_bounds: bounds,
+            native_resolution: resolution,
+        };
+        source.report = report;
+        Ok(source)
+    }
+
+    /// Runs `sql` returning one value on a pooled connection.
+    fn query_one<T: for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<T, SourceError> {
+        let mut client = match self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+        {
+            Some(c) => c,
+            None => self
+                .config
+                .connect(postgres::NoTls)
+                .map_err(|e| self.upstream(&e))?,
+        };
+        let row = client
+            .query_one(sql, params)
+            .map_err(|e| self.upstream(&e))?;
+        let value = row.try_get(0).map_err(|e| self.upstream(&e))?;
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(client);
+        Ok(value)
+    }
+
+    /// The database's error, with its own message (a CQL2 filter pgSTAC
+    /// refuses, a statement timeout, a lost connection).
+    fn upstream(&self, e: &postgres::Error) -> SourceError {
+        let message = e
+            .as_db_error()
+            .map_or_else(|| e.to_string(), |d| d.message().to_string());
+        SourceError::Upstream {
+            url: self.shown.clone(),
+            message,
+        }
+    }
+
+    /// The search body for a window of `bbox` (lon/lat) and `limit` items.
+    fn search_body(&self, bbox: Option<&BBox>, limit: usize) -> Value {
+        let mut body = match &self.spec.search {
+            Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        if let Some(b) = bbox {
+            body.insert("bbox".into(), json!([b.min_x, b.min_y, b.max_x, b.max_y]));
+            // A window's box replaces the search's (intersected first).
+            body.remove("intersects");
+        }
+        if self.spec.method == Method::Latest {
+            body.insert(
+                "sortby".into(),
+                json!([{"field": "properties.datetime", "direction": "desc"}]),
+            );
+        }
+        body.insert("limit".into(), json!(limit));
+        Value::Object(body)
+    }
+
+    /// The items the search finds in `bbox` (lon/lat), at most `limit`, in
+    /// its order.
+    fn search(&self, bbox: Option<&BBox>, limit: usize) -> Result<Vec<Value>, SourceError> {
+        let body = self.search_body(bbox, limit);
+        let found: String = self.query_one(
+            "SELECT pgstac.search($1::text::jsonb)::text",
+            &[&body.to_string()],
+        )?;
+        let found: Value = serde_json::from_str(&found).map_err(|e| self.read_err(&e))?;
+        Ok(found
+            .get("features")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// The search's own `bbox`, else the union of its collections'
+    /// spatial extents, else the world.
+    fn bounds(&self) -> Result<BBox, SourceError> {
+        let world = BBox::new(-180.0, -90.0, 180.0, 90.0).map_err(|e| self.read_err(&e))?;
+        if let Some([x0, y0, x1, y1]) = self
+            .spec
+            .search
+            .get("bbox")
+            .and_then(Value::as_array)
+            .and_then(|b| b.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
+            .and_then(|b| <[f64; 4]>::try_from(b).ok())
+        {
+            return BBox::new(x0, y0, x1, y1).map_err(|e| self.read_err(&e));
+        }
+        let collections: Vec<String> = self
+            .spec
+            .search
+            .get("collections")
+            .and_then(Value::as_array)
+            .map(|c| {
+                c.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let extents: String = self.query_one(
+            "SELECT coalesce(jsonb_agg(content->'extent'->'spatial'->'bbox'->0), '[]')::text \
+             FROM pgstac.collections WHERE cardinality($1::text[]) = 0 OR id = ANY($1::text[])",
+            &[&collections],
+        )?;
+        let extents: Value = serde_json::from_str(&extents).map_err(|e| self.read_err(&e))?;
+        let mut out: Option<BBox> = None;
+        for b in extents.as_array().into_iter().flatten() {
+            let v: Vec<f64> = b
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            if let [x0, y0, x1, y1] = v[..]
+                && let Ok(b) = BBox::new(x0, y0, x1, y1)
+            {
+                out = Some(out.map_or(b, |o| o.union(&b)));
+            }
+        }
+        Ok(out.unwrap_or(world))
+    }
+
+    fn read_err(&self, e: &dyn std::fmt::Display) -> SourceError {
+        SourceError::Read {
+            path: self.shown.clone(),
+            source: e.to_string().into(),
+        }
+    }
+
+    /// The hrefs of the assets read from `item`, one per asset asked.
+    fn hrefs(&self, item: &Value) -> Result<Vec<String>, SourceError> {
+        let names: Vec<&str> = match &self.spec.asset {
+            Some(a) => vec![a.as_str()],
+            None => self.spec.assets.iter().map(String::as_str).collect(),
+        };
+        let id = item.get("id").and_then(Value::as_str).unwrap_or("?");
+        names
+            .iter()
+            .map(|name| {
+                item.pointer(&format!("/assets/{name}/href"))
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .ok_or_else(|| {
+                        self.read_err(&format!("item {id:?} has no asset {name:?} with an href"))
+                    })
+            })
+            .collect()
+    }
+
+    /// The GDAL source of `href`, opened once (through the egress guard and
+    /// the GDAL settings' policy, as any GDAL source).
+    fn dataset(&self, href: &str) -> Result<Arc<GdalSource>, SourceError> {
+        if let Some(open) = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(href)
+        {
+            return Ok(open.clone());
+        }
+        let spec = GdalSourceSpec {
+            path: href.to_string(),
+            resampling: self.spec.resampling,
+            bands: Vec::new(),
+        };
+        let source = Arc::new(GdalSource::open(&spec, &self.gdal)?);
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .put(href.to_string(), source.clone());
+        Ok(source)
+    }
+
+    /// The bands, whether all are bytes, and the resolution in degrees of
+    /// `item`'s assets.
+    fn probe(&self, item: &Value) -> Result<(usize, bool, f64), SourceError> {
+        let mut bands = 0;
+        let mut is_byte = true;
+        let mut resolution = f64::INFINITY;
+        for href in self.hrefs(item)? {
+            let info = self.dataset(&href)?.info().clone();
+            bands += if self.spec.asset.is_some() {
+                info.band_count
+            } else {
+                1
+            };
+            is_byte &= info.is_byte;
+            let degrees = if info.native_crs.geographic {
+                info.native_resolution
+            } else {
+                info.native_resolution * info.native_crs.meters_per_unit
+                    / tessera_grid::METERS_PER_DEGREE
+            };
+            resolution = resolution.min(degrees);
+        }
+        Ok((bands, is_byte, resolution))
+    }
+
+    /// `item`'s pixels for `req`: its asset's bands, or its single-band
+    /// assets stacked (valid where all are).
+    fn read_item(&self, item: &Value, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let hrefs = self.hrefs(item)?;
+        let mut out: Option<Raster> = None;
+        for href in hrefs {
+            let raster = self.dataset(&href)?.read(req)?;
+            out = Some(match out {
+                None if self.spec.asset.is_some() => raster,
+                None => Raster {
+                    bands: raster.bands.into_iter().take(1).collect(),
+                    ..raster
+                },
+                Some(mut stacked) => {
+                    stacked.bands.extend(raster.bands.into_iter().take(1));
+                    for (v, w) in stacked.valid.iter_mut().zip(&raster.valid) {
+                        *v = (*v).min(*w);
+                    }
+                    stacked
+                }
+            });
+        }
+        out.ok_or_else(|| self.read_err(&"an item without assets"))
+    }
+}
+
+impl Drop for StacSource {
+    /// The idle connections are closed on a thread of their own: a
+    /// blocking client may not be dropped on the async runtime that drops
+    /// a reloaded configuration's sources.
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        if !idle.is_empty() {
+            std::thread::spawn(move || drop(idle));
+        }
+    }
+}
+
+/// Items' pixels combined by a [`Method`].
+struct Combined {
+    method: Method,
+    bands: usize,
+    pixels: usize,
+    values: Vec<Vec<f32>>,
+    count: Vec<u32>,
+    stacks: Vec<Vec<Vec<f32>>>,
+    full: usize,
+}
+
+impl Combined {
+    fn new(method: Method, bands: usize, pixels: usize) -> Combined {
+        Combined {
+            method,
+            bands,
+            pixels,
+            values: vec![vec![0.0; pixels]; bands],
+            count: vec![0; pixels],
+            stacks: if method == Method::Median {
+                vec![vec![Vec::new(); pixels]; bands]
+            } else {
+                Vec::new()
+            },
+            full: 0,
+        }
+    }
+
+    /// Adds an item's raster; false once no later item can change the
+    /// result (`first` and `latest` with every pixel filled).
+    fn add(&mut self, raster: &Raster) -> bool {
+        for i in 0..self.pixels {
+            if raster.valid[i] == 0 {
+                continue;
+            }
+            let fresh = self.count[i] == 0;
+            match self.method {
+                Method::First | Method::Latest if !fresh => continue,
+                _ => {}
+            }
+            for b in 0..self.bands.min(raster.bands.len()) {
+                let v = raster.bands[b].get(i);
+                let slot = &mut self.values[b][i];
+                match self.method {
+                    Method::First | Method::Latest => *slot = v,
+                    Method::Highest => *slot = if fresh { v } else { slot.max(v) },
+                    Method::Lowest => *slot = if fresh { v } else { slot.min(v) },
+                    Method::Mean => *slot += v,
+                    Method::Median => self.stacks[b][i].push(v),
+                }
+            }
+            if fresh {
+                self.full += 1;
+            }
+            self.count[i] += 1;
+        }
+        !(matches!(self.method, Method::First | Method::Latest) && self.full == self.pixels)
+    }
+
+    /// The combined raster, `width` x `height`, bytes when `is_byte`.
+    fn finish(mut self, width: u32, height: u32, is_byte: bool) -> Raster {
+        for b in 0..self.bands {
+            for i in 0..self.pixels {
+                let n = self.count[i];
+                if n == 0 {
+                    continue;
+                }
+                match self.method {
+                    #[allow(clippy::cast_precision_loss, reason = "at most max_items items")]
+                    Method::Mean => self.values[b][i] /= n as f32,
+                    Method::Median => {
+                        let s = &mut self.stacks[b][i];
+                        s.sort_by(f32::total_cmp);
+                        let m = s.len() / 2;
+                        self.values[b][i] = if s.len() % 2 == 1 {
+                            s[m]
+                        } else {
+                            f32::midpoint(s[m - 1], s[m])
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let valid = self
+            .count
+            .iter()
+            .map(|&n| if n > 0 { 255 } else { 0 })
+            .collect();
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "rounded and clamped to a byte"
+        )]
+        let bands = self
+            .values
+            .into_iter()
+            .map(|v| {
+                if is_byte {
+                    BandData::U8(
+                        v.iter()
+                            .map(|x| x.round().clamp(0.0, 255.0) as u8)
+                            .collect(),
+                    )
+                } else {
+                    BandData::F32(v)
+                }
+            })
+            .collect();
+        Raster {
+            width,
+            height,
+            bands,
+            valid,
+        }
+    }
+}
+
+impl Source for StacSource {
+    fn info(&self) -> &SourceInfo {
+        &self.info
+    }
+
+    fn report(&self) -> Vec<String> {
+        self.report.clone()
+    }
+
+    fn read(&self, req: &WindowRequest<'_>) -> Result<Raster, SourceError> {
+        let start = Instant::now();
+        let pixels = req.width as usize * req.height as usize;
+        let mut combined = Combined::new(self.spec.method, self.info.band_count, pixels);
+        let lonlat = req
+            .crs
+            .transform_bbox(&req.bbox, &self.info.native_crs)
+            .ok()
+            .and_then(|b| b.intersection(&self.info.lonlat_bounds));
+        if let Some(area) = lonlat {
+            let items = self.search(Some(&area), self.spec.max_items)?;
+            let budget = Duration::from_secs_f64(self.spec.max_seconds);
+            for (n, item) in items.iter().enumerate() {
+                if req
+                    .cancel
+                    .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    return Err(SourceError::Cancelled);
+                }
+                if start.elapsed() > budget {
+                    tracing::warn!(
+                        source = %self.shown,
+                        read = n,
+                        found = items.len(),
+                        "a window's items took longer than max_seconds: drawn from those read"
+                    );
+                    break;
+                }
+                let raster = self.read_item(item, req)?;
+                if !combined.add(&raster) {
+                    break;
+                }
+            }
+            if items.len() == self.spec.max_items {
+                tracing::debug!(source = %self.shown, "a window found max_items items or more");
+            }
+        }
+        Ok(combined.finish(req.width, req.height, self.info.is_byte))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raster(values: &[f32], valid: &[u8]) -> Raster {
+        Raster {
+            width: u32::try_from(values.len()).unwrap(),
+            height: 1,
+            bands: vec![BandData::F32(values.to_vec())],
+            valid: valid.to_vec(),
+        }
+    }
+
+    fn combine(method: Method, items: &[Raster]) -> Vec<f32> {
+        let mut c = Combined::new(method, 1, 3);
+        for r in items {
+            if !c.add(r) {
+                break;
+            }
+        }
+        match c.finish(3, 1, false).bands.remove(0) {
+            BandData::F32(v) => v,
+            BandData::U8(_) => unreachable!("asked for floats"),
+        }
+    }
+
+    #[test]
+    fn methods_combine_the_items_with_data() {
+        let items = [
+            raster(&[1.0, 2.0, 9.0], &[255, 0, 255]),
+            raster(&[5.0, 4.0, 3.0], &[255, 255, 255]),
+            raster(&[7.0, 8.0, 6.0], &[255, 255, 0]),
+        ];
+        assert_eq!(combine(Method::First, &items), vec![1.0, 4.0, 9.0]);
+        assert_eq!(combine(Method::Highest, &items), vec![7.0, 8.0, 9.0]);
+        assert_eq!(combine(Method::Lowest, &items), vec![1.0, 4.0, 3.0]);
+        assert_eq!(combine(Method::Mean, &items), vec![13.0 / 3.0, 6.0, 6.0]);
+        assert_eq!(combine(Method::Median, &items), vec![5.0, 6.0, 6.0]);
+    }
+
+    #[test]
+    fn first_stops_once_every_pixel_is_filled() {
+        let mut c = Combined::new(Method::First, 1, 2);
+        assert!(c.add(&raster(&[1.0, 0.0], &[255, 0])));
+        assert!(!c.add(&raster(&[2.0, 3.0], &[255, 255])));
+    }
+
+    #[test]
+    fn urls_are_shown_without_credentials() {
+        assert_eq!(
+            shown_url("postgres://u:secret@db.example:5433/stac"),
+            "pgstac db.example:5433/stac"
+        );
+    }
+}

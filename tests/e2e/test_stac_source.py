@@ -1,0 +1,255 @@
+"""A STAC search in pgSTAC as a layer (`type: stac`): the pgSTAC schema
+installed by `pypgstac migrate` in the PostGIS test server, loaded with
+overlapping scenes made here with GDAL; tiles against GDAL's own mosaic of
+the items the search selects (gdalbuildvrt in the method's order, warped
+to the tile) for `first`, and against GDAL's warp of each item for `mean`.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import http_get, serving
+from imaging import decode, read
+from vectors import env
+
+HALF = 20037508.342789244
+PIXEL = 0.0005  # degrees: every scene on one grid
+SCENES = [  # id, west, north, cloud cover, day of June 2024
+    ("s0", 6.000, 49.800, 30, 1), ("s1", 6.040, 49.780, 5, 3), ("s2", 6.080, 49.820, 50, 5),
+    ("s3", 6.020, 49.750, 12, 7), ("s4", 6.100, 49.760, 20, 9), ("s5", 6.060, 49.740, 8, 11),
+    ("s6", 5.980, 49.770, 40, 13), ("s7", 6.120, 49.800, 2, 15),
+]
+SIZE = 160  # pixels per scene side
+
+
+def make_scene(path, index, west, north):
+    from osgeo import gdal
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), SIZE, SIZE, 3, gdal.GDT_Byte, ["TILED=YES"])
+    ds.SetGeoTransform((west, PIXEL, 0, north, 0, -PIXEL))
+    ds.SetProjection('GEOGCS["WGS 84",DATUM["WGS_1984",SPHEROID["WGS 84",6378137,298.257223563]],'
+                     'PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433],AUTHORITY["EPSG","4326"]]')
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    for b in range(3):
+        values = (index * 29 + b * 61 + (xx + 2 * yy) // 9) % 251
+        ds.GetRasterBand(b + 1).WriteArray(values.astype(np.uint8))
+    ds = None
+    return path
+
+
+def item(scene_id, path, west, north, cloud, day):
+    east, south = west + SIZE * PIXEL, north - SIZE * PIXEL
+    return {
+        "type": "Feature", "stac_version": "1.0.0", "id": scene_id, "collection": "scenes",
+        "geometry": {"type": "Polygon", "coordinates": [[[west, south], [east, south], [east, north],
+                                                         [west, north], [west, south]]]},
+        "bbox": [west, south, east, north],
+        "properties": {"datetime": f"2024-06-{day:02d}T10:00:00Z", "eo:cloud_cover": cloud},
+        "assets": {"visual": {"href": str(path), "type": "image/tiff; application=geotiff"}},
+        "links": [],
+    }
+
+
+def sql(dsn, statement, *args):
+    """Runs `statement` in `dsn` (pgSTAC's functions on the path); its
+    rows, if it has any."""
+    import psycopg
+    with psycopg.connect(dsn, autocommit=True, options="-c search_path=pgstac,public") as conn:
+        cursor = conn.execute(statement, args)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    """A pgSTAC database of the scenes: its URL, the items and the folder."""
+    server = env("TESSERA_TEST_PG_URL")
+    name = f"stac_{uuid.uuid4().hex[:8]}"
+    sql(server, f"CREATE DATABASE {name}")
+    dsn = server.rsplit("/", 1)[0] + "/" + name
+    migrate = subprocess.run([str(Path(sys.executable).with_name("pypgstac")), "migrate", "--dsn", dsn],
+                             capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr
+    folder = tmp_path_factory.mktemp("scenes")
+    collection = {"type": "Collection", "stac_version": "1.0.0", "id": "scenes", "description": "test scenes",
+                  "license": "proprietary", "links": [],
+                  "extent": {"spatial": {"bbox": [[5.9, 49.6, 6.3, 49.9]]},
+                             "temporal": {"interval": [["2024-06-01T00:00:00Z", "2024-06-30T00:00:00Z"]]}}}
+    sql(dsn, "SELECT create_collection(%s::jsonb)", json.dumps(collection))
+    # Cloud cover is a number to pgSTAC once a queryable says so (else it
+    # sorts as text: "12" before "5"), as a catalogue declares it.
+    sql(dsn, "INSERT INTO queryables (name, definition, property_wrapper) "
+             """VALUES ('eo:cloud_cover', '{"type": "number"}', 'to_float')""")
+    items = []
+    for index, (scene_id, west, north, cloud, day) in enumerate(SCENES):
+        path = make_scene(folder / f"{scene_id}.tif", index, west, north)
+        items.append(item(scene_id, path, west, north, cloud, day))
+    sql(dsn, "SELECT create_items(%s::jsonb)", json.dumps(items))
+    yield dsn, items, folder
+    sql(server, f"DROP DATABASE {name} WITH (FORCE)")
+
+
+LAYERS = """
+layers:
+  - name: first
+    source:
+      type: stac
+      pgstac: {dsn}
+      search: {{ collections: [scenes], sortby: [{{ field: properties.eo:cloud_cover, direction: asc }}] }}
+      asset: visual
+      method: first
+      resampling: nearest
+    cache: {{ store: none }}
+  - name: mean
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
+               resampling: nearest }}
+    cache: {{ store: none }}
+  - name: latest
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: latest,
+               resampling: nearest }}
+    cache: {{ store: none }}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(catalogue, tmp_path_factory):
+    dsn, _, folder = catalogue
+    config = folder / "tessera.yaml"
+    config.write_text(LAYERS.format(dsn=dsn))
+    with serving(tmp_path_factory, "--config", str(config)) as s:
+        yield s
+
+
+def tile_bounds(z, x, y):
+    span = 2 * HALF / 2 ** z
+    return -HALF + x * span, HALF - (y + 1) * span, -HALF + (x + 1) * span, HALF - y * span
+
+
+def lonlat_bounds(z, x, y):
+    west, south, east, north = tile_bounds(z, x, y)
+    lon = lambda m: m / HALF * 180  # noqa: E731
+    lat = lambda m: math.degrees(math.atan(math.sinh(m / 6378137.0)))  # noqa: E731
+    return lon(west), lat(south), lon(east), lat(north)
+
+
+def covering(items, z, x, y):
+    w, s, e, n = lonlat_bounds(z, x, y)
+    return [i for i in items if i["bbox"][0] < e and i["bbox"][2] > w and i["bbox"][1] < n and i["bbox"][3] > s]
+
+
+def rgba(body):
+    """A PNG tile as 4 bands: an opaque one is sent as RGB."""
+    pixels = decode(body)
+    if pixels.shape[0] == 3:
+        pixels = np.concatenate([pixels, np.full((1, *pixels.shape[1:]), 255, pixels.dtype)])
+    return pixels
+
+
+def warp(sources, z, x, y, dst):
+    subprocess.run(["gdalwarp", "-q", "-overwrite", "-t_srs", "EPSG:3857", "-te", *map(str, tile_bounds(z, x, y)),
+                    "-ts", "256", "256", "-r", "near", "-dstalpha", *map(str, sources), str(dst)],
+                   check=True, timeout=120)
+    return read(dst)
+
+
+def tile_of(lon, lat, z):
+    n = 2 ** z
+    return z, int((lon + 180) / 360 * n), int((1 - math.asinh(math.tan(math.radians(lat))) / math.pi) / 2 * n)
+
+
+# Where four scenes overlap, and three.
+TILES = [tile_of(6.05, 49.73, 12), tile_of(6.05, 49.73, 13), tile_of(6.11, 49.75, 13), tile_of(6.05, 49.73, 14)]
+
+
+@pytest.mark.parametrize("z, x, y", TILES)
+def test_first_is_gdals_mosaic_of_the_items_in_the_searchs_order(server, catalogue, tmp_path, z, x, y):
+    _, items, _ = catalogue
+    chosen = sorted(covering(items, z, x, y), key=lambda i: i["properties"]["eo:cloud_cover"])
+    assert len(chosen) >= 2, f"tile {z}/{x}/{y} covers {len(chosen)} scenes"
+    vrt = tmp_path / "mosaic.vrt"
+    # gdalbuildvrt draws the last source on top: the search's first last.
+    subprocess.run(["gdalbuildvrt", "-q", "-addalpha", str(vrt), *[i["assets"]["visual"]["href"] for i in reversed(chosen)]],
+                   check=True, timeout=60)
+    reference = warp([vrt], z, x, y, tmp_path / "ref.tif")
+    _, _, body = server.get(f"/tiles/first/WebMercatorQuad/{z}/{x}/{y}.png")
+    tile = rgba(body)
+    differ = (tile[3] > 0) != (reference[3] > 0)
+    assert not differ.any(), f"coverage differs at {differ.sum()} pixels, rows {np.unique(np.nonzero(differ)[0])[:10]}, cols {np.unique(np.nonzero(differ)[1])[:10]}"
+    covered = reference[3] > 0
+    assert covered.mean() > 0.2
+    assert np.array_equal(tile[:3][:, covered], reference[:3][:, covered])
+
+
+@pytest.mark.parametrize("z, x, y", TILES[:2])
+def test_mean_is_the_mean_of_gdals_warp_of_each_item(server, catalogue, tmp_path, z, x, y):
+    _, items, _ = catalogue
+    chosen = covering(items, z, x, y)
+    total = np.zeros((3, 256, 256))
+    count = np.zeros((256, 256))
+    for n, i in enumerate(chosen):
+        warped = warp([i["assets"]["visual"]["href"]], z, x, y, tmp_path / f"item{n}.tif")
+        valid = warped[3] > 0
+        total[:, valid] += warped[:3][:, valid]
+        count[valid] += 1
+    _, _, body = server.get(f"/tiles/mean/WebMercatorQuad/{z}/{x}/{y}.png")
+    tile = rgba(body)
+    covered = count > 0
+    assert np.array_equal(tile[3] > 0, covered)
+    want = total[:, covered] / count[covered]
+    assert np.abs(tile[:3][:, covered] - want).max() <= 0.5 + 1e-6
+
+
+def test_latest_draws_the_newest_scene_on_top(server, catalogue, tmp_path):
+    _, items, _ = catalogue
+    z, x, y = TILES[0]
+    chosen = sorted(covering(items, z, x, y), key=lambda i: i["properties"]["datetime"], reverse=True)
+    vrt = tmp_path / "latest.vrt"
+    subprocess.run(["gdalbuildvrt", "-q", "-addalpha", str(vrt), *[i["assets"]["visual"]["href"] for i in reversed(chosen)]],
+                   check=True, timeout=60)
+    reference = warp([vrt], z, x, y, tmp_path / "ref.tif")
+    tile = rgba(server.get(f"/tiles/latest/WebMercatorQuad/{z}/{x}/{y}.png")[2])
+    covered = reference[3] > 0
+    assert np.array_equal(tile[:3][:, covered], reference[:3][:, covered])
+
+
+def test_a_new_scene_changes_the_tiles_it_covers_and_no_other(server, catalogue, tmp_path):
+    dsn, items, folder = catalogue
+    inside, outside = tile_of(6.05, 49.73, 14), tile_of(6.15, 49.79, 13)
+    before = {t: server.get("/tiles/first/WebMercatorQuad/%d/%d/%d.png" % t)[2] for t in (inside, outside)}
+    w, s, e, n = lonlat_bounds(*inside)
+    west, north = round(w / PIXEL) * PIXEL, round(n / PIXEL) * PIXEL
+    path = make_scene(folder / "clear.tif", 99, west, north)
+    new = item("clear", path, west, north, 0, 20)
+    sql(dsn, "SELECT create_item(%s::jsonb)", json.dumps(new))
+    try:
+        after = {t: server.get("/tiles/first/WebMercatorQuad/%d/%d/%d.png" % t)[2] for t in (inside, outside)}
+        assert after[inside] != before[inside], "the new, clearest scene is not drawn"
+        assert after[outside] == before[outside], "a tile the scene does not cover changed"
+    finally:
+        sql(dsn, "SELECT delete_item('clear')")
+
+
+def test_bad_stac_sources_are_named_at_start(catalogue, tmp_path):
+    dsn, _, _ = catalogue
+    cases = [
+        (f"{{ type: stac, pgstac: {dsn}, search: {{ collections: [nothing] }}, asset: visual }}",
+         "the search finds no item"),
+        (f"{{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }} }}",
+         "give one `asset` (all its bands) or `assets` (one band each)"),
+        (f"{{ type: stac, pgstac: {dsn.rsplit('/', 1)[0]}/postgres, asset: visual }}",
+         "is pgSTAC installed (pypgstac migrate)?"),
+        (f"{{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: thumbnail }}",
+         'has no asset "thumbnail"'),
+    ]
+    for source, says in cases:
+        config = tmp_path / "bad.yaml"
+        config.write_text(f"layers:\n  - name: bad\n    source: {source}\n")
+        r = subprocess.run([os.environ["TESSERA_BIN"], "check", str(config)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0 and says in r.stderr, (source, r.stderr)
+        assert "secret" not in r.stderr
