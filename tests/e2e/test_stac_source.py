@@ -253,3 +253,25 @@ def test_bad_stac_sources_are_named_at_start(catalogue, tmp_path):
                            timeout=120)
         assert r.returncode != 0 and says in r.stderr, (source, r.stderr)
         assert "secret" not in r.stderr
+
+
+@pytest.mark.parametrize("href, says", [
+    ("http://10.1.2.3/scene.tif", "10.1.2.3"),
+    ("file:///etc/passwd", "file:// URLs are not read"),
+])
+def test_items_pointing_at_private_addresses_or_files_are_refused(server, catalogue, href, says):
+    dsn, _, _ = catalogue
+    z, x, y = TILES[0]
+    w, s, e, n = lonlat_bounds(z, x, y)
+    bad = item("bad", href, w, n, -1, 25)
+    bad["bbox"] = [w, s, e, n]
+    bad["geometry"]["coordinates"] = [[[w, s], [e, s], [e, n], [w, n], [w, s]]]
+    sql(dsn, "SELECT create_item(%s::jsonb)", json.dumps(bad))
+    try:
+        status, _, body = http_get(server, f"/tiles/first/WebMercatorQuad/{z}/{x}/{y}.png")
+        # Refused, named in the log (the answer does not show the server's
+        # internals).
+        assert status >= 500, (status, body[:400])
+        assert says in server.log_text()
+    finally:
+        sql(dsn, "SELECT delete_item('bad')")

@@ -355,12 +355,17 @@ impl StacSource {
         names
             .iter()
             .map(|name| {
-                item.pointer(&format!("/assets/{name}/href"))
+                let href = item
+                    .pointer(&format!("/assets/{name}/href"))
                     .and_then(Value::as_str)
-                    .map(String::from)
                     .ok_or_else(|| {
                         self.read_err(&format!("item {id:?} has no asset {name:?} with an href"))
-                    })
+                    })?;
+                gdal_path(href).ok_or_else(|| {
+                    self.read_err(&format!(
+                        "item {id:?}: asset {name:?} at {href:?} is refused (file:// URLs are not read)"
+                    ))
+                })
             })
             .collect()
     }
@@ -450,6 +455,26 @@ impl Drop for StacSource {
             std::thread::spawn(move || drop(idle));
         }
     }
+}
+
+/// The path GDAL reads an asset's `href` at: `s3://` and `gs://` as
+/// `/vsis3/` and `/vsigs/` (with the process's credentials), others as
+/// they are (http(s) URLs and paths, then checked by the GDAL source's
+/// location policy and egress guard); `None` for `file://` URLs.
+fn gdal_path(href: &str) -> Option<String> {
+    if let Some(rest) = href.strip_prefix("s3://") {
+        return Some(format!("/vsis3/{rest}"));
+    }
+    if let Some(rest) = href.strip_prefix("gs://") {
+        return Some(format!("/vsigs/{rest}"));
+    }
+    if href
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
+    {
+        return None;
+    }
+    Some(href.to_string())
 }
 
 /// Items' pixels combined by a [`Method`].
@@ -665,6 +690,14 @@ mod tests {
         let mut c = Combined::new(Method::First, 1, 2);
         assert!(c.add(&raster(&[1.0, 0.0], &[255, 0])));
         assert!(!c.add(&raster(&[2.0, 3.0], &[255, 255])));
+    }
+
+    #[test]
+    fn asset_hrefs_become_gdal_paths_and_file_urls_are_refused() {
+        assert_eq!(gdal_path("s3://b/k.tif").unwrap(), "/vsis3/b/k.tif");
+        assert_eq!(gdal_path("gs://b/k.tif").unwrap(), "/vsigs/b/k.tif");
+        assert_eq!(gdal_path("https://h/k.tif").unwrap(), "https://h/k.tif");
+        assert_eq!(gdal_path("FILE:///etc/passwd"), None);
     }
 
     #[test]
