@@ -203,6 +203,23 @@ def run_load(port, paths, clients):
     return time.perf_counter() - t0, latencies, errors, hits[0]
 
 
+def wait_quiet(max_wait=60.0, idle=0.85):
+    """Waits until the machine's CPUs are at least `idle` idle over half a
+    second (at most `max_wait` seconds)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        i0, t0 = sample()
+        time.sleep(0.5)
+        i1, t1 = sample()
+        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
+            return
+    print("  (machine not quiet; measuring anyway)", flush=True)
+
+
 def percentile(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]

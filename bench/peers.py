@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from common import (ROOT, free_port, machine, mapproxy_config, nginx_static, percentile, run_load, tessera_process,
-                    wait_http, wrk)
+                    wait_http, wait_quiet, wrk)
 
 WORLD = 20037508.342789244
 LAYER = "relief"
@@ -56,23 +56,6 @@ ZOOMS = range(0, 7)
 
 def log(msg):
     print(msg, flush=True)
-
-
-def wait_quiet(max_wait=60.0, idle=0.85):
-    """Waits until the machine's CPUs are at least `idle` idle over half a
-    second (at most `max_wait` seconds)."""
-    def sample():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return v[3] + v[4], sum(v)
-    deadline = time.monotonic() + max_wait
-    while time.monotonic() < deadline:
-        i0, t0 = sample()
-        time.sleep(0.5)
-        i1, t1 = sample()
-        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
-            return
-    log("  (machine not quiet; measuring anyway)")
 
 
 def tree_pids(root):

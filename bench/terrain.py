@@ -32,7 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import ROOT, free_port, machine, run_load, tessera_process, wait_http
+from common import ROOT, free_port, machine, run_load, tessera_process, wait_http, wait_quiet
 
 HALF = 20037508.342789244
 FORMATS = ["terrarium.png", "terrarium.webp", "terrain-rgb.png", "terrain-rgb.webp"]
@@ -40,20 +40,6 @@ FORMATS = ["terrarium.png", "terrarium.webp", "terrain-rgb.png", "terrain-rgb.we
 
 def log(msg):
     print(msg, flush=True)
-
-
-def wait_quiet(max_wait=60.0, idle=0.85):
-    def sample():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return v[3] + v[4], sum(v)
-    deadline = time.monotonic() + max_wait
-    while time.monotonic() < deadline:
-        i0, t0 = sample()
-        time.sleep(0.5)
-        i1, t1 = sample()
-        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
-            return
 
 
 def dem_cog(data):
