@@ -65,6 +65,11 @@ pub struct StacSpec {
     /// Most items read for one window (default 50).
     #[serde(default = "default_max_items")]
     pub max_items: usize,
+    /// Items asked of pgSTAC at a time by `first` and `latest`, which stop
+    /// once the window is full (default 8; the other methods read every
+    /// item in one page).
+    #[serde(default = "default_page")]
+    pub page: usize,
     /// Longest time reading one window's items, in seconds (default 10):
     /// past it the window is what was read.
     #[serde(default = "default_max_seconds")]
@@ -77,6 +82,10 @@ pub struct StacSpec {
 
 fn default_max_items() -> usize {
     50
+}
+
+fn default_page() -> usize {
+    8
 }
 
 fn default_max_seconds() -> f64 {
@@ -144,9 +153,12 @@ impl StacSource {
                 "`search` is a STAC search body (a mapping)".into(),
             ));
         }
-        if spec.max_items == 0 || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0) {
+        if spec.max_items == 0
+            || spec.page == 0
+            || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0)
+        {
             return Err(open_err(
-                "max_items must be at least 1 and max_seconds above 0".into(),
+                "max_items and page must be at least 1 and max_seconds above 0".into(),
             ));
         }
         let mut config: postgres::Config = spec
@@ -278,17 +290,52 @@ impl StacSource {
     /// The items the search finds in `bbox` (lon/lat), at most `limit`, in
     /// its order.
     fn search(&self, bbox: Option<&BBox>, limit: usize) -> Result<Vec<Value>, SourceError> {
-        let body = self.search_body(bbox, limit);
+        Ok(self.search_page(bbox, limit, None)?.0)
+    }
+
+    /// One page of the search in `bbox`: at most `limit` items, from
+    /// `token` (pgSTAC's `next:...` of the page before), and the token of
+    /// the next page if there is one. Items carry only what is read of
+    /// them (id, assets, datetime) unless the search names its `fields`.
+    fn search_page(
+        &self,
+        bbox: Option<&BBox>,
+        limit: usize,
+        token: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), SourceError> {
+        let mut body = self.search_body(bbox, limit);
+        if let Some(map) = body.as_object_mut() {
+            map.entry("fields").or_insert_with(
+                || json!({"include": ["id", "collection", "assets", "properties.datetime"]}),
+            );
+            if let Some(t) = token {
+                map.insert("token".into(), json!(t));
+            }
+        }
         let found: String = self.query_one(
             "SELECT pgstac.search($1::text::jsonb)::text",
             &[&body.to_string()],
         )?;
         let found: Value = serde_json::from_str(&found).map_err(|e| self.read_err(&e))?;
-        Ok(found
+        let next = found
+            .get("links")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
+            .and_then(|l| l.get("href").and_then(Value::as_str))
+            .and_then(|href| url::Url::parse("http://pgstac/").ok()?.join(href).ok())
+            .and_then(|u| {
+                u.query_pairs()
+                    .find(|(k, _)| k == "token")
+                    .map(|(_, v)| v.into_owned())
+            });
+        let items = found
             .get("features")
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_default())
+            .unwrap_or_default();
+        Ok((items, next))
     }
 
     /// The search's own `bbox`, else the union of its collections'
@@ -614,31 +661,46 @@ impl Source for StacSource {
             .ok()
             .and_then(|b| b.intersection(&self.info.lonlat_bounds));
         if let Some(area) = lonlat {
-            let items = self.search(Some(&area), self.spec.max_items)?;
+            // `first` and `latest` usually stop after a few items: asked a
+            // page at a time; the others read every item, in one page.
+            let page = match self.spec.method {
+                Method::First | Method::Latest => self.spec.page.min(self.spec.max_items),
+                _ => self.spec.max_items,
+            };
             let budget = Duration::from_secs_f64(self.spec.max_seconds);
-            for (n, item) in items.iter().enumerate() {
-                if req
-                    .cancel
-                    .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
-                {
-                    return Err(SourceError::Cancelled);
+            let (mut read, mut token) = (0, None);
+            'pages: loop {
+                let left = self.spec.max_items - read;
+                let (items, next) =
+                    self.search_page(Some(&area), page.min(left), token.as_deref())?;
+                for item in &items {
+                    if req
+                        .cancel
+                        .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
+                    {
+                        return Err(SourceError::Cancelled);
+                    }
+                    if start.elapsed() > budget {
+                        tracing::warn!(
+                            source = %self.shown,
+                            read,
+                            "a window's items took longer than max_seconds: drawn from those read"
+                        );
+                        break 'pages;
+                    }
+                    let raster = self.read_item(item, req)?;
+                    read += 1;
+                    if !combined.add(&raster) {
+                        break 'pages;
+                    }
                 }
-                if start.elapsed() > budget {
-                    tracing::warn!(
-                        source = %self.shown,
-                        read = n,
-                        found = items.len(),
-                        "a window's items took longer than max_seconds: drawn from those read"
-                    );
-                    break;
-                }
-                let raster = self.read_item(item, req)?;
-                if !combined.add(&raster) {
-                    break;
+                match next {
+                    Some(t) if !items.is_empty() && read < self.spec.max_items => token = Some(t),
+                    _ => break,
                 }
             }
-            if items.len() == self.spec.max_items {
-                tracing::debug!(source = %self.shown, "a window found max_items items or more");
+            if read == self.spec.max_items {
+                tracing::debug!(source = %self.shown, "a window read max_items items");
             }
         }
         Ok(combined.finish(req.width, req.height, self.info.is_byte))
