@@ -15,7 +15,6 @@ use tessera_source::{Crs, Source, WindowRequest};
 use super::error::ApiError;
 use super::state::Maps;
 use crate::auth::Caller;
-use crate::config::auth::Grant;
 use crate::model::Layer;
 
 /// The manual's page on terrain.
@@ -156,13 +155,7 @@ fn elevation_layer(
     caller: &Caller,
     name: &str,
 ) -> Result<std::sync::Arc<Layer>, ApiError> {
-    let layer = state
-        .registry
-        .find_layer(name, &|n| caller.sees(n))
-        .map_err(|unknown| {
-            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
-        })?;
-    caller.may(&layer.name, Grant::Tiles)?;
+    let layer = super::tile_layer(&state.registry, caller, name)?;
     let info = layer.source.info();
     if layer.source.as_features().is_some() || info.band_count != 1 {
         return Err(bad(&format!(

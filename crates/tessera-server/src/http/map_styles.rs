@@ -14,7 +14,6 @@ use super::error::ApiError;
 use super::reply::base_url;
 use super::state::Styles;
 use crate::auth::Caller;
-use crate::config::auth::Grant;
 
 /// The manual's page on MapLibre styles.
 const DOCS: &str = "styles#style-documents";
@@ -39,13 +38,7 @@ pub async fn style(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let name = file.strip_suffix(".json").unwrap_or(&file);
-    let layer = state
-        .registry
-        .find_layer(name, &|n| caller.sees(n))
-        .map_err(|unknown| {
-            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
-        })?;
-    caller.may(&layer.name, Grant::Tiles)?;
+    let layer = super::tile_layer(&state.registry, &caller, name)?;
     let params = super::tiles::address::query_params(query.as_deref());
     // `?style=`: one of the layer's named styles.
     let asked = params

@@ -375,6 +375,23 @@ async fn metrics(State(state): State<state::Status>, caller: Caller) -> Response
         .into_response()
 }
 
+/// The layer `name` as `caller` may read its tiles: 404 naming the known
+/// layers when it sees none of that name, 403 without the grant (the
+/// lookup of the preview, style and elevation pages).
+pub(crate) fn tile_layer(
+    registry: &crate::registry::Registry,
+    caller: &crate::auth::Caller,
+    name: &str,
+) -> Result<std::sync::Arc<crate::model::Layer>, ApiError> {
+    let layer = registry
+        .find_layer(name, &|n| caller.sees(n))
+        .map_err(|unknown| {
+            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
+        })?;
+    caller.may(&layer.name, crate::config::auth::Grant::Tiles)?;
+    Ok(layer)
+}
+
 async fn not_found() -> ApiError {
     ApiError::not_found(
         "NotFound",

@@ -19,7 +19,6 @@ use super::error::ApiError;
 use super::state::Catalog;
 use super::xml::escape;
 use crate::auth::Caller;
-use crate::config::auth::Grant;
 use crate::model::Layer;
 
 const VIEWER_JS: &str = include_str!("viewer.js");
@@ -87,13 +86,7 @@ pub async fn page(
     Path(name): Path<String>,
     Query(query): Query<PreviewQuery>,
 ) -> Result<Html<String>, ApiError> {
-    let layer = state
-        .registry
-        .find_layer(&name, &|n| caller.sees(n))
-        .map_err(|unknown| {
-            ApiError::not_found("LayerNotDefined", format!("unknown layer {unknown}"))
-        })?;
-    caller.may(&layer.name, Grant::Tiles)?;
+    let layer = super::tile_layer(&state.registry, &caller, &name)?;
     let vector = layer.formats.contains(&TileFormat::Mvt)
         && layer.grids.iter().any(|g| g == WEB_MERCATOR_QUAD)
         && match query.format.as_deref() {
