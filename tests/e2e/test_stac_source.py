@@ -114,6 +114,13 @@ layers:
       resampling: nearest
       page: 1
     cache: {{ store: none }}
+  - name: cached
+    source:
+      type: stac
+      pgstac: {dsn}
+      search: {{ collections: [scenes], sortby: [{{ field: properties.eo:cloud_cover, direction: asc }}] }}
+      asset: visual
+      resampling: nearest
   - name: mean
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
                resampling: nearest }}
@@ -243,6 +250,36 @@ def test_a_new_scene_changes_the_tiles_it_covers_and_no_other(server, catalogue,
         assert after[outside] == before[outside], "a tile the scene does not cover changed"
     finally:
         sql(dsn, "SELECT delete_item('clear')")
+
+
+def test_cached_tiles_are_keyed_by_the_items_under_them(server, catalogue):
+    """A new scene makes the metatile it covers a new key (rendered again,
+    drawing it); every other cached tile is still a hit; deleting the scene
+    brings the first key back. (Keys are per metatile, 4 x 4 tiles here:
+    `outside` is in a metatile east of the new scene.)"""
+    dsn, items, folder = catalogue
+    inside, outside = tile_of(6.06, 49.74, 14), tile_of(6.19, 49.79, 14)
+
+    def get(t):
+        status, headers, body = http_get(server, "/tiles/cached/WebMercatorQuad/%d/%d/%d.png" % t)
+        assert status == 200, body[:300]
+        return headers["X-Cache"], body
+
+    before = {t: get(t)[1] for t in (inside, outside)}
+    assert {t: get(t) for t in (inside, outside)} == {t: ("HIT", before[t]) for t in (inside, outside)}
+    w, s, e, n = lonlat_bounds(*inside)
+    west, north = round(w / PIXEL) * PIXEL, round(n / PIXEL) * PIXEL
+    path = make_scene(folder / "clearer.tif", 98, west, north)
+    sql(dsn, "SELECT create_item(%s::jsonb)", json.dumps(item("clearer", path, west, north, 0, 21)))
+    try:
+        status, body = get(inside)
+        assert status == "MISS" and body != before[inside], "the new, clearest scene is not drawn"
+        assert body == server.get("/tiles/first/WebMercatorQuad/%d/%d/%d.png" % inside)[2]
+        assert get(inside) == ("HIT", body)
+        assert get(outside) == ("HIT", before[outside]), "a tile the scene does not cover was rendered again"
+    finally:
+        sql(dsn, "SELECT delete_item('clearer')")
+    assert get(inside) == ("HIT", before[inside]), "the catalogue as it was is not its first key"
 
 
 def test_bad_stac_sources_are_named_at_start(catalogue, tmp_path):

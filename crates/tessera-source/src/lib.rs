@@ -247,6 +247,22 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// What this source draws over `bbox` (in `crs`) now, as a token
+    /// that changes when its data there changes (the ids and row versions
+    /// of a catalogue's items over the area): cached tiles are keyed by
+    /// it, so a new item invalidates exactly the tiles it covers. Blocking
+    /// (one query). `None` for sources whose data does not change while
+    /// they are open (the default).
+    fn state(&self, _bbox: &BBox, _crs: &Crs) -> Option<Result<String, SourceError>> {
+        None
+    }
+
+    /// Whether [`Source::state`] answers: the source's data changes while
+    /// it is open, and its tiles are cached by state. False by default.
+    fn changes_while_open(&self) -> bool {
+        false
+    }
+
     /// The values this source lists itself for dimension `name` (`field`:
     /// the field holding them in a source of features; at most `most`):
     /// a WMS's or WMTS's capabilities, a vector field's distinct values.

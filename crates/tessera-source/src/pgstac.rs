@@ -78,6 +78,12 @@ pub struct StacSpec {
     /// milliseconds (default 10,000).
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
+    /// How long, in seconds, the catalogue's state over a tile (the ids and
+    /// row versions of its items, which cached tiles are keyed by) is
+    /// trusted before it is asked again (default 0: asked on every tile
+    /// request, one indexed query, so a new item shows at once).
+    #[serde(default)]
+    pub freshness: f64,
 }
 
 fn default_max_items() -> usize {
@@ -109,7 +115,16 @@ pub struct StacSource {
     opened: Mutex<lru::LruCache<String, Arc<GdalSource>>>,
     info: SourceInfo,
     report: Vec<String>,
+    /// The search as SQL (pgSTAC's `stac_search_to_where` and
+    /// `sort_sqlorderby`), without the window: the state query's.
+    where_sql: String,
+    order_sql: String,
+    /// States asked within `freshness`, by window.
+    states: Mutex<lru::LruCache<String, (Instant, String)>>,
 }
+
+/// States kept for `freshness`, by window.
+const STATES_KEPT: usize = 4096;
 
 impl std::fmt::Debug for StacSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -156,9 +171,11 @@ impl StacSource {
         if spec.max_items == 0
             || spec.page == 0
             || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0)
+            || !(spec.freshness.is_finite() && spec.freshness >= 0.0)
         {
             return Err(open_err(
-                "max_items and page must be at least 1 and max_seconds above 0".into(),
+                "max_items and page must be at least 1, max_seconds above 0 and freshness at least 0"
+                    .into(),
             ));
         }
         let mut config: postgres::Config = spec
@@ -191,10 +208,32 @@ impl StacSource {
                 native_resolution: 1.0,
             },
             report: Vec::new(),
+            where_sql: String::new(),
+            order_sql: String::new(),
+            states: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(STATES_KEPT).expect("a constant above 0"),
+            )),
         };
         let version: String = source
             .query_one("SELECT pgstac.get_version()", &[])
             .map_err(|e| open_err(format!("is pgSTAC installed (pypgstac migrate)? {e}")))?;
+        let mut unwindowed = source.search_body(None, 1);
+        if let Some(map) = unwindowed.as_object_mut() {
+            // As a window's search: its box replaces the search's own.
+            map.remove("bbox");
+            map.remove("intersects");
+            map.remove("limit");
+        }
+        source.where_sql = source
+            .query_one(
+                "SELECT pgstac.stac_search_to_where($1::text::jsonb)",
+                &[&unwindowed.to_string()],
+            )
+            .map_err(|e| open_err(format!("the search: {e}")))?;
+        source.order_sql = source.query_one(
+            "SELECT pgstac.sort_sqlorderby($1::text::jsonb)",
+            &[&unwindowed.to_string()],
+        )?;
         let first = source.search(None, 1)?;
         let Some(item) = first.first() else {
             return Err(open_err(format!(
@@ -383,6 +422,49 @@ impl StacSource {
             }
         }
         Ok(out.unwrap_or(world))
+    }
+
+    /// The ids and row versions (`xmin`: a new one for every insert or
+    /// update) of the items a window of `area` (lon/lat) draws from, in the
+    /// search's order, joined; within `freshness` of the last time `area`
+    /// was asked, that answer.
+    fn state_of(&self, area: &BBox) -> Result<String, SourceError> {
+        let window = format!(
+            "{} {} {} {}",
+            area.min_x, area.min_y, area.max_x, area.max_y
+        );
+        let trusted = Duration::from_secs_f64(self.spec.freshness);
+        if !trusted.is_zero()
+            && let Some((at, state)) = self
+                .states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&window)
+            && at.elapsed() < trusted
+        {
+            return Ok(state.clone());
+        }
+        let limit = i64::try_from(self.spec.max_items).unwrap_or(i64::MAX);
+        // The first max_items items in the search's order (those a window
+        // can draw), as a set: any insert or update changes it.
+        let sql = format!(
+            "SELECT coalesce(string_agg(id || '@' || v, ',' ORDER BY id), '') FROM ( \
+               SELECT id, xmin::text AS v FROM pgstac.items WHERE ({}) \
+               AND st_intersects(geometry, st_makeenvelope($1, $2, $3, $4, 4326)) \
+               ORDER BY {} LIMIT $5) drawn",
+            self.where_sql, self.order_sql
+        );
+        let state: String = self.query_one(
+            &sql,
+            &[&area.min_x, &area.min_y, &area.max_x, &area.max_y, &limit],
+        )?;
+        if !trusted.is_zero() {
+            self.states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .put(window, (Instant::now(), state.clone()));
+        }
+        Ok(state)
     }
 
     fn read_err(&self, e: &dyn std::fmt::Display) -> SourceError {
@@ -645,6 +727,21 @@ impl Combined {
 impl Source for StacSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    fn state(&self, bbox: &BBox, crs: &Crs) -> Option<Result<String, SourceError>> {
+        let Some(area) = crs
+            .transform_bbox(bbox, &self.info.native_crs)
+            .ok()
+            .and_then(|b| b.intersection(&self.info.lonlat_bounds))
+        else {
+            return Some(Ok(String::new()));
+        };
+        Some(self.state_of(&area))
+    }
+
+    fn changes_while_open(&self) -> bool {
+        true
     }
 
     fn report(&self) -> Vec<String> {

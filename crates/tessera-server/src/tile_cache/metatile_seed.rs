@@ -130,7 +130,8 @@ pub fn write_group(
     meta: &Metatile,
 ) -> Option<String> {
     let cache = layer.cache.as_ref()?;
-    if cache.leases.is_some() {
+    // Leases, and keys by source state (one per metatile), group nothing.
+    if cache.leases.is_some() || super::state::keyed_by_state(layer) {
         return None;
     }
     let first = meta.tiles(&grid.tms).next()?;
@@ -160,6 +161,7 @@ pub async fn seed_metatile(
         .ok_or_else(|| TileError::NotCached(layer.name.clone()))?;
     let tms = &grid.tms;
     let first = meta.tiles(tms).next().expect("a metatile has tiles");
+    let layer = &super::state::layer_at_state(layer, grid, cache, first).await?;
     let req = TileRequest {
         layer: layer.clone(),
         grid: grid.clone(),

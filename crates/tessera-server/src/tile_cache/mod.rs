@@ -31,6 +31,7 @@ mod lookup;
 mod metatile_seed;
 mod miss;
 mod passthrough;
+mod state;
 #[cfg(test)]
 mod tests;
 mod types;
@@ -42,6 +43,7 @@ use tessera_image::Color;
 use tessera_store::{MemoryStore, Peeked, TileKey};
 
 pub use metatile_seed::{Locking, SeedStep, Unstored, seed_metatile};
+pub use state::layer_at_state;
 pub use types::{CacheStatus, Tile, TileError, TileRequest};
 
 use crate::encode_pool::EncodePool;
@@ -127,6 +129,12 @@ impl TileCache {
     /// Returns the tile, from the store or rendered, and counts the request.
     pub async fn get(&self, req: &TileRequest) -> Result<Tile, TileError> {
         let result = match &req.layer.cache {
+            Some(cache) if state::keyed_by_state(&req.layer) => {
+                match state::at_state(req, cache).await {
+                    Ok(at) => miss::get_cached(self, &at, cache).await,
+                    Err(e) => Err(e),
+                }
+            }
             Some(cache) => miss::get_cached(self, req, cache).await,
             None => passthrough::render_uncached(self, req).await,
         };
@@ -151,6 +159,7 @@ impl TileCache {
     /// is rendered. A layer without a cache holds nothing.
     pub async fn held(&self, req: &TileRequest) -> Option<Tile> {
         let cache = req.layer.cache.as_ref()?;
+        let req = &state::at_state(req, cache).await.ok()?;
         let held = lookup::lookup(self, &cache.store, &req.key_of(req.coord)).await?;
         if !cache.freshness.is_fresh(held.stored_at, SystemTime::now()) {
             return None;
@@ -181,6 +190,10 @@ impl TileCache {
 
     fn peek_hit_as(req: &TileRequest, file: bool) -> Option<Peeked> {
         let cache = req.layer.cache.as_ref()?;
+        // Its key depends on its source's state: asked on the slow path.
+        if state::keyed_by_state(&req.layer) {
+            return None;
+        }
         let key = req.key_of(req.coord);
         let peeked = if file {
             cache.store.peek_file(&key)?
