@@ -24,6 +24,7 @@ pub mod plan;
 pub mod quick;
 pub mod registry;
 pub mod render;
+pub mod searches;
 pub mod seeding;
 pub mod serve;
 pub mod service;

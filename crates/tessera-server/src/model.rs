@@ -106,6 +106,9 @@ pub struct Layer {
     /// it (its own tiles, fingerprint and legend); empty for a layer with
     /// one style, and in the layers held here.
     pub other_styles: Vec<(String, Arc<Layer>)>,
+    /// When its tiles were last asked for (seconds since the epoch), for a
+    /// layer that expires unused (a registered search); `None` for others.
+    pub last_used: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// A style a layer does not have (WMS and WMTS `StyleNotDefined`).

@@ -67,6 +67,18 @@ impl Registry {
         layers.push(layer);
     }
 
+    /// Removes the layer added while serving named `name`; whether there
+    /// was one.
+    pub fn remove_layer(&self, name: &str) -> bool {
+        let mut layers = self
+            .layers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = layers.len();
+        layers.retain(|l| l.name != name);
+        layers.len() != before
+    }
+
     /// Every layer, in order (a snapshot).
     pub fn layers(&self) -> Vec<Arc<Layer>> {
         self.layers

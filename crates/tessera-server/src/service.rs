@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 pub use crate::model::LayerSelection;
 use crate::registry::Registry;
 use crate::render::{RenderLimits, Renderer};
+use crate::searches::Searches;
 use crate::sources::Uploads;
 use crate::tile_cache::{TileCache, TileCacheSettings};
 
@@ -65,6 +66,9 @@ pub struct Service {
     pub glyphs: Arc<Glyphs>,
     /// MapLibre sprite sets (`sprites:`).
     pub sprites: Arc<Sprites>,
+    /// STAC searches registered at run time (`searches:`), when serving
+    /// with that section.
+    pub searches: Option<Arc<Searches>>,
 }
 
 impl Service {
@@ -239,11 +243,27 @@ impl Service {
             _ => Arc::new(load_glyphs(&config)?),
         };
         let sprites = Arc::new(load_sprites(&config, mode)?);
+        let wanted = match layers {
+            LayerSelection::Only(name) => name.starts_with(crate::searches::LAYER_PREFIX),
+            LayerSelection::All => mode == Mode::Serving,
+        };
+        let searches = match Searches::open(&config)? {
+            Some(searches) if wanted => {
+                searches.restore(&registry, &config, wrap_source);
+                Some(Arc::new(searches))
+            }
+            _ => None,
+        };
+        let registry = Arc::new(registry);
+        if let (Some(searches), Mode::Serving) = (&searches, mode) {
+            Searches::keep_swept(searches, &registry);
+        }
         Ok(Service {
             glyphs,
             sprites,
             access,
-            registry: Arc::new(registry),
+            registry,
+            searches,
             renderer,
             tiles,
             metrics,

@@ -586,6 +586,129 @@ impl Drop for StacSource {
     }
 }
 
+/// pgSTAC's table of searches (`pgstac.searches`), where registered
+/// searches are kept by their hash, as titiler-pgstac keeps them.
+#[derive(Debug, Clone)]
+pub struct SearchTable {
+    config: postgres::Config,
+    shown: String,
+}
+
+/// Why the search table did not answer as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchTableError {
+    /// pgSTAC refused the statement (a CQL2 filter it cannot read), with
+    /// its message.
+    #[error("{0}")]
+    Refused(String),
+    /// The database did not answer (named without its credentials).
+    #[error("{0}: {1}")]
+    Unavailable(String, String),
+}
+
+/// A search kept in pgSTAC: its hash, the search and its metadata.
+pub type KeptSearch = (String, Value, Value);
+
+impl SearchTable {
+    /// The search table of the database of `spec` (connected per call,
+    /// with `spec`'s timeouts).
+    pub fn new(spec: &StacSpec) -> Result<SearchTable, SourceError> {
+        let shown = shown_url(&spec.pgstac);
+        let mut config: postgres::Config =
+            spec.pgstac
+                .parse()
+                .map_err(|e: postgres::Error| SourceError::Open {
+                    path: shown.clone(),
+                    source: format!("pgstac URL: {e}").into(),
+                })?;
+        config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
+        config.options(&format!(
+            "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
+            spec.statement_timeout_ms
+        ));
+        config.application_name("tessera");
+        Ok(SearchTable { config, shown })
+    }
+
+    fn fail(&self, e: &postgres::Error) -> SearchTableError {
+        match e.as_db_error() {
+            Some(db) => SearchTableError::Refused(db.message().to_string()),
+            None => SearchTableError::Unavailable(self.shown.clone(), e.to_string()),
+        }
+    }
+
+    fn connect(&self) -> Result<postgres::Client, SearchTableError> {
+        self.config
+            .connect(postgres::NoTls)
+            .map_err(|e| SearchTableError::Unavailable(self.shown.clone(), e.to_string()))
+    }
+
+    /// Registers `search` with `metadata` (pgSTAC's `search_query`, which
+    /// checks its filter): its hash.
+    pub fn register(&self, search: &Value, metadata: &Value) -> Result<String, SearchTableError> {
+        let mut client = self.connect()?;
+        let row = client
+            .query_one(
+                "SELECT hash FROM pgstac.search_query($1::text::jsonb, false, $2::text::jsonb)",
+                &[&search.to_string(), &metadata.to_string()],
+            )
+            .map_err(|e| self.fail(&e))?;
+        row.try_get(0).map_err(|e| self.fail(&e))
+    }
+
+    /// The searches whose metadata has `key: marker`, used within
+    /// `within`, most recent first, at most `most`.
+    pub fn recent(
+        &self,
+        key: &str,
+        marker: &Value,
+        within: Duration,
+        most: usize,
+    ) -> Result<Vec<KeptSearch>, SearchTableError> {
+        let mut client = self.connect()?;
+        let rows = client
+            .query(
+                "SELECT hash, search::text, metadata::text FROM pgstac.searches \
+                 WHERE metadata->$1 = $2::text::jsonb \
+                 AND lastused > now() - make_interval(secs => $3) \
+                 ORDER BY lastused DESC LIMIT $4",
+                &[
+                    &key,
+                    &marker.to_string(),
+                    &within.as_secs_f64(),
+                    &i64::try_from(most).unwrap_or(i64::MAX),
+                ],
+            )
+            .map_err(|e| self.fail(&e))?;
+        let mut kept = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (hash, search, metadata): (String, String, String) = (
+                row.try_get(0).map_err(|e| self.fail(&e))?,
+                row.try_get(1).map_err(|e| self.fail(&e))?,
+                row.try_get(2).map_err(|e| self.fail(&e))?,
+            );
+            let parse = |text: &str| {
+                serde_json::from_str(text)
+                    .map_err(|e| SearchTableError::Refused(format!("search {hash}: {e}")))
+            };
+            kept.push((hash.clone(), parse(&search)?, parse(&metadata)?));
+        }
+        Ok(kept)
+    }
+
+    /// Marks searches `hashes` used now (`lastused`).
+    pub fn touch(&self, hashes: &[String]) -> Result<(), SearchTableError> {
+        let mut client = self.connect()?;
+        client
+            .execute(
+                "UPDATE pgstac.searches SET lastused = now() WHERE hash = ANY($1)",
+                &[&hashes],
+            )
+            .map_err(|e| self.fail(&e))?;
+        Ok(())
+    }
+}
+
 /// The path GDAL reads an asset's `href` at: `s3://` and `gs://` as
 /// `/vsis3/` and `/vsigs/` (with the process's credentials), others as
 /// they are (http(s) URLs and paths, then checked by the GDAL source's

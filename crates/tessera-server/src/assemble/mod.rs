@@ -442,6 +442,7 @@ fn plain_layer(
             _ => None,
         },
         other_styles: Vec::new(),
+        last_used: None,
         values: values.to_vec(),
     })
 }

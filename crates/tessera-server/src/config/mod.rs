@@ -8,11 +8,13 @@ mod cors;
 mod dimensions;
 mod env;
 mod error;
+mod searches;
 mod styles;
 
 pub use cors::CorsSettings;
 pub use dimensions::{DimensionConfig, KindConfig, ValueConfig};
 pub use error::ConfigError;
+pub use searches::SearchesConfig;
 pub use styles::{
     DEFAULT_STYLE, LayerStyle, MapLibreRef, NamedStyle, NamedStyles, STYLE_KEY, StyleDraw,
     default_vector_rule,
@@ -66,6 +68,10 @@ pub struct Config {
     /// without it every layer is public.
     #[serde(default)]
     pub auth: Option<auth::AuthConfig>,
+    /// STAC searches registered at run time (`POST /searches`), served
+    /// like a configured `type: stac` layer; off when absent.
+    #[serde(default)]
+    pub searches: Option<SearchesConfig>,
     /// Who runs the service and on what terms, for capabilities documents.
     #[serde(default)]
     pub service: ServiceMetadata,
@@ -964,6 +970,25 @@ impl Config {
     /// `assemble::discover` found what it names.
     pub fn check(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if let Some(searches) = &self.searches {
+            match self.layers.iter().find(|l| l.name == searches.layer) {
+                None => {
+                    let unknown = crate::suggest::Unknown::among(
+                        &searches.layer,
+                        "layers",
+                        self.layers.iter().map(|l| l.name.as_str()),
+                    );
+                    return invalid(format!("searches.layer: unknown layer {unknown}"));
+                }
+                Some(l) if !matches!(l.source, SourceSpec::Stac(_)) => {
+                    return invalid(format!(
+                        "searches.layer {:?} is not a `type: stac` layer: a registered search is served like one",
+                        searches.layer
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
         if let Some(names) = &self.ogcapi.default_collections {
             if names.len() > self.limits.wms_max_layers {
                 return invalid(format!(

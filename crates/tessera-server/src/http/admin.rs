@@ -282,7 +282,7 @@ pub(super) fn refusal(state: &Admin, headers: &HeaderMap) -> Option<Response> {
     (!authorized(headers, &admin.token)).then(|| error_response(unauthorized()))
 }
 
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
+pub(super) fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

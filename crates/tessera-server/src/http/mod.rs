@@ -14,6 +14,7 @@ mod ogcapi;
 pub mod params;
 mod preview;
 pub mod reply;
+mod searches;
 mod sprites;
 pub mod state;
 mod templates;
@@ -233,6 +234,8 @@ pub fn router(state: AppState) -> Router {
             "/wmts/1.0.0/{layer}/{style}/{dim}/{tms}/{z}/{row}/{file}",
             get(wmts::rest_tile),
         )
+        .route("/searches", get(searches::list).post(searches::register))
+        .route("/searches/{id}", get(searches::describe))
         .route("/wms", get(wms::kvp))
         .route(
             "/wms/schema/feature_info.xsd",

@@ -194,6 +194,27 @@ impl FromRef<AppState> for super::guard::Guard {
     }
 }
 
+/// What the registered searches' endpoints read.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// Layers (a registered search is one).
+    pub registry: Arc<Registry>,
+    /// The configuration served.
+    pub config: Arc<Config>,
+    /// The registered searches, when `searches:` is configured.
+    pub searches: Option<Arc<crate::searches::Searches>>,
+}
+
+impl FromRef<AppState> for Registered {
+    fn from_ref(state: &AppState) -> Registered {
+        Registered {
+            registry: state.service.registry.clone(),
+            config: state.service.config.clone(),
+            searches: state.service.searches.clone(),
+        }
+    }
+}
+
 impl FromRef<AppState> for Admin {
     fn from_ref(state: &AppState) -> Admin {
         Admin {

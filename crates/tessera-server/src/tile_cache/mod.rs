@@ -128,6 +128,12 @@ impl TileCache {
 
     /// Returns the tile, from the store or rendered, and counts the request.
     pub async fn get(&self, req: &TileRequest) -> Result<Tile, TileError> {
+        if let Some(used) = &req.layer.last_used {
+            used.store(
+                crate::searches::now_secs(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         let result = match &req.layer.cache {
             Some(cache) if state::keyed_by_state(&req.layer) => {
                 match state::at_state(req, cache).await {

@@ -161,6 +161,7 @@ fn layer(
         ranges: None,
         style_name: "default".into(),
         other_styles: Vec::new(),
+        last_used: None,
         maplibre: None,
         values: Vec::new(),
     })
