@@ -25,6 +25,8 @@ mod mosaic;
 pub mod pgstac;
 mod settings;
 mod spec;
+#[cfg(feature = "stac")]
+pub mod stac_api;
 #[cfg(any(feature = "upstream", feature = "archive"))]
 pub mod tiled;
 #[cfg(feature = "upstream")]

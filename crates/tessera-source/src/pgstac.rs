@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 use tessera_grid::BBox;
 use tessera_image::{BandData, Raster};
 
-use crate::{Crs, GdalSettings, GdalSource, GdalSourceSpec, Resampling};
+use crate::stac_api::{NextPage, StacApi};
+use crate::{
+    Crs, GdalSettings, GdalSource, GdalSourceSpec, HttpSettings, NetworkPolicy, Resampling,
+};
 use crate::{Source, SourceError, SourceInfo, WindowRequest};
 
 /// How the items' pixels are combined.
@@ -36,13 +39,23 @@ pub enum Method {
     Latest,
 }
 
-/// `source: { type: stac, pgstac: postgres://..., search: {...}, ... }`.
+/// `source: { type: stac, pgstac: postgres://... | stac_api: https://...,
+/// search: {...}, ... }`.
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StacSpec {
     /// A `postgres://` URL of a database with pgSTAC installed (`pypgstac
-    /// migrate`); credentials through `${ENV}`.
-    pub pgstac: String,
+    /// migrate`); credentials through `${ENV}`. Or `stac_api`.
+    #[serde(default)]
+    pub pgstac: Option<String>,
+    /// The landing page of a STAC API with item search (`POST {url}/search`,
+    /// paged by its `next` links); instead of `pgstac`.
+    #[serde(default)]
+    pub stac_api: Option<String>,
+    /// How the STAC API is asked (timeouts, retries, `max_body_bytes` of
+    /// a page).
+    #[serde(default)]
+    pub http: HttpSettings,
     /// The STAC API search body (`collections`, `ids`, `datetime`, `bbox`,
     /// `intersects`, `filter` (CQL2-JSON), `sortby`): each window adds its
     /// own bounding box and `limit`.
@@ -65,9 +78,9 @@ pub struct StacSpec {
     /// Most items read for one window (default 50).
     #[serde(default = "default_max_items")]
     pub max_items: usize,
-    /// Items asked of pgSTAC at a time by `first` and `latest`, which stop
-    /// once the window is full (default 8; the other methods read every
-    /// item in one page).
+    /// Items asked of the catalogue at a time by `first` and `latest`,
+    /// which stop once the window is full (default 8; the other methods
+    /// ask for every item at once).
     #[serde(default = "default_page")]
     pub page: usize,
     /// Longest time reading one window's items, in seconds (default 10):
@@ -79,11 +92,25 @@ pub struct StacSpec {
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
     /// How long, in seconds, the catalogue's state over a tile (the ids and
-    /// row versions of its items, which cached tiles are keyed by) is
-    /// trusted before it is asked again (default 0: asked on every tile
-    /// request, one indexed query, so a new item shows at once).
+    /// versions of its items, which cached tiles are keyed by) is trusted
+    /// before it is asked again (default 0: asked on every tile request,
+    /// one indexed query in pgSTAC, one search of a STAC API).
     #[serde(default)]
     pub freshness: f64,
+}
+
+impl StacSpec {
+    /// The catalogue named for messages, without credentials.
+    pub fn shown(&self) -> String {
+        match (&self.pgstac, &self.stac_api) {
+            (Some(url), _) => shown_url(url),
+            (None, Some(url)) => reqwest::Url::parse(url).map_or_else(
+                |_| "stac api (a URL that does not parse)".into(),
+                |u| format!("stac api {}", crate::upstream::client::redacted(&u)),
+            ),
+            (None, None) => "stac (no catalogue)".into(),
+        }
+    }
 }
 
 fn default_max_items() -> usize {
@@ -105,31 +132,53 @@ fn default_statement_timeout_ms() -> u64 {
 /// Items' datasets kept open, by asset href.
 const OPENED_KEPT: usize = 256;
 
-/// The source of a STAC search in pgSTAC.
-pub struct StacSource {
-    spec: StacSpec,
-    shown: String,
+/// States kept for `freshness`, by window.
+const STATES_KEPT: usize = 4096;
+
+/// Where the items are found.
+enum Catalogue {
+    /// pgSTAC, through its SQL functions.
+    Pg(Pg),
+    /// A STAC API, over HTTP.
+    Api(StacApi),
+}
+
+/// A pgSTAC database: pooled connections, and the search as SQL.
+struct Pg {
     config: postgres::Config,
     idle: Mutex<Vec<postgres::Client>>,
-    gdal: GdalSettings,
-    opened: Mutex<lru::LruCache<String, Arc<GdalSource>>>,
-    info: SourceInfo,
-    report: Vec<String>,
+    shown: String,
     /// The search as SQL (pgSTAC's `stac_search_to_where` and
     /// `sort_sqlorderby`), without the window: the state query's.
     where_sql: String,
     order_sql: String,
+}
+
+/// Where the next page of a window's items starts.
+enum Cursor {
+    /// pgSTAC's `next:` token.
+    Token(String),
+    /// A STAC API's next page.
+    Api(NextPage),
+}
+
+/// The source of a STAC search in pgSTAC or a STAC API.
+pub struct StacSource {
+    spec: StacSpec,
+    shown: String,
+    catalogue: Catalogue,
+    gdal: GdalSettings,
+    opened: Mutex<lru::LruCache<String, Arc<GdalSource>>>,
+    info: SourceInfo,
+    report: Vec<String>,
     /// States asked within `freshness`, by window.
     states: Mutex<lru::LruCache<String, (Instant, String)>>,
 }
 
-/// States kept for `freshness`, by window.
-const STATES_KEPT: usize = 4096;
-
 impl std::fmt::Debug for StacSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StacSource")
-            .field("pgstac", &self.shown)
+            .field("catalogue", &self.shown)
             .field("method", &self.spec.method)
             .finish_non_exhaustive()
     }
@@ -148,120 +197,43 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
-impl StacSource {
-    /// Connects, checks the database has pgSTAC, reads the first item the
-    /// search finds for the bands, and the search's (or its collections')
-    /// extent for the bounds.
-    pub fn open(spec: &StacSpec, gdal: &GdalSettings) -> Result<StacSource, SourceError> {
-        let shown = shown_url(&spec.pgstac);
-        let open_err = |message: String| SourceError::Open {
-            path: shown.clone(),
-            source: message.into(),
-        };
-        if spec.asset.is_some() != spec.assets.is_empty() {
-            return Err(open_err(
-                "give one `asset` (all its bands) or `assets` (one band each)".into(),
-            ));
-        }
-        if !spec.search.is_object() && !spec.search.is_null() {
-            return Err(open_err(
-                "`search` is a STAC search body (a mapping)".into(),
-            ));
-        }
-        if spec.max_items == 0
-            || spec.page == 0
-            || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0)
-            || !(spec.freshness.is_finite() && spec.freshness >= 0.0)
-        {
-            return Err(open_err(
-                "max_items and page must be at least 1, max_seconds above 0 and freshness at least 0"
-                    .into(),
-            ));
-        }
-        let mut config: postgres::Config = spec
-            .pgstac
+impl Pg {
+    /// Connects to pgSTAC at `url`, checks it is installed (its version)
+    /// and writes `search` (the search of every window, without one) as
+    /// SQL.
+    fn open(url: &str, spec: &StacSpec, search: &Value) -> Result<(Pg, String), String> {
+        let mut config: postgres::Config = url
             .parse()
-            .map_err(|e: postgres::Error| open_err(format!("pgstac URL: {e}")))?;
+            .map_err(|e: postgres::Error| format!("pgstac URL: {e}"))?;
         config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
         config.options(&format!(
             "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
             spec.statement_timeout_ms
         ));
         config.application_name("tessera");
-        let mut source = StacSource {
-            spec: spec.clone(),
-            shown: shown.clone(),
+        let mut pg = Pg {
             config,
             idle: Mutex::new(Vec::new()),
-            gdal: gdal.clone(),
-            opened: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(OPENED_KEPT).expect("a constant above 0"),
-            )),
-            info: SourceInfo {
-                band_count: 0,
-                is_byte: true,
-                native_crs: Crs::parse("OGC:CRS84")?,
-                native_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
-                    .map_err(|e| open_err(e.to_string()))?,
-                lonlat_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
-                    .map_err(|e| open_err(e.to_string()))?,
-                native_resolution: 1.0,
-            },
-            report: Vec::new(),
+            shown: shown_url(url),
             where_sql: String::new(),
             order_sql: String::new(),
-            states: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(STATES_KEPT).expect("a constant above 0"),
-            )),
         };
-        let version: String = source
+        let version: String = pg
             .query_one("SELECT pgstac.get_version()", &[])
-            .map_err(|e| open_err(format!("is pgSTAC installed (pypgstac migrate)? {e}")))?;
-        let mut unwindowed = source.search_body(None, 1);
-        if let Some(map) = unwindowed.as_object_mut() {
-            // As a window's search: its box replaces the search's own.
-            map.remove("bbox");
-            map.remove("intersects");
-            map.remove("limit");
-        }
-        source.where_sql = source
+            .map_err(|e| format!("is pgSTAC installed (pypgstac migrate)? {e}"))?;
+        pg.where_sql = pg
             .query_one(
                 "SELECT pgstac.stac_search_to_where($1::text::jsonb)",
-                &[&unwindowed.to_string()],
+                &[&search.to_string()],
             )
-            .map_err(|e| open_err(format!("the search: {e}")))?;
-        source.order_sql = source.query_one(
-            "SELECT pgstac.sort_sqlorderby($1::text::jsonb)",
-            &[&unwindowed.to_string()],
-        )?;
-        let first = source.search(None, 1)?;
-        let Some(item) = first.first() else {
-            return Err(open_err(format!(
-                "the search finds no item: {}",
-                source.search_body(None, 1)
-            )));
-        };
-        let (bands, is_byte, resolution) = source.probe(item)?;
-        let bounds = source.bounds()?;
-        let native_crs = Crs::parse("OGC:CRS84")?;
-        let report = vec![format!(
-            "{shown} (pgSTAC {version}): search {}, {bands} band(s) from {}, method {:?}, at most {} items and {} s per window",
-            source.search_body(None, spec.max_items),
-            spec.asset.clone().unwrap_or_else(|| spec.assets.join(", ")),
-            spec.method,
-            spec.max_items,
-            spec.max_seconds
-        )];
-        source.info = SourceInfo {
-            band_count: bands,
-            is_byte,
-            native_crs,
-            native_bounds: bounds,
-            lonlat_bounds: bounds,
-            native_resolution: resolution,
-        };
-        source.report = report;
-        Ok(source)
+            .map_err(|e| format!("the search: {e}"))?;
+        pg.order_sql = pg
+            .query_one(
+                "SELECT pgstac.sort_sqlorderby($1::text::jsonb)",
+                &[&search.to_string()],
+            )
+            .map_err(|e| e.to_string())?;
+        Ok((pg, version))
     }
 
     /// Runs `sql` returning one value on a pooled connection.
@@ -305,57 +277,17 @@ impl StacSource {
         }
     }
 
-    /// The search body for a window of `bbox` (lon/lat) and `limit` items.
-    fn search_body(&self, bbox: Option<&BBox>, limit: usize) -> Value {
-        let mut body = match &self.spec.search {
-            Value::Object(m) => m.clone(),
-            _ => serde_json::Map::new(),
-        };
-        if let Some(b) = bbox {
-            body.insert("bbox".into(), json!([b.min_x, b.min_y, b.max_x, b.max_y]));
-            // A window's box replaces the search's (intersected first).
-            body.remove("intersects");
-        }
-        if self.spec.method == Method::Latest {
-            body.insert(
-                "sortby".into(),
-                json!([{"field": "properties.datetime", "direction": "desc"}]),
-            );
-        }
-        body.insert("limit".into(), json!(limit));
-        Value::Object(body)
-    }
-
-    /// The items the search finds in `bbox` (lon/lat), at most `limit`, in
-    /// its order.
-    fn search(&self, bbox: Option<&BBox>, limit: usize) -> Result<Vec<Value>, SourceError> {
-        Ok(self.search_page(bbox, limit, None)?.0)
-    }
-
-    /// One page of the search in `bbox`: at most `limit` items, from
-    /// `token` (pgSTAC's `next:...` of the page before), and the token of
-    /// the next page if there is one. Items carry only what is read of
-    /// them (id, assets, datetime) unless the search names its `fields`.
-    fn search_page(
-        &self,
-        bbox: Option<&BBox>,
-        limit: usize,
-        token: Option<&str>,
-    ) -> Result<(Vec<Value>, Option<String>), SourceError> {
-        let mut body = self.search_body(bbox, limit);
-        if let Some(map) = body.as_object_mut() {
-            map.entry("fields").or_insert_with(
-                || json!({"include": ["id", "collection", "assets", "properties.datetime"]}),
-            );
-            if let Some(t) = token {
-                map.insert("token".into(), json!(t));
-            }
-        }
+    /// One page of `body`'s search from `token`: its items and the token
+    /// of the next page.
+    fn page(&self, body: &Value) -> Result<(Vec<Value>, Option<String>), SourceError> {
         let found: String = self.query_one(
             "SELECT pgstac.search($1::text::jsonb)::text",
             &[&body.to_string()],
         )?;
-        let found: Value = serde_json::from_str(&found).map_err(|e| self.read_err(&e))?;
+        let found: Value = serde_json::from_str(&found).map_err(|e| SourceError::Read {
+            path: self.shown.clone(),
+            source: e.to_string().into(),
+        })?;
         let next = found
             .get("links")
             .and_then(Value::as_array)
@@ -375,6 +307,253 @@ impl StacSource {
             .cloned()
             .unwrap_or_default();
         Ok((items, next))
+    }
+
+    /// The ids and row versions (`xmin`: a new one for every insert or
+    /// update) of the first `limit` items in the search's order over
+    /// `area`, as a set.
+    fn state(&self, area: &BBox, limit: usize) -> Result<String, SourceError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT coalesce(string_agg(id || '@' || v, ',' ORDER BY id), '') FROM ( \
+               SELECT id, xmin::text AS v FROM pgstac.items WHERE ({}) \
+               AND st_intersects(geometry, st_makeenvelope($1, $2, $3, $4, 4326)) \
+               ORDER BY {} LIMIT $5) drawn",
+            self.where_sql, self.order_sql
+        );
+        self.query_one(
+            &sql,
+            &[&area.min_x, &area.min_y, &area.max_x, &area.max_y, &limit],
+        )
+    }
+
+    /// The union of `collections`' spatial extents (all collections when
+    /// none is named); `None` when none has one.
+    fn extent(&self, collections: &[String]) -> Result<Option<BBox>, SourceError> {
+        let extents: String = self.query_one(
+            "SELECT coalesce(jsonb_agg(content->'extent'->'spatial'->'bbox'->0), '[]')::text \
+             FROM pgstac.collections WHERE cardinality($1::text[]) = 0 OR id = ANY($1::text[])",
+            &[&collections],
+        )?;
+        let extents: Value = serde_json::from_str(&extents).map_err(|e| SourceError::Read {
+            path: self.shown.clone(),
+            source: e.to_string().into(),
+        })?;
+        let mut out: Option<BBox> = None;
+        for b in extents.as_array().into_iter().flatten() {
+            let v: Vec<f64> = b
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            if let [x0, y0, x1, y1] = v[..]
+                && let Ok(b) = BBox::new(x0, y0, x1, y1)
+            {
+                out = Some(out.map_or(b, |o| o.union(&b)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Pg {
+    /// The idle connections are closed on a thread of their own: a
+    /// blocking client may not be dropped on the async runtime that drops
+    /// a reloaded configuration's sources.
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        if !idle.is_empty() {
+            std::thread::spawn(move || drop(idle));
+        }
+    }
+}
+
+/// `spec`'s search body for a window of `bbox` (lon/lat) and `limit`
+/// items: the window's box in place of the search's, newest first for
+/// `latest`.
+fn body_of(spec: &StacSpec, bbox: Option<&BBox>, limit: usize) -> Value {
+    let mut body = match &spec.search {
+        Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(b) = bbox {
+        body.insert("bbox".into(), json!([b.min_x, b.min_y, b.max_x, b.max_y]));
+        // A window's box replaces the search's (intersected first).
+        body.remove("intersects");
+    }
+    if spec.method == Method::Latest {
+        body.insert(
+            "sortby".into(),
+            json!([{"field": "properties.datetime", "direction": "desc"}]),
+        );
+    }
+    body.insert("limit".into(), json!(limit));
+    Value::Object(body)
+}
+
+impl StacSource {
+    /// Connects to the catalogue (pgSTAC: checks it is installed), reads
+    /// the first item the search finds for the bands, and the search's (or
+    /// its collections') extent for the bounds.
+    pub fn open(spec: &StacSpec, gdal: &GdalSettings) -> Result<StacSource, SourceError> {
+        let shown = spec.shown();
+        let open_err = |message: String| SourceError::Open {
+            path: shown.clone(),
+            source: message.into(),
+        };
+        if spec.asset.is_some() != spec.assets.is_empty() {
+            return Err(open_err(
+                "give one `asset` (all its bands) or `assets` (one band each)".into(),
+            ));
+        }
+        if !spec.search.is_object() && !spec.search.is_null() {
+            return Err(open_err(
+                "`search` is a STAC search body (a mapping)".into(),
+            ));
+        }
+        if spec.max_items == 0
+            || spec.page == 0
+            || !(spec.max_seconds.is_finite() && spec.max_seconds > 0.0)
+            || !(spec.freshness.is_finite() && spec.freshness >= 0.0)
+        {
+            return Err(open_err(
+                "max_items and page must be at least 1, max_seconds above 0 and freshness at least 0"
+                    .into(),
+            ));
+        }
+        let mut unwindowed = body_of(spec, None, 1);
+        if let Some(map) = unwindowed.as_object_mut() {
+            // As a window's search: its box replaces the search's own.
+            map.remove("bbox");
+            map.remove("intersects");
+            map.remove("limit");
+        }
+        let policy = NetworkPolicy {
+            allow_private_network: gdal.allow_private_network,
+            allowed_private_hosts: gdal.allowed_private_hosts.clone(),
+        };
+        let (catalogue, version) = match (&spec.pgstac, &spec.stac_api) {
+            (Some(url), None) => {
+                let (pg, version) = Pg::open(url, spec, &unwindowed).map_err(open_err)?;
+                (Catalogue::Pg(pg), format!("pgSTAC {version}"))
+            }
+            (None, Some(url)) => (
+                Catalogue::Api(StacApi::new(url, &spec.http, policy).map_err(open_err)?),
+                "STAC API".to_string(),
+            ),
+            _ => {
+                return Err(open_err(
+                    "give one catalogue: `pgstac` (a database URL) or `stac_api` (an API's URL)"
+                        .into(),
+                ));
+            }
+        };
+        let mut source = StacSource {
+            spec: spec.clone(),
+            shown: shown.clone(),
+            catalogue,
+            gdal: gdal.clone(),
+            opened: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(OPENED_KEPT).expect("a constant above 0"),
+            )),
+            info: SourceInfo {
+                band_count: 0,
+                is_byte: true,
+                native_crs: Crs::parse("OGC:CRS84")?,
+                native_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
+                    .map_err(|e| open_err(e.to_string()))?,
+                lonlat_bounds: BBox::new(-180.0, -90.0, 180.0, 90.0)
+                    .map_err(|e| open_err(e.to_string()))?,
+                native_resolution: 1.0,
+            },
+            report: Vec::new(),
+            states: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(STATES_KEPT).expect("a constant above 0"),
+            )),
+        };
+        let first = source.search_page(None, 1, None)?.0;
+        let Some(item) = first.first() else {
+            return Err(open_err(format!(
+                "the search finds no item: {}",
+                source.search_body(None, 1)
+            )));
+        };
+        let (bands, is_byte, resolution) = source.probe(item)?;
+        let bounds = source.bounds()?;
+        let native_crs = Crs::parse("OGC:CRS84")?;
+        let report = vec![format!(
+            "{shown} ({version}): search {}, {bands} band(s) from {}, method {:?}, at most {} items and {} s per window",
+            source.search_body(None, spec.max_items),
+            spec.asset.clone().unwrap_or_else(|| spec.assets.join(", ")),
+            spec.method,
+            spec.max_items,
+            spec.max_seconds
+        )];
+        source.info = SourceInfo {
+            band_count: bands,
+            is_byte,
+            native_crs,
+            native_bounds: bounds,
+            lonlat_bounds: bounds,
+            native_resolution: resolution,
+        };
+        source.report = report;
+        Ok(source)
+    }
+
+    /// The search body for a window of `bbox` (lon/lat) and `limit` items.
+    fn search_body(&self, bbox: Option<&BBox>, limit: usize) -> Value {
+        body_of(&self.spec, bbox, limit)
+    }
+
+    /// One page of the search in `bbox`: at most `limit` items, from
+    /// `from` (where the page before said the next starts), and where the
+    /// next page starts if there is one. Items carry only what is read of
+    /// them (`include`) unless the search names its `fields`.
+    fn page_of(
+        &self,
+        bbox: Option<&BBox>,
+        limit: usize,
+        include: &[&str],
+        from: Option<Cursor>,
+    ) -> Result<(Vec<Value>, Option<Cursor>), SourceError> {
+        let mut body = self.search_body(bbox, limit);
+        if let Some(map) = body.as_object_mut() {
+            map.entry("fields")
+                .or_insert_with(|| json!({ "include": include }));
+        }
+        match (&self.catalogue, from) {
+            (Catalogue::Pg(pg), from) => {
+                if let (Some(Cursor::Token(t)), Some(map)) = (from, body.as_object_mut()) {
+                    map.insert("token".into(), json!(t));
+                }
+                let (items, next) = pg.page(&body)?;
+                Ok((items, next.map(Cursor::Token)))
+            }
+            (Catalogue::Api(api), from) => {
+                let page = match from {
+                    Some(Cursor::Api(next)) => next,
+                    _ => api.first(&body),
+                };
+                let (items, next) = api.page(&page, None)?;
+                Ok((items, next.map(Cursor::Api)))
+            }
+        }
+    }
+
+    /// [`StacSource::page_of`] the items to draw (id, collection, assets,
+    /// datetime).
+    fn search_page(
+        &self,
+        bbox: Option<&BBox>,
+        limit: usize,
+        from: Option<Cursor>,
+    ) -> Result<(Vec<Value>, Option<Cursor>), SourceError> {
+        self.page_of(
+            bbox,
+            limit,
+            &["id", "collection", "assets", "properties.datetime"],
+            from,
+        )
     }
 
     /// The search's own `bbox`, else the union of its collections'
@@ -403,31 +582,18 @@ impl StacSource {
                     .collect()
             })
             .unwrap_or_default();
-        let extents: String = self.query_one(
-            "SELECT coalesce(jsonb_agg(content->'extent'->'spatial'->'bbox'->0), '[]')::text \
-             FROM pgstac.collections WHERE cardinality($1::text[]) = 0 OR id = ANY($1::text[])",
-            &[&collections],
-        )?;
-        let extents: Value = serde_json::from_str(&extents).map_err(|e| self.read_err(&e))?;
-        let mut out: Option<BBox> = None;
-        for b in extents.as_array().into_iter().flatten() {
-            let v: Vec<f64> = b
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            if let [x0, y0, x1, y1] = v[..]
-                && let Ok(b) = BBox::new(x0, y0, x1, y1)
-            {
-                out = Some(out.map_or(b, |o| o.union(&b)));
-            }
-        }
-        Ok(out.unwrap_or(world))
+        let extent = match &self.catalogue {
+            Catalogue::Pg(pg) => pg.extent(&collections)?,
+            Catalogue::Api(api) => api.extent(&collections)?,
+        };
+        Ok(extent.unwrap_or(world))
     }
 
-    /// The ids and row versions (`xmin`: a new one for every insert or
-    /// update) of the items a window of `area` (lon/lat) draws from, in the
-    /// search's order, joined; within `freshness` of the last time `area`
-    /// was asked, that answer.
+    /// What the first `max_items` items a window of `area` (lon/lat) draws
+    /// from are now, as a set: in pgSTAC their ids and row versions (one
+    /// indexed query), from a STAC API their ids and `updated` (or
+    /// `datetime`) properties (a search of those fields); within
+    /// `freshness` of the last time `area` was asked, that answer.
     fn state_of(&self, area: &BBox) -> Result<String, SourceError> {
         let window = format!(
             "{} {} {} {}",
@@ -444,20 +610,38 @@ impl StacSource {
         {
             return Ok(state.clone());
         }
-        let limit = i64::try_from(self.spec.max_items).unwrap_or(i64::MAX);
-        // The first max_items items in the search's order (those a window
-        // can draw), as a set: any insert or update changes it.
-        let sql = format!(
-            "SELECT coalesce(string_agg(id || '@' || v, ',' ORDER BY id), '') FROM ( \
-               SELECT id, xmin::text AS v FROM pgstac.items WHERE ({}) \
-               AND st_intersects(geometry, st_makeenvelope($1, $2, $3, $4, 4326)) \
-               ORDER BY {} LIMIT $5) drawn",
-            self.where_sql, self.order_sql
-        );
-        let state: String = self.query_one(
-            &sql,
-            &[&area.min_x, &area.min_y, &area.max_x, &area.max_y, &limit],
-        )?;
+        let state = match &self.catalogue {
+            Catalogue::Pg(pg) => pg.state(area, self.spec.max_items)?,
+            Catalogue::Api(_) => {
+                let mut versions = Vec::new();
+                let mut from = None;
+                while versions.len() < self.spec.max_items {
+                    let (items, next) = self.page_of(
+                        Some(area),
+                        self.spec.max_items - versions.len(),
+                        &["id", "properties.updated", "properties.datetime"],
+                        from,
+                    )?;
+                    versions.extend(items.iter().map(|i| {
+                        let version = i
+                            .pointer("/properties/updated")
+                            .or_else(|| i.pointer("/properties/datetime"))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        format!(
+                            "{}@{version}",
+                            i.get("id").and_then(Value::as_str).unwrap_or("?")
+                        )
+                    }));
+                    match next {
+                        Some(n) if !items.is_empty() => from = Some(n),
+                        _ => break,
+                    }
+                }
+                versions.sort();
+                versions.join(",")
+            }
+        };
         if !trusted.is_zero() {
             self.states
                 .lock()
@@ -574,18 +758,6 @@ impl StacSource {
     }
 }
 
-impl Drop for StacSource {
-    /// The idle connections are closed on a thread of their own: a
-    /// blocking client may not be dropped on the async runtime that drops
-    /// a reloaded configuration's sources.
-    fn drop(&mut self) {
-        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
-        if !idle.is_empty() {
-            std::thread::spawn(move || drop(idle));
-        }
-    }
-}
-
 /// pgSTAC's table of searches (`pgstac.searches`), where registered
 /// searches are kept by their hash, as titiler-pgstac keeps them.
 #[derive(Debug, Clone)]
@@ -613,10 +785,15 @@ impl SearchTable {
     /// The search table of the database of `spec` (connected per call,
     /// with `spec`'s timeouts).
     pub fn new(spec: &StacSpec) -> Result<SearchTable, SourceError> {
-        let shown = shown_url(&spec.pgstac);
+        let shown = spec.shown();
+        let Some(url) = &spec.pgstac else {
+            return Err(SourceError::Open {
+                path: shown,
+                source: "registered searches are kept in pgSTAC: the layer needs `pgstac`".into(),
+            });
+        };
         let mut config: postgres::Config =
-            spec.pgstac
-                .parse()
+            url.parse()
                 .map_err(|e: postgres::Error| SourceError::Open {
                     path: shown.clone(),
                     source: format!("pgstac URL: {e}").into(),
@@ -888,11 +1065,10 @@ impl Source for StacSource {
                 _ => self.spec.max_items,
             };
             let budget = Duration::from_secs_f64(self.spec.max_seconds);
-            let (mut read, mut token) = (0, None);
+            let (mut read, mut from) = (0, None);
             'pages: loop {
                 let left = self.spec.max_items - read;
-                let (items, next) =
-                    self.search_page(Some(&area), page.min(left), token.as_deref())?;
+                let (items, next) = self.search_page(Some(&area), page.min(left), from.take())?;
                 for item in &items {
                     if req
                         .cancel
@@ -915,7 +1091,7 @@ impl Source for StacSource {
                     }
                 }
                 match next {
-                    Some(t) if !items.is_empty() && read < self.spec.max_items => token = Some(t),
+                    Some(n) if !items.is_empty() && read < self.spec.max_items => from = Some(n),
                     _ => break,
                 }
             }

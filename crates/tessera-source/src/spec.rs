@@ -217,8 +217,15 @@ impl SourceSpec {
             }
             #[cfg(feature = "stac")]
             SourceSpec::Stac(s) => format!(
-                "stac {:?} {} {:?} {:?} {:?} {:?} {}",
-                s.pgstac, s.search, s.asset, s.assets, s.method, s.resampling, s.max_items
+                "stac {:?} {:?} {} {:?} {:?} {:?} {:?} {}",
+                s.pgstac,
+                s.stac_api,
+                s.search,
+                s.asset,
+                s.assets,
+                s.method,
+                s.resampling,
+                s.max_items
             ),
         }
     }
@@ -246,7 +253,7 @@ impl SourceSpec {
             #[cfg(feature = "archive")]
             SourceSpec::Archive(_, a) => &a.path,
             #[cfg(feature = "stac")]
-            SourceSpec::Stac(_) => "pgstac",
+            SourceSpec::Stac(s) => s.stac_api.as_deref().unwrap_or("pgstac"),
         }
     }
 }

@@ -980,9 +980,9 @@ impl Config {
                     );
                     return invalid(format!("searches.layer: unknown layer {unknown}"));
                 }
-                Some(l) if !matches!(l.source, SourceSpec::Stac(_)) => {
+                Some(l) if !matches!(&l.source, SourceSpec::Stac(s) if s.pgstac.is_some()) => {
                     return invalid(format!(
-                        "searches.layer {:?} is not a `type: stac` layer: a registered search is served like one",
+                        "searches.layer {:?} is not a `type: stac` layer with `pgstac`: a registered search is kept in pgSTAC and served like one",
                         searches.layer
                     ));
                 }

@@ -196,6 +196,15 @@ fn task_failed() -> FetchError {
     FetchError::Failed("the upstream request task failed".into())
 }
 
+/// What is asked of an upstream.
+#[derive(Debug, Clone)]
+enum Ask {
+    /// A GET, of a byte range when given (offset, length).
+    Get(Option<(u64, u64)>),
+    /// A POST of a JSON body.
+    Post(Bytes),
+}
+
 /// One upstream's client (shared by every read of one source).
 #[derive(Debug)]
 pub struct UpstreamClient {
@@ -384,6 +393,27 @@ impl UpstreamClient {
             .unwrap_or(Err(FetchError::Cancelled))
     }
 
+    /// POSTs `body` (JSON) to `url`, blocking, as [`UpstreamClient::get`]
+    /// asks (permits, retries of connection errors, timeouts and 5xx, the
+    /// circuit, `max_body_bytes`): a STAC API's `POST /search`.
+    pub fn post_json(
+        self: &Arc<Self>,
+        url: &reqwest::Url,
+        body: &serde_json::Value,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Fetched, FetchError> {
+        let stop = Arc::new(AtomicBool::new(
+            cancel.is_some_and(|c| c.load(Ordering::Relaxed)),
+        ));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (this, flag, url) = (self.clone(), stop.clone(), url.clone());
+        let body = Bytes::from(body.to_string());
+        runtime().spawn(async move {
+            let _ = tx.send(this.ask_with_retries(url, flag, Ask::Post(body)).await);
+        });
+        wait_for(&rx, cancel, &stop).unwrap_or_else(|| Err(task_failed()))
+    }
+
     /// GETs every one of `urls` at once (as [`UpstreamClient::get`] each,
     /// at most `max_concurrent` in flight), blocking until all are answered;
     /// the results are in the order of `urls`. Raising `cancel` stops
@@ -400,9 +430,10 @@ impl UpstreamClient {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (this, flag) = (self.clone(), stop.clone());
         runtime().spawn(async move {
-            let asked = urls
-                .into_iter()
-                .map(|u| this.clone().get_with_retries(u, flag.clone(), None));
+            let asked = urls.into_iter().map(|u| {
+                this.clone()
+                    .ask_with_retries(u, flag.clone(), Ask::Get(None))
+            });
             let _ = tx.send(futures::future::join_all(asked).await);
         });
         wait_for(&rx, cancel, &stop).unwrap_or_else(|| (0..n).map(|_| Err(task_failed())).collect())
@@ -417,7 +448,7 @@ impl UpstreamClient {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (this, flag) = (self.clone(), stop.clone());
         runtime().spawn(async move {
-            let _ = tx.send(this.get_with_retries(url, flag, None).await);
+            let _ = tx.send(this.ask_with_retries(url, flag, Ask::Get(None)).await);
         });
         Prefetch {
             rx,
@@ -440,16 +471,19 @@ impl UpstreamClient {
         let this = self.clone();
         let stop = Arc::new(AtomicBool::new(false));
         runtime().spawn(async move {
-            let _ = tx.send(this.get_with_retries(url, stop, Some((offset, len))).await);
+            let _ = tx.send(
+                this.ask_with_retries(url, stop, Ask::Get(Some((offset, len))))
+                    .await,
+            );
         });
         async move { rx.await.unwrap_or_else(|_| Err(task_failed())) }
     }
 
-    async fn get_with_retries(
+    async fn ask_with_retries(
         self: Arc<Self>,
         url: reqwest::Url,
         stop: Arc<AtomicBool>,
-        range: Option<(u64, u64)>,
+        ask: Ask,
     ) -> Result<Fetched, FetchError> {
         self.enter_circuit()?;
         let mut attempt = 0;
@@ -458,7 +492,7 @@ impl UpstreamClient {
                 self.leave_circuit(None);
                 return Err(FetchError::Cancelled);
             }
-            match self.get_once(url.clone(), range).await {
+            match self.ask_once(url.clone(), &ask).await {
                 Ok(f) => {
                     self.leave_circuit(Some(true));
                     return Ok(f);
@@ -507,18 +541,24 @@ impl UpstreamClient {
         Ok(client)
     }
 
-    async fn get_once(
-        &self,
-        url: reqwest::Url,
-        range: Option<(u64, u64)>,
-    ) -> Result<Fetched, FetchError> {
+    async fn ask_once(&self, url: reqwest::Url, ask: &Ask) -> Result<Fetched, FetchError> {
         let client = self.client_for(&url)?;
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| FetchError::Failed("the client is closed".into()))?;
-        let mut request = client.get(url.clone()).headers(self.headers.clone());
+        let (mut request, range) = match ask {
+            Ask::Get(range) => (client.get(url.clone()), *range),
+            Ask::Post(body) => (
+                client
+                    .post(url.clone())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone()),
+                None,
+            ),
+        };
+        request = request.headers(self.headers.clone());
         if let Some((user, password)) = &self.basic_auth {
             request = request.basic_auth(user, Some(password));
         }
