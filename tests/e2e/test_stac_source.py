@@ -323,3 +323,64 @@ def test_items_pointing_at_private_addresses_or_files_are_refused(server, catalo
         assert says in server.log_text()
     finally:
         sql(dsn, "SELECT delete_item('bad')")
+
+
+def test_items_read_over_http_and_from_s3_give_the_same_tiles(catalogue, s3, tmp_path_factory, monkeypatch):
+    """The scenes again, in a second collection whose assets are on the
+    range server (http://) and in MinIO (s3://, read as /vsis3/ with the
+    endpoint and credentials of the config): the tiles of the local files."""
+    from cogserver import start_cog_server
+    from conftest import s3_bucket
+
+    dsn, items, folder = catalogue
+    bucket = s3_bucket(s3, "tessera-stac")
+    web = start_cog_server(folder)
+    try:
+        remote = []
+        for n, i in enumerate(items):
+            name = Path(i["assets"]["visual"]["href"]).name
+            if n % 2:
+                bucket.upload_file(i["assets"]["visual"]["href"], "tessera-stac", f"scenes/{name}")
+                href = f"s3://tessera-stac/scenes/{name}"
+            else:
+                href = f"{web.url}/{name}"
+            remote.append({**i, "collection": "remote", "assets": {"visual": {**i["assets"]["visual"], "href": href}}})
+        collection = {"type": "Collection", "stac_version": "1.0.0", "id": "remote", "description": "remote scenes",
+                      "license": "proprietary", "links": [],
+                      "extent": {"spatial": {"bbox": [[5.9, 49.6, 6.3, 49.9]]},
+                                 "temporal": {"interval": [["2024-06-01T00:00:00Z", "2024-06-30T00:00:00Z"]]}}}
+        sql(dsn, "SELECT create_collection(%s::jsonb)", json.dumps(collection))
+        sql(dsn, "SELECT create_items(%s::jsonb)", json.dumps(remote))
+        host = s3["endpoint"].removeprefix("http://")
+        config = tmp_path_factory.mktemp("remote") / "tessera.yaml"
+        by_cloud = "sortby: [{ field: properties.eo:cloud_cover, direction: asc }]"
+        config.write_text(f"""
+gdal:
+  allowed_private_hosts: ["{web.authority}", "{host}"]
+  config_options:
+    AWS_S3_ENDPOINT: {host}
+    AWS_HTTPS: "NO"
+    AWS_VIRTUAL_HOSTING: "FALSE"
+    AWS_ACCESS_KEY_ID: ${{TEST_KEY}}
+    AWS_SECRET_ACCESS_KEY: ${{TEST_SECRET}}
+layers:
+  - name: remote
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [remote], {by_cloud} }}, asset: visual,
+               resampling: nearest }}
+    cache: {{ store: none }}
+  - name: local
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes], {by_cloud} }}, asset: visual,
+               resampling: nearest }}
+    cache: {{ store: none }}
+""")
+        monkeypatch.setenv("TEST_KEY", s3["key"])
+        monkeypatch.setenv("TEST_SECRET", s3["secret"])
+        with serving(tmp_path_factory, "--config", str(config)) as server:
+            for z, x, y in TILES:
+                local = server.get(f"/tiles/local/WebMercatorQuad/{z}/{x}/{y}.png")[2]
+                assert server.get(f"/tiles/remote/WebMercatorQuad/{z}/{x}/{y}.png")[2] == local
+        assert web.hits > 0
+    finally:
+        web.shutdown()
+        sql(dsn, "DELETE FROM items WHERE collection = 'remote'")
+        sql(dsn, "SELECT delete_collection('remote')")
