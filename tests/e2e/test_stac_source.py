@@ -121,6 +121,12 @@ layers:
       search: {{ collections: [scenes], sortby: [{{ field: properties.eo:cloud_cover, direction: asc }}] }}
       asset: visual
       resampling: nearest
+  - name: limited
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
+               max_items: 2, resampling: nearest }}
+  - name: hurried
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
+               max_seconds: 0.000000001, resampling: nearest }}
   - name: mean
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
                resampling: nearest }}
@@ -280,6 +286,27 @@ def test_cached_tiles_are_keyed_by_the_items_under_them(server, catalogue):
     finally:
         sql(dsn, "SELECT delete_item('clearer')")
     assert get(inside) == ("HIT", before[inside]), "the catalogue as it was is not its first key"
+
+
+def test_a_tile_past_a_limit_is_drawn_from_what_was_read_and_says_so(server):
+    z, x, y = TILES[0]  # four scenes over it
+    path = f"/WebMercatorQuad/{z}/{x}/{y}.png"
+    # max_items: the same two items every time; stored like any tile.
+    status, headers, limited = http_get(server, "/tiles/limited" + path)
+    assert status == 200 and headers["X-Tessera-Partial"] == "max_items", dict(headers)
+    assert limited != server.get("/tiles/mean" + path)[2]
+    status, headers, again = http_get(server, "/tiles/limited" + path)
+    assert headers["X-Cache"] == "HIT" and again == limited
+    # max_seconds: what was read in time (here nothing), answered but not
+    # stored, nor kept by shared caches.
+    for _ in range(2):
+        status, headers, hurried = http_get(server, "/tiles/hurried" + path)
+        assert status == 200 and headers["X-Tessera-Partial"] == "max_seconds", dict(headers)
+        assert headers["X-Cache"] == "MISS" and headers["Cache-Control"] == "no-store"
+    assert rgba(hurried)[3].max() == 0
+    # A tile within the limits says nothing.
+    assert "X-Tessera-Partial" not in http_get(server, "/tiles/cached" + path)[1]
+    assert "a window's items took longer than max_seconds" in server.log_text()
 
 
 def test_bad_stac_sources_are_named_at_start(catalogue, tmp_path):

@@ -20,6 +20,7 @@ use tessera_grid::TileFormat;
 use tessera_grid::mercator;
 use tessera_grid::{BBox, METERS_PER_DEGREE};
 use tessera_image::{Color, EncodeOptions, PixelScale, RgbaImage, Style, encode};
+use tessera_source::partial::Partial;
 use tessera_source::{Crs, SourceError, TileRows, WindowRequest};
 use tokio::sync::Semaphore;
 
@@ -175,7 +176,8 @@ impl Renderer {
     /// Renders one layer's window (a metatile with its gutter, its rows
     /// falling into tiles as `rows` says) with `style` (the layer's, or an
     /// elevation format's: [`Layer::style_for`]) without encoding it, under
-    /// the same slots and timeout as [`Renderer::render`].
+    /// the same slots and timeout as [`Renderer::render`]; with the limit
+    /// its source stopped at, if it drew from part of its data.
     pub async fn render_image(
         &self,
         layer: Arc<Layer>,
@@ -184,12 +186,14 @@ impl Renderer {
         crs: Arc<Crs>,
         (width, height): (u32, u32),
         rows: TileRows,
-    ) -> Result<RgbaImage, RenderError> {
+    ) -> Result<(RgbaImage, Option<Partial>), RenderError> {
         // The source may start fetching while this waits for a slot.
         prefetch_layer(&layer, &*style, &bbox, &crs, width, height);
         self.run(Demand::Tiles, move |budget| {
             let size = (width, height);
-            render_layer(&layer, &*style, &bbox, &crs, size, Some(rows), budget)
+            tessera_source::partial::take();
+            let image = render_layer(&layer, &*style, &bbox, &crs, size, Some(rows), budget)?;
+            Ok((image, tessera_source::partial::take()))
         })
         .await
     }

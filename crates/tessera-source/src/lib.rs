@@ -21,6 +21,7 @@ mod http_settings;
 pub mod local_file;
 mod location;
 mod mosaic;
+pub mod partial;
 #[cfg(feature = "stac")]
 pub mod pgstac;
 mod settings;

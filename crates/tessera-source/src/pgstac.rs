@@ -962,7 +962,13 @@ impl Combined {
             }
             self.count[i] += 1;
         }
-        !(matches!(self.method, Method::First | Method::Latest) && self.full == self.pixels)
+        !self.is_full()
+    }
+
+    /// Whether no later item can change the result (`first` and
+    /// `latest` with every pixel filled).
+    fn is_full(&self) -> bool {
+        matches!(self.method, Method::First | Method::Latest) && self.full == self.pixels
     }
 
     /// The combined raster, `width` x `height`, bytes when `is_byte`.
@@ -1065,7 +1071,7 @@ impl Source for StacSource {
                 _ => self.spec.max_items,
             };
             let budget = Duration::from_secs_f64(self.spec.max_seconds);
-            let (mut read, mut from) = (0, None);
+            let (mut read, mut from, mut cut) = (0, None, false);
             'pages: loop {
                 let left = self.spec.max_items - read;
                 let (items, next) = self.search_page(Some(&area), page.min(left), from.take())?;
@@ -1077,6 +1083,7 @@ impl Source for StacSource {
                         return Err(SourceError::Cancelled);
                     }
                     if start.elapsed() > budget {
+                        crate::partial::note(crate::partial::Partial::MaxSeconds);
                         tracing::warn!(
                             source = %self.shown,
                             read,
@@ -1092,10 +1099,16 @@ impl Source for StacSource {
                 }
                 match next {
                     Some(n) if !items.is_empty() && read < self.spec.max_items => from = Some(n),
+                    Some(_) if !items.is_empty() => {
+                        // More items than max_items lie under the window.
+                        cut = true;
+                        break;
+                    }
                     _ => break,
                 }
             }
-            if read == self.spec.max_items {
+            if cut && !combined.is_full() {
+                crate::partial::note(crate::partial::Partial::MaxItems);
                 tracing::debug!(source = %self.shown, "a window read max_items items");
             }
         }

@@ -20,6 +20,7 @@ use crate::metatile::Metatile;
 use crate::metrics::Metrics;
 use crate::model::{Grid, LayerCache};
 use crate::render::RenderError;
+use tessera_source::partial::Partial;
 
 /// A sibling tile whose lock is held until it is saved (and, with leases,
 /// the metatile's lease, deleted when the last of its tiles is saved).
@@ -112,6 +113,8 @@ impl BatchSaver {
 #[derive(Clone)]
 pub(super) struct Cutter {
     image: Arc<RgbaImage>,
+    /// The limit the source stopped at, when it drew from part of its data.
+    pub(super) partial: Option<Partial>,
     meta: Metatile,
     grid: Arc<Grid>,
     format: TileFormat,
@@ -180,6 +183,18 @@ pub(super) async fn get_cached(
         }
     };
     let cutter = render_metatile(tile_cache, req, meta).await?;
+    if let Some(partial) = cutter.partial.filter(|p| !p.lasts()) {
+        // Drawn from what could be read in time: answered, not stored, so
+        // a later request reads again.
+        drop((meta_guard, own_guard, lease));
+        let coord = req.coord;
+        let bytes = run_blocking(move || cutter.encode(coord)).await??;
+        return Ok(Tile {
+            partial: Some(partial),
+            ..miss(bytes)
+        });
+    }
+    let partial = cutter.partial;
     let mut siblings = Vec::with_capacity(meta.tiles(&req.grid.tms).count());
     for coord in meta.tiles(&req.grid.tms) {
         if coord != req.coord {
@@ -217,10 +232,13 @@ pub(super) async fn get_cached(
             tracing::warn!(tile = %req.key_of(req.coord), error = &e as &dyn std::error::Error, held_back, "saving a metatile failed; its tiles are kept in memory");
         }
         let own = encoded.into_iter().find(|(c, _)| *c == req.coord);
-        return Ok(miss(
-            own.map(|(_, b)| b)
-                .expect("the requested tile is in its metatile"),
-        ));
+        return Ok(Tile {
+            partial,
+            ..miss(
+                own.map(|(_, b)| b)
+                    .expect("the requested tile is in its metatile"),
+            )
+        });
     }
 
     let own = siblings.pop().expect("the requested tile was pushed last");
@@ -284,7 +302,10 @@ pub(super) async fn get_cached(
         // The pool is saturated: this request does the work itself.
         run_blocking(move || leftovers.into_iter().for_each(|job| job())).await?;
     }
-    Ok(miss(own_bytes))
+    Ok(Tile {
+        partial,
+        ..miss(own_bytes)
+    })
 }
 
 pub(super) async fn render_metatile(
@@ -293,7 +314,7 @@ pub(super) async fn render_metatile(
     meta: Metatile,
 ) -> Result<Cutter, TileError> {
     let tms = &req.grid.tms;
-    let image = tile_cache
+    let (image, partial) = tile_cache
         .renderer
         .render_image(
             req.layer.clone(),
@@ -307,6 +328,7 @@ pub(super) async fn render_metatile(
     tile_cache.metrics.metatile_rendered(&req.layer.name);
     Ok(Cutter {
         image: Arc::new(image),
+        partial,
         meta,
         grid: req.grid.clone(),
         format: req.format,

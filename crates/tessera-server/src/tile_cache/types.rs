@@ -53,6 +53,9 @@ pub struct Tile {
     /// When the tile was stored (a miss: now; `None`: the store does not
     /// know). Sent as `Last-Modified`.
     pub stored_at: Option<SystemTime>,
+    /// The limit its source stopped at when it was drawn from part of its
+    /// data (a render's answer only; sent as `X-Tessera-Partial`).
+    pub partial: Option<tessera_source::partial::Partial>,
 }
 
 impl Tile {
@@ -63,6 +66,7 @@ impl Tile {
             hash: held.hash,
             status: CacheStatus::Hit,
             stored_at: held.stored_at,
+            partial: None,
         }
     }
 }
@@ -115,5 +119,6 @@ pub(super) fn miss(bytes: Bytes) -> Tile {
         bytes,
         status: CacheStatus::Miss,
         stored_at: Some(SystemTime::now()),
+        partial: None,
     }
 }

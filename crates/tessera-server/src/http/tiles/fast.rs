@@ -172,6 +172,7 @@ fn file_hit(held: &HeldFile, bytes: bytes::Bytes) -> Tile {
         hash: held.hash,
         status: CacheStatus::Hit,
         stored_at: held.stored_at,
+        partial: None,
     }
 }
 

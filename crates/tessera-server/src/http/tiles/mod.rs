@@ -94,7 +94,8 @@ fn prefers_mlt(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Serves one tile through the cache: `X-Cache: HIT|MISS`, a strong ETag
+/// Serves one tile through the cache: `X-Cache: HIT|MISS`
+/// (`X-Tessera-Partial` when its source stopped at a limit), a strong ETag
 /// (a hash of the bytes), `Last-Modified` (when the tile was stored, if the
 /// store knows), `Cache-Control` from the layer, and 304 when the client's
 /// `If-None-Match` matches, or, without one, when the tile was stored no
@@ -196,8 +197,25 @@ pub(crate) fn tile_response(
     if let Some(v) = last_modified.and_then(|m| header_value(format_args!("{m}"))) {
         headers.insert(header::LAST_MODIFIED, v);
     }
-    if let Some(v) = header_value(format_args!("public, max-age={}", tile.layer.max_age_secs)) {
-        headers.insert(header::CACHE_CONTROL, v);
+    match result.partial {
+        // Drawn from what could be read in time, not stored: not for
+        // shared caches either.
+        Some(partial) if !partial.lasts() => {
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        _ => {
+            if let Some(v) =
+                header_value(format_args!("public, max-age={}", tile.layer.max_age_secs))
+            {
+                headers.insert(header::CACHE_CONTROL, v);
+            }
+        }
+    }
+    if let Some(partial) = result.partial {
+        headers.insert(
+            "x-tessera-partial",
+            HeaderValue::from_static(partial.name()),
+        );
     }
     if private {
         guard::keep_from_shared_caches(headers);
