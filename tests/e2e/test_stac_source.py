@@ -6,6 +6,7 @@ to the tile) for `first`, and against GDAL's warp of each item for `mean`.
 """
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -127,6 +128,12 @@ layers:
   - name: hurried
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
                max_seconds: 0.000000001, resampling: nearest }}
+  - name: daily
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, resampling: nearest }}
+    dimensions: {{ time: {{ from_items: datetime, resolution: day }} }}
+  - name: only_s1
+    source: {{ type: stac, pgstac: {dsn}, search: {{ ids: [s1] }}, asset: visual, resampling: nearest }}
+    cache: {{ store: none }}
   - name: mean
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
                resampling: nearest }}
@@ -307,6 +314,26 @@ def test_a_tile_past_a_limit_is_drawn_from_what_was_read_and_says_so(server):
     # A tile within the limits says nothing.
     assert "X-Tessera-Partial" not in http_get(server, "/tiles/cached" + path)[1]
     assert "a window's items took longer than max_seconds" in server.log_text()
+
+
+def test_time_from_items_gives_one_value_per_day_with_scenes(server):
+    """`dimensions: { time: { from_items: datetime, resolution: day } }`:
+    the days with scenes (June 1, 3, ..., 15), each the scenes of its day;
+    the default the latest."""
+    days = [f"2024-06-{day:02d}" for _, _, _, _, day in SCENES]
+    capabilities = server.get("/wmts?SERVICE=WMTS&REQUEST=GetCapabilities")[2].decode()
+    layer = capabilities[capabilities.index("<ows:Identifier>daily</ows:Identifier>"):]
+    layer = layer[:layer.index("</Layer>")]
+    listed = sorted(v[:10] for v in re.findall(r"<Value>([^<]+)</Value>", layer))
+    assert listed == sorted(days), listed
+    z, x, y = TILES[0]
+    path = f"/WebMercatorQuad/{z}/{x}/{y}.png"
+    # June 3 has scene s1 alone.
+    at_day = server.get(f"/tiles/daily{path}?time=2024-06-03")[2]
+    assert at_day == server.get(f"/tiles/only_s1{path}")[2]
+    assert at_day != server.get(f"/tiles/daily{path}?time=2024-06-07")[2]
+    status, _, body = http_get(server, f"/tiles/daily{path}?time=2024-06-04")
+    assert status == 400 and b"2024-06-04" in body, body[:300]
 
 
 def test_bad_stac_sources_are_named_at_start(catalogue, tmp_path):

@@ -143,13 +143,17 @@ enum Catalogue {
     Api(StacApi),
 }
 
-/// A pgSTAC database: pooled connections, and the search as SQL.
+/// A pgSTAC database: pooled connections.
 struct Pg {
     config: postgres::Config,
     idle: Mutex<Vec<postgres::Client>>,
     shown: String,
-    /// The search as SQL (pgSTAC's `stac_search_to_where` and
-    /// `sort_sqlorderby`), without the window: the state query's.
+}
+
+/// A search as pgSTAC writes it in SQL (`stac_search_to_where`,
+/// `sort_sqlorderby`), without a window.
+#[derive(Debug, Clone, Default)]
+struct SearchSql {
     where_sql: String,
     order_sql: String,
 }
@@ -166,9 +170,12 @@ enum Cursor {
 pub struct StacSource {
     spec: StacSpec,
     shown: String,
-    catalogue: Catalogue,
+    /// Shared by the source at each period of a time dimension.
+    catalogue: Arc<Catalogue>,
+    /// The search as SQL, in pgSTAC.
+    sql: SearchSql,
     gdal: GdalSettings,
-    opened: Mutex<lru::LruCache<String, Arc<GdalSource>>>,
+    opened: Arc<Mutex<lru::LruCache<String, Arc<GdalSource>>>>,
     info: SourceInfo,
     report: Vec<String>,
     /// States asked within `freshness`, by window.
@@ -198,10 +205,9 @@ pub fn shown_url(url: &str) -> String {
 }
 
 impl Pg {
-    /// Connects to pgSTAC at `url`, checks it is installed (its version)
-    /// and writes `search` (the search of every window, without one) as
-    /// SQL.
-    fn open(url: &str, spec: &StacSpec, search: &Value) -> Result<(Pg, String), String> {
+    /// Connects to pgSTAC at `url` and checks it is installed: its
+    /// version.
+    fn open(url: &str, spec: &StacSpec) -> Result<(Pg, String), String> {
         let mut config: postgres::Config = url
             .parse()
             .map_err(|e: postgres::Error| format!("pgstac URL: {e}"))?;
@@ -211,29 +217,59 @@ impl Pg {
             spec.statement_timeout_ms
         ));
         config.application_name("tessera");
-        let mut pg = Pg {
+        let pg = Pg {
             config,
             idle: Mutex::new(Vec::new()),
             shown: shown_url(url),
-            where_sql: String::new(),
-            order_sql: String::new(),
         };
         let version: String = pg
             .query_one("SELECT pgstac.get_version()", &[])
             .map_err(|e| format!("is pgSTAC installed (pypgstac migrate)? {e}"))?;
-        pg.where_sql = pg
+        Ok((pg, version))
+    }
+
+    /// `search` (a window-less search body) as pgSTAC writes it in SQL.
+    fn search_sql(&self, search: &Value) -> Result<SearchSql, String> {
+        let where_sql = self
             .query_one(
                 "SELECT pgstac.stac_search_to_where($1::text::jsonb)",
                 &[&search.to_string()],
             )
             .map_err(|e| format!("the search: {e}"))?;
-        pg.order_sql = pg
+        let order_sql = self
             .query_one(
                 "SELECT pgstac.sort_sqlorderby($1::text::jsonb)",
                 &[&search.to_string()],
             )
             .map_err(|e| e.to_string())?;
-        Ok((pg, version))
+        Ok(SearchSql {
+            where_sql,
+            order_sql,
+        })
+    }
+
+    /// The starts of the `period`s (newest first, at most `most`) in which
+    /// items `sql` finds have their `datetime`, as RFC 3339 UTC.
+    fn periods(
+        &self,
+        sql: &SearchSql,
+        period: Period,
+        most: usize,
+    ) -> Result<Vec<String>, SourceError> {
+        let most = i64::try_from(most).unwrap_or(i64::MAX);
+        let query = format!(
+            "SELECT coalesce(jsonb_agg(v ORDER BY v DESC), '[]')::text FROM ( \
+               SELECT DISTINCT to_char(date_trunc('{}', datetime AT TIME ZONE 'UTC'), \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS v \
+               FROM pgstac.items WHERE ({}) ORDER BY v DESC LIMIT $1) listed",
+            period.sql(),
+            sql.where_sql
+        );
+        let listed: String = self.query_one(&query, &[&most])?;
+        serde_json::from_str(&listed).map_err(|e| SourceError::Read {
+            path: self.shown.clone(),
+            source: e.to_string().into(),
+        })
     }
 
     /// Runs `sql` returning one value on a pooled connection.
@@ -312,14 +348,14 @@ impl Pg {
     /// The ids and row versions (`xmin`: a new one for every insert or
     /// update) of the first `limit` items in the search's order over
     /// `area`, as a set.
-    fn state(&self, area: &BBox, limit: usize) -> Result<String, SourceError> {
+    fn state(&self, sql: &SearchSql, area: &BBox, limit: usize) -> Result<String, SourceError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT coalesce(string_agg(id || '@' || v, ',' ORDER BY id), '') FROM ( \
                SELECT id, xmin::text AS v FROM pgstac.items WHERE ({}) \
                AND st_intersects(geometry, st_makeenvelope($1, $2, $3, $4, 4326)) \
                ORDER BY {} LIMIT $5) drawn",
-            self.where_sql, self.order_sql
+            sql.where_sql, sql.order_sql
         );
         self.query_one(
             &sql,
@@ -390,7 +426,139 @@ fn body_of(spec: &StacSpec, bbox: Option<&BBox>, limit: usize) -> Value {
     Value::Object(body)
 }
 
+/// `spec`'s search without a window (as each window's: its box in place
+/// of the search's own).
+fn unwindowed(spec: &StacSpec) -> Value {
+    let mut body = body_of(spec, None, 1);
+    if let Some(map) = body.as_object_mut() {
+        map.remove("bbox");
+        map.remove("intersects");
+        map.remove("limit");
+    }
+    body
+}
+
+/// The period of a time dimension's values over items' `datetime`: one
+/// value per period with items.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    /// An hour.
+    Hour,
+    /// A day (UTC).
+    #[default]
+    Day,
+    /// A month.
+    Month,
+    /// A year.
+    Year,
+}
+
+impl Period {
+    /// Its name in SQL's `date_trunc`.
+    fn sql(self) -> &'static str {
+        match self {
+            Period::Hour => "hour",
+            Period::Day => "day",
+            Period::Month => "month",
+            Period::Year => "year",
+        }
+    }
+
+    /// The start of the period after the one starting at `start`.
+    pub fn next(self, start: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        match self {
+            Period::Hour => start + chrono::TimeDelta::hours(1),
+            Period::Day => start + chrono::TimeDelta::days(1),
+            Period::Month => start
+                .checked_add_months(chrono::Months::new(1))
+                .unwrap_or(start),
+            Period::Year => start
+                .checked_add_months(chrono::Months::new(12))
+                .unwrap_or(start),
+        }
+    }
+}
+
 impl StacSource {
+    /// The search body it was opened with (a [`StacSource::within`]'s
+    /// narrowed to its period).
+    pub fn search(&self) -> &Value {
+        &self.spec.search
+    }
+
+    /// The starts (RFC 3339 UTC, newest first, at most `most`) of the
+    /// `period`s in which the search finds items (by their `datetime`):
+    /// one SQL query in pgSTAC; from a STAC API, its items' datetimes read
+    /// page by page (at most `most` x 10 items).
+    pub fn periods(&self, period: Period, most: usize) -> Result<Vec<String>, SourceError> {
+        match &*self.catalogue {
+            Catalogue::Pg(pg) => pg.periods(&self.sql, period, most),
+            Catalogue::Api(_) => {
+                let mut starts = std::collections::BTreeSet::new();
+                let (mut from, mut read) = (None, 0);
+                while read < most.saturating_mul(10) {
+                    let (items, next) = self.page_of(None, 1000, &["properties.datetime"], from)?;
+                    read += items.len().max(1);
+                    for item in &items {
+                        if let Some(t) = item
+                            .pointer("/properties/datetime")
+                            .and_then(Value::as_str)
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        {
+                            starts.insert(period_start(period, t.with_timezone(&chrono::Utc)));
+                        }
+                    }
+                    match next {
+                        Some(n) if !items.is_empty() => from = Some(n),
+                        _ => break,
+                    }
+                }
+                Ok(starts.into_iter().rev().take(most).collect())
+            }
+        }
+    }
+
+    /// This source with its search narrowed to the items whose `datetime`
+    /// lies from `from` up to (not including) `to` (RFC 3339): the source
+    /// of one value of a time dimension. Shares this one's catalogue
+    /// connections and open datasets; in pgSTAC, one query writes the
+    /// narrowed search as SQL.
+    pub fn within(&self, from: &str, to: &str) -> Result<StacSource, SourceError> {
+        let last = chrono::DateTime::parse_from_rfc3339(to)
+            .map(|t| {
+                (t - chrono::TimeDelta::milliseconds(1))
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            })
+            .map_err(|e| self.read_err(&format!("{to:?}: {e}")))?;
+        let mut spec = self.spec.clone();
+        let mut search = match spec.search {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        search.insert("datetime".into(), json!(format!("{from}/{last}")));
+        spec.search = Value::Object(search);
+        let sql = match &*self.catalogue {
+            Catalogue::Pg(pg) => pg
+                .search_sql(&unwindowed(&spec))
+                .map_err(|e| self.read_err(&e))?,
+            Catalogue::Api(_) => SearchSql::default(),
+        };
+        Ok(StacSource {
+            report: vec![format!("{} at {from}/{last}", self.shown)],
+            spec,
+            shown: self.shown.clone(),
+            catalogue: self.catalogue.clone(),
+            sql,
+            gdal: self.gdal.clone(),
+            opened: self.opened.clone(),
+            info: self.info.clone(),
+            states: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(STATES_KEPT).expect("a constant above 0"),
+            )),
+        })
+    }
+
     /// Connects to the catalogue (pgSTAC: checks it is installed), reads
     /// the first item the search finds for the bands, and the search's (or
     /// its collections') extent for the bounds.
@@ -420,20 +588,14 @@ impl StacSource {
                     .into(),
             ));
         }
-        let mut unwindowed = body_of(spec, None, 1);
-        if let Some(map) = unwindowed.as_object_mut() {
-            // As a window's search: its box replaces the search's own.
-            map.remove("bbox");
-            map.remove("intersects");
-            map.remove("limit");
-        }
+        let unwindowed = unwindowed(spec);
         let policy = NetworkPolicy {
             allow_private_network: gdal.allow_private_network,
             allowed_private_hosts: gdal.allowed_private_hosts.clone(),
         };
         let (catalogue, version) = match (&spec.pgstac, &spec.stac_api) {
             (Some(url), None) => {
-                let (pg, version) = Pg::open(url, spec, &unwindowed).map_err(open_err)?;
+                let (pg, version) = Pg::open(url, spec).map_err(open_err)?;
                 (Catalogue::Pg(pg), format!("pgSTAC {version}"))
             }
             (None, Some(url)) => (
@@ -447,14 +609,19 @@ impl StacSource {
                 ));
             }
         };
+        let sql = match &catalogue {
+            Catalogue::Pg(pg) => pg.search_sql(&unwindowed).map_err(open_err)?,
+            Catalogue::Api(_) => SearchSql::default(),
+        };
         let mut source = StacSource {
             spec: spec.clone(),
             shown: shown.clone(),
-            catalogue,
+            catalogue: Arc::new(catalogue),
+            sql,
             gdal: gdal.clone(),
-            opened: Mutex::new(lru::LruCache::new(
+            opened: Arc::new(Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(OPENED_KEPT).expect("a constant above 0"),
-            )),
+            ))),
             info: SourceInfo {
                 band_count: 0,
                 is_byte: true,
@@ -521,7 +688,7 @@ impl StacSource {
             map.entry("fields")
                 .or_insert_with(|| json!({ "include": include }));
         }
-        match (&self.catalogue, from) {
+        match (&*self.catalogue, from) {
             (Catalogue::Pg(pg), from) => {
                 if let (Some(Cursor::Token(t)), Some(map)) = (from, body.as_object_mut()) {
                     map.insert("token".into(), json!(t));
@@ -582,7 +749,7 @@ impl StacSource {
                     .collect()
             })
             .unwrap_or_default();
-        let extent = match &self.catalogue {
+        let extent = match &*self.catalogue {
             Catalogue::Pg(pg) => pg.extent(&collections)?,
             Catalogue::Api(api) => api.extent(&collections)?,
         };
@@ -610,8 +777,8 @@ impl StacSource {
         {
             return Ok(state.clone());
         }
-        let state = match &self.catalogue {
-            Catalogue::Pg(pg) => pg.state(area, self.spec.max_items)?,
+        let state = match &*self.catalogue {
+            Catalogue::Pg(pg) => pg.state(&self.sql, area, self.spec.max_items)?,
             Catalogue::Api(_) => {
                 let mut versions = Vec::new();
                 let mut from = None;
@@ -904,6 +1071,18 @@ fn gdal_path(href: &str) -> Option<String> {
         return None;
     }
     Some(href.to_string())
+}
+
+/// The start of the `period` holding `t`, as RFC 3339 UTC.
+fn period_start(period: Period, t: chrono::DateTime<chrono::Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    let (y, m, d, h) = (t.year(), t.month(), t.day(), t.hour());
+    match period {
+        Period::Hour => format!("{y:04}-{m:02}-{d:02}T{h:02}:00:00Z"),
+        Period::Day => format!("{y:04}-{m:02}-{d:02}T00:00:00Z"),
+        Period::Month => format!("{y:04}-{m:02}-01T00:00:00Z"),
+        Period::Year => format!("{y:04}-01-01T00:00:00Z"),
+    }
 }
 
 /// Items' pixels combined by a [`Method`].

@@ -53,10 +53,33 @@ enum Origin {
     Field,
     Upstream,
     Vector,
+    Items,
 }
 
 impl Origin {
     fn of(dc: &DimensionConfig, source: &SourceSpec) -> Result<Origin, String> {
+        if source.kind() == "stac" {
+            return match dc.from_items.as_deref() {
+                Some("datetime")
+                    if dc.values.is_empty()
+                        && dc.from_path.is_none()
+                        && dc.from_bands.is_none()
+                        && dc.from_field.is_none() =>
+                {
+                    Ok(Origin::Items)
+                }
+                _ => Err(
+                    "a STAC search layer is served at its items' datetimes: give \
+                          `from_items: datetime` (and `resolution:`) alone"
+                        .into(),
+                ),
+            };
+        }
+        if dc.from_items.is_some() || dc.resolution.is_some() {
+            return Err(
+                "`from_items` and `resolution` are for a STAC search layer (`type: stac`)".into(),
+            );
+        }
         if source.kind() == "vector" {
             if dc.from_field.is_none() || dc.from_path.is_some() || dc.from_bands.is_some() {
                 return Err("a vector layer compares a field with each value: give `from_field:` (its values are the field's, or those listed in `values:`)".into());
@@ -159,6 +182,10 @@ pub(super) fn layer(
         Some(Origin::Vector) => match configured.as_slice() {
             [one] => vector(lc, config, one, wrap_source, &mut vector_source),
             _ => Err("a vector layer takes one dimension".into()),
+        },
+        Some(Origin::Items) => match configured.as_slice() {
+            [one] if one.kind == Kind::Time => items(lc, config, one, wrap_source),
+            _ => Err("a STAC search layer takes one dimension, of times".into()),
         },
         None => Err("no dimension".into()),
     }
@@ -343,6 +370,52 @@ fn vector(
         return Err(format!("field {field:?} has no value"));
     }
     *opened = Some(source);
+    Ok(combinations)
+}
+
+/// The values of a STAC search layer's time dimension: one per period
+/// (`resolution`, default a day) in which the search finds items, each the
+/// layer with its search narrowed to that period
+/// ([`tessera_source::pgstac::StacSource::within`], sharing the
+/// catalogue's connections).
+fn items(
+    lc: &LayerConfig,
+    config: &Config,
+    d: &Configured<'_>,
+    wrap_source: &Arc<WrapSource>,
+) -> Result<Vec<Combination>, String> {
+    use tessera_source::pgstac::StacSource;
+    let SourceSpec::Stac(spec) = &lc.source else {
+        return Err("`from_items` needs a STAC search source".into());
+    };
+    let failed = |e: tessera_source::SourceError| tessera_source::error_chain(&e);
+    let period = d.config.resolution.unwrap_or_default();
+    let source = StacSource::open(spec, &config.gdal).map_err(failed)?;
+    let starts = source
+        .periods(period, crate::dimension::MAX_EXPANDED)
+        .map_err(failed)?;
+    let mut combinations = Vec::with_capacity(starts.len());
+    for start in starts {
+        let value = canonical(d.kind, d.name, &start).map_err(|e| format!("{start:?}: {e}"))?;
+        let begins = chrono::DateTime::parse_from_rfc3339(&start)
+            .map_err(|e| format!("{start:?}: {e}"))?
+            .with_timezone(&chrono::Utc);
+        let ends = period
+            .next(begins)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let at = source.within(&start, &ends).map_err(failed)?;
+        let mut narrowed = (**spec).clone();
+        narrowed.search = at.search().clone();
+        combinations.push(Combination {
+            values: vec![(d.name.to_string(), value)],
+            source: SourceSpec::Stac(Box::new(narrowed)),
+            files: Vec::new(),
+            opened: Some(wrap_source(&lc.name, Arc::new(at))),
+        });
+    }
+    if combinations.is_empty() {
+        return Err("the search finds no item with a datetime".into());
+    }
     Ok(combinations)
 }
 

@@ -54,6 +54,14 @@ pub struct DimensionConfig {
     /// items (`datetime`), whose value is each piece's value.
     #[serde(default)]
     pub from_field: Option<String>,
+    /// The item property whose values a STAC search layer (`type: stac`)
+    /// is served at: `datetime`, one value per `resolution` with items.
+    #[serde(default)]
+    pub from_items: Option<String>,
+    /// The period of each `from_items` value (default `day`): `hour`,
+    /// `day`, `month` or `year`.
+    #[serde(default)]
+    pub resolution: Option<tessera_source::pgstac::Period>,
     /// The value of a request that names none: `latest` (the default),
     /// `earliest`, or a value.
     #[serde(default)]
