@@ -7,6 +7,7 @@ import json
 import time
 import urllib.parse
 
+import numpy as np
 import pytest
 
 from conftest import http_get, serving
@@ -178,3 +179,45 @@ def test_searches_are_limited_in_number_and_expire_unused(catalogue, tmp_path_fa
                  "the search to expire")
         assert tile(server, first["layer"], *TILES[0])[0] == 404
         assert register(server, two)[0] == 201
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8">
+<link rel="stylesheet" href="{tessera}/static/maplibre-gl.css">
+<script src="{tessera}/static/maplibre-gl.js"></script>
+<style>html, body, #map {{ margin: 0; width: 100%; height: 100%; background: #ffffff; }}</style>
+</head><body><div id="map"></div><script>
+window.map = new maplibregl.Map({{
+  container: "map", center: [6.08, 49.76], zoom: 12, fadeDuration: 0,
+  style: {{ version: 8, sources: {{ search: {{ type: "raster", url: "{tilejson}", tileSize: 256 }} }},
+           layers: [{{ id: "search", type: "raster", source: "search", paint: {{ "raster-fade-duration": 0 }} }}] }}
+}});
+</script></body></html>
+"""
+
+
+def test_qgis_and_maplibre_draw_a_registered_search(server, browser, page_server):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from conftest import qgis_wmts
+    from imaging import decode
+
+    status, body = register(server, BY_CLOUD)
+    assert status in (200, 201), body
+    layer = body["layer"]
+    # QGIS: the WMTS layer, over the scenes (Web Mercator metres).
+    found = qgis_wmts(f"{server.url}/wmts/1.0.0/WMTSCapabilities.xml", layer, "WebMercatorQuad",
+                      (671000, 6405000, 683000, 6415000))
+    assert found["valid"], found
+    assert found["opaque"] > 40, found
+    # MapLibre GL JS: a raster source of the search's TileJSON.
+    url, folder = page_server
+    (folder / "search.html").write_text(PAGE.format(
+        tessera=server.url, tilejson=f"{server.url}/tiles/{layer}/WebMercatorQuad/tilejson.json"))
+    browser.get(f"{url}/search.html")
+    WebDriverWait(browser, 120).until(lambda d: d.execute_script(
+        "return map.loaded() && map.areTilesLoaded() && map.getSource('search').loaded()"))
+    rgb = decode(browser.find_element("id", "map").screenshot_as_png)[:3].astype(int)
+    drawn = np.abs(rgb - 255).sum(axis=0) > 30
+    assert drawn.mean() > 0.3, f"only {drawn.mean():.0%} of the map shows the scenes"
+    assert rgb[:, drawn].std(axis=1).min() > 10, "the scenes are drawn as a flat colour"
