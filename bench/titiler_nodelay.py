@@ -9,7 +9,7 @@ that way would measure Nagle's algorithm, not TiTiler: this launcher wraps the
 HTTP protocols' `connection_made` to set the option, in every worker (the
 patch is applied at import, which spawned workers repeat).
 
-    titiler_nodelay.py --port 8000 --workers 2
+    titiler_nodelay.py --port 8000 --workers 2 [--app titiler.pgstac.main:app]
 """
 import argparse
 import socket
@@ -42,8 +42,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--app", default="titiler.application.main:app",
+                    help="the ASGI app (titiler.pgstac.main:app for titiler-pgstac)")
     args = ap.parse_args()
-    uvicorn.run("titiler.application.main:app", host="127.0.0.1", port=args.port, workers=args.workers,
+    uvicorn.run(args.app, host="127.0.0.1", port=args.port, workers=args.workers,
                 log_level="warning", access_log=False)
 
 

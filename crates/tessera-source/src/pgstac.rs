@@ -1,6 +1,7 @@
-//! A STAC search in a pgSTAC database as a source (`type: stac`): for each
-//! window, the items the search finds there (pgSTAC's own `search`
-//! function, as titiler-pgstac calls it) are read through GDAL, each its
+//! A STAC search in a pgSTAC database or a STAC API as a source (`type:
+//! stac`): for each window, the items the search finds there (in pgSTAC,
+//! the query its `search` function runs, as pgSTAC's own functions write
+//! it; from an API, its `POST /search`) are read through GDAL, each its
 //! asset's window, and combined pixel by pixel by the chosen method, in the
 //! search's order; `first` stops as soon as the window is full. At most
 //! `max_items` items and `max_seconds` per window: past either, the window
@@ -160,8 +161,8 @@ struct SearchSql {
 
 /// Where the next page of a window's items starts.
 enum Cursor {
-    /// pgSTAC's `next:` token.
-    Token(String),
+    /// The offset of the next page's first item, in pgSTAC.
+    Offset(usize),
     /// A STAC API's next page.
     Api(NextPage),
 }
@@ -278,26 +279,12 @@ impl Pg {
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<T, SourceError> {
-        let mut client = match self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-        {
-            Some(c) => c,
-            None => self
-                .config
-                .connect(postgres::NoTls)
-                .map_err(|e| self.upstream(&e))?,
-        };
+        let mut client = self.client()?;
         let row = client
             .query_one(sql, params)
             .map_err(|e| self.upstream(&e))?;
         let value = row.try_get(0).map_err(|e| self.upstream(&e))?;
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(client);
+        self.give_back(client);
         Ok(value)
     }
 
@@ -313,36 +300,88 @@ impl Pg {
         }
     }
 
-    /// One page of `body`'s search from `token`: its items and the token
-    /// of the next page.
-    fn page(&self, body: &Value) -> Result<(Vec<Value>, Option<String>), SourceError> {
-        let found: String = self.query_one(
-            "SELECT pgstac.search($1::text::jsonb)::text",
-            &[&body.to_string()],
-        )?;
-        let found: Value = serde_json::from_str(&found).map_err(|e| SourceError::Read {
-            path: self.shown.clone(),
-            source: e.to_string().into(),
-        })?;
-        let next = found
-            .get("links")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
-            .and_then(|l| l.get("href").and_then(Value::as_str))
-            .and_then(|href| url::Url::parse("http://pgstac/").ok()?.join(href).ok())
-            .and_then(|u| {
-                u.query_pairs()
-                    .find(|(k, _)| k == "token")
-                    .map(|(_, v)| v.into_owned())
-            });
-        let items = found
-            .get("features")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        Ok((items, next))
+    /// One page of the search `sql` over `area` (lon/lat; none: anywhere):
+    /// at most `limit` items from the `offset`th, in the search's order,
+    /// hydrated with only the `include`d fields (pgSTAC's
+    /// `content_hydrate`), and whether more follow. The query is the one
+    /// pgSTAC's `search` runs, without its counting and paging machinery
+    /// (6 ms a page there, well under 1 ms here).
+    fn page(
+        &self,
+        sql: &SearchSql,
+        area: Option<&BBox>,
+        limit: usize,
+        offset: usize,
+        include: &[&str],
+    ) -> Result<(Vec<Value>, bool), SourceError> {
+        let window = area.map_or(String::new(), |b| {
+            format!(
+                " AND st_intersects(geometry, st_makeenvelope({}, {}, {}, {}, 4326))",
+                b.min_x, b.min_y, b.max_x, b.max_y
+            )
+        });
+        let query = format!(
+            "SELECT content_hydrate(i, $1::text::jsonb)::text FROM pgstac.items i \
+             WHERE ({}){window} ORDER BY {} LIMIT $2 OFFSET $3",
+            sql.where_sql, sql.order_sql
+        );
+        let fields = json!({ "include": include }).to_string();
+        let asked = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let from = i64::try_from(offset).unwrap_or(i64::MAX);
+        let rows: Vec<String> = self.query_rows(&query, &[&fields, &asked, &from])?;
+        let more = rows.len() > limit;
+        let items = rows
+            .iter()
+            .take(limit)
+            .map(|r| serde_json::from_str(r))
+            .collect::<Result<Vec<Value>, _>>()
+            .map_err(|e| SourceError::Read {
+                path: self.shown.clone(),
+                source: e.to_string().into(),
+            })?;
+        Ok((items, more))
+    }
+
+    /// Runs `sql` returning one text column on a pooled connection: its
+    /// rows in order.
+    fn query_rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<String>, SourceError> {
+        let mut client = self.client()?;
+        let rows = client.query(sql, params).map_err(|e| self.upstream(&e))?;
+        let values = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(|e| self.upstream(&e))?;
+        self.give_back(client);
+        Ok(values)
+    }
+
+    /// An idle pooled connection, or a new one.
+    fn client(&self) -> Result<postgres::Client, SourceError> {
+        match self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+        {
+            Some(c) => Ok(c),
+            None => self
+                .config
+                .connect(postgres::NoTls)
+                .map_err(|e| self.upstream(&e)),
+        }
+    }
+
+    /// Returns `client` to the pool.
+    fn give_back(&self, client: postgres::Client) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(client);
     }
 
     /// The ids and row versions (`xmin`: a new one for every insert or
@@ -690,11 +729,13 @@ impl StacSource {
         }
         match (&*self.catalogue, from) {
             (Catalogue::Pg(pg), from) => {
-                if let (Some(Cursor::Token(t)), Some(map)) = (from, body.as_object_mut()) {
-                    map.insert("token".into(), json!(t));
-                }
-                let (items, next) = pg.page(&body)?;
-                Ok((items, next.map(Cursor::Token)))
+                let offset = match from {
+                    Some(Cursor::Offset(n)) => n,
+                    _ => 0,
+                };
+                let (items, more) = pg.page(&self.sql, bbox, limit, offset, include)?;
+                let next = more.then(|| Cursor::Offset(offset + items.len()));
+                Ok((items, next))
             }
             (Catalogue::Api(api), from) => {
                 let page = match from {
@@ -1094,6 +1135,14 @@ struct Combined {
     count: Vec<u32>,
     stacks: Vec<Vec<Vec<f32>>>,
     full: usize,
+    /// `first` and `latest`: the first item's raster as read, its holes
+    /// filled from the later items' samples as they are (no conversion).
+    picked: Option<Raster>,
+}
+
+/// Whether the method takes each pixel from one item.
+fn picks(method: Method) -> bool {
+    matches!(method, Method::First | Method::Latest)
 }
 
 impl Combined {
@@ -1102,7 +1151,12 @@ impl Combined {
             method,
             bands,
             pixels,
-            values: vec![vec![0.0; pixels]; bands],
+            values: if picks(method) {
+                Vec::new()
+            } else {
+                vec![vec![0.0; pixels]; bands]
+            },
+            picked: None,
             count: vec![0; pixels],
             stacks: if method == Method::Median {
                 vec![vec![Vec::new(); pixels]; bands]
@@ -1115,7 +1169,11 @@ impl Combined {
 
     /// Adds an item's raster; false once no later item can change the
     /// result (`first` and `latest` with every pixel filled).
-    fn add(&mut self, raster: &Raster) -> bool {
+    fn add(&mut self, raster: Raster) -> bool {
+        if picks(self.method) {
+            self.pick(raster);
+            return !self.is_full();
+        }
         for i in 0..self.pixels {
             if raster.valid[i] == 0 {
                 continue;
@@ -1144,6 +1202,38 @@ impl Combined {
         !self.is_full()
     }
 
+    /// `first` and `latest`: the pixels no earlier item had, from
+    /// `raster`, band by band in its own sample type.
+    fn pick(&mut self, raster: Raster) {
+        let Some(picked) = &mut self.picked else {
+            self.full = raster.valid.iter().filter(|&&v| v != 0).count();
+            self.picked = Some(raster);
+            return;
+        };
+        let holes: Vec<usize> = (0..self.pixels)
+            .filter(|&i| picked.valid[i] == 0 && raster.valid[i] != 0)
+            .collect();
+        if holes.is_empty() {
+            return;
+        }
+        for (to, from) in picked.bands.iter_mut().zip(&raster.bands) {
+            match (to, from) {
+                (BandData::U8(to), BandData::U8(from)) => holes.iter().for_each(|&i| to[i] = from[i]),
+                (BandData::F32(to), from) => holes.iter().for_each(|&i| to[i] = from.get(i)),
+                (to @ BandData::U8(_), from) => {
+                    // An item of floats after one of bytes: floats from here.
+                    let mut floats: Vec<f32> = (0..self.pixels).map(|i| to.get(i)).collect();
+                    holes.iter().for_each(|&i| floats[i] = from.get(i));
+                    *to = BandData::F32(floats);
+                }
+            }
+        }
+        for &i in &holes {
+            picked.valid[i] = raster.valid[i];
+        }
+        self.full += holes.len();
+    }
+
     /// Whether no later item can change the result (`first` and
     /// `latest` with every pixel filled).
     fn is_full(&self) -> bool {
@@ -1152,6 +1242,9 @@ impl Combined {
 
     /// The combined raster, `width` x `height`, bytes when `is_byte`.
     fn finish(mut self, width: u32, height: u32, is_byte: bool) -> Raster {
+        if picks(self.method) {
+            return self.finish_picked(width, height, is_byte);
+        }
         for b in 0..self.bands {
             for i in 0..self.pixels {
                 let n = self.count[i];
@@ -1205,6 +1298,54 @@ impl Combined {
             height,
             bands,
             valid,
+        }
+    }
+}
+
+impl Combined {
+    /// `first` and `latest`'s raster: the picked samples, `bands` of them
+    /// (bytes when `is_byte`), valid (255) where an item had data.
+    fn finish_picked(self, width: u32, height: u32, is_byte: bool) -> Raster {
+        let pixels = self.pixels;
+        let Some(mut picked) = self.picked else {
+            let empty = if is_byte {
+                BandData::U8(vec![0; pixels])
+            } else {
+                BandData::F32(vec![0.0; pixels])
+            };
+            return Raster {
+                width,
+                height,
+                bands: vec![empty; self.bands],
+                valid: vec![0; pixels],
+            };
+        };
+        picked.bands.truncate(self.bands);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "rounded and clamped to a byte"
+        )]
+        for band in &mut picked.bands {
+            match band {
+                BandData::F32(v) if is_byte => {
+                    *band = BandData::U8(v.iter().map(|x| x.round().clamp(0.0, 255.0) as u8).collect());
+                }
+                BandData::U8(v) if !is_byte => {
+                    *band = BandData::F32(v.iter().map(|&x| f32::from(x)).collect());
+                }
+                _ => {}
+            }
+        }
+        for v in &mut picked.valid {
+            if *v != 0 {
+                *v = 255;
+            }
+        }
+        Raster {
+            width,
+            height,
+            ..picked
         }
     }
 }
@@ -1272,7 +1413,7 @@ impl Source for StacSource {
                     }
                     let raster = self.read_item(item, req)?;
                     read += 1;
-                    if !combined.add(&raster) {
+                    if !combined.add(raster) {
                         break 'pages;
                     }
                 }
@@ -1311,7 +1452,7 @@ mod tests {
     fn combine(method: Method, items: &[Raster]) -> Vec<f32> {
         let mut c = Combined::new(method, 1, 3);
         for r in items {
-            if !c.add(r) {
+            if !c.add(r.clone()) {
                 break;
             }
         }
@@ -1338,8 +1479,8 @@ mod tests {
     #[test]
     fn first_stops_once_every_pixel_is_filled() {
         let mut c = Combined::new(Method::First, 1, 2);
-        assert!(c.add(&raster(&[1.0, 0.0], &[255, 0])));
-        assert!(!c.add(&raster(&[2.0, 3.0], &[255, 255])));
+        assert!(c.add(raster(&[1.0, 0.0], &[255, 0])));
+        assert!(!c.add(raster(&[2.0, 3.0], &[255, 255])));
     }
 
     #[test]
