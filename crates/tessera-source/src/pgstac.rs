@@ -1218,7 +1218,9 @@ impl Combined {
         }
         for (to, from) in picked.bands.iter_mut().zip(&raster.bands) {
             match (to, from) {
-                (BandData::U8(to), BandData::U8(from)) => holes.iter().for_each(|&i| to[i] = from[i]),
+                (BandData::U8(to), BandData::U8(from)) => {
+                    holes.iter().for_each(|&i| to[i] = from[i])
+                }
                 (BandData::F32(to), from) => holes.iter().for_each(|&i| to[i] = from.get(i)),
                 (to @ BandData::U8(_), from) => {
                     // An item of floats after one of bytes: floats from here.
@@ -1329,7 +1331,11 @@ impl Combined {
         for band in &mut picked.bands {
             match band {
                 BandData::F32(v) if is_byte => {
-                    *band = BandData::U8(v.iter().map(|x| x.round().clamp(0.0, 255.0) as u8).collect());
+                    *band = BandData::U8(
+                        v.iter()
+                            .map(|x| x.round().clamp(0.0, 255.0) as u8)
+                            .collect(),
+                    );
                 }
                 BandData::U8(v) if !is_byte => {
                     *band = BandData::F32(v.iter().map(|&x| f32::from(x)).collect());
