@@ -1219,13 +1219,21 @@ impl Combined {
         for (to, from) in picked.bands.iter_mut().zip(&raster.bands) {
             match (to, from) {
                 (BandData::U8(to), BandData::U8(from)) => {
-                    holes.iter().for_each(|&i| to[i] = from[i])
+                    for &i in &holes {
+                        to[i] = from[i];
+                    }
                 }
-                (BandData::F32(to), from) => holes.iter().for_each(|&i| to[i] = from.get(i)),
+                (BandData::F32(to), from) => {
+                    for &i in &holes {
+                        to[i] = from.get(i);
+                    }
+                }
                 (to @ BandData::U8(_), from) => {
                     // An item of floats after one of bytes: floats from here.
                     let mut floats: Vec<f32> = (0..self.pixels).map(|i| to.get(i)).collect();
-                    holes.iter().for_each(|&i| floats[i] = from.get(i));
+                    for &i in &holes {
+                        floats[i] = from.get(i);
+                    }
                     *to = BandData::F32(floats);
                 }
             }
