@@ -4,14 +4,13 @@ own `searches` table (the id is pgSTAC's hash), served as layer
 are registered against, limited in number, forgotten unused, read back
 after a restart, seeded by an admin job."""
 import json
-import time
 import urllib.parse
 
 import numpy as np
 import pytest
 
 from conftest import http_get, serving
-from test_jobs import TOKEN, call
+from test_jobs import TOKEN, call, wait_for
 from test_stac_source import TILES, catalogue, sql  # noqa: F401 (a fixture)
 
 BY_CLOUD = {"collections": ["scenes"], "sortby": [{"field": "properties.eo:cloud_cover", "direction": "asc"}]}
@@ -64,16 +63,6 @@ def register(server, body, token=TOKEN):
 def tile(server, layer, z, x, y):
     status, headers, body = http_get(server, f"/tiles/{urllib.parse.quote(layer)}/WebMercatorQuad/{z}/{x}/{y}.png")
     return status, headers, body
-
-
-def wait_for(condition, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_registering_takes_the_admin_token(server):

@@ -97,17 +97,9 @@ pub async fn profile(
         )
         .documented(DOCS)
     };
-    // A length said to be too large is refused before anything is read.
-    let said = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if said.is_some_and(|n| n > most_bytes) {
-        return Err(too_large());
-    }
-    let bytes = axum::body::to_bytes(body, most_bytes)
+    let bytes = super::transport::body::small_body(&headers, body, most_bytes)
         .await
-        .map_err(|_| too_large())?;
+        .ok_or_else(too_large)?;
     let doc: Value =
         serde_json::from_slice(&bytes).map_err(|e| bad(&format!("the body is not JSON: {e}")))?;
     let line = line_of(&doc)?;

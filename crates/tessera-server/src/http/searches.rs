@@ -104,16 +104,9 @@ pub async fn register(
             format!("a search of more than {most} bytes (searches.max_body_bytes)"),
         )
     };
-    let said = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if said.is_some_and(|n| n > most) {
-        return Err(too_large());
-    }
-    let bytes = axum::body::to_bytes(body, most)
+    let bytes = super::transport::body::small_body(&headers, body, most)
         .await
-        .map_err(|_| too_large())?;
+        .ok_or_else(too_large)?;
     let search: Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request(
             "InvalidParameterValue",

@@ -10,6 +10,20 @@ use axum::body::Body;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
+/// A small request body read whole, at most `most` bytes: `None` when its
+/// `Content-Length` says more (refused before anything is read) or more
+/// arrives, or it cannot be read.
+pub async fn small_body(headers: &axum::http::HeaderMap, body: Body, most: usize) -> Option<Bytes> {
+    let said = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if said.is_some_and(|n| n > most) {
+        return None;
+    }
+    axum::body::to_bytes(body, most).await.ok()
+}
+
 /// Why a body could not be read to its end.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
