@@ -167,8 +167,8 @@ def decode(png_bytes):
 
 # ---------------------------------------------------------------- data
 
-def build_data(data, binary):
-    """The COG, the gdal2tiles pyramid, MBTiles and PMTiles (once)."""
+def build_cog(data):
+    """The demo relief as a 16384 x 16384 Web Mercator JPEG COG (once)."""
     data.mkdir(parents=True, exist_ok=True)
     cog = data / "relief16k.tif"
     if not cog.exists():
@@ -182,6 +182,12 @@ def build_data(data, binary):
                         "-co", "OVERVIEW_RESAMPLING=AVERAGE", "-co", "NUM_THREADS=2", src, f"{cog}.tmp.tif"],
                        check=True)
         os.replace(f"{cog}.tmp.tif", cog)
+    return cog
+
+
+def build_data(data, binary):
+    """The COG, the gdal2tiles pyramid, MBTiles and PMTiles (once)."""
+    cog = build_cog(data)
     pyramid = data / "pyramid"
     if not (pyramid / "6/63/63.png").exists():
         log("cutting the z0-6 pyramid with gdal2tiles.py (once)")
