@@ -225,13 +225,23 @@ enum Command {
 /// and keeps the later ones in its per-thread arenas, so the process held
 /// on to what several threads once filled (docs/benchmarks/uploads.md).
 /// Smaller buffers (a 4 x 4 metatile's 4 MiB image) stay in the arenas,
-/// reused without page faults.
+/// reused without page faults: up to 32 MiB freed at the top of an arena
+/// is kept rather than given back at once (glibc's default, 128 KiB, made
+/// every cold metatile fault its buffers in again: a fifth of a cold
+/// tile's time, docs/benchmarks/cold-floor.md). `MALLOC_TRIM_THRESHOLD_`
+/// in the environment still decides.
 fn return_large_buffers_to_the_system() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called first thing
-    // in main, before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
+    {
+        let trim_set = std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some();
+        // SAFETY: mallopt only sets an allocator parameter; called first
+        // thing in main, before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
+            if !trim_set {
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+            }
+        }
     }
 }
 
