@@ -205,19 +205,26 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// How pgSTAC at `url` is connected to: `spec`'s statement and connection
+/// timeouts, pgSTAC's schema first on the search path, its notices quiet.
+fn db_config(url: &str, spec: &StacSpec) -> Result<postgres::Config, String> {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e: postgres::Error| format!("pgstac URL: {e}"))?;
+    config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
+    config.options(&format!(
+        "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
+        spec.statement_timeout_ms
+    ));
+    config.application_name("tessera");
+    Ok(config)
+}
+
 impl Pg {
     /// Connects to pgSTAC at `url` and checks it is installed: its
     /// version.
     fn open(url: &str, spec: &StacSpec) -> Result<(Pg, String), String> {
-        let mut config: postgres::Config = url
-            .parse()
-            .map_err(|e: postgres::Error| format!("pgstac URL: {e}"))?;
-        config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
-        config.options(&format!(
-            "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
-            spec.statement_timeout_ms
-        ));
-        config.application_name("tessera");
+        let config = db_config(url, spec)?;
         let pg = Pg {
             config,
             idle: Mutex::new(Vec::new()),
@@ -722,11 +729,6 @@ impl StacSource {
         include: &[&str],
         from: Option<Cursor>,
     ) -> Result<(Vec<Value>, Option<Cursor>), SourceError> {
-        let mut body = self.search_body(bbox, limit);
-        if let Some(map) = body.as_object_mut() {
-            map.entry("fields")
-                .or_insert_with(|| json!({ "include": include }));
-        }
         match (&*self.catalogue, from) {
             (Catalogue::Pg(pg), from) => {
                 let offset = match from {
@@ -740,7 +742,14 @@ impl StacSource {
             (Catalogue::Api(api), from) => {
                 let page = match from {
                     Some(Cursor::Api(next)) => next,
-                    _ => api.first(&body),
+                    _ => {
+                        let mut body = self.search_body(bbox, limit);
+                        if let Some(map) = body.as_object_mut() {
+                            map.entry("fields")
+                                .or_insert_with(|| json!({ "include": include }));
+                        }
+                        api.first(&body)
+                    }
                 };
                 let (items, next) = api.page(&page, None)?;
                 Ok((items, next.map(Cursor::Api)))
@@ -1000,18 +1009,10 @@ impl SearchTable {
                 source: "registered searches are kept in pgSTAC: the layer needs `pgstac`".into(),
             });
         };
-        let mut config: postgres::Config =
-            url.parse()
-                .map_err(|e: postgres::Error| SourceError::Open {
-                    path: shown.clone(),
-                    source: format!("pgstac URL: {e}").into(),
-                })?;
-        config.connect_timeout(Duration::from_millis(spec.statement_timeout_ms.max(1000)));
-        config.options(&format!(
-            "-c statement_timeout={} -c search_path=pgstac,public -c client_min_messages=warning",
-            spec.statement_timeout_ms
-        ));
-        config.application_name("tessera");
+        let config = db_config(url, spec).map_err(|e| SourceError::Open {
+            path: shown.clone(),
+            source: e.into(),
+        })?;
         Ok(SearchTable { config, shown })
     }
 
