@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use tessera_grid::TileFormat;
 
-use crate::{Color, ImageView};
+use crate::{Color, ImageView, indexed_png};
 
 /// zlib effort for PNG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
@@ -40,6 +40,10 @@ pub struct EncodeOptions {
     pub jpeg_quality: u8,
     /// WebP quality, 0..=100.
     pub webp_quality: f32,
+    /// PNG tiles with at most 256 colours (classified rasters, styled
+    /// vector layers, low zooms) written as paletted PNGs: the same pixels
+    /// in fewer bytes. Maps (WMS GetMap, OGC API maps) keep RGB or RGBA.
+    pub png_palette: bool,
 }
 
 impl Default for EncodeOptions {
@@ -48,6 +52,7 @@ impl Default for EncodeOptions {
             png_compression: PngCompression::Fast,
             jpeg_quality: 85,
             webp_quality: 80.0,
+            png_palette: true,
         }
     }
 }
@@ -61,6 +66,9 @@ pub enum EncodeError {
     /// The JPEG encoder failed.
     #[error("JPEG encoding failed")]
     Jpeg(#[from] jpeg_encoder::EncodingError),
+    /// Deflating a paletted PNG's pixels failed.
+    #[error("deflating the PNG failed: {0}")]
+    Deflate(String),
     /// The WebP encoder failed.
     #[error("WebP encoding failed")]
     Webp(String),
@@ -85,8 +93,15 @@ pub fn encode(
         TileFormat::Mixed if view.is_opaque() => {
             encode_jpeg(view, options.jpeg_quality, background)
         }
-        TileFormat::Png | TileFormat::Mixed => encode_png(view, options.png_compression, false),
-        TileFormat::Png8 => encode_png8(view, options.png_compression),
+        TileFormat::Png | TileFormat::Mixed => match options
+            .png_palette
+            .then(|| indexed_png::exact(view))
+            .flatten()
+        {
+            Some(indexed) => indexed_png::write(&indexed),
+            None => encode_png(view, options.png_compression, false),
+        },
+        TileFormat::Png8 => encode_png8(view),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
         // Elevations: the pixels are codes, kept exactly.
@@ -165,90 +180,39 @@ fn rgba_to_rgb(rgba: &[u8], rgb: &mut [u8]) {
     }
 }
 
-/// Colours in a paletted PNG.
-const PALETTE_SIZE: usize = 256;
-
 /// Encodes a paletted PNG: the exact colours when the tile has at most 256,
 /// otherwise a NeuQuant palette of 255 colours trained on the pixels that
 /// are not fully transparent, with index 0 kept fully transparent so that
 /// transparent areas stay exactly transparent.
-fn encode_png8(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8>, EncodeError> {
-    use std::collections::HashMap;
-    let (w, h) = (view.width() as usize, view.height() as usize);
-    let mut indices = Vec::with_capacity(w * h);
-    let mut exact: HashMap<[u8; 4], u8> = HashMap::new();
-    let mut palette: Vec<[u8; 4]> = Vec::new();
-    'exact: {
-        for row in view.rows() {
-            for p in row.chunks_exact(4) {
-                let px = if p[3] == 0 {
-                    [0; 4]
-                } else {
-                    [p[0], p[1], p[2], p[3]]
-                };
-                let next = palette.len();
-                let index = *exact.entry(px).or_insert_with(|| {
-                    palette.push(px);
-                    next as u8
-                });
-                if palette.len() > PALETTE_SIZE {
-                    break 'exact;
-                }
-                indices.push(index);
-            }
+fn encode_png8(view: ImageView<'_>) -> Result<Vec<u8>, EncodeError> {
+    if let Some(exact) = indexed_png::exact(view) {
+        return indexed_png::write(&exact);
+    }
+    let visible: Vec<u8> = view
+        .rows()
+        .flat_map(|row| row.chunks_exact(4))
+        .filter(|p| p[3] != 0)
+        .flatten()
+        .copied()
+        .collect();
+    let quant = color_quant::NeuQuant::new(10, indexed_png::MAX_COLOURS - 1, &visible);
+    let palette = std::iter::once([0; 4])
+        .chain(
+            quant
+                .color_map_rgba()
+                .chunks_exact(4)
+                .map(|c| [c[0], c[1], c[2], c[3]]),
+        )
+        .collect();
+    let indexed = indexed_png::Indexed::map(view, palette, |p| {
+        if p[3] == 0 {
+            0
+        } else {
+            // index_of is below 255: the palette has 255 entries.
+            quant.index_of(p) as u8 + 1
         }
-    }
-    if palette.len() > PALETTE_SIZE {
-        let visible: Vec<u8> = view
-            .rows()
-            .flat_map(|row| row.chunks_exact(4))
-            .filter(|p| p[3] != 0)
-            .flatten()
-            .copied()
-            .collect();
-        let quant = color_quant::NeuQuant::new(10, PALETTE_SIZE - 1, &visible);
-        palette = std::iter::once([0; 4])
-            .chain(
-                quant
-                    .color_map_rgba()
-                    .chunks_exact(4)
-                    .map(|c| [c[0], c[1], c[2], c[3]]),
-            )
-            .collect();
-        indices.clear();
-        for row in view.rows() {
-            for p in row.chunks_exact(4) {
-                indices.push(if p[3] == 0 {
-                    0
-                } else {
-                    // index_of is below 255: the palette has 255 entries.
-                    quant.index_of(p) as u8 + 1
-                });
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(w * h / 2);
-    let mut encoder = png::Encoder::new(&mut out, view.width(), view.height());
-    encoder.set_color(png::ColorType::Indexed);
-    // Indices are not intensities: filtering them only adds noise.
-    encoder.set_filter(png::Filter::NoFilter);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_palette(
-        palette
-            .iter()
-            .flat_map(|c| [c[0], c[1], c[2]])
-            .collect::<Vec<u8>>(),
-    );
-    if palette.iter().any(|c| c[3] != 255) {
-        // tRNS may stop at the last entry that is not opaque.
-        let last = palette.iter().rposition(|c| c[3] != 255).unwrap_or(0);
-        encoder.set_trns(palette[..=last].iter().map(|c| c[3]).collect::<Vec<u8>>());
-    }
-    encoder.set_compression(compression.png());
-    let mut writer = encoder.write_header()?;
-    writer.write_image_data(&indices)?;
-    writer.finish()?;
-    Ok(out)
+    });
+    indexed_png::write(&indexed)
 }
 
 fn flatten(view: ImageView<'_>, background: Color) -> Vec<u8> {
@@ -453,8 +417,44 @@ mod tests {
     }
 
     #[test]
+    fn a_tile_of_few_colours_is_a_palette_unless_turned_off() {
+        // Four classes and a transparent corner: 5 colours, kept exactly.
+        let mut data = Vec::new();
+        for y in 0..64u32 {
+            for x in 0..64u32 {
+                data.extend_from_slice(&match (x / 16, y < 8) {
+                    (_, true) => [0, 0, 0, 0],
+                    (0, _) => [26, 152, 80, 255],
+                    (1, _) => [145, 207, 96, 255],
+                    (2, _) => [254, 224, 139, 255],
+                    _ => [215, 48, 39, 255],
+                });
+            }
+        }
+        let img = RgbaImage::from_raw(64, 64, data).unwrap();
+        let on = EncodeOptions::default();
+        let paletted = encode(img.view(), TileFormat::Png, &on, Color([0; 4])).unwrap();
+        assert_eq!(decode_png8(&paletted), img.as_raw().to_vec());
+        let off = EncodeOptions {
+            png_palette: false,
+            ..on
+        };
+        let full = encode(img.view(), TileFormat::Png, &off, Color([0; 4])).unwrap();
+        let (info, pixels) = decode_png(&full);
+        assert_eq!(info.color_type, png::ColorType::Rgba);
+        assert_eq!(pixels, img.as_raw().to_vec());
+        assert!(
+            paletted.len() < full.len(),
+            "{} >= {}",
+            paletted.len(),
+            full.len()
+        );
+    }
+
+    #[test]
     fn opaque_png_is_written_as_rgb() {
-        let img = gradient(10, 4, 255);
+        // More than 256 colours: not a palette.
+        let img = gradient(64, 16, 255);
         let bytes = encode(
             img.view(),
             TileFormat::Png,

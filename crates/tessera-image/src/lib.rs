@@ -14,6 +14,7 @@ mod color;
 mod decode;
 mod encode;
 pub mod expression;
+mod indexed_png;
 pub mod inflate;
 mod plain_png;
 mod relief;

@@ -338,6 +338,13 @@ pub fn render_blocking(
     }
     let canvas = canvas.unwrap_or_else(|| RgbaImage::transparent(req.width, req.height));
     check(budget.cancel)?;
+    // A map's colour model is the request's (RGB, or RGBA when
+    // transparent): clients and the OGC suites read it; palettes are for
+    // tiles, rendered alone or cut from metatiles alike.
+    let encoding = &EncodeOptions {
+        png_palette: encoding.png_palette && !req.keep_alpha,
+        ..*encoding
+    };
     let bytes = if req.keep_alpha && req.transparent && req.format == TileFormat::Png {
         tessera_image::encode_png_with_alpha(canvas.view(), encoding)?
     } else {
