@@ -7,7 +7,8 @@
 //!     cargo bench -p tessera-image --bench png_size -- DIR...
 //!
 //! The ways: tessera's encoder as it is (`encode`, a palette for tiles of
-//! at most 256 colours) and without the palette; the `png` crate at zlib
+//! at most 256 colours), without the palette, and at the `balanced`
+//! effort; the `png` crate at zlib
 //! levels 1, 2 and 6 with its adaptive filters; and libdeflate at levels
 //! 1, 2 and 6 on rows filtered beforehand by the `png` crate's heuristic
 //! (libdeflate timed alone: its rows show the least that level costs,
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tessera_grid::TileFormat;
-use tessera_image::{Color, EncodeOptions, RgbaImage, encode};
+use tessera_image::{Color, EncodeOptions, PngCompression, RgbaImage, encode};
 
 fn pngs(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -166,55 +167,97 @@ fn main() {
         tiles.len(),
         dirs.join(" ")
     );
-    println!("| encoder | tiles/s | mean bytes |");
-    println!("|---|---:|---:|");
-    let row = |name: &str, f: &dyn Fn(&RgbaImage) -> usize| {
-        let start = Instant::now();
-        let total: usize = tiles.iter().map(|t| f(&t.image)).sum();
-        let secs = start.elapsed().as_secs_f64();
-        println!("| {name} | {:.0} | {:.0} |", n / secs, mean(total));
-    };
     let clear = Color([0; 4]);
+    let tiles = &tiles;
     let tessera = |options: EncodeOptions| {
-        move |image: &RgbaImage| {
-            encode(image.view(), TileFormat::Png, &options, clear)
+        move |i: usize| {
+            encode(tiles[i].image.view(), TileFormat::Png, &options, clear)
                 .expect("encodes")
                 .len()
         }
     };
-    row(
-        "tessera (fdeflate, adaptive filters; palette when <= 256 colours)",
-        &tessera(EncodeOptions::default()),
-    );
-    row(
-        "tessera without the palette",
-        &tessera(EncodeOptions {
-            png_palette: false,
-            ..EncodeOptions::default()
-        }),
-    );
-    for level in [1, 2, 6] {
-        row(&format!("png crate, zlib level {level}"), &|i| {
-            zlib(i, level)
-        });
-    }
     let prefiltered: Vec<Vec<u8>> = tiles.iter().map(|t| filtered(&t.image)).collect();
-    for level in [1, 2, 6] {
-        let mut c = libdeflater::Compressor::new(
+    let libdeflate = |level: i32| {
+        let compressor = std::cell::RefCell::new(libdeflater::Compressor::new(
             libdeflater::CompressionLvl::new(level).expect("a libdeflate level"),
-        );
-        let start = Instant::now();
-        let mut total = 0;
-        for rows in &prefiltered {
+        ));
+        let prefiltered = &prefiltered;
+        move |i: usize| {
+            let rows = &prefiltered[i];
+            let mut c = compressor.borrow_mut();
             let mut out = vec![0; c.zlib_compress_bound(rows.len())];
             // Signature, IHDR, IDAT and IEND around the deflated rows.
-            total += c.zlib_compress(rows, &mut out).expect("deflates") + 57;
+            c.zlib_compress(rows, &mut out).expect("deflates") + 57
         }
-        let secs = start.elapsed().as_secs_f64();
+    };
+    let ways: Vec<(String, Way<'_>)> = vec![
+        (
+            "tessera (fdeflate, adaptive filters; palette when <= 256 colours)".into(),
+            Box::new(tessera(EncodeOptions::default())),
+        ),
+        (
+            "tessera without the palette".into(),
+            Box::new(tessera(EncodeOptions {
+                png_palette: false,
+                ..EncodeOptions::default()
+            })),
+        ),
+        (
+            "tessera, png_compression: balanced".into(),
+            Box::new(tessera(EncodeOptions {
+                png_compression: PngCompression::Balanced,
+                ..EncodeOptions::default()
+            })),
+        ),
+        (
+            "png crate, zlib level 1".into(),
+            Box::new(|i| zlib(&tiles[i].image, 1)),
+        ),
+        (
+            "png crate, zlib level 2".into(),
+            Box::new(|i| zlib(&tiles[i].image, 2)),
+        ),
+        (
+            "png crate, zlib level 6".into(),
+            Box::new(|i| zlib(&tiles[i].image, 6)),
+        ),
+        (
+            "libdeflate level 1 (deflate alone, filters not timed)".into(),
+            Box::new(libdeflate(1)),
+        ),
+        (
+            "libdeflate level 2 (deflate alone, filters not timed)".into(),
+            Box::new(libdeflate(2)),
+        ),
+        (
+            "libdeflate level 6 (deflate alone, filters not timed)".into(),
+            Box::new(libdeflate(6)),
+        ),
+    ];
+    // Rounds alternate the ways, so a busy moment slows them all alike.
+    let mut rates = vec![Vec::new(); ways.len()];
+    let mut bytes = vec![0; ways.len()];
+    for _ in 0..ROUNDS {
+        for (k, (_, way)) in ways.iter().enumerate() {
+            let start = Instant::now();
+            bytes[k] = (0..tiles.len()).map(way).sum();
+            rates[k].push(n / start.elapsed().as_secs_f64());
+        }
+    }
+    println!("| encoder | tiles/s (median of {ROUNDS}) | mean bytes |");
+    println!("|---|---:|---:|");
+    for (k, (name, _)) in ways.iter().enumerate() {
+        rates[k].sort_by(f64::total_cmp);
         println!(
-            "| libdeflate level {level} (deflate alone, filters not timed) | {:.0} | {:.0} |",
-            n / secs,
-            mean(total)
+            "| {name} | {:.0} | {:.0} |",
+            rates[k][ROUNDS / 2],
+            mean(bytes[k])
         );
     }
 }
+
+/// One way of making a PNG: the bytes it makes of the tile at an index.
+type Way<'a> = Box<dyn Fn(usize) -> usize + 'a>;
+
+/// Rounds over every way; the rate quoted is their median.
+const ROUNDS: usize = 5;

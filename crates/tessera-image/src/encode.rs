@@ -42,7 +42,8 @@ pub struct EncodeOptions {
     pub webp_quality: f32,
     /// PNG tiles with at most 256 colours (classified rasters, styled
     /// vector layers, low zooms) written as paletted PNGs: the same pixels
-    /// in fewer bytes. Maps (WMS GetMap, OGC API maps) keep RGB or RGBA.
+    /// in fewer bytes, deflated at `png_compression`'s effort. Maps (WMS
+    /// GetMap, OGC API maps) keep RGB or RGBA.
     pub png_palette: bool,
 }
 
@@ -98,10 +99,10 @@ pub fn encode(
             .then(|| indexed_png::exact(view))
             .flatten()
         {
-            Some(indexed) => indexed_png::write(&indexed),
+            Some(indexed) => indexed_png::write(indexed, options.png_compression),
             None => encode_png(view, options.png_compression, false),
         },
-        TileFormat::Png8 => encode_png8(view),
+        TileFormat::Png8 => encode_png8(view, options.png_compression),
         TileFormat::Jpeg => encode_jpeg(view, options.jpeg_quality, background),
         TileFormat::Webp => encode_webp(view, options.webp_quality),
         // Elevations: the pixels are codes, kept exactly.
@@ -184,9 +185,9 @@ fn rgba_to_rgb(rgba: &[u8], rgb: &mut [u8]) {
 /// otherwise a NeuQuant palette of 255 colours trained on the pixels that
 /// are not fully transparent, with index 0 kept fully transparent so that
 /// transparent areas stay exactly transparent.
-fn encode_png8(view: ImageView<'_>) -> Result<Vec<u8>, EncodeError> {
+fn encode_png8(view: ImageView<'_>, compression: PngCompression) -> Result<Vec<u8>, EncodeError> {
     if let Some(exact) = indexed_png::exact(view) {
-        return indexed_png::write(&exact);
+        return indexed_png::write(exact, compression);
     }
     let visible: Vec<u8> = view
         .rows()
@@ -212,7 +213,7 @@ fn encode_png8(view: ImageView<'_>) -> Result<Vec<u8>, EncodeError> {
             quant.index_of(p) as u8 + 1
         }
     });
-    indexed_png::write(&indexed)
+    indexed_png::write(indexed, compression)
 }
 
 fn flatten(view: ImageView<'_>, background: Color) -> Vec<u8> {
@@ -418,11 +419,12 @@ mod tests {
 
     #[test]
     fn a_tile_of_few_colours_is_a_palette_unless_turned_off() {
-        // Four classes and a transparent corner: 5 colours, kept exactly.
+        // Four classes in rings and a transparent band: 5 colours, kept
+        // exactly.
         let mut data = Vec::new();
-        for y in 0..64u32 {
-            for x in 0..64u32 {
-                data.extend_from_slice(&match (x / 16, y < 8) {
+        for y in 0..256u32 {
+            for x in 0..256u32 {
+                data.extend_from_slice(&match ((x * x + 3 * y * y) / 997 % 4, y < 8) {
                     (_, true) => [0, 0, 0, 0],
                     (0, _) => [26, 152, 80, 255],
                     (1, _) => [145, 207, 96, 255],
@@ -431,7 +433,7 @@ mod tests {
                 });
             }
         }
-        let img = RgbaImage::from_raw(64, 64, data).unwrap();
+        let img = RgbaImage::from_raw(256, 256, data).unwrap();
         let on = EncodeOptions::default();
         let paletted = encode(img.view(), TileFormat::Png, &on, Color([0; 4])).unwrap();
         assert_eq!(decode_png8(&paletted), img.as_raw().to_vec());
