@@ -105,9 +105,10 @@ sources:
 
 
 @contextlib.contextmanager
-def nginx_static(work, root, prefix="/tiles/", access_log=None):
+def nginx_static(work, root, prefix="/tiles/", access_log=None, open_file_cache=False):
     """nginx serving directory `root` at `prefix` (sendfile, one worker per
-    core, no access log unless `access_log` names its file); yields (port,
+    core, no access log unless `access_log` names its file, with
+    `open_file_cache` a cache of 10,000 open files); yields (port,
     process)."""
     work = Path(work)
     port = free_port()
@@ -127,6 +128,7 @@ http {{
   access_log {access_log or "off"};
   sendfile on;
   tcp_nopush on;
+  {"open_file_cache max=10000 inactive=60s;" if open_file_cache else ""}
   keepalive_requests 1000000;
   client_body_temp_path {work}/nginx;
   proxy_temp_path {work}/nginx;
