@@ -9,8 +9,8 @@
 //! fewer bytes (half, on classified rasters). At `balanced` and `high`
 //! the indices are left unfiltered (they are not intensities) and
 //! deflated by libdeflate at levels 6 and 12: half the bytes again, at
-//! about twice the CPU (`cargo bench -p tessera-image --bench png_size`,
-//! docs/benchmarks/cold-floor.md).
+//! about three times the CPU (`cargo bench -p tessera-image --bench
+//! png_size`, docs/benchmarks/png-size.md).
 
 use std::cell::RefCell;
 
