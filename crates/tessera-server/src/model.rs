@@ -78,8 +78,10 @@ pub struct Layer {
     /// The kind of its source (`gdal`, `wms`, `xyz`, `wmts`, `mosaic`).
     pub kind: &'static str,
     /// Whether its tiles may be the source's own tiles, passed through
-    /// unchanged where the source can ([`Source::passthrough`]): an upstream
-    /// tile service whose style changes nothing (RGB as it is).
+    /// unchanged where the source can ([`Source::passthrough`]), or read
+    /// alone where they are its own pixels ([`Source::own_pixels`]): an
+    /// upstream tile service or a GDAL raster whose style changes nothing
+    /// (RGB as it is).
     pub passthrough: bool,
     /// `Cache-Control: max-age` for its tiles, in seconds.
     pub max_age_secs: u64,
@@ -500,7 +502,7 @@ impl Layer {
     /// from its source, not a tile archive or tiles passed through as the
     /// source has them.
     pub fn drawn_at_any_zoom(&self) -> bool {
-        !self.passthrough && self.source.tile_metadata().is_none()
+        !(self.passthrough && self.kind != "gdal") && self.source.tile_metadata().is_none()
     }
 
     /// Highest zoom of this layer in `grid`.

@@ -228,6 +228,25 @@ pub trait Source: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether [`Source::passthrough`] may answer for tiles of `grid` at
+    /// zoom `z` in `format`: false spares the caller asking (a hand-off to
+    /// a blocking thread). True by default.
+    fn may_pass_through(&self, grid: &TileMatrixSet, z: u8, format: TileFormat) -> bool {
+        let _ = (grid, z, format);
+        true
+    }
+
+    /// Whether a tile of `grid` at zoom `z` is the source's own pixels,
+    /// read without resampling (a raster in the grid's CRS whose full
+    /// resolution or an overview has the matrix's cells as pixels): such a
+    /// tile is one block of the source or a few, and is read alone rather
+    /// than cut from a metatile, where [`Source::passthrough`] cannot pass
+    /// it through. False by default.
+    fn own_pixels(&self, grid: &TileMatrixSet, z: u8) -> bool {
+        let _ = (grid, z);
+        false
+    }
+
     /// Whether [`Source::passthrough`] reads only memory and local files
     /// that honour [`archive::without_waiting`] (a local PMTiles): then it
     /// may be tried on the caller's thread, answering from the page cache,

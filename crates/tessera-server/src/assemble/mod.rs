@@ -431,6 +431,7 @@ fn plain_layer(
                     tessera_source::SourceSpec::Xyz(_)
                         | tessera_source::SourceSpec::Wmts(_)
                         | tessera_source::SourceSpec::Archive(..)
+                        | tessera_source::SourceSpec::Gdal(_)
                 ),
         max_age_secs: lc.cache.max_age_secs,
         dimensions: Vec::new(),

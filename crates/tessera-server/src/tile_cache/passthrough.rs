@@ -27,7 +27,7 @@ pub(super) async fn render_uncached(
         let bytes = vector_tile(tile_cache, req).await?;
         return Ok(miss(bytes));
     }
-    if req.layer.passthrough {
+    if req.layer.passthrough && asks(req) {
         match source_tile(req).await? {
             Some(Ok(Some(bytes))) => return Ok(miss(bytes)),
             Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
@@ -36,6 +36,13 @@ pub(super) async fn render_uncached(
         }
     }
     render_alone(tile_cache, req).await
+}
+
+/// Whether the source may pass `req`'s tile through.
+fn asks(req: &TileRequest) -> bool {
+    req.layer
+        .source
+        .may_pass_through(&req.grid.tms, req.coord.z(), req.format)
 }
 
 /// The source's own tile for `req` (its `passthrough`): read on this
@@ -140,16 +147,25 @@ async fn made_vector_tile(tile_cache: &TileCache, req: &TileRequest) -> Result<B
 }
 
 /// Serves the source's own tile when it passes tiles through for this
-/// grid and format (an upstream tile service with the same tiles): one
-/// upstream tile, under the tile lock only, stored as it came. `None`
-/// when the source cannot; a tile the upstream lacks is rendered alone
-/// (transparent) and stored.
+/// grid and format (an upstream tile service with the same tiles, a
+/// COG's blocks): one tile, under the tile lock only, stored as it came;
+/// or, where the tile is the source's own pixels
+/// ([`tessera_source::Source::own_pixels`]), renders it alone. `None`
+/// when the source can do neither; a tile the upstream lacks is rendered
+/// alone (transparent) and stored.
 pub(super) async fn pass_through(
     tile_cache: &TileCache,
     req: &TileRequest,
     cache: &LayerCache,
     key: &TileKey,
 ) -> Result<Option<Tile>, TileError> {
+    let (asks, alone) = (
+        asks(req),
+        req.layer.source.own_pixels(&req.grid.tms, req.coord.z()),
+    );
+    if !asks && !alone && !req.format.is_vector() {
+        return Ok(None);
+    }
     let guard = super::lookup::lock_tile(tile_cache, key.clone()).await?;
     if let Some(held) = super::lookup::lookup(tile_cache, &cache.store, key).await
         && cache.freshness.is_fresh(held.stored_at, SystemTime::now())
@@ -162,12 +178,13 @@ pub(super) async fn pass_through(
         drop(guard);
         return Ok(Some(miss(bytes)));
     }
-    let fetched = source_tile(req).await?;
+    let fetched = if asks { source_tile(req).await? } else { None };
     let bytes = match fetched {
-        None => return Ok(None),
+        None if !alone => return Ok(None),
         Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
         Some(Ok(Some(bytes))) => bytes,
-        Some(Ok(None)) => render_alone(tile_cache, req).await?.bytes,
+        // The source's own pixels, or a tile the upstream lacks.
+        None | Some(Ok(None)) => render_alone(tile_cache, req).await?.bytes,
     };
     save_passed(tile_cache, cache, key, bytes.clone()).await?;
     drop(guard);

@@ -47,6 +47,21 @@ pub(crate) struct AlignedGrid {
 }
 
 impl AlignedGrid {
+    /// The source's geotransform.
+    pub(crate) fn geo_transform(&self) -> [f64; 6] {
+        self.gt
+    }
+
+    /// The data bands read (alpha aside).
+    pub(crate) fn bands(&self) -> usize {
+        self.bands
+    }
+
+    /// Whether an alpha band follows the data bands.
+    pub(crate) fn has_alpha(&self) -> bool {
+        self.alpha.is_some()
+    }
+
     /// The grid of `ds` when it can be read this way: a north-up
     /// geotransform, and data bands `1..=bands` without nodata whose mask
     /// is all valid, or (with `has_alpha`) the alpha band `bands + 1`.

@@ -1,13 +1,15 @@
 //! The GDAL raster source: any GDAL-readable dataset, warped per window.
 
 pub(crate) mod aligned;
+mod cog;
 mod pieces;
+mod tiff;
 
 pub use crate::error::GdalError;
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use gdal::raster::{ColorInterpretation, GdalDataType};
@@ -73,6 +75,14 @@ pub struct GdalSource {
     /// The source's pixel grid when windows in its own CRS can be read
     /// with `RasterIO` instead of the warper.
     aligned: Option<AlignedGrid>,
+    /// The raster's levels when it can be read with `RasterIO`: where a
+    /// tile matrix is its own pixels.
+    levels: Option<cog::Levels>,
+    /// A tiled TIFF's block tables, read when first needed (`None` inside:
+    /// not a TIFF, or unreadable, said once in the log).
+    blocks: OnceLock<Option<cog::Blocks>>,
+    /// Whether GDAL reads the path as a GeoTIFF (blocks may pass through).
+    is_tiff: bool,
 }
 
 impl GdalSource {
@@ -109,9 +119,45 @@ impl GdalSource {
 
     fn open_now(spec: &GdalSourceSpec, settings: &GdalSettings) -> Result<Self, SourceError> {
         let lonlat = Crs::parse("OGC:CRS84")?;
-        Self::open_here(spec, settings, &|crs, bounds| {
+        let source = Self::open_here(spec, settings, &|crs, bounds| {
             crs.transform_bbox(bounds, &lonlat)
-        })
+        })?;
+        for line in source.alignment() {
+            tracing::info!(source = %source.path, "{line}");
+        }
+        Ok(source)
+    }
+
+    /// Where the well-known grids' tiles are the raster's own pixels or
+    /// blocks ([`cog`]), a line each.
+    fn alignment(&self) -> Vec<String> {
+        let Some(levels) = &self.levels else {
+            return Vec::new();
+        };
+        [
+            tessera_grid::TileMatrixSet::web_mercator_quad(),
+            tessera_grid::TileMatrixSet::world_crs84_quad(),
+        ]
+        .iter()
+        .flat_map(|grid| levels.report(grid, &self.info.native_crs, self.blocks()))
+        .collect()
+    }
+
+    /// The TIFF's block tables, read on first use.
+    fn blocks(&self) -> Option<&cog::Blocks> {
+        self.blocks
+            .get_or_init(|| {
+                let (levels, grid) = (self.levels.as_ref()?, self.aligned.as_ref()?);
+                if !self.is_tiff {
+                    return None;
+                }
+                cog::Blocks::read(&self.path, levels, grid)
+                    .inspect_err(|e| {
+                        tracing::warn!(source = %self.path, error = %e, "the TIFF's block tables are unreadable; its tiles are rendered, not passed through");
+                    })
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// [`GdalSource::open`] on the calling thread (no open timeout), with
@@ -139,6 +185,8 @@ impl GdalSource {
         let overview_factors = overview_factors(&ds);
         let row_height = ds.geo_transform().map_or(0.0, |gt| gt[4].hypot(gt[5]));
         let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha);
+        let levels = aligned.as_ref().and_then(|grid| cog::Levels::of(&ds, grid));
+        let is_tiff = ds.driver().short_name() == "GTiff";
         let info_lonlat = info.lonlat_bounds;
         let source = Self {
             path,
@@ -154,6 +202,9 @@ impl GdalSource {
             row_height,
             area_of_interest: String::new(),
             aligned,
+            levels,
+            blocks: OnceLock::new(),
+            is_tiff,
         }
         .with_area_of_interest(&info_lonlat);
         source.release(ds);
@@ -211,6 +262,31 @@ impl GdalSource {
         SourceError::Read {
             path: self.path.clone(),
             source: message.into(),
+        }
+    }
+
+    /// A block passed through, once checked whole and of the tile's size:
+    /// a damaged file's block is an error, never a stored tile.
+    fn checked(
+        &self,
+        bytes: bytes::Bytes,
+        format: tessera_grid::TileFormat,
+        grid: &tessera_grid::TileMatrixSet,
+    ) -> Result<Option<bytes::Bytes>, SourceError> {
+        let image = match format {
+            tessera_grid::TileFormat::Mixed => tessera_grid::TileFormat::Jpeg,
+            other => other,
+        };
+        let size = crate::complete::check_complete(&bytes, image)
+            .map_err(|e| e.to_string())
+            .and_then(|()| tessera_image::declared_size(&bytes, image).map_err(|e| e.to_string()));
+        match size {
+            Ok(size) if size == (grid.tile_width, grid.tile_height) => Ok(Some(bytes)),
+            Ok((w, h)) => Err(self.read_err(&format!(
+                "a block of {w}x{h} pixels where a tile has {}x{}",
+                grid.tile_width, grid.tile_height
+            ))),
+            Err(e) => Err(self.read_err(&format!("a damaged block: {e}"))),
         }
     }
 
@@ -681,6 +757,59 @@ fn covered_pixels(req: &WindowRequest<'_>, footprint: &BBox) -> Option<PixelWind
 impl Source for GdalSource {
     fn info(&self) -> &SourceInfo {
         &self.info
+    }
+
+    fn may_pass_through(
+        &self,
+        grid: &tessera_grid::TileMatrixSet,
+        z: u8,
+        format: tessera_grid::TileFormat,
+    ) -> bool {
+        use tessera_grid::TileFormat;
+        matches!(
+            format,
+            TileFormat::Jpeg | TileFormat::Mixed | TileFormat::Webp
+        ) && self.levels.as_ref().is_some_and(|l| {
+            l.own_pixels(grid, z, &self.info.native_crs)
+                .is_some_and(|on| self.blocks().is_some_and(|b| b.passes(grid, on, format)))
+        })
+    }
+
+    fn own_pixels(&self, grid: &tessera_grid::TileMatrixSet, z: u8) -> bool {
+        self.levels
+            .as_ref()
+            .is_some_and(|l| l.own_pixels(grid, z, &self.info.native_crs).is_some())
+    }
+
+    /// A JPEG or WebP block of a tiled TIFF whose blocks are the grid's
+    /// tiles, as it is stored ([`cog`]).
+    fn passthrough(
+        &self,
+        grid: &tessera_grid::TileMatrixSet,
+        coord: tessera_grid::TileCoord,
+        format: tessera_grid::TileFormat,
+        _cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Option<Result<Option<bytes::Bytes>, SourceError>> {
+        use tessera_grid::TileFormat;
+        if !matches!(
+            format,
+            TileFormat::Jpeg | TileFormat::Mixed | TileFormat::Webp
+        ) {
+            return None;
+        }
+        let on = self
+            .levels
+            .as_ref()?
+            .own_pixels(grid, coord.z(), &self.info.native_crs)?;
+        let read = self.blocks()?.tile(grid, coord, format, on)?;
+        Some(
+            read.map_err(|m| self.read_err(&m))
+                .and_then(|bytes| self.checked(bytes, format, grid)),
+        )
+    }
+
+    fn report(&self) -> Vec<String> {
+        self.alignment()
     }
 
     fn native_pixel(&self) -> (f64, f64) {
