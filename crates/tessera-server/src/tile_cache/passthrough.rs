@@ -10,6 +10,8 @@ use tessera_store::{Durability, TileKey, TileStore};
 
 use super::types::miss;
 use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
+use crate::encode_pool::Job;
+use crate::locks::KeyGuard;
 use crate::model::LayerCache;
 use crate::render::{Demand, ImageRequest, RenderError};
 
@@ -174,8 +176,7 @@ pub(super) async fn pass_through(
     }
     if req.format.is_vector() {
         let bytes = vector_tile(tile_cache, req).await?;
-        save_passed(tile_cache, cache, key, bytes.clone()).await?;
-        drop(guard);
+        save_passed(tile_cache, cache, key, bytes.clone(), guard).await?;
         return Ok(Some(miss(bytes)));
     }
     let fetched = if asks { source_tile(req).await? } else { None };
@@ -186,29 +187,35 @@ pub(super) async fn pass_through(
         // The source's own pixels, or a tile the upstream lacks.
         None | Some(Ok(None)) => render_alone(tile_cache, req).await?.bytes,
     };
-    save_passed(tile_cache, cache, key, bytes.clone()).await?;
-    drop(guard);
+    save_passed(tile_cache, cache, key, bytes.clone(), guard).await?;
     Ok(Some(miss(bytes)))
 }
 
-/// Stores a tile that was not cut from a metatile; a failed write
-/// keeps it in memory and is logged (throttled), as for metatiles.
+/// Stores a tile that was not cut from a metatile on the encode pool,
+/// after the response (as a metatile's tiles are), releasing its lock
+/// once stored, so a request for it meanwhile waits and finds it; on this
+/// request's blocking thread when the pool is full. A failed write keeps
+/// it in memory and is logged (throttled), as for metatiles.
 pub(super) async fn save_passed(
     tile_cache: &TileCache,
     cache: &LayerCache,
     key: &TileKey,
     bytes: Bytes,
+    guard: KeyGuard<TileKey>,
 ) -> Result<(), TileError> {
     let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
     let (unsaved, warnings) = (tile_cache.unsaved.clone(), tile_cache.warnings.clone());
-    run_blocking(move || {
+    let job: Job = Box::new(move || {
         if let Err(e) = store.put(&k, b.clone(), durability) {
             let _ = unsaved.put(&k, b, Durability::Buffered);
             if let Some(held_back) = warnings.allow() {
                 tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
             }
         }
-    })
-    .await?;
+        drop(guard);
+    });
+    if let Err(job) = tile_cache.pool.try_submit(job) {
+        run_blocking(job).await?;
+    }
     Ok(())
 }
