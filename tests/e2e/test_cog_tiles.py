@@ -5,6 +5,8 @@ pixel gdalwarp's tile), one range request per tile over HTTP, the same
 bytes from S3, and `tessera check` saying where it is aligned."""
 import os
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 from osgeo import gdal
 
 from cogserver import start_cog_server
-from conftest import ROOT, http_get, serving
+from conftest import ROOT, http_get, metric, serving
 from imaging import decode
 
 gdal.UseExceptions()
@@ -46,7 +48,7 @@ layers:
     source: {{ path: "{source_dir}/jpeg.tif", resampling: bilinear }}
     grids: [WebMercatorQuad]
     max_zoom: 6
-    formats: [png, jpeg]
+    formats: [png, jpeg, mixed]
     cache: {{ store: disk }}
   - name: webp
     source: {{ path: "{source_dir}/webp.tif" }}
@@ -117,6 +119,10 @@ def test_blocks_pass_through_byte_for_byte_and_own_pixels_match_gdalwarp(cogs, t
             status, _, body = http_get(server, f"/tiles/jpeg/WebMercatorQuad/{z}/{x}/{y}.png")
             assert status == 200
             assert np.array_equal(decode(body)[:3], gdalwarp_tile(cogs / "jpeg.tif", z, x, y)), (z, x, y)
+        # The mixed format is JPEG where the tile is opaque: the block.
+        status, headers, body = http_get(server, "/tiles/jpeg/WebMercatorQuad/3/2/5.jpeg-png")
+        assert status == 200 and headers["Content-Type"] == "image/jpeg"
+        assert body == block(cogs / "jpeg.tif", 3, 2, 5)
         # A hit is the block too, from the store.
         _, _, again = http_get(server, "/tiles/jpeg/WebMercatorQuad/3/5/3.jpg")
         assert again == block(cogs / "jpeg.tif", 3, 5, 3)
@@ -186,6 +192,11 @@ layers:
     source: {{ path: /vsis3/tessera-cogs/jpeg.tif }}
     grids: [WebMercatorQuad]
     formats: [jpeg]
+  - name: http_png
+    source: {{ path: "{cog_server.url}/jpeg.tif" }}
+    grids: [WebMercatorQuad]
+    formats: [png]
+    cache: {{ store: none }}
 """)
     try:
         with serving(tmp_path_factory, "--config", str(cfg)) as server:
@@ -201,5 +212,31 @@ layers:
             # file's first bytes already holds the block), none for S3's.
             asked = cog_server.ranges[before:]
             assert len(tiles) - 2 <= len(asked) <= len(tiles), asked
+            # Own pixels decoded by GDAL: one block read, one request.
+            before = len(cog_server.ranges)
+            png_tiles = [(4, 2, 2), (4, 6, 10), (4, 11, 3), (4, 13, 13)]
+            for z, x, y in png_tiles:
+                status, _, _ = http_get(server, f"/tiles/http_png/WebMercatorQuad/{z}/{x}/{y}.png")
+                assert status == 200
+            asked = cog_server.ranges[before:]
+            assert 1 <= len(asked) <= len(png_tiles), asked
     finally:
         cog_server.shutdown()
+
+
+def test_a_tile_read_alone_is_rendered_once_for_many_requests_at_once(cogs, tmp_path_factory):
+    cfg = config(tmp_path_factory.mktemp("once") / "tessera.yaml", cogs)
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        path = "/tiles/jpeg/WebMercatorQuad/4/7/7.png"
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda _: http_get(server, path), range(32)))
+        assert {a[0] for a in answers} == {200}
+        assert len({a[2] for a in answers}) == 1, "every answer the same bytes"
+        assert metric(server, "tessera_metatile_renders_total", layer="jpeg") == 1
+        # No metatile: its neighbours were not rendered with it.
+        stored = cfg.parent / "store/jpeg/WebMercatorQuad/4"
+        deadline = time.monotonic() + 30
+        while not (stored / "7/7.png").exists():
+            assert time.monotonic() < deadline, "the tile was never stored"
+            time.sleep(0.05)
+        assert sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*.png")) == ["7/7.png"]
