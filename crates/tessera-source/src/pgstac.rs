@@ -7,6 +7,7 @@
 //! `max_items` items and `max_seconds` per window: past either, the window
 //! is what was read (logged), never a hang.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -147,8 +148,35 @@ enum Catalogue {
 /// A pgSTAC database: pooled connections.
 struct Pg {
     config: postgres::Config,
-    idle: Mutex<Vec<postgres::Client>>,
+    idle: Mutex<Vec<Conn>>,
     shown: String,
+}
+
+/// Statements kept prepared on one connection (a search's state and page
+/// queries, a few searches' worth); past this they are all forgotten.
+const PREPARED_KEPT: usize = 32;
+
+/// A pooled connection and the statements prepared on it: a query asked
+/// again (every tile's state and page, the window as parameters) is one
+/// round trip, parsed and planned by the server once.
+struct Conn {
+    client: postgres::Client,
+    prepared: HashMap<String, postgres::Statement>,
+}
+
+impl Conn {
+    /// `sql` prepared on this connection, prepared now if it is not yet.
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        if self.prepared.len() >= PREPARED_KEPT {
+            self.prepared.clear();
+        }
+        self.prepared.insert(sql.to_string(), statement.clone());
+        Ok(statement)
+    }
 }
 
 /// A search as pgSTAC writes it in SQL (`stac_search_to_where`,
@@ -286,12 +314,13 @@ impl Pg {
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<T, SourceError> {
-        let mut client = self.client()?;
-        let row = client
-            .query_one(sql, params)
+        let mut conn = self.client()?;
+        let row = conn
+            .statement(sql)
+            .and_then(|statement| conn.client.query_one(&statement, params))
             .map_err(|e| self.upstream(&e))?;
         let value = row.try_get(0).map_err(|e| self.upstream(&e))?;
-        self.give_back(client);
+        self.give_back(conn);
         Ok(value)
     }
 
@@ -321,12 +350,13 @@ impl Pg {
         offset: usize,
         include: &[&str],
     ) -> Result<(Vec<Value>, bool), SourceError> {
-        let window = area.map_or(String::new(), |b| {
-            format!(
-                " AND st_intersects(geometry, st_makeenvelope({}, {}, {}, {}, 4326))",
-                b.min_x, b.min_y, b.max_x, b.max_y
-            )
-        });
+        // The window is a parameter, so that every tile's page is the
+        // same prepared statement.
+        let window = if area.is_some() {
+            " AND st_intersects(geometry, st_makeenvelope($4, $5, $6, $7, 4326))"
+        } else {
+            ""
+        };
         let query = format!(
             "SELECT content_hydrate(i, $1::text::jsonb)::text FROM pgstac.items i \
              WHERE ({}){window} ORDER BY {} LIMIT $2 OFFSET $3",
@@ -335,7 +365,15 @@ impl Pg {
         let fields = json!({ "include": include }).to_string();
         let asked = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
         let from = i64::try_from(offset).unwrap_or(i64::MAX);
-        let rows: Vec<String> = self.query_rows(&query, &[&fields, &asked, &from])?;
+        let rows: Vec<String> = match area {
+            Some(b) => self.query_rows(
+                &query,
+                &[
+                    &fields, &asked, &from, &b.min_x, &b.min_y, &b.max_x, &b.max_y,
+                ],
+            )?,
+            None => self.query_rows(&query, &[&fields, &asked, &from])?,
+        };
         let more = rows.len() > limit;
         let items = rows
             .iter()
@@ -356,19 +394,22 @@ impl Pg {
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Vec<String>, SourceError> {
-        let mut client = self.client()?;
-        let rows = client.query(sql, params).map_err(|e| self.upstream(&e))?;
+        let mut conn = self.client()?;
+        let rows = conn
+            .statement(sql)
+            .and_then(|statement| conn.client.query(&statement, params))
+            .map_err(|e| self.upstream(&e))?;
         let values = rows
             .iter()
             .map(|r| r.try_get(0))
             .collect::<Result<Vec<String>, _>>()
             .map_err(|e| self.upstream(&e))?;
-        self.give_back(client);
+        self.give_back(conn);
         Ok(values)
     }
 
     /// An idle pooled connection, or a new one.
-    fn client(&self) -> Result<postgres::Client, SourceError> {
+    fn client(&self) -> Result<Conn, SourceError> {
         match self
             .idle
             .lock()
@@ -379,16 +420,20 @@ impl Pg {
             None => self
                 .config
                 .connect(postgres::NoTls)
+                .map(|client| Conn {
+                    client,
+                    prepared: HashMap::new(),
+                })
                 .map_err(|e| self.upstream(&e)),
         }
     }
 
-    /// Returns `client` to the pool.
-    fn give_back(&self, client: postgres::Client) {
+    /// Returns `conn` to the pool.
+    fn give_back(&self, conn: Conn) {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(client);
+            .push(conn);
     }
 
     /// The ids and row versions (`xmin`: a new one for every insert or
