@@ -8,13 +8,12 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import boto3
 import numpy as np
 import pytest
 from osgeo import gdal
 
 from cogserver import start_cog_server
-from conftest import ROOT, http_get, metric, serving
+from conftest import ROOT, http_get, metric, s3_bucket, serving
 from imaging import decode
 
 gdal.UseExceptions()
@@ -163,12 +162,7 @@ def test_a_damaged_block_is_an_error_not_a_tile(cogs, tmp_path_factory):
 
 def test_one_range_request_per_tile_over_http_and_the_same_bytes_from_s3(cogs, tmp_path_factory, s3, monkeypatch):
     cog_server = start_cog_server(cogs)
-    client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
-                          aws_secret_access_key=s3["secret"], region_name="us-east-1")
-    try:
-        client.create_bucket(Bucket="tessera-cogs")
-    except client.exceptions.BucketAlreadyOwnedByYou:
-        pass  # a second run against the same MinIO
+    client = s3_bucket(s3, "tessera-cogs")
     client.upload_file(str(cogs / "jpeg.tif"), "tessera-cogs", "jpeg.tif")
     monkeypatch.setenv("TEST_KEY", s3["key"])
     monkeypatch.setenv("TEST_SECRET", s3["secret"])
