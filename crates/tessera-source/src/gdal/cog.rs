@@ -13,6 +13,7 @@
 //! timeouts and location rules apply as to its other reads.
 
 use std::ffi::CString;
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use gdal::Dataset;
@@ -73,7 +74,9 @@ impl Levels {
     /// or `crs` (the source's) is not the grid's.
     pub(crate) fn own_pixels(&self, grid: &TileMatrixSet, z: u8, crs: &Crs) -> Option<OnLevel> {
         let matrix = grid.matrix(z)?;
-        if !Crs::parse(&grid.crs).is_ok_and(|g| same_axes(&g, crs)) {
+        // The grid's CRS as written is most often the source's id: no
+        // parse (a lookup and a copy) on every tile.
+        if grid.crs != crs.id && !Crs::parse(&grid.crs).is_ok_and(|g| same_axes(&g, crs)) {
             return None;
         }
         let cell = matrix.resolution;
@@ -165,6 +168,8 @@ fn spans(zooms: &[u8]) -> String {
 #[derive(Debug)]
 pub(crate) struct Blocks {
     path: String,
+    /// Open handles on the file, each used by one thread at a time.
+    files: Mutex<Vec<VsiFile>>,
     /// Per level of [`Levels`] (matched by size), its directory.
     levels: Vec<Option<Directory>>,
     /// Bands the source reads, and whether the last of them is alpha.
@@ -192,6 +197,7 @@ impl Blocks {
             .collect();
         Ok(Blocks {
             path: path.to_string(),
+            files: Mutex::new(Vec::new()),
             levels,
             bands: grid.bands(),
             has_alpha: grid.has_alpha(),
@@ -276,11 +282,84 @@ impl Blocks {
         }
         let len = usize::try_from(len).ok()?;
         Some(
-            read_at(&self.path, offset, len, false).map(|block| match (kind, &d.jpeg_tables) {
-                ("jpeg", Some(tables)) => with_tables(&block, tables),
-                _ => Bytes::from(block),
-            }),
+            self.read_block(offset, len)
+                .map(|block| match (kind, &d.jpeg_tables) {
+                    ("jpeg", Some(tables)) => with_tables(&block, tables),
+                    _ => Bytes::from(block),
+                }),
         )
+    }
+}
+
+impl Blocks {
+    /// `len` bytes at `offset`, on a pooled open handle (at most
+    /// [`FILES_KEPT`] kept): no open and close per tile.
+    fn read_block(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let pooled = self
+            .files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let file = match pooled {
+            Some(f) => f,
+            None => VsiFile::open(&self.path)?,
+        };
+        let read = file.read_at(offset, len, false);
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if read.is_ok() && files.len() < FILES_KEPT {
+            files.push(file);
+        }
+        read.map_err(|e| format!("{e} of {}", self.path))
+    }
+}
+
+/// Open handles on a file kept per source.
+const FILES_KEPT: usize = 8;
+
+/// A file open through GDAL's virtual file system, closed when dropped.
+#[derive(Debug)]
+struct VsiFile(*mut gdal_sys::VSILFILE);
+
+// SAFETY: a VSILFILE may move between threads; it is used by one thread
+// at a time (taken from and given back to a pool under a mutex).
+unsafe impl Send for VsiFile {}
+
+impl VsiFile {
+    fn open(path: &str) -> Result<VsiFile, String> {
+        let c_path = CString::new(path).map_err(|_| "a path with a NUL byte".to_string())?;
+        // SAFETY: both strings are NUL-terminated and outlive the call.
+        let fp = unsafe { gdal_sys::VSIFOpenL(c_path.as_ptr(), c"rb".as_ptr()) };
+        if fp.is_null() {
+            return Err(format!("cannot open {path}"));
+        }
+        Ok(VsiFile(fp))
+    }
+
+    /// `len` bytes from `offset`: all of them, or (`short_ok`) as many as
+    /// the file has.
+    fn read_at(&self, offset: u64, len: usize, short_ok: bool) -> Result<Vec<u8>, String> {
+        let mut buf = vec![0u8; len];
+        // SAFETY: the handle is open until drop; `buf` has `len` writable
+        // bytes.
+        let read = unsafe {
+            if gdal_sys::VSIFSeekL(self.0, offset, libc::SEEK_SET) == 0 {
+                gdal_sys::VSIFReadL(buf.as_mut_ptr().cast(), 1, len, self.0)
+            } else {
+                0
+            }
+        };
+        if read < len && !short_ok {
+            return Err(format!("read {read} of {len} bytes at byte {offset}"));
+        }
+        buf.truncate(read);
+        Ok(buf)
+    }
+}
+
+impl Drop for VsiFile {
+    fn drop(&mut self) {
+        // SAFETY: the handle is open and not used after this.
+        unsafe { gdal_sys::VSIFCloseL(self.0) };
     }
 }
 
@@ -308,31 +387,9 @@ fn with_tables(block: &[u8], tables: &[u8]) -> Bytes {
 /// `/vsicurl/`, `/vsis3/`...) from `offset`: all of them, or (`short_ok`)
 /// as many as the file has.
 fn read_at(path: &str, offset: u64, len: usize, short_ok: bool) -> Result<Vec<u8>, String> {
-    let c_path = CString::new(path).map_err(|_| "a path with a NUL byte".to_string())?;
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let fp = unsafe { gdal_sys::VSIFOpenL(c_path.as_ptr(), c"rb".as_ptr()) };
-    if fp.is_null() {
-        return Err(format!("cannot open {path}"));
-    }
-    let mut buf = vec![0u8; len];
-    // SAFETY: `fp` is an open file handle, closed once below; `buf` has
-    // `len` writable bytes.
-    let read = unsafe {
-        if gdal_sys::VSIFSeekL(fp, offset, libc::SEEK_SET) == 0 {
-            gdal_sys::VSIFReadL(buf.as_mut_ptr().cast(), 1, len, fp)
-        } else {
-            0
-        }
-    };
-    // SAFETY: `fp` is open and not used after this.
-    unsafe { gdal_sys::VSIFCloseL(fp) };
-    if read < len && !short_ok {
-        return Err(format!(
-            "read {read} of {len} bytes at byte {offset} of {path}"
-        ));
-    }
-    buf.truncate(read);
-    Ok(buf)
+    VsiFile::open(path)?
+        .read_at(offset, len, short_ok)
+        .map_err(|e| format!("{e} of {path}"))
 }
 
 #[cfg(test)]
