@@ -202,9 +202,9 @@ def main():
         "",
         f"Mean PNG bytes: {med[('alone', 'bytes')]:.0f} read alone, {med[('baseline', 'bytes')]:.0f} baseline.",
         "",
-        "A block passed through costs a lookup of its offset and one read through GDAL's virtual file system "
-        "(open, seek, read, close per tile) and the completeness check; a PMTiles tile, one read of an archive "
-        "held open. Read alone, a PNG tile does only its own work (one block decoded, one PNG), where a metatile "
+        "A block passed through costs a lookup of its offset, one read through GDAL's virtual file system "
+        "(a seek and a read on a handle kept open) and the completeness check; a PMTiles tile, one read of an "
+        "archive held open. Read alone, a PNG tile does only its own work (one block decoded, one PNG), where a metatile "
         "decodes and encodes 16 tiles for the one asked: on random visits it is several times faster. On a pass "
         "over every tile with one connection the metatile keeps the second core busy encoding the siblings the "
         "next requests will hit, which a tile read alone cannot; with 8 connections both use both cores.",
