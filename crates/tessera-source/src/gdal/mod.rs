@@ -759,6 +759,9 @@ impl Source for GdalSource {
         &self.info
     }
 
+    /// Never reads: block tables not read yet (a source opened without
+    /// its alignment logged) leave the answer to [`Source::passthrough`],
+    /// on a blocking thread.
     fn may_pass_through(
         &self,
         grid: &tessera_grid::TileMatrixSet,
@@ -771,7 +774,10 @@ impl Source for GdalSource {
             TileFormat::Jpeg | TileFormat::Mixed | TileFormat::Webp
         ) && self.levels.as_ref().is_some_and(|l| {
             l.own_pixels(grid, z, &self.info.native_crs)
-                .is_some_and(|on| self.blocks().is_some_and(|b| b.passes(grid, on, format)))
+                .is_some_and(|on| match self.blocks.get() {
+                    Some(blocks) => blocks.as_ref().is_some_and(|b| b.passes(grid, on, format)),
+                    None => self.is_tiff,
+                })
         })
     }
 
