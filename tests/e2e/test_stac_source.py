@@ -128,6 +128,14 @@ layers:
   - name: hurried
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
                max_seconds: 0.000000001, resampling: nearest }}
+  - name: limited_uncached
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
+               max_items: 2, resampling: nearest }}
+    cache: {{ store: none }}
+  - name: hurried_uncached
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, method: mean,
+               max_seconds: 0.000000001, resampling: nearest }}
+    cache: {{ store: none }}
   - name: daily
     source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual, resampling: nearest }}
     dimensions: {{ time: {{ from_items: datetime, resolution: day }} }}
@@ -311,6 +319,13 @@ def test_a_tile_past_a_limit_is_drawn_from_what_was_read_and_says_so(server):
         assert status == 200 and headers["X-Tessera-Partial"] == "max_seconds", dict(headers)
         assert headers["X-Cache"] == "MISS" and headers["Cache-Control"] == "no-store"
     assert rgba(hurried)[3].max() == 0
+    # A layer without a cache says so too, on every tile it renders.
+    status, headers, body = http_get(server, "/tiles/limited_uncached" + path)
+    assert status == 200 and headers["X-Tessera-Partial"] == "max_items", dict(headers)
+    assert body != server.get("/tiles/mean" + path)[2]  # two of the four items
+    status, headers, _ = http_get(server, "/tiles/hurried_uncached" + path)
+    assert status == 200 and headers["X-Tessera-Partial"] == "max_seconds", dict(headers)
+    assert headers["Cache-Control"] == "no-store"
     # A tile within the limits says nothing.
     assert "X-Tessera-Partial" not in http_get(server, "/tiles/cached" + path)[1]
     assert "a window's items took longer than max_seconds" in server.log_text()

@@ -173,6 +173,22 @@ impl Renderer {
         .await
     }
 
+    /// [`Renderer::render`], with the limit a source stopped at if it drew
+    /// from part of its data (a tile rendered alone: `X-Tessera-Partial`).
+    pub async fn render_partial(
+        &self,
+        request: ImageRequest,
+        demand: Demand,
+    ) -> Result<(Bytes, Option<Partial>), RenderError> {
+        let encoding = self.encoding;
+        self.run(demand, move |budget| {
+            tessera_source::partial::take();
+            let bytes = render_blocking(&request, &encoding, budget)?;
+            Ok((bytes, tessera_source::partial::take()))
+        })
+        .await
+    }
+
     /// Renders one layer's window (a metatile with its gutter, its rows
     /// falling into tiles as `rows` says) with `style` (the layer's, or an
     /// elevation format's: [`Layer::style_for`]) without encoding it, under

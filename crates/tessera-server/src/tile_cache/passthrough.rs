@@ -80,12 +80,13 @@ async fn source_tile(req: &TileRequest) -> Result<Passed, RenderError> {
     .await
 }
 
-/// A raster tile rendered alone, not cut from a metatile.
+/// A raster tile rendered alone, not cut from a metatile, with the limit
+/// its source stopped at, if any.
 async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile, TileError> {
     let tms = &req.grid.tms;
-    let bytes = tile_cache
+    let (bytes, partial) = tile_cache
         .renderer
-        .render(
+        .render_partial(
             ImageRequest {
                 layers: vec![req.layer.clone()],
                 bbox: tms.tile_bbox(req.coord),
@@ -102,7 +103,10 @@ async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile,
         .await?;
     tile_cache.metrics.metatile_rendered(&req.layer.name);
     tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
-    Ok(miss(bytes))
+    Ok(Tile {
+        partial,
+        ..miss(bytes)
+    })
 }
 
 /// A vector tile made by the layer's source (on a blocking thread); a
@@ -180,15 +184,19 @@ pub(super) async fn pass_through(
         return Ok(Some(miss(bytes)));
     }
     let fetched = if asks { source_tile(req).await? } else { None };
-    let bytes = match fetched {
+    let tile = match fetched {
         None if !alone => return Ok(None),
         Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
-        Some(Ok(Some(bytes))) => bytes,
+        Some(Ok(Some(bytes))) => miss(bytes),
         // The source's own pixels, or a tile the upstream lacks.
-        None | Some(Ok(None)) => render_alone(tile_cache, req).await?.bytes,
+        None | Some(Ok(None)) => render_alone(tile_cache, req).await?,
     };
-    save_passed(tile_cache, cache, key, bytes.clone(), guard).await?;
-    Ok(Some(miss(bytes)))
+    if tile.partial.is_some_and(|p| !p.lasts()) {
+        // Drawn from what could be read in time: answered, not stored.
+        return Ok(Some(tile));
+    }
+    save_passed(tile_cache, cache, key, tile.bytes.clone(), guard).await?;
+    Ok(Some(tile))
 }
 
 /// Stores a tile that was not cut from a metatile on the encode pool,
