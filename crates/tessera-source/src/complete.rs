@@ -177,6 +177,44 @@ pub fn mvt_layer_features(bytes: &[u8]) -> Result<Vec<(String, usize)>, Incomple
         .collect())
 }
 
+/// Checks that a tile is whole: a vector tile gzip-compressed as stored
+/// (an archive's) by its signature; any other by its framing, and an image
+/// by the size it declares.
+pub(crate) fn check_tile(
+    bytes: &[u8],
+    format: TileFormat,
+    size: (u32, u32),
+) -> Result<(), Incomplete> {
+    if format == TileFormat::Mvt && bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(());
+    }
+    check_complete(bytes, format).and_then(|()| same_size(bytes, format, size))
+}
+
+/// Checks that an image tile declares the tile's size (an MVT has none).
+fn same_size(
+    bytes: &[u8],
+    format: TileFormat,
+    (width, height): (u32, u32),
+) -> Result<(), Incomplete> {
+    let image = match format {
+        TileFormat::Mvt | TileFormat::Mlt => return Ok(()),
+        TileFormat::Mixed | TileFormat::Png8 => TileFormat::sniff(bytes).unwrap_or(TileFormat::Png),
+        other => other,
+    };
+    let wrong = |reason: String| Incomplete {
+        format: "image",
+        reason,
+    };
+    match tessera_image::declared_size(bytes, image) {
+        Ok(size) if size == (width, height) => Ok(()),
+        Ok((w, h)) => Err(wrong(format!(
+            "it declares {w}x{h} pixels, not the tile's {width}x{height}"
+        ))),
+        Err(e) => Err(wrong(e.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

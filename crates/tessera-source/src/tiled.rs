@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tessera_grid::{BBox, TileCoord, TileFormat, TileMatrix, TileMatrixSet, TileRange};
 use tessera_image::{Raster, RgbaImage, decode};
 
-use crate::complete::check_complete;
+use crate::complete::check_tile;
 use crate::warp::{empty_raster, warp_rgba};
 use crate::{
     AskedValue, Crs, Found, Listed, Resampling, Source, SourceError, SourceInfo, TileMetadata,
@@ -522,44 +522,6 @@ impl Source for TiledSource {
                     None => Ok(None),
                 }),
         )
-    }
-}
-
-/// Checks that a tile is whole: a vector tile gzip-compressed as stored
-/// (an archive's) by its signature; any other by its framing, and an image
-/// by the size it declares.
-fn check_tile(
-    bytes: &[u8],
-    format: TileFormat,
-    size: (u32, u32),
-) -> Result<(), crate::complete::Incomplete> {
-    if format == TileFormat::Mvt && bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(());
-    }
-    check_complete(bytes, format).and_then(|()| same_size(bytes, format, size))
-}
-
-/// Checks that an image tile declares the tile's size (an MVT has none).
-fn same_size(
-    bytes: &[u8],
-    format: TileFormat,
-    (width, height): (u32, u32),
-) -> Result<(), crate::complete::Incomplete> {
-    let image = match format {
-        TileFormat::Mvt | TileFormat::Mlt => return Ok(()),
-        TileFormat::Mixed | TileFormat::Png8 => TileFormat::sniff(bytes).unwrap_or(TileFormat::Png),
-        other => other,
-    };
-    let wrong = |reason: String| crate::complete::Incomplete {
-        format: "image",
-        reason,
-    };
-    match tessera_image::declared_size(bytes, image) {
-        Ok(size) if size == (width, height) => Ok(()),
-        Ok((w, h)) => Err(wrong(format!(
-            "it declares {w}x{h} pixels, not the tile's {width}x{height}"
-        ))),
-        Err(e) => Err(wrong(e.to_string())),
     }
 }
 

@@ -108,25 +108,23 @@ impl Levels {
         crs: &Crs,
         blocks: Option<&Blocks>,
     ) -> Vec<String> {
-        let zooms: Vec<u8> = (0..=grid.max_zoom())
-            .filter(|&z| self.own_pixels(grid, z, crs).is_some())
+        let zooms: Vec<(u8, OnLevel)> = (0..=grid.max_zoom())
+            .filter_map(|z| self.own_pixels(grid, z, crs).map(|on| (z, on)))
             .collect();
         let mut lines = Vec::new();
         if zooms.is_empty() {
             return lines;
         }
+        let own: Vec<u8> = zooms.iter().map(|&(z, _)| z).collect();
         lines.push(format!(
             "tiles of {} are the raster's own pixels (read without resampling, alone) at zooms {}",
             grid.id,
-            spans(&zooms)
+            spans(&own)
         ));
         if let Some(blocks) = blocks {
             let passed: Vec<(u8, &'static str)> = zooms
                 .iter()
-                .filter_map(|&z| {
-                    let on = self.own_pixels(grid, z, crs)?;
-                    blocks.kind(grid, on).map(|k| (z, k))
-                })
+                .filter_map(|&(z, on)| blocks.kind(grid, on).map(|k| (z, k)))
                 .collect();
             for kind in ["jpeg", "webp"] {
                 let at: Vec<u8> = passed.iter().filter(|p| p.1 == kind).map(|p| p.0).collect();
@@ -179,10 +177,14 @@ pub(crate) struct Blocks {
 
 impl Blocks {
     /// Reads the block tables of the TIFF at `path` (through GDAL's
-    /// virtual file system) for `levels`; `None` when it is not a tiled
-    /// TIFF, with the reason.
+    /// virtual file system) for `levels`, on one handle kept for the
+    /// blocks; an error saying why when it is not a TIFF or is damaged.
     pub(crate) fn read(path: &str, levels: &Levels, grid: &AlignedGrid) -> Result<Blocks, String> {
-        let read = |offset: u64, len: usize| read_at(path, offset, len, true);
+        let file = VsiFile::open(path)?;
+        let read = |offset: u64, len: usize| {
+            file.read_at(offset, len, true)
+                .map_err(|e| format!("{e} of {path}"))
+        };
         let dirs = tiff::directories(&read)?;
         let images: Vec<Directory> = dirs.into_iter().filter(|d| !d.is_mask()).collect();
         let levels = levels
@@ -197,7 +199,7 @@ impl Blocks {
             .collect();
         Ok(Blocks {
             path: path.to_string(),
-            files: Mutex::new(Vec::new()),
+            files: Mutex::new(vec![file]),
             levels,
             bands: grid.bands(),
             has_alpha: grid.has_alpha(),
@@ -289,9 +291,7 @@ impl Blocks {
                 }),
         )
     }
-}
 
-impl Blocks {
     /// `len` bytes at `offset`, on a pooled open handle (at most
     /// [`FILES_KEPT`] kept): no open and close per tile.
     fn read_block(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
@@ -381,15 +381,6 @@ fn with_tables(block: &[u8], tables: &[u8]) -> Bytes {
     out.extend_from_slice(inner);
     out.extend_from_slice(&block[2..]);
     Bytes::from(out)
-}
-
-/// `len` bytes of the file at `path` (GDAL's virtual file system: local,
-/// `/vsicurl/`, `/vsis3/`...) from `offset`: all of them, or (`short_ok`)
-/// as many as the file has.
-fn read_at(path: &str, offset: u64, len: usize, short_ok: bool) -> Result<Vec<u8>, String> {
-    VsiFile::open(path)?
-        .read_at(offset, len, short_ok)
-        .map_err(|e| format!("{e} of {path}"))
 }
 
 #[cfg(test)]

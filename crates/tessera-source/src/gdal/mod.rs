@@ -265,29 +265,18 @@ impl GdalSource {
         }
     }
 
-    /// A block passed through, once checked whole and of the tile's size:
-    /// a damaged file's block is an error, never a stored tile.
+    /// A block passed through, once checked whole and of the tile's size
+    /// ([`crate::complete::check_tile`], as upstream tiles are): a damaged
+    /// file's block is an error, never a stored tile.
     fn checked(
         &self,
         bytes: bytes::Bytes,
         format: tessera_grid::TileFormat,
         grid: &tessera_grid::TileMatrixSet,
     ) -> Result<Option<bytes::Bytes>, SourceError> {
-        let image = match format {
-            tessera_grid::TileFormat::Mixed => tessera_grid::TileFormat::Jpeg,
-            other => other,
-        };
-        let size = crate::complete::check_complete(&bytes, image)
-            .map_err(|e| e.to_string())
-            .and_then(|()| tessera_image::declared_size(&bytes, image).map_err(|e| e.to_string()));
-        match size {
-            Ok(size) if size == (grid.tile_width, grid.tile_height) => Ok(Some(bytes)),
-            Ok((w, h)) => Err(self.read_err(&format!(
-                "a block of {w}x{h} pixels where a tile has {}x{}",
-                grid.tile_width, grid.tile_height
-            ))),
-            Err(e) => Err(self.read_err(&format!("a damaged block: {e}"))),
-        }
+        crate::complete::check_tile(&bytes, format, (grid.tile_width, grid.tile_height))
+            .map(|()| Some(bytes))
+            .map_err(|e| self.read_err(&format!("a damaged block: {e}")))
     }
 
     /// The source's footprint in `crs`, remembered per CRS.
