@@ -10,6 +10,7 @@ import re
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -301,6 +302,61 @@ def test_cached_tiles_are_keyed_by_the_items_under_them(server, catalogue):
     finally:
         sql(dsn, "SELECT delete_item('clearer')")
     assert get(inside) == ("HIT", before[inside]), "the catalogue as it was is not its first key"
+
+
+def test_truncating_a_layer_removes_its_tiles_at_every_state_of_the_catalogue(catalogue, tmp_path,
+                                                                               tmp_path_factory):
+    """Tiles cached at an earlier state of the catalogue (under another
+    `~items=` key) go too: the catalogue back at that state renders anew,
+    and the file store keeps no tile of the layer under any key."""
+    dsn, items, folder = catalogue
+    token = "stac-truncate-token-0123456789"
+    cache = tmp_path / "cache"
+    config = tmp_path / "tessera.yaml"
+    config.write_text(f"""
+stores:
+  disk: {{ type: file, path: {cache} }}
+admin: {{ token: {token} }}
+layers:
+  - name: scenes
+    source: {{ type: stac, pgstac: {dsn}, search: {{ collections: [scenes] }}, asset: visual,
+               resampling: nearest }}
+    cache: {{ store: disk }}
+""")
+    inside = tile_of(6.065, 49.745, 14)
+
+    def get():
+        status, headers, body = http_get(server, "/tiles/scenes/WebMercatorQuad/%d/%d/%d.png" % inside)
+        assert status == 200, body[:300]
+        return headers["X-Cache"]
+
+    def stored():
+        return sorted(str(p.relative_to(cache)) for p in cache.glob("scenes*/**/*.png"))
+
+    w, s, e, n = lonlat_bounds(*inside)
+    west, north = round(w / PIXEL) * PIXEL, round(n / PIXEL) * PIXEL
+    path = make_scene(folder / "passing.tif", 97, west, north)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        assert get() == "MISS"
+        sql(dsn, "SELECT create_item(%s::jsonb)", json.dumps(item("passing", path, west, north, 0, 22)))
+        try:
+            assert get() == "MISS", "a new scene did not make a new key"
+        finally:
+            sql(dsn, "SELECT delete_item('passing')")
+        assert get() == "HIT", "the catalogue as it was is not its first key"
+        keys = {p.split("/")[0] for p in stored()}
+        assert len(keys) == 2 and all(k.startswith("scenes~items=") for k in keys), keys
+        req = urllib.request.Request(f"{server.url}/admin/truncate?layer=scenes&zoom=0..16", method="POST",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == 200, r.read()
+        assert stored() == [], "tiles of the layer are left in the store"
+        assert get() == "MISS", "a tile of the current state survived the truncation"
+        sql(dsn, "SELECT create_item(%s::jsonb)", json.dumps(item("passing", path, west, north, 0, 22)))
+        try:
+            assert get() == "MISS", "a tile of a past state survived the truncation"
+        finally:
+            sql(dsn, "SELECT delete_item('passing')")
 
 
 def test_a_tile_past_a_limit_is_drawn_from_what_was_read_and_says_so(server):

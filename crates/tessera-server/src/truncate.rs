@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tessera_store::{StoreError, TruncateProgress, TruncateReport};
+use tessera_store::{StoreError, TileArea, TileStore, TruncateProgress, TruncateReport};
 
 use crate::plan::TilePlan;
 
@@ -43,6 +43,17 @@ pub enum TruncateError {
     /// The blocking task failed.
     #[error("the truncation task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// The layer's tiles are keyed by its source's state and the store
+    /// cannot list the keys they are under.
+    #[error(
+        "layer key {layer:?} keys its tiles by its source's state and the {store} store cannot list them"
+    )]
+    CannotList {
+        /// The store's kind.
+        store: String,
+        /// The layer key.
+        layer: String,
+    },
     /// The job ended without telling how.
     #[error("the truncation job ended without an outcome")]
     Lost,
@@ -69,7 +80,8 @@ pub async fn truncate_counted(
     let mut area = plan.tile_area();
     area.progress = progress;
     let store = cache.store.clone();
-    let report = tokio::task::spawn_blocking(move || store.truncate(&area))
+    let states = crate::tile_cache::state::keyed_by_state(&plan.layer);
+    let report = tokio::task::spawn_blocking(move || truncate_area(store.as_ref(), area, states))
         .await
         .map_err(TruncateError::Task)??;
     let announced = match &cache.coordinator {
@@ -82,6 +94,37 @@ pub async fn truncate_counted(
         None => Ok(false),
     };
     Ok(Truncated { report, announced })
+}
+
+/// Removes `area`'s tiles from `store`; with `states`, also under every
+/// key the layer's tiles were stored under at a state of its source
+/// (`layer~items=...`, [`crate::tile_cache::state`]), past states included:
+/// they are found by one listing of the store's layer keys.
+fn truncate_area(
+    store: &dyn TileStore,
+    area: TileArea,
+    states: bool,
+) -> Result<TruncateReport, TruncateError> {
+    let mut report = store.truncate(&area)?;
+    if !states {
+        return Ok(report);
+    }
+    let prefix = crate::tile_cache::state::state_prefix(&area.layer);
+    let Some(keys) = store.layer_keys(&prefix, &area.grid, area.format)? else {
+        return Err(TruncateError::CannotList {
+            store: store.name().to_string(),
+            layer: area.layer,
+        });
+    };
+    for key in keys {
+        let one = store.truncate(&TileArea {
+            layer: key,
+            ..area.clone()
+        })?;
+        report.objects_deleted += one.objects_deleted;
+        report.objects_rewritten += one.objects_rewritten;
+    }
+    Ok(report)
 }
 
 /// How a truncation job ended: what it removed, or why it failed.

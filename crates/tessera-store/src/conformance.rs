@@ -23,6 +23,7 @@ pub fn run_all(store: &Arc<dyn TileStore>) {
     put_many_is_put_each(store.as_ref());
     delete_removes(store.as_ref());
     truncate_removes_the_area_only(store.as_ref());
+    layer_keys_name_the_held_keys(store.as_ref());
     all_exist_agrees_with_exists(store.as_ref());
     get_many_agrees_with_get(store.as_ref());
     empty_tile_refused(store.as_ref());
@@ -181,6 +182,43 @@ fn delete_removes(store: &dyn TileStore) {
         "deleted tile does not exist"
     );
     store.delete(&k).expect("deleting a missing tile succeeds");
+}
+
+fn layer_keys_name_the_held_keys(store: &dyn TileStore) {
+    let held = [
+        "c-keys~items=00aa",
+        "c-keys~items=00bb",
+        "c-keys~time=1~items=0c",
+    ];
+    let others = ["c-keys", "c-keysx~items=00dd", "c-other~items=00aa"];
+    for (i, layer) in held.iter().chain(&others).enumerate() {
+        store
+            .put(
+                &key(layer, 3, i as u64, 2, TileFormat::Png),
+                payload(i as u8, 20),
+                Durability::Buffered,
+            )
+            .expect("put");
+    }
+    let Some(keys) = store
+        .layer_keys("c-keys~items=", "WebMercatorQuad", TileFormat::Png)
+        .expect("layer_keys")
+    else {
+        panic!("layer_keys: {} cannot list its layer keys", store.name());
+    };
+    assert_eq!(
+        keys,
+        ["c-keys~items=00aa", "c-keys~items=00bb"],
+        "layer_keys names the keys under the prefix, sorted, once each"
+    );
+    let none = store
+        .layer_keys("c-none~items=", "WebMercatorQuad", TileFormat::Png)
+        .expect("layer_keys");
+    assert_eq!(
+        none,
+        Some(vec![]),
+        "layer_keys of an unknown prefix is empty"
+    );
 }
 
 fn truncate_removes_the_area_only(store: &dyn TileStore) {

@@ -546,6 +546,29 @@ impl TileStore for FileStore {
         Ok(true)
     }
 
+    /// The root's layer directories named with `prefix` that have a
+    /// directory for `grid` (any format: the format is in the file names).
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        _format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let mut keys: Vec<String> = subdirs(&self.root)
+            .map_err(|e| StoreError::Io {
+                store: "file".into(),
+                op: "list",
+                key: self.root.display().to_string(),
+                source: e.to_string().into(),
+            })?
+            .into_iter()
+            .filter(|(name, dir)| name.starts_with(prefix) && dir.join(grid).is_dir())
+            .map(|(name, _)| name)
+            .collect();
+        keys.sort();
+        Ok(Some(keys))
+    }
+
     /// A walk of `root/layer/grid/z/x/`, summing the files' sizes (the
     /// store's own directories, whose names start with a dot, left out).
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {

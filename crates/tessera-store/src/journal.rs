@@ -353,6 +353,22 @@ impl TileStore for JournalStore {
         })
     }
 
+    /// From the index: the layers of its live tiles.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let mut keys = std::collections::BTreeSet::new();
+        self.index.for_each_live(|key, _| {
+            if key.layer.starts_with(prefix) && key.grid == grid && key.format == format {
+                keys.insert(key.layer.clone());
+            }
+        });
+        Ok(Some(keys.into_iter().collect()))
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();

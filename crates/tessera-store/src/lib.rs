@@ -293,6 +293,25 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         Ok(false)
     }
 
+    /// The layer keys starting with `prefix` under which the store may
+    /// hold tiles of `grid` in `format`, sorted, each once: every key it
+    /// holds such tiles under is named (a store that lists directories may
+    /// also name a key whose tiles are all gone). `None`: the store cannot
+    /// list its keys. For truncating the keys a layer's tiles were stored
+    /// under at other states of its source (`layer~items=...`): costs one
+    /// listing of the store's layer keys (a directory, a bucket prefix with
+    /// a delimiter, the journal's or the memory's index), never a walk of
+    /// the tiles.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let _ = (prefix, grid, format);
+        Ok(None)
+    }
+
     /// Tiles and bytes the store holds per layer key and zoom, counted from
     /// what it holds (a directory walk, a query per MBTiles file, the
     /// journal's index, a quota's index): `None` for a store that cannot

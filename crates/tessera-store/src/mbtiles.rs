@@ -458,6 +458,25 @@ impl TileStore for MbtilesStore {
     }
 
     /// One query per file (`layer.grid.ext.mbtiles`), read-only.
+    /// The directory's files of `grid` and `format` whose layer starts
+    /// with `prefix`.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let mut keys: Vec<String> = self
+            .files_here()?
+            .into_iter()
+            .filter(|(_, layer, g, f)| layer.starts_with(prefix) && g == grid && *f == format)
+            .map(|(_, layer, _, _)| layer)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(Some(keys))
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         let mut counts: std::collections::BTreeMap<(String, u8), (u64, u64)> =
             std::collections::BTreeMap::new();

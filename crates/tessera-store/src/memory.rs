@@ -293,6 +293,34 @@ impl TileStore for MemoryStore {
         self.inner.as_ref().map_or(Ok(false), |i| i.scan(matrix, f))
     }
 
+    /// The keys of the tiles held in memory (a scan of what is held), with
+    /// the inner store's; `None` when the inner store cannot list them.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let inner = match &self.inner {
+            Some(inner) => match inner.layer_keys(prefix, grid, format)? {
+                Some(keys) => keys,
+                None => return Ok(None),
+            },
+            None => Vec::new(),
+        };
+        let mut keys: std::collections::BTreeSet<String> = inner.into_iter().collect();
+        keys.extend(
+            self.lock()
+                .tiles
+                .iter()
+                .filter(|(k, _)| {
+                    k.layer.starts_with(prefix) && k.grid == grid && k.format == format
+                })
+                .map(|(k, _)| k.layer.clone()),
+        );
+        Ok(Some(keys.into_iter().collect()))
+    }
+
     fn count_by_zoom(&self) -> Result<Option<Vec<crate::quota::ZoomUsage>>, StoreError> {
         self.inner.as_ref().map_or(Ok(None), |i| i.count_by_zoom())
     }

@@ -235,6 +235,33 @@ impl ObjectIo {
             .join(z.to_string().as_str())
     }
 
+    /// The names (decoded) of the "directories" right under the store's
+    /// prefix that start with `start` (layer keys), sorted: one listing with a
+    /// delimiter (a page per thousand names), never a walk of the objects.
+    pub fn layer_dirs(&self, start: &str) -> Result<Vec<String>, StoreError> {
+        let store = self.store.clone();
+        let under = self.prefix.clone();
+        let listed = self
+            .run(async move { store.list_with_delimiter(Some(&under)).await })
+            .map_err(|e| Self::io("list", self.prefix.as_ref(), e))?;
+        // Names come as stored: with the characters object keys avoid
+        // (`~` among them) percent-encoded.
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename())
+            .filter_map(|name| {
+                percent_encoding::percent_decode_str(name)
+                    .decode_utf8()
+                    .ok()
+            })
+            .filter(|name| name.starts_with(start))
+            .map(std::borrow::Cow::into_owned)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Lists the keys under `prefix` in key order, handing each page of at
     /// most `page_len` keys to `each`; stops at the end, at an error, or
     /// when `progress` is cancelled (as `store`).

@@ -187,6 +187,17 @@ impl TileStore for TileObjectStore {
         self.io.delete(&[self.key_path(key)], 1).map(|_| ())
     }
 
+    /// One listing of the layer keys under the store's prefix (with a
+    /// delimiter: the keys, not their objects); any grid and format.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        _grid: &str,
+        _format: TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        self.io.layer_dirs(prefix).map(Some)
+    }
+
     /// Deletes the area's tiles by computed key, in batches; a range of
     /// more keys than `truncate_list_above` (a whole zoom of a deep grid) is
     /// instead found by listing its zoom's prefix, page by page, so that

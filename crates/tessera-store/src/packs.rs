@@ -674,6 +674,17 @@ impl TileStore for PackStore {
         })
     }
 
+    /// One listing of the layer keys under the store's prefix (with a
+    /// delimiter: the keys, not their objects); any grid and format.
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        _grid: &str,
+        _format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        self.io.layer_dirs(prefix).map(Some)
+    }
+
     /// Packs wholly inside the area are deleted by computed key, in batches;
     /// packs on its border are rewritten without the area's tiles. Nothing
     /// is listed.

@@ -1145,6 +1145,15 @@ impl TileStore for QuotaStore {
         Ok(report)
     }
 
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        self.inner.layer_keys(prefix, grid, format)
+    }
+
     /// From the index (cheap): the tiles the quota knows.
     fn count_by_zoom(&self) -> Result<Option<Vec<ZoomUsage>>, StoreError> {
         self.by_zoom().map(Some)

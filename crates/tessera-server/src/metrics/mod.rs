@@ -887,6 +887,17 @@ impl TileStore for TimedStore {
             .store_op(self.name(), "all_exist", || self.inner.all_exist(keys))
     }
 
+    fn layer_keys(
+        &self,
+        prefix: &str,
+        grid: &str,
+        format: tessera_grid::TileFormat,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        self.metrics.store_op(self.name(), "layer_keys", || {
+            self.inner.layer_keys(prefix, grid, format)
+        })
+    }
+
     fn truncate(&self, area: &TileArea) -> Result<TruncateReport, StoreError> {
         self.metrics
             .store_op(self.name(), "truncate", || self.inner.truncate(area))

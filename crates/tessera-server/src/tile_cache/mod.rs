@@ -31,7 +31,7 @@ mod lookup;
 mod metatile_seed;
 mod miss;
 mod passthrough;
-mod state;
+pub(crate) mod state;
 #[cfg(test)]
 mod tests;
 mod types;

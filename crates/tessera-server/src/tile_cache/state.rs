@@ -58,7 +58,13 @@ pub async fn at_state(req: &TileRequest, cache: &LayerCache) -> Result<TileReque
 /// hex (the state itself can be long: every item's id).
 fn state_key(base: &str, state: &str) -> String {
     let hash = tessera_store::content_hash(state.as_bytes());
-    format!("{base}~items={:016x}", hash as u64)
+    format!("{}{:016x}", state_prefix(base), hash as u64)
+}
+
+/// What every key of layer key `base` at some state of its source starts
+/// with (truncation lists them, past states included).
+pub fn state_prefix(base: &str) -> String {
+    format!("{base}~items=")
 }
 
 #[cfg(test)]
