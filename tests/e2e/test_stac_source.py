@@ -80,6 +80,9 @@ def catalogue(tmp_path_factory):
     folder = tmp_path_factory.mktemp("scenes")
     collection = {"type": "Collection", "stac_version": "1.0.0", "id": "scenes", "description": "test scenes",
                   "license": "proprietary", "links": [],
+                  # As most catalogues do: pgSTAC then keeps items without
+                  # what these hold (dehydrated), and tessera hydrates them.
+                  "item_assets": {"visual": {"type": "image/tiff; application=geotiff", "roles": ["visual"]}},
                   "extent": {"spatial": {"bbox": [[5.9, 49.6, 6.3, 49.9]]},
                              "temporal": {"interval": [["2024-06-01T00:00:00Z", "2024-06-30T00:00:00Z"]]}}}
     sql(dsn, "SELECT create_collection(%s::jsonb)", json.dumps(collection))
@@ -92,6 +95,8 @@ def catalogue(tmp_path_factory):
         path = make_scene(folder / f"{scene_id}.tif", index, west, north)
         items.append(item(scene_id, path, west, north, cloud, day))
     sql(dsn, "SELECT create_items(%s::jsonb)", json.dumps(items))
+    kept = sql(dsn, "SELECT content->'assets'->'visual' FROM items WHERE id = 's1'")[0][0]
+    assert "type" not in kept and kept["href"] == items[1]["assets"]["visual"]["href"], kept
     yield dsn, items, folder
     sql(server, f"DROP DATABASE {name} WITH (FORCE)")
 
