@@ -21,16 +21,22 @@ def curl_pass(base, paths, clients=8, timeout=900):
     """Seconds for one curl process to ask every path once, `clients` at a
     time (connections reused: the client costs far less than a server);
     any answer but 200 stops the benchmark."""
+    return curl_pass_hits(base, paths, clients, timeout)[0]
+
+
+def curl_pass_hits(base, paths, clients=8, timeout=900):
+    """`curl_pass`, and how many answers said `X-Cache: HIT`."""
     config = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)
     start = time.monotonic()
     out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-max", str(clients),
-                          "-w", "%{http_code}\\n", "-K", "-"], input=config, capture_output=True, text=True,
-                         check=True, timeout=timeout).stdout
+                          "-w", "%{http_code} %header{x-cache}\\n", "-K", "-"], input=config, capture_output=True,
+                         text=True, check=True, timeout=timeout).stdout
     took = time.monotonic() - start
-    codes = out.split()
+    answers = [line.split() for line in out.splitlines() if line.strip()]
+    codes = [a[0] for a in answers]
     if len(codes) != len(paths) or set(codes) != {"200"}:
         raise SystemExit(f"a pass on {base} answered {sorted(set(codes))} for {len(codes)} of {len(paths)}")
-    return took
+    return took, sum(1 for a in answers if a[1:] == ["HIT"])
 
 
 def free_port():

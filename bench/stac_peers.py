@@ -34,7 +34,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from common import ROOT, ensure_tools, free_port, machine, run_load, tessera_process, wait_http, wait_quiet, wrk
+from common import ROOT, curl_pass_hits, ensure_tools, free_port, machine, tessera_process, wait_http, wait_quiet, wrk
 
 PIXEL = 0.0001
 SIZE = 1024
@@ -144,14 +144,13 @@ class Titiler:
         self.log.close()
 
 
-def measure(port, paths, clients, runs_of):
+def measure(port, paths, clients):
     """Tiles per second of asking `paths` once each over `clients`
-    connections; errors stop the benchmark."""
+    connections of one curl (a client that costs far less than either
+    server), and how many were cache hits; errors stop the benchmark."""
     wait_quiet()
-    seconds, latencies, errors, hits = run_load(port, paths, clients)
-    if errors:
-        raise SystemExit(f"errors: {errors[:3]}")
-    return len(paths) / seconds, statistics.median(latencies), hits
+    seconds, hits = curl_pass_hits(f"http://127.0.0.1:{port}", paths, clients)
+    return len(paths) / seconds, hits
 
 
 def main():
@@ -202,14 +201,19 @@ layers:
 """
         titiler = Titiler(args.venv, dsn, work)
         results = {}
-        asked = set()
+        # Every tile any run asks, distinct: one first tile (zoom 13) and
+        # 2 x --tiles for the two connection counts per run.
+        firsts = tile_list(inner, [13], args.runs, 1000)
+        pool = [t for t in tile_list(inner, [12, 13, 14, 15], 2 * args.tiles * args.runs + args.runs, 100)
+                if t not in firsts][:2 * args.tiles * args.runs]
+        if len(pool) < 2 * args.tiles * args.runs:
+            raise SystemExit("the area holds too few tiles for --runs x --tiles: more --scenes")
         with tessera_process(args.binary, config, work / "tessera") as (port, _):
             for run in range(args.runs):
                 # A search neither server has seen: time to its first tile.
                 search = {"collections": ["bench"], "datetime": f"2024-05-{run + 1:02d}T00:00:00Z/2024-07-01T00:00:00Z",
                           "sortby": [{"field": "properties.eo:cloud_cover", "direction": "asc"}]}
-                first_tile = next(t for t in tile_list(inner, [13], 20, 1000 + run) if t not in asked)
-                asked.add(first_tile)
+                first_tile = firsts[run]
                 z, x, y = first_tile
                 wait_quiet()
                 t0 = time.perf_counter()
@@ -222,19 +226,17 @@ layers:
                 fetch(f"http://127.0.0.1:{titiler.port}" + titiler.paths(theirs, [first_tile])[0])
                 results.setdefault(("first tile", "titiler-pgstac"), []).append((time.perf_counter() - t0) * 1000)
                 # Distinct tiles for each connection count (none asked before).
-                fresh = [t for t in tile_list(inner, [12, 13, 14, 15], 2 * args.tiles + 1, 100 + run)
-                         if t != first_tile and t not in asked][:2 * args.tiles]
-                asked.update(fresh)
+                fresh = pool[run * 2 * args.tiles:(run + 1) * 2 * args.tiles]
                 for clients in (1, 8):
                     tiles = fresh[:args.tiles] if clients == 1 else fresh[args.tiles:]
                     mine = [f"/tiles/{ours}/WebMercatorQuad/{z}/{x}/{y}.png" for z, x, y in tiles]
-                    cold, _, hits = measure(port, mine, clients, run)
+                    cold, hits = measure(port, mine, clients)
                     assert hits == 0, f"{hits} cold tiles were hits"
-                    other, _, _ = measure(titiler.port, titiler.paths(theirs, tiles), clients, run)
+                    other, _ = measure(titiler.port, titiler.paths(theirs, tiles), clients)
                     # Warm: the same tiles again and again for --warm-seconds
                     # (wrk), every one a hit in tessera, a render in
                     # titiler-pgstac.
-                    _, _, hits = measure(port, mine, clients, run)
+                    _, hits = measure(port, mine, clients)
                     assert hits == len(mine), f"only {hits} of {len(mine)} warm tiles were hits"
                     listed = work / f"warm-{run}-{clients}.txt"
                     listed.write_text("\n".join(mine) + "\n")
@@ -262,23 +264,32 @@ layers:
             "about 10 m pixels, local files), each overlapping its neighbours by half, random cloud cover, in a "
             "fresh pgSTAC 0.9 database; the search: the collection, clearest first, `first` per pixel, nearest "
             f"resampling, PNG. {args.tiles} distinct random tiles at zooms 12-15 inside the area per connection "
-            "count and run, each asked once cold (never asked before by either server, a Python client on keep-alive "
-            "connections), then warm: the same tiles cycled for --warm-seconds with wrk (tessera answers from "
+            "count and run, each asked once cold (never asked before by either server; one curl process, "
+            "`--parallel` over reused connections), then warm: the same tiles cycled for --warm-seconds with wrk (tessera answers from "
             "its cache; titiler-pgstac, which caches nothing, renders them again with its GDAL caches warm); "
             "titiler-pgstac 3.2.0 under uvicorn with 2 workers and TCP_NODELAY (`bench/titiler_nodelay.py`), "
-            "tessera with its cache in memory and 1 x 1 metatiles.",
+            "tessera with its cache in memory and 1 x 1 metatiles. Tiles/s are medians of the runs; a ratio is "
+            "the median of each run's ratio (the two servers measured back to back: this host's speed drifts "
+            "between runs).",
             "",
             "| | tessera | titiler-pgstac | ratio |",
             "|---|---:|---:|---:|",
         ]
+        def paired(ours, theirs):
+            """The median of each run's ratio: the two were measured back
+            to back, so a host slowing down between runs moves both."""
+            return statistics.median(o / t for o, t in zip(results[ours], results[theirs]))
+
         for clients in (1, 8):
             ours, theirs = med[("cold", clients, "tessera")], med[("cold", clients, "titiler-pgstac")]
+            ratio = paired(("cold", clients, "tessera"), ("cold", clients, "titiler-pgstac"))
             lines.append(f"| cold, {clients} connection{'s' if clients > 1 else ''} | {ours:.1f} tiles/s | "
-                         f"{theirs:.1f} tiles/s | {ours / theirs:.1f}x |")
+                         f"{theirs:.1f} tiles/s | {ratio:.1f}x |")
         for clients in (1, 8):
             ours, theirs = med[("warm", clients, "tessera")], med[("again", clients, "titiler-pgstac")]
+            ratio = paired(("warm", clients, "tessera"), ("again", clients, "titiler-pgstac"))
             lines.append(f"| warm, {clients} connection{'s' if clients > 1 else ''} (titiler-pgstac renders "
-                         f"again) | {ours:.0f} tiles/s | {theirs:.1f} tiles/s | {ours / theirs:.0f}x |")
+                         f"again) | {ours:.0f} tiles/s | {theirs:.1f} tiles/s | {ratio:.0f}x |")
         ours, theirs = med[("first tile", "tessera")], med[("first tile", "titiler-pgstac")]
         lines.append(f"| time to first tile of a new search | {ours:.0f} ms | {theirs:.0f} ms | "
                      f"{theirs / ours:.1f}x |")
