@@ -170,6 +170,23 @@ def test_searches_are_limited_in_number_and_expire_unused(catalogue, tmp_path_fa
         assert register(server, two)[0] == 201
 
 
+def test_searches_on_one_database_share_its_connections(catalogue, tmp_path_factory):  # noqa: F811
+    """Each registered search is a source of its own; on one database they
+    share one pool, so twenty searches drawn do not hold twenty pools of
+    connections (pgSTAC's server allows 100 in all)."""
+    dsn, _, _ = catalogue
+    config = write_config(tmp_path_factory.mktemp("many"), dsn, name="many", most=30)
+    with serving(tmp_path_factory, "--config", str(config)) as server:
+        for day in range(1, 21):
+            body = {"collections": ["scenes"], "datetime": f"2024-05-{day:02d}T00:00:00Z/2024-07-01T00:00:00Z"}
+            status, registered = register(server, body)
+            assert status == 201, registered
+            assert tile(server, registered["layer"], *TILES[0])[0] == 200
+        held = sql(dsn, "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND application_name = 'tessera'")[0][0]
+        assert 1 <= held <= 4, f"{held} connections held for 20 searches drawn one after another"
+
+
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8">
 <link rel="stylesheet" href="{tessera}/static/maplibre-gl.css">

@@ -8,7 +8,7 @@
 //! is what was read (logged), never a hang.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -141,8 +141,9 @@ const STATES_KEPT: usize = 4096;
 
 /// Where the items are found.
 enum Catalogue {
-    /// pgSTAC, through its SQL functions.
-    Pg(Pg),
+    /// pgSTAC, through its SQL functions (a pool shared by the sources on
+    /// one database).
+    Pg(Arc<Pg>),
     /// A STAC API, over HTTP.
     Api(StacApi),
 }
@@ -155,11 +156,17 @@ struct Pg {
     /// Collections' `base_item`s, read once each: items are hydrated with
     /// them here ([`hydrate::hydrate`]).
     base_items: Mutex<HashMap<String, Arc<Value>>>,
+    /// pgSTAC's version, as it answered when the pool was opened.
+    version: String,
 }
 
-/// Statements kept prepared on one connection (a search's state and page
-/// queries, a few searches' worth); past this they are all forgotten.
-const PREPARED_KEPT: usize = 32;
+/// Idle connections a pool keeps; one given back past this is closed.
+const IDLE_KEPT: usize = 32;
+
+/// Statements kept prepared on one connection (each search's state and
+/// page queries: the sources on one database share its connections); past
+/// this they are all forgotten.
+const PREPARED_KEPT: usize = 256;
 
 /// A pooled connection and the statements prepared on it: a query asked
 /// again (every tile's state and page, the window as parameters) is one
@@ -253,20 +260,37 @@ fn db_config(url: &str, spec: &StacSpec) -> Result<postgres::Config, String> {
     Ok(config)
 }
 
+/// The pgSTAC databases open in the process, by URL and statement
+/// timeout: every source on one database (each registered search is one)
+/// shares its pool, its prepared statements and its base items, so that a
+/// thousand searches do not hold a thousand pools of connections.
+static SHARED: LazyLock<Mutex<HashMap<String, Weak<Pg>>>> = LazyLock::new(Mutex::default);
+
 impl Pg {
-    /// Connects to pgSTAC at `url` and checks it is installed: its
+    /// The pool of pgSTAC at `url`, shared with the other sources on it
+    /// (connected and checked once: pgSTAC is installed), and pgSTAC's
     /// version.
-    fn open(url: &str, spec: &StacSpec) -> Result<(Pg, String), String> {
-        let config = db_config(url, spec)?;
-        let pg = Pg {
-            config,
+    fn open(url: &str, spec: &StacSpec) -> Result<(Arc<Pg>, String), String> {
+        let key = format!("{url}\n{}", spec.statement_timeout_ms);
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pg) = shared.get(&key).and_then(Weak::upgrade) {
+            let version = pg.version.clone();
+            return Ok((pg, version));
+        }
+        let mut pg = Pg {
+            config: db_config(url, spec)?,
             idle: Mutex::new(Vec::new()),
             shown: shown_url(url),
             base_items: Mutex::default(),
+            version: String::new(),
         };
-        let version: String = pg
+        pg.version = pg
             .query_one("SELECT pgstac.get_version()", &[])
             .map_err(|e| format!("is pgSTAC installed (pypgstac migrate)? {e}"))?;
+        let pg = Arc::new(pg);
+        shared.retain(|_, p| p.strong_count() > 0);
+        shared.insert(key, Arc::downgrade(&pg));
+        let version = pg.version.clone();
         Ok((pg, version))
     }
 
@@ -453,10 +477,10 @@ impl Pg {
 
     /// Returns `conn` to the pool.
     fn give_back(&self, conn: Conn) {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(conn);
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_KEPT {
+            idle.push(conn);
+        }
     }
 
     /// The ids and row versions (`xmin`: a new one for every insert or
@@ -1045,10 +1069,18 @@ impl StacSource {
 
 /// pgSTAC's table of searches (`pgstac.searches`), where registered
 /// searches are kept by their hash, as titiler-pgstac keeps them.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SearchTable {
-    config: postgres::Config,
+    pg: Arc<Pg>,
     shown: String,
+}
+
+impl std::fmt::Debug for SearchTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchTable")
+            .field("shown", &self.shown)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why the search table did not answer as asked.
@@ -1067,8 +1099,8 @@ pub enum SearchTableError {
 pub type KeptSearch = (String, Value, Value);
 
 impl SearchTable {
-    /// The search table of the database of `spec` (connected per call,
-    /// with `spec`'s timeouts).
+    /// The search table of the database of `spec`, through the pool the
+    /// sources on that database share (connected and checked now).
     pub fn new(spec: &StacSpec) -> Result<SearchTable, SourceError> {
         let shown = spec.shown();
         let Some(url) = &spec.pgstac else {
@@ -1077,11 +1109,11 @@ impl SearchTable {
                 source: "registered searches are kept in pgSTAC: the layer needs `pgstac`".into(),
             });
         };
-        let config = db_config(url, spec).map_err(|e| SourceError::Open {
+        let (pg, _) = Pg::open(url, spec).map_err(|e| SourceError::Open {
             path: shown.clone(),
             source: e.into(),
         })?;
-        Ok(SearchTable { config, shown })
+        Ok(SearchTable { pg, shown })
     }
 
     fn fail(&self, e: &postgres::Error) -> SearchTableError {
@@ -1091,23 +1123,31 @@ impl SearchTable {
         }
     }
 
-    fn connect(&self) -> Result<postgres::Client, SearchTableError> {
-        self.config
-            .connect(postgres::NoTls)
-            .map_err(|e| SearchTableError::Unavailable(self.shown.clone(), e.to_string()))
+    /// `f` run on a pooled connection, given back after.
+    fn with_client<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, SearchTableError> {
+        let mut conn = self
+            .pg
+            .client()
+            .map_err(|e| SearchTableError::Unavailable(self.shown.clone(), e.to_string()))?;
+        let out = f(&mut conn.client).map_err(|e| self.fail(&e))?;
+        self.pg.give_back(conn);
+        Ok(out)
     }
 
     /// Registers `search` with `metadata` (pgSTAC's `search_query`, which
     /// checks its filter): its hash.
     pub fn register(&self, search: &Value, metadata: &Value) -> Result<String, SearchTableError> {
-        let mut client = self.connect()?;
-        let row = client
-            .query_one(
-                "SELECT hash FROM pgstac.search_query($1::text::jsonb, false, $2::text::jsonb)",
-                &[&search.to_string(), &metadata.to_string()],
-            )
-            .map_err(|e| self.fail(&e))?;
-        row.try_get(0).map_err(|e| self.fail(&e))
+        self.with_client(|client| {
+            client
+                .query_one(
+                    "SELECT hash FROM pgstac.search_query($1::text::jsonb, false, $2::text::jsonb)",
+                    &[&search.to_string(), &metadata.to_string()],
+                )?
+                .try_get(0)
+        })
     }
 
     /// The searches whose metadata has `key: marker`, used within
@@ -1119,9 +1159,8 @@ impl SearchTable {
         within: Duration,
         most: usize,
     ) -> Result<Vec<KeptSearch>, SearchTableError> {
-        let mut client = self.connect()?;
-        let rows = client
-            .query(
+        let rows = self.with_client(|client| {
+            client.query(
                 "SELECT hash, search::text, metadata::text FROM pgstac.searches \
                  WHERE metadata->$1 = $2::text::jsonb \
                  AND lastused > now() - make_interval(secs => $3) \
@@ -1133,7 +1172,7 @@ impl SearchTable {
                     &i64::try_from(most).unwrap_or(i64::MAX),
                 ],
             )
-            .map_err(|e| self.fail(&e))?;
+        })?;
         let mut kept = Vec::with_capacity(rows.len());
         for row in rows {
             let (hash, search, metadata): (String, String, String) = (
@@ -1152,14 +1191,13 @@ impl SearchTable {
 
     /// Marks searches `hashes` used now (`lastused`).
     pub fn touch(&self, hashes: &[String]) -> Result<(), SearchTableError> {
-        let mut client = self.connect()?;
-        client
-            .execute(
+        self.with_client(|client| {
+            client.execute(
                 "UPDATE pgstac.searches SET lastused = now() WHERE hash = ANY($1)",
                 &[&hashes],
             )
-            .map_err(|e| self.fail(&e))?;
-        Ok(())
+        })
+        .map(drop)
     }
 }
 
