@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, machine, run_load, tessera_process, wait_quiet
+from common import ROOT, curl_load, machine, tessera_process, wait_quiet
 
 sys.path.insert(0, str(Path(__file__).parent))
 from peers import LAYER, ZOOMS, build_cog, tessera_config, tiles_z  # noqa: E402
@@ -63,7 +63,7 @@ def main():
             d = work / f"tessera-{run}-{clients}"
             d.mkdir()
             with tessera_process(args.binary, tessera_config(cog, d / "tiles"), d) as (port, _):
-                secs, _, errors, hits = run_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
+                secs, _, errors, hits = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
                                                         for z, x, y in tiles], clients)
             if errors:
                 raise SystemExit(f"tessera: {len(errors)} failed requests, first {errors[0]}")
@@ -82,7 +82,7 @@ def main():
         f"Tiles: all {len(tiles)} tiles of zooms 0-6 of WebMercatorQuad, row by row, from the 16384 x 16384 Web "
         "Mercator JPEG COG of bench/peers.py (512-pixel blocks, overviews), bilinear, PNG at tessera's default "
         "level. tessera: cold (an empty file store, 4 x 4 metatiles with an 8-pixel gutter, as in peers.md), "
-        "a Python client on keep-alive connections. The floor "
+        "one curl process asking every tile once, 1 or 8 at a time over reused connections. The floor "
         "(`cargo bench -p tessera-server --bench cold_floor`): the same tiles with no server, per tile GDAL's "
         "RasterIO of the window from the COG's overviews (no warp: the COG is in the grid) and the PNG, one "
         "dataset per thread, at 1 thread and at 2 (the machine's cores: what 8 connections can use).",
@@ -110,8 +110,17 @@ def main():
         "Zooms 3-6 of this COG are its own pixels (its overviews are the grid's resolutions), so tessera reads "
         "those tiles alone rather than cutting metatiles (docs/benchmarks/cog-tiles.md): on this pass over every "
         "tile with one connection that gives up the metatile's second core, which encoded the siblings the next "
-        "requests hit (0.76 of the floor before, 0.55 now); at 8 connections it is faster than the metatiles "
-        "were (1362 tiles/s before, 1648 now), and on random tiles several times faster.",
+        "requests hit (0.76 of the floor with metatiles, 0.55 reading alone, measured 2026-11-29); at 8 "
+        "connections it is faster than the metatiles were (1362 tiles/s with metatiles, 1648 reading alone, "
+        "the same day), and on random tiles several times faster.",
+        "",
+        "A `perf record -g` of tessera at 1 connection on this pass (2026-11-29, curl as the client): about a "
+        "fifth of its samples are the kernel switching threads (`finish_task_switch` and the wake-ups around "
+        "it: a tile passes from the connection's thread to a runtime worker, to the blocking pool that reads "
+        "it, to the encode pool, and back), the PNG encoder (fdeflate, filters, the palette check) a fifth, "
+        "libjpeg a tenth. The floor has none of those hand-offs; fewer of them per tile is where the rest of "
+        "the gap is. The client made no difference: a Python keep-alive client (before) and one curl "
+        "process (now) measure the same rates.",
         "",
     ]
     args.out.write_text("\n".join(lines))

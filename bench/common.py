@@ -24,6 +24,25 @@ def curl_pass(base, paths, clients=8, timeout=900):
     return curl_pass_hits(base, paths, clients, timeout)[0]
 
 
+def curl_load(port, paths, clients, timeout=900):
+    """`run_load` with one curl process (`--parallel` over `clients` reused
+    connections) as the client: a C client whose cost beside a server's
+    stays small where a Python one takes a share of the cores from a fast
+    server. Returns (seconds, latencies_ms, errors, cache_hits)."""
+    config = "".join(f'url = "http://127.0.0.1:{port}{p}"\noutput = "/dev/null"\n' for p in paths)
+    start = time.perf_counter()
+    out = subprocess.run(["curl", "--no-progress-meter", "--parallel", "--parallel-immediate", "--parallel-max",
+                          str(clients), "-w", "%{http_code} %{time_total} %{url} %header{x-cache}\\n", "-K", "-"],
+                         input=config, capture_output=True, text=True, timeout=timeout).stdout
+    seconds = time.perf_counter() - start
+    answers = [line.split() for line in out.splitlines() if line.strip()]
+    latencies = [float(a[1]) * 1000 for a in answers]
+    errors = [(a[2], a[0]) for a in answers if a[0] != "200"]
+    if len(answers) != len(paths):
+        errors.append(("(missing answers)", f"{len(answers)} of {len(paths)}"))
+    return seconds, latencies, errors, sum(1 for a in answers if a[3:] == ["HIT"])
+
+
 def curl_pass_hits(base, paths, clients=8, timeout=900):
     """`curl_pass`, and how many answers said `X-Cache: HIT`."""
     config = "".join(f'url = "{base}{p}"\noutput = "/dev/null"\n' for p in paths)

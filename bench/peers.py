@@ -44,7 +44,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import (ROOT, free_port, machine, mapproxy_config, nginx_static, percentile, run_load, tessera_process,
+from common import (ROOT, curl_load, free_port, machine, mapproxy_config, nginx_static, percentile, run_load, tessera_process,
                     wait_http, wait_quiet, wrk)
 
 WORLD = 20037508.342789244
@@ -439,7 +439,7 @@ def bench_cold(args, binary, venv, cog, work):
         d.mkdir()
         cfg = tessera_config(cog, d / "tiles", gdal_cache_mb=args.gdal_cache_mb, png=args.png)
         with tessera_process(binary, cfg, d) as (port, proc), PeakRss(proc.pid) as rss:
-            secs, lat, errors, _ = run_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
+            secs, lat, errors, _ = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
                                                    for z, x, y in tiles], 8)
             mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png")[2])
                                    for z, x, y in sample)
@@ -452,7 +452,7 @@ def bench_cold(args, binary, venv, cog, work):
         d.mkdir()
         with mapserver_fcgi(d, cog) as (url, ms_proc), mapproxy(venv, d, url) as (port, mp_proc):
             with PeakRss(ms_proc.pid, mp_proc.pid) as rss:
-                secs, lat, errors, _ = run_load(port, [f"/tiles/1.0.0/{LAYER}/GLOBAL_WEBMERCATOR/{z}/{x}/{y}.png?origin=nw"
+                secs, lat, errors, _ = curl_load(port, [f"/tiles/1.0.0/{LAYER}/GLOBAL_WEBMERCATOR/{z}/{x}/{y}.png?origin=nw"
                                                        for z, x, y in tiles], 8)
             mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}/tiles/1.0.0/{LAYER}/GLOBAL_WEBMERCATOR/{z}/{x}/{y}.png?origin=nw")[2])
                                    for z, x, y in sample)
@@ -480,7 +480,7 @@ def bench_cold(args, binary, venv, cog, work):
             fmt = f"/cog/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?url={cog}"
             fetch(f"http://127.0.0.1:{port}" + fmt.format(z=0, x=0, y=0))
             with PeakRss(proc.pid) as rss:
-                secs, lat, errors, _ = run_load(port, [fmt.format(z=z, x=x, y=y) for z, x, y in tiles], 8)
+                secs, lat, errors, _ = curl_load(port, [fmt.format(z=z, x=x, y=y) for z, x, y in tiles], 8)
             mean = statistics.mean(len(fetch(f"http://127.0.0.1:{port}" + fmt.format(z=z, x=x, y=y))[2])
                                    for z, x, y in sample)
         record("TiTiler (uvicorn, 2 workers)", secs, lat, errors, rss.peak, mean)
@@ -930,8 +930,9 @@ COMMANDS = """## How each server runs (bench/peers.py has the exact configuratio
   (uvicorn issue 3149), which adds a delayed-ACK wait (about 40 ms) to each keep-alive
   response. Tiles: `/cog/tiles/WebMercatorQuad/z/x/y.png?url=COG`.
 - gdal2tiles: `gdal2tiles.py --xyz -z 0-6 --processes 2 -r bilinear -w none -q COG DIR`.
-- Load: wrk 4.1 (`-t2 -c64 -d10s`, a Lua script cycling through the paths) for hits; a
-  Python keep-alive client (`bench/common.py: run_load`) for cold renders and maps.
+- Load: wrk 4.1 (`-t2 -c64 -d10s`, a Lua script cycling through the paths) for hits;
+  one curl process over 8 reused connections (`bench/common.py: curl_load`) for cold
+  tiles; a Python keep-alive client (`bench/common.py: run_load`) for maps.
 - Peak RSS: the sum over the server's process tree (workers and FastCGI children
   included), sampled every 0.1 s.
 """
