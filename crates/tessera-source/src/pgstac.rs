@@ -153,12 +153,16 @@ struct Pg {
     config: postgres::Config,
     idle: Mutex<Vec<Conn>>,
     shown: String,
-    /// Collections' `base_item`s, read once each: items are hydrated with
-    /// them here ([`hydrate::hydrate`]).
-    base_items: Mutex<HashMap<String, Arc<Value>>>,
+    /// Collections' `base_item`s, as read when (a collection updated
+    /// with new `item_assets` has a new one): items are hydrated with them
+    /// here ([`hydrate::hydrate`]).
+    base_items: Mutex<HashMap<String, (Instant, Arc<Value>)>>,
     /// pgSTAC's version, as it answered when the pool was opened.
     version: String,
 }
+
+/// How long a collection's `base_item` is used before it is read again.
+const BASE_ITEM_KEPT: Duration = Duration::from_secs(60);
 
 /// Idle connections a pool keeps; one given back past this is closed.
 const IDLE_KEPT: usize = 32;
@@ -425,13 +429,15 @@ impl Pg {
     }
 
     /// The `base_item` of `collection` (`Value::Null` when it has none or
-    /// is gone), read on `conn` the first time it is asked.
+    /// is gone), read on `conn` when it was not read in the last
+    /// [`BASE_ITEM_KEPT`].
     fn base_item(&self, conn: &mut Conn, collection: &str) -> Result<Arc<Value>, SourceError> {
-        if let Some(base) = self
+        if let Some((read, base)) = self
             .base_items
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(collection)
+            && read.elapsed() < BASE_ITEM_KEPT
         {
             return Ok(base.clone());
         }
@@ -451,7 +457,7 @@ impl Pg {
         self.base_items
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(collection.to_string(), base.clone());
+            .insert(collection.to_string(), (Instant::now(), base.clone()));
         Ok(base)
     }
 
