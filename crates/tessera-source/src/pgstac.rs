@@ -162,7 +162,7 @@ struct Pg {
 }
 
 /// How long a collection's `base_item` is used before it is read again.
-const BASE_ITEM_KEPT: Duration = Duration::from_secs(60);
+const BASE_ITEM_KEPT: Duration = Duration::from_mins(1);
 
 /// Idle connections a pool keeps; one given back past this is closed.
 const IDLE_KEPT: usize = 32;
