@@ -22,7 +22,9 @@ Medians of --runs, the two sides alternating within each run. Never run
 by CI; run it with scripts/bench-cog-tiles.
 """
 import argparse
+import atexit
 import random
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -125,6 +127,7 @@ def main():
             seen.add((z, x // 4, y // 4))
             sparse.append((z, x, y))
     work = Path(tempfile.mkdtemp(prefix="tessera-cog-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     pmtiles = make_pmtiles(args.binary, args.pmtiles, cog, listed, work)
     jpg_paths = work / "jpg.txt"
     rows = {}

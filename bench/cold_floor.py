@@ -16,8 +16,10 @@ the clock starts. Medians of --runs.
 Run it with scripts/bench-cold-floor. Never run by CI.
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,6 +51,7 @@ def main():
     cog = build_cog(args.data)
     tiles = tiles_z(ZOOMS)
     work = Path(tempfile.mkdtemp(prefix="tessera-floor-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     listed = work / "tiles.txt"
     listed.write_text("".join(f"{z} {x} {y}\n" for z, x, y in tiles))
     rows = {}

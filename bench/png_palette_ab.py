@@ -11,7 +11,9 @@ rates. docs/benchmarks/png-size.md quotes it.
 Never run by CI.
 """
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -33,6 +35,7 @@ def main():
     tiles = tiles_z(ZOOMS)
     paths = [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png" for z, x, y in tiles]
     work = Path(tempfile.mkdtemp(prefix="tessera-palette-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     rates = {}
     for run in range(args.runs):
         for palette in ("true", "false"):

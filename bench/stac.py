@@ -15,10 +15,12 @@ Run it with scripts/bench-stac. Never run by CI: it measures, it does not
 test.
 """
 import argparse
+import atexit
 import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,6 +88,7 @@ def main():
     random.seed(1)
     rows = []
     work = Path(tempfile.mkdtemp(prefix="tessera-stac-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     for count in (10, 100, 1000):
         name = f"stacbench_{uuid.uuid4().hex[:8]}"
         sql(server, f"CREATE DATABASE {name}")

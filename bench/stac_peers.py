@@ -22,9 +22,11 @@ last byte, for a search neither server has seen. Medians of --runs.
 Run it with scripts/bench-stac --peers. Never run by CI.
 """
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -169,6 +171,7 @@ def main():
         raise SystemExit("start PostGIS first: scripts/postgis start, then source var/postgis/env")
     random.seed(7)
     work = Path(tempfile.mkdtemp(prefix="tessera-stac-peers-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     name = f"stacpeers_{uuid.uuid4().hex[:8]}"
     sql(server, f"CREATE DATABASE {name}")
     dsn = server.rsplit("/", 1)[0] + "/" + name

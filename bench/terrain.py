@@ -21,9 +21,11 @@ Run it with scripts/bench-terrain, which installs TiTiler first. Never run
 by CI: it measures, it does not test.
 """
 import argparse
+import atexit
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,6 +154,7 @@ def main():
     cog = dem_cog(args.data)
     tiles = tiles_over(cog, range(9, 14), args.tiles)
     work = Path(tempfile.mkdtemp(prefix="tessera-terrain-"))
+    atexit.register(shutil.rmtree, work, True)  # gigabytes of tiles: never left behind
     rows = []
     # 1. Cold Terrain-RGB tiles against TiTiler.
     ours = [f"/tiles/dem/WebMercatorQuad/{z}/{x}/{y}.terrain-rgb.png" for z, x, y in tiles]
