@@ -23,6 +23,10 @@ pub struct Crs {
     pub authority_yx: bool,
     /// Metres per CRS unit (at the equator for geographic CRSs).
     pub meters_per_unit: f64,
+    /// [`Crs::world_x_range`], found once when the CRS is described (a
+    /// transformation from longitude/latitude per tile showed in cold
+    /// tiles' profiles).
+    world_x: Option<(f64, f64)>,
 }
 
 /// Most CRSs remembered by [`Crs::parse`] and [`Crs::from_wkt`].
@@ -140,7 +144,9 @@ impl Crs {
             authority_yx: authority_yx && auth == "EPSG",
             meters_per_unit,
             id: id.clone(),
-        })
+            world_x: None,
+        }
+        .with_world_x())
     }
 
     /// Describes a dataset's own CRS given as WKT; the identifier is
@@ -174,7 +180,9 @@ impl Crs {
             } else {
                 srs.linear_units()
             },
-        })
+            world_x: None,
+        }
+        .with_world_x())
     }
 
     /// A GDAL spatial reference in traditional GIS (x/y) axis order.
@@ -355,6 +363,16 @@ impl Crs {
     /// 20037508 in Web Mercator): past it, x wraps around the antimeridian.
     /// `None` for a CRS whose meridians converge (polar, conic, UTM).
     pub fn world_x_range(&self) -> Option<(f64, f64)> {
+        self.world_x
+    }
+
+    /// This CRS with [`Crs::world_x_range`] found.
+    fn with_world_x(mut self) -> Crs {
+        self.world_x = self.find_world_x_range();
+        self
+    }
+
+    fn find_world_x_range(&self) -> Option<(f64, f64)> {
         if self.geographic {
             return Some((-180.0, 180.0));
         }
