@@ -9,14 +9,18 @@
 //! per pixel. This is how MapServer and rio-tiler read rasters that need no
 //! reprojection.
 //!
-//! Only sources whose data bands have no nodata value and either an
-//! all-valid mask or an alpha band are read this way; the rest keep the
-//! warper, which honours them. An alpha band is read with the same
-//! resampling into the validity; GDAL's resampled `RasterIO` weighs the
-//! data bands by it (their mask), as the warper's `-srcalpha` does, so
-//! transparent pixels do not darken the edges. Output pixels whose centres
-//! fall outside the raster are left invalid (alpha 0), as the warper
-//! leaves them.
+//! Sources read this way have data bands with either an all-valid mask or
+//! an alpha band, or are one band of numbers (not bytes) with a nodata
+//! value (a DEM); the rest keep the warper, which honours every kind of
+//! mask. An alpha band is read with the same resampling into the
+//! validity; GDAL's resampled `RasterIO` weighs the data bands by it
+//! (their mask), as the warper's `-srcalpha` does, so transparent pixels
+//! do not darken the edges. A nodata value is honoured the same way:
+//! resampling weighs only valid pixels and writes the nodata value where
+//! none contributes, which is read back as invalid (a value between
+//! valid bytes could round to a byte nodata value, so byte bands with
+//! nodata keep the warper). Output pixels whose centres fall outside the
+//! raster are left invalid (alpha 0), as the warper leaves them.
 
 use std::ffi::c_int;
 
@@ -44,6 +48,9 @@ pub(crate) struct AlignedGrid {
     bands: usize,
     /// The alpha band's number, read into the validity.
     alpha: Option<c_int>,
+    /// The nodata value of the one data band: pixels read as it (or as
+    /// NaN, when it is NaN) are invalid.
+    nodata: Option<f64>,
 }
 
 impl AlignedGrid {
@@ -64,18 +71,29 @@ impl AlignedGrid {
 
     /// The grid of `ds` when it can be read this way: a north-up
     /// geotransform, and data bands `1..=bands` without nodata whose mask
-    /// is all valid, or (with `has_alpha`) the alpha band `bands + 1`.
-    pub(crate) fn of(ds: &Dataset, bands: usize, has_alpha: bool) -> Option<AlignedGrid> {
+    /// is all valid, or (with `has_alpha`) the alpha band `bands + 1`, or
+    /// one band of numbers (`is_byte` false) whose mask is its nodata value.
+    pub(crate) fn of(
+        ds: &Dataset,
+        bands: usize,
+        has_alpha: bool,
+        is_byte: bool,
+    ) -> Option<AlignedGrid> {
         let gt = ds.geo_transform().ok()?;
         if !(gt[1] > 0.0 && gt[5] < 0.0 && gt[2] == 0.0 && gt[4] == 0.0) {
             return None;
         }
+        let mut nodata = None;
         for b in 1..=bands {
             let band = ds.rasterband(b).ok()?;
             let flags = band.mask_flags().ok()?;
             let masked_by_alpha = has_alpha && flags.is_alpha() && flags.is_per_dataset();
-            if band.no_data_value().is_some() || !(flags.is_all_valid() || masked_by_alpha) {
-                return None;
+            match band.no_data_value() {
+                None if flags.is_all_valid() || masked_by_alpha => {}
+                Some(v) if bands == 1 && !has_alpha && !is_byte && flags.is_nodata() => {
+                    nodata = Some(v);
+                }
+                _ => return None,
             }
         }
         let alpha = if has_alpha {
@@ -90,6 +108,7 @@ impl AlignedGrid {
             height: h as f64,
             bands,
             alpha,
+            nodata,
         })
     }
 
@@ -172,8 +191,8 @@ impl AlignedGrid {
         } else {
             read_into::<f32>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
         }
-        match self.alpha {
-            Some(alpha) => {
+        match (self.alpha, self.nodata) {
+            (Some(alpha), _) => {
                 let mut buf = vec![0u8; bx * by];
                 raster_io(ds, &window, &mut buf, &mut [alpha], &mut extra)?;
                 for (row, src) in buf.chunks_exact(bx).enumerate() {
@@ -181,7 +200,20 @@ impl AlignedGrid {
                     raster.valid[start..start + bx].copy_from_slice(src);
                 }
             }
-            None => {
+            (None, Some(nodata)) => {
+                // The warper keeps an output pixel when the source pixel
+                // under its centre is valid (then resamples from the valid
+                // ones around it): that pixel is what a nearest-neighbour
+                // read of the same window finds.
+                let mut nearest = vec![0f32; bx * by];
+                let mut at_centres = gdal_sys::GDALRasterIOExtraArg {
+                    eResampleAlg: gdal_sys::GDALRIOResampleAlg::GRIORA_NearestNeighbour,
+                    ..extra
+                };
+                raster_io(ds, &window, &mut nearest, &mut [1], &mut at_centres)?;
+                mark_nodata(&mut raster, nodata, &place, &nearest);
+            }
+            (None, None) => {
                 for row in 0..by {
                     let start = (iy0 as usize + row) * w + ix0 as usize;
                     raster.valid[start..start + bx].fill(255);
@@ -189,6 +221,33 @@ impl AlignedGrid {
             }
         }
         Ok(raster)
+    }
+}
+
+/// Marks the pixels of `place` valid where neither the resampled band nor
+/// `nearest` (the same window read nearest-neighbour: the source pixel
+/// under each output pixel's centre) holds `nodata` (NaN when `nodata` is
+/// NaN); invalid pixels are set to 0, as the warper leaves them.
+fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: &[f32]) {
+    let Some(BandData::F32(values)) = raster.bands.first_mut() else {
+        return;
+    };
+    // GDAL writes the nodata value as the buffer's type holds it.
+    #[allow(clippy::cast_possible_truncation, reason = "the f32 buffer's value")]
+    let nodata = nodata as f32;
+    let is_nodata = |v: f32| v == nodata || (nodata.is_nan() && v.is_nan());
+    for (row, centres) in nearest.chunks_exact(place.bx).enumerate() {
+        let start = (place.y0 + row) * place.w + place.x0;
+        let span = start..start + place.bx;
+        let pixels = values[span.clone()].iter_mut().zip(&mut raster.valid[span]);
+        for ((v, valid), centre) in pixels.zip(centres) {
+            if is_nodata(*v) || is_nodata(*centre) {
+                *v = 0.0;
+                *valid = 0;
+            } else {
+                *valid = 255;
+            }
+        }
     }
 }
 

@@ -184,7 +184,7 @@ impl GdalSource {
         let (w, h) = ds.raster_size();
         let overview_factors = overview_factors(&ds);
         let row_height = ds.geo_transform().map_or(0.0, |gt| gt[4].hypot(gt[5]));
-        let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha);
+        let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha, info.is_byte);
         let levels = aligned.as_ref().and_then(|grid| cog::Levels::of(&ds, grid));
         let is_tiff = ds.driver().short_name() == "GTiff";
         let info_lonlat = info.lonlat_bounds;
@@ -1004,8 +1004,88 @@ mod tests {
         };
         assert_eq!(s.warp(&ds, &req).unwrap(), s.gdal_warp(&ds, &req).unwrap());
         s.release(ds);
-        // A source with a nodata value keeps the warper, which honours it.
-        assert!(open("elev.tif").aligned.is_none());
+    }
+
+    #[test]
+    fn a_dem_with_nodata_read_with_rasterio_matches_the_warper() {
+        let s = open("elev.tif");
+        assert!(
+            s.aligned.is_some(),
+            "one band of numbers with a nodata value is read with RasterIO"
+        );
+        let ds = s.acquire().unwrap();
+        let crs = s.info().native_crs.clone();
+        let b = s.info().native_bounds;
+        let (cx, cy) = ((b.min_x + b.max_x) / 2.0, (b.min_y + b.max_y) / 2.0);
+        let (dx, dy) = (b.width(), b.height());
+        let windows = [
+            // The whole DEM downsampled and upsampled, a corner window
+            // past its edges, and a window on the nodata boundary.
+            (b, 40, 40),
+            (b, 300, 300),
+            (
+                BBox::new(b.min_x - dx / 4.0, cy, cx, b.max_y + dy / 4.0).unwrap(),
+                256,
+                256,
+            ),
+            (
+                BBox::new(cx - dx / 8.0, cy - dy / 8.0, cx + dx / 8.0, cy + dy / 8.0).unwrap(),
+                256,
+                256,
+            ),
+        ];
+        let mut checked = 0;
+        for (bbox, w, h) in windows {
+            let req = WindowRequest {
+                bbox,
+                crs: &crs,
+                width: w,
+                height: h,
+                cancel: None,
+                max_source_pixels: None,
+                tile_rows: None,
+            };
+            let fast = s.warp(&ds, &req).unwrap();
+            let warped = s.gdal_warp(&ds, &req).unwrap();
+            let (BandData::F32(a), BandData::F32(b)) = (&fast.bands[0], &warped.bands[0]) else {
+                panic!("a DEM reads as numbers");
+            };
+            let mut diffs: Vec<f32> = a
+                .iter()
+                .zip(b)
+                .zip(fast.valid.iter().zip(&warped.valid))
+                .filter(|(_, (x, y))| **x == 255 && **y == 255)
+                .map(|((p, q), _)| (p - q).abs())
+                .collect();
+            diffs.sort_by(f32::total_cmp);
+            let median = diffs[diffs.len() / 2];
+            assert!(median < 1.0, "{bbox:?}: median difference {median} m");
+            // The masks agree (a pixel is valid when the source pixel under
+            // its centre is), but for edge pixels, which may differ by the
+            // half pixel the two round by.
+            let differ = fast
+                .valid
+                .iter()
+                .zip(&warped.valid)
+                .filter(|(x, y)| (**x == 255) != (**y == 255))
+                .count();
+            let invalid = fast.valid.iter().filter(|v| **v == 0).count();
+            assert!(invalid > 0, "{bbox:?}: the nodata is read as invalid");
+            assert!(
+                differ <= (w + h) as usize * 2,
+                "{bbox:?}: {differ} of {} pixels valid in one read only",
+                fast.valid.len()
+            );
+            assert!(
+                a.iter()
+                    .zip(&fast.valid)
+                    .all(|(v, ok)| *ok == 255 || *v == 0.0),
+                "invalid pixels hold 0, as the warper leaves them"
+            );
+            checked += diffs.len();
+        }
+        assert!(checked > 10_000, "{checked} valid pixels compared");
+        s.release(ds);
     }
 
     #[test]
