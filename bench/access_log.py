@@ -9,10 +9,12 @@ only; nginx serves the same tiles as
 files (sendfile, one worker per core). Both write their logs to a file, as
 under systemd or a container runtime (tessera: stderr redirected; nginx:
 `access_log <file>` with its default buffering, none). With `--hog`, a
-`yes > /dev/null` per core runs beside both servers for the whole run:
-the ratios must hold on a busy machine.
+`yes > /dev/null` per core runs beside both servers for the whole run
+(`--hog-kind compiler`: a C compiler per core, `gcc -O2` of a generated
+file over and over, which also allocates, reads and writes files): the
+ratios must hold on a busy machine.
 
-    python3 bench/access_log.py --binary target/release/tessera [--runs 5] [--seconds 8] [--hog]
+    python3 bench/access_log.py --binary target/release/tessera [--runs 5] [--seconds 8] [--hog [--hog-kind compiler]]
 """
 import argparse
 import contextlib
@@ -60,16 +62,44 @@ layers:
         log.close()
 
 
+def compiler_source(work):
+    """A C file that keeps `gcc -O2` busy for about a second."""
+    src = Path(work) / "hog.c"
+    funcs = [f"""
+int f{i}(int *a, int n) {{
+    int s = {i};
+    for (int j = 0; j < n; j++) {{
+        s += a[j] * (j ^ {i}) + (s >> 3);
+        if (s % {i + 7} == 0) s ^= a[(j + {i}) % n];
+    }}
+    return s;
+}}""" for i in range(1500)]
+    src.write_text("\n".join(funcs) + "\n")
+    return src
+
+
 @contextlib.contextmanager
-def hog(on):
-    # `yes` itself, not a shell running it: killing a shell would leave
-    # its `yes` running past the benchmark (and into the next one).
-    procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(os.cpu_count() if on else 0)]
+def hog(on, kind="yes", work="/tmp"):
+    count = os.cpu_count() if on else 0
+    if kind == "compiler" and count:
+        # Each loop in its own process group, killed whole at the end: no
+        # compiler is left running into the next benchmark.
+        src = compiler_source(work)
+        procs = [subprocess.Popen(["sh", "-c", f"while :; do gcc -O2 -c {src} -o /dev/null; done"],
+                                  start_new_session=True) for _ in range(count)]
+    else:
+        # `yes` itself, not a shell running it: killing a shell would
+        # leave its `yes` running past the benchmark.
+        procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(count)]
     try:
         yield
     finally:
         for p in procs:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                if kind == "compiler":
+                    os.killpg(p.pid, 9)
+                else:
+                    p.kill()
             p.wait()
 
 
@@ -80,6 +110,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--hog", action="store_true")
+    ap.add_argument("--hog-kind", choices=["yes", "compiler"], default="yes")
     ap.add_argument("--work", default="/tmp/tessera-bench-access-log")
     args = ap.parse_args()
     ensure_tools()
@@ -114,14 +145,15 @@ def main():
         "nginx, access log on": lambda: run_nginx(True),
     }
     rates = {k: [] for k in kinds}
-    with hog(args.hog):
+    with hog(args.hog, args.hog_kind, work):
         for r in range(args.runs):
             for kind in (list(kinds) if r % 2 == 0 else list(reversed(kinds))):
                 rate = kinds[kind]()
                 rates[kind].append(rate)
                 print(f"  {kind:38} run {r}: {rate:.0f} req/s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(machine() + (" With a CPU hog per core beside the servers." if args.hog else ""))
+    beside = {"yes": "a CPU hog (`yes`)", "compiler": "a C compiler (`gcc -O2` in a loop)"}[args.hog_kind]
+    print(machine() + (f" With {beside} per core beside the servers." if args.hog else ""))
     print()
     print(f"| {len(PATHS)} cached tiles, wrk {args.connections} connections, {args.seconds} s | requests/s (median of {args.runs}) |")
     print("| --- | ---: |")

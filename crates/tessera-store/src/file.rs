@@ -14,15 +14,18 @@
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::num::NonZeroUsize;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::fingerprint::{FINGERPRINT_DIR, claim_in_dir};
+use crate::open_files::{DEFAULT_OPEN_FILES, DEFAULT_OPEN_FILES_VALID, OpenFile, OpenFiles};
 use tessera_grid::TileCoord;
 
 use crate::{
@@ -89,6 +92,8 @@ pub struct FileStore {
     _staging_lock: File,
     /// Content hashes of files read lately; `None`: every hit is read.
     hashes: Option<KnownHashes>,
+    /// Open files of tiles hit lately; `None`: every hit opens its file.
+    open_files: Option<OpenFiles>,
 }
 
 /// What changes whenever a file's content does: a tile replaced by a
@@ -187,6 +192,8 @@ impl FileStore {
             unnamed,
             _staging_lock: lock,
             hashes: Some(KnownHashes::new(DEFAULT_HASH_CACHE)),
+            open_files: NonZeroUsize::new(DEFAULT_OPEN_FILES)
+                .map(|n| OpenFiles::new(n, DEFAULT_OPEN_FILES_VALID)),
         })
     }
 
@@ -197,6 +204,17 @@ impl FileStore {
     #[must_use]
     pub fn with_hash_cache(mut self, entries: usize) -> FileStore {
         self.hashes = (entries > 0).then(|| KnownHashes::new(entries));
+        self
+    }
+
+    /// Keeps the open files of at most `entries` tiles hit lately (the
+    /// default is [`DEFAULT_OPEN_FILES`]), each used for `valid` after it
+    /// was opened (see [`crate::open_files`]), so that a hit answered with
+    /// its file ([`TileStore::peek_file`]) neither opens nor closes it;
+    /// 0 keeps none.
+    #[must_use]
+    pub fn with_open_files(mut self, entries: usize, valid: Duration) -> FileStore {
+        self.open_files = NonZeroUsize::new(entries).map(|n| OpenFiles::new(n, valid));
         self
     }
 
@@ -288,6 +306,17 @@ impl FileStore {
     /// [`TileStore::peek_file`], or [`TileStore::peek`] when `file` is
     /// false (bytes only).
     fn peek_open(&self, key: &TileKey, file: bool) -> Option<Peeked> {
+        let held = if file { self.open_files.as_ref() } else { None };
+        if let Some(open) = held.and_then(|files| files.get(key))
+            && page_cached::resident(&open.file, open.len)
+        {
+            return Some(Peeked::File(HeldFile {
+                file: open.file,
+                len: open.len,
+                hash: open.hash,
+                stored_at: open.stored_at,
+            }));
+        }
         let mut f = self.open_tile(key).ok()?;
         let meta = f.metadata().ok()?;
         let id = FileId::of(&meta);
@@ -296,6 +325,12 @@ impl FileStore {
             && let Some(hash) = self.known_hash(&id)
             && page_cached::resident(&f, id.len)
         {
+            let f = Arc::new(f);
+            if let Some(files) = held
+                && let Some(open) = OpenFile::new(f.clone(), &meta, hash, stored_at)
+            {
+                files.put(key, open);
+            }
             return Some(Peeked::File(HeldFile {
                 file: f,
                 len: id.len,

@@ -19,6 +19,7 @@ mod memory;
 pub mod object;
 mod object_io;
 mod object_tiles;
+mod open_files;
 pub mod pack;
 mod pack_cache;
 mod packs;
@@ -33,6 +34,7 @@ pub use journal::JournalStore;
 pub use mbtiles::{MbtilesOptions, MbtilesStore, Synchronous};
 pub use memory::MemoryStore;
 pub use object_tiles::{DEFAULT_CACHE_CONTROL, TileObjectStore};
+pub use open_files::{DEFAULT_OPEN_FILES, DEFAULT_OPEN_FILES_VALID, MAX_OPEN_FILES};
 pub use packs::{PackOptions, PackStore};
 pub use quota::{Eviction, QuotaOptions, QuotaStore};
 pub use spec::{
@@ -543,8 +545,10 @@ pub struct HeldTile {
 /// [`TileStore::peek_file`]).
 #[derive(Debug)]
 pub struct HeldFile {
-    /// The tile's file, open for reading from offset 0.
-    pub file: std::fs::File,
+    /// The tile's file, to be read at explicit offsets (`pread`,
+    /// `sendfile` with an offset): the store may hand the same open file
+    /// to several hits.
+    pub file: std::sync::Arc<std::fs::File>,
     /// Its length in bytes when it was opened (never 0).
     pub len: u64,
     /// [`content_hash`] of its bytes.

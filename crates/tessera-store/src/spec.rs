@@ -64,6 +64,16 @@ pub struct FileSpec {
     /// entries, 80 bytes each; 0 = every hit is read).
     #[serde(default)]
     pub hash_cache: Option<usize>,
+    /// Open files of the tiles hit lately kept for the next hits, as
+    /// nginx's `open_file_cache` (default [`crate::DEFAULT_OPEN_FILES`],
+    /// one descriptor each; 0 = every hit opens its file). A tile
+    /// replaced, deleted or rewritten is seen at the next hit.
+    #[serde(default)]
+    pub open_files: Option<usize>,
+    /// Seconds a kept file is used before its path is opened again, which
+    /// is when a directory moved away by hand is seen (default 10).
+    #[serde(default)]
+    pub open_files_valid_secs: Option<u64>,
     /// Most bytes of tiles kept (a disk quota, enforced by evicting as
     /// `eviction` says; default: no quota).
     #[serde(default)]
@@ -361,9 +371,13 @@ impl StoreSpec {
             return Err("max_size must be more than 0 (leave it out for no quota)".into());
         }
         match self {
-            StoreSpec::File(f) => match f.hash_cache {
-                Some(n) if n > MAX_HASH_CACHE => Err(format!(
+            StoreSpec::File(f) => match (f.hash_cache, f.open_files) {
+                (Some(n), _) if n > MAX_HASH_CACHE => Err(format!(
                     "hash_cache must be at most {MAX_HASH_CACHE} entries (80 bytes each), not {n}"
+                )),
+                (_, Some(n)) if n > crate::MAX_OPEN_FILES => Err(format!(
+                    "open_files must be at most {} (one file descriptor each), not {n}",
+                    crate::MAX_OPEN_FILES
                 )),
                 _ => Ok(()),
             },
@@ -503,10 +517,17 @@ impl StoreSpec {
         Ok(match self {
             StoreSpec::File(s) => {
                 let store = FileStore::open(&s.path, s.layout)?;
-                Arc::new(match s.hash_cache {
+                let store = match s.hash_cache {
                     Some(entries) => store.with_hash_cache(entries),
                     None => store,
-                })
+                };
+                Arc::new(
+                    store.with_open_files(
+                        s.open_files.unwrap_or(crate::DEFAULT_OPEN_FILES),
+                        s.open_files_valid_secs
+                            .map_or(crate::DEFAULT_OPEN_FILES_VALID, Duration::from_secs),
+                    ),
+                )
             }
             StoreSpec::Journal(s) => {
                 let options = JournalOptions {
@@ -635,6 +656,9 @@ mod tests {
         let huge =
             spec(serde_json::json!({"type": "file", "path": "/c", "hash_cache": 1u64 << 40}));
         assert!(huge.validate().unwrap_err().contains("hash_cache"));
+        let many =
+            spec(serde_json::json!({"type": "file", "path": "/c", "open_files": 1u64 << 20}));
+        assert!(many.validate().unwrap_err().contains("open_files"));
         let negative = serde_json::from_value::<StoreSpec>(
             serde_json::json!({"type": "file", "path": "/c", "hash_cache": -1}),
         )

@@ -617,11 +617,14 @@ fn a_file_read_once_is_answered_as_the_open_file_until_it_changes() {
         let first = peeked_bytes(store.peek_file(&k));
         assert_eq!(first.bytes, payload(3, 70_000));
         // Then the file itself, with the same hash and time.
-        let mut held = peeked_file(store.peek_file(&k));
+        let held = peeked_file(store.peek_file(&k));
         assert_eq!((held.hash, held.len), (first.hash, 70_000));
         assert_eq!(held.stored_at, first.stored_at);
+        // The next hit is given the same open file (kept for hits).
+        let again = peeked_file(store.peek_file(&k));
+        assert!(std::sync::Arc::ptr_eq(&held.file, &again.file));
         let mut sent = Vec::new();
-        held.file.read_to_end(&mut sent).unwrap();
+        (&*held.file).read_to_end(&mut sent).unwrap();
         assert_eq!(
             sent,
             payload(3, 70_000),
@@ -646,6 +649,32 @@ fn a_file_read_once_is_answered_as_the_open_file_until_it_changes() {
         assert_ne!(rewritten.hash, replaced.hash);
         assert_eq!(peeked_file(store.peek_file(&k)).hash, rewritten.hash);
     }
+}
+
+#[test]
+fn without_open_files_every_file_hit_opens_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path(), FileLayout::Xyz)
+        .unwrap()
+        .with_open_files(0, std::time::Duration::from_mins(1));
+    let k = key("relief", 2, 1, 1, TileFormat::Png);
+    store
+        .put(&k, payload(3, 5000), Durability::Buffered)
+        .unwrap();
+    peeked_bytes(store.peek_file(&k));
+    let (a, b) = (
+        peeked_file(store.peek_file(&k)),
+        peeked_file(store.peek_file(&k)),
+    );
+    assert!(!std::sync::Arc::ptr_eq(&a.file, &b.file));
+    // A file deleted is gone at once, held or not.
+    let held = FileStore::open(dir.path().join("held"), FileLayout::Xyz).unwrap();
+    held.put(&k, payload(3, 5000), Durability::Buffered)
+        .unwrap();
+    peeked_bytes(held.peek_file(&k));
+    peeked_file(held.peek_file(&k));
+    held.delete(&k).unwrap();
+    assert!(held.peek_file(&k).is_none(), "a deleted tile is no hit");
 }
 
 #[test]

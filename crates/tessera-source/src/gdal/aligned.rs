@@ -235,6 +235,11 @@ fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: &[f32])
     // GDAL writes the nodata value as the buffer's type holds it.
     #[allow(clippy::cast_possible_truncation, reason = "the f32 buffer's value")]
     let nodata = nodata as f32;
+    // GDAL writes exactly this value where no valid pixel contributes.
+    #[allow(
+        clippy::float_cmp,
+        reason = "the value GDAL wrote, compared bit for bit"
+    )]
     let is_nodata = |v: f32| v == nodata || (nodata.is_nan() && v.is_nan());
     for (row, centres) in nearest.chunks_exact(place.bx).enumerate() {
         let start = (place.y0 + row) * place.w + place.x0;

@@ -1016,7 +1016,10 @@ mod tests {
         let ds = s.acquire().unwrap();
         let crs = s.info().native_crs.clone();
         let b = s.info().native_bounds;
-        let (cx, cy) = ((b.min_x + b.max_x) / 2.0, (b.min_y + b.max_y) / 2.0);
+        let (cx, cy) = (
+            f64::midpoint(b.min_x, b.max_x),
+            f64::midpoint(b.min_y, b.max_y),
+        );
         let (dx, dy) = (b.width(), b.height());
         let windows = [
             // The whole DEM downsampled and upsampled, a corner window

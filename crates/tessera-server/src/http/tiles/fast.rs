@@ -112,12 +112,12 @@ impl FastTiles {
             Some(_) if tile.format != TileFormat::Mixed => {
                 match self.tiles.cache.peek_hit_file(&tile)? {
                     Peeked::Held(held) => (Tile::hit(held), None),
-                    Peeked::File(mut held) => match FileBodies::stand_in(held.len) {
+                    Peeked::File(held) => match FileBodies::stand_in(held.len) {
                         Some(stand_in) => (file_hit(&held, stand_in), Some(held)),
                         // Too large for a stand-in: its cached pages are read
                         // here.
                         None => {
-                            let bytes = read_whole(&mut held.file).ok()?;
+                            let bytes = read_whole(&held).ok()?;
                             (file_hit(&held, bytes), None)
                         }
                     },
@@ -176,9 +176,11 @@ fn file_hit(held: &HeldFile, bytes: bytes::Bytes) -> Tile {
     }
 }
 
-/// The whole of `file` from its start.
-fn read_whole(file: &mut std::fs::File) -> std::io::Result<bytes::Bytes> {
-    let mut data = Vec::new();
-    std::io::Read::read_to_end(file, &mut data)?;
+/// The whole of `held`'s file, read at its offsets (the open file may be
+/// shared with other hits).
+fn read_whole(held: &HeldFile) -> std::io::Result<bytes::Bytes> {
+    let len = usize::try_from(held.len).map_err(std::io::Error::other)?;
+    let mut data = vec![0; len];
+    std::os::unix::fs::FileExt::read_exact_at(&*held.file, &mut data, 0)?;
     Ok(data.into())
 }

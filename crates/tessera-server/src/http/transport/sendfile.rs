@@ -51,7 +51,9 @@ fn stand_in_offset(slice: &[u8]) -> Option<usize> {
 /// A file waiting to be sent as a response body.
 #[derive(Debug)]
 struct Pending {
-    file: File,
+    /// Sent at explicit offsets: the store may hold the same open file for
+    /// other hits.
+    file: Arc<File>,
     len: usize,
 }
 
@@ -74,7 +76,7 @@ impl FileBodies {
     /// Queues `file` for the next stand-in body the connection writes. Call
     /// it only once a response with the body [`FileBodies::stand_in`] gave
     /// for `len` is certain to be handed to hyper, and nothing else.
-    pub fn queue(&self, file: File, len: u64) {
+    pub fn queue(&self, file: Arc<File>, len: u64) {
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         self.lock().push_back(Pending { file, len });
     }
@@ -320,7 +322,7 @@ mod tests {
             got
         });
         for (head, body) in [(&b"HEAD-1\r\n"[..], &big), (&b"HEAD-2\r\n"[..], &small)] {
-            bodies.queue(file_of(body), body.len() as u64);
+            bodies.queue(Arc::new(file_of(body)), body.len() as u64);
             let stand_in = FileBodies::stand_in(body.len() as u64).unwrap();
             write_all(&mut io, vec![Bytes::from_static(head), stand_in])
                 .await
@@ -359,7 +361,7 @@ mod tests {
             got
         });
         let file = file_of(&noise(1000, 3));
-        bodies.queue(file.try_clone().unwrap(), 5000);
+        bodies.queue(Arc::new(file.try_clone().unwrap()), 5000);
         let e = write_all(&mut io, vec![FileBodies::stand_in(5000).unwrap()])
             .await
             .unwrap_err();
