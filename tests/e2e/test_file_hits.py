@@ -180,3 +180,9 @@ def test_large_replaced_and_rewritten_files_are_sent_as_they_are_now(tmp_path, t
         for _ in range(2):
             _, headers, body = get(conn, p)
             assert body == path.read_bytes() and headers["etag"] != replaced
+        # Deleted (a truncation by another process): the kept file is let
+        # go at the next hit, which renders the tile again.
+        kept = path.read_bytes()
+        path.unlink()
+        _, headers, body = get(conn, p)
+        assert headers["x-cache"] == "MISS" and body != kept
