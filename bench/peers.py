@@ -706,8 +706,12 @@ def main():
         if "scaling" in only:
             log("scaling")
             results["scaling"] = bench_scaling(args, binary, cog, pyramid, work)
-    Path(args.out).write_text(report(args, results))
-    log(f"wrote {args.out}")
+    out = Path(args.out)
+    if only != set(ap.get_default("only").split(",")) and out == Path(ap.get_default("out")):
+        # A partial run would replace every section of peers.md with its own.
+        out = out.with_name(f"peers-{'-'.join(sorted(only))}.md")
+    out.write_text(report(args, results))
+    log(f"wrote {out} (copy its sections into peers.md by hand)" if out != Path(args.out) else f"wrote {out}")
 
 
 def versions(venv):
