@@ -950,6 +950,27 @@ mod tests {
         (sum / n.max(1.0), masks <= (a.width + a.height) as usize * 2)
     }
 
+    /// `bbox` of `crs` read `size` as the source reads it (RasterIO where
+    /// it can) and through GDAL's warper.
+    fn read_both_ways(
+        s: &GdalSource,
+        ds: &Dataset,
+        crs: &Crs,
+        bbox: BBox,
+        (width, height): (u32, u32),
+    ) -> (Raster, Raster) {
+        let req = WindowRequest {
+            bbox,
+            crs,
+            width,
+            height,
+            cancel: None,
+            max_source_pixels: None,
+            tile_rows: None,
+        };
+        (s.warp(ds, &req).unwrap(), s.gdal_warp(ds, &req).unwrap())
+    }
+
     #[test]
     fn windows_in_the_sources_own_crs_read_with_rasterio_match_the_warper() {
         let s = open("shadedrelief-5400.tif");
@@ -971,17 +992,7 @@ mod tests {
             (BBox::new(170.0, 80.0, 190.0, 100.0).unwrap(), 256, 256),
         ];
         for (bbox, w, h) in windows {
-            let req = WindowRequest {
-                bbox,
-                crs: &crs,
-                width: w,
-                height: h,
-                cancel: None,
-                max_source_pixels: None,
-                tile_rows: None,
-            };
-            let fast = s.warp(&ds, &req).unwrap();
-            let warped = s.gdal_warp(&ds, &req).unwrap();
+            let (fast, warped) = read_both_ways(&s, &ds, &crs, bbox, (w, h));
             let (diff, masks) = compare(&fast, &warped);
             assert!(diff < 4.0, "{bbox:?}: mean difference {diff}");
             assert!(
@@ -1039,17 +1050,7 @@ mod tests {
         ];
         let mut checked = 0;
         for (bbox, w, h) in windows {
-            let req = WindowRequest {
-                bbox,
-                crs: &crs,
-                width: w,
-                height: h,
-                cancel: None,
-                max_source_pixels: None,
-                tile_rows: None,
-            };
-            let fast = s.warp(&ds, &req).unwrap();
-            let warped = s.gdal_warp(&ds, &req).unwrap();
+            let (fast, warped) = read_both_ways(&s, &ds, &crs, bbox, (w, h));
             let (BandData::F32(a), BandData::F32(b)) = (&fast.bands[0], &warped.bands[0]) else {
                 panic!("a DEM reads as numbers");
             };
