@@ -23,6 +23,13 @@ pub struct GdalSettings {
     pub http_max_retry: u32,
     /// Dataset handles kept open per source for reuse (default 8).
     pub max_idle_handles: usize,
+    /// Threads one read may decode the blocks it covers on (GDAL's
+    /// `GDAL_NUM_THREADS`, shared by the process): 0 (default) one per
+    /// core, 1 none. A tile over several compressed blocks (a DEM's
+    /// float blocks, a metatile) is read faster when cores are idle; warps
+    /// stay on their render's thread (renders already run in parallel).
+    /// `config_options: { GDAL_NUM_THREADS: ... }` takes precedence.
+    pub threads: usize,
     /// Longest time opening a source may take at start, in seconds
     /// (default 60); past it start-up stops with an error naming the source.
     pub open_timeout_secs: f64,
@@ -50,6 +57,7 @@ impl Default for GdalSettings {
             http_connect_timeout_secs: 10,
             http_max_retry: 2,
             max_idle_handles: 8,
+            threads: 0,
             open_timeout_secs: 60.0,
             allowed_drivers: DEFAULT_DRIVERS.iter().map(|s| (*s).to_string()).collect(),
             allow_unsafe_drivers: false,
@@ -144,10 +152,20 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     )?;
     set("GDAL_PAM_ENABLED", "NO")?;
     set("CPL_DEBUG", "OFF")?;
+    set("GDAL_NUM_THREADS", &num_threads(settings.threads))?;
     for (key, value) in &settings.config_options {
         set(key, value)?;
     }
     route_through_guard(settings)
+}
+
+/// `GDAL_NUM_THREADS` for `threads` (0: one per core).
+fn num_threads(threads: usize) -> String {
+    if threads == 0 {
+        "ALL_CPUS".to_string()
+    } else {
+        threads.to_string()
+    }
 }
 
 /// Points GDAL's HTTP proxy at the egress guard when private networks are
@@ -263,5 +281,14 @@ mod tests {
             settings.configured_endpoints(),
             ["127.0.0.1:9000", "localhost:4443", "127.0.0.1:10000"]
         );
+    }
+
+    #[test]
+    fn reads_decode_on_every_core_unless_told_otherwise() {
+        assert_eq!(num_threads(0), "ALL_CPUS");
+        assert_eq!(num_threads(1), "1");
+        let settings: GdalSettings = serde_json::from_str(r#"{"threads": 3}"#).unwrap();
+        assert_eq!(num_threads(settings.threads), "3");
+        assert_eq!(GdalSettings::default().threads, 0);
     }
 }

@@ -228,8 +228,17 @@ pub(crate) fn run_gdal_warp(
     if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
         return Err(WarpError::Cancelled);
     }
+    // One thread per warp, whatever `GDAL_NUM_THREADS` says (the warper
+    // takes it as its default): renders run in parallel already, and a
+    // warp's threads would be set up per call.
+    let threads = ["-wo", "NUM_THREADS=1"];
     let c_args: Vec<CString> = args
         .iter()
+        .chain(
+            threads
+                .iter()
+                .filter(|_| !args.iter().any(|a| a.starts_with("NUM_THREADS="))),
+        )
         .map(|a| CString::new(*a).map_err(|e| WarpError::Failed(e.to_string())))
         .collect::<Result<_, _>>()?;
     let mut argv: Vec<*mut std::ffi::c_char> =
