@@ -90,7 +90,16 @@ impl AlignedGrid {
             let masked_by_alpha = has_alpha && flags.is_alpha() && flags.is_per_dataset();
             match band.no_data_value() {
                 None if flags.is_all_valid() || masked_by_alpha => {}
-                Some(v) if bands == 1 && !has_alpha && !is_byte && flags.is_nodata() => {
+                // A value past f32's range (1e300 in a Float64 band) would
+                // be written clamped and never compare equal: the warper.
+                #[allow(clippy::cast_possible_truncation, reason = "checked for its range")]
+                Some(v)
+                    if bands == 1
+                        && !has_alpha
+                        && !is_byte
+                        && flags.is_nodata()
+                        && (!v.is_finite() || (v as f32).is_finite()) =>
+                {
                     nodata = Some(v);
                 }
                 _ => return None,

@@ -1432,6 +1432,31 @@ mod tests {
     }
 
     #[test]
+    fn a_nodata_value_past_f32s_range_keeps_the_warper() {
+        for (nodata, aligned) in [(-1e300, false), (-9999.5, true), (f64::NAN, true)] {
+            let path = format!("/vsimem/f64-{}-{nodata}.tif", std::process::id());
+            write_mercator_64(&path, vec![vec![1.0f64; 64 * 64]], false);
+            {
+                let ds = Dataset::open_ex(
+                    &path,
+                    gdal::DatasetOptions {
+                        open_flags: gdal::GdalOpenFlags::GDAL_OF_UPDATE
+                            | gdal::GdalOpenFlags::GDAL_OF_RASTER,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                ds.rasterband(1)
+                    .unwrap()
+                    .set_no_data_value(Some(nodata))
+                    .unwrap();
+            }
+            let s = open_path(&path, Resampling::Bilinear);
+            assert_eq!(s.aligned.is_some(), aligned, "nodata {nodata}");
+        }
+    }
+
+    #[test]
     fn float_bands_in_the_sources_crs_are_read_with_rasterio_as_the_warper_reads_them() {
         // A 64x64 Float32 ramp in Web Mercator, no nodata.
         let path = format!("/vsimem/ramp-{}.tif", std::process::id());
