@@ -102,10 +102,10 @@ pub struct FileStore {
 /// within one clock tick of the last change can keep it). Hard links of one
 /// file share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct FileId {
+pub(crate) struct FileId {
     dev: u64,
     ino: u64,
-    len: u64,
+    pub(crate) len: u64,
     ctime: (i64, i64),
     mtime: (i64, i64),
 }
@@ -154,7 +154,7 @@ impl KnownHashes {
 }
 
 impl FileId {
-    fn of(meta: &fs::Metadata) -> FileId {
+    pub(crate) fn of(meta: &fs::Metadata) -> FileId {
         FileId {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -308,11 +308,11 @@ impl FileStore {
     fn peek_open(&self, key: &TileKey, file: bool) -> Option<Peeked> {
         let held = if file { self.open_files.as_ref() } else { None };
         if let Some(open) = held.and_then(|files| files.get(key))
-            && page_cached::resident(&open.file, open.len)
+            && page_cached::resident(&open.file, open.id.len)
         {
             return Some(Peeked::File(HeldFile {
                 file: open.file,
-                len: open.len,
+                len: open.id.len,
                 hash: open.hash,
                 stored_at: open.stored_at,
             }));
@@ -327,7 +327,7 @@ impl FileStore {
         {
             let f = Arc::new(f);
             if let Some(files) = held
-                && let Some(open) = OpenFile::new(f.clone(), &meta, hash, stored_at)
+                && let Some(open) = OpenFile::new(f.clone(), &meta, id, hash, stored_at)
             {
                 files.put(key, open);
             }

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::TileKey;
+use crate::file::FileId;
 
 /// Most files held by default (one descriptor each).
 pub const DEFAULT_OPEN_FILES: usize = 1024;
@@ -32,45 +33,38 @@ pub const MAX_OPEN_FILES: usize = 1 << 16;
 #[derive(Debug, Clone)]
 pub(crate) struct OpenFile {
     pub file: Arc<File>,
-    /// Inode, size and change time when opened: a hit's `fstat` must find
-    /// the same.
-    pub ino: u64,
-    pub len: u64,
-    pub ctime: (i64, i64),
+    /// Its identity when opened: a hit's `fstat` must find the same.
+    pub id: FileId,
     pub hash: u128,
     pub stored_at: Option<SystemTime>,
     opened: Instant,
 }
 
 impl OpenFile {
-    /// `file` with the facts of `meta` (its metadata when opened), or
-    /// `None` when it has other names (or none).
+    /// `file`, whose metadata when opened is `meta` (`id` its identity),
+    /// or `None` when it has other names (or none).
     pub fn new(
         file: Arc<File>,
         meta: &std::fs::Metadata,
+        id: FileId,
         hash: u128,
         stored_at: Option<SystemTime>,
     ) -> Option<OpenFile> {
         (meta.nlink() == 1).then(|| OpenFile {
             file,
-            ino: meta.ino(),
-            len: meta.len(),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
+            id,
             hash,
             stored_at,
             opened: Instant::now(),
         })
     }
 
-    /// Whether the file is still the tile's: one link, the same inode,
-    /// size and change time.
+    /// Whether the file is still the tile's: one link and the same
+    /// identity (inode, size, change and modification times).
     fn unchanged(&self) -> bool {
-        self.file.metadata().is_ok_and(|m| {
-            m.nlink() == 1
-                && m.ino() == self.ino
-                && m.len() == self.len
-                && (m.ctime(), m.ctime_nsec()) == self.ctime
-        })
+        self.file
+            .metadata()
+            .is_ok_and(|m| m.nlink() == 1 && FileId::of(&m) == self.id)
     }
 }
 
@@ -153,7 +147,7 @@ mod tests {
     fn opened(path: &std::path::Path) -> OpenFile {
         let file = File::open(path).unwrap();
         let meta = file.metadata().unwrap();
-        OpenFile::new(Arc::new(file), &meta, 7, None).unwrap()
+        OpenFile::new(Arc::new(file), &meta, FileId::of(&meta), 7, None).unwrap()
     }
 
     #[test]
@@ -163,7 +157,7 @@ mod tests {
         let path = dir.path().join("t.png");
         std::fs::write(&path, b"one").unwrap();
         files.put(&key(0), opened(&path));
-        assert_eq!(files.get(&key(0)).unwrap().len, 3);
+        assert_eq!(files.get(&key(0)).unwrap().id.len, 3);
         // Replaced by a rename, as stores write: the held inode has no name.
         let tmp = dir.path().join("t.tmp");
         std::fs::write(&tmp, b"two!").unwrap();
@@ -189,7 +183,8 @@ mod tests {
         std::fs::hard_link(&path, dir.path().join("u.png")).unwrap();
         let file = File::open(&path).unwrap();
         let meta = file.metadata().unwrap();
-        assert!(OpenFile::new(Arc::new(file), &meta, 7, None).is_none());
+        let id = FileId::of(&meta);
+        assert!(OpenFile::new(Arc::new(file), &meta, id, 7, None).is_none());
 
         let files = OpenFiles::new(NonZeroUsize::new(8).unwrap(), Duration::ZERO);
         let other = dir.path().join("v.png");

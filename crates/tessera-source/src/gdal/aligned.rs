@@ -214,13 +214,19 @@ impl AlignedGrid {
                 // under its centre is valid (then resamples from the valid
                 // ones around it): that pixel is what a nearest-neighbour
                 // read of the same window finds.
-                let mut nearest = vec![0f32; bx * by];
-                let mut at_centres = gdal_sys::GDALRasterIOExtraArg {
-                    eResampleAlg: gdal_sys::GDALRIOResampleAlg::GRIORA_NearestNeighbour,
-                    ..extra
+                // (A nearest-neighbour read is that read already.)
+                let nearest = if resampling == Resampling::Nearest {
+                    None
+                } else {
+                    let mut centres = vec![0f32; bx * by];
+                    let mut at_centres = gdal_sys::GDALRasterIOExtraArg {
+                        eResampleAlg: gdal_sys::GDALRIOResampleAlg::GRIORA_NearestNeighbour,
+                        ..extra
+                    };
+                    raster_io(ds, &window, &mut centres, &mut [1], &mut at_centres)?;
+                    Some(centres)
                 };
-                raster_io(ds, &window, &mut nearest, &mut [1], &mut at_centres)?;
-                mark_nodata(&mut raster, nodata, &place, &nearest);
+                mark_nodata(&mut raster, nodata, &place, nearest.as_deref());
             }
             (None, None) => {
                 for row in 0..by {
@@ -235,9 +241,10 @@ impl AlignedGrid {
 
 /// Marks the pixels of `place` valid where neither the resampled band nor
 /// `nearest` (the same window read nearest-neighbour: the source pixel
-/// under each output pixel's centre) holds `nodata` (NaN when `nodata` is
-/// NaN); invalid pixels are set to 0, as the warper leaves them.
-fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: &[f32]) {
+/// under each output pixel's centre; `None` when the band was read so)
+/// holds `nodata` (NaN when `nodata` is NaN); invalid pixels are set to 0,
+/// as the warper leaves them.
+fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: Option<&[f32]>) {
     let Some(BandData::F32(values)) = raster.bands.first_mut() else {
         return;
     };
@@ -250,12 +257,13 @@ fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: &[f32])
         reason = "the value GDAL wrote, compared bit for bit"
     )]
     let is_nodata = |v: f32| v == nodata || (nodata.is_nan() && v.is_nan());
-    for (row, centres) in nearest.chunks_exact(place.bx).enumerate() {
+    for row in 0..place.by {
         let start = (place.y0 + row) * place.w + place.x0;
         let span = start..start + place.bx;
+        let centres = nearest.map(|n| &n[row * place.bx..(row + 1) * place.bx]);
         let pixels = values[span.clone()].iter_mut().zip(&mut raster.valid[span]);
-        for ((v, valid), centre) in pixels.zip(centres) {
-            if is_nodata(*v) || is_nodata(*centre) {
+        for (i, (v, valid)) in pixels.enumerate() {
+            if is_nodata(*v) || centres.is_some_and(|c| is_nodata(c[i])) {
                 *v = 0.0;
                 *valid = 0;
             } else {

@@ -1432,6 +1432,29 @@ mod tests {
     }
 
     #[test]
+    fn a_dem_with_nodata_read_nearest_has_the_warpers_mask() {
+        let s = open_path(&data("elev.tif"), Resampling::Nearest);
+        let ds = s.acquire().unwrap();
+        let crs = s.info().native_crs.clone();
+        let b = s.info().native_bounds;
+        for size in [40, 300] {
+            let (fast, warped) = read_both_ways(&s, &ds, &crs, b, (size, size));
+            let differ = fast
+                .valid
+                .iter()
+                .zip(&warped.valid)
+                .filter(|(x, y)| (**x == 255) != (**y == 255))
+                .count();
+            assert!(fast.valid.contains(&0) && fast.valid.contains(&255));
+            assert!(
+                differ <= size as usize * 4,
+                "{size}: {differ} pixels differ"
+            );
+        }
+        s.release(ds);
+    }
+
+    #[test]
     fn a_nodata_value_past_f32s_range_keeps_the_warper() {
         for (nodata, aligned) in [(-1e300, false), (-9999.5, true), (f64::NAN, true)] {
             let path = format!("/vsimem/f64-{}-{nodata}.tif", std::process::id());
