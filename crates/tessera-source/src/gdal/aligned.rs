@@ -121,16 +121,28 @@ impl AlignedGrid {
         })
     }
 
-    /// Reads `req` (in the source's own CRS) from `ds`, resampled with
-    /// `resampling`: byte bands as bytes, others as `f32`, as `info` says.
-    pub(crate) fn read(
-        &self,
-        ds: &Dataset,
-        req: &WindowRequest<'_>,
-        info: &SourceInfo,
-        resampling: Resampling,
-    ) -> Result<Raster, String> {
-        let (w, h) = (req.width as usize, req.height as usize);
+    /// The nodata value of the one data band, when it has one.
+    pub(crate) fn nodata(&self) -> Option<f64> {
+        self.nodata
+    }
+
+    /// The same kind of grid over another raster of the same bands:
+    /// `width` x `height` pixels placed by `gt` (a part of one of this
+    /// raster's levels held in memory, say).
+    pub(crate) fn with_pixels(&self, gt: [f64; 6], width: usize, height: usize) -> AlignedGrid {
+        AlignedGrid {
+            gt,
+            width: width as f64,
+            height: height as f64,
+            ..*self
+        }
+    }
+
+    /// Where `req` (in the source's own CRS) falls on the raster: `None`
+    /// when no output pixel's centre does.
+    pub(crate) fn source_window(&self, req: &WindowRequest<'_>) -> Option<SourceWindow> {
+        let w = req.width as usize;
+        let h = req.height as usize;
         let gt = &self.gt;
         // The request in source pixels (fractional), and source pixels per
         // output pixel.
@@ -145,11 +157,9 @@ impl AlignedGrid {
         };
         let (ix0, ix1) = (first(sx0, kx), end(sx0, kx, self.width, w));
         let (iy0, iy1) = (first(sy0, ky), end(sy0, ky, self.height, h));
-        let mut raster = empty_raster(info, req.width, req.height);
         if ix0 >= ix1 || iy0 >= iy1 {
-            return Ok(raster);
+            return None;
         }
-        let (bx, by) = ((ix1 - ix0) as usize, (iy1 - iy0) as usize);
         // The source window of those pixels, kept on the raster.
         // Tile grids often fall on the source's pixels (a pyramid cut from
         // it, or its overviews): a window on whole pixels then needs no
@@ -165,9 +175,54 @@ impl AlignedGrid {
         let fx1 = snap(sx0 + ix1 * kx).clamp(0.0, self.width);
         let fy0 = snap(sy0 + iy0 * ky).clamp(0.0, self.height);
         let fy1 = snap(sy0 + iy1 * ky).clamp(0.0, self.height);
-        let whole = [fx0, fx1, fy0, fy1].iter().all(|v| v.fract() == 0.0);
         let (nx0, ny0) = (fx0.floor(), fy0.floor());
         let (nx1, ny1) = (fx1.ceil().max(nx0 + 1.0), fy1.ceil().max(ny0 + 1.0));
+        let (bx, by) = ((ix1 - ix0) as usize, (iy1 - iy0) as usize);
+        Some(SourceWindow {
+            x0: fx0,
+            x1: fx1,
+            y0: fy0,
+            y1: fy1,
+            window: Window {
+                x: nx0 as c_int,
+                y: ny0 as c_int,
+                width: (nx1.min(self.width) - nx0) as c_int,
+                height: (ny1.min(self.height) - ny0) as c_int,
+                buf_width: bx as c_int,
+                buf_height: by as c_int,
+            },
+            place: Place {
+                bx,
+                by,
+                w,
+                x0: ix0 as usize,
+                y0: iy0 as usize,
+            },
+        })
+    }
+
+    /// Reads `req` (in the source's own CRS) from `ds`, resampled with
+    /// `resampling`: byte bands as bytes, others as `f32`, as `info` says.
+    pub(crate) fn read(
+        &self,
+        ds: &Dataset,
+        req: &WindowRequest<'_>,
+        info: &SourceInfo,
+        resampling: Resampling,
+    ) -> Result<Raster, String> {
+        let mut raster = empty_raster(info, req.width, req.height);
+        let Some(SourceWindow {
+            x0: fx0,
+            x1: fx1,
+            y0: fy0,
+            y1: fy1,
+            window,
+            place,
+        }) = self.source_window(req)
+        else {
+            return Ok(raster);
+        };
+        let whole = [fx0, fx1, fy0, fy1].iter().all(|v| v.fract() == 0.0);
         let mut extra = gdal_sys::GDALRasterIOExtraArg {
             nVersion: 1,
             eResampleAlg: rio_resampling(resampling),
@@ -180,21 +235,8 @@ impl AlignedGrid {
             dfYSize: (fy1 - fy0).max(f64::MIN_POSITIVE),
         };
         let mut band_map: Vec<c_int> = (1..=self.bands as c_int).collect();
-        let window = Window {
-            x: nx0 as c_int,
-            y: ny0 as c_int,
-            width: (nx1.min(self.width) - nx0) as c_int,
-            height: (ny1.min(self.height) - ny0) as c_int,
-            buf_width: bx as c_int,
-            buf_height: by as c_int,
-        };
-        let place = Place {
-            bx,
-            by,
-            w,
-            x0: ix0 as usize,
-            y0: iy0 as usize,
-        };
+        let (bx, by) = (place.bx, place.by);
+        let (ix0, iy0, w) = (place.x0, place.y0, place.w);
         if info.is_byte {
             read_into::<u8>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
         } else {
@@ -205,7 +247,7 @@ impl AlignedGrid {
                 let mut buf = vec![0u8; bx * by];
                 raster_io(ds, &window, &mut buf, &mut [alpha], &mut extra)?;
                 for (row, src) in buf.chunks_exact(bx).enumerate() {
-                    let start = (iy0 as usize + row) * w + ix0 as usize;
+                    let start = (iy0 + row) * w + ix0;
                     raster.valid[start..start + bx].copy_from_slice(src);
                 }
             }
@@ -230,7 +272,7 @@ impl AlignedGrid {
             }
             (None, None) => {
                 for row in 0..by {
-                    let start = (iy0 as usize + row) * w + ix0 as usize;
+                    let start = (iy0 + row) * w + ix0;
                     raster.valid[start..start + bx].fill(255);
                 }
             }
@@ -273,14 +315,28 @@ fn mark_nodata(raster: &mut Raster, nodata: f64, place: &Place, nearest: Option<
     }
 }
 
+/// Where a request falls on a raster ([`AlignedGrid::source_window`]).
+pub(crate) struct SourceWindow {
+    /// The source window in the raster's pixels (fractional): columns
+    /// `x0..x1`, rows `y0..y1`.
+    pub x0: f64,
+    pub x1: f64,
+    pub y0: f64,
+    pub y1: f64,
+    /// The whole pixels covering it, and the output pixels read from it.
+    pub window: Window,
+    /// Where those output pixels go in the request.
+    pub place: Place,
+}
+
 /// A `RasterIO` call's integer source window and buffer size.
-struct Window {
-    x: c_int,
-    y: c_int,
-    width: c_int,
-    height: c_int,
-    buf_width: c_int,
-    buf_height: c_int,
+pub(crate) struct Window {
+    pub x: c_int,
+    pub y: c_int,
+    pub width: c_int,
+    pub height: c_int,
+    pub buf_width: c_int,
+    pub buf_height: c_int,
 }
 
 /// Element types `RasterIO` fills here, and the band data holding them.
@@ -313,12 +369,12 @@ impl Sample for f32 {
 
 /// Where a read block goes in the output: `bx` x `by` pixels at column
 /// `x0`, row `y0` of rows `w` wide.
-struct Place {
-    bx: usize,
-    by: usize,
-    w: usize,
-    x0: usize,
-    y0: usize,
+pub(crate) struct Place {
+    pub bx: usize,
+    pub by: usize,
+    pub w: usize,
+    pub x0: usize,
+    pub y0: usize,
 }
 
 /// Reads every band of `window` as `T` and copies it into `raster` at `place`.

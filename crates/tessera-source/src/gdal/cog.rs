@@ -294,7 +294,19 @@ impl Blocks {
 
     /// `len` bytes at `offset`, on a pooled open handle (at most
     /// [`FILES_KEPT`] kept): no open and close per tile.
-    fn read_block(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+    /// The directory of level `level` (0: full resolution), when it is
+    /// a tiled image of the file.
+    pub(crate) fn level(&self, level: usize) -> Option<&Directory> {
+        self.levels.get(level)?.as_ref()
+    }
+
+    /// The levels, as GDAL lists them.
+    pub(crate) fn level_count(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// `len` bytes of the file at `offset` (a block), all of them.
+    pub(crate) fn read_block(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         let pooled = self
             .files
             .lock()

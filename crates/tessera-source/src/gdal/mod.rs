@@ -2,6 +2,7 @@
 
 pub(crate) mod aligned;
 mod cog;
+mod float_blocks;
 mod pieces;
 mod tiff;
 
@@ -27,6 +28,12 @@ use pieces::Piece;
 
 /// Pixels beyond which a single read is refused (about 256 MiB of RGBA).
 const MAX_WINDOW_PIXELS: usize = 64 * 1024 * 1024;
+/// Sets the MiB the Float32 blocks decoded by tessera may hold, across
+/// every source.
+pub(crate) fn set_decoded_blocks_budget(mb: u64) {
+    float_blocks::set_budget(usize::try_from(mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX));
+}
+
 /// Target CRSs whose footprint of the source is remembered.
 const MAX_FOOTPRINTS: usize = 64;
 
@@ -83,6 +90,11 @@ pub struct GdalSource {
     blocks: OnceLock<Option<cog::Blocks>>,
     /// Whether GDAL reads the path as a GeoTIFF (blocks may pass through).
     is_tiff: bool,
+    /// Whether Float32 blocks may be decoded here ([`float_blocks`]).
+    decode_floats: bool,
+    /// The TIFF's levels when its blocks are decoded here, found when
+    /// first needed.
+    floats: OnceLock<Option<float_blocks::FloatLevels>>,
 }
 
 impl GdalSource {
@@ -140,7 +152,31 @@ impl GdalSource {
         ]
         .iter()
         .flat_map(|grid| levels.report(grid, &self.info.native_crs, self.blocks()))
+        .chain(
+            self.float_levels()
+                .map(|_| "its Float32 blocks are decoded by tessera, not libtiff".to_string()),
+        )
         .collect()
+    }
+
+    /// The levels whose Float32 blocks are decoded here, and the file's
+    /// blocks; `None` when GDAL decodes them.
+    fn float_levels(&self) -> Option<(&float_blocks::FloatLevels, &cog::Blocks)> {
+        if !self.decode_floats || self.info.is_byte {
+            return None;
+        }
+        let blocks = self.blocks()?;
+        let floats = self
+            .floats
+            .get_or_init(|| {
+                float_blocks::FloatLevels::of(blocks, self.aligned.as_ref()?)
+                    .inspect_err(|why| {
+                        tracing::debug!(source = %self.path, why, "blocks decoded by GDAL");
+                    })
+                    .ok()
+            })
+            .as_ref()?;
+        Some((floats, blocks))
     }
 
     /// The TIFF's block tables, read on first use.
@@ -205,6 +241,8 @@ impl GdalSource {
             levels,
             blocks: OnceLock::new(),
             is_tiff,
+            decode_floats: settings.decode_float_blocks,
+            floats: OnceLock::new(),
         }
         .with_area_of_interest(&info_lonlat);
         source.release(ds);
@@ -402,6 +440,12 @@ impl GdalSource {
             && aligned::same_axes(req.crs, &self.info.native_crs)
             && !wraps
         {
+            if let Some(read) = self
+                .float_levels()
+                .and_then(|(f, blocks)| f.read(blocks, grid, req, &self.info, self.resampling))
+            {
+                return read.map_err(|m| err(m.into()));
+            }
             return grid
                 .read(src, req, &self.info, self.resampling)
                 .map_err(|m| err(m.into()));
@@ -1090,6 +1134,194 @@ mod tests {
         }
         assert!(checked > 10_000, "{checked} valid pixels compared");
         s.release(ds);
+    }
+
+    /// A 1000 x 700 Float32 DEM in Web Mercator (slopes, a hole of nodata
+    /// -9999 as large as a block, negative values), written as a tiled
+    /// GeoTIFF with `options` by `driver` (`GTiff` or `COG`).
+    fn write_float_dem(path: &str, driver: &str, options: &[&str]) {
+        let (w, h) = (1000usize, 700usize);
+        let mut values = vec![0f32; w * h];
+        for (i, v) in values.iter_mut().enumerate() {
+            let (x, y) = ((i % w) as f32, (i / w) as f32);
+            *v = if (300.0..600.0).contains(&x) && (256.0..540.0).contains(&y) {
+                -9999.0
+            } else {
+                (x * 0.013).sin() * 800.0 + y * 1.7 - 200.0 + (x * y * 1e-4).cos() * 3.25
+            };
+        }
+        let mem = DriverManager::get_driver_by_name("MEM").unwrap();
+        let mut ds = mem.create_with_band_type::<f32, _>("", w, h, 1).unwrap();
+        ds.set_geo_transform(&[100_000.0, 30.0, 0.0, 6_000_000.0, 0.0, -30.0])
+            .unwrap();
+        ds.set_projection(&Crs::parse("EPSG:3857").unwrap().wkt)
+            .unwrap();
+        let mut band = ds.rasterband(1).unwrap();
+        band.set_no_data_value(Some(-9999.0)).unwrap();
+        band.write((0, 0), (w, h), &mut Buffer::new((w, h), values))
+            .unwrap();
+        let mut list = gdal::cpl::CslStringList::new();
+        for option in options {
+            list.add_string(option).unwrap();
+        }
+        let out = DriverManager::get_driver_by_name(driver).unwrap();
+        ds.create_copy(&out, path, &list).unwrap();
+    }
+
+    #[test]
+    fn float32_blocks_decoded_here_read_as_gdal_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let variants: [(&str, &[&str]); 6] = [
+            (
+                "COG",
+                &["COMPRESS=DEFLATE", "PREDICTOR=YES", "BLOCKSIZE=256"],
+            ),
+            ("COG", &["COMPRESS=LZW", "PREDICTOR=YES", "BLOCKSIZE=128"]),
+            (
+                "GTiff",
+                &[
+                    "TILED=YES",
+                    "COMPRESS=DEFLATE",
+                    "PREDICTOR=2",
+                    "SPARSE_OK=TRUE",
+                ],
+            ),
+            (
+                "GTiff",
+                &[
+                    "TILED=YES",
+                    "COMPRESS=DEFLATE",
+                    "PREDICTOR=2",
+                    "ENDIANNESS=BIG",
+                ],
+            ),
+            ("GTiff", &["TILED=YES", "ENDIANNESS=BIG"]),
+            ("GTiff", &["TILED=YES", "BLOCKXSIZE=512", "BLOCKYSIZE=256"]),
+        ];
+        let mercator = Crs::parse("EPSG:3857").unwrap();
+        // Windows as tiles ask them: shrunk by 1, 1.5, 2, 3 and 9 (the
+        // overviews and past them), enlarged, off the grid's pixels, over
+        // the hole and hanging past the edges.
+        let (x0, y1) = (100_000.0, 6_000_000.0);
+        let windows = [
+            (0.0, 0.0, 7680.0, 256),
+            (1234.5, 987.6, 11520.0, 256),
+            (3000.0, 7000.0, 15360.0, 256),
+            (-2000.0, 100.0, 23040.0, 256),
+            (0.0, 0.0, 30000.0, 512),
+            (8000.0, 9000.0, 69120.0, 256),
+            (15000.0, 4000.0, 1000.0, 256),
+            (28000.0, 19000.0, 5000.0, 256),
+        ];
+        for (i, (driver, options)) in variants.iter().enumerate() {
+            let path = format!("{}/dem{i}.tif", dir.path().display());
+            write_float_dem(&path, driver, options);
+            for resampling in [Resampling::Nearest, Resampling::Bilinear, Resampling::Cubic] {
+                let here = open_path(&path, resampling);
+                let gdal = GdalSource::open(
+                    &GdalSourceSpec {
+                        path: path.clone(),
+                        resampling,
+                        bands: Vec::new(),
+                    },
+                    &GdalSettings {
+                        decode_float_blocks: false,
+                        ..GdalSettings::default()
+                    },
+                )
+                .unwrap();
+                assert!(here.float_levels().is_some(), "{options:?}: decoded here");
+                assert!(gdal.float_levels().is_none());
+                let (a_ds, b_ds) = (here.acquire().unwrap(), gdal.acquire().unwrap());
+                for &(dx, dy, span, size) in &windows {
+                    let bbox = BBox::new(x0 + dx, y1 - dy - span, x0 + dx + span, y1 - dy).unwrap();
+                    let req = WindowRequest {
+                        bbox,
+                        crs: &mercator,
+                        width: size,
+                        height: size,
+                        cancel: None,
+                        max_source_pixels: None,
+                        tile_rows: None,
+                    };
+                    let (a, b) = (
+                        here.warp(&a_ds, &req).unwrap(),
+                        gdal.warp(&b_ds, &req).unwrap(),
+                    );
+                    let what = format!("{options:?} {resampling:?} {bbox:?}");
+                    assert_eq!(a.valid, b.valid, "{what}: the same pixels valid");
+                    let (BandData::F32(p), BandData::F32(q)) = (&a.bands[0], &b.bands[0]) else {
+                        panic!("a DEM reads as numbers");
+                    };
+                    let worst = p
+                        .iter()
+                        .zip(q)
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0f32, f32::max);
+                    assert!(worst <= 1e-3, "{what}: values differ by {worst}");
+                    assert!(a.valid.contains(&255), "{what}: something read");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn big_endian_float_predictor_blocks_are_left_to_gdal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = format!("{}/dem.tif", dir.path().display());
+        write_float_dem(
+            &path,
+            "GTiff",
+            &[
+                "TILED=YES",
+                "COMPRESS=DEFLATE",
+                "PREDICTOR=3",
+                "ENDIANNESS=BIG",
+            ],
+        );
+        assert!(
+            open_path(&path, Resampling::Bilinear)
+                .float_levels()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_corrupt_float32_block_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = format!("{}/dem.tif", dir.path().display());
+        write_float_dem(
+            &path,
+            "GTiff",
+            &["TILED=YES", "COMPRESS=DEFLATE", "PREDICTOR=3"],
+        );
+        let offset: u64 = {
+            let ds = Dataset::open(&path).unwrap();
+            ds.rasterband(1)
+                .unwrap()
+                .metadata_item("BLOCK_OFFSET_0_0", "TIFF")
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = usize::try_from(offset).unwrap();
+        bytes[at + 2..at + 40].fill(0xff);
+        std::fs::write(&path, bytes).unwrap();
+        let s = open_path(&path, Resampling::Bilinear);
+        assert!(s.float_levels().is_some());
+        let crs = Crs::parse("EPSG:3857").unwrap();
+        let req = WindowRequest {
+            bbox: BBox::new(100_000.0, 5_990_000.0, 110_000.0, 6_000_000.0).unwrap(),
+            crs: &crs,
+            width: 256,
+            height: 256,
+            cancel: None,
+            max_source_pixels: None,
+            tile_rows: None,
+        };
+        let e = format!("{:?}", s.read(&req).unwrap_err());
+        assert!(e.contains("block 0 of level 0"), "{e}");
     }
 
     #[test]

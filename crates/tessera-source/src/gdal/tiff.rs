@@ -33,6 +33,12 @@ pub(crate) struct Directory {
     pub bits: u64,
     /// `PlanarConfiguration`: 1 interleaved, 2 a plane per band.
     pub planar: u64,
+    /// `Predictor`: 1 none, 2 horizontal differences, 3 floating point.
+    pub predictor: u64,
+    /// `SampleFormat`: 1 unsigned integers, 2 signed, 3 IEEE floats.
+    pub sample_format: u64,
+    /// Whether the file's numbers are little-endian.
+    pub little_endian: bool,
     pub offsets: Vec<u64>,
     pub counts: Vec<u64>,
     /// `JPEGTables`: the quantisation and Huffman tables every block of a
@@ -149,6 +155,9 @@ impl<'a> File<'a> {
             samples: 1,
             bits: 1,
             planar: 1,
+            predictor: 1,
+            sample_format: 1,
+            little_endian: self.little,
             offsets: Vec::new(),
             counts: Vec::new(),
             jpeg_tables: None,
@@ -176,6 +185,8 @@ impl<'a> File<'a> {
                 262 => dir.photometric = first()?,
                 277 => dir.samples = first()?,
                 284 => dir.planar = first()?,
+                317 => dir.predictor = first()?,
+                339 => dir.sample_format = first()?,
                 322 => bw = first()?,
                 323 => bh = first()?,
                 324 => dir.offsets = self.values(kind, n, field)?,
