@@ -78,7 +78,16 @@ def dems(tmp_path_factory):
     values = -120.0 + 90.0 * np.sin(xx / 9.0) * np.cos(yy / 7.0) + 1.7 * xx
     values[20:30, 30:45] = -9999
     low = make_dem(folder / "low.tif", values)
-    return {"low": low}
+    # The same DEM as most DEM COGs are: Web Mercator, Float32, DEFLATE
+    # with the floating-point predictor, tiled, with overviews (its blocks
+    # are decoded by tessera, not libtiff).
+    warped = folder / "warped.tif"
+    subprocess.run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-tr", "40", "40", "-r", "cubic",
+                    "-dstnodata", "-9999", str(low), str(warped)], check=True, timeout=120)
+    mercator = folder / "mercator.tif"
+    subprocess.run(["gdal_translate", "-q", "-of", "COG", "-co", "COMPRESS=DEFLATE", "-co", "PREDICTOR=YES",
+                    "-co", "BLOCKSIZE=256", str(warped), str(mercator)], check=True, timeout=120)
+    return {"low": low, "mercator": mercator}
 
 
 CONFIG = """
@@ -90,6 +99,10 @@ layers:
     cache: {{ store: none }}
   - name: low
     source: {{ path: {low} }}
+    formats: [terrarium.png, terrarium.webp, terrain-rgb.png, terrain-rgb.webp]
+    cache: {{ store: none }}
+  - name: mercator
+    source: {{ path: {mercator} }}
     formats: [terrarium.png, terrarium.webp, terrain-rgb.png, terrain-rgb.webp]
     cache: {{ store: none }}
   - name: cached
@@ -105,7 +118,8 @@ stores:
 def terrain(tmp_path_factory, demo_data, dems):
     folder = tmp_path_factory.mktemp("terrain")
     config = folder / "tessera.yaml"
-    config.write_text(CONFIG.format(elev=demo_data / "elev.tif", low=dems["low"], store=folder / "store"))
+    config.write_text(CONFIG.format(elev=demo_data / "elev.tif", low=dems["low"], mercator=dems["mercator"],
+                                  store=folder / "store"))
     with serving(tmp_path_factory, "--config", str(config)) as server:
         yield server
 
@@ -148,6 +162,68 @@ def test_decoded_tiles_are_gdalwarps_bilinear_elevations_within_one_step(terrain
             assert p99 <= STEP[encoding], f"{layer} {fmt} z{z}/{x}/{y}: p99 {p99:.4f} m > one step"
             compared += int(valid.sum())
     assert compared > 100_000, f"only {compared} pixels compared"
+
+
+def gdal_rasterio_elevations(src, z, x, y, size=256):
+    """GDAL's own bilinear read of tile (z, x, y) from `src`, a DEM in Web
+    Mercator (its floating-point window, the overview GDAL picks, libtiff
+    decoding the blocks): NaN where the pixel under an output pixel's
+    centre is nodata."""
+    from osgeo import gdal
+    ds = gdal.Open(str(src))
+    band, gt = ds.GetRasterBand(1), ds.GetGeoTransform()
+    west, south, east, north = mercator_bbox(z, x, y)
+    window = ((west - gt[0]) / gt[1], (north - gt[3]) / gt[5], (east - west) / gt[1], (north - south) / -gt[5])
+
+    def read_as(alg):
+        raw = band.ReadRaster(*window, buf_xsize=size, buf_ysize=size, buf_type=gdal.GDT_Float32, resample_alg=alg)
+        return np.frombuffer(raw, dtype=np.float32).reshape(size, size).astype(np.float64)
+    values, centres = read_as(gdal.GRIORA_Bilinear), read_as(gdal.GRIORA_NearestNeighbour)
+    nodata = band.GetNoDataValue()
+    values[(values == nodata) | (centres == nodata)] = np.nan
+    return values
+
+
+def inner_tiles(src, z):
+    """The tiles of zoom `z` wholly inside the raster `src`."""
+    from osgeo import gdal
+    ds = gdal.Open(str(src))
+    gt = ds.GetGeoTransform()
+    x0, y1 = gt[0], gt[3]
+    x1, y0 = x0 + gt[1] * ds.RasterXSize, y1 + gt[5] * ds.RasterYSize
+    span = 2 * HALF / 2**z
+    cols = range(math.ceil((x0 + HALF) / span), math.floor((x1 + HALF) / span))
+    rows = range(math.ceil((HALF - y1) / span), math.floor((HALF - y0) / span))
+    return [(x, y) for x in cols for y in rows]
+
+
+@pytest.mark.parametrize("fmt", ["terrarium.png", "terrain-rgb.webp"])
+def test_a_float32_cogs_tiles_are_gdals_own_reads_within_half_a_step(terrain, dems, fmt):
+    """The Web Mercator Float32 COG (DEFLATE, floating-point predictor,
+    overviews) is decoded by tessera, not libtiff: its tiles are GDAL's
+    own resampled reads of the same windows, every pixel, within half an
+    encoding step (rounding) and float noise, and valid where GDAL's
+    are."""
+    opened = [line for line in terrain.log_text().splitlines() if str(dems["mercator"]) in line]
+    assert any("its Float32 blocks are decoded by tessera" in line for line in opened), opened
+    encoding = fmt.split(".")[0]
+    compared = 0
+    for z in range(10, 14):
+        tiles = inner_tiles(dems["mercator"], z)
+        assert tiles, f"no tile of z{z} inside the DEM"
+        for x, y in tiles[:: max(1, len(tiles) // 6)]:
+            status, _, body = terrain.get(f"/tiles/mercator/WebMercatorQuad/{z}/{x}/{y}.{fmt}")
+            assert status == 200
+            got = decode_elevations(body, encoding)
+            want = gdal_rasterio_elevations(dems["mercator"], z, x, y)
+            valid = ~np.isnan(want)
+            assert np.all(np.abs(got[~valid]) <= STEP[encoding] / 2 + 1e-9), f"z{z}/{x}/{y}: nodata is not 0 m"
+            if not valid.any():
+                continue
+            worst = np.max(np.abs(got[valid] - want[valid]))
+            assert worst <= STEP[encoding] / 2 + 1e-3, f"z{z}/{x}/{y}: {worst:.4f} m from GDAL's read"
+            compared += int(valid.sum())
+    assert compared > 200_000, f"only {compared} pixels compared"
 
 
 def test_negative_elevations_survive_both_encodings(terrain, dems, tmp_path):
