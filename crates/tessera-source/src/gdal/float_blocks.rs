@@ -521,7 +521,9 @@ impl<'a> MemView<'a> {
         gt: [f64; 6],
         nodata: Option<f64>,
     ) -> Result<MemView<'a>, String> {
-        assert_eq!(pixels.len(), width * height, "a buffer of the part's size");
+        if pixels.len() != width * height {
+            return Err(format!("{} values for {width} x {height} pixels", pixels.len()));
+        }
         let (w, h) = (
             c_int::try_from(width).map_err(|_| "a part too wide")?,
             c_int::try_from(height).map_err(|_| "a part too tall")?,
