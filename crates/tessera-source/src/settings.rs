@@ -34,8 +34,8 @@ pub struct GdalSettings {
     /// Dataset handles kept open per source for reuse (default 8).
     pub max_idle_handles: usize,
     /// Threads one read may decode the blocks it covers on (GDAL's
-    /// `GDAL_NUM_THREADS`, shared by the process): 0 (default) one per
-    /// core, 1 none. A tile over several compressed blocks (a DEM's
+    /// `GDAL_NUM_THREADS`, shared by the process, and tessera's own pool
+    /// for Float32 blocks): 0 (default) one per core, 1 none. A tile over several compressed blocks (a DEM's
     /// float blocks, a metatile) is read faster when cores are idle; warps
     /// stay on their render's thread (renders already run in parallel).
     /// `config_options: { GDAL_NUM_THREADS: ... }` takes precedence.
@@ -149,7 +149,7 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     let cache = settings.cache_max_mb.saturating_mul(1024 * 1024);
     // SAFETY: GDALSetCacheMax64 only stores the new limit.
     unsafe { gdal_sys::GDALSetCacheMax64(i64::try_from(cache).unwrap_or(i64::MAX)) };
-    crate::gdal::set_decoded_blocks_budget(settings.decoded_blocks_mb);
+    crate::gdal::configure_decoding(settings.decoded_blocks_mb, settings.threads);
     let set = gdal::config::set_config_option;
     set("GDAL_HTTP_TIMEOUT", &settings.http_timeout_secs.to_string())?;
     set(

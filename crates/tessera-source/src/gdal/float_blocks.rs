@@ -18,9 +18,12 @@
 //! the GDAL path's to float rounding. Anything else (other types, several
 //! bands, other codecs, a part too large to hold) keeps the GDAL path.
 
+use std::cell::RefCell;
 use std::ffi::{CString, c_int};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
+
+use rayon::iter::{IntoParallelRefIterator, ParallelIterator};
 
 use gdal::Dataset;
 use tessera_image::Raster;
@@ -60,11 +63,46 @@ static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(|| {
 });
 /// Numbers that tell sources apart in the cache.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+/// Threads the blocks of one read may be decoded on (0: one per core).
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+/// The threads blocks are decoded on when a read needs several, made at
+/// the first such read; `None` for one thread.
+static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+/// Part buffers larger than this (values) are not kept for the next read.
+const KEPT_PART: usize = 1 << 22;
+
+thread_local! {
+    /// The inflated bytes of the block being decoded.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The part of a level one read resamples.
+    static PART: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Sets the bytes the decoded blocks of every source may hold (0: none
-/// kept); blocks past it are dropped at the next insertion.
-pub(crate) fn set_budget(bytes: usize) {
+/// kept; blocks past it are dropped at the next insertion) and the
+/// threads one read may decode its blocks on (0: one per core; `gdal.threads`).
+pub(crate) fn configure(bytes: usize, threads: usize) {
     BUDGET.store(bytes, Ordering::Relaxed);
+    THREADS.store(threads, Ordering::Relaxed);
+}
+
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    POOL.get_or_init(|| {
+        let threads = match THREADS.load(Ordering::Relaxed) {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
+        };
+        if threads < 2 {
+            return None;
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tessera-decode-{i}"))
+            .build()
+            .inspect_err(|e| tracing::warn!(error = %e, "no threads to decode blocks on; decoding on the reading thread"))
+            .ok()
+    })
+    .as_ref()
 }
 
 type Key = (usize, usize, usize);
@@ -206,11 +244,24 @@ impl FloatLevels {
         resampling: Resampling,
     ) -> Result<Raster, String> {
         let level = &self.levels[index];
-        let mut part = vec![0f32; pw * ph];
         let (bw, bh) = (level.block_width, level.block_height);
-        for row in py / bh..(py + ph).div_ceil(bh) {
-            for col in px / bw..(px + pw).div_ceil(bw) {
-                let block = self.block(blocks, index, row * level.across + col)?;
+        let (rows, cols) = (
+            py / bh..(py + ph).div_ceil(bh),
+            px / bw..(px + pw).div_ceil(bw),
+        );
+        let wanted: Vec<(usize, usize)> = rows
+            .flat_map(|row| cols.clone().map(move |col| (row, col)))
+            .collect();
+        let indices: Vec<usize> = wanted
+            .iter()
+            .map(|&(row, col)| row * level.across + col)
+            .collect();
+        let decoded = self.blocks(blocks, index, &indices)?;
+        PART.with(|kept| {
+            let mut part = kept.borrow_mut();
+            part.clear();
+            part.resize(pw * ph, 0.0);
+            for (&(row, col), block) in wanted.iter().zip(&decoded) {
                 // The block's pixels inside the part.
                 let (bx0, by0) = (col * bw, row * bh);
                 let (x_from, x_to) = (bx0.max(px), (bx0 + bw).min(px + pw));
@@ -222,7 +273,36 @@ impl FloatLevels {
                         .copy_from_slice(&block[src..src + (x_to - x_from)]);
                 }
             }
-        }
+            let read = self.resample(
+                &mut part,
+                grid,
+                index,
+                (px, py, pw, ph),
+                req,
+                info,
+                resampling,
+            );
+            if part.capacity() > KEPT_PART {
+                *part = Vec::new();
+            }
+            read
+        })
+    }
+
+    /// Reads `req` from `part`, the part `(x, y, width, height)` of level
+    /// `index`, through GDAL.
+    #[allow(clippy::too_many_arguments, reason = "one read's parts, passed on")]
+    fn resample(
+        &self,
+        part: &mut [f32],
+        grid: &AlignedGrid,
+        index: usize,
+        (px, py, pw, ph): (usize, usize, usize, usize),
+        req: &WindowRequest<'_>,
+        info: &SourceInfo,
+        resampling: Resampling,
+    ) -> Result<Raster, String> {
+        let level = &self.levels[index];
         let full = &self.levels[0];
         let gt = grid.geo_transform();
         let (sx, sy) = (
@@ -237,23 +317,67 @@ impl FloatLevels {
             0.0,
             sy,
         ];
-        let ds = MemView::new(&mut part, pw, ph, part_gt, grid.nodata())?;
+        let ds = MemView::new(part, pw, ph, part_gt, grid.nodata())?;
         grid.with_pixels(part_gt, pw, ph)
             .read(ds.dataset(), req, info, resampling)
     }
 
-    /// Block `index` of level `level`, decoded (from the cache when it is
-    /// there).
-    fn block(&self, blocks: &Blocks, level: usize, index: usize) -> Result<Arc<[f32]>, String> {
-        let key = (self.id, level, index);
-        if let Some(hit) = DECODED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .blocks
-            .get(&key)
-        {
-            return Ok(Arc::clone(hit));
+    /// Blocks `indices` of level `level`, decoded: from the cache where
+    /// they are, the others decoded (on several threads when there are
+    /// several) and put in it.
+    fn blocks(
+        &self,
+        blocks: &Blocks,
+        level: usize,
+        indices: &[usize],
+    ) -> Result<Vec<Arc<[f32]>>, String> {
+        let mut found: Vec<Option<Arc<[f32]>>> = {
+            let mut cache = DECODED.lock().unwrap_or_else(PoisonError::into_inner);
+            indices
+                .iter()
+                .map(|&i| cache.blocks.get(&(self.id, level, i)).map(Arc::clone))
+                .collect()
+        };
+        let missing: Vec<usize> = indices
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&i, _)| i)
+            .collect();
+        let decode = |&i: &usize| self.decode_block(blocks, level, i);
+        let decoded: Vec<Arc<[f32]>> = match pool() {
+            Some(pool) if missing.len() > 1 => pool.install(|| {
+                missing
+                    .par_iter()
+                    .map(decode)
+                    .collect::<Result<Vec<_>, String>>()
+            })?,
+            _ => missing.iter().map(decode).collect::<Result<_, _>>()?,
+        };
+        let mut cache = DECODED.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut fresh = missing.iter().zip(decoded);
+        for slot in &mut found {
+            if slot.is_none()
+                && let Some((&i, block)) = fresh.next()
+            {
+                cache.insert((self.id, level, i), Arc::clone(&block));
+                *slot = Some(block);
+            }
         }
+        drop(cache);
+        found
+            .into_iter()
+            .map(|b| b.ok_or_else(|| "a block went missing".to_string()))
+            .collect()
+    }
+
+    /// Block `index` of level `level`, read and decoded.
+    fn decode_block(
+        &self,
+        blocks: &Blocks,
+        level: usize,
+        index: usize,
+    ) -> Result<Arc<[f32]>, String> {
         let d = blocks
             .level(level)
             .ok_or_else(|| format!("level {level} is gone"))?;
@@ -263,20 +387,14 @@ impl FloatLevels {
             d.offsets.get(index).copied().unwrap_or(0),
             d.counts.get(index).copied().unwrap_or(0),
         );
-        let decoded: Arc<[f32]> = if offset == 0 || len == 0 {
-            vec![self.empty; pixels].into()
-        } else {
-            let len = usize::try_from(len).map_err(|_| "a block of more bytes than memory")?;
-            let raw = blocks.read_block(offset, len)?;
-            l.decode(&raw)
-                .map_err(|e| format!("block {index} of level {level}: {e}"))?
-                .into()
-        };
-        DECODED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, Arc::clone(&decoded));
-        Ok(decoded)
+        if offset == 0 || len == 0 {
+            return Ok(vec![self.empty; pixels].into());
+        }
+        let len = usize::try_from(len).map_err(|_| "a block of more bytes than memory")?;
+        let raw = blocks.read_block(offset, len)?;
+        Ok(l.decode(&raw)
+            .map_err(|e| format!("block {index} of level {level}: {e}"))?
+            .into())
     }
 }
 
@@ -317,16 +435,30 @@ impl Level {
 
     /// The pixels of a block stored as `raw`.
     fn decode(&self, raw: &[u8]) -> Result<Vec<f32>, String> {
+        SCRATCH.with(|scratch| {
+            let mut bytes = scratch.borrow_mut();
+            let pixels = self.block_width * self.block_height;
+            // Every byte is written below (or the block refused): no need
+            // to clear what the last block left.
+            bytes.resize(pixels * 4, 0);
+            let result = self.decode_into(raw, &mut bytes);
+            if bytes.capacity() > KEPT_PART {
+                *bytes = Vec::new();
+            }
+            result
+        })
+    }
+
+    fn decode_into(&self, raw: &[u8], bytes: &mut [u8]) -> Result<Vec<f32>, String> {
         let pixels = self.block_width * self.block_height;
-        let mut bytes = vec![0u8; pixels * 4];
         let got = match self.compression {
             NONE => {
                 let n = raw.len().min(bytes.len());
                 bytes[..n].copy_from_slice(&raw[..n]);
                 n
             }
-            DEFLATE | DEFLATE_OLD => inflate(raw, &mut bytes)?,
-            _ => unlzw(raw, &mut bytes)?,
+            DEFLATE | DEFLATE_OLD => inflate(raw, bytes)?,
+            _ => unlzw(raw, bytes)?,
         };
         if got != bytes.len() {
             return Err(format!("{got} bytes where the block has {}", bytes.len()));
@@ -522,7 +654,10 @@ impl<'a> MemView<'a> {
         nodata: Option<f64>,
     ) -> Result<MemView<'a>, String> {
         if pixels.len() != width * height {
-            return Err(format!("{} values for {width} x {height} pixels", pixels.len()));
+            return Err(format!(
+                "{} values for {width} x {height} pixels",
+                pixels.len()
+            ));
         }
         let (w, h) = (
             c_int::try_from(width).map_err(|_| "a part too wide")?,
