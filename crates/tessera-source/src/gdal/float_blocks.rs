@@ -569,6 +569,10 @@ fn prefix_sums_sse2(bytes: &mut [u8]) -> &mut [u8] {
     // SAFETY: SSE2 is part of every x86_64 target; each load and store
     // is of 16 bytes inside `runs` (chunks of exactly 16), unaligned
     // access allowed by these intrinsics.
+    #[allow(
+        clippy::cast_ptr_alignment,
+        reason = "_mm_loadu_si128 and _mm_storeu_si128 take unaligned pointers"
+    )]
     unsafe {
         let mut carry = _mm_setzero_si128();
         for run in runs.chunks_exact_mut(16) {
