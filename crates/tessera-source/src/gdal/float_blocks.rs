@@ -145,6 +145,24 @@ struct Level {
     little_endian: bool,
 }
 
+/// A part of a level: `width` x `height` pixels from column `x`, row `y`.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    level: usize,
+    x: usize,
+    y: usize,
+    width: usize,
+    height: usize,
+}
+
+/// What one read asks, and how it is resampled.
+struct Ask<'a, 'r> {
+    grid: &'a AlignedGrid,
+    req: &'a WindowRequest<'r>,
+    info: &'a SourceInfo,
+    resampling: Resampling,
+}
+
 /// The levels of a TIFF whose blocks are decoded here.
 #[derive(Debug)]
 pub(crate) struct FloatLevels {
@@ -219,32 +237,27 @@ impl FloatLevels {
         if pw == 0 || ph == 0 || pw * ph > MOST_PART_PIXELS {
             return None;
         }
-        Some(self.read_part(
-            blocks,
+        let part = Part {
+            level: index,
+            x: px0,
+            y: py0,
+            width: pw,
+            height: ph,
+        };
+        let ask = Ask {
             grid,
-            index,
-            (px0, py0, pw, ph),
             req,
             info,
             resampling,
-        ))
+        };
+        Some(self.read_part(blocks, part, &ask))
     }
 
-    /// Reads `req` from the part `(x, y, width, height)` of level `index`
-    /// put in memory.
-    #[allow(clippy::too_many_arguments, reason = "one read's parts, passed on")]
-    fn read_part(
-        &self,
-        blocks: &Blocks,
-        grid: &AlignedGrid,
-        index: usize,
-        (px, py, pw, ph): (usize, usize, usize, usize),
-        req: &WindowRequest<'_>,
-        info: &SourceInfo,
-        resampling: Resampling,
-    ) -> Result<Raster, String> {
-        let level = &self.levels[index];
+    /// Reads `ask` from `part` put in memory.
+    fn read_part(&self, blocks: &Blocks, part: Part, ask: &Ask<'_, '_>) -> Result<Raster, String> {
+        let level = &self.levels[part.level];
         let (bw, bh) = (level.block_width, level.block_height);
+        let (px, py, pw, ph) = (part.x, part.y, part.width, part.height);
         let (rows, cols) = (
             py / bh..(py + ph).div_ceil(bh),
             px / bw..(px + pw).div_ceil(bw),
@@ -256,11 +269,11 @@ impl FloatLevels {
             .iter()
             .map(|&(row, col)| row * level.across + col)
             .collect();
-        let decoded = self.blocks(blocks, index, &indices)?;
+        let decoded = self.blocks(blocks, part.level, &indices)?;
         PART.with(|kept| {
-            let mut part = kept.borrow_mut();
-            part.clear();
-            part.resize(pw * ph, 0.0);
+            let mut pixels = kept.borrow_mut();
+            pixels.clear();
+            pixels.resize(pw * ph, 0.0);
             for (&(row, col), block) in wanted.iter().zip(&decoded) {
                 // The block's pixels inside the part.
                 let (bx0, by0) = (col * bw, row * bh);
@@ -269,40 +282,28 @@ impl FloatLevels {
                 for y in y_from..y_to {
                     let src = (y - by0) * bw + (x_from - bx0);
                     let dst = (y - py) * pw + (x_from - px);
-                    part[dst..dst + (x_to - x_from)]
+                    pixels[dst..dst + (x_to - x_from)]
                         .copy_from_slice(&block[src..src + (x_to - x_from)]);
                 }
             }
-            let read = self.resample(
-                &mut part,
-                grid,
-                index,
-                (px, py, pw, ph),
-                req,
-                info,
-                resampling,
-            );
-            if part.capacity() > KEPT_PART {
-                *part = Vec::new();
+            let read = self.resample(&mut pixels, part, ask);
+            if pixels.capacity() > KEPT_PART {
+                *pixels = Vec::new();
             }
             read
         })
     }
 
-    /// Reads `req` from `part`, the part `(x, y, width, height)` of level
-    /// `index`, through GDAL.
-    #[allow(clippy::too_many_arguments, reason = "one read's parts, passed on")]
+    /// Reads `ask` from `pixels`, those of `part`, through GDAL.
     fn resample(
         &self,
-        part: &mut [f32],
-        grid: &AlignedGrid,
-        index: usize,
-        (px, py, pw, ph): (usize, usize, usize, usize),
-        req: &WindowRequest<'_>,
-        info: &SourceInfo,
-        resampling: Resampling,
+        pixels: &mut [f32],
+        part: Part,
+        ask: &Ask<'_, '_>,
     ) -> Result<Raster, String> {
-        let level = &self.levels[index];
+        let level = &self.levels[part.level];
+        let (px, py, pw, ph) = (part.x, part.y, part.width, part.height);
+        let grid = ask.grid;
         let full = &self.levels[0];
         let gt = grid.geo_transform();
         let (sx, sy) = (
@@ -317,9 +318,9 @@ impl FloatLevels {
             0.0,
             sy,
         ];
-        let ds = MemView::new(part, pw, ph, part_gt, grid.nodata())?;
+        let ds = MemView::new(pixels, pw, ph, part_gt, grid.nodata())?;
         grid.with_pixels(part_gt, pw, ph)
-            .read(ds.dataset(), req, info, resampling)
+            .read(ds.dataset(), ask.req, ask.info, ask.resampling)
     }
 
     /// Blocks `indices` of level `level`, decoded: from the cache where
