@@ -2,6 +2,7 @@
 //! in-memory files for the embedded demo data.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gdal::errors::CplErrType;
 use serde::Deserialize;
@@ -149,7 +150,11 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
     let cache = settings.cache_max_mb.saturating_mul(1024 * 1024);
     // SAFETY: GDALSetCacheMax64 only stores the new limit.
     unsafe { gdal_sys::GDALSetCacheMax64(i64::try_from(cache).unwrap_or(i64::MAX)) };
-    crate::gdal::configure_decoding(settings.decoded_blocks_mb, settings.threads);
+    DECODED_BYTES.store(
+        usize::try_from(settings.decoded_blocks_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+        Ordering::Relaxed,
+    );
+    DECODE_THREADS.store(settings.threads, Ordering::Relaxed);
     let set = gdal::config::set_config_option;
     set("GDAL_HTTP_TIMEOUT", &settings.http_timeout_secs.to_string())?;
     set(
@@ -170,6 +175,22 @@ pub fn configure_gdal(settings: &GdalSettings) -> Result<(), gdal::errors::GdalE
         set(key, value)?;
     }
     route_through_guard(settings)
+}
+
+/// Bytes the Float32 blocks decoded by tessera may hold, across sources
+/// (`decoded_blocks_mb`), as [`configure_gdal`] last set it.
+static DECODED_BYTES: AtomicUsize = AtomicUsize::new(128 << 20);
+/// Threads one read may decode its blocks on (`threads`; 0: one per core).
+static DECODE_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// The bytes Float32 blocks decoded by tessera may hold, and the threads
+/// one read may decode them on (0: one per core), as the settings last
+/// applied say.
+pub(crate) fn decoding() -> (usize, usize) {
+    (
+        DECODED_BYTES.load(Ordering::Relaxed),
+        DECODE_THREADS.load(Ordering::Relaxed),
+    )
 }
 
 /// `GDAL_NUM_THREADS` for `threads` (0: one per core).

@@ -49,10 +49,6 @@ const MOST_PART_PIXELS: usize = 4096 * 4096;
 /// the request (`GDALBandGetBestOverviewLevel2`).
 const OVERVIEW_SLACK: f64 = 1.2;
 
-/// Default bound of the decoded-block cache, in bytes.
-const DEFAULT_BUDGET: usize = 128 << 20;
-/// Bytes the decoded blocks of every source may hold.
-static BUDGET: AtomicUsize = AtomicUsize::new(DEFAULT_BUDGET);
 /// Decoded blocks by (source, level, block), least recently used first
 /// out.
 static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(|| {
@@ -63,8 +59,6 @@ static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(|| {
 });
 /// Numbers that tell sources apart in the cache.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-/// Threads the blocks of one read may be decoded on (0: one per core).
-static THREADS: AtomicUsize = AtomicUsize::new(0);
 /// The threads blocks are decoded on when a read needs several, made at
 /// the first such read; `None` for one thread.
 static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
@@ -78,17 +72,9 @@ thread_local! {
     static PART: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Sets the bytes the decoded blocks of every source may hold (0: none
-/// kept; blocks past it are dropped at the next insertion) and the
-/// threads one read may decode its blocks on (0: one per core; `gdal.threads`).
-pub(crate) fn configure(bytes: usize, threads: usize) {
-    BUDGET.store(bytes, Ordering::Relaxed);
-    THREADS.store(threads, Ordering::Relaxed);
-}
-
 fn pool() -> Option<&'static rayon::ThreadPool> {
     POOL.get_or_init(|| {
-        let threads = match THREADS.load(Ordering::Relaxed) {
+        let threads = match crate::settings::decoding().1 {
             0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             n => n,
         };
@@ -114,7 +100,8 @@ struct Decoded {
 
 impl Decoded {
     fn insert(&mut self, key: Key, block: Arc<[f32]>) {
-        let budget = BUDGET.load(Ordering::Relaxed);
+        // `gdal.decoded_blocks_mb`; blocks past it are dropped here.
+        let budget = crate::settings::decoding().0;
         let size = block.len() * 4;
         if size > budget {
             return;

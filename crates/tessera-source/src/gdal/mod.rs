@@ -28,16 +28,6 @@ use pieces::Piece;
 
 /// Pixels beyond which a single read is refused (about 256 MiB of RGBA).
 const MAX_WINDOW_PIXELS: usize = 64 * 1024 * 1024;
-/// Sets the MiB the Float32 blocks decoded by tessera may hold, across
-/// every source, and the threads one read may decode them on (0: one per
-/// core).
-pub(crate) fn configure_decoding(mb: u64, threads: usize) {
-    float_blocks::configure(
-        usize::try_from(mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
-        threads,
-    );
-}
-
 /// Target CRSs whose footprint of the source is remembered.
 const MAX_FOOTPRINTS: usize = 64;
 
