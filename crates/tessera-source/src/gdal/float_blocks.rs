@@ -72,6 +72,8 @@ thread_local! {
     static PART: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The pool of `gdal.threads` threads (0: one per core) a read's blocks
+/// are decoded on; `None` when that is one thread.
 fn pool() -> Option<&'static rayon::ThreadPool> {
     POOL.get_or_init(|| {
         let threads = match crate::settings::decoding().1 {
