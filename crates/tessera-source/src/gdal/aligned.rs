@@ -27,6 +27,7 @@ use std::ffi::c_int;
 use gdal::Dataset;
 use tessera_image::{BandData, Raster};
 
+use super::plane::Plane;
 use crate::warp::{Resampling, empty_raster};
 use crate::{Crs, SourceInfo, WindowRequest};
 
@@ -210,6 +211,19 @@ impl AlignedGrid {
         info: &SourceInfo,
         resampling: Resampling,
     ) -> Result<Raster, String> {
+        self.read_from(ds, req, info, resampling)?
+            .ok_or_else(|| "GDAL declined a read".to_string())
+    }
+
+    /// Reads `req` as [`AlignedGrid::read`] does, from `pixels`; `None`
+    /// when `pixels` cannot do one of the reads that takes.
+    pub(crate) fn read_from<P: Pixels>(
+        &self,
+        pixels: &P,
+        req: &WindowRequest<'_>,
+        info: &SourceInfo,
+        resampling: Resampling,
+    ) -> Result<Option<Raster>, String> {
         let mut raster = empty_raster(info, req.width, req.height);
         let Some(SourceWindow {
             x0: fx0,
@@ -220,7 +234,7 @@ impl AlignedGrid {
             place,
         }) = self.source_window(req)
         else {
-            return Ok(raster);
+            return Ok(Some(raster));
         };
         let whole = [fx0, fx1, fy0, fy1].iter().all(|v| v.fract() == 0.0);
         let mut extra = gdal_sys::GDALRasterIOExtraArg {
@@ -237,15 +251,34 @@ impl AlignedGrid {
         let mut band_map: Vec<c_int> = (1..=self.bands as c_int).collect();
         let (bx, by) = (place.bx, place.by);
         let (ix0, iy0, w) = (place.x0, place.y0, place.w);
-        if info.is_byte {
-            read_into::<u8>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
+        let done = if info.is_byte {
+            read_into::<u8, P>(
+                pixels,
+                &window,
+                &mut band_map,
+                &mut extra,
+                &mut raster,
+                &place,
+            )?
         } else {
-            read_into::<f32>(ds, &window, &mut band_map, &mut extra, &mut raster, &place)?;
+            read_into::<f32, P>(
+                pixels,
+                &window,
+                &mut band_map,
+                &mut extra,
+                &mut raster,
+                &place,
+            )?
+        };
+        if !done {
+            return Ok(None);
         }
         match (self.alpha, self.nodata) {
             (Some(alpha), _) => {
                 let mut buf = vec![0u8; bx * by];
-                raster_io(ds, &window, &mut buf, &mut [alpha], &mut extra)?;
+                if !pixels.read_u8(&window, &mut buf, &mut [alpha], &mut extra)? {
+                    return Ok(None);
+                }
                 for (row, src) in buf.chunks_exact(bx).enumerate() {
                     let start = (iy0 + row) * w + ix0;
                     raster.valid[start..start + bx].copy_from_slice(src);
@@ -265,7 +298,9 @@ impl AlignedGrid {
                         eResampleAlg: gdal_sys::GDALRIOResampleAlg::GRIORA_NearestNeighbour,
                         ..extra
                     };
-                    raster_io(ds, &window, &mut centres, &mut [1], &mut at_centres)?;
+                    if !pixels.read_f32(&window, &mut centres, &mut [1], &mut at_centres)? {
+                        return Ok(None);
+                    }
                     Some(centres)
                 };
                 mark_nodata(&mut raster, nodata, &place, nearest.as_deref());
@@ -277,7 +312,76 @@ impl AlignedGrid {
                 }
             }
         }
-        Ok(raster)
+        Ok(Some(raster))
+    }
+}
+
+/// What an aligned read reads from: a GDAL dataset, or one Float32 band
+/// in memory ([`Plane`]).
+pub(crate) trait Pixels {
+    /// Fills `buf` (band after band, `window.buf_width` x
+    /// `window.buf_height` each) with bands `band_map` of `window` as
+    /// bytes, as GDAL's `RasterIO` with `extra` does; `false` when this
+    /// source cannot do that read.
+    fn read_u8(
+        &self,
+        window: &Window,
+        buf: &mut [u8],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String>;
+
+    /// As [`Pixels::read_u8`], as `f32`.
+    fn read_f32(
+        &self,
+        window: &Window,
+        buf: &mut [f32],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String>;
+}
+
+impl Pixels for Dataset {
+    fn read_u8(
+        &self,
+        window: &Window,
+        buf: &mut [u8],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        raster_io(self, window, buf, band_map, extra).map(|()| true)
+    }
+
+    fn read_f32(
+        &self,
+        window: &Window,
+        buf: &mut [f32],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        raster_io(self, window, buf, band_map, extra).map(|()| true)
+    }
+}
+
+impl Pixels for Plane<'_> {
+    fn read_u8(
+        &self,
+        _: &Window,
+        _: &mut [u8],
+        _: &mut [c_int],
+        _: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        Ok(false)
+    }
+
+    fn read_f32(
+        &self,
+        window: &Window,
+        buf: &mut [f32],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        Ok(band_map == [1] && self.raster_io(window, extra, buf))
     }
 }
 
@@ -345,6 +449,14 @@ trait Sample: Copy + Default {
     const GDAL: gdal_sys::GDALDataType::Type;
     /// The samples of `band` when it holds this type.
     fn samples(band: &mut BandData) -> Option<&mut Vec<Self>>;
+    /// `pixels`' read of this type ([`Pixels::read_u8`]).
+    fn read<P: Pixels>(
+        pixels: &P,
+        window: &Window,
+        buf: &mut [Self],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String>;
 }
 
 impl Sample for u8 {
@@ -355,6 +467,15 @@ impl Sample for u8 {
             BandData::F32(_) => None,
         }
     }
+    fn read<P: Pixels>(
+        pixels: &P,
+        window: &Window,
+        buf: &mut [u8],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        pixels.read_u8(window, buf, band_map, extra)
+    }
 }
 
 impl Sample for f32 {
@@ -364,6 +485,15 @@ impl Sample for f32 {
             BandData::F32(v) => Some(v),
             BandData::U8(_) => None,
         }
+    }
+    fn read<P: Pixels>(
+        pixels: &P,
+        window: &Window,
+        buf: &mut [f32],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        pixels.read_f32(window, buf, band_map, extra)
     }
 }
 
@@ -377,18 +507,21 @@ pub(crate) struct Place {
     pub y0: usize,
 }
 
-/// Reads every band of `window` as `T` and copies it into `raster` at `place`.
-fn read_into<T: Sample>(
-    ds: &Dataset,
+/// Reads every band of `window` as `T` and copies it into `raster` at
+/// `place`; `false` when `pixels` cannot do that read.
+fn read_into<T: Sample, P: Pixels>(
+    pixels: &P,
     window: &Window,
     band_map: &mut [c_int],
     extra: &mut gdal_sys::GDALRasterIOExtraArg,
     raster: &mut Raster,
     place: &Place,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let block = place.bx * place.by;
     let mut buf = vec![T::default(); block * band_map.len()];
-    raster_io(ds, window, &mut buf, band_map, extra)?;
+    if !T::read(pixels, window, &mut buf, band_map, extra)? {
+        return Ok(false);
+    }
     for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(block)) {
         if let Some(out) = T::samples(band) {
             for (row, src) in data.chunks_exact(place.bx).enumerate() {
@@ -397,7 +530,7 @@ fn read_into<T: Sample>(
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 fn raster_io<T: Sample>(

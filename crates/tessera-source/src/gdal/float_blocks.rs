@@ -13,9 +13,11 @@
 //!
 //! What a read returns is GDAL's: the level GDAL's resampled `RasterIO`
 //! would choose (its rule, [`level_for`]) is found here, the part of it the
-//! resampling kernel reaches is put in an in-memory dataset, and the same
-//! [`AlignedGrid`] read runs on it, so resampling, nodata and validity are
-//! the GDAL path's to float rounding. Anything else (other types, several
+//! resampling kernel reaches is gathered from the blocks, and the same
+//! [`AlignedGrid`] read runs on it, its `RasterIO` calls done by
+//! [`Plane`] with GDAL's arithmetic (or, for the reads it does not
+//! reproduce, by GDAL on an in-memory dataset over the part), so
+//! resampling, nodata and validity are the GDAL path's to float rounding. Anything else (other types, several
 //! bands, other codecs, a part too large to hold) keeps the GDAL path.
 
 use std::cell::RefCell;
@@ -30,6 +32,7 @@ use tessera_image::Raster;
 
 use super::aligned::{AlignedGrid, SourceWindow};
 use super::cog::Blocks;
+use super::plane::Plane;
 use super::tiff::Directory;
 use crate::warp::Resampling;
 use crate::{SourceInfo, WindowRequest};
@@ -259,20 +262,21 @@ impl FloatLevels {
             .map(|&(row, col)| row * level.across + col)
             .collect();
         let decoded = self.blocks(blocks, part.level, &indices)?;
+        let across = cols.len();
         PART.with(|kept| {
             let mut pixels = kept.borrow_mut();
             pixels.clear();
-            pixels.resize(pw * ph, 0.0);
-            for (&(row, col), block) in wanted.iter().zip(&decoded) {
-                // The block's pixels inside the part.
-                let (bx0, by0) = (col * bw, row * bh);
-                let (x_from, x_to) = (bx0.max(px), (bx0 + bw).min(px + pw));
-                let (y_from, y_to) = (by0.max(py), (by0 + bh).min(py + ph));
-                for y in y_from..y_to {
-                    let src = (y - by0) * bw + (x_from - bx0);
-                    let dst = (y - py) * pw + (x_from - px);
-                    pixels[dst..dst + (x_to - x_from)]
-                        .copy_from_slice(&block[src..src + (x_to - x_from)]);
+            pixels.reserve(pw * ph);
+            // Row after row of the part, each from the blocks it crosses.
+            for y in py..py + ph {
+                let row = y / bh - py / bh;
+                let in_block = y % bh;
+                for (i, col) in cols.clone().enumerate() {
+                    let block = &decoded[row * across + i];
+                    let bx0 = col * bw;
+                    let (x_from, x_to) = (bx0.max(px), (bx0 + bw).min(px + pw));
+                    let src = in_block * bw + (x_from - bx0);
+                    pixels.extend_from_slice(&block[src..src + (x_to - x_from)]);
                 }
             }
             let read = self.resample(&mut pixels, part, ask);
@@ -307,9 +311,18 @@ impl FloatLevels {
             0.0,
             sy,
         ];
+        let part_grid = grid.with_pixels(part_gt, pw, ph);
+        let plane = Plane {
+            values: pixels,
+            width: pw,
+            height: ph,
+            nodata: grid.nodata(),
+        };
+        if let Some(raster) = part_grid.read_from(&plane, ask.req, ask.info, ask.resampling)? {
+            return Ok(raster);
+        }
         let ds = MemView::new(pixels, pw, ph, part_gt, grid.nodata())?;
-        grid.with_pixels(part_gt, pw, ph)
-            .read(ds.dataset(), ask.req, ask.info, ask.resampling)
+        part_grid.read(ds.dataset(), ask.req, ask.info, ask.resampling)
     }
 
     /// Blocks `indices` of level `level`, decoded: from the cache where

@@ -4,6 +4,7 @@ pub(crate) mod aligned;
 mod cog;
 mod float_blocks;
 mod pieces;
+mod plane;
 mod tiff;
 
 pub use crate::error::GdalError;

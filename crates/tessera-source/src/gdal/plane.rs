@@ -1,0 +1,610 @@
+//! GDAL's `RasterIO` of one Float32 band held in memory, computed here.
+//!
+//! A part of a DEM's level decoded by [`super::float_blocks`] used to be
+//! wrapped in a MEM dataset and read with GDAL's resampled `RasterIO`:
+//! GDAL then copies the part into a chunk, reads it a second time to make
+//! the nodata mask, convolves, and copies the result out. [`Plane`] does
+//! the same reads on the values where they lie, with GDAL 3.6's
+//! arithmetic (`GDALRasterBand::IRasterIO` for nearest neighbour,
+//! `RasterIOResampled` and `GDALResampleChunk32R_ConvolutionT` for
+//! bilinear and cubic), so results equal the MEM path to float rounding.
+//! Reads it does not reproduce (other resamplings, a request GDAL would
+//! cut into several chunks) say so, and the caller keeps the MEM path.
+
+use std::ffi::c_int;
+
+use super::aligned::Window;
+
+/// GDAL (3.6) resamples a request in one chunk when the source pixels it
+/// reads are at most this many; larger requests are not reproduced here.
+const MOST_CHUNK_PIXELS: i64 = 1024 * 1024;
+
+/// One Float32 band in memory: `width` x `height` values, row after row.
+pub(crate) struct Plane<'a> {
+    pub values: &'a [f32],
+    pub width: usize,
+    pub height: usize,
+    /// The band's nodata value (NaN when that is NaN).
+    pub nodata: Option<f64>,
+}
+
+/// A separable resampling kernel GDAL's convolution uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Bilinear,
+    Cubic,
+}
+
+impl Kernel {
+    /// Source pixels either side of the centre, unscaled.
+    fn radius(self) -> i32 {
+        match self {
+            Kernel::Bilinear => 1,
+            Kernel::Cubic => 2,
+        }
+    }
+
+    /// Whether weights can be negative (cubic): GDAL then asks for half
+    /// the source pixels valid in a row.
+    fn negative(self) -> bool {
+        self == Kernel::Cubic
+    }
+
+    /// The weight at `x` source pixels (scaled) from the centre.
+    fn weight(self, x: f64) -> f64 {
+        let a = x.abs();
+        match self {
+            Kernel::Bilinear if a <= 1.0 => 1.0 - a,
+            Kernel::Cubic if a <= 1.0 => x * x * (1.5 * a - 2.5) + 1.0,
+            Kernel::Cubic if a <= 2.0 => x * x * (-0.5 * a + 2.5) - 4.0 * a + 2.0,
+            _ => 0.0,
+        }
+    }
+}
+
+/// The weights of one output pixel along one axis: the source pixels
+/// `start..start + weights.len()`.
+struct Taps {
+    start: i64,
+    weights: Vec<f64>,
+}
+
+/// The taps of every output pixel `dst_from..dst_to` along one axis, as
+/// GDAL computes them: `ratio` source pixels per output pixel, `delta`
+/// the source offset, source pixels clipped to `chunk_from..chunk_to`.
+/// With `normalise`, weights are divided by their sum (GDAL does so when
+/// there is no mask).
+fn taps(
+    kernel: Kernel,
+    ratio: f64,
+    delta: f64,
+    (dst_from, dst_to): (i64, i64),
+    (chunk_from, chunk_to): (i64, i64),
+    normalise: bool,
+) -> Vec<Taps> {
+    let scale = 1.0 / ratio;
+    let scale_weight = if scale >= 1.0 { 1.0 } else { scale };
+    let radius = f64::from(kernel.radius()) / scale_weight;
+    (dst_from..dst_to)
+        .map(|dst| {
+            let centre = (dst as f64 + 0.5) * ratio + delta;
+            let start = ((centre - radius + 0.5).floor() as i64).max(chunk_from);
+            // C's conversion: towards zero.
+            let stop = ((centre + radius + 0.5) as i64).min(chunk_to);
+            let mut weights = Vec::with_capacity(usize::try_from(stop - start).unwrap_or(0));
+            let mut sum = 0.0;
+            let mut x = scale_weight * (start as f64 - centre + 0.5);
+            let mut group = 0.0;
+            for i in start..stop {
+                let w = kernel.weight(x);
+                weights.push(w);
+                x += scale_weight;
+                // GDAL sums four weights at a time, then the rest.
+                group += w;
+                if (i - start) % 4 == 3 || stop - i <= (stop - start) % 4 {
+                    sum += group;
+                    group = 0.0;
+                }
+            }
+            sum += group;
+            if normalise && sum != 0.0 {
+                let inv = 1.0 / sum;
+                weights.iter_mut().for_each(|w| *w *= inv);
+            }
+            Taps { start, weights }
+        })
+        .collect()
+}
+
+impl Plane<'_> {
+    /// Fills `buf` (`window.buf_width` x `window.buf_height` values) as
+    /// GDAL 3.6's `RasterIO` of `window` with `extra` fills it from a MEM
+    /// band holding these values; `false`, with `buf` left as it may be,
+    /// when that read is not reproduced here.
+    pub(crate) fn raster_io(
+        &self,
+        window: &Window,
+        extra: &gdal_sys::GDALRasterIOExtraArg,
+        buf: &mut [f32],
+    ) -> bool {
+        use gdal_sys::GDALRIOResampleAlg as A;
+        let (bw, bh) = (as_len(window.buf_width), as_len(window.buf_height));
+        let (x, y) = (as_len(window.x), as_len(window.y));
+        let (w, h) = (as_len(window.width), as_len(window.height));
+        if bw == 0
+            || bh == 0
+            || buf.len() < bw * bh
+            || x + w > self.width
+            || y + h > self.height
+            || self.values.len() < self.width * self.height
+        {
+            return false;
+        }
+        // Same sizes: the MEM band copies the whole-pixel window.
+        if w == bw && h == bh {
+            for (row, out) in buf.chunks_exact_mut(bw).take(bh).enumerate() {
+                let from = (y + row) * self.width + x;
+                out.copy_from_slice(&self.values[from..from + bw]);
+            }
+            return true;
+        }
+        let float = if extra.bFloatingPointWindowValidity != 0 {
+            [extra.dfXOff, extra.dfYOff, extra.dfXSize, extra.dfYSize]
+        } else {
+            [x as f64, y as f64, w as f64, h as f64]
+        };
+        match extra.eResampleAlg {
+            A::GRIORA_NearestNeighbour => {
+                self.nearest(float, bw, bh, buf);
+                true
+            }
+            A::GRIORA_Bilinear => self.convolve(Kernel::Bilinear, window, float, buf),
+            A::GRIORA_Cubic => self.convolve(Kernel::Cubic, window, float, buf),
+            _ => false,
+        }
+    }
+
+    /// `GDALRasterBand::IRasterIO`'s nearest-neighbour stepping.
+    fn nearest(&self, [x0, y0, w, h]: [f64; 4], bw: usize, bh: usize, buf: &mut [f32]) {
+        const EPS: f64 = 1e-10;
+        let (inc_x, inc_y) = (w / bw as f64, h / bh as f64);
+        let start_x = 0.5 * inc_x + x0 + EPS;
+        let (last_x, last_y) = ((self.width - 1) as f64, (self.height - 1) as f64);
+        for (row, out) in buf.chunks_exact_mut(bw).take(bh).enumerate() {
+            let sy = (row as f64 + 0.5) * inc_y + y0 + EPS;
+            let from = sy.max(0.0).min(last_y) as usize * self.width;
+            let line = &self.values[from..from + self.width];
+            let mut sx = start_x;
+            for v in out {
+                *v = line[sx.max(0.0).min(last_x) as usize];
+                sx += inc_x;
+            }
+        }
+    }
+
+    /// `RasterIOResampled`'s convolution when the request is one chunk.
+    fn convolve(&self, kernel: Kernel, window: &Window, float: [f64; 4], buf: &mut [f32]) -> bool {
+        let (bw, bh) = (i64::from(window.buf_width), i64::from(window.buf_height));
+        let (nx, ny) = (i64::from(window.x), i64::from(window.y));
+        let (raster_w, raster_h) = (self.width as i64, self.height as i64);
+        let [mut dx, mut dy, dw, dh] = float;
+        let (ratio_x, ratio_y) = (dw / bw as f64, dh / bh as f64);
+        // A window starting on a whole output pixel of the virtual
+        // output raster is read as a part of it (GDAL's "virtual" offset).
+        let virtual_offset = |off: &mut f64, n: i64, ratio: f64| {
+            let dest = *off / ratio;
+            let nearest = (dest + 0.5) as i64;
+            if (dest - nearest as f64).abs() < 1e-8 {
+                *off = n as f64;
+                Some(nearest)
+            } else {
+                None
+            }
+        };
+        let vx = virtual_offset(&mut dx, nx, ratio_x);
+        let vy = virtual_offset(&mut dy, ny, ratio_y);
+        // One chunk, as GDAL's chunking loop finds at its first step.
+        let full_x = (3 + (bw as f64 * ratio_x) as i64).min(raster_w);
+        let full_y = (3 + (bh as f64 * ratio_y) as i64).min(raster_h);
+        if full_x * full_y > MOST_CHUNK_PIXELS {
+            return false;
+        }
+        let radius = i64::from(kernel.radius());
+        let factor = |ratio: f64| ((0.5 + ratio) as i64).max(1);
+        // The source rows and columns read: the chunk and the kernel's
+        // reach around it, on the raster.
+        let queried = |n: i64, b: i64, ratio: f64, size: i64| {
+            let off2 = (n + 1 + (b as f64 * ratio).ceil() as i64).min(size);
+            let reach = radius * factor(ratio);
+            let mut from = n - reach;
+            let mut len = off2 - n + 2 * reach;
+            if from < 0 {
+                len += from;
+                from = 0;
+            }
+            len = len.min(size - from);
+            (from, len)
+        };
+        let (qx, qw) = queried(nx, bw, ratio_x, raster_w);
+        let (qy, qh) = queried(ny, bh, ratio_y, raster_h);
+        if qw <= 0 || qh <= 0 {
+            return false;
+        }
+        let (qx_u, qy_u, qw_u, qh_u) = (qx as usize, qy as usize, qw as usize, qh as usize);
+        let chunk = |row: usize| {
+            let from = (qy_u + row) * self.width + qx_u;
+            &self.values[from..from + qw_u]
+        };
+        #[allow(clippy::cast_possible_truncation, reason = "GDAL keeps it as a float")]
+        let nodata = self.nodata.map(|v| v as f32);
+        // The nodata mask (GDAL's, 0 or 255), or none when every pixel
+        // of the chunk is valid.
+        let mut mask = None;
+        if let Some(nd) = nodata {
+            let valid = |v: f32| {
+                if nd.is_nan() {
+                    !v.is_nan()
+                } else {
+                    !are_real_equal(v, nd)
+                }
+            };
+            let m: Vec<u8> = (0..qh_u)
+                .flat_map(|row| chunk(row).iter().map(|&v| if valid(v) { 255 } else { 0 }))
+                .collect();
+            match (m.iter().all(|&b| b == 0), m.iter().all(|&b| b == 255)) {
+                (true, _) => {
+                    buf[..(bw * bh) as usize].fill(nd);
+                    return true;
+                }
+                (_, true) => {}
+                _ => mask = Some(m),
+            }
+        }
+        // Coordinates relative to the window's whole-pixel origin, or to
+        // the raster's with a virtual offset.
+        let (origin_x, delta_x, dst_x) = match vx {
+            Some(v) => (0, 0.0, v),
+            None => (nx, dx - nx as f64, 0),
+        };
+        let (origin_y, delta_y, dst_y) = match vy {
+            Some(v) => (0, 0.0, v),
+            None => (ny, dy - ny as f64, 0),
+        };
+        let (cx, cy) = (qx - origin_x, qy - origin_y);
+        let normalise = mask.is_none();
+        let across = taps(
+            kernel,
+            ratio_x,
+            delta_x,
+            (dst_x, dst_x + bw),
+            (cx, cx + qw),
+            normalise,
+        );
+        let down = taps(
+            kernel,
+            ratio_y,
+            delta_y,
+            (dst_y, dst_y + bh),
+            (cy, cy + qh),
+            normalise,
+        );
+        let bw_u = bw as usize;
+        // First pass: each chunk row filtered across.
+        let mut filtered = vec![0f64; qh_u * bw_u];
+        let mut filtered_valid = vec![0u8; if mask.is_some() { qh_u * bw_u } else { 0 }];
+        for row in 0..qh_u {
+            let values = chunk(row);
+            for (col, t) in across.iter().enumerate() {
+                let at = (t.start - cx) as usize;
+                let src = &values[at..at + t.weights.len()];
+                let out = row * bw_u + col;
+                match &mask {
+                    None => {
+                        filtered[out] = src
+                            .iter()
+                            .zip(&t.weights)
+                            .map(|(&v, &w)| f64::from(v) * w)
+                            .sum();
+                    }
+                    Some(m) => {
+                        let valid = &m[row * qw_u + at..row * qw_u + at + t.weights.len()];
+                        if kernel.negative() && longest_run(valid) < t.weights.len() / 2 {
+                            continue;
+                        }
+                        let (mut value, mut sum) = (0.0, 0.0);
+                        for ((&v, &w), &ok) in src.iter().zip(&t.weights).zip(valid) {
+                            let w = w * f64::from(ok);
+                            value += f64::from(v) * w;
+                            sum += w;
+                        }
+                        if sum > 0.0 {
+                            filtered[out] = value / sum;
+                            filtered_valid[out] = 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Second pass: down the filtered rows.
+        let replace = |v: f32| replace_if_nodata(v, nodata);
+        for (line, t) in down.iter().enumerate() {
+            let first = (t.start - cy) as usize;
+            let out = &mut buf[line * bw_u..(line + 1) * bw_u];
+            for (col, o) in out.iter_mut().enumerate() {
+                let rows = (first..first + t.weights.len()).map(|r| r * bw_u + col);
+                if mask.is_none() {
+                    let v: f64 = rows.zip(&t.weights).map(|(i, &w)| filtered[i] * w).sum();
+                    #[allow(clippy::cast_possible_truncation, reason = "GDAL's float result")]
+                    let v = v as f32;
+                    *o = replace(v);
+                    continue;
+                }
+                let valid: Vec<u8> = rows.clone().map(|i| filtered_valid[i]).collect();
+                if kernel.negative() && longest_run(&valid) < t.weights.len() / 2 {
+                    *o = nodata.unwrap_or(0.0);
+                    continue;
+                }
+                let (mut value, mut sum) = (0.0, 0.0);
+                for ((i, &w), &ok) in rows.zip(&t.weights).zip(&valid) {
+                    let w = w * f64::from(ok);
+                    value += filtered[i] * w;
+                    sum += w;
+                }
+                #[allow(clippy::cast_possible_truncation, reason = "GDAL's float result")]
+                let v = (value / sum) as f32;
+                *o = if sum > 0.0 {
+                    replace(v)
+                } else {
+                    nodata.unwrap_or(0.0)
+                };
+            }
+        }
+        true
+    }
+}
+
+/// A `c_int` size or offset GDAL was given, as an index (negative: 0).
+fn as_len(v: c_int) -> usize {
+    usize::try_from(v).unwrap_or(0)
+}
+
+/// The longest run of valid (non-zero) entries.
+fn longest_run(valid: &[u8]) -> usize {
+    let (mut run, mut best) = (0, 0);
+    for &v in valid {
+        if v == 0 {
+            run = 0;
+        } else {
+            run += 1;
+            best = best.max(run);
+        }
+    }
+    best
+}
+
+/// GDAL's `ARE_REAL_EQUAL` for floats: equal, or within two units of
+/// float precision of their sum.
+fn are_real_equal(a: f32, b: f32) -> bool {
+    #[allow(clippy::float_cmp, reason = "GDAL's comparison, exact first")]
+    let same = a == b;
+    same || (a - b).abs() < f32::EPSILON * (a + b).abs() * 2.0
+}
+
+/// A resampled value as GDAL writes it into a band with `nodata`: clamped
+/// to finite floats, and moved off the nodata value when it lands on it.
+fn replace_if_nodata(v: f32, nodata: Option<f32>) -> f32 {
+    let Some(nd) = nodata else {
+        return v;
+    };
+    let clamped = if v < -f32::MAX {
+        -f32::MAX
+    } else if v > f32::MAX {
+        f32::MAX
+    } else {
+        v
+    };
+    #[allow(clippy::float_cmp, reason = "GDAL's test, bit for bit")]
+    if clamped == nd {
+        if nd == 0.0 {
+            return f32::MIN_POSITIVE;
+        }
+        #[allow(clippy::cast_possible_truncation, reason = "GDAL's float")]
+        return (f64::from(nd) + 1e-7 * f64::from(nd)) as f32;
+    }
+    clamped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::aligned::Pixels;
+    use super::*;
+    use gdal::DriverManager;
+    use gdal::raster::Buffer;
+
+    const W: usize = 300;
+    const H: usize = 280;
+
+    /// A smooth surface with holes of `nodata` where it has one.
+    fn values(nodata: Option<f32>) -> Vec<f32> {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        let mut v: Vec<f32> = (0..W * H)
+            .map(|i| {
+                let (x, y) = ((i % W) as f32, (i / W) as f32);
+                1000.0 + 300.0 * (x / 17.0).sin() * (y / 23.0).cos() + (next() % 100) as f32
+            })
+            .collect();
+        if let Some(nd) = nodata {
+            // Holes of every size, and a band of nothing at the bottom.
+            for _ in 0..40 {
+                let (x, y, s) = (
+                    next() as usize % W,
+                    next() as usize % H,
+                    next() as usize % 9,
+                );
+                for yy in y..(y + s + 1).min(H) {
+                    for xx in x..(x + s + 1).min(W) {
+                        v[yy * W + xx] = nd;
+                    }
+                }
+            }
+            v[(H - 30) * W..].fill(nd);
+        }
+        v
+    }
+
+    fn mem(values: &[f32], nodata: Option<f32>) -> gdal::Dataset {
+        let driver = DriverManager::get_driver_by_name("MEM").expect("MEM driver");
+        let ds = driver
+            .create_with_band_type::<f32, _>("", W, H, 1)
+            .expect("MEM dataset");
+        let mut band = ds.rasterband(1).expect("band");
+        let mut buf = Buffer::new((W, H), values.to_vec());
+        band.write((0, 0), (W, H), &mut buf).expect("write");
+        if let Some(nd) = nodata {
+            band.set_no_data_value(Some(f64::from(nd))).expect("nodata");
+        }
+        ds
+    }
+
+    fn extra(
+        alg: gdal_sys::GDALRIOResampleAlg::Type,
+        w: [f64; 4],
+    ) -> gdal_sys::GDALRasterIOExtraArg {
+        let whole = w.iter().all(|v| v.fract() == 0.0);
+        gdal_sys::GDALRasterIOExtraArg {
+            nVersion: 1,
+            eResampleAlg: alg,
+            pfnProgress: None,
+            pProgressData: std::ptr::null_mut(),
+            bFloatingPointWindowValidity: c_int::from(!whole),
+            dfXOff: w[0],
+            dfYOff: w[1],
+            dfXSize: w[2],
+            dfYSize: w[3],
+        }
+    }
+
+    fn window(w: [f64; 4], bw: c_int, bh: c_int) -> Window {
+        let (x0, y0) = (w[0].floor(), w[1].floor());
+        Window {
+            x: x0 as c_int,
+            y: y0 as c_int,
+            width: ((w[0] + w[2]).ceil().min(W as f64) - x0).max(1.0) as c_int,
+            height: ((w[1] + w[3]).ceil().min(H as f64) - y0).max(1.0) as c_int,
+            buf_width: bw,
+            buf_height: bh,
+        }
+    }
+
+    #[test]
+    fn reads_are_gdals_own_on_a_mem_band() {
+        use gdal_sys::GDALRIOResampleAlg as A;
+        // Windows: whole and fractional, enlarged and shrunk (up to the
+        // 3.5 a coarsest overview leaves), at edges and over nothing.
+        let windows: [([f64; 4], c_int, c_int); 9] = [
+            ([10.0, 12.0, 256.0, 256.0], 256, 256),
+            ([0.0, 0.0, 128.0, 128.0], 256, 256),
+            ([3.25, 7.75, 200.5, 180.25], 256, 256),
+            ([0.0, 0.0, 300.0, 280.0], 100, 77),
+            ([40.6, 31.1, 97.3, 97.3], 256, 256),
+            ([150.0, 200.0, 150.0, 80.0], 64, 40),
+            ([1.5, 2.5, 290.0, 270.0], 83, 83),
+            ([0.0, 255.0, 60.0, 25.0], 128, 53),
+            ([100.125, 0.0, 199.875, 279.5], 512, 512),
+        ];
+        let nodatas = [None, Some(-9999.0), Some(0.0), Some(f32::NAN)];
+        let mut compared = 0;
+        for nodata in nodatas {
+            let v = values(nodata);
+            let ds = mem(&v, nodata);
+            let plane = Plane {
+                values: &v,
+                width: W,
+                height: H,
+                nodata: nodata.map(f64::from),
+            };
+            for (w, bw, bh) in windows {
+                for alg in [
+                    A::GRIORA_NearestNeighbour,
+                    A::GRIORA_Bilinear,
+                    A::GRIORA_Cubic,
+                ] {
+                    let win = window(w, bw, bh);
+                    let n = (bw * bh) as usize;
+                    let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
+                    let mut e = extra(alg, w);
+                    assert!(
+                        ds.read_f32(&win, &mut want, &mut [1], &mut e)
+                            .expect("GDAL read")
+                    );
+                    assert!(
+                        plane.raster_io(&win, &e, &mut got),
+                        "{w:?} {bw}x{bh} {alg} not reproduced"
+                    );
+                    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                        let same = (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-3;
+                        assert!(
+                            same,
+                            "nodata {nodata:?}, {w:?} {bw}x{bh} alg {alg}, pixel {i}: GDAL {a}, here {b}"
+                        );
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 4 * 9 * 3);
+    }
+
+    #[test]
+    fn a_read_gdal_cuts_in_chunks_is_left_to_it() {
+        // 1100 x 1100 source pixels for one tile: more than GDAL reads in
+        // one chunk.
+        let v = vec![1.0f32; 1100 * 1100];
+        let plane = Plane {
+            values: &v,
+            width: 1100,
+            height: 1100,
+            nodata: None,
+        };
+        let win = Window {
+            x: 0,
+            y: 0,
+            width: 1100,
+            height: 1100,
+            buf_width: 256,
+            buf_height: 256,
+        };
+        let w = [0.0, 0.0, 1100.0, 1100.0];
+        let mut buf = vec![0f32; 256 * 256];
+        let e = extra(gdal_sys::GDALRIOResampleAlg::GRIORA_Bilinear, w);
+        assert!(!plane.raster_io(&win, &e, &mut buf));
+        // A resampling not reproduced.
+        let e = extra(gdal_sys::GDALRIOResampleAlg::GRIORA_Lanczos, w);
+        assert!(!plane.raster_io(
+            &Window {
+                width: 300,
+                height: 300,
+                ..win
+            },
+            &e,
+            &mut buf
+        ));
+        // The same window in fewer pixels is one chunk.
+        let e = extra(gdal_sys::GDALRIOResampleAlg::GRIORA_Bilinear, w);
+        assert!(plane.raster_io(
+            &Window {
+                width: 900,
+                height: 900,
+                ..win
+            },
+            &e,
+            &mut buf
+        ));
+    }
+}
