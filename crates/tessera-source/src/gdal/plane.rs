@@ -109,7 +109,9 @@ fn taps(
             sum += group;
             if normalise && sum != 0.0 {
                 let inv = 1.0 / sum;
-                weights.iter_mut().for_each(|w| *w *= inv);
+                for w in &mut weights {
+                    *w *= inv;
+                }
             }
             Taps { start, weights }
         })
@@ -396,13 +398,8 @@ fn replace_if_nodata(v: f32, nodata: Option<f32>) -> f32 {
     let Some(nd) = nodata else {
         return v;
     };
-    let clamped = if v < -f32::MAX {
-        -f32::MAX
-    } else if v > f32::MAX {
-        f32::MAX
-    } else {
-        v
-    };
+    // NaN stays NaN.
+    let clamped = v.clamp(-f32::MAX, f32::MAX);
     #[allow(clippy::float_cmp, reason = "GDAL's test, bit for bit")]
     if clamped == nd {
         if nd == 0.0 {
