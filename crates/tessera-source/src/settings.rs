@@ -24,9 +24,10 @@ pub struct GdalSettings {
     pub http_max_retry: u32,
     /// Decode the blocks of tiled Float32 TIFFs (DEMs; uncompressed,
     /// DEFLATE or LZW, any predictor) in tessera rather than in libtiff,
-    /// resampled by GDAL as before (default true): several times faster to
-    /// decode with the floating-point predictor. `false` leaves every block
-    /// to GDAL.
+    /// and resample them where they lie with GDAL's own arithmetic, the
+    /// same values as GDAL's read (default true): several times faster
+    /// with the floating-point predictor. `false` leaves every block to
+    /// GDAL.
     pub decode_float_blocks: bool,
     /// Upper bound of the blocks decoded by tessera kept for later reads,
     /// shared by every source, in MiB (default 128); they are not in GDAL's
