@@ -17,8 +17,9 @@
 //! [`AlignedGrid`] read runs on it, its `RasterIO` calls done by
 //! [`Plane`] with GDAL's arithmetic (or, for the reads it does not
 //! reproduce, by GDAL on an in-memory dataset over the part), so
-//! resampling, nodata and validity are the GDAL path's to float rounding. Anything else (other types, several
-//! bands, other codecs, a part too large to hold) keeps the GDAL path.
+//! resampling, nodata and validity are the GDAL path's to float rounding.
+//! Anything else (other types, several bands, other codecs, a part too
+//! large to hold) keeps the GDAL path.
 
 use std::cell::RefCell;
 use std::ffi::{CString, c_int};
@@ -287,7 +288,8 @@ impl FloatLevels {
         })
     }
 
-    /// Reads `ask` from `pixels`, those of `part`, through GDAL.
+    /// Reads `ask` from `pixels`, those of `part`: in place ([`Plane`]),
+    /// else through GDAL on an in-memory dataset over them.
     fn resample(
         &self,
         pixels: &mut [f32],

@@ -62,60 +62,80 @@ impl Kernel {
     }
 }
 
-/// The weights of one output pixel along one axis: the source pixels
-/// `start..start + weights.len()`.
-struct Taps {
-    start: i64,
+/// The weights of every output pixel along one axis: output pixel `i`
+/// takes source pixels `starts[i]..starts[i] + counts[i]` (from the
+/// chunk's first) with `weights[i * stride..]`.
+struct Axis {
+    starts: Vec<usize>,
+    counts: Vec<usize>,
+    stride: usize,
     weights: Vec<f64>,
 }
 
-/// The taps of every output pixel `dst_from..dst_to` along one axis, as
-/// GDAL computes them: `ratio` source pixels per output pixel, `delta`
+impl Axis {
+    /// Output pixel `i`'s first source pixel and weights.
+    fn taps(&self, i: usize) -> (usize, &[f64]) {
+        let from = i * self.stride;
+        (self.starts[i], &self.weights[from..from + self.counts[i]])
+    }
+}
+
+/// The weights of every output pixel `dst_from..dst_to` along one axis,
+/// as GDAL computes them: `ratio` source pixels per output pixel, `delta`
 /// the source offset, source pixels clipped to `chunk_from..chunk_to`.
 /// With `normalise`, weights are divided by their sum (GDAL does so when
 /// there is no mask).
-fn taps(
+fn axis(
     kernel: Kernel,
     ratio: f64,
     delta: f64,
     (dst_from, dst_to): (i64, i64),
     (chunk_from, chunk_to): (i64, i64),
     normalise: bool,
-) -> Vec<Taps> {
+) -> Axis {
     let scale = 1.0 / ratio;
     let scale_weight = if scale >= 1.0 { 1.0 } else { scale };
     let radius = f64::from(kernel.radius()) / scale_weight;
-    (dst_from..dst_to)
-        .map(|dst| {
-            let centre = (dst as f64 + 0.5) * ratio + delta;
-            let start = ((centre - radius + 0.5).floor() as i64).max(chunk_from);
-            // C's conversion: towards zero.
-            let stop = ((centre + radius + 0.5) as i64).min(chunk_to);
-            let mut weights = Vec::with_capacity(usize::try_from(stop - start).unwrap_or(0));
-            let mut sum = 0.0;
-            let mut x = scale_weight * (start as f64 - centre + 0.5);
-            let mut group = 0.0;
-            for i in start..stop {
-                let w = kernel.weight(x);
-                weights.push(w);
-                x += scale_weight;
-                // GDAL sums four weights at a time, then the rest.
-                group += w;
-                if (i - start) % 4 == 3 || stop - i <= (stop - start) % 4 {
-                    sum += group;
-                    group = 0.0;
-                }
+    let stride = (2.0 * radius + 2.0) as usize;
+    let n = usize::try_from(dst_to - dst_from).unwrap_or(0);
+    let mut out = Axis {
+        starts: Vec::with_capacity(n),
+        counts: Vec::with_capacity(n),
+        stride,
+        weights: vec![0.0; n * stride],
+    };
+    for (i, dst) in (dst_from..dst_to).enumerate() {
+        let centre = (dst as f64 + 0.5) * ratio + delta;
+        let start = ((centre - radius + 0.5).floor() as i64).clamp(chunk_from, chunk_to);
+        // C's conversion: towards zero; never before `start`, so a
+        // pixel past the chunk has no taps rather than a bad range.
+        let stop = ((centre + radius + 0.5) as i64).min(chunk_to).max(start);
+        let count = usize::try_from(stop - start).unwrap_or(0).min(stride);
+        let weights = &mut out.weights[i * stride..i * stride + count];
+        let mut sum = 0.0;
+        let mut x = scale_weight * (start as f64 - centre + 0.5);
+        // GDAL sums four weights at a time, then the rest.
+        let mut group = 0.0;
+        for (k, w) in weights.iter_mut().enumerate() {
+            *w = kernel.weight(x);
+            x += scale_weight;
+            group += *w;
+            if k % 4 == 3 || count - k <= count % 4 {
+                sum += group;
+                group = 0.0;
             }
-            sum += group;
-            if normalise && sum != 0.0 {
-                let inv = 1.0 / sum;
-                for w in &mut weights {
-                    *w *= inv;
-                }
+        }
+        sum += group;
+        if normalise && sum != 0.0 {
+            let inv = 1.0 / sum;
+            for w in weights.iter_mut() {
+                *w *= inv;
             }
-            Taps { start, weights }
-        })
-        .collect()
+        }
+        out.starts.push((start - chunk_from) as usize);
+        out.counts.push(count);
+    }
+    out
 }
 
 impl Plane<'_> {
@@ -250,16 +270,26 @@ impl Plane<'_> {
                     !are_real_equal(v, nd)
                 }
             };
-            let m: Vec<u8> = (0..qh_u)
-                .flat_map(|row| chunk(row).iter().map(|&v| if valid(v) { 255 } else { 0 }))
-                .collect();
-            match (m.iter().all(|&b| b == 0), m.iter().all(|&b| b == 255)) {
-                (true, _) => {
-                    buf[..(bw * bh) as usize].fill(nd);
-                    return true;
+            let (mut any_valid, mut any_invalid) = (false, false);
+            for row in 0..qh_u {
+                for &v in chunk(row) {
+                    if valid(v) {
+                        any_valid = true;
+                    } else {
+                        any_invalid = true;
+                    }
                 }
-                (_, true) => {}
-                _ => mask = Some(m),
+            }
+            if !any_valid {
+                buf[..(bw * bh) as usize].fill(nd);
+                return true;
+            }
+            if any_invalid {
+                let mut m = Vec::with_capacity(qw_u * qh_u);
+                for row in 0..qh_u {
+                    m.extend(chunk(row).iter().map(|&v| if valid(v) { 255u8 } else { 0 }));
+                }
+                mask = Some(m);
             }
         }
         // Coordinates relative to the window's whole-pixel origin, or to
@@ -274,7 +304,7 @@ impl Plane<'_> {
         };
         let (cx, cy) = (qx - origin_x, qy - origin_y);
         let normalise = mask.is_none();
-        let across = taps(
+        let across = axis(
             kernel,
             ratio_x,
             delta_x,
@@ -282,7 +312,7 @@ impl Plane<'_> {
             (cx, cx + qw),
             normalise,
         );
-        let down = taps(
+        let down = axis(
             kernel,
             ratio_y,
             delta_y,
@@ -294,68 +324,70 @@ impl Plane<'_> {
         // First pass: each chunk row filtered across.
         let mut filtered = vec![0f64; qh_u * bw_u];
         let mut filtered_valid = vec![0u8; if mask.is_some() { qh_u * bw_u } else { 0 }];
-        for row in 0..qh_u {
+        for (row, out) in filtered.chunks_exact_mut(bw_u).enumerate() {
             let values = chunk(row);
-            for (col, t) in across.iter().enumerate() {
-                let at = (t.start - cx) as usize;
-                let src = &values[at..at + t.weights.len()];
-                let out = row * bw_u + col;
-                match &mask {
-                    None => {
-                        filtered[out] = src
-                            .iter()
-                            .zip(&t.weights)
-                            .map(|(&v, &w)| f64::from(v) * w)
-                            .sum();
+            for (col, o) in out.iter_mut().enumerate() {
+                let (at, weights) = across.taps(col);
+                let src = &values[at..at + weights.len()];
+                let Some(m) = &mask else {
+                    let mut value = 0.0;
+                    for (&v, &w) in src.iter().zip(weights) {
+                        value += f64::from(v) * w;
                     }
-                    Some(m) => {
-                        let valid = &m[row * qw_u + at..row * qw_u + at + t.weights.len()];
-                        if kernel.negative() && longest_run(valid) < t.weights.len() / 2 {
-                            continue;
-                        }
-                        let (mut value, mut sum) = (0.0, 0.0);
-                        for ((&v, &w), &ok) in src.iter().zip(&t.weights).zip(valid) {
-                            let w = w * f64::from(ok);
-                            value += f64::from(v) * w;
-                            sum += w;
-                        }
-                        if sum > 0.0 {
-                            filtered[out] = value / sum;
-                            filtered_valid[out] = 1;
-                        }
-                    }
+                    *o = value;
+                    continue;
+                };
+                let valid = &m[row * qw_u + at..row * qw_u + at + weights.len()];
+                if kernel.negative() && longest_run(valid) < weights.len() / 2 {
+                    continue;
+                }
+                let (mut value, mut sum) = (0.0, 0.0);
+                for ((&v, &w), &ok) in src.iter().zip(weights).zip(valid) {
+                    let w = w * f64::from(ok);
+                    value += f64::from(v) * w;
+                    sum += w;
+                }
+                if sum > 0.0 {
+                    *o = value / sum;
+                    filtered_valid[row * bw_u + col] = 1;
                 }
             }
         }
         // Second pass: down the filtered rows.
         let replace = |v: f32| replace_if_nodata(v, nodata);
-        for (line, t) in down.iter().enumerate() {
-            let first = (t.start - cy) as usize;
-            let out = &mut buf[line * bw_u..(line + 1) * bw_u];
+        let mut sums = vec![0f64; bw_u];
+        for (line, out) in buf.chunks_exact_mut(bw_u).take(bh as usize).enumerate() {
+            let (first, weights) = down.taps(line);
+            if mask.is_none() {
+                // Row by row, each output pixel's terms in GDAL's order.
+                sums.fill(0.0);
+                for (k, &w) in weights.iter().enumerate() {
+                    let src = &filtered[(first + k) * bw_u..(first + k + 1) * bw_u];
+                    for (acc, &v) in sums.iter_mut().zip(src) {
+                        *acc += v * w;
+                    }
+                }
+                for (o, &v) in out.iter_mut().zip(&sums) {
+                    *o = replace(v as f32);
+                }
+                continue;
+            }
             for (col, o) in out.iter_mut().enumerate() {
-                let rows = (first..first + t.weights.len()).map(|r| r * bw_u + col);
-                if mask.is_none() {
-                    let v: f64 = rows.zip(&t.weights).map(|(i, &w)| filtered[i] * w).sum();
-                    #[allow(clippy::cast_possible_truncation, reason = "GDAL's float result")]
-                    let v = v as f32;
-                    *o = replace(v);
-                    continue;
-                }
-                let valid: Vec<u8> = rows.clone().map(|i| filtered_valid[i]).collect();
-                if kernel.negative() && longest_run(&valid) < t.weights.len() / 2 {
-                    *o = nodata.unwrap_or(0.0);
-                    continue;
-                }
                 let (mut value, mut sum) = (0.0, 0.0);
-                for ((i, &w), &ok) in rows.zip(&t.weights).zip(&valid) {
+                let (mut run, mut longest) = (0, 0);
+                for (k, &w) in weights.iter().enumerate() {
+                    let i = (first + k) * bw_u + col;
+                    let ok = filtered_valid[i];
+                    run = if ok == 0 { 0 } else { run + 1 };
+                    longest = longest.max(run);
                     let w = w * f64::from(ok);
                     value += filtered[i] * w;
                     sum += w;
                 }
-                #[allow(clippy::cast_possible_truncation, reason = "GDAL's float result")]
-                let v = (value / sum) as f32;
-                *o = if sum > 0.0 {
-                    replace(v)
+                *o = if kernel.negative() && longest < weights.len() / 2 {
+                    nodata.unwrap_or(0.0)
+                } else if sum > 0.0 {
+                    replace((value / sum) as f32)
                 } else {
                     nodata.unwrap_or(0.0)
                 };
