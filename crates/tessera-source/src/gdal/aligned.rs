@@ -276,7 +276,7 @@ impl AlignedGrid {
         match (self.alpha, self.nodata) {
             (Some(alpha), _) => {
                 let mut buf = vec![0u8; bx * by];
-                if !pixels.read_u8(&window, &mut buf, &mut [alpha], &mut extra)? {
+                if !pixels.read(&window, &mut buf, &mut [alpha], &mut extra)? {
                     return Ok(None);
                 }
                 for (row, src) in buf.chunks_exact(bx).enumerate() {
@@ -298,7 +298,7 @@ impl AlignedGrid {
                         eResampleAlg: gdal_sys::GDALRIOResampleAlg::GRIORA_NearestNeighbour,
                         ..extra
                     };
-                    if !pixels.read_f32(&window, &mut centres, &mut [1], &mut at_centres)? {
+                    if !pixels.read(&window, &mut centres, &mut [1], &mut at_centres)? {
                         return Ok(None);
                     }
                     Some(centres)
@@ -320,42 +320,23 @@ impl AlignedGrid {
 /// in memory ([`Plane`]).
 pub(crate) trait Pixels {
     /// Fills `buf` (band after band, `window.buf_width` x
-    /// `window.buf_height` each) with bands `band_map` of `window` as
-    /// bytes, as GDAL's `RasterIO` with `extra` does; `false` when this
-    /// source cannot do that read.
-    fn read_u8(
+    /// `window.buf_height` each) with bands `band_map` of `window`, as
+    /// GDAL's `RasterIO` with `extra` does; `false` when this source
+    /// cannot do that read.
+    fn read<T: Sample>(
         &self,
         window: &Window,
-        buf: &mut [u8],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String>;
-
-    /// As [`Pixels::read_u8`], as `f32`.
-    fn read_f32(
-        &self,
-        window: &Window,
-        buf: &mut [f32],
+        buf: &mut [T],
         band_map: &mut [c_int],
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String>;
 }
 
 impl Pixels for Dataset {
-    fn read_u8(
+    fn read<T: Sample>(
         &self,
         window: &Window,
-        buf: &mut [u8],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String> {
-        raster_io(self, window, buf, band_map, extra).map(|()| true)
-    }
-
-    fn read_f32(
-        &self,
-        window: &Window,
-        buf: &mut [f32],
+        buf: &mut [T],
         band_map: &mut [c_int],
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String> {
@@ -364,24 +345,17 @@ impl Pixels for Dataset {
 }
 
 impl Pixels for Plane<'_> {
-    fn read_u8(
-        &self,
-        _: &Window,
-        _: &mut [u8],
-        _: &mut [c_int],
-        _: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String> {
-        Ok(false)
-    }
-
-    fn read_f32(
+    fn read<T: Sample>(
         &self,
         window: &Window,
-        buf: &mut [f32],
+        buf: &mut [T],
         band_map: &mut [c_int],
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String> {
-        Ok(band_map == [1] && self.raster_io(window, extra, buf))
+        Ok(match T::as_f32(buf) {
+            Some(values) if band_map == [1] => self.raster_io(window, extra, values),
+            _ => false,
+        })
     }
 }
 
@@ -444,19 +418,13 @@ pub(crate) struct Window {
 }
 
 /// Element types `RasterIO` fills here, and the band data holding them.
-trait Sample: Copy + Default {
+pub(crate) trait Sample: Copy + Default {
     /// GDAL's name of the type.
     const GDAL: gdal_sys::GDALDataType::Type;
     /// The samples of `band` when it holds this type.
     fn samples(band: &mut BandData) -> Option<&mut Vec<Self>>;
-    /// `pixels`' read of this type ([`Pixels::read_u8`]).
-    fn read<P: Pixels>(
-        pixels: &P,
-        window: &Window,
-        buf: &mut [Self],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String>;
+    /// `buf` as floats, when this type is `f32`.
+    fn as_f32(buf: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 impl Sample for u8 {
@@ -467,14 +435,8 @@ impl Sample for u8 {
             BandData::F32(_) => None,
         }
     }
-    fn read<P: Pixels>(
-        pixels: &P,
-        window: &Window,
-        buf: &mut [u8],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String> {
-        pixels.read_u8(window, buf, band_map, extra)
+    fn as_f32(_: &mut [u8]) -> Option<&mut [f32]> {
+        None
     }
 }
 
@@ -486,14 +448,8 @@ impl Sample for f32 {
             BandData::U8(_) => None,
         }
     }
-    fn read<P: Pixels>(
-        pixels: &P,
-        window: &Window,
-        buf: &mut [f32],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String> {
-        pixels.read_f32(window, buf, band_map, extra)
+    fn as_f32(buf: &mut [f32]) -> Option<&mut [f32]> {
+        Some(buf)
     }
 }
 
@@ -519,7 +475,7 @@ fn read_into<T: Sample, P: Pixels>(
 ) -> Result<bool, String> {
     let block = place.bx * place.by;
     let mut buf = vec![T::default(); block * band_map.len()];
-    if !T::read(pixels, window, &mut buf, band_map, extra)? {
+    if !pixels.read(window, &mut buf, band_map, extra)? {
         return Ok(false);
     }
     for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(block)) {

@@ -155,6 +155,8 @@ impl Plane<'_> {
         let (w, h) = (as_len(window.width), as_len(window.height));
         if bw == 0
             || bh == 0
+            || self.width == 0
+            || self.height == 0
             || buf.len() < bw * bh
             || x + w > self.width
             || y + h > self.height
@@ -292,34 +294,31 @@ impl Plane<'_> {
                 mask = Some(m);
             }
         }
-        // Coordinates relative to the window's whole-pixel origin, or to
-        // the raster's with a virtual offset.
-        let (origin_x, delta_x, dst_x) = match vx {
-            Some(v) => (0, 0.0, v),
-            None => (nx, dx - nx as f64, 0),
-        };
-        let (origin_y, delta_y, dst_y) = match vy {
-            Some(v) => (0, 0.0, v),
-            None => (ny, dy - ny as f64, 0),
-        };
-        let (cx, cy) = (qx - origin_x, qy - origin_y);
+        // Each axis's weights, in coordinates relative to the window's
+        // whole-pixel origin, or to the raster's with a virtual offset.
         let normalise = mask.is_none();
-        let across = axis(
-            kernel,
-            ratio_x,
-            delta_x,
-            (dst_x, dst_x + bw),
-            (cx, cx + qw),
-            normalise,
-        );
-        let down = axis(
-            kernel,
-            ratio_y,
-            delta_y,
-            (dst_y, dst_y + bh),
-            (cy, cy + qh),
-            normalise,
-        );
+        let along = |virtual_dst: Option<i64>,
+                     n: i64,
+                     off: f64,
+                     ratio: f64,
+                     (q, len): (i64, i64),
+                     b: i64| {
+            let (origin, delta, dst) = match virtual_dst {
+                Some(v) => (0, 0.0, v),
+                None => (n, off - n as f64, 0),
+            };
+            let from = q - origin;
+            axis(
+                kernel,
+                ratio,
+                delta,
+                (dst, dst + b),
+                (from, from + len),
+                normalise,
+            )
+        };
+        let across = along(vx, nx, dx, ratio_x, (qx, qw), bw);
+        let down = along(vy, ny, dy, ratio_y, (qy, qh), bh);
         let bw_u = bw as usize;
         // First pass: each chunk row filtered across.
         let mut filtered = vec![0f64; qh_u * bw_u];
@@ -569,7 +568,7 @@ mod tests {
                     let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
                     let mut e = extra(alg, w);
                     assert!(
-                        ds.read_f32(&win, &mut want, &mut [1], &mut e)
+                        ds.read(&win, &mut want, &mut [1], &mut e)
                             .expect("GDAL read")
                     );
                     assert!(
