@@ -27,7 +27,6 @@ use std::ffi::c_int;
 use gdal::Dataset;
 use tessera_image::{BandData, Raster};
 
-use super::plane::Plane;
 use crate::warp::{Resampling, empty_raster};
 use crate::{Crs, SourceInfo, WindowRequest};
 
@@ -317,7 +316,7 @@ impl AlignedGrid {
 }
 
 /// What an aligned read reads from: a GDAL dataset, or one Float32 band
-/// in memory ([`Plane`]).
+/// in memory (`plane::Plane`).
 pub(crate) trait Pixels {
     /// Fills `buf` (band after band, `window.buf_width` x
     /// `window.buf_height` each) with bands `band_map` of `window`, as
@@ -341,21 +340,6 @@ impl Pixels for Dataset {
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String> {
         raster_io(self, window, buf, band_map, extra).map(|()| true)
-    }
-}
-
-impl Pixels for Plane<'_> {
-    fn read<T: Sample>(
-        &self,
-        window: &Window,
-        buf: &mut [T],
-        band_map: &mut [c_int],
-        extra: &mut gdal_sys::GDALRasterIOExtraArg,
-    ) -> Result<bool, String> {
-        Ok(match T::as_f32(buf) {
-            Some(values) if band_map == [1] => self.raster_io(window, extra, values),
-            _ => false,
-        })
     }
 }
 

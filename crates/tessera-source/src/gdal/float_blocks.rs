@@ -397,9 +397,8 @@ impl FloatLevels {
         }
         let len = usize::try_from(len).map_err(|_| "a block of more bytes than memory")?;
         let raw = blocks.read_block(offset, len)?;
-        Ok(l.decode(&raw)
-            .map_err(|e| format!("block {index} of level {level}: {e}"))?
-            .into())
+        l.decode(&raw)
+            .map_err(|e| format!("block {index} of level {level}: {e}"))
     }
 }
 
@@ -439,7 +438,7 @@ impl Level {
     }
 
     /// The pixels of a block stored as `raw`.
-    fn decode(&self, raw: &[u8]) -> Result<Vec<f32>, String> {
+    fn decode(&self, raw: &[u8]) -> Result<Arc<[f32]>, String> {
         SCRATCH.with(|scratch| {
             let mut bytes = scratch.borrow_mut();
             let pixels = self.block_width * self.block_height;
@@ -454,7 +453,7 @@ impl Level {
         })
     }
 
-    fn decode_into(&self, raw: &[u8], bytes: &mut [u8]) -> Result<Vec<f32>, String> {
+    fn decode_into(&self, raw: &[u8], bytes: &mut [u8]) -> Result<Arc<[f32]>, String> {
         let pixels = self.block_width * self.block_height;
         let got = match self.compression {
             NONE => {
@@ -468,7 +467,9 @@ impl Level {
         if got != bytes.len() {
             return Err(format!("{got} bytes where the block has {}", bytes.len()));
         }
-        let mut out = vec![0f32; pixels];
+        // Decoded straight into the allocation the cache shares.
+        let mut shared = zeroed(pixels);
+        let out = Arc::get_mut(&mut shared).ok_or("a block shared before it was decoded")?;
         let row_bytes = self.block_width * 4;
         for (row, values) in bytes
             .chunks_exact_mut(row_bytes)
@@ -490,7 +491,7 @@ impl Level {
                 }
             }
         }
-        Ok(out)
+        Ok(shared)
     }
 
     /// Four bytes of the file as a number.
@@ -502,6 +503,12 @@ impl Level {
             u32::from_be_bytes(b)
         }
     }
+}
+
+/// `n` zeros in one allocation, to be written before it is shared.
+fn zeroed(n: usize) -> Arc<[f32]> {
+    // SAFETY: all-zero bits are the float 0.0, a valid f32.
+    unsafe { Arc::<[f32]>::new_zeroed_slice(n).assume_init() }
 }
 
 /// Inflates the zlib stream `raw` into `out`; the bytes written.

@@ -13,7 +13,7 @@
 
 use std::ffi::c_int;
 
-use super::aligned::Window;
+use super::aligned::{Pixels, Sample, Window};
 
 /// GDAL (3.6) resamples a request in one chunk when the source pixels it
 /// reads are at most this many; larger requests are not reproduced here.
@@ -320,12 +320,13 @@ impl Plane<'_> {
         let across = along(vx, nx, dx, ratio_x, (qx, qw), bw);
         let down = along(vy, ny, dy, ratio_y, (qy, qh), bh);
         let bw_u = bw as usize;
-        // First pass: each chunk row filtered across.
-        let mut filtered = vec![0f64; qh_u * bw_u];
+        // First pass: each chunk row filtered across, row after row
+        // (pushed, not zeroed first: every value is written once).
+        let mut filtered = Vec::with_capacity(qh_u * bw_u);
         let mut filtered_valid = vec![0u8; if mask.is_some() { qh_u * bw_u } else { 0 }];
-        for (row, out) in filtered.chunks_exact_mut(bw_u).enumerate() {
+        for row in 0..qh_u {
             let values = chunk(row);
-            for (col, o) in out.iter_mut().enumerate() {
+            for col in 0..bw_u {
                 let (at, weights) = across.taps(col);
                 let src = &values[at..at + weights.len()];
                 let Some(m) = &mask else {
@@ -333,11 +334,12 @@ impl Plane<'_> {
                     for (&v, &w) in src.iter().zip(weights) {
                         value += f64::from(v) * w;
                     }
-                    *o = value;
+                    filtered.push(value);
                     continue;
                 };
                 let valid = &m[row * qw_u + at..row * qw_u + at + weights.len()];
                 if kernel.negative() && longest_run(valid) < weights.len() / 2 {
+                    filtered.push(0.0);
                     continue;
                 }
                 let (mut value, mut sum) = (0.0, 0.0);
@@ -347,8 +349,10 @@ impl Plane<'_> {
                     sum += w;
                 }
                 if sum > 0.0 {
-                    *o = value / sum;
+                    filtered.push(value / sum);
                     filtered_valid[row * bw_u + col] = 1;
+                } else {
+                    filtered.push(0.0);
                 }
             }
         }
@@ -393,6 +397,21 @@ impl Plane<'_> {
             }
         }
         true
+    }
+}
+
+impl Pixels for Plane<'_> {
+    fn read<T: Sample>(
+        &self,
+        window: &Window,
+        buf: &mut [T],
+        band_map: &mut [c_int],
+        extra: &mut gdal_sys::GDALRasterIOExtraArg,
+    ) -> Result<bool, String> {
+        Ok(match T::as_f32(buf) {
+            Some(values) if band_map == [1] => self.raster_io(window, extra, values),
+            _ => false,
+        })
     }
 }
 
@@ -444,7 +463,6 @@ fn replace_if_nodata(v: f32, nodata: Option<f32>) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::aligned::Pixels;
     use super::*;
     use gdal::DriverManager;
     use gdal::raster::Buffer;
