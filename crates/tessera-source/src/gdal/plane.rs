@@ -1,10 +1,10 @@
 //! GDAL's `RasterIO` of one Float32 band held in memory, computed here.
 //!
-//! A part of a DEM's level decoded by [`super::float_blocks`] used to be
-//! wrapped in a MEM dataset and read with GDAL's resampled `RasterIO`:
-//! GDAL then copies the part into a chunk, reads it a second time to make
-//! the nodata mask, convolves, and copies the result out. [`Plane`] does
-//! the same reads on the values where they lie, with GDAL 3.6's
+//! A part of a DEM's level decoded by [`super::float_blocks`], wrapped in
+//! a MEM dataset and read with GDAL's resampled `RasterIO`, is copied by
+//! GDAL into a chunk, read a second time to make the nodata mask,
+//! convolved, and copied out. [`Plane`] does the same reads on the
+//! values where they lie, with GDAL 3.6's
 //! arithmetic (`GDALRasterBand::IRasterIO` for nearest neighbour,
 //! `RasterIOResampled` and `GDALResampleChunk32R_ConvolutionT` for
 //! bilinear and cubic), so results equal the MEM path to float rounding.
