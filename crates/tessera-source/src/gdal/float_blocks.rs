@@ -255,12 +255,8 @@ impl FloatLevels {
             py / bh..(py + ph).div_ceil(bh),
             px / bw..(px + pw).div_ceil(bw),
         );
-        let wanted: Vec<(usize, usize)> = rows
-            .flat_map(|row| cols.clone().map(move |col| (row, col)))
-            .collect();
-        let indices: Vec<usize> = wanted
-            .iter()
-            .map(|&(row, col)| row * level.across + col)
+        let indices: Vec<usize> = rows
+            .flat_map(|row| cols.clone().map(move |col| row * level.across + col))
             .collect();
         let decoded = self.blocks(blocks, part.level, &indices)?;
         let across = cols.len();
