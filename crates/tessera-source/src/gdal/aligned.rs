@@ -289,7 +289,12 @@ impl AlignedGrid {
                 // ones around it): that pixel is what a nearest-neighbour
                 // read of the same window finds.
                 // (A nearest-neighbour read is that read already.)
-                let nearest = if resampling == Resampling::Nearest {
+                // Nor is it needed where no source pixel of the window
+                // holds nodata: no centre can then.
+                #[allow(clippy::cast_possible_truncation, reason = "the f32 band's value")]
+                let nearest = if resampling == Resampling::Nearest
+                    || pixels.free_of(&window, nodata as f32)
+                {
                     None
                 } else {
                     let mut centres = vec![0f32; bx * by];
@@ -329,6 +334,13 @@ pub(crate) trait Pixels {
         band_map: &mut [c_int],
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String>;
+
+    /// Whether no pixel of band 1 in `window` holds `nodata` (the same
+    /// bits, or any NaN when `nodata` is NaN); `false` when this source
+    /// cannot tell without a read of its own.
+    fn free_of(&self, _window: &Window, _nodata: f32) -> bool {
+        false
+    }
 }
 
 impl Pixels for Dataset {

@@ -413,6 +413,29 @@ impl Pixels for Plane<'_> {
             _ => false,
         })
     }
+
+    fn free_of(&self, window: &Window, nodata: f32) -> bool {
+        let (x0, y0) = (as_len(window.x), as_len(window.y));
+        let x1 = (x0 + as_len(window.width)).min(self.width);
+        let y1 = (y0 + as_len(window.height)).min(self.height);
+        if x0 >= x1 || y0 >= y1 {
+            return true;
+        }
+        // Whole rows at a time, no early exit: the comparisons vectorise.
+        #[allow(
+            clippy::float_cmp,
+            clippy::needless_bitwise_bool,
+            reason = "the value GDAL would copy, bit for bit; `|`, not `||`, so the loop has no branch"
+        )]
+        let held = |row: &[f32]| {
+            if nodata.is_nan() {
+                row.iter().fold(false, |any, v| any | v.is_nan())
+            } else {
+                row.iter().fold(false, |any, &v| any | (v == nodata))
+            }
+        };
+        !(y0..y1).any(|y| held(&self.values[y * self.width + x0..y * self.width + x1]))
+    }
 }
 
 /// A `c_int` size or offset GDAL was given, as an index (negative: 0).
@@ -605,6 +628,51 @@ mod tests {
             }
         }
         assert_eq!(compared, 4 * 9 * 3);
+    }
+
+    #[test]
+    fn a_window_is_free_of_nodata_exactly_when_its_pixels_hold_none() {
+        for nodata in [-9999.0, 0.0, f32::NAN] {
+            let v = values(Some(nodata));
+            let plane = Plane {
+                values: &v,
+                width: W,
+                height: H,
+                nodata: Some(f64::from(nodata)),
+            };
+            let is_nodata =
+                |x: f32| x.to_bits() == nodata.to_bits() || (nodata.is_nan() && x.is_nan());
+            let (mut free, mut held) = (0, 0);
+            for (x, y, w, h) in [
+                (0, 0, W, H),
+                (0, H - 30, W, 30),
+                (5, 5, 3, 3),
+                (250, 0, 100, 20),
+            ]
+            .into_iter()
+            .chain((0..60).map(|i| ((i * 37) % 280, (i * 53) % 240, 2 + i % 19, 2 + i % 23)))
+            {
+                let win = Window {
+                    x: x as c_int,
+                    y: y as c_int,
+                    width: w as c_int,
+                    height: h as c_int,
+                    buf_width: 1,
+                    buf_height: 1,
+                };
+                let (x1, y1) = ((x + w).min(W), (y + h).min(H));
+                let holds =
+                    (y..y1).any(|yy| v[yy * W + x..yy * W + x1].iter().any(|&p| is_nodata(p)));
+                assert_eq!(
+                    plane.free_of(&win, nodata),
+                    !holds,
+                    "{nodata} at {x},{y} {w}x{h}"
+                );
+                if holds { held += 1 } else { free += 1 }
+            }
+            // Both answers were asked for.
+            assert!(free > 5 && held > 5, "{nodata}: {free} free, {held} held");
+        }
     }
 
     #[test]
