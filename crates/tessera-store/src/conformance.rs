@@ -73,6 +73,10 @@ fn missing_is_none(store: &dyn TileStore) {
         !store.exists(&k).expect("exists"),
         "missing tile must not exist"
     );
+    assert!(
+        !matches!(store.peek_or_absent(&k), crate::Peek::Held(_)),
+        "a missing tile is not held"
+    );
 }
 
 fn put_then_get(store: &dyn TileStore) {
@@ -90,6 +94,15 @@ fn put_then_get(store: &dyn TileStore) {
         );
         assert!(store.exists(&k).expect("exists"), "put tile exists");
         // What a store answers without blocking is what it stores.
+        match store.peek_or_absent(&k) {
+            crate::Peek::Absent => panic!("a stored tile is never absent"),
+            crate::Peek::Held(held) => assert_eq!(
+                Some(held),
+                store.peek(&k),
+                "peek_or_absent holds what peek does"
+            ),
+            crate::Peek::Unknown => {}
+        }
         if let Some(held) = store.peek(&k) {
             let stored = store.get_stored(&k).expect("get_stored").expect("stored");
             assert_eq!(held.bytes, stored.bytes, "peek returns the put bytes");
@@ -176,6 +189,10 @@ fn delete_removes(store: &dyn TileStore) {
         .expect("put");
     store.delete(&k).expect("delete");
     assert_eq!(store.peek(&k), None, "a deleted tile is not in memory");
+    assert!(
+        !matches!(store.peek_or_absent(&k), crate::Peek::Held(_)),
+        "a deleted tile is not held"
+    );
     assert_eq!(store.get(&k).expect("get"), None, "deleted tile is gone");
     assert!(
         !store.exists(&k).expect("exists"),

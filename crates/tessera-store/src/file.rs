@@ -29,8 +29,8 @@ use crate::open_files::{DEFAULT_OPEN_FILES, DEFAULT_OPEN_FILES_VALID, OpenFile, 
 use tessera_grid::TileCoord;
 
 use crate::{
-    AreaRange, Durability, HeldFile, HeldTile, Peeked, StoreError, StoredTile, TileArea, TileKey,
-    TileStore, TruncateReport, check_not_empty, content_hash,
+    AreaRange, Durability, HeldFile, HeldTile, Peek, Peeked, StoreError, StoredTile, TileArea,
+    TileKey, TileStore, TruncateReport, check_not_empty, content_hash,
 };
 
 const STAGING_DIR: &str = ".staging";
@@ -306,18 +306,33 @@ impl FileStore {
     /// [`TileStore::peek_file`], or [`TileStore::peek`] when `file` is
     /// false (bytes only).
     fn peek_open(&self, key: &TileKey, file: bool) -> Option<Peeked> {
+        self.peek_or_missing(key, file).ok().flatten()
+    }
+
+    /// [`Self::peek_open`], and `Err(Missing)` when the tile's file is
+    /// not there (opening it found no such file).
+    fn peek_or_missing(&self, key: &TileKey, file: bool) -> Result<Option<Peeked>, Missing> {
         let held = if file { self.open_files.as_ref() } else { None };
         if let Some(open) = held.and_then(|files| files.get(key))
             && page_cached::resident(&open.file, open.id.len)
         {
-            return Some(Peeked::File(HeldFile {
+            return Ok(Some(Peeked::File(HeldFile {
                 file: open.file,
                 len: open.id.len,
                 hash: open.hash,
                 stored_at: open.stored_at,
-            }));
+            })));
         }
-        let mut f = self.open_tile(key).ok()?;
+        match self.open_tile(key) {
+            Ok(f) => Ok(self.peek_opened(key, f, file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Missing),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// What [`Self::peek_open`] answers for the tile's file `f`, opened.
+    fn peek_opened(&self, key: &TileKey, mut f: File, file: bool) -> Option<Peeked> {
+        let held = if file { self.open_files.as_ref() } else { None };
         let meta = f.metadata().ok()?;
         let id = FileId::of(&meta);
         let stored_at = meta.modified().ok();
@@ -515,6 +530,9 @@ fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     Ok(out)
 }
 
+/// A tile's file found not to exist ([`FileStore::peek_or_missing`]).
+struct Missing;
+
 impl TileStore for FileStore {
     /// A walk of `root/layer/grid/z/x/row.ext`.
     fn scan(
@@ -674,6 +692,17 @@ impl TileStore for FileStore {
     /// its bytes as [`TileStore::peek`] reads them.
     fn peek_file(&self, key: &TileKey) -> Option<Peeked> {
         self.peek_open(key, true)
+    }
+
+    /// `Absent` when the tile's file is not there: a tile is renamed into
+    /// place whole before its `put` returns, so a missing file is a tile
+    /// not stored (the same open `get` would make).
+    fn peek_or_absent(&self, key: &TileKey) -> Peek {
+        match self.peek_or_missing(key, false) {
+            Ok(Some(Peeked::Held(held))) => Peek::Held(held),
+            Ok(_) => Peek::Unknown,
+            Err(Missing) => Peek::Absent,
+        }
     }
 
     /// The file's modification time is when the tile was stored (a tile is

@@ -243,6 +243,16 @@ pub trait TileStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Like [`TileStore::peek`], and [`Peek::Absent`] when the store can
+    /// tell as cheaply that it holds no tile for `key` (a file store whose
+    /// file is not there, a memory-only store), so that a miss needs no
+    /// blocking thread. Never `Absent` for a tile whose `put` was
+    /// acknowledged and not deleted since. The default answers what
+    /// `peek` does, and `Unknown` for the rest.
+    fn peek_or_absent(&self, key: &TileKey) -> Peek {
+        self.peek(key).map_or(Peek::Unknown, Peek::Held)
+    }
+
     /// Like [`TileStore::peek`], but a store that keeps each tile as a
     /// whole file may answer with the open file instead of its bytes
     /// ([`Peeked::File`]), so that a server can hand it to the socket
@@ -555,6 +565,17 @@ pub struct HeldFile {
     pub hash: u128,
     /// When it was written to the store (`None`: not known).
     pub stored_at: Option<SystemTime>,
+}
+
+/// What [`TileStore::peek_or_absent`] can tell without blocking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peek {
+    /// The tile, as [`TileStore::peek`] answers it.
+    Held(HeldTile),
+    /// The store holds no tile for the key: `get` would answer `None`.
+    Absent,
+    /// Not known without blocking: `get` must be asked.
+    Unknown,
 }
 
 /// What [`TileStore::peek_file`] found.

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use lru::LruCache;
 
 use crate::{
-    Durability, HeldTile, StoreError, StoredTile, TileArea, TileKey, TileStore, TruncateReport,
-    check_not_empty, content_hash,
+    Durability, HeldTile, Peek, StoreError, StoredTile, TileArea, TileKey, TileStore,
+    TruncateReport, check_not_empty, content_hash,
 };
 
 /// Tiles kept in memory, at most `capacity_bytes` of payload, least recently
@@ -117,19 +117,34 @@ impl TileStore for MemoryStore {
     /// What memory holds, else what the inner store can answer without
     /// blocking (kept in memory from then on).
     fn peek(&self, key: &TileKey) -> Option<HeldTile> {
+        match self.peek_or_absent(key) {
+            Peek::Held(held) => Some(held),
+            Peek::Absent | Peek::Unknown => None,
+        }
+    }
+
+    /// What memory holds, else what the inner store tells without
+    /// blocking (a tile it holds is kept in memory from then on); with no
+    /// inner store, what memory does not hold is absent.
+    fn peek_or_absent(&self, key: &TileKey) -> Peek {
         let generation = {
             let mut lru = self.lock();
             if let Some(held) = lru.tiles.get(key) {
-                return Some(held.clone());
+                return Peek::Held(held.clone());
             }
             lru.generation
         };
-        let held = self.inner.as_ref()?.peek(key)?;
-        let mut lru = self.lock();
-        if lru.generation == generation {
-            self.remember_held(&mut lru, key, held.clone());
+        let Some(inner) = self.inner.as_ref() else {
+            return Peek::Absent;
+        };
+        let peeked = inner.peek_or_absent(key);
+        if let Peek::Held(held) = &peeked {
+            let mut lru = self.lock();
+            if lru.generation == generation {
+                self.remember_held(&mut lru, key, held.clone());
+            }
         }
-        Some(held)
+        peeked
     }
 
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {

@@ -26,7 +26,7 @@ use tessera_grid::{TileCoord, TileFormat};
 use xxhash_rust::xxh3::Xxh3Builder;
 
 use crate::{
-    Durability, HeldTile, Peeked, StoreError, StoredTile, TileArea, TileKey, TileStore,
+    Durability, HeldTile, Peek, Peeked, StoreError, StoredTile, TileArea, TileKey, TileStore,
     TruncateReport,
 };
 
@@ -1083,6 +1083,14 @@ impl TileStore for QuotaStore {
         let peeked = self.inner.peek_file(key)?;
         self.hit(key);
         Some(peeked)
+    }
+
+    fn peek_or_absent(&self, key: &TileKey) -> Peek {
+        let peeked = self.inner.peek_or_absent(key);
+        if matches!(peeked, Peek::Held(_)) {
+            self.hit(key);
+        }
+        peeked
     }
 
     fn prefers_batches(&self) -> bool {

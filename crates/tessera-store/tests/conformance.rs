@@ -7,7 +7,7 @@ use tessera_grid::TileFormat;
 use tessera_store::conformance::{key, payload, run_all};
 use tessera_store::{
     Durability, FileLayout, FileStore, HeldFile, HeldTile, JournalOptions, JournalStore,
-    MbtilesOptions, MbtilesStore, MemoryStore, Peeked, TileStore,
+    MbtilesOptions, MbtilesStore, MemoryStore, Peek, Peeked, TileStore,
 };
 
 #[test]
@@ -585,6 +585,43 @@ fn a_file_in_the_page_cache_is_read_without_blocking_and_a_missing_or_empty_one_
     );
     std::fs::write(store.path_of(&k), b"").unwrap();
     assert_eq!(store.peek(&k), None, "an empty file is not a tile");
+}
+
+#[test]
+fn a_missing_file_is_known_absent_without_blocking_and_a_stored_one_never_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let file: Arc<dyn TileStore> = Arc::new(FileStore::open(dir.path(), FileLayout::Xyz).unwrap());
+    let front = MemoryStore::new(1 << 20, Some(file.clone()));
+    let alone = MemoryStore::new(1 << 20, None);
+    let k = key("relief", 3, 2, 5, TileFormat::Png);
+    // No directory of the layer yet, then the directories but not the file.
+    assert_eq!(file.peek_or_absent(&k), Peek::Absent);
+    file.put(
+        &key("relief", 3, 2, 4, TileFormat::Png),
+        payload(1, 100),
+        Durability::Buffered,
+    )
+    .unwrap();
+    for store in [file.as_ref(), &front as &dyn TileStore, &alone] {
+        assert_eq!(store.peek_or_absent(&k), Peek::Absent, "{}", store.name());
+    }
+    for store in [&front as &dyn TileStore, &alone] {
+        store
+            .put(&k, payload(2, 100), Durability::Buffered)
+            .unwrap();
+        assert!(
+            matches!(store.peek_or_absent(&k), Peek::Held(ref h) if h.bytes == payload(2, 100)),
+            "{}",
+            store.name()
+        );
+        store.delete(&k).unwrap();
+        assert_eq!(store.peek_or_absent(&k), Peek::Absent, "{}", store.name());
+    }
+    // A file that cannot be opened for another reason is not absent.
+    let blocked = dir.path().join("relief/WebMercatorQuad/3/2/5.png");
+    std::fs::create_dir_all(blocked.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink("5.png", &blocked).unwrap();
+    assert_eq!(file.peek_or_absent(&k), Peek::Unknown, "a link to itself");
 }
 
 /// The hash the file answer carries, or a panic when the answer is bytes.

@@ -799,6 +799,10 @@ impl TileStore for TimedStore {
         self.inner.peek_file(key)
     }
 
+    fn peek_or_absent(&self, key: &TileKey) -> tessera_store::Peek {
+        self.inner.peek_or_absent(key)
+    }
+
     fn get(&self, key: &TileKey) -> Result<Option<Bytes>, StoreError> {
         self.metrics
             .store_op(self.name(), "get", || self.inner.get(key))

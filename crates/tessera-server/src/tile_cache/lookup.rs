@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tessera_grid::{TileFormat, TileRange};
-use tessera_store::{HeldTile, TileKey, TileStore, content_hash};
+use tessera_store::{HeldTile, Peek, TileKey, TileStore, content_hash};
 
 use super::{TileCache, TileError, TileRequest, run_blocking};
 use crate::locks::{KeyGuard, KeyedLocks, LockTimeout};
@@ -36,16 +36,19 @@ impl MetaKey {
     }
 }
 
-/// Reads the store: from memory inline when it holds the tile, else on a
-/// blocking thread. A failing store is logged and treated as a miss: the
-/// tile is rendered rather than refused.
+/// Reads the store: from memory inline when it holds the tile, nothing
+/// when it tells inline that it has none, else on a blocking thread. A
+/// failing store is logged and treated as a miss: the tile is rendered
+/// rather than refused.
 pub(super) async fn lookup(
     tile_cache: &TileCache,
     store: &Arc<dyn TileStore>,
     key: &TileKey,
 ) -> Option<HeldTile> {
-    if let Some(held) = store.peek(key) {
-        return Some(held);
+    match store.peek_or_absent(key) {
+        Peek::Held(held) => return Some(held),
+        Peek::Absent => return tile_cache.unsaved.peek(key),
+        Peek::Unknown => {}
     }
     let (store, k) = (store.clone(), key.clone());
     match run_blocking(move || {
