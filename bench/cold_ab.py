@@ -20,8 +20,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import curl_load, tessera_process, wait_quiet  # noqa: E402
-from peers import LAYER, ZOOMS, build_cog, tessera_config, tiles_z  # noqa: E402
+from cold_floor import cold_pass  # noqa: E402
+from common import wait_quiet  # noqa: E402
+from peers import ZOOMS, build_cog, tiles_z  # noqa: E402
 
 
 def main():
@@ -33,7 +34,7 @@ def main():
     args = ap.parse_args()
     binaries = [b.split("=", 1) for b in args.binary]
     cog = build_cog(args.data)
-    paths = [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png" for z, x, y in tiles_z(ZOOMS)]
+    tiles = tiles_z(ZOOMS)
     rates = {}
     for run in range(args.runs):
         order = binaries if run % 2 == 0 else binaries[::-1]
@@ -42,14 +43,11 @@ def main():
                 wait_quiet()
                 work = Path(tempfile.mkdtemp(prefix="tessera-cold-ab-"))
                 try:
-                    with tessera_process(binary, tessera_config(cog, work / "tiles"), work) as (port, _):
-                        secs, _, errors, _ = curl_load(port, paths, clients)
+                    rate, _ = cold_pass(binary, cog, work, tiles, clients)
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
-                if errors:
-                    raise SystemExit(f"{name}: {len(errors)} failed requests, first {errors[0]}")
-                rates.setdefault((name, clients), []).append(len(paths) / secs)
-                print(f"  round {run} {name} {clients} connection(s): {len(paths) / secs:.0f} tiles/s",
+                rates.setdefault((name, clients), []).append(rate)
+                print(f"  round {run} {name} {clients} connection(s): {rate:.0f} tiles/s",
                       file=sys.stderr, flush=True)
     print("| binary | connections | tiles/s (median) | rounds |")
     print("|---|---:|---:|---|")

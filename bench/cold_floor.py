@@ -39,6 +39,17 @@ def floor(binary, cog, tiles_file, threads):
     return float(found.group(1)), int(found.group(2))
 
 
+def cold_pass(binary, cog, work, tiles, clients):
+    """One cold pass of a fresh tessera over `tiles` (z, x, y) into an
+    empty file store under `work`, `clients` at a time: (tiles/s, hits)."""
+    with tessera_process(binary, tessera_config(cog, work / "tiles"), work) as (port, _):
+        secs, _, errors, hits = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
+                                                for z, x, y in tiles], clients)
+    if errors:
+        raise SystemExit(f"tessera: {len(errors)} failed requests, first {errors[0]}")
+    return len(tiles) / secs, hits
+
+
 def fraction(rows, clients, threads):
     """The median over runs of tessera's rate at `clients` connections over
     the floor's at `threads` threads in the same run (the host drifts
@@ -72,14 +83,10 @@ def main():
             wait_quiet()
             d = work / f"tessera-{run}-{clients}"
             d.mkdir()
-            with tessera_process(args.binary, tessera_config(cog, d / "tiles"), d) as (port, _):
-                secs, _, errors, hits = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
-                                                        for z, x, y in tiles], clients)
-            if errors:
-                raise SystemExit(f"tessera: {len(errors)} failed requests, first {errors[0]}")
+            rate, hits = cold_pass(args.binary, cog, d, tiles, clients)
             sizes = [f.stat().st_size for f in (d / "tiles").rglob("*.png")]
-            rows.setdefault(("tessera", clients), []).append((len(tiles) / secs, statistics.mean(sizes)))
-            print(run, "tessera", clients, f"{len(tiles) / secs:.1f} tiles/s ({hits} hits)", flush=True)
+            rows.setdefault(("tessera", clients), []).append((rate, statistics.mean(sizes)))
+            print(run, "tessera", clients, f"{rate:.1f} tiles/s ({hits} hits)", flush=True)
     med = {k: (statistics.median(r for r, _ in v), statistics.median(b for _, b in v)) for k, v in rows.items()}
     lines = [
         "# Cold tiles against their floor",

@@ -335,9 +335,9 @@ pub(crate) trait Pixels {
         extra: &mut gdal_sys::GDALRasterIOExtraArg,
     ) -> Result<bool, String>;
 
-    /// Whether no pixel of band 1 in `window` holds `nodata` (the same
-    /// bits, or any NaN when `nodata` is NaN); `false` when this source
-    /// cannot tell without a read of its own.
+    /// Whether no pixel of band 1 in `window` holds `nodata` (equal to
+    /// it as `mark_nodata` compares, or any NaN when `nodata` is NaN);
+    /// `false` when this source cannot tell without a read of its own.
     fn free_of(&self, _window: &Window, _nodata: f32) -> bool {
         false
     }
