@@ -38,8 +38,8 @@ def cogs(tmp_path_factory):
     return d
 
 
-def config(path, source_dir, extra_layers=""):
-    path.write_text(f"""
+def config(path, source_dir, extra_layers="", settings=""):
+    path.write_text(f"""{settings}
 stores:
   disk: {{ type: file, path: {path.parent / "store"} }}
 layers:
@@ -219,7 +219,8 @@ layers:
 
 
 def test_a_tile_read_alone_is_rendered_once_for_many_requests_at_once(cogs, tmp_path_factory):
-    cfg = config(tmp_path_factory.mktemp("once") / "tessera.yaml", cogs)
+    # Without the idle reads of its metatile's other tiles (the next test).
+    cfg = config(tmp_path_factory.mktemp("once") / "tessera.yaml", cogs, settings="cache: { idle_siblings: false }")
     with serving(tmp_path_factory, "--config", str(cfg)) as server:
         path = "/tiles/jpeg/WebMercatorQuad/4/7/7.png"
         with ThreadPoolExecutor(16) as pool:
@@ -234,3 +235,37 @@ def test_a_tile_read_alone_is_rendered_once_for_many_requests_at_once(cogs, tmp_
             assert time.monotonic() < deadline, "the tile was never stored"
             time.sleep(0.05)
         assert sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*.png")) == ["7/7.png"]
+
+
+def test_the_rest_of_a_tiles_metatile_is_read_while_renders_are_idle(cogs, tmp_path_factory):
+    """One request for a tile that is the COG's own pixels is answered with
+    that tile alone; the other 15 tiles of its 4 x 4 metatile are then read
+    in the background (the server being otherwise idle) and stored, each
+    once, with the bytes a server without idle reads answers for them."""
+    cfg = config(tmp_path_factory.mktemp("idle") / "tessera.yaml", cogs)
+    stored = cfg.parent / "store/jpeg/WebMercatorQuad/4"
+    metatile = sorted(f"{x}/{y}.png" for x in range(4, 8) for y in range(4, 8))
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        status, _, _ = http_get(server, "/tiles/jpeg/WebMercatorQuad/4/7/7.png")
+        assert status == 200
+        deadline = time.monotonic() + 60
+        while (sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*.png")) != metatile
+               or metric(server, "tessera_idle_tile_reads_total", layer="jpeg") < 15):
+            assert time.monotonic() < deadline, sorted(p.name for p in stored.rglob("*"))
+            time.sleep(0.05)
+        assert metric(server, "tessera_idle_tile_reads_total", layer="jpeg") == 15
+        assert metric(server, "tessera_metatile_renders_total", layer="jpeg") == 1
+        siblings = {}
+        for tile in metatile:
+            status, _, body = http_get(server, f"/tiles/jpeg/WebMercatorQuad/4/{tile}")
+            assert status == 200, tile
+            siblings[tile] = body
+        # Every one of them a hit: nothing rendered again, nothing read twice.
+        assert metric(server, "tessera_metatile_renders_total", layer="jpeg") == 1
+        assert metric(server, "tessera_idle_tile_reads_total", layer="jpeg") == 15
+    other = config(tmp_path_factory.mktemp("not-idle") / "tessera.yaml", cogs, settings="cache: { idle_siblings: false }")
+    with serving(tmp_path_factory, "--config", str(other)) as server:
+        for tile, body in siblings.items():
+            status, _, own = http_get(server, f"/tiles/jpeg/WebMercatorQuad/4/{tile}")
+            assert status == 200, tile
+            assert own == body, f"{tile}: the idle read's bytes differ from a request's"

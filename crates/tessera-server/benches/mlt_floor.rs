@@ -8,17 +8,23 @@
 //!   by the same encoder (every geometry encoding MLT has tried, the
 //!   smallest kept per stream): what MLT's geometry costs;
 //! - the property values' own bytes (strings' lengths, integers as
-//!   varints, floats at their width): what any encoding that keeps each
-//!   value whole must still write, before names, lengths or headers;
+//!   varints, floats at their width), each distinct value of a column
+//!   once a layer a tile: what any encoding that keeps each value whole
+//!   must still write (a dictionary holds a repeated value once), before
+//!   names, lengths, indexes or headers;
+//! - the column names' own bytes, once a layer a tile (MVT writes them as
+//!   its keys, MLT in its layer's header);
 //! - the vertices' coordinate deltas as varints, and as the fewest bits
 //!   each needs (the bound of any bit-packing, which MLT's FastPFOR
 //!   reaches only in streams of at least 256 values).
 //!
-//! The sum of the second-to-last two lines over the MVT bytes is a floor
-//! for the ratio any MLT encoder reaches on those tiles.
+//! The sum of the third, fourth and fifth lines over the MVT bytes is a
+//! floor for the ratio any MLT encoder that writes its column names in
+//! every tile reaches on those tiles (without the names: any encoder).
 //!
 //!     cargo bench -p tessera-server --bench mlt_floor -- DIR
 
+use std::collections::HashSet;
 use std::io::Read;
 
 use flate2::read::GzDecoder;
@@ -36,6 +42,7 @@ struct Counts {
     mlt: usize,
     mlt_geometry: usize,
     values: usize,
+    names: usize,
     vertices: usize,
     delta_varint: usize,
     delta_bits: usize,
@@ -67,10 +74,21 @@ fn main() {
             .len();
         for layer in &layers {
             counts.layers += 1;
+            counts.names += layer
+                .property_names()
+                .iter()
+                .map(String::len)
+                .sum::<usize>();
             let mut bare = TileLayer::builder(layer.name(), layer.extent().get()).expect("a layer");
             let mut cursor = (0i32, 0i32);
+            let mut distinct: Vec<HashSet<String>> =
+                vec![HashSet::new(); layer.property_names().len()];
             for feature in layer.features() {
-                counts.values += feature.properties().iter().map(value_bytes).sum::<usize>();
+                for (column, value) in distinct.iter_mut().zip(feature.properties()) {
+                    if column.insert(format!("{value:?}")) {
+                        counts.values += value_bytes(value);
+                    }
+                }
                 for ring in vertex_runs(feature.geometry()) {
                     for c in ring {
                         let (dx, dy) = (c.x - cursor.0, c.y - cursor.1);
@@ -243,6 +261,13 @@ fn report(c: &Counts) {
         "floor: MLT geometries + values\t{}\t{:.3}",
         c.mlt_geometry + c.values,
         of(c.mlt_geometry + c.values)
+    );
+    println!("column names' own bytes\t{}\t{:.3}", c.names, of(c.names));
+    let named = c.mlt_geometry + c.values + c.names;
+    println!(
+        "floor with names: MLT geometries + values + names\t{}\t{:.3}",
+        named,
+        of(named)
     );
     println!("vertices\t{}", c.vertices);
     println!(

@@ -71,6 +71,16 @@ fn lock_table<K>(table: &Mutex<HashMap<K, Entry>>) -> MutexGuard<'_, HashMap<K, 
     table.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Another handle on the same table: a lock taken through one is held
+/// for the other.
+impl<K> Clone for KeyedLocks<K> {
+    fn clone(&self) -> Self {
+        KeyedLocks {
+            table: self.table.clone(),
+        }
+    }
+}
+
 impl<K: Eq + Hash + Clone> Default for KeyedLocks<K> {
     fn default() -> Self {
         Self {

@@ -154,6 +154,10 @@ impl Service {
                 Mode::Batch => 0,
             },
             encode_queue_len: config.cache.encode_queue_len,
+            idle_siblings: match mode {
+                Mode::Serving => config.cache.idle_siblings,
+                Mode::Batch => false,
+            },
         };
         let (renderer, tiles) = match previous {
             Some(p)

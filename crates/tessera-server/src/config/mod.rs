@@ -556,6 +556,12 @@ pub struct CacheSettings {
     /// Jobs that may wait for those threads (default 64); when the queue is
     /// full the request path does the work itself.
     pub encode_queue_len: usize,
+    /// When a tile is its source's own pixels and so is read alone (not
+    /// cut from a metatile), read the other tiles of its metatile in the
+    /// background while a render slot is free, and store them, as a
+    /// metatile would have (default true). The reads stop as soon as
+    /// requests take every render slot.
+    pub idle_siblings: bool,
 }
 
 impl Default for CacheSettings {
@@ -564,6 +570,7 @@ impl Default for CacheSettings {
             lock_timeout_secs: 120.0,
             metatile_threads: 2 * std::thread::available_parallelism().map_or(2, usize::from),
             encode_queue_len: 64,
+            idle_siblings: true,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! The names are a stable interface that users alert on:
 //! `tessera_tile_requests_total{layer,result}` (result: hit, miss, error),
 //! `tessera_metatile_renders_total{layer}`, `tessera_tile_encodes_total{layer}`,
+//! `tessera_idle_tile_reads_total{layer}` (tiles of a metatile whose tile
+//! was read alone, read in the background while renders were idle),
 //! `tessera_store_op_seconds{store,op}`, `tessera_store_errors_total{store,op}`,
 //! `tessera_lock_wait_seconds{kind}` (kind: metatile, tile),
 //! `tessera_encode_queue_depth`, `tessera_store_degraded{store}`,
@@ -214,6 +216,7 @@ pub struct Metrics {
     registry: Registry,
     tile_requests: Family<RequestLabels, Counter>,
     metatile_renders: Family<LayerLabels, Counter>,
+    idle_tile_reads: Family<LayerLabels, Counter>,
     tile_encodes: Family<LayerLabels, Counter>,
     files_sent: Counter,
     store_op_seconds: HistogramFamily<StoreLabels>,
@@ -343,6 +346,7 @@ impl Metrics {
             registry: Registry::default(),
             tile_requests: Family::default(),
             metatile_renders: Family::default(),
+            idle_tile_reads: Family::default(),
             tile_encodes: Family::default(),
             files_sent: Counter::default(),
             store_op_seconds: Family::new_with_constructor(latency_histogram),
@@ -390,6 +394,11 @@ impl Metrics {
                 "tessera_metatile_renders",
                 "Metatiles rendered",
                 Shared::of(&self.metatile_renders),
+            ),
+            (
+                "tessera_idle_tile_reads",
+                "Tiles of a metatile whose tile was read alone, read in the background while renders were idle",
+                Shared::of(&self.idle_tile_reads),
             ),
             (
                 "tessera_tile_files_sent",
@@ -620,6 +629,16 @@ impl Metrics {
     /// Counts a metatile render.
     pub fn metatile_rendered(&self, layer: &str) {
         self.metatile_renders
+            .get_or_create(&LayerLabels {
+                layer: layer.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a tile read in the background while renders were idle (see
+    /// `tile_cache::idle`).
+    pub fn idle_tile_read(&self, layer: &str) {
+        self.idle_tile_reads
             .get_or_create(&LayerLabels {
                 layer: layer.into(),
             })

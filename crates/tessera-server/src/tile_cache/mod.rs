@@ -22,10 +22,13 @@
 //! One job per file: `types` (requests, tiles, errors), `lookup` (store
 //! reads and the two lock levels), `miss` (render, cut, save on the pool),
 //! `passthrough` (uncached layers, vector tiles, upstream tiles passed
-//! through), `seed` (one seeded metatile, stored by the caller), `lease`
+//! through), `idle` (the rest of a metatile whose tile was read alone,
+//! read while renders are idle), `seed` (one seeded metatile, stored by
+//! the caller), `lease`
 //! (the cluster lease protocol), and this module: the [`TileCache`] and
 //! its entry points.
 
+mod idle;
 mod lease;
 mod lookup;
 mod metatile_seed;
@@ -69,6 +72,10 @@ pub struct TileCacheSettings {
     pub metatile_threads: usize,
     /// Encode pool queue length.
     pub encode_queue_len: usize,
+    /// Read the other tiles of a metatile whose tile was read alone (a
+    /// source's own pixels) in the background while a render slot is free
+    /// (`cache.idle_siblings`; off for batch commands, which seed them).
+    pub idle_siblings: bool,
 }
 
 /// Tiles rendered while their store refused writes, kept in memory (up to
@@ -91,6 +98,8 @@ pub struct TileCache {
     pool: EncodePool,
     metatile_locks: KeyedLocks<MetaKey>,
     tile_locks: KeyedLocks<TileKey>,
+    /// Whether the background task of `idle` runs (one at a time).
+    idle_running: Arc<std::sync::atomic::AtomicBool>,
     lock_timeout: Duration,
     settings: TileCacheSettings,
 }
@@ -111,6 +120,7 @@ impl TileCache {
             pool,
             metatile_locks: KeyedLocks::new(),
             tile_locks: KeyedLocks::new(),
+            idle_running: Arc::default(),
             lock_timeout: settings.lock_timeout,
             settings,
         }

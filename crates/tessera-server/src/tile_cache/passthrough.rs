@@ -13,7 +13,8 @@ use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
 use crate::encode_pool::Job;
 use crate::locks::KeyGuard;
 use crate::model::LayerCache;
-use crate::render::{Demand, ImageRequest, RenderError};
+use crate::render::{Demand, ImageRequest, RenderError, Renderer};
+use tessera_source::partial::Partial;
 
 /// What [`tessera_source::Source::passthrough`] answers.
 type Passed = Option<Result<Option<Bytes>, tessera_source::SourceError>>;
@@ -81,11 +82,25 @@ async fn source_tile(req: &TileRequest) -> Result<Passed, RenderError> {
 }
 
 /// A raster tile rendered alone, not cut from a metatile, with the limit
-/// its source stopped at, if any.
+/// its source stopped at, if any; counted as a render.
 async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile, TileError> {
+    let (bytes, partial) = read_alone(&tile_cache.renderer, req).await?;
+    tile_cache.metrics.metatile_rendered(&req.layer.name);
+    tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
+    Ok(Tile {
+        partial,
+        ..miss(bytes)
+    })
+}
+
+/// Renders `req`'s tile alone under a render slot: its bytes and the limit
+/// its source stopped at, if any. Counts nothing.
+pub(super) async fn read_alone(
+    renderer: &Renderer,
+    req: &TileRequest,
+) -> Result<(Bytes, Option<Partial>), TileError> {
     let tms = &req.grid.tms;
-    let (bytes, partial) = tile_cache
-        .renderer
+    Ok(renderer
         .render_partial(
             ImageRequest {
                 layers: vec![req.layer.clone()],
@@ -100,13 +115,7 @@ async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile,
             },
             Demand::Tiles,
         )
-        .await?;
-    tile_cache.metrics.metatile_rendered(&req.layer.name);
-    tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
-    Ok(Tile {
-        partial,
-        ..miss(bytes)
-    })
+        .await?)
 }
 
 /// A vector tile made by the layer's source (on a blocking thread); a
@@ -184,6 +193,7 @@ pub(super) async fn pass_through(
         return Ok(Some(miss(bytes)));
     }
     let fetched = if asks { source_tile(req).await? } else { None };
+    let fetched_none = fetched.is_none();
     let tile = match fetched {
         None if !alone => return Ok(None),
         Some(Err(e)) => return Err(TileError::Render(RenderError::Source(e))),
@@ -196,6 +206,9 @@ pub(super) async fn pass_through(
         return Ok(Some(tile));
     }
     save_passed(tile_cache, cache, key, tile.bytes.clone(), guard).await?;
+    if alone && fetched_none {
+        super::idle::read_siblings(tile_cache, req, cache);
+    }
     Ok(Some(tile))
 }
 

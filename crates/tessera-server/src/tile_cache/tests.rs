@@ -104,6 +104,7 @@ fn node(pool_threads: usize) -> TileCache {
             lock_timeout: Duration::from_mins(1),
             metatile_threads: pool_threads,
             encode_queue_len: 64,
+            idle_siblings: false,
         },
     )
 }
