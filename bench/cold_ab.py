@@ -7,6 +7,10 @@ reversed every other round; medians of the rounds and each round's rates
 
     TMPDIR=/mnt/benchfs var/venv/bin/python bench/cold_ab.py \
         --binary before=B --binary after=A [--runs 4]
+        [--settings after='cache: { idle_siblings: false }']
+
+A binary may be named twice with different settings (YAML put before the
+layers), to compare settings of one binary.
 
 The COG is built by bench/peers.py into $TESSERA_CACHE_DIR/peers-data once.
 Never run by CI.
@@ -28,11 +32,13 @@ from peers import ZOOMS, build_cog, tiles_z  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--binary", action="append", required=True, help="NAME=PATH, twice or more")
+    ap.add_argument("--settings", action="append", default=[], help="NAME=YAML: that variant's settings")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--data", type=Path, default=Path(os.environ.get("TESSERA_CACHE_DIR",
                                                                        Path.home() / ".cache/tessera")) / "peers-data")
     args = ap.parse_args()
     binaries = [b.split("=", 1) for b in args.binary]
+    settings = dict(s.split("=", 1) for s in args.settings)
     cog = build_cog(args.data)
     tiles = tiles_z(ZOOMS)
     rates = {}
@@ -43,7 +49,7 @@ def main():
                 wait_quiet()
                 work = Path(tempfile.mkdtemp(prefix="tessera-cold-ab-"))
                 try:
-                    rate, _ = cold_pass(binary, cog, work, tiles, clients)
+                    rate, _ = cold_pass(binary, cog, work, tiles, clients, settings.get(name, ""))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 rates.setdefault((name, clients), []).append(rate)

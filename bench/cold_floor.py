@@ -39,10 +39,11 @@ def floor(binary, cog, tiles_file, threads):
     return float(found.group(1)), int(found.group(2))
 
 
-def cold_pass(binary, cog, work, tiles, clients):
+def cold_pass(binary, cog, work, tiles, clients, settings=""):
     """One cold pass of a fresh tessera over `tiles` (z, x, y) into an
-    empty file store under `work`, `clients` at a time: (tiles/s, hits)."""
-    with tessera_process(binary, tessera_config(cog, work / "tiles"), work) as (port, _):
+    empty file store under `work`, `clients` at a time, with `settings`
+    (YAML) before the layers: (tiles/s, hits)."""
+    with tessera_process(binary, settings + "\n" + tessera_config(cog, work / "tiles"), work) as (port, _):
         secs, _, errors, hits = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
                                                 for z, x, y in tiles], clients)
     if errors:

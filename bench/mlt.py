@@ -225,7 +225,7 @@ def main():
         for clients in (1, 8):
             mvt = statistics.median(times[(layer, "mvt", clients)])
             mlt = statistics.median(times[(layer, "mlt", clients)])
-            adds = f"{(mlt - mvt) / n * 1e6:,.0f} µs" if clients == 1 else ""
+            adds = f"{round((mlt - mvt) / n * 1e6) + 0:,} µs" if clients == 1 else ""
             print(f"| {layer} | {clients} | {n / mvt:,.0f} | {n / mlt:,.0f} | {mlt / mvt:.2f} | {adds} |")
     print()
     print("## What any MLT encoder must still write for these tiles")

@@ -104,7 +104,7 @@ impl Siblings {
                 coord,
                 ..self.req.clone()
             };
-            let bytes = match super::passthrough::read_alone(&self.renderer, &sibling).await {
+            let bytes = match super::alone::read_alone(&self.renderer, &sibling).await {
                 // Drawn from part of the data: left for a request to read.
                 Ok((_, Some(partial))) if !partial.lasts() => continue,
                 Ok((bytes, _)) => bytes,

@@ -28,6 +28,7 @@
 //! (the cluster lease protocol), and this module: the [`TileCache`] and
 //! its entry points.
 
+mod alone;
 mod idle;
 mod lease;
 mod lookup;

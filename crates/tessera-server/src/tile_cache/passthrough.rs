@@ -84,38 +84,13 @@ async fn source_tile(req: &TileRequest) -> Result<Passed, RenderError> {
 /// A raster tile rendered alone, not cut from a metatile, with the limit
 /// its source stopped at, if any; counted as a render.
 async fn render_alone(tile_cache: &TileCache, req: &TileRequest) -> Result<Tile, TileError> {
-    let (bytes, partial) = read_alone(&tile_cache.renderer, req).await?;
+    let (bytes, partial) = super::alone::read_alone(&tile_cache.renderer, req).await?;
     tile_cache.metrics.metatile_rendered(&req.layer.name);
     tile_cache.metrics.tiles_encoded(&req.layer.name, 1);
     Ok(Tile {
         partial,
         ..miss(bytes)
     })
-}
-
-/// Renders `req`'s tile alone under a render slot: its bytes and the limit
-/// its source stopped at, if any. Counts nothing.
-pub(super) async fn read_alone(
-    renderer: &Renderer,
-    req: &TileRequest,
-) -> Result<(Bytes, Option<Partial>), TileError> {
-    let tms = &req.grid.tms;
-    Ok(renderer
-        .render_partial(
-            ImageRequest {
-                layers: vec![req.layer.clone()],
-                bbox: tms.tile_bbox(req.coord),
-                crs: req.grid.crs.clone(),
-                width: tms.tile_width,
-                height: tms.tile_height,
-                format: req.format,
-                transparent: true,
-                background: BACKGROUND,
-                keep_alpha: false,
-            },
-            Demand::Tiles,
-        )
-        .await?)
 }
 
 /// A vector tile made by the layer's source (on a blocking thread); a
