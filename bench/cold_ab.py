@@ -9,8 +9,8 @@ reversed every other round; medians of the rounds and each round's rates
         --binary before=B --binary after=A [--runs 4]
         [--settings after='cache: { idle_siblings: false }']
 
-A binary may be named twice with different settings (YAML put before the
-layers), to compare settings of one binary.
+A binary may be named twice with different settings (YAML merged into the
+configuration), to compare settings of one binary.
 
 The COG is built by bench/peers.py into $TESSERA_CACHE_DIR/peers-data once.
 Never run by CI.

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from common import ROOT, curl_load, machine, tessera_process, wait_quiet
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,11 +41,27 @@ def floor(binary, cog, tiles_file, threads):
     return float(found.group(1)), int(found.group(2))
 
 
+def merged(config, settings):
+    """`config` (YAML) with `settings` (YAML) merged in, mapping by mapping."""
+    if not settings.strip():
+        return config
+
+    def merge(into, extra):
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+        return into
+
+    return yaml.safe_dump(merge(yaml.safe_load(config), yaml.safe_load(settings)), sort_keys=False)
+
+
 def cold_pass(binary, cog, work, tiles, clients, settings=""):
     """One cold pass of a fresh tessera over `tiles` (z, x, y) into an
     empty file store under `work`, `clients` at a time, with `settings`
-    (YAML) before the layers: (tiles/s, hits)."""
-    with tessera_process(binary, settings + "\n" + tessera_config(cog, work / "tiles"), work) as (port, _):
+    (YAML) merged into the configuration: (tiles/s, hits)."""
+    with tessera_process(binary, merged(tessera_config(cog, work / "tiles"), settings), work) as (port, _):
         secs, _, errors, hits = curl_load(port, [f"/tiles/{LAYER}/WebMercatorQuad/{z}/{x}/{y}.png"
                                                 for z, x, y in tiles], clients)
     if errors:

@@ -99,8 +99,8 @@ pub struct TileCache {
     pool: EncodePool,
     metatile_locks: KeyedLocks<MetaKey>,
     tile_locks: KeyedLocks<TileKey>,
-    /// Whether the background task of `idle` runs (one at a time).
-    idle_running: Arc<std::sync::atomic::AtomicBool>,
+    /// The metatiles `idle`'s background task reads, and whether it runs.
+    idle: Arc<idle::IdleReads>,
     lock_timeout: Duration,
     settings: TileCacheSettings,
 }
@@ -121,7 +121,7 @@ impl TileCache {
             pool,
             metatile_locks: KeyedLocks::new(),
             tile_locks: KeyedLocks::new(),
-            idle_running: Arc::default(),
+            idle: Arc::default(),
             lock_timeout: settings.lock_timeout,
             settings,
         }

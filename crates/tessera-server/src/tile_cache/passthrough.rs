@@ -9,12 +9,11 @@ use tessera_grid::TileFormat;
 use tessera_store::{Durability, TileKey, TileStore};
 
 use super::types::miss;
-use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
+use super::{Tile, TileCache, TileError, TileRequest, run_blocking};
 use crate::encode_pool::Job;
 use crate::locks::KeyGuard;
 use crate::model::LayerCache;
-use crate::render::{Demand, ImageRequest, RenderError, Renderer};
-use tessera_source::partial::Partial;
+use crate::render::RenderError;
 
 /// What [`tessera_source::Source::passthrough`] answers.
 type Passed = Option<Result<Option<Bytes>, tessera_source::SourceError>>;
