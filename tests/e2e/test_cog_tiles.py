@@ -269,3 +269,31 @@ def test_the_rest_of_a_tiles_metatile_is_read_while_renders_are_idle(cogs, tmp_p
             status, _, own = http_get(server, f"/tiles/jpeg/WebMercatorQuad/4/{tile}")
             assert status == 200, tile
             assert own == body, f"{tile}: the idle read's bytes differ from a request's"
+
+
+def test_metatiles_read_alone_while_the_idle_reader_runs_wait_for_it_and_none_is_lost(cogs, tmp_path_factory):
+    """Four tiles of four metatiles asked back to back: the idle reader
+    busy with the first, the others wait on its stack (at most 16) and are
+    read after it, so all 60 siblings are stored, each read once, and no
+    tile is rendered twice."""
+    cfg = config(tmp_path_factory.mktemp("idle-stack") / "tessera.yaml", cogs,
+                 settings="server: { max_concurrent_renders: 2 }")
+    stored = cfg.parent / "store/jpeg/WebMercatorQuad/4"
+    asked = [(x, 0) for x in (0, 4, 8, 12)]
+    every = sorted(f"{x}/{y}.png" for mx, _ in asked for x in range(mx, mx + 4) for y in range(4))
+    with serving(tmp_path_factory, "--config", str(cfg)) as server:
+        for x, y in asked:
+            status, _, _ = http_get(server, f"/tiles/jpeg/WebMercatorQuad/4/{x}/{y}.png")
+            assert status == 200
+        deadline = time.monotonic() + 90
+        while (sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*.png")) != every
+               or metric(server, "tessera_idle_tile_reads_total", layer="jpeg") < 60):
+            assert time.monotonic() < deadline, sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*"))
+            time.sleep(0.05)
+        assert metric(server, "tessera_idle_tile_reads_total", layer="jpeg") == 60
+        assert metric(server, "tessera_metatile_renders_total", layer="jpeg") == 4
+        for tile in every:
+            status, _, _ = http_get(server, f"/tiles/jpeg/WebMercatorQuad/4/{tile}")
+            assert status == 200, tile
+        assert metric(server, "tessera_metatile_renders_total", layer="jpeg") == 4
+        assert metric(server, "tessera_idle_tile_reads_total", layer="jpeg") == 60
