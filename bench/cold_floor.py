@@ -175,6 +175,21 @@ def main():
         "693/732), 8 connections 1231 -> 1363 (1335/1359, 1132/1268, 981/1368, 1331/1441): +11 % at both, "
         "faster in every round, on a host whose speed moved by 1.7x between rounds.",
         "",
+        "**Siblings read while idle** (2026-12-02). A tile read alone leaves the second core idle at 1 "
+        "connection; now, when a render slot is free after it, one background task reads the rest of its "
+        "metatile and stores it (`cache.idle_siblings`, default on; metatiles read alone while it runs wait on "
+        "a stack of 16, newest first). A/B of one binary with the setting on and off, and with 3 render slots "
+        "instead of the cores' 2, 4 alternating rounds (`TMPDIR=/mnt/benchfs var/venv/bin/python "
+        "bench/cold_ab.py --binary idle=B --binary off=B --binary renders3=B --settings off='cache: "
+        "{ idle_siblings: false }' --settings renders3='server: { max_concurrent_renders: 3 }' --runs 4`): "
+        "1 connection off 646 -> on 710 tiles/s (+10 %, faster in every round: 667/709, 632/711, 630/798, "
+        "659/691), 8 connections 972 -> 1008 (within the rounds' spread, as expected: there the slots are "
+        "taken and the task does not start); a third render slot changes neither (712 and 970). The host ran "
+        "at about two thirds of its speed of the day before in every variant. In the table's run (the same "
+        "day) 1 connection reached 0.72 of the 1-thread floor by reading on the second core, which that "
+        "floor leaves unused (3,841-3,879 of the 5,461 requests were hits on tiles read so); 8 connections, "
+        "where both cores are taken, stayed at 0.55.",
+        "",
         "The store is written on a journaled ext4 (`TMPDIR=/mnt/benchfs`, a loop-mounted file system made with "
         "`mkfs.ext4`'s defaults): this machine's root file system is ext4 without a journal, where creating "
         "an inode steps over every inode deleted in the last minutes (`recently_deleted` in the kernel), and "
