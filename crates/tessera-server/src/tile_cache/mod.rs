@@ -22,7 +22,8 @@
 //! One job per file: `types` (requests, tiles, errors), `lookup` (store
 //! reads and the two lock levels), `miss` (render, cut, save on the pool),
 //! `passthrough` (uncached layers, vector tiles, upstream tiles passed
-//! through), `idle` (the rest of a metatile whose tile was read alone,
+//! through), `alone` (a tile rendered alone, for `passthrough` and
+//! `idle`), `idle` (the rest of a metatile whose tile was read alone,
 //! read while renders are idle), `seed` (one seeded metatile, stored by
 //! the caller), `lease`
 //! (the cluster lease protocol), and this module: the [`TileCache`] and
