@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tessera_grid::TileCoord;
 use tessera_store::{Durability, MemoryStore, Peek, TileKey, TileStore};
 
-use super::{TileCache, TileRequest, run_blocking};
+use super::{TileCache, TileRequest, put_or_keep, run_blocking};
 use crate::locks::KeyedLocks;
 use crate::metatile::Metatile;
 use crate::metrics::Metrics;
@@ -219,12 +219,7 @@ impl Siblings {
             at.durability,
         );
         let _ = run_blocking(move || {
-            if let Err(e) = store.put(&key, bytes.clone(), durability) {
-                let _ = unsaved.put(&key, bytes, Durability::Buffered);
-                if let Some(held_back) = warnings.allow() {
-                    tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
-                }
-            }
+            put_or_keep(&*store, &unsaved, &warnings, &key, bytes, durability);
             drop(guard);
         })
         .await;

@@ -12,7 +12,7 @@ use tessera_store::{Durability, HeldTile, MemoryStore, StoreError, TileKey, Tile
 
 use super::lease::Leased;
 use super::types::miss;
-use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, run_blocking};
+use super::{BACKGROUND, Tile, TileCache, TileError, TileRequest, put_or_keep, run_blocking};
 use crate::cluster::LeaseHolder;
 use crate::encode_pool::Job;
 use crate::locks::KeyGuard;
@@ -395,14 +395,8 @@ pub(super) fn save_job(
                 }
             },
         };
-        if let Err(e) = store.put(&key, bytes.clone(), durability) {
-            // Kept in memory before the lock goes, so a neighbour
-            // waiting for this tile finds it instead of rendering again.
-            let _ = unsaved.put(&key, bytes, Durability::Buffered);
-            if let Some(held_back) = warnings.allow() {
-                tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
-            }
-        }
+        // Kept in memory before the lock goes if the store refuses it.
+        put_or_keep(&*store, &unsaved, &warnings, &key, bytes, durability);
         drop(guard);
         drop(lease);
     })

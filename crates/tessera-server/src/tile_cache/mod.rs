@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tessera_image::Color;
-use tessera_store::{MemoryStore, Peeked, TileKey};
+use tessera_store::{Durability, MemoryStore, Peeked, TileKey, TileStore};
 
 pub use metatile_seed::{Locking, SeedStep, Unstored, seed_metatile};
 pub use state::layer_at_state;
@@ -245,6 +245,25 @@ impl TileCache {
     /// [`TileCache::peek_hit`] or [`TileCache::peek_hit_file`] as a hit.
     pub fn count_hit(&self, layer: &str) {
         self.metrics.tile_request(layer, RequestResult::Hit);
+    }
+}
+
+/// Stores a tile on the calling (blocking) thread; when the store
+/// refuses it, keeps it in `unsaved` (so a request waiting on its lock
+/// finds it instead of rendering again) and warns, throttled.
+pub(super) fn put_or_keep(
+    store: &dyn TileStore,
+    unsaved: &MemoryStore,
+    warnings: &Throttle,
+    key: &TileKey,
+    bytes: bytes::Bytes,
+    durability: Durability,
+) {
+    if let Err(e) = store.put(key, bytes.clone(), durability) {
+        let _ = unsaved.put(key, bytes, Durability::Buffered);
+        if let Some(held_back) = warnings.allow() {
+            tracing::warn!(tile = %key, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
+        }
     }
 }
 

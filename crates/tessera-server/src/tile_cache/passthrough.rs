@@ -6,10 +6,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use tessera_grid::TileFormat;
-use tessera_store::{Durability, TileKey, TileStore};
+use tessera_store::TileKey;
 
 use super::types::miss;
-use super::{Tile, TileCache, TileError, TileRequest, run_blocking};
+use super::{Tile, TileCache, TileError, TileRequest, put_or_keep, run_blocking};
 use crate::encode_pool::Job;
 use crate::locks::KeyGuard;
 use crate::model::LayerCache;
@@ -201,12 +201,7 @@ pub(super) async fn save_passed(
     let (store, k, b, durability) = (cache.store.clone(), key.clone(), bytes, cache.durability);
     let (unsaved, warnings) = (tile_cache.unsaved.clone(), tile_cache.warnings.clone());
     let job: Job = Box::new(move || {
-        if let Err(e) = store.put(&k, b.clone(), durability) {
-            let _ = unsaved.put(&k, b, Durability::Buffered);
-            if let Some(held_back) = warnings.allow() {
-                tracing::warn!(tile = %k, error = &e as &dyn std::error::Error, held_back, "saving a tile failed; it is kept in memory");
-            }
-        }
+        put_or_keep(&*store, &unsaved, &warnings, &k, b, durability);
         drop(guard);
     });
     if let Err(job) = tile_cache.pool.try_submit(job) {
