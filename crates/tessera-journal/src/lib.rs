@@ -84,9 +84,9 @@ pub struct JournalOptions {
     /// Most bytes written per batch (default 8 MiB).
     pub max_batch_bytes: usize,
     /// When set, a batch holding a synced record waits up to this long for
-    /// more records before its `fdatasync`, but only while appends are
-    /// arriving concurrently (adaptive), only until every producer that
-    /// appended within `max_latency` has a record in the batch, and never
+    /// more records before its `fdatasync`, but only while another
+    /// producer that appended within `max_latency` has no record in the
+    /// batch yet (adaptive: a lone writer never waits), and never
     /// so long that its oldest record would be acknowledged after
     /// `max_latency` (the recent sync time is left for the sync). Default
     /// off: it pays when writers come back at once after each

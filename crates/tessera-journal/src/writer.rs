@@ -36,9 +36,6 @@ pub(crate) struct WriterState {
     batch: Vec<u8>,
     /// Completions of the batch: slot, position, when it was queued.
     done: Vec<(Arc<Slot>, Position, Instant)>,
-    /// Records in the previous batch: the adaptive window waits only while
-    /// appends arrive concurrently.
-    last_batch_len: usize,
     /// Recent time to write and sync a batch (moving average): the window
     /// leaves this much of `max_latency` for the sync.
     expected_sync: Duration,
@@ -137,7 +134,6 @@ impl WriterState {
             requests: Vec::with_capacity(shared.options.queue_len.max(1)),
             batch: Vec::with_capacity(shared.options.max_batch_bytes),
             done: Vec::with_capacity(shared.options.queue_len.max(1)),
-            last_batch_len: 0,
             expected_sync: Duration::ZERO,
             spare,
             producers: Producers::default(),
@@ -171,7 +167,6 @@ impl WriterState {
             }
             if let Some(window) = self.shared.options.sync_window
                 && synced
-                && self.last_batch_len > 1
             {
                 // Never wait so long that the oldest record, with the sync
                 // still to come, would be acknowledged after max_latency.
@@ -184,7 +179,10 @@ impl WriterState {
                             .saturating_sub(self.expected_sync),
                 );
                 // Everyone appending lately is in the batch (writers in
-                // lockstep): nobody is coming, so the window ends.
+                // lockstep, or a lone writer): nobody is coming, so the
+                // window ends. (Waiting only after a batch of several
+                // records would let one batch of one, from a writer late
+                // on a busy machine, end the waiting for good.)
                 while bytes < self.shared.options.max_batch_bytes
                     && self.producers.someone_missing()
                 {
@@ -198,7 +196,6 @@ impl WriterState {
                     }
                 }
             }
-            self.last_batch_len = self.requests.len();
             let started = Instant::now();
             self.commit();
             if synced {
