@@ -7,10 +7,14 @@
 //! tiles per second and the mean PNG bytes; `bench/cold_floor.py` sets it
 //! beside tessera serving the same tiles cold.
 //!
-//!     cargo bench -p tessera-server --bench cold_floor -- COG TILES THREADS [nearest|bilinear]
+//!     cargo bench -p tessera-server --bench cold_floor -- COG TILES THREADS [nearest|bilinear] [pairs]
 //!
 //! `COG`: a Web Mercator raster covering the whole WebMercatorQuad square
-//! (3 bands); `TILES`: a file of `z x y` lines.
+//! (3 bands); `TILES`: a file of `z x y` lines. Each thread takes the next
+//! tile of the list; with `pairs`, the next two rows of tiles of a zoom
+//! instead, so that the tiles of one 512-pixel block (two rows of two)
+//! are read by one thread and its block decoded once, where threads
+//! taking tiles in turn decode a block on each of their datasets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -31,7 +35,7 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let [cog, list, threads, rest @ ..] = args.as_slice() else {
-        eprintln!("usage: cold_floor COG TILES THREADS [nearest|bilinear]");
+        eprintln!("usage: cold_floor COG TILES THREADS [nearest|bilinear] [pairs]");
         std::process::exit(2);
     };
     let threads: usize = threads.parse().expect("THREADS is a number");
@@ -52,21 +56,33 @@ fn main() {
         .collect();
     let bytes = AtomicU64::new(0);
     let next = AtomicU64::new(0);
-    // Every thread opens its dataset before the clock starts.
+    // The units threads take: one tile each, or two rows of a zoom.
+    let pairs = rest.iter().any(|a| a == "pairs");
+    let mut units: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, &(z, _, y)) in tiles.iter().enumerate() {
+        match units.last_mut() {
+            Some(unit) if pairs && tiles[unit.start].0 == z && tiles[unit.start].2 / 2 == y / 2 => {
+                unit.end = i + 1;
+            }
+            _ => units.push(i..i + 1),
+        }
+    }
     let datasets: Vec<Dataset> = (0..threads)
         .map(|_| Dataset::open(cog).expect("the COG opens"))
         .collect();
     let start = Instant::now();
     std::thread::scope(|s| {
         for ds in datasets {
-            let (tiles, bytes, next) = (&tiles, &bytes, &next);
+            let (tiles, units, bytes, next) = (&tiles, &units, &bytes, &next);
             s.spawn(move || {
                 loop {
                     let i =
                         usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(usize::MAX);
-                    let Some(&tile) = tiles.get(i) else { break };
-                    let png = floor_tile(&ds, tile, resampling);
-                    bytes.fetch_add(png.len() as u64, Ordering::Relaxed);
+                    let Some(unit) = units.get(i) else { break };
+                    for &tile in &tiles[unit.clone()] {
+                        let png = floor_tile(&ds, tile, resampling);
+                        bytes.fetch_add(png.len() as u64, Ordering::Relaxed);
+                    }
                 }
             });
         }

@@ -13,6 +13,10 @@ use crate::location::DEFAULT_DRIVERS;
 /// GDAL settings from the `gdal:` section of the configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "each is a setting of the file, read by name"
+)]
 pub struct GdalSettings {
     /// Upper bound of GDAL's raster block cache, in MiB (default 256).
     pub cache_max_mb: u64,
@@ -30,9 +34,18 @@ pub struct GdalSettings {
     /// GDAL.
     pub decode_float_blocks: bool,
     /// Upper bound of the blocks decoded by tessera kept for later reads,
-    /// shared by every source, in MiB (default 128); they are not in GDAL's
-    /// cache (`cache_max_mb`).
+    /// shared by every source, in MiB (default 128): of the Float32
+    /// blocks, and of the byte blocks `shared_byte_blocks` keeps, each;
+    /// they are apart from GDAL's cache (`cache_max_mb`).
     pub decoded_blocks_mb: u64,
+    /// Keep the blocks of byte rasters (a JPEG or WebP COG's, say) that
+    /// reads at a level's own scale take (tiles of a COG in their grid) in
+    /// one cache shared by every thread, each block decoded once by GDAL
+    /// however many reads in flight need it (default true), bounded by
+    /// `decoded_blocks_mb` apart from the Float32 blocks. `false` leaves
+    /// them to GDAL's cache, which is per dataset handle: two reads on two
+    /// handles decode a block twice.
+    pub shared_byte_blocks: bool,
     /// Dataset handles kept open per source for reuse (default 8).
     pub max_idle_handles: usize,
     /// Threads one read may decode the blocks it covers on (GDAL's
@@ -70,6 +83,7 @@ impl Default for GdalSettings {
             http_max_retry: 2,
             decode_float_blocks: true,
             decoded_blocks_mb: 128,
+            shared_byte_blocks: true,
             max_idle_handles: 8,
             threads: 0,
             open_timeout_secs: 60.0,

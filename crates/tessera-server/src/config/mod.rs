@@ -389,7 +389,11 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "seconds")]
     #[schemars(with = "Seconds")]
     pub render_timeout_secs: f64,
-    /// Renders running at once (default: number of CPU cores).
+    /// Renders running at once (default: two per CPU core). A slot
+    /// finished is idle until its next render starts (two thread hand-offs
+    /// away), so one slot per core leaves the cores idle for part of every
+    /// short render (a tile of a COG's own pixels); two per core keeps them
+    /// busy (docs/benchmarks/cold-floor.md).
     pub max_concurrent_renders: usize,
     /// Share of the render slots WMS GetMap requests may hold at once
     /// (0 to 1, default 0.5; at least one slot): the rest is kept for tiles,
@@ -450,7 +454,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             public_url: None,
             render_timeout_secs: 30.0,
-            max_concurrent_renders: std::thread::available_parallelism().map_or(2, usize::from),
+            max_concurrent_renders: 2 * std::thread::available_parallelism().map_or(2, usize::from),
             wms_render_share: 0.5,
             title: "tessera".into(),
             header_timeout_secs: 10.0,

@@ -421,6 +421,44 @@ pub(crate) trait Sample: Copy + Default {
     fn samples(band: &mut BandData) -> Option<&mut Vec<Self>>;
     /// `buf` as floats, when this type is `f32`.
     fn as_f32(buf: &mut [Self]) -> Option<&mut [f32]>;
+    /// `buf` as bytes, when this type is `u8`.
+    fn as_u8(buf: &mut [Self]) -> Option<&mut [u8]>;
+    /// Runs `f` on `n` samples of this thread's scratch buffer, which
+    /// hold what the last user left (a read overwrites them all): a tile
+    /// read costs no allocation and no zeroing of its buffer.
+    fn scratch<R>(n: usize, f: impl FnOnce(&mut [Self]) -> R) -> R;
+}
+
+/// Scratch buffers larger than this (samples) are not kept for the next
+/// read.
+const KEPT_SCRATCH: usize = 1 << 22;
+
+/// `f` on `n` samples of `cell`'s buffer, grown as needed and given up
+/// when past [`KEPT_SCRATCH`].
+fn with_scratch<T: Copy + Default, R>(
+    cell: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>,
+    n: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    cell.with(|kept| match kept.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < n {
+                buf.resize(n, T::default());
+            }
+            let out = f(&mut buf[..n]);
+            if buf.len() > KEPT_SCRATCH {
+                *buf = Vec::new();
+            }
+            out
+        }
+        // Already in use on this thread (a read inside a read): a fresh one.
+        Err(_) => f(&mut vec![T::default(); n]),
+    })
+}
+
+thread_local! {
+    static SCRATCH_U8: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH_F32: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Sample for u8 {
@@ -434,6 +472,12 @@ impl Sample for u8 {
     fn as_f32(_: &mut [u8]) -> Option<&mut [f32]> {
         None
     }
+    fn as_u8(buf: &mut [u8]) -> Option<&mut [u8]> {
+        Some(buf)
+    }
+    fn scratch<R>(n: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        with_scratch(&SCRATCH_U8, n, f)
+    }
 }
 
 impl Sample for f32 {
@@ -443,6 +487,12 @@ impl Sample for f32 {
             BandData::F32(v) => Some(v),
             BandData::U8(_) => None,
         }
+    }
+    fn as_u8(_: &mut [f32]) -> Option<&mut [u8]> {
+        None
+    }
+    fn scratch<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        with_scratch(&SCRATCH_F32, n, f)
     }
     fn as_f32(buf: &mut [f32]) -> Option<&mut [f32]> {
         Some(buf)
@@ -470,19 +520,20 @@ fn read_into<T: Sample, P: Pixels>(
     place: &Place,
 ) -> Result<bool, String> {
     let block = place.bx * place.by;
-    let mut buf = vec![T::default(); block * band_map.len()];
-    if !pixels.read(window, &mut buf, band_map, extra)? {
-        return Ok(false);
-    }
-    for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(block)) {
-        if let Some(out) = T::samples(band) {
-            for (row, src) in data.chunks_exact(place.bx).enumerate() {
-                let start = (place.y0 + row) * place.w + place.x0;
-                out[start..start + place.bx].copy_from_slice(src);
+    T::scratch(block * band_map.len(), |buf| {
+        if !pixels.read(window, buf, band_map, extra)? {
+            return Ok(false);
+        }
+        for (band, data) in raster.bands.iter_mut().zip(buf.chunks_exact(block)) {
+            if let Some(out) = T::samples(band) {
+                for (row, src) in data.chunks_exact(place.bx).enumerate() {
+                    let start = (place.y0 + row) * place.w + place.x0;
+                    out[start..start + place.bx].copy_from_slice(src);
+                }
             }
         }
-    }
-    Ok(true)
+        Ok(true)
+    })
 }
 
 fn raster_io<T: Sample>(

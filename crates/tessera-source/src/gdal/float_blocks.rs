@@ -31,7 +31,7 @@ use rayon::iter::{IntoParallelRefIterator, ParallelIterator};
 use gdal::Dataset;
 use tessera_image::Raster;
 
-use super::aligned::{AlignedGrid, SourceWindow};
+use super::aligned::{AlignedGrid, Window};
 use super::cog::Blocks;
 use super::plane::Plane;
 use super::tiff::Directory;
@@ -162,6 +162,8 @@ pub(crate) struct FloatLevels {
     /// This source's number in the shared cache.
     id: usize,
     levels: Vec<Level>,
+    /// The levels' sizes, for [`level_for`].
+    sizes: Vec<(usize, usize)>,
     /// What a block never written (sparse) reads as: the nodata value,
     /// else 0, as GDAL reads it.
     empty: f32,
@@ -188,6 +190,7 @@ impl FloatLevels {
         let empty = grid.nodata().map_or(0.0, |v| v as f32);
         Ok(FloatLevels {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            sizes: levels.iter().map(|l| (l.width, l.height)).collect(),
             levels,
             empty,
         })
@@ -205,7 +208,7 @@ impl FloatLevels {
         resampling: Resampling,
     ) -> Option<Result<Raster, String>> {
         let window = grid.source_window(req)?;
-        let index = level_for(&self.levels, &window);
+        let index = level_for(&self.sizes, &window.window);
         let level = &self.levels[index];
         let full = &self.levels[0];
         // GDAL scales the window by the ratio of the levels' sizes.
@@ -608,12 +611,12 @@ fn prefix_sums_sse2(bytes: &mut [u8]) -> &mut [u8] {
     rest
 }
 
-/// The level GDAL's resampled `RasterIO` reads `window` from: the
-/// coarsest overview at most [`OVERVIEW_SLACK`] times coarser than the
-/// request, on the least reduced axis, when the request shrinks the
-/// window on both axes; else the full resolution (0).
-fn level_for(levels: &[Level], window: &SourceWindow) -> usize {
-    let w = &window.window;
+/// The level GDAL's resampled `RasterIO` reads `window` from, of levels
+/// of `sizes` (width, height; the full resolution first): the coarsest
+/// overview at most [`OVERVIEW_SLACK`] times coarser than the request, on
+/// the least reduced axis, when the request shrinks the window on both
+/// axes; else the full resolution (0).
+pub(super) fn level_for(sizes: &[(usize, usize)], w: &Window) -> usize {
     if !(w.buf_width < w.width && w.buf_height < w.height) {
         return 0;
     }
@@ -624,14 +627,14 @@ fn level_for(levels: &[Level], window: &SourceWindow) -> usize {
     } else {
         y / by
     };
-    let full = &levels[0];
+    let (full_width, full_height) = sizes[0];
     let (mut best, mut best_resolution) = (0, 0.0);
-    for (i, level) in levels.iter().enumerate().skip(1) {
-        if level.width > full.width || level.height > full.height {
+    for (i, &(width, height)) in sizes.iter().enumerate().skip(1) {
+        if width > full_width || height > full_height {
             continue;
         }
-        let rx = full.width as f64 / level.width as f64;
-        let ry = full.height as f64 / level.height as f64;
+        let rx = full_width as f64 / width as f64;
+        let ry = full_height as f64 / height as f64;
         let resolution = if rx < ry { rx } else { ry };
         if resolution >= desired * OVERVIEW_SLACK || resolution <= best_resolution {
             continue;
@@ -782,37 +785,14 @@ mod tests {
 
     #[test]
     fn the_level_is_gdals_choice() {
-        let level = |w| Level {
-            width: w,
-            height: w,
-            block_width: 256,
-            block_height: 256,
-            across: 1,
-            compression: DEFLATE,
-            predictor: 3,
-            little_endian: true,
-        };
-        let levels = [level(8192), level(4096), level(2048), level(1024)];
-        let window = |size: c_int, buf: c_int| SourceWindow {
-            x0: 0.0,
-            x1: f64::from(size),
-            y0: 0.0,
-            y1: f64::from(size),
-            window: super::super::aligned::Window {
-                x: 0,
-                y: 0,
-                width: size,
-                height: size,
-                buf_width: buf,
-                buf_height: buf,
-            },
-            place: super::super::aligned::Place {
-                bx: buf as usize,
-                by: buf as usize,
-                w: buf as usize,
-                x0: 0,
-                y0: 0,
-            },
+        let levels = [(8192, 8192), (4096, 4096), (2048, 2048), (1024, 1024)];
+        let window = |size: c_int, buf: c_int| Window {
+            x: 0,
+            y: 0,
+            width: size,
+            height: size,
+            buf_width: buf,
+            buf_height: buf,
         };
         // No shrinking: the full resolution; shrinking by 2 reads the
         // first overview, by 1.7 too (2 < 1.7 * 1.2), by 1.6 not.

@@ -1,6 +1,7 @@
 //! The GDAL raster source: any GDAL-readable dataset, warped per window.
 
 pub(crate) mod aligned;
+mod byte_blocks;
 mod cog;
 mod float_blocks;
 mod pieces;
@@ -90,6 +91,9 @@ pub struct GdalSource {
     /// The TIFF's levels when its blocks are decoded here, found when
     /// first needed.
     floats: OnceLock<Option<float_blocks::FloatLevels>>,
+    /// The levels of a byte raster whose reads at a level's own scale
+    /// come from blocks shared by every thread ([`byte_blocks`]).
+    shared_bytes: Option<byte_blocks::ByteLevels>,
 }
 
 impl GdalSource {
@@ -218,6 +222,21 @@ impl GdalSource {
         let aligned = AlignedGrid::of(&ds, info.band_count, has_alpha, info.is_byte);
         let levels = aligned.as_ref().and_then(|grid| cog::Levels::of(&ds, grid));
         let is_tiff = ds.driver().short_name() == "GTiff";
+        let shared_bytes = aligned
+            .as_ref()
+            .filter(|grid| {
+                settings.shared_byte_blocks
+                    && info.is_byte
+                    && !grid.has_alpha()
+                    && grid.nodata().is_none()
+            })
+            .and_then(|_| {
+                byte_blocks::ByteLevels::of(&ds, info.band_count)
+                    .inspect_err(|why| {
+                        tracing::debug!(source = %path, why, "byte blocks left to GDAL's cache");
+                    })
+                    .ok()
+            });
         let info_lonlat = info.lonlat_bounds;
         let source = Self {
             path,
@@ -238,6 +257,7 @@ impl GdalSource {
             is_tiff,
             decode_floats: settings.decode_float_blocks,
             floats: OnceLock::new(),
+            shared_bytes,
         }
         .with_area_of_interest(&info_lonlat);
         source.release(ds);
@@ -440,6 +460,13 @@ impl GdalSource {
                 .and_then(|(f, blocks)| f.read(blocks, grid, req, &self.info, self.resampling))
             {
                 return read.map_err(|m| err(m.into()));
+            }
+            if let Some(shared) = &self.shared_bytes
+                && let Some(raster) = grid
+                    .read_from(&shared.reader(src), req, &self.info, self.resampling)
+                    .map_err(|m| err(m.into()))?
+            {
+                return Ok(raster);
             }
             return grid
                 .read(src, req, &self.info, self.resampling)
