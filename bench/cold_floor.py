@@ -192,8 +192,8 @@ def main():
         "1 connection off 646 -> on 710 tiles/s (+10 %, faster in every round: 667/709, 632/711, 630/798, "
         "659/691), 8 connections 972 -> 1008 (within the rounds' spread, as expected: there the slots are "
         "taken and the task does not start); a third render slot changes neither (712 and 970). The host ran "
-        "at about two thirds of its speed of the day before in every variant. In the table's run (the same "
-        "day) 1 connection reached 0.72 of the 1-thread floor by reading on the second core, which that "
+        "at about two thirds of its speed of the day before in every variant. In that morning's run of the "
+        "table (the same day) 1 connection reached 0.72 of the 1-thread floor by reading on the second core, which that "
         "floor leaves unused (3,841-3,879 of the 5,461 requests were hits on tiles read so); 8 connections, "
         "where both cores are taken, stayed at 0.55.",
         "",
@@ -233,7 +233,11 @@ def main():
         "held to (the fraction against the other in brackets). What is left between them, per tile at 8 "
         "connections: tessera's own work beside the read and the PNG (about 0.16 ms of CPU: the HTTP "
         "exchange, the store's file, lookups and locks, the hand-offs), the client (curl, about 0.05 ms) "
-        "and the idle slots' gaps (about 6 % of the machine).",
+        "and the idle slots' gaps (about 6 % of the machine). Reading each window into a per-thread scratch "
+        "buffer and leaving the blocks GDAL writes whole unzeroed (`memset` was 5 % of a profile at 8 "
+        "connections) added 3 % there (`bench/cold_ab.py` with the binaries without and with it, 4 "
+        "rounds: 2374 -> 2450 tiles/s, 1560 -> 1578 at 1 connection). In the table's run the 1-thread floor "
+        "moved between 1511 and 1922 tiles/s from run to run, so the fraction at 1 connection says little.",
         "",
         "The store is written on a journaled ext4 (`TMPDIR=/mnt/benchfs`, a loop-mounted file system made with "
         "`mkfs.ext4`'s defaults): this machine's root file system is ext4 without a journal, where creating "
