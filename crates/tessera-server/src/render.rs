@@ -1,6 +1,7 @@
 //! The render path: a window of a layer (or several, composited) read from
-//! its source, styled and encoded, on blocking threads with a bounded number
-//! of renders at once and a timeout on each.
+//! its source, styled and encoded, on render threads (one per render slot,
+//! each taking the next waiting render as its last one ends) with a timeout
+//! on each.
 //!
 //! Everything here takes an arbitrary bbox and pixel size: a tile, a
 //! metatile with a gutter and a WMS GetMap are the same call.
@@ -45,6 +46,9 @@ pub enum RenderError {
     /// The blocking task that rendered panicked or was cancelled.
     #[error("the render task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// The render panicked (on a render thread, which lives on).
+    #[error("the render panicked")]
+    Panicked,
     /// The render was abandoned (its timeout passed or its client left)
     /// and stopped before the end.
     #[error("the render was cancelled")]
@@ -130,11 +134,11 @@ pub struct Budget<'a> {
     pub metrics: &'a Metrics,
 }
 
-/// Runs renders on blocking threads, at most `max_concurrent` at once, of
-/// which WMS maps hold at most their share.
+/// Runs renders on `max_concurrent` render threads, of which WMS maps hold
+/// at most their share.
 #[derive(Debug, Clone)]
 pub struct Renderer {
-    permits: Arc<Semaphore>,
+    threads: Arc<RenderThreads>,
     map_permits: Arc<Semaphore>,
     limits: RenderLimits,
     encoding: EncodeOptions,
@@ -150,7 +154,7 @@ impl Renderer {
             ..limits
         };
         Self {
-            permits: Arc::new(Semaphore::new(limits.max_concurrent)),
+            threads: Arc::new(RenderThreads::start(limits.max_concurrent)),
             map_permits: Arc::new(Semaphore::new(limits.map_slots())),
             limits,
             encoding,
@@ -223,11 +227,20 @@ impl Renderer {
         self.run(Demand::Map, work).await
     }
 
+    /// Runs `work` as a tile render (the tiles' slots), for tests.
+    #[cfg(test)]
+    async fn render_partial_with<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(Budget<'_>) -> Result<T, RenderError> + Send + 'static,
+    ) -> Result<T, RenderError> {
+        self.run(Demand::Tiles, work).await
+    }
+
     /// How busy the render slots are.
     pub fn slots_in_use(&self) -> SlotUse {
         let map_slots = self.limits.map_slots();
         SlotUse {
-            busy: self.limits.max_concurrent - self.permits.available_permits(),
+            busy: self.threads.busy().min(self.limits.max_concurrent),
             slots: self.limits.max_concurrent,
             map_busy: map_slots - self.map_permits.available_permits(),
             map_slots,
@@ -244,13 +257,13 @@ impl Renderer {
         &self.encoding
     }
 
-    /// Runs `work` on a blocking thread under a render slot (and, for a
-    /// map, under one of the maps' share of slots, taken first). `work` is
-    /// handed a budget whose cancel flag is raised when the render is no
-    /// longer wanted: its timeout passed, or the caller went away (this
-    /// future was dropped). GDAL's warp and the steps after it check the
-    /// flag, so an abandoned render stops within a chunk instead of running
-    /// to the end.
+    /// Runs `work` on a render thread (one per slot; a map first takes
+    /// one of the maps' share of slots). `work` is handed a budget whose
+    /// cancel flag is raised when the render is no longer wanted: its
+    /// timeout passed, or the caller went away (this future was dropped).
+    /// GDAL's warp and the steps after it check the flag, so an abandoned
+    /// render stops within a chunk instead of running to the end, and one
+    /// abandoned while it waited for a thread is never started.
     async fn run<T: Send + 'static>(
         &self,
         demand: Demand,
@@ -260,36 +273,159 @@ impl Renderer {
         let flag = cancel.0.clone();
         let timeout = self.limits.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let acquire = |semaphore: &Arc<Semaphore>| {
-            tokio::time::timeout_at(deadline, semaphore.clone().acquire_owned())
-        };
         let map_permit = match demand {
             Demand::Map => Some(
-                acquire(&self.map_permits)
+                tokio::time::timeout_at(deadline, self.map_permits.clone().acquire_owned())
                     .await
                     .map_err(|_| RenderError::Timeout(timeout))?
                     .map_err(|_| RenderError::Closed)?,
             ),
             Demand::Tiles => None,
         };
-        let permit = acquire(&self.permits)
-            .await
-            .map_err(|_| RenderError::Timeout(timeout))?
-            .map_err(|_| RenderError::Closed)?;
         let max_source_pixels = self.limits.max_source_pixels;
         let metrics = self.metrics.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let _permits = (permit, map_permit);
-            work(Budget {
-                cancel: &flag,
-                max_source_pixels,
-                metrics: &metrics,
-            })
-        });
-        match tokio::time::timeout_at(deadline, task).await {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.threads.submit(Box::new(move || {
+            let _map_permit = map_permit;
+            if flag.load(Ordering::Acquire) {
+                return;
+            }
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                work(Budget {
+                    cancel: &flag,
+                    max_source_pixels,
+                    metrics: &metrics,
+                })
+            }));
+            let _ = tx.send(done.unwrap_or(Err(RenderError::Panicked)));
+        }))?;
+        match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => Err(RenderError::Timeout(timeout)),
-            Ok(Err(join)) => Err(RenderError::Task(join)),
+            // Dropped unrun: the threads stopped.
+            Ok(Err(_)) => Err(RenderError::Closed),
             Ok(Ok(result)) => result,
+        }
+    }
+}
+
+/// A render waiting for a thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The render slots: as many threads as slots, each taking the next
+/// waiting render as soon as its last one ends. (A semaphore in front of
+/// tokio's blocking pool left each slot idle between two renders for two
+/// thread hand-offs: the freed permit woke the next request's task on a
+/// runtime worker, which handed its render to a blocking thread.) The
+/// threads run in the runtime's context, as blocking-pool threads do, and
+/// stop once the last renderer sharing them is dropped, after the renders
+/// already running.
+#[derive(Debug)]
+struct RenderThreads {
+    shared: Arc<(std::sync::Mutex<Waiting>, std::sync::Condvar)>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    jobs: std::collections::VecDeque<Job>,
+    /// Renders running now.
+    running: usize,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting")
+            .field("jobs", &self.jobs.len())
+            .field("running", &self.running)
+            .field("closed", &self.closed)
+            .finish()
+    }
+}
+
+impl RenderThreads {
+    /// Starts `slots` render threads (at least one).
+    fn start(slots: usize) -> RenderThreads {
+        let shared = Arc::new((
+            std::sync::Mutex::new(Waiting::default()),
+            std::sync::Condvar::new(),
+        ));
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        for i in 0..slots.max(1) {
+            let (shared, runtime) = (shared.clone(), runtime.clone());
+            let started = std::thread::Builder::new()
+                .name(format!("tessera-render-{i}"))
+                .spawn(move || {
+                    let _context = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                    render_thread(&shared);
+                });
+            if let Err(e) = started {
+                tracing::error!(error = %e, "a render thread could not start");
+            }
+        }
+        RenderThreads { shared }
+    }
+
+    /// Queues `job` for the next free thread.
+    fn submit(&self, job: Job) -> Result<(), RenderError> {
+        let (lock, ready) = &*self.shared;
+        let mut waiting = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if waiting.closed {
+            return Err(RenderError::Closed);
+        }
+        waiting.jobs.push_back(job);
+        drop(waiting);
+        ready.notify_one();
+        Ok(())
+    }
+
+    /// Renders running or waiting for a thread.
+    fn busy(&self) -> usize {
+        let waiting = self
+            .shared
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiting.running + waiting.jobs.len()
+    }
+}
+
+impl Drop for RenderThreads {
+    fn drop(&mut self) {
+        let (lock, ready) = &*self.shared;
+        let mut waiting = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiting.closed = true;
+        // Renders not started are dropped: their callers get `Closed`.
+        waiting.jobs.clear();
+        drop(waiting);
+        ready.notify_all();
+    }
+}
+
+/// One render thread: the next waiting render, until the threads close.
+fn render_thread(shared: &(std::sync::Mutex<Waiting>, std::sync::Condvar)) {
+    let (lock, ready) = shared;
+    let mut waiting = lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        if let Some(job) = waiting.jobs.pop_front() {
+            waiting.running += 1;
+            drop(waiting);
+            job();
+            waiting = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiting.running -= 1;
+        } else if waiting.closed {
+            return;
+        } else {
+            waiting = ready
+                .wait(waiting)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }
@@ -482,6 +618,123 @@ fn pixel_scale(crs: &Crs, bbox: &BBox, res_x: f64, res_y: f64) -> PixelScale {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn renderer(slots: usize, timeout: Duration) -> Renderer {
+        Renderer::new(
+            RenderLimits {
+                max_concurrent: slots,
+                map_share: 0.5,
+                timeout,
+                max_source_pixels: u64::MAX,
+            },
+            EncodeOptions::default(),
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn renders_run_on_at_most_their_slots_threads_and_a_panic_is_an_error() {
+        let r = renderer(2, Duration::from_mins(1));
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let renders: Vec<_> = (0..12)
+            .map(|i| {
+                let (r, now, most) = (r.clone(), now.clone(), most.clone());
+                tokio::spawn(async move {
+                    r.query(move |_| {
+                        let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(running, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(i)
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for (i, render) in renders.into_iter().enumerate() {
+            assert_eq!(render.await.unwrap().unwrap(), i);
+        }
+        // Maps may hold one of the two slots: queries ran one at a time.
+        assert_eq!(most.load(Ordering::SeqCst), 1);
+        // Tiles may hold both, never more.
+        most.store(0, Ordering::SeqCst);
+        let tiles: Vec<_> = (0..12)
+            .map(|_| {
+                let (r, now, most) = (r.clone(), now.clone(), most.clone());
+                tokio::spawn(async move {
+                    r.render_partial_with(move |_| {
+                        let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(running, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for render in tiles {
+            render.await.unwrap().unwrap();
+        }
+        assert!(
+            (1..=2).contains(&most.load(Ordering::SeqCst)),
+            "{most:?} at once"
+        );
+        let panicked = r
+            .query(|_| -> Result<(), RenderError> { panic!("a bug") })
+            .await;
+        assert!(
+            matches!(panicked, Err(RenderError::Panicked)),
+            "{panicked:?}"
+        );
+        // The thread lives on: both slots still render.
+        for _ in 0..4 {
+            assert_eq!(r.query(|_| Ok(7)).await.unwrap(), 7);
+        }
+        assert_eq!(r.slots_in_use().busy, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_render_that_timed_out_waiting_for_a_thread_never_starts() {
+        let r = renderer(1, Duration::from_millis(200));
+        let (release, held) = (Arc::new(AtomicBool::new(false)), r.clone());
+        let flag = release.clone();
+        // Holds the only thread past the timeout (it stops when told).
+        let hog = tokio::spawn(async move {
+            held.render_partial_with(move |_| {
+                while !flag.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(())
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let waited = r
+            .render_partial_with(move |_| {
+                s.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+        assert!(matches!(waited, Err(RenderError::Timeout(_))), "{waited:?}");
+        assert!(matches!(hog.await.unwrap(), Err(RenderError::Timeout(_))));
+        release.store(true, Ordering::SeqCst);
+        // The thread is free again once the hog ends; the abandoned render
+        // was skipped, not run.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while r.slots_in_use().busy > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slot was never freed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!started.load(Ordering::SeqCst), "an abandoned render ran");
+        assert_eq!(r.render_partial_with(|_| Ok(())).await.ok(), Some(()));
+    }
 
     #[test]
     fn web_mercator_pixels_shrink_with_latitude() {

@@ -389,11 +389,12 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "seconds")]
     #[schemars(with = "Seconds")]
     pub render_timeout_secs: f64,
-    /// Renders running at once (default: two per CPU core). A slot
-    /// finished is idle until its next render starts (two thread hand-offs
-    /// away), so one slot per core leaves the cores idle for part of every
-    /// short render (a tile of a COG's own pixels); two per core keeps them
-    /// busy (docs/benchmarks/cold-floor.md).
+    /// Renders running at once, each on a render thread of its own
+    /// (default: two per CPU core). A render also waits (for a block
+    /// another render is decoding, for its source's reads, for memory), so
+    /// one per core leaves the cores idle for part of a pass over short
+    /// renders (tiles of a COG's own pixels); two per core keeps them busy
+    /// (docs/benchmarks/cold-floor.md).
     pub max_concurrent_renders: usize,
     /// Share of the render slots WMS GetMap requests may hold at once
     /// (0 to 1, default 0.5; at least one slot): the rest is kept for tiles,
