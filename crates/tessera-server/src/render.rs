@@ -285,8 +285,7 @@ impl Renderer {
         let max_source_pixels = self.limits.max_source_pixels;
         let metrics = self.metrics.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.threads.submit(Box::new(move || {
-            let _map_permit = map_permit;
+        self.threads.submit(Box::new(move |slot: Running| {
             if flag.load(Ordering::Acquire) {
                 return;
             }
@@ -297,6 +296,9 @@ impl Renderer {
                     metrics: &metrics,
                 })
             }));
+            // The slots are free before the caller hears: one that asks
+            // how busy they are next (the idle reader) sees it free.
+            drop((slot, map_permit));
             let _ = tx.send(done.unwrap_or(Err(RenderError::Panicked)));
         }))?;
         match tokio::time::timeout_at(deadline, rx).await {
@@ -308,8 +310,22 @@ impl Renderer {
     }
 }
 
-/// A render waiting for a thread.
-type Job = Box<dyn FnOnce() + Send>;
+/// A render waiting for a thread; handed its thread's [`Running`], which
+/// it drops once its work is done.
+type Job = Box<dyn FnOnce(Running) + Send>;
+
+/// A render thread counted as running until this is dropped.
+struct Running(Arc<(std::sync::Mutex<Waiting>, std::sync::Condvar)>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .running -= 1;
+    }
+}
 
 /// The render slots: as many threads as slots, each taking the next
 /// waiting render as soon as its last one ends. (A semaphore in front of
@@ -406,8 +422,8 @@ impl Drop for RenderThreads {
 }
 
 /// One render thread: the next waiting render, until the threads close.
-fn render_thread(shared: &(std::sync::Mutex<Waiting>, std::sync::Condvar)) {
-    let (lock, ready) = shared;
+fn render_thread(shared: &Arc<(std::sync::Mutex<Waiting>, std::sync::Condvar)>) {
+    let (lock, ready) = &**shared;
     let mut waiting = lock
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -415,11 +431,10 @@ fn render_thread(shared: &(std::sync::Mutex<Waiting>, std::sync::Condvar)) {
         if let Some(job) = waiting.jobs.pop_front() {
             waiting.running += 1;
             drop(waiting);
-            job();
+            job(Running(shared.clone()));
             waiting = lock
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            waiting.running -= 1;
         } else if waiting.closed {
             return;
         } else {
@@ -692,7 +707,7 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(r.query(|_| Ok(7)).await.unwrap(), 7);
         }
-        // A thread counts itself free just after its answer is sent.
+        // Every slot is free once its answer is sent.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while r.slots_in_use().busy > 0 {
             assert!(
