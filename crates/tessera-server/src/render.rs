@@ -227,15 +227,6 @@ impl Renderer {
         self.run(Demand::Map, work).await
     }
 
-    /// Runs `work` as a tile render (the tiles' slots), for tests.
-    #[cfg(test)]
-    async fn render_partial_with<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(Budget<'_>) -> Result<T, RenderError> + Send + 'static,
-    ) -> Result<T, RenderError> {
-        self.run(Demand::Tiles, work).await
-    }
-
     /// How busy the render slots are.
     pub fn slots_in_use(&self) -> SlotUse {
         let map_slots = self.limits.map_slots();
@@ -648,15 +639,15 @@ mod tests {
         )
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn renders_run_on_at_most_their_slots_threads_and_a_panic_is_an_error() {
-        let r = renderer(2, Duration::from_mins(1));
+    /// The most of 12 renders of `demand`, asked at once, that ran at
+    /// the same time; each answers its own number.
+    async fn most_at_once(r: &Renderer, demand: Demand) -> usize {
         let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let renders: Vec<_> = (0..12)
             .map(|i| {
                 let (r, now, most) = (r.clone(), now.clone(), most.clone());
                 tokio::spawn(async move {
-                    r.query(move |_| {
+                    r.run(demand, move |_| {
                         let running = now.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(running, Ordering::SeqCst);
                         std::thread::sleep(Duration::from_millis(20));
@@ -670,32 +661,17 @@ mod tests {
         for (i, render) in renders.into_iter().enumerate() {
             assert_eq!(render.await.unwrap().unwrap(), i);
         }
+        most.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn renders_run_on_at_most_their_slots_threads_and_a_panic_is_an_error() {
+        let r = renderer(2, Duration::from_mins(1));
         // Maps may hold one of the two slots: queries ran one at a time.
-        assert_eq!(most.load(Ordering::SeqCst), 1);
+        assert_eq!(most_at_once(&r, Demand::Map).await, 1);
         // Tiles may hold both, never more.
-        most.store(0, Ordering::SeqCst);
-        let tiles: Vec<_> = (0..12)
-            .map(|_| {
-                let (r, now, most) = (r.clone(), now.clone(), most.clone());
-                tokio::spawn(async move {
-                    r.render_partial_with(move |_| {
-                        let running = now.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(running, Ordering::SeqCst);
-                        std::thread::sleep(Duration::from_millis(20));
-                        now.fetch_sub(1, Ordering::SeqCst);
-                        Ok(())
-                    })
-                    .await
-                })
-            })
-            .collect();
-        for render in tiles {
-            render.await.unwrap().unwrap();
-        }
-        assert!(
-            (1..=2).contains(&most.load(Ordering::SeqCst)),
-            "{most:?} at once"
-        );
+        let most = most_at_once(&r, Demand::Tiles).await;
+        assert!((1..=2).contains(&most), "{most} at once");
         let panicked = r
             .query(|_| -> Result<(), RenderError> { panic!("a bug") })
             .await;
@@ -725,7 +701,7 @@ mod tests {
         let flag = release.clone();
         // Holds the only thread past the timeout (it stops when told).
         let hog = tokio::spawn(async move {
-            held.render_partial_with(move |_| {
+            held.run(Demand::Tiles, move |_| {
                 while !flag.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -737,7 +713,7 @@ mod tests {
         let started = Arc::new(AtomicBool::new(false));
         let s = started.clone();
         let waited = r
-            .render_partial_with(move |_| {
+            .run(Demand::Tiles, move |_| {
                 s.store(true, Ordering::SeqCst);
                 Ok(())
             })
@@ -756,7 +732,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(!started.load(Ordering::SeqCst), "an abandoned render ran");
-        assert_eq!(r.render_partial_with(|_| Ok(())).await.ok(), Some(()));
+        assert_eq!(r.run(Demand::Tiles, |_| Ok(())).await.ok(), Some(()));
     }
 
     #[test]
